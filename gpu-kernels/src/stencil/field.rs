@@ -1,0 +1,80 @@
+//! Field pointers held by point updates. They are plain addresses (host or device memory, whichever the
+//! engine allocated), `#[repr(transparent)]` so a point-update struct has the same layout on both sides.
+
+/// A read-only field: element `ix` of a linear array (see [`ArrayIndex3D`](super::ArrayIndex3D)).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct FieldRef<T>(*const T);
+
+/// A written field.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct FieldMut<T>(*mut T);
+
+// SAFETY: the engines give each point to exactly one thread; a point update writes only its own point, so
+// sharing the pointers between threads is the data-parallel pattern the framework exists for.
+unsafe impl<T> Send for FieldRef<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for FieldRef<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for FieldMut<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for FieldMut<T> {}
+
+impl<T: Copy> FieldRef<T> {
+    /// Wraps an address. The host runtime makes these from its fields; point updates receive them.
+    ///
+    /// # Safety
+    /// `p` must stay valid for every index the point update reads while it runs.
+    pub const unsafe fn from_raw(p: *const T) -> Self {
+        Self(p)
+    }
+
+    /// Element `ix`. Unchecked: the loop checked the range against the update's radius before launch.
+    #[inline(always)]
+    pub fn get(self, ix: usize) -> T {
+        // SAFETY: `from_raw`'s contract and the range check of the loop.
+        unsafe { *self.0.add(ix) }
+    }
+
+    /// The address.
+    pub fn as_ptr(self) -> *const T {
+        self.0
+    }
+}
+
+impl<T: Copy> FieldMut<T> {
+    /// Wraps an address; as [`FieldRef::from_raw`], for writing.
+    ///
+    /// # Safety
+    /// `p` must stay valid for every index the point update writes while it runs, and no other reference
+    /// may alias the written elements.
+    pub const unsafe fn from_raw(p: *mut T) -> Self {
+        Self(p)
+    }
+
+    /// Element `ix`.
+    #[inline(always)]
+    pub fn get(self, ix: usize) -> T {
+        // SAFETY: as for `FieldRef::get`.
+        unsafe { *self.0.add(ix) }
+    }
+
+    /// Stores `v` at `ix`.
+    #[inline(always)]
+    pub fn set(self, ix: usize, v: T) {
+        // SAFETY: as for `FieldRef::get`.
+        unsafe { *self.0.add(ix) = v }
+    }
+
+    /// The same field, read-only.
+    #[inline(always)]
+    pub fn as_ref(self) -> FieldRef<T> {
+        FieldRef(self.0)
+    }
+
+    /// The address.
+    pub fn as_ptr(self) -> *mut T {
+        self.0
+    }
+}
