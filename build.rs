@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let root =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels = root.join("gpu-kernels");
     println!("cargo:rerun-if-changed=gpu-kernels/src");
@@ -50,6 +51,9 @@ fn main() {
         .env_remove("CARGO_BUILD_TARGET")
         .env_remove("CARGO_BUILD_RUSTFLAGS")
         .env("RUSTFLAGS", "-Zunstable-options -Cpanic=immediate-abort")
+        // Without LTO in the profile cargo adds `-C embed-bitcode=no`, which rustc refuses next to `-Clto`.
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .status()
         .unwrap_or_else(|e| fail(&format!("could not start cargo for the PTX build: {e}")));
     if !status.success() {

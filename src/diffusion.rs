@@ -1,1 +1,256 @@
+//! The 3-D diffusion application: `df/dt = kappa lap f` on the unit cube with `f = 0` on the walls,
+//! explicit 7-point stencil, run by any loop engine.
+//!
+//! Grid: `nx x ny x nz` interior points at `x_i = i h_x` (`i = 1..=nx`, `h_x = 1 / (nx + 1)`), with one
+//! margin point per side holding the wall value 0. The initial condition
+//! `f0 = sin(pi x) sin(pi y) sin(pi z)` decays as `exp(-3 kappa pi^2 t)`; the scheme's own answer is
+//! `G^n f0` with `G = 1 - 4 sum_a (kappa dt / h_a^2) sin^2(pi h_a / 2)`, which differs from the
+//! continuous one by O(h^2).
 
+use std::f64::consts::PI;
+use std::time::Instant;
+
+use lattice_gpu_host::engine::{LoopEngine, TuningReport};
+use lattice_gpu_host::field::fmt_dims;
+use lattice_gpu_host::{Element, Field, Loop3D, Shape};
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::diffusion::Diffusion3d;
+use lattice_gpu_kernels::stencil::GpuEntry;
+
+/// Errors of the diffusion application.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffusionError {
+    /// A parameter that cannot work, with the reason and the fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// An error of the runtime (GPU, memory, files).
+    #[error(transparent)]
+    Host(#[from] lattice_gpu_host::Error),
+    /// A file could not be read or written.
+    #[error(transparent)]
+    Io(#[from] lattice_gpu_host::io::IoError),
+}
+
+/// Results of the diffusion application.
+pub type Result<T, E = DiffusionError> = std::result::Result<T, E>;
+
+/// A diffusion problem: grid, diffusivity and time step, checked for stability.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Problem {
+    /// Interior points (nx, ny, nz).
+    pub size: [usize; 3],
+    /// Grid spacing per axis.
+    pub h: [f64; 3],
+    /// Diffusivity.
+    pub kappa: f64,
+    /// Time step.
+    pub dt: f64,
+}
+
+/// The largest stable `kappa dt sum_a 1/h_a^2` of the explicit scheme (1/6 per axis on a cubic grid).
+pub const STABILITY_LIMIT: f64 = 0.5;
+
+impl Problem {
+    /// A problem on the unit cube with `size` interior points; `dt` defaults to `0.1 h_min^2 / kappa`.
+    pub fn new(size: [usize; 3], kappa: f64, dt: Option<f64>) -> Result<Self> {
+        if size.contains(&0) {
+            return Err(DiffusionError::Invalid(format!(
+                "grid size {} has an axis of zero points; give at least 1 point per axis (e.g. --size 128)",
+                fmt_dims(&size)
+            )));
+        }
+        if !(kappa.is_finite() && kappa > 0.0) {
+            return Err(DiffusionError::Invalid(format!(
+                "kappa = {kappa} is not a positive diffusivity; give --kappa > 0"
+            )));
+        }
+        let h = size.map(|n| 1.0 / (n as f64 + 1.0));
+        let hmin = h.iter().cloned().fold(f64::INFINITY, f64::min);
+        let dt = dt.unwrap_or(0.1 * hmin * hmin / kappa);
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(DiffusionError::Invalid(format!(
+                "dt = {dt} is not a positive time step"
+            )));
+        }
+        let p = Self { size, h, kappa, dt };
+        let sum = p.stability_number();
+        if sum > STABILITY_LIMIT {
+            let max_dt = STABILITY_LIMIT / (kappa * h.iter().map(|h| 1.0 / (h * h)).sum::<f64>());
+            return Err(DiffusionError::Invalid(format!(
+                "dt = {dt:e} is unstable: kappa dt sum(1/h^2) = {sum:.4} exceeds {STABILITY_LIMIT} \
+                 (kappa dt / h^2 > 1/6 on a cubic grid); use dt <= {max_dt:e} or leave --dt out for a stable default"
+            )));
+        }
+        Ok(p)
+    }
+
+    /// `kappa dt sum_a 1/h_a^2`: the scheme is stable up to 1/2.
+    pub fn stability_number(&self) -> f64 {
+        self.kappa * self.dt * self.h.iter().map(|h| 1.0 / (h * h)).sum::<f64>()
+    }
+
+    /// The field's shape: the interior with a one-point margin holding the walls.
+    pub fn shape(&self) -> Result<Shape> {
+        Ok(Shape::new_3d(self.size, 1)?)
+    }
+
+    /// The point update from `f` to `fnew`.
+    pub fn update<T: Element>(
+        &self,
+        f: &impl Field<T>,
+        fnew: &mut impl Field<T>,
+    ) -> Diffusion3d<T> {
+        Diffusion3d::new(f.view(), fnew.view_mut(), self.kappa, self.dt, self.h)
+    }
+
+    /// `sin(pi x) sin(pi y) sin(pi z)` on the whole array, margins (the walls, where it is 0) included.
+    pub fn sine_mode<T: Element>(&self) -> Vec<T> {
+        let n = self.size.map(|v| v + 2);
+        let s: Vec<Vec<f64>> = (0..3)
+            .map(|a| {
+                (0..n[a])
+                    .map(|i| {
+                        if i == 0 || i == n[a] - 1 {
+                            0.0
+                        } else {
+                            (PI * i as f64 * self.h[a]).sin()
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut v = Vec::with_capacity(n.iter().product());
+        for k in 0..n[2] {
+            for j in 0..n[1] {
+                for i in 0..n[0] {
+                    v.push(T::from_f64(s[0][i] * s[1][j] * s[2][k]));
+                }
+            }
+        }
+        v
+    }
+
+    /// The continuous solution's decay factor after `steps` steps: `exp(-3 kappa pi^2 t)`.
+    pub fn analytic_decay(&self, steps: usize) -> f64 {
+        (-3.0 * self.kappa * PI * PI * self.dt * steps as f64).exp()
+    }
+
+    /// The scheme's own decay factor of the sine mode after `steps` steps, `G^steps`.
+    pub fn discrete_decay(&self, steps: usize) -> f64 {
+        let g = 1.0
+            - 4.0
+                * self
+                    .h
+                    .iter()
+                    .map(|h| self.kappa * self.dt / (h * h) * (PI * h / 2.0).sin().powi(2))
+                    .sum::<f64>();
+        g.powi(steps as i32)
+    }
+
+    /// Bytes one step moves at least: each point read once and written once.
+    pub fn bytes_per_step<T>(&self) -> f64 {
+        2.0 * std::mem::size_of::<T>() as f64 * self.points() as f64
+    }
+
+    /// Interior points.
+    pub fn points(&self) -> u64 {
+        self.size.iter().map(|&v| v as u64).product()
+    }
+}
+
+/// Relative L2 difference `|a - factor * b| / |factor * b|` over whole arrays.
+pub fn relative_l2<A: Real, B: Real>(a: &[A], b: &[B], factor: f64) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        let y = factor * y.to_f64();
+        num += (x.to_f64() - y).powi(2);
+        den += y * y;
+    }
+    (num / den).sqrt()
+}
+
+/// What a run produced.
+pub struct RunOutput<T> {
+    /// The final field, margins included.
+    pub field: Vec<T>,
+    /// Wall-clock seconds of all steps (queued and finished).
+    pub seconds: f64,
+    /// The auto-tuner's result, when the engine tunes.
+    pub tuning: Option<TuningReport>,
+}
+
+/// Runs `steps` steps from `initial` (the whole array, margins included) on `engine`. `progress` is
+/// called with the number of finished steps now and then.
+pub fn simulate<E: LoopEngine, T: Element>(
+    engine: &E,
+    problem: &Problem,
+    initial: &[T],
+    steps: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let shape = problem.shape()?;
+    engine.check_fits(
+        2 * shape.bytes::<T>(),
+        &format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME),
+    )?;
+    let mut f = engine.alloc::<T>(shape)?;
+    let mut g = engine.alloc::<T>(shape)?;
+    f.upload(initial)?;
+    // The margins of both buffers are the walls; copying the initial field into both keeps them equal.
+    g.upload(initial)?;
+    let mut step = Loop3D::new(engine, shape.interior_range())?;
+    let report_every = (steps / 100).max(1);
+    engine.synchronize()?;
+    let start = Instant::now();
+    for s in 0..steps {
+        step.run(&problem.update(&f, &mut g))?;
+        std::mem::swap(&mut f, &mut g);
+        if (s + 1) % report_every == 0 {
+            engine.synchronize()?;
+            progress(s + 1);
+        }
+    }
+    engine.synchronize()?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(RunOutput {
+        field: f.download()?,
+        seconds,
+        tuning: E::tuning(step.info()).cloned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stability_limit_is_one_sixth_per_axis_on_cubic_grids() {
+        let h = 1.0 / 33.0;
+        let ok = Problem::new([32; 3], 1.0, Some(h * h / 6.0 * 0.999)).unwrap();
+        assert!(ok.stability_number() < 0.5);
+        let e = Problem::new([32; 3], 1.0, Some(h * h / 6.0 * 1.01))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unstable") && e.contains("1/6") && e.contains("dt <="),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn discrete_decay_approaches_analytic_as_h_shrinks() {
+        // Same end time on both grids, dt ~ h^2: both the space and the time error fall as h^2.
+        let err = |n: usize| {
+            let h = 1.0 / (n as f64 + 1.0);
+            let steps = (0.01 / (0.1 * h * h / 0.1)).ceil() as usize;
+            let p = Problem::new([n; 3], 0.1, Some(0.01 / steps as f64)).unwrap();
+            (p.discrete_decay(steps) / p.analytic_decay(steps) - 1.0).abs()
+        };
+        let (e16, e32) = (err(16), err(32));
+        // (33/17)^2 = 3.8
+        assert!(e32 < e16 / 3.5 && e32 > e16 / 4.2, "{e16} {e32}");
+    }
+}

@@ -7,6 +7,8 @@
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
 
+pub mod bench;
+pub mod cli;
 pub mod diffusion;
 
 /// The PTX module compiled from `gpu-kernels` by `build.rs`.

@@ -3,7 +3,7 @@
 #![cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 
 use crate::device::atomic::{self, Scope};
-use crate::device::math::{fma, floor, max, min, sqrt};
+use crate::device::math::{floor, fma, max, min, sqrt};
 use crate::device::shared::dynamic_shared;
 use crate::device::thread::{self, sync_threads};
 use crate::device::warp::{self, Shuffle};

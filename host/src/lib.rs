@@ -1,1 +1,27 @@
+//! The host runtime of lattice-gpu, on cudarc.
+//!
+//! - [`gpu`]: the GPU (context, stream, the module loaded from the embedded PTX), timing, capacity checks.
+//! - [`field`]: fields with margins, in host or device memory.
+//! - [`engine`]: the loop engines ([`HostLoopEngine`], [`DeviceLoopEngine`], [`DeviceAutoTuningLoopEngine`])
+//!   and the persistent tune cache.
+//! - [`lattice`]: [`Loop3D`] and [`Loop2D`], which run a point update over a range on an engine.
+//! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
+//!
+//! Applications see fields, point updates and loops; only this crate talks to cudarc.
 
+pub mod engine;
+pub mod error;
+pub mod field;
+pub mod gpu;
+pub mod io;
+pub mod lattice;
+
+pub use engine::{
+    AutoTuningInfo, DeviceAutoTuningLoopEngine, DeviceLoopEngine, HostLoopEngine, LaunchShape,
+    LoopEngine, TuningReport,
+};
+pub use error::{Error, Result};
+pub use field::{DeviceField, Element, Field, HostField, Shape};
+pub use gpu::Gpu;
+pub use lattice::{Loop2D, Loop3D};
+pub use lattice_gpu_kernels::stencil::{LoopRange, PointUpdate2D, PointUpdate3D};

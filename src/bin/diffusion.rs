@@ -1,1 +1,327 @@
-fn main(){}
+//! `diffusion`: the 3-D heat equation on the CPU or GPU, and the benchmark of the paper's table.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use lattice_gpu::bench::{bench_one, BenchRow};
+use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
+use lattice_gpu::diffusion::{relative_l2, simulate, DiffusionError, Problem, Result};
+use lattice_gpu::host::engine::LoopEngine;
+use lattice_gpu::host::field::fmt_dims;
+use lattice_gpu::host::io::{npy, png};
+use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
+use lattice_gpu::kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
+use lattice_gpu::kernels::stencil::GpuEntry;
+
+/// 3-D heat equation df/dt = kappa lap f on the unit cube (f = 0 on the walls), explicit 7-point
+/// stencil, on the CPU or an NVIDIA GPU. Starts from sin(pi x) sin(pi y) sin(pi z), whose exact decay
+/// exp(-3 kappa pi^2 t) it compares against, or from --input.
+#[derive(Parser)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The paper's benchmark table on the GPU: tuned vs fixed launch, against the copy bandwidth.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Interior grid points: N (a cube) or NXxNYxNZ.
+    #[arg(long, default_value = "128", value_parser = cli::parse_size3)]
+    size: [usize; 3],
+    /// Time steps.
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    /// Diffusivity.
+    #[arg(long, default_value_t = 0.1)]
+    kappa: f64,
+    /// Time step [default: 0.1 h^2 / kappa; must satisfy kappa dt / h^2 <= 1/6].
+    #[arg(long)]
+    dt: Option<f64>,
+    /// Precision of fields and arithmetic.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Directory for diffusion.npy (interior, shape (nz, ny, nx)) and diffusion_midz.png.
+    #[arg(long, default_value = "diffusion-out")]
+    output: PathBuf,
+    /// Initial field from a .npy file of shape (nz, ny, nx), f32 or f64, instead of the sine mode.
+    #[arg(long)]
+    input: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Grids, comma separated (N or NXxNYxNZ).
+    #[arg(long, value_delimiter = ',', value_parser = cli::parse_size3,
+          default_value = "32,64,128,256,512,8x512x512,512x512x8")]
+    sizes: Vec<[usize; 3]>,
+    /// Precisions, comma separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "f32,f64")]
+    precision: Vec<Precision>,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    gpu: usize,
+    /// Bytes of the device-to-device copy that measures the reference bandwidth.
+    #[arg(long, default_value_t = 1 << 30)]
+    copy_bytes: usize,
+    /// Also write the table as CSV here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Bench(b)) => bench(&b),
+        None => run(&cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn invalid(msg: String) -> DiffusionError {
+    DiffusionError::Invalid(msg)
+}
+
+fn run(args: &RunArgs) -> Result<()> {
+    let problem = Problem::new(args.size, args.kappa, args.dt)?;
+    let out = cli::output_dir(&args.output).map_err(invalid)?;
+    match args.precision {
+        Precision::F32 => run_precision::<f32>(args, &problem, &out),
+        Precision::F64 => run_precision::<f64>(args, &problem, &out),
+    }
+}
+
+fn run_precision<T: Element + npy::NpyElement>(
+    args: &RunArgs,
+    problem: &Problem,
+    out: &std::path::Path,
+) -> Result<()>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let initial = match &args.input {
+        Some(path) => embed(
+            problem,
+            &npy::read_npy_shaped::<T>(path, &zyx(problem.size))?,
+        ),
+        None => problem.sine_mode::<T>(),
+    };
+    match args.engine.choose()? {
+        Chosen::Host => run_on(&HostLoopEngine, args, problem, &initial, out),
+        Chosen::Gpu(EngineKind::Device, gpu) => run_on(
+            &DeviceLoopEngine::new(gpu, args.engine.shape()),
+            args,
+            problem,
+            &initial,
+            out,
+        ),
+        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), args, problem, &initial, out),
+    }
+}
+
+/// numpy's axis order for an (nx, ny, nz) grid stored x fastest.
+fn zyx(s: [usize; 3]) -> [usize; 3] {
+    [s[2], s[1], s[0]]
+}
+
+/// An interior field placed in a whole array with zero margins (the walls).
+fn embed<T: Element>(problem: &Problem, interior: &[T]) -> Vec<T> {
+    let shape = problem.shape().expect("checked by Problem::new");
+    let mut v = vec![T::ZERO; shape.len()];
+    let [nx, ny, nz] = problem.size;
+    for k in 0..nz {
+        for j in 0..ny {
+            let src = nx * (j + ny * k);
+            let dst = shape.index(1, j + 1, k + 1);
+            v[dst..dst + nx].copy_from_slice(&interior[src..src + nx]);
+        }
+    }
+    v
+}
+
+/// The interior of a whole array, x fastest.
+fn interior<T: Element>(problem: &Problem, whole: &[T]) -> Vec<T> {
+    let shape = problem.shape().expect("checked by Problem::new");
+    let [nx, ny, nz] = problem.size;
+    let mut v = Vec::with_capacity(nx * ny * nz);
+    for k in 0..nz {
+        for j in 0..ny {
+            let src = shape.index(1, j + 1, k + 1);
+            v.extend_from_slice(&whole[src..src + nx]);
+        }
+    }
+    v
+}
+
+fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
+    engine: &E,
+    args: &RunArgs,
+    problem: &Problem,
+    initial: &[T],
+    out: &std::path::Path,
+) -> Result<()>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    println!(
+        "diffusion {} {}, {} steps, kappa {}, dt {:e} (kappa dt sum 1/h^2 = {:.3}), engine: {}",
+        fmt_dims(&problem.size),
+        T::NAME,
+        args.steps,
+        problem.kappa,
+        problem.dt,
+        problem.stability_number(),
+        engine.describe()
+    );
+    let bar = cli::progress(args.steps as u64, "steps");
+    let result = simulate(engine, problem, initial, args.steps, |s| {
+        bar.set_position(s as u64)
+    })?;
+    bar.finish_and_clear();
+
+    let points = problem.points() as f64 * args.steps as f64;
+    let glups = points / result.seconds / 1e9;
+    println!(
+        "time {:.3} s: {:.2} GLUPS, {:.1} GFLOPS ({FLOPS_PER_POINT} flops/point), {:.1} GB/s effective ({} bytes/point)",
+        result.seconds,
+        glups,
+        glups * FLOPS_PER_POINT as f64,
+        problem.bytes_per_step::<T>() * args.steps as f64 / result.seconds / 1e9,
+        2 * std::mem::size_of::<T>()
+    );
+    if let Some(t) = &result.tuning {
+        if t.from_cache {
+            println!(
+                "launch shape {} from the tune cache ({:.3} ms/step when tuned)",
+                t.best, t.best_ms
+            );
+        } else {
+            println!(
+                "auto-tuned: {} ({:.3} ms/step) out of {} candidates in {} steps; tuning overhead {:.1} ms",
+                t.best, t.best_ms, t.candidates, t.steps, t.overhead_ms()
+            );
+        }
+    }
+    if args.input.is_none() {
+        let decay = problem.analytic_decay(args.steps);
+        let exact = problem.sine_mode::<f64>();
+        let err = relative_l2(&result.field, &exact, decay);
+        let scheme = relative_l2(&result.field, &exact, problem.discrete_decay(args.steps));
+        println!(
+            "t = {:.4e}: relative L2 error {err:.3e} against exp(-3 kappa pi^2 t) = {decay:.6} (O(h^2) discretisation), {scheme:.3e} against the scheme's exact decay",
+            problem.dt * args.steps as f64
+        );
+    }
+    let field = interior(problem, &result.field);
+    let npy_path = out.join("diffusion.npy");
+    npy::write_npy(&npy_path, &zyx(problem.size), &field)?;
+    let [nx, ny, nz] = problem.size;
+    let mid = nz / 2;
+    let slice: Vec<f64> = field[nx * ny * mid..nx * ny * (mid + 1)]
+        .iter()
+        .map(|v| v.to_f64())
+        .collect();
+    let png_path = out.join("diffusion_midz.png");
+    png::write_png_scaled(&png_path, nx, ny, &slice, None, png::ColorMap::Viridis, 256)?;
+    println!(
+        "wrote {} and {} (z = {mid})",
+        npy_path.display(),
+        png_path.display()
+    );
+    Ok(())
+}
+
+fn bench(args: &BenchArgs) -> Result<()> {
+    let gpu = Gpu::open(args.gpu, lattice_gpu::PTX)?;
+    println!(
+        "device: {} ({} SMs), PTX {}",
+        gpu.name(),
+        gpu.sm_count(),
+        lattice_gpu::PTX_ARCH
+    );
+    let copy = gpu.copy_bandwidth(args.copy_bytes, 20)?;
+    println!(
+        "device-to-device copy: {copy:.1} GB/s (read + write, {} MiB)",
+        args.copy_bytes >> 20
+    );
+    let mut rows: Vec<BenchRow> = Vec::new();
+    for &size in &args.sizes {
+        for p in &args.precision {
+            let row = match p {
+                Precision::F32 => bench_one::<f32>(&gpu, size),
+                Precision::F64 => bench_one::<f64>(&gpu, size),
+            };
+            match row {
+                Ok(r) => {
+                    println!(
+                        "  {} {}: tuned {} {:.1} GLUPS, fixed {:.1} GLUPS",
+                        fmt_dims(&size),
+                        r.precision,
+                        r.tuning.best,
+                        r.glups(),
+                        r.fixed_glups()
+                    );
+                    rows.push(r)
+                }
+                Err(e) => println!("  {} {:?}: skipped: {e}", fmt_dims(&size), p),
+            }
+        }
+    }
+    let copy_after = gpu.copy_bandwidth(args.copy_bytes, 20)?;
+    let header = "| grid | prec | tuned shape | ms/step | GLUPS | GFLOPS | GB/s | of copy | fixed GLUPS | tuned/fixed | tuning steps | overhead ms |";
+    let mut table = vec![
+        header.to_string(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
+    ];
+    let mut csv = vec!["grid,precision,block_x,block_y,march,ms_per_step,glups,gflops,gbs,copy_gbs,ratio,fixed_glups,speedup,tuning_steps,overhead_ms".to_string()];
+    for r in &rows {
+        let s = r.tuning.best;
+        table.push(format!(
+            "| {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} |",
+            fmt_dims(&r.size), r.precision, s, r.tuned_ms, r.glups(), r.gflops(), r.gbs(),
+            100.0 * r.gbs() / copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms()
+        ));
+        csv.push(format!(
+            "{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3}",
+            fmt_dims(&r.size),
+            r.precision,
+            s.block_x,
+            s.block_y,
+            s.march,
+            r.tuned_ms,
+            r.glups(),
+            r.gflops(),
+            r.gbs(),
+            copy,
+            r.gbs() / copy,
+            r.fixed_glups(),
+            r.fixed_ms / r.tuned_ms,
+            r.tuning.steps,
+            r.tuning.overhead_ms()
+        ));
+    }
+    println!("\ncopy bandwidth {copy:.1} GB/s before, {copy_after:.1} GB/s after; ratios use the first\n");
+    println!("{}", table.join("\n"));
+    if let Some(path) = &args.csv {
+        let text = csv.join("\n") + "\n";
+        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -54,8 +54,10 @@ mod host {
         // SAFETY: the caller of the public function guarantees a valid, aligned pointer.
         let a = unsafe { AtomicU32::from_ptr(p as *mut u32) };
         f32::from_bits(
-            a.fetch_update(Relaxed, Relaxed, |b| Some((f32::from_bits(b) + v).to_bits()))
-                .unwrap_or_else(|b| b),
+            a.fetch_update(Relaxed, Relaxed, |b| {
+                Some((f32::from_bits(b) + v).to_bits())
+            })
+            .unwrap_or_else(|b| b),
         )
     }
 
@@ -63,8 +65,10 @@ mod host {
         // SAFETY: as above.
         let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
         f64::from_bits(
-            a.fetch_update(Relaxed, Relaxed, |b| Some((f64::from_bits(b) + v).to_bits()))
-                .unwrap_or_else(|b| b),
+            a.fetch_update(Relaxed, Relaxed, |b| {
+                Some((f64::from_bits(b) + v).to_bits())
+            })
+            .unwrap_or_else(|b| b),
         )
     }
 

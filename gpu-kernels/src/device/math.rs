@@ -136,12 +136,12 @@ mod tests {
 
     #[test]
     fn fma_rounds_once() {
-        // (1 + 2^-27)^2 = 1 + 2^-26 + 2^-54: the last term is lost by a separate multiply in f32 but
-        // kept by a fused multiply-add.
-        let a = 1.0f32 + f32::EPSILON / 16.0;
-        let c = -(1.0f32 + f32::EPSILON / 8.0);
+        // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: the last term is half an f32 ulp, lost by a separate
+        // multiply (round to even) but kept by a fused multiply-add.
+        let a = 1.0f32 + 1.0 / 4096.0;
+        let c = -(1.0f32 + 1.0 / 2048.0);
         assert_eq!(a * a + c, 0.0);
-        assert!(fma(a, a, c) > 0.0);
+        assert_eq!(fma(a, a, c), 1.0 / (1u32 << 24) as f32);
         assert_eq!(fma(2.0f64, 3.0, 1.0), 7.0);
     }
 

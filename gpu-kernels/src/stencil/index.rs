@@ -13,7 +13,11 @@ impl ArrayIndex3D {
     /// An index into an array of size `n` (margins included), at the origin.
     #[inline(always)]
     pub fn new(n: [u32; 3]) -> Self {
-        Self { n, pos: [0; 3], ix: 0 }
+        Self {
+            n,
+            pos: [0; 3],
+            ix: 0,
+        }
     }
 
     /// Moves to (i, j, k) (the paper's `set`).
@@ -82,7 +86,11 @@ impl ArrayIndex2D {
     /// An index into an array of size `n` (margins included), at the origin.
     #[inline(always)]
     pub fn new(n: [u32; 2]) -> Self {
-        Self { n, pos: [0; 2], ix: 0 }
+        Self {
+            n,
+            pos: [0; 2],
+            ix: 0,
+        }
     }
 
     /// Moves to (i, j).

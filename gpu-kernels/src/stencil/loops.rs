@@ -45,7 +45,11 @@ pub fn device_loop3d<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32) {
         return;
     }
     let k0 = r.begin[2] + block_idx_z() * march;
-    let k1 = if r.end[2] - k0 > march { k0 + march } else { r.end[2] };
+    let k1 = if r.end[2] - k0 > march {
+        k0 + march
+    } else {
+        r.end[2]
+    };
     let mut idx = ArrayIndex3D::new(r.n);
     idx.set(i, j, k0);
     for _ in k0..k1 {
@@ -64,7 +68,11 @@ pub fn device_loop2d<F: PointUpdate2D>(f: &F, r: &LoopRange, march: u32) {
     if i >= r.end[0] || j0 >= r.end[1] {
         return;
     }
-    let j1 = if r.end[1] - j0 > march { j0 + march } else { r.end[1] };
+    let j1 = if r.end[1] - j0 > march {
+        j0 + march
+    } else {
+        r.end[1]
+    };
     let mut idx = ArrayIndex2D::new([r.n[0], r.n[1]]);
     idx.set(i, j0);
     for _ in j0..j1 {

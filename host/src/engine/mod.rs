@@ -1,0 +1,60 @@
+//! Loop engines: what runs a point update over a range. The paper's template parameter of `Loop3D`, as a
+//! trait, so users can plug in their own.
+//!
+//! - [`HostLoopEngine`]: the CPU, rayon-parallel over planes.
+//! - [`DeviceLoopEngine`]: the GPU with one fixed [`LaunchShape`].
+//! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] on the real work
+//!   and keeping the fastest, persisted in the [`tunecache`].
+
+pub mod autotune;
+pub mod device;
+pub mod host;
+pub mod tunecache;
+
+pub use autotune::{
+    AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace, TuningReport,
+};
+pub use device::{DeviceLoopEngine, Dims, LaunchShape};
+pub use host::HostLoopEngine;
+
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+
+use crate::error::Result;
+use crate::field::{Element, Field, Shape};
+
+/// Runs point updates over ranges of fields it allocates. Engines differ in where the fields live and how
+/// the points are spread over threads; the point updates are the same.
+pub trait LoopEngine {
+    /// The fields this engine's loops run on.
+    type Field<T: Element>: Field<T>;
+    /// State an engine keeps per call site (per [`Loop3D`](crate::Loop3D)): the [`AutoTuningInfo`] of the
+    /// auto-tuner, nothing for the others.
+    type Site: Default;
+
+    /// A one-line description for logs ("GPU NVIDIA H100 80GB HBM3, auto-tuned").
+    fn describe(&self) -> String;
+    /// Fails unless `bytes` more can be allocated (GPU engines check free device memory).
+    fn check_fits(&self, bytes: u64, what: &str) -> Result<()>;
+    /// A zero-filled field.
+    fn alloc<T: Element>(&self, shape: Shape) -> Result<Self::Field<T>>;
+    /// Runs `f` at every point of `range` (already checked against the update's radius).
+    fn run3d<F: PointUpdate3D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        site: &mut Self::Site,
+    ) -> Result<()>;
+    /// Runs `f` at every point of the 2-D `range`.
+    fn run2d<F: PointUpdate2D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        site: &mut Self::Site,
+    ) -> Result<()>;
+    /// Waits until all queued work is done (a no-op on the CPU).
+    fn synchronize(&self) -> Result<()>;
+    /// The tuning result kept in a call site's state, for engines that tune.
+    fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
+        None
+    }
+}

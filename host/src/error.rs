@@ -1,0 +1,66 @@
+//! The error type of the host runtime: every failure a user can cause or meet names the problem and,
+//! where there is one, the fix.
+
+use cudarc::driver::DriverError;
+
+/// Errors of the host runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No usable CUDA GPU (no driver library, no device, or the driver failed to start).
+    #[error("no CUDA GPU available: {0}")]
+    NoGpu(String),
+    /// A CUDA driver call failed.
+    #[error("CUDA error while {context}: {source}")]
+    Cuda {
+        /// What was being done.
+        context: String,
+        /// The driver's error.
+        source: DriverError,
+    },
+    /// A point update has no kernel in the embedded PTX.
+    #[error(
+        "kernel `{0}` is not in the embedded PTX: declare it in gpu-kernels with `kernel3d!({0} => YourType)` (or `kernel2d!`) and rebuild"
+    )]
+    MissingKernel(String),
+    /// The fields would not fit in the GPU's free memory.
+    #[error(
+        "{what} needs {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid or f32",
+        *needed as f64 / GIB,
+        *free as f64 / GIB
+    )]
+    OutOfDeviceMemory {
+        /// What was to be allocated.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes free on the device.
+        free: u64,
+        /// The device's name.
+        device: String,
+    },
+    /// A grid, range or launch shape that cannot work.
+    #[error("invalid size: {0}")]
+    InvalidSize(String),
+    /// A file could not be read or written.
+    #[error(transparent)]
+    Io(#[from] crate::io::IoError),
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Results of the host runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches what was being done to a driver error.
+pub(crate) trait CudaContext<T> {
+    fn cuda(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> CudaContext<T> for std::result::Result<T, DriverError> {
+    fn cuda(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Cuda {
+            context: context(),
+            source,
+        })
+    }
+}

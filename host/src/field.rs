@@ -1,0 +1,286 @@
+//! Fields with margins: an array of `interior + 2 * margin` points per axis, x fastest, in host or
+//! device memory. The loops update the interior; the margins hold boundary values (zeros for
+//! Dirichlet walls) or halos.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, ValidAsZeroBits};
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::stencil::{FieldMut, FieldRef, LoopRange};
+
+use crate::error::{CudaContext, Error, Result};
+use crate::gpu::Gpu;
+
+/// Element types of fields: f32 and f64.
+pub trait Element: Real + DeviceRepr + ValidAsZeroBits {}
+impl Element for f32 {}
+impl Element for f64 {}
+
+/// The size of a field: interior points and margin width per axis. A 2-D field has `interior[2] = 1`
+/// and `margin[2] = 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    interior: [usize; 3],
+    margin: [usize; 3],
+}
+
+impl Shape {
+    /// A 3-D field of `interior` points with `margin` points on each side of each axis.
+    pub fn new_3d(interior: [usize; 3], margin: usize) -> Result<Self> {
+        Self::new(interior, [margin, margin, margin])
+    }
+
+    /// A 2-D field of `interior` points with `margin` points on each side.
+    pub fn new_2d(interior: [usize; 2], margin: usize) -> Result<Self> {
+        Self::new([interior[0], interior[1], 1], [margin, margin, 0])
+    }
+
+    fn new(interior: [usize; 3], margin: [usize; 3]) -> Result<Self> {
+        if interior.contains(&0) {
+            return Err(Error::InvalidSize(format!(
+                "grid {} has an axis of zero points; every axis needs at least one",
+                fmt_dims(&interior)
+            )));
+        }
+        let s = Self { interior, margin };
+        let n = s.size();
+        // The kernels index with u32 per axis and usize overall.
+        if n.iter().any(|&v| v > u32::MAX as usize / 2)
+            || n.iter()
+                .try_fold(1usize, |a, &v| a.checked_mul(v))
+                .is_none()
+        {
+            return Err(Error::InvalidSize(format!(
+                "grid {} is too large to index",
+                fmt_dims(&interior)
+            )));
+        }
+        Ok(s)
+    }
+
+    /// Interior points per axis.
+    pub fn interior(&self) -> [usize; 3] {
+        self.interior
+    }
+
+    /// Margin width per axis.
+    pub fn margin(&self) -> [usize; 3] {
+        self.margin
+    }
+
+    /// Array size per axis, margins included.
+    pub fn size(&self) -> [usize; 3] {
+        [0, 1, 2].map(|a| self.interior[a] + 2 * self.margin[a])
+    }
+
+    /// Number of array elements, margins included.
+    pub fn len(&self) -> usize {
+        self.size().iter().product()
+    }
+
+    /// Always false: a shape has at least one point.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Linear index of array point (i, j, k), margins included.
+    pub fn index(&self, i: usize, j: usize, k: usize) -> usize {
+        let n = self.size();
+        i + n[0] * (j + n[1] * k)
+    }
+
+    /// The loop range covering the interior.
+    pub fn interior_range(&self) -> LoopRange {
+        let n = self.size().map(|v| v as u32);
+        let begin = self.margin.map(|v| v as u32);
+        let end = [0, 1, 2].map(|a| (self.margin[a] + self.interior[a]) as u32);
+        LoopRange { n, begin, end }
+    }
+
+    /// Bytes of one field of `T` with this shape.
+    pub fn bytes<T>(&self) -> u64 {
+        self.len() as u64 * std::mem::size_of::<T>() as u64
+    }
+}
+
+/// `a x b x c`, or `a x b` for 2-D sizes.
+pub fn fmt_dims(d: &[usize]) -> String {
+    let d = if d.len() == 3 && d[2] == 1 {
+        &d[..2]
+    } else {
+        d
+    };
+    d.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+/// A field an engine can run point updates on.
+pub trait Field<T: Element> {
+    /// Its shape.
+    fn shape(&self) -> Shape;
+    /// A read-only pointer for a point update.
+    fn view(&self) -> FieldRef<T>;
+    /// A writable pointer for a point update.
+    fn view_mut(&mut self) -> FieldMut<T>;
+    /// Overwrites the whole array (margins included) with `data`, which must have `shape().len()` values.
+    fn upload(&mut self, data: &[T]) -> Result<()>;
+    /// The whole array (margins included), after all queued work on it has finished.
+    fn download(&self) -> Result<Vec<T>>;
+}
+
+fn check_len(shape: &Shape, got: usize) -> Result<()> {
+    if got != shape.len() {
+        return Err(Error::InvalidSize(format!(
+            "data of {got} values does not fill a field of {} = {} values",
+            fmt_dims(&shape.size()),
+            shape.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A field in host memory, for the CPU engine.
+#[derive(Clone, Debug)]
+pub struct HostField<T> {
+    shape: Shape,
+    data: Vec<T>,
+}
+
+impl<T: Element> HostField<T> {
+    /// A zero-filled field.
+    pub fn zeros(shape: Shape) -> Self {
+        Self {
+            shape,
+            data: vec![T::ZERO; shape.len()],
+        }
+    }
+
+    /// The values, margins included.
+    pub fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+}
+
+impl<T: Element> Field<T> for HostField<T> {
+    fn shape(&self) -> Shape {
+        self.shape
+    }
+    fn view(&self) -> FieldRef<T> {
+        // SAFETY: the pointer is valid while the field lives; the loops only touch shape-checked indices.
+        unsafe { FieldRef::from_raw(self.data.as_ptr()) }
+    }
+    fn view_mut(&mut self) -> FieldMut<T> {
+        // SAFETY: as above.
+        unsafe { FieldMut::from_raw(self.data.as_mut_ptr()) }
+    }
+    fn upload(&mut self, data: &[T]) -> Result<()> {
+        check_len(&self.shape, data.len())?;
+        self.data.copy_from_slice(data);
+        Ok(())
+    }
+    fn download(&self) -> Result<Vec<T>> {
+        Ok(self.data.clone())
+    }
+}
+
+/// A field in GPU memory.
+pub struct DeviceField<T> {
+    shape: Shape,
+    buf: CudaSlice<T>,
+    gpu: Arc<Gpu>,
+}
+
+impl<T: Element> DeviceField<T> {
+    /// A zero-filled field on `gpu`, after checking it fits in free memory.
+    pub fn zeros(gpu: &Arc<Gpu>, shape: Shape) -> Result<Self> {
+        gpu.check_fits(
+            shape.bytes::<T>(),
+            &format!("a {} {} field", fmt_dims(&shape.size()), T::NAME),
+        )?;
+        let buf = gpu
+            .stream()
+            .alloc_zeros(shape.len())
+            .cuda(|| format!("allocating a {} field", fmt_dims(&shape.size())))?;
+        Ok(Self {
+            shape,
+            buf,
+            gpu: gpu.clone(),
+        })
+    }
+
+    fn address(&self) -> u64 {
+        // Event tracking is off (see `Gpu::open`), so the guard records nothing.
+        let (p, _guard) = self.buf.device_ptr(self.gpu.stream());
+        p
+    }
+}
+
+impl<T: Element> Field<T> for DeviceField<T> {
+    fn shape(&self) -> Shape {
+        self.shape
+    }
+    fn view(&self) -> FieldRef<T> {
+        // SAFETY: a device address valid while the field lives; only device kernels dereference it.
+        unsafe { FieldRef::from_raw(self.address() as *const T) }
+    }
+    fn view_mut(&mut self) -> FieldMut<T> {
+        // SAFETY: as above.
+        unsafe { FieldMut::from_raw(self.address() as *mut T) }
+    }
+    fn upload(&mut self, data: &[T]) -> Result<()> {
+        check_len(&self.shape, data.len())?;
+        self.gpu
+            .stream()
+            .memcpy_htod(data, &mut self.buf)
+            .cuda(|| "copying a field to the GPU".into())
+    }
+    fn download(&self) -> Result<Vec<T>> {
+        self.gpu
+            .stream()
+            .clone_dtoh(&self.buf)
+            .cuda(|| "copying a field from the GPU (a kernel may have failed)".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_sizes_and_interior_range() {
+        let s = Shape::new_3d([4, 3, 2], 1).unwrap();
+        assert_eq!(s.size(), [6, 5, 4]);
+        assert_eq!(s.len(), 120);
+        assert_eq!(s.index(1, 2, 3), 1 + 6 * (2 + 5 * 3));
+        let r = s.interior_range();
+        assert_eq!((r.n, r.begin, r.end), ([6, 5, 4], [1, 1, 1], [5, 4, 3]));
+        assert_eq!(r.points(), 24);
+        let s2 = Shape::new_2d([7, 5], 2).unwrap();
+        assert_eq!(s2.size(), [11, 9, 1]);
+        assert_eq!(s2.interior_range().end, [9, 7, 1]);
+        assert_eq!(s.bytes::<f64>(), 960);
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let e = Shape::new_3d([4, 0, 2], 1).unwrap_err().to_string();
+        assert!(e.contains("4x0x2") && e.contains("zero"), "{e}");
+        let e = Shape::new_3d([1 << 31, 1, 1], 1).unwrap_err().to_string();
+        assert!(e.contains("too large"), "{e}");
+        let e = Shape::new_3d([1 << 22, 1 << 22, 1 << 22], 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too large"), "{e}");
+    }
+
+    #[test]
+    fn host_field_upload_checks_length() {
+        let s = Shape::new_3d([2, 2, 2], 1).unwrap();
+        let mut f = HostField::<f32>::zeros(s);
+        assert!(f.upload(&[1.0; 63]).is_err());
+        f.upload(&vec![2.5; 64]).unwrap();
+        assert_eq!(f.download().unwrap(), vec![2.5; 64]);
+    }
+}

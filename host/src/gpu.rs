@@ -1,0 +1,207 @@
+//! One GPU: its context, the stream all work goes to, and the kernel module loaded from the embedded PTX.
+//!
+//! cudarc is built with `dynamic-loading`, so nothing here needs CUDA at build time; [`Gpu::probe`] finds
+//! out at run time whether a driver and a device are there, before any call that would otherwise panic
+//! inside cudarc's loader.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    result as cu, sys, CudaContext as Ctx, CudaFunction, CudaModule, CudaSlice, CudaStream,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::engine::tunecache::fnv1a64;
+use crate::error::{CudaContext, Error, Result};
+
+/// A GPU with the lattice-gpu kernels loaded.
+pub struct Gpu {
+    ctx: Arc<Ctx>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    name: String,
+    ptx_hash: u64,
+    sm_count: u32,
+    max_threads_per_block: u32,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("ordinal", &self.ctx.ordinal())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// The number of CUDA devices, or [`Error::NoGpu`] saying why there is none (no driver library,
+    /// driver start failure, zero devices). Safe to call on machines without CUDA.
+    pub fn probe() -> Result<usize> {
+        // SAFETY: only checks whether the shared library can be loaded.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::NoGpu(
+                "the CUDA driver library (libcuda.so) was not found; install the NVIDIA driver or run with --engine host".into(),
+            ));
+        }
+        cu::init().map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {e}")))?;
+        match cu::device::get_count() {
+            Ok(n) if n > 0 => Ok(n as usize),
+            Ok(_) => Err(Error::NoGpu("the CUDA driver reports no devices".into())),
+            Err(e) => Err(Error::NoGpu(format!("could not count CUDA devices: {e}"))),
+        }
+    }
+
+    /// Opens device `ordinal` and loads `ptx` (the module `build.rs` embedded).
+    pub fn open(ordinal: usize, ptx: &str) -> Result<Arc<Self>> {
+        let count = Self::probe()?;
+        if ordinal >= count {
+            return Err(Error::NoGpu(format!(
+                "GPU {ordinal} was asked for but only {count} device(s) exist (ordinals 0..{count})"
+            )));
+        }
+        let ctx = Ctx::new(ordinal).cuda(|| format!("creating a context on GPU {ordinal}"))?;
+        // One stream carries all the work, so cudarc's per-buffer event tracking would only add
+        // launch overhead.
+        // SAFETY: no buffers exist yet on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().cuda(|| "creating a stream".into())?;
+        let module = ctx.load_module(Ptx::from_src(ptx)).cuda(|| {
+            "loading the embedded PTX module (is the driver older than the PTX version?)".into()
+        })?;
+        let name = ctx.name().cuda(|| "reading the device name".into())?;
+        let attr = |a| {
+            ctx.attribute(a)
+                .cuda(|| "reading a device attribute".into())
+        };
+        let sm_count =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let max_threads_per_block =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32;
+        Ok(Arc::new(Self {
+            ctx,
+            stream,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            name,
+            ptx_hash: fnv1a64(ptx.as_bytes()),
+            sm_count,
+            max_threads_per_block,
+        }))
+    }
+
+    /// The device name, e.g. "NVIDIA H100 80GB HBM3".
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// FNV-1a hash of the loaded PTX: tune-cache entries of another build do not apply.
+    pub fn ptx_hash(&self) -> u64 {
+        self.ptx_hash
+    }
+
+    /// Streaming multiprocessors on the device.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// The most threads one block may have.
+    pub fn max_threads_per_block(&self) -> u32 {
+        self.max_threads_per_block
+    }
+
+    /// The stream all of this GPU's work goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The kernel `entry` of the loaded module (looked up once, then cached).
+    pub fn function(&self, entry: &str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = functions.get(entry) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .module
+            .load_function(entry)
+            .map_err(|_| Error::MissingKernel(entry.to_string()))?;
+        functions.insert(entry.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64)> {
+        let (free, total) = self
+            .ctx
+            .mem_get_info()
+            .cuda(|| "reading free GPU memory".into())?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Fails with [`Error::OutOfDeviceMemory`] unless `bytes` fit in the free memory with some room left
+    /// for the driver: checked before allocating, so a too-large grid gives a clear error, not a crash.
+    pub fn check_fits(&self, bytes: u64, what: &str) -> Result<()> {
+        let (free, _) = self.memory()?;
+        if bytes > free.saturating_sub(free / 32) {
+            return Err(Error::OutOfDeviceMemory {
+                what: what.to_string(),
+                needed: bytes,
+                free,
+                device: self.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for all queued work, turning an asynchronous kernel failure into an error.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .cuda(|| "waiting for GPU work to finish (a kernel failed)".into())
+    }
+
+    /// Milliseconds of GPU time the work queued by `work` takes, measured with events on the stream.
+    pub fn time_ms(&self, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self
+            .ctx
+            .new_event(flags)
+            .cuda(|| "creating an event".into())?;
+        let stop = self
+            .ctx
+            .new_event(flags)
+            .cuda(|| "creating an event".into())?;
+        start
+            .record(&self.stream)
+            .cuda(|| "recording an event".into())?;
+        work()?;
+        stop.record(&self.stream)
+            .cuda(|| "recording an event".into())?;
+        Ok(start
+            .elapsed_ms(&stop)
+            .cuda(|| "timing GPU work (a kernel failed)".into())? as f64)
+    }
+
+    /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written), the median of `reps`
+    /// copies of `bytes` bytes after a warm-up: the roofline figures are quoted against.
+    pub fn copy_bandwidth(&self, bytes: usize, reps: usize) -> Result<f64> {
+        let n = bytes / 4;
+        self.check_fits(2 * n as u64 * 4, "the copy-bandwidth measurement")?;
+        let src: CudaSlice<f32> = self.stream.alloc_zeros(n).cuda(|| "allocating".into())?;
+        let mut dst: CudaSlice<f32> = self.stream.alloc_zeros(n).cuda(|| "allocating".into())?;
+        let copy = |dst: &mut CudaSlice<f32>| {
+            self.stream
+                .memcpy_dtod(&src, dst)
+                .cuda(|| "copying device to device".into())
+        };
+        copy(&mut dst)?;
+        let mut times = (0..reps.max(1))
+            .map(|_| self.time_ms(|| copy(&mut dst)))
+            .collect::<Result<Vec<_>>>()?;
+        times.sort_by(f64::total_cmp);
+        let ms = times[times.len() / 2];
+        Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e9)
+    }
+}

@@ -1,0 +1,215 @@
+//! Files in and out of a simulation: `.npy` arrays and PNG pictures of 2-D slices.
+//!
+//! Both are standard formats, so fields go straight into NumPy, ParaView or an image viewer and
+//! initial conditions come straight out of them, with no converter to write or trust.
+//!
+//! Runs are long and jobs get killed, so every file is written through [`write_atomically`]: a
+//! reader (or the next job) sees either the old file or the complete new one, never a
+//! half-written one. Input comes from people and other programs, so every read checks what it
+//! gets and reports a problem as an [`IoError`] that names the file, the problem and the fix.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, ErrorKind};
+use std::path::{Path, PathBuf};
+
+pub mod npy;
+pub mod png;
+
+/// Errors of reading and writing files; each names the file and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// The file could not be opened or read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: io::Error,
+    },
+    /// The file could not be written; nothing was left at its path.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: io::Error,
+    },
+    /// The file is not a `.npy` file this crate can read, or the array cannot be saved as one.
+    #[error("{}: not a valid .npy file: {problem}", path.display())]
+    Npy {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// The array in the file does not have the shape the simulation needs.
+    #[error(
+        "{}: the array has shape {} but the grid needs shape {}; the input must match the grid size: \
+         regenerate or resample the input, or set the grid size to the input's shape",
+        path.display(),
+        shape_repr(found),
+        shape_repr(expected)
+    )]
+    Shape {
+        /// The file.
+        path: PathBuf,
+        /// The shape the grid needs.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// The picture cannot be made from the data given.
+    #[error("{}: cannot write PNG: {problem}", path.display())]
+    Png {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+}
+
+/// A shape as Python writes a tuple, `(4, 3, 2)`, `(5,)` or `()`, since that is how users see
+/// shapes in NumPy and how `.npy` headers spell them.
+pub(crate) fn shape_repr(shape: &[usize]) -> String {
+    match shape {
+        [n] => format!("({n},)"),
+        _ => {
+            let parts: Vec<String> = shape.iter().map(usize::to_string).collect();
+            format!("({})", parts.join(", "))
+        }
+    }
+}
+
+/// Writes `path` so that it never exists half-written: `write` fills a temporary file
+/// `.{file_name}.tmp.{pid}` in the same directory, which is flushed to disk and then renamed
+/// over `path`.
+///
+/// On any error the temporary file is removed, `path` is left as it was, and the error is
+/// [`IoError::Write`]. The directory must exist already; creating it is the caller's decision.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> Result<(), IoError> {
+    let fail = |source| IoError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file_name = path.file_name().ok_or_else(|| {
+        fail(io::Error::new(
+            ErrorKind::InvalidInput,
+            "the path names no file; give a file name such as out.npy",
+        ))
+    })?;
+    // The temporary file must be in the same directory: rename is atomic only within one
+    // file system.
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        let problem = if dir.exists() {
+            format!("{} is not a directory", dir.display())
+        } else {
+            format!(
+                "directory {} does not exist; create it first (mkdir -p, or std::fs::create_dir_all)",
+                dir.display()
+            )
+        };
+        return Err(fail(io::Error::new(ErrorKind::NotFound, problem)));
+    }
+    let temp = dir.join(format!(
+        ".{}.tmp.{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    if let Err(source) = write_file(&temp, write).and_then(|()| fs::rename(&temp, path)) {
+        // Best effort: the original error is the one worth reporting.
+        let _ = fs::remove_file(&temp);
+        return Err(fail(source));
+    }
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Writes and syncs the temporary file, so that the rename cannot publish data still in the
+/// page cache, which a crash would lose.
+fn write_file(
+    temp: &Path,
+    write: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut out = BufWriter::new(File::create(temp)?);
+    write(&mut out)?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()
+}
+
+/// Makes the rename itself durable. Best effort: the file is complete either way, and some file
+/// systems refuse to sync directories.
+fn sync_dir(dir: &Path) {
+    #[cfg(unix)]
+    if let Ok(dir) = File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("lattice-io-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn shape_repr_is_python_tuple() {
+        assert_eq!(shape_repr(&[]), "()");
+        assert_eq!(shape_repr(&[5]), "(5,)");
+        assert_eq!(shape_repr(&[4, 3, 2]), "(4, 3, 2)");
+    }
+
+    #[test]
+    fn failed_write_keeps_old_file_and_leaves_no_temp() {
+        let dir = scratch_dir("atomic");
+        let path = dir.join("a.txt");
+        write_atomically(&path, |w| w.write_all(b"old")).unwrap();
+        let err = write_atomically(&path, |w| {
+            w.write_all(b"half")?;
+            Err(io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert!(matches!(err, IoError::Write { .. }), "{err}");
+        assert!(err.to_string().contains("disk full"), "{err}");
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert_eq!(entries(&dir), ["a.txt"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_directory_is_named() {
+        let dir = scratch_dir("missing");
+        let path = dir.join("no/such/dir/a.txt");
+        let err = write_atomically(&path, |w| w.write_all(b"x")).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, IoError::Write { .. }), "{msg}");
+        assert!(
+            msg.contains("no/such/dir") && msg.contains("does not exist"),
+            "{msg}"
+        );
+        assert!(entries(&dir).is_empty());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,193 @@
+//! `Loop3D` and `Loop2D`: a range of points and an engine, run with a point update. One per call site,
+//! because each keeps its engine's per-site state (the auto-tuner's [`AutoTuningInfo`](crate::AutoTuningInfo)).
+
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+
+use crate::engine::LoopEngine;
+use crate::error::{Error, Result};
+
+/// Runs a 3-D point update over a range on an engine (the paper's `Loop3D<Engine>`).
+///
+/// ```ignore
+/// let mut step = Loop3D::new(&engine, shape.interior_range())?;
+/// for _ in 0..steps {
+///     step.run(&Diffusion3d::new(f.view(), g.view_mut(), kappa, dt, h))?;
+///     std::mem::swap(&mut f, &mut g);
+/// }
+/// ```
+pub struct Loop3D<'e, E: LoopEngine> {
+    engine: &'e E,
+    range: LoopRange,
+    site: E::Site,
+}
+
+impl<'e, E: LoopEngine> Loop3D<'e, E> {
+    /// A loop over `range` (array size, begin and end per axis) on `engine`.
+    pub fn new(engine: &'e E, range: LoopRange) -> Result<Self> {
+        check_range(&range, 3)?;
+        Ok(Self {
+            engine,
+            range,
+            site: E::Site::default(),
+        })
+    }
+
+    /// Runs `update` at every point of the range. Fails before launching if the range leaves less margin
+    /// than the update's radius needs.
+    pub fn run<F: PointUpdate3D + GpuEntry>(&mut self, update: &F) -> Result<()> {
+        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        self.engine.run3d(&self.range, update, &mut self.site)
+    }
+
+    /// The range.
+    pub fn range(&self) -> &LoopRange {
+        &self.range
+    }
+
+    /// The engine's state for this call site (the tuning result, for the auto-tuner).
+    pub fn info(&self) -> &E::Site {
+        &self.site
+    }
+}
+
+/// Runs a 2-D point update over a range on an engine (the paper's `Loop2D<Engine>`).
+pub struct Loop2D<'e, E: LoopEngine> {
+    engine: &'e E,
+    range: LoopRange,
+    site: E::Site,
+}
+
+impl<'e, E: LoopEngine> Loop2D<'e, E> {
+    /// A loop over the 2-D `range` (`n[2] == 1`, z range `0..1`) on `engine`.
+    pub fn new(engine: &'e E, range: LoopRange) -> Result<Self> {
+        check_range(&range, 2)?;
+        Ok(Self {
+            engine,
+            range,
+            site: E::Site::default(),
+        })
+    }
+
+    /// Runs `update` at every point of the range.
+    pub fn run<F: PointUpdate2D + GpuEntry>(&mut self, update: &F) -> Result<()> {
+        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        self.engine.run2d(&self.range, update, &mut self.site)
+    }
+
+    /// The range.
+    pub fn range(&self) -> &LoopRange {
+        &self.range
+    }
+
+    /// The engine's state for this call site.
+    pub fn info(&self) -> &E::Site {
+        &self.site
+    }
+}
+
+impl<E: LoopEngine> std::fmt::Debug for Loop3D<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loop3D")
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: LoopEngine> std::fmt::Debug for Loop2D<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loop2D")
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
+    if dims == 2 && (r.n[2] != 1 || r.begin[2] != 0 || r.end[2] != 1) {
+        return Err(Error::InvalidSize(format!(
+            "a 2-D range needs n[2] = 1 and z range 0..1, got {r:?}"
+        )));
+    }
+    for a in 0..dims {
+        if r.begin[a] >= r.end[a] || r.end[a] > r.n[a] {
+            return Err(Error::InvalidSize(format!(
+                "axis {a} of the range runs {}..{} in an array of {} points; it needs begin < end <= size",
+                r.begin[a], r.end[a], r.n[a]
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_radius(r: &LoopRange, radius: &[u32], entry: &str) -> Result<()> {
+    for (a, &rad) in radius.iter().enumerate() {
+        if r.begin[a] < rad || r.end[a] + rad > r.n[a] {
+            return Err(Error::InvalidSize(format!(
+                "{entry} reads {rad} point(s) beyond each point along axis {a}, but the range {}..{} of {} leaves less margin; allocate the fields with a margin of at least {rad}",
+                r.begin[a], r.end[a], r.n[a]
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::HostLoopEngine;
+    use lattice_gpu_kernels::selftest::Smooth2d;
+    use lattice_gpu_kernels::stencil::{FieldMut, FieldRef};
+
+    #[test]
+    fn ranges_are_checked() {
+        let e = HostLoopEngine;
+        let bad = LoopRange {
+            n: [4, 4, 4],
+            begin: [1, 1, 1],
+            end: [5, 3, 3],
+        };
+        assert!(Loop3D::new(&e, bad)
+            .unwrap_err()
+            .to_string()
+            .contains("axis 0"));
+        let empty = LoopRange {
+            n: [4, 4, 4],
+            begin: [1, 2, 1],
+            end: [3, 2, 3],
+        };
+        assert!(Loop3D::new(&e, empty).is_err());
+        let not2d = LoopRange {
+            n: [4, 4, 2],
+            begin: [1, 1, 0],
+            end: [3, 3, 1],
+        };
+        assert!(Loop2D::new(&e, not2d)
+            .unwrap_err()
+            .to_string()
+            .contains("2-D"));
+    }
+
+    #[test]
+    fn radius_beyond_margin_is_refused_before_running() {
+        let e = HostLoopEngine;
+        // No margin in x: the 5-point update would read outside the array.
+        let r = LoopRange {
+            n: [4, 4, 1],
+            begin: [0, 1, 0],
+            end: [4, 3, 1],
+        };
+        let mut l = Loop2D::new(&e, r).unwrap();
+        let (a, mut b) = (vec![1.0f32; 16], vec![0.0f32; 16]);
+        // SAFETY: the run is refused before any pointer is used.
+        let u = unsafe {
+            Smooth2d {
+                f: FieldRef::from_raw(a.as_ptr()),
+                out: FieldMut::from_raw(b.as_mut_ptr()),
+            }
+        };
+        let err = l.run(&u).unwrap_err().to_string();
+        assert!(
+            err.contains("smooth2d_f32") && err.contains("margin"),
+            "{err}"
+        );
+    }
+}

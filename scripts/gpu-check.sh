@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark of lattice-gpu in one call.
+#
+#   scripts/gpu-check.sh stage   (on a build machine with Rust) builds the release binaries and the test
+#                                binaries and copies them into .gpu-bin/ (ignored by git)
+#   scripts/gpu-check.sh run     (on the GPU machine, which has no Rust) runs them from .gpu-bin/: every
+#                                test binary with LATTICE_GPU_REQUIRE_GPU=1 (a GPU test must not skip there),
+#                                the diffusion application, its bad-input errors, and the benchmark table;
+#                                logs go to $OUT (or .gpu-bin/out), a short summary table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=.gpu-bin
+
+stage() {
+    set -e
+    rm -rf "$BIN" && mkdir -p "$BIN/tests"
+    cargo build --release --bins
+    cp target/release/diffusion "$BIN/"
+    cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' \
+        | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    ls -la "$BIN" "$BIN/tests"
+    du -sh "$BIN"
+}
+
+run() {
+    local out=${OUT:-$BIN/out}
+    mkdir -p "$out"
+    export PTXAS=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
+    local summary=() status=0
+    record() { summary+=("$(printf '%-44s %s' "$1" "$2")"); [ "$2" = PASS ] || status=1; }
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+    for t in "$BIN"/tests/*; do
+        local name
+        name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+        if LATTICE_GPU_REQUIRE_GPU=1 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
+        else
+            record "tests: $name" FAIL
+            tail -40 "$out/test-$name.log"
+        fi
+    done
+
+    export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
+    if "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion" >"$out/diffusion-run1.log" 2>&1 \
+        && grep -q "auto-tuned" "$out/diffusion-run1.log"; then
+        record "diffusion 256^3 autotune (tunes)" PASS
+    else
+        record "diffusion 256^3 autotune (tunes)" FAIL
+    fi
+    cat "$out/diffusion-run1.log"
+    if "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion" >"$out/diffusion-run2.log" 2>&1 \
+        && grep -q "from the tune cache" "$out/diffusion-run2.log"; then
+        record "diffusion 256^3 second run uses tune cache" PASS
+    else
+        record "diffusion 256^3 second run uses tune cache" FAIL
+    fi
+    cat "$out/diffusion-run2.log"
+    "$BIN/diffusion" --size 256 --steps 200 --precision f64 --engine device --block 32x8 --march 4 \
+        --output "$out/diffusion64" >"$out/diffusion-f64.log" 2>&1 && record "diffusion f64 fixed device engine" PASS \
+        || record "diffusion f64 fixed device engine" FAIL
+    cat "$out/diffusion-f64.log"
+    if ! "$BIN/diffusion" --size 4096 --precision f64 --engine device >"$out/oom.log" 2>&1 \
+        && grep -q "GiB of GPU memory" "$out/oom.log"; then
+        record "diffusion 4096^3 f64: clear out-of-memory error" PASS
+    else
+        record "diffusion 4096^3 f64: clear out-of-memory error" FAIL
+    fi
+    cat "$out/oom.log"
+
+    if "$BIN/diffusion" bench --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log"; then
+        record "diffusion bench" PASS
+    else
+        record "diffusion bench" FAIL
+    fi
+    echo
+    grep -E "^\| " "$out/bench.log"
+    echo
+    printf '%s\n' "${summary[@]}"
+    return $status
+}
+
+case "${1:-}" in
+stage) stage ;;
+run) run ;;
+*) echo "usage: $0 stage|run" >&2; exit 2 ;;
+esac

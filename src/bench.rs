@@ -1,0 +1,124 @@
+//! The diffusion benchmark of the paper's table: for each grid and precision, the launch shape the tuner
+//! chose, its GLUPS and effective bandwidth against a device-to-device copy measured in the same run, and
+//! the fixed (128,1)/march=2 launch for comparison. Kernels are timed with CUDA events, after tuning.
+
+use std::sync::Arc;
+
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::{LoopEngine, TuningReport};
+use lattice_gpu_host::{
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, Gpu, LaunchShape, Loop3D,
+};
+use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
+use lattice_gpu_kernels::stencil::GpuEntry;
+
+use crate::diffusion::{Problem, Result};
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct BenchRow {
+    /// Interior size.
+    pub size: [usize; 3],
+    /// "f32" or "f64".
+    pub precision: &'static str,
+    /// What the tuner found.
+    pub tuning: TuningReport,
+    /// Median ms per step with the tuned shape.
+    pub tuned_ms: f64,
+    /// Median ms per step with the fixed shape.
+    pub fixed_ms: f64,
+    /// Bytes per step (each point read and written once).
+    pub bytes: f64,
+    /// Interior points.
+    pub points: u64,
+}
+
+impl BenchRow {
+    /// Giga lattice-point updates per second, tuned.
+    pub fn glups(&self) -> f64 {
+        self.points as f64 / self.tuned_ms / 1e6
+    }
+    /// GFLOPS, tuned (13 flops per point).
+    pub fn gflops(&self) -> f64 {
+        self.glups() * FLOPS_PER_POINT as f64
+    }
+    /// Effective bandwidth, GB/s, tuned.
+    pub fn gbs(&self) -> f64 {
+        self.bytes / self.tuned_ms / 1e6
+    }
+    /// GLUPS of the fixed launch.
+    pub fn fixed_glups(&self) -> f64 {
+        self.points as f64 / self.fixed_ms / 1e6
+    }
+}
+
+/// Median ms per step over `batches` event-timed batches of `per_batch` steps.
+fn time_steps<E: LoopEngine, T: Element>(
+    gpu: &Gpu,
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    per_batch: usize,
+    batches: usize,
+) -> Result<f64>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let mut times = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let ms = gpu.time_ms(|| {
+            for _ in 0..per_batch {
+                lp.run(&problem.update(f, g))?;
+                std::mem::swap(f, g);
+            }
+            Ok(())
+        })?;
+        times.push(ms / per_batch as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Benchmarks one grid and precision on `gpu`.
+pub fn bench_one<T: Element>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new(size, 0.1, None)?;
+    let shape = problem.shape()?;
+    gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    let initial = problem.sine_mode::<T>();
+    let mut f = tuner.alloc::<T>(shape)?;
+    let mut g = tuner.alloc::<T>(shape)?;
+    f.upload(&initial)?;
+    g.upload(&initial)?;
+
+    // Tuning: every step is a real step.
+    let mut lp = Loop3D::new(&tuner, shape.interior_range())?;
+    while lp.info().report().is_none() {
+        lp.run(&problem.update(&f, &mut g))?;
+        std::mem::swap(&mut f, &mut g);
+    }
+    let tuning = lp.info().report().cloned().expect("tuning finished");
+    // Batches of about 20 ms, so event resolution and launch gaps do not matter.
+    let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
+    let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
+
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let mut lp = Loop3D::new(&fixed, shape.interior_range())?;
+    let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, 3, 1)?;
+    let per_batch = ((20.0 / fixed_ms.max(1e-3)) as usize).clamp(3, 2000);
+    let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
+
+    Ok(BenchRow {
+        size,
+        precision: T::NAME,
+        tuning,
+        tuned_ms,
+        fixed_ms,
+        bytes: problem.bytes_per_step::<T>(),
+        points: problem.points(),
+    })
+}

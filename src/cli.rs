@@ -1,0 +1,148 @@
+//! What the application binaries share: engine and precision options, opening the GPU (falling back to
+//! the CPU with a notice), output directories and progress bars.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
+
+/// Which loop engine runs the work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// The CPU (rayon).
+    Host,
+    /// The GPU with a fixed launch shape (`--block`, `--march`).
+    Device,
+    /// The GPU, launch shape tuned on the real work and cached.
+    Autotune,
+}
+
+/// Floating-point precision of fields and arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    /// 32-bit.
+    F32,
+    /// 64-bit.
+    F64,
+}
+
+/// Engine options every application takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EngineArgs {
+    /// Loop engine [default: autotune with a GPU, host without].
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// Block shape for `--engine device`, as XxY.
+    #[arg(long, default_value = "128x1", value_parser = parse_block)]
+    pub block: (u32, u32),
+    /// Points each thread marches along the last axis, for `--engine device`.
+    #[arg(long, default_value_t = 2)]
+    pub march: u32,
+    /// Tune again even where the tune cache has a result.
+    #[arg(long)]
+    pub retune: bool,
+    /// Keep tuning results in memory only (do not read or write the tune cache file).
+    #[arg(long)]
+    pub no_tune_cache: bool,
+}
+
+/// The engine to use, with the GPU opened when it needs one.
+pub enum Chosen {
+    /// The CPU.
+    Host,
+    /// A GPU engine kind and the opened GPU.
+    Gpu(EngineKind, Arc<Gpu>),
+}
+
+impl EngineArgs {
+    /// Resolves `--engine`: no flag means the auto-tuner on a GPU, or the CPU with a one-line notice when
+    /// there is none; `device`/`autotune` without a GPU is an error.
+    pub fn choose(&self) -> Result<Chosen> {
+        match self.engine {
+            Some(EngineKind::Host) => Ok(Chosen::Host),
+            Some(kind) => Ok(Chosen::Gpu(kind, Gpu::open(self.gpu, crate::PTX)?)),
+            None => match Gpu::open(self.gpu, crate::PTX) {
+                Ok(gpu) => Ok(Chosen::Gpu(EngineKind::Autotune, gpu)),
+                Err(Error::NoGpu(why)) => {
+                    eprintln!("notice: {why}; running on the CPU engine instead");
+                    Ok(Chosen::Host)
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// The fixed launch shape of `--engine device`.
+    pub fn shape(&self) -> LaunchShape {
+        LaunchShape {
+            block_x: self.block.0,
+            block_y: self.block.1,
+            march: self.march,
+        }
+    }
+
+    /// The auto-tuning engine on `gpu`, with the tune cache these options ask for.
+    pub fn autotuner(&self, gpu: Arc<Gpu>) -> DeviceAutoTuningLoopEngine {
+        let cache = match (self.no_tune_cache, TuneCache::default_path()) {
+            (false, Some(path)) => TuneCache::load(path),
+            _ => TuneCache::in_memory(),
+        };
+        DeviceAutoTuningLoopEngine::new(gpu, cache).retune(self.retune)
+    }
+}
+
+fn parse_block(s: &str) -> std::result::Result<(u32, u32), String> {
+    let dims = parse_dims(s)?;
+    match dims.as_slice() {
+        [x, y] if *x > 0 && *y > 0 => Ok((*x as u32, *y as u32)),
+        _ => Err(format!(
+            "block shape `{s}` must be two positive numbers, XxY (e.g. 32x8)"
+        )),
+    }
+}
+
+/// Parses `N`, `NxM` or `NxMxK` into positive integers.
+pub fn parse_dims(s: &str) -> std::result::Result<Vec<usize>, String> {
+    s.split(['x', 'X'])
+        .map(|p| match p.trim().parse::<usize>() {
+            Ok(v) if v > 0 && v <= 1 << 20 => Ok(v),
+            _ => Err(format!(
+                "`{s}` is not a size: use positive numbers below 2^20 such as 128 or 64x64x256"
+            )),
+        })
+        .collect()
+}
+
+/// A 3-D grid size from `N` (a cube) or `NXxNYxNZ`.
+pub fn parse_size3(s: &str) -> std::result::Result<[usize; 3], String> {
+    match parse_dims(s)?.as_slice() {
+        [n] => Ok([*n; 3]),
+        [x, y, z] => Ok([*x, *y, *z]),
+        _ => Err(format!(
+            "size `{s}` must be N or NXxNYxNZ (e.g. 256 or 8x512x512)"
+        )),
+    }
+}
+
+/// Makes the output directory, with an error that names it.
+pub fn output_dir(dir: &Path) -> std::result::Result<PathBuf, String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", dir.display()))?;
+    Ok(dir.to_path_buf())
+}
+
+/// A progress bar of `len` steps with a throughput field; hidden when stderr is not a terminal.
+pub fn progress(len: u64, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let template =
+        format!("{{bar:40}} {{pos}}/{{len}} {unit} [{{elapsed_precise}} < {{eta}}] {{msg}}");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar
+}

@@ -1,0 +1,552 @@
+//! GPU tests: the device layer's kernels against its host meaning, and the device and auto-tuning engines
+//! against the CPU engine for every tuning candidate on odd sizes, outputs poisoned with NaN first.
+//!
+//! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes, so CI (which has none) stays green;
+//! `LATTICE_GPU_REQUIRE_GPU=1` (set by scripts/gpu-check.sh) turns the skip into a failure.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
+use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::engine::{Dims, LoopEngine};
+use lattice_gpu::host::{
+    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Error, Field, Gpu,
+    HostLoopEngine, LaunchShape, Loop2D, Loop3D, Shape,
+};
+use lattice_gpu::kernels::device::math::{self, Real};
+use lattice_gpu::kernels::diffusion::Diffusion3d;
+use lattice_gpu::kernels::selftest::Smooth2d;
+use lattice_gpu::kernels::stencil::GpuEntry;
+use rand::{Rng, SeedableRng};
+
+fn gpu(test: &str) -> Option<Arc<Gpu>> {
+    match Gpu::open(0, lattice_gpu::PTX) {
+        Ok(g) => Some(g),
+        Err(Error::NoGpu(why))
+            if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            // Straight to stderr: the test harness captures `eprintln!`, and a skip must be seen.
+            let _ = writeln!(std::io::stderr(), "SKIPPED (no GPU): {test}: {why}");
+            None
+        }
+        Err(e) => panic!("{test}: GPU required but not usable: {e}"),
+    }
+}
+
+fn random<T: Real>(len: usize, seed: u64) -> Vec<T> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| T::from_f64(rng.random_range(-1.0..1.0)))
+        .collect()
+}
+
+fn poison<T: Real>(len: usize) -> Vec<T> {
+    vec![T::from_f64(f64::NAN); len]
+}
+
+/// Checks `got` equals `want` bit for bit inside `range`'s interior and is still NaN (untouched) outside.
+fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, what: &str) {
+    let s = shape.size();
+    let m = shape.margin();
+    for k in 0..s[2] {
+        for j in 0..s[1] {
+            for i in 0..s[0] {
+                let ix = shape.index(i, j, k);
+                let inside = (m[0]..s[0] - m[0]).contains(&i)
+                    && (m[1]..s[1] - m[1]).contains(&j)
+                    && (m[2]..s[2] - m[2]).contains(&k);
+                if inside {
+                    assert!(
+                        got[ix].to_f64().to_bits() == want[ix].to_f64().to_bits(),
+                        "{what}: point ({i},{j},{k}) is {:?}, host engine gives {:?}",
+                        got[ix],
+                        want[ix]
+                    );
+                } else {
+                    assert!(
+                        got[ix].to_f64().is_nan(),
+                        "{what}: margin point ({i},{j},{k}) was written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn diffusion_every_candidate<T: Element>(gpu: &Arc<Gpu>)
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape().unwrap();
+    let input = random::<T>(shape.len(), 7);
+
+    let mut hf = HostLoopEngine.alloc::<T>(shape).unwrap();
+    let mut hg = HostLoopEngine.alloc::<T>(shape).unwrap();
+    hf.upload(&input).unwrap();
+    hg.upload(&poison::<T>(shape.len())).unwrap();
+    Loop3D::new(&HostLoopEngine, shape.interior_range())
+        .unwrap()
+        .run(&problem.update(&hf, &mut hg))
+        .unwrap();
+    let want = hg.download().unwrap();
+
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    let candidates = tuner.candidates(&shape.interior_range(), Dims::Three);
+    assert!(
+        candidates.len() >= 100,
+        "only {} candidates",
+        candidates.len()
+    );
+    let mut engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let mut f = engine.alloc::<T>(shape).unwrap();
+    let mut g = engine.alloc::<T>(shape).unwrap();
+    f.upload(&input).unwrap();
+    for c in candidates {
+        engine.set_shape(c);
+        g.upload(&poison::<T>(shape.len())).unwrap();
+        Loop3D::new(&engine, shape.interior_range())
+            .unwrap()
+            .run(&problem.update(&f, &mut g))
+            .unwrap();
+        check_written(
+            &g.download().unwrap(),
+            &want,
+            &shape,
+            &format!("diffusion {} {c}", T::NAME),
+        );
+    }
+}
+
+#[test]
+fn device_engine_matches_host_for_every_candidate_f32() {
+    if let Some(gpu) = gpu("device_engine_matches_host_for_every_candidate_f32") {
+        diffusion_every_candidate::<f32>(&gpu);
+    }
+}
+
+#[test]
+fn device_engine_matches_host_for_every_candidate_f64() {
+    if let Some(gpu) = gpu("device_engine_matches_host_for_every_candidate_f64") {
+        diffusion_every_candidate::<f64>(&gpu);
+    }
+}
+
+fn autotuned_run_matches_host<T: Element>(gpu: &Arc<Gpu>)
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
+    let shape = problem.shape().unwrap();
+    let mut input = random::<T>(shape.len(), 11);
+    // The margins are the walls: the same in both buffers, so take them from the input.
+    for (ix, v) in input.iter_mut().enumerate() {
+        let (i, r) = (ix % shape.size()[0], ix / shape.size()[0]);
+        let (j, k) = (r % shape.size()[1], r / shape.size()[1]);
+        let s = shape.size();
+        if i == 0 || j == 0 || k == 0 || i == s[0] - 1 || j == s[1] - 1 || k == s[2] - 1 {
+            *v = T::ZERO;
+        }
+    }
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(2);
+    let tuning_steps = 2 * tuner.candidates(&shape.interior_range(), Dims::Three).len();
+    let steps = tuning_steps + 9;
+    let host = simulate(&HostLoopEngine, &problem, &input, steps, |_| {}).unwrap();
+    let dev = simulate(&tuner, &problem, &input, steps, |_| {}).unwrap();
+    let report = dev.tuning.expect("the tuner finished within the run");
+    assert_eq!(report.steps, tuning_steps);
+    assert!(!report.from_cache && report.best_ms > 0.0);
+    let same = host
+        .field
+        .iter()
+        .zip(&dev.field)
+        .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
+    assert!(
+        same,
+        "{} steps while tuning differ from the host engine",
+        T::NAME
+    );
+}
+
+#[test]
+fn autotuned_steps_are_real_steps() {
+    if let Some(gpu) = gpu("autotuned_steps_are_real_steps") {
+        autotuned_run_matches_host::<f32>(&gpu);
+        autotuned_run_matches_host::<f64>(&gpu);
+    }
+}
+
+#[test]
+fn loop2d_matches_host_for_every_candidate() {
+    let Some(gpu) = gpu("loop2d_matches_host_for_every_candidate") else {
+        return;
+    };
+    let shape = Shape::new_2d([333, 257], 1).unwrap();
+    let input = random::<f32>(shape.len(), 5);
+    let mut hf = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    let mut hg = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    hf.upload(&input).unwrap();
+    hg.upload(&poison::<f32>(shape.len())).unwrap();
+    let update = |f: &dyn Field<f32>, g: &mut dyn Field<f32>| Smooth2d {
+        f: f.view(),
+        out: g.view_mut(),
+    };
+    Loop2D::new(&HostLoopEngine, shape.interior_range())
+        .unwrap()
+        .run(&update(&hf, &mut hg))
+        .unwrap();
+    let want = hg.download().unwrap();
+
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    let candidates = tuner.candidates(&shape.interior_range(), Dims::Two);
+    assert!(candidates.len() >= 100);
+    let mut engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let mut f = engine.alloc::<f32>(shape).unwrap();
+    let mut g = engine.alloc::<f32>(shape).unwrap();
+    f.upload(&input).unwrap();
+    for c in candidates {
+        engine.set_shape(c);
+        g.upload(&poison::<f32>(shape.len())).unwrap();
+        Loop2D::new(&engine, shape.interior_range())
+            .unwrap()
+            .run(&update(&f, &mut g))
+            .unwrap();
+        check_written(
+            &g.download().unwrap(),
+            &want,
+            &shape,
+            &format!("smooth2d {c}"),
+        );
+    }
+}
+
+#[test]
+fn device_sine_decay_matches_the_scheme() {
+    let Some(gpu) = gpu("device_sine_decay_matches_the_scheme") else {
+        return;
+    };
+    let problem = Problem::new([64, 48, 40], 0.1, None).unwrap();
+    let steps = 300;
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::in_memory()).reps(1);
+    let out = simulate(&tuner, &problem, &problem.sine_mode::<f32>(), steps, |_| {}).unwrap();
+    let err = relative_l2(
+        &out.field,
+        &problem.sine_mode::<f64>(),
+        problem.discrete_decay(steps),
+    );
+    assert!(err < 1e-5, "relative error {err}");
+}
+
+#[test]
+fn tune_cache_makes_the_second_run_start_tuned() {
+    let Some(gpu) = gpu("tune_cache_makes_the_second_run_start_tuned") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("lattice-gpu-tune-{}", std::process::id()));
+    let path = dir.join("tunecache.tsv");
+    let problem = Problem::new([40, 24, 16], 0.1, None).unwrap();
+    let init = problem.sine_mode::<f32>();
+    let engine =
+        || DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::load(path.clone())).reps(1);
+    let first = simulate(&engine(), &problem, &init, 200, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(!first.from_cache && first.steps > 0);
+    let second = simulate(&engine(), &problem, &init, 3, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(second.from_cache && second.steps == 0);
+    assert_eq!(second.best, first.best);
+    let retuned = simulate(&engine().retune(true), &problem, &init, 200, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(!retuned.from_cache);
+    // A corrupt cache is ignored with a warning, not an error.
+    std::fs::write(&path, "garbage\x00\n").unwrap();
+    let again = simulate(&engine(), &problem, &init, 200, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(!again.from_cache);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn too_large_grid_is_refused_before_allocating() {
+    let Some(gpu) = gpu("too_large_grid_is_refused_before_allocating") else {
+        return;
+    };
+    let shape = Shape::new_3d([4096, 4096, 4096], 1).unwrap();
+    let err = DeviceField::<f64>::zeros(&gpu, shape)
+        .err()
+        .expect("512 GiB cannot fit")
+        .to_string();
+    assert!(
+        err.contains("GiB") && err.contains("free") && err.contains(gpu.name()),
+        "{err}"
+    );
+}
+
+fn launch_1d(
+    gpu: &Gpu,
+    name: &str,
+    blocks: u32,
+    threads: u32,
+    shared: u32,
+) -> (cudarc::driver::CudaFunction, LaunchConfig) {
+    let f = gpu.function(name).unwrap();
+    (
+        f,
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: shared,
+        },
+    )
+}
+
+fn upload<T: cudarc::driver::DeviceRepr>(gpu: &Gpu, v: &[T]) -> CudaSlice<T> {
+    gpu.stream().clone_htod(v).unwrap()
+}
+
+#[test]
+fn device_layer_thread_indices() {
+    let Some(gpu) = gpu("device_layer_thread_indices") else {
+        return;
+    };
+    let f = gpu.function("selftest_thread_index").unwrap();
+    let (grid, block) = ((3u32, 2u32, 2u32), (8u32, 4u32, 2u32));
+    let n = (grid.0 * block.0 * grid.1 * block.1 * grid.2 * block.2) as usize;
+    let mut out = upload(&gpu, &vec![u32::MAX; 4 * n]);
+    let cfg = LaunchConfig {
+        grid_dim: grid,
+        block_dim: block,
+        shared_mem_bytes: 0,
+    };
+    unsafe { gpu.stream().launch_builder(&f).arg(&mut out).launch(cfg) }.unwrap();
+    let v = gpu.stream().clone_dtoh(&out).unwrap();
+    let (nx, ny) = ((grid.0 * block.0) as usize, (grid.1 * block.1) as usize);
+    for g in 0..n {
+        let (x, y, z) = (g % nx, (g / nx) % ny, g / (nx * ny));
+        let (tx, ty, tz) = (x % 8, y % 4, z % 2);
+        assert_eq!(
+            &v[4 * g..4 * g + 4],
+            &[
+                x as u32,
+                y as u32,
+                z as u32,
+                (tx + 8 * (ty + 4 * tz)) as u32
+            ]
+        );
+    }
+}
+
+#[test]
+fn device_layer_warp_primitives() {
+    let Some(gpu) = gpu("device_layer_warp_primitives") else {
+        return;
+    };
+    let n = 128;
+    let x: Vec<f32> = random::<f32>(n, 3);
+    let y: Vec<f64> = random::<f64>(n, 4);
+    let (dx, dy) = (upload(&gpu, &x), upload(&gpu, &y));
+    let mut of = upload(&gpu, &poison::<f32>(4 * n));
+    let mut od = upload(&gpu, &poison::<f64>(2 * n));
+    let mut ou = upload(&gpu, &vec![u32::MAX; 4 * n]);
+    let (f, cfg) = launch_1d(&gpu, "selftest_warp", 2, 64, 0);
+    unsafe {
+        gpu.stream()
+            .launch_builder(&f)
+            .arg(&dx)
+            .arg(&dy)
+            .arg(&mut of)
+            .arg(&mut od)
+            .arg(&mut ou)
+            .launch(cfg)
+    }
+    .unwrap();
+    let (of, od, ou) = (
+        gpu.stream().clone_dtoh(&of).unwrap(),
+        gpu.stream().clone_dtoh(&od).unwrap(),
+        gpu.stream().clone_dtoh(&ou).unwrap(),
+    );
+    for w in 0..n / 32 {
+        let lanes = w * 32..w * 32 + 32;
+        let sum32: f64 = x[lanes.clone()].iter().map(|&v| v as f64).sum();
+        let sum64: f64 = y[lanes.clone()].iter().sum();
+        let ballot = lanes
+            .clone()
+            .fold(0u32, |b, i| b | ((x[i] > 0.0) as u32) << (i - w * 32));
+        for i in lanes {
+            let l = i - w * 32;
+            assert!((of[4 * i] as f64 - sum32).abs() < 1e-5, "warp sum f32");
+            assert_eq!(
+                of[4 * i + 1],
+                x[if l < 31 { i + 1 } else { i }],
+                "shfl_down f32 lane {l}"
+            );
+            assert_eq!(of[4 * i + 2], x[i ^ 1], "shfl_xor f32");
+            assert_eq!(of[4 * i + 3], x[w * 32 + 3], "shfl_idx f32");
+            assert!((od[2 * i] - sum64).abs() < 1e-12, "warp sum f64");
+            assert_eq!(
+                od[2 * i + 1],
+                y[if l < 30 { i + 2 } else { i }],
+                "shfl_down f64 lane {l}"
+            );
+            assert_eq!(ou[4 * i], ballot, "ballot");
+            assert_eq!(ou[4 * i + 1], (ballot == u32::MAX) as u32, "all");
+            assert_eq!(ou[4 * i + 2], (ballot != 0) as u32, "any");
+            assert_eq!(ou[4 * i + 3], l as u32, "lane id");
+        }
+    }
+}
+
+#[test]
+fn device_layer_shared_memory() {
+    let Some(gpu) = gpu("device_layer_shared_memory") else {
+        return;
+    };
+    let blocks = 5;
+    let x = random::<f32>(256 * blocks, 9);
+    let dx = upload(&gpu, &x);
+    let mut o1 = upload(&gpu, &poison::<f32>(x.len()));
+    let mut o2 = upload(&gpu, &poison::<f32>(x.len()));
+    let (f, cfg) = launch_1d(&gpu, "selftest_shared", blocks as u32, 256, 256 * 4);
+    unsafe {
+        gpu.stream()
+            .launch_builder(&f)
+            .arg(&dx)
+            .arg(&mut o1)
+            .arg(&mut o2)
+            .launch(cfg)
+    }
+    .unwrap();
+    let (o1, o2) = (
+        gpu.stream().clone_dtoh(&o1).unwrap(),
+        gpu.stream().clone_dtoh(&o2).unwrap(),
+    );
+    for b in 0..blocks {
+        for t in 0..256 {
+            assert_eq!(
+                o1[b * 256 + t],
+                x[b * 256 + 255 - t],
+                "static shared reverse"
+            );
+            assert_eq!(
+                o2[b * 256 + t],
+                2.0 * x[b * 256 + 255 - t],
+                "dynamic shared reverse"
+            );
+        }
+    }
+}
+
+#[test]
+fn device_layer_atomics() {
+    let Some(gpu) = gpu("device_layer_atomics") else {
+        return;
+    };
+    let n = 100_000u32;
+    let x = random::<f32>(n as usize, 13);
+    let dx = upload(&gpu, &x);
+    let mut s32 = upload(&gpu, &[0.0f32]);
+    let mut s64 = upload(&gpu, &[0.0f64]);
+    let mut blocks = upload(&gpu, &[0.0f64]);
+    let mut count = upload(&gpu, &[0u32; 3]);
+    let (f, cfg) = launch_1d(&gpu, "selftest_atomic", n.div_ceil(256), 256, 0);
+    unsafe {
+        gpu.stream()
+            .launch_builder(&f)
+            .arg(&dx)
+            .arg(&n)
+            .arg(&mut s32)
+            .arg(&mut s64)
+            .arg(&mut blocks)
+            .arg(&mut count)
+            .launch(cfg)
+    }
+    .unwrap();
+    let exact: f64 = x.iter().map(|&v| v as f64).sum();
+    let s32 = gpu.stream().clone_dtoh(&s32).unwrap()[0] as f64;
+    let s64 = gpu.stream().clone_dtoh(&s64).unwrap()[0];
+    let blocks = gpu.stream().clone_dtoh(&blocks).unwrap()[0];
+    let count = gpu.stream().clone_dtoh(&count).unwrap();
+    assert!(
+        (s64 - exact).abs() < 1e-9,
+        "f64 atomic sum {s64} vs {exact}"
+    );
+    assert!(
+        (blocks - exact).abs() < 1e-9,
+        "block-scope sums {blocks} vs {exact}"
+    );
+    assert!(
+        (s32 - exact).abs() < 0.05,
+        "f32 atomic sum {s32} vs {exact}"
+    );
+    assert_eq!(count[0], x.iter().filter(|&&v| v > 0.0).count() as u32);
+    let max_bits = x
+        .iter()
+        .filter(|&&v| v > 0.0)
+        .map(|v| v.to_bits())
+        .max()
+        .unwrap();
+    assert_eq!(count[1], max_bits);
+    assert_eq!(count[2], 1);
+}
+
+#[test]
+fn device_layer_math_matches_host() {
+    let Some(gpu) = gpu("device_layer_math_matches_host") else {
+        return;
+    };
+    let n = 1000usize;
+    let mut a = random::<f64>(n, 21);
+    a.iter_mut().for_each(|v| *v *= 100.0);
+    let (b, c) = (random::<f64>(n, 22), random::<f64>(n, 23));
+    let (da, db, dc) = (upload(&gpu, &a), upload(&gpu, &b), upload(&gpu, &c));
+    let mut o32 = upload(&gpu, &poison::<f32>(5 * n));
+    let mut o64 = upload(&gpu, &poison::<f64>(5 * n));
+    let (f, cfg) = launch_1d(&gpu, "selftest_math", (n as u32).div_ceil(128), 128, 0);
+    let n32 = n as u32;
+    unsafe {
+        gpu.stream()
+            .launch_builder(&f)
+            .arg(&da)
+            .arg(&db)
+            .arg(&dc)
+            .arg(&n32)
+            .arg(&mut o32)
+            .arg(&mut o64)
+            .launch(cfg)
+    }
+    .unwrap();
+    let (o32, o64) = (
+        gpu.stream().clone_dtoh(&o32).unwrap(),
+        gpu.stream().clone_dtoh(&o64).unwrap(),
+    );
+    for i in 0..n {
+        let (x, y, z) = (a[i], b[i], c[i]);
+        let want64 = [
+            math::fma(x, y, z),
+            math::sqrt(x.abs()),
+            math::floor(x),
+            math::min(x, y),
+            math::max(x, y),
+        ];
+        let (xf, yf, zf) = (x as f32, y as f32, z as f32);
+        let want32 = [
+            math::fma(xf, yf, zf),
+            math::sqrt(xf.abs()),
+            math::floor(xf),
+            math::min(xf, yf),
+            math::max(xf, yf),
+        ];
+        assert_eq!(&o64[5 * i..5 * i + 5], &want64, "f64 math at {i}");
+        assert_eq!(&o32[5 * i..5 * i + 5], &want32, "f32 math at {i}");
+    }
+}
