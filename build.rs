@@ -50,6 +50,10 @@ fn main() {
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
         .env_remove("CARGO_BUILD_RUSTFLAGS")
+        // `cargo clippy` wraps rustc; the nested PTX build must be a plain compile.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CLIPPY_ARGS")
         .env("RUSTFLAGS", "-Zunstable-options -Cpanic=immediate-abort")
         // Without LTO in the profile cargo adds `-C embed-bitcode=no`, which rustc refuses next to `-Clto`.
         .env("CARGO_PROFILE_RELEASE_LTO", "fat")

@@ -1,1 +1,88 @@
-fn main() {}
+//! `cargo bench`: one diffusion step on the CPU engine, and with a GPU present the device kernels timed by
+//! CUDA events (`iter_custom`), tuned and with the paper's fixed launch. The paper's full table is
+//! `diffusion bench`.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use lattice_gpu::diffusion::Problem;
+use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::{
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Field, Gpu, HostLoopEngine, LaunchShape, Loop3D,
+    LoopEngine,
+};
+
+fn cpu(c: &mut Criterion) {
+    let problem = Problem::new([64, 64, 64], 0.1, None).unwrap();
+    let shape = problem.shape().unwrap();
+    let mut f = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    f.upload(&problem.sine_mode::<f32>()).unwrap();
+    let mut lp = Loop3D::new(&HostLoopEngine, shape.interior_range()).unwrap();
+    let mut group = c.benchmark_group("diffusion_cpu");
+    group.throughput(Throughput::Elements(problem.points()));
+    group.bench_function("64^3 f32 step", |b| {
+        b.iter(|| {
+            lp.run(&problem.update(&f, &mut g)).unwrap();
+            std::mem::swap(&mut f, &mut g);
+        })
+    });
+    group.finish();
+}
+
+fn gpu(c: &mut Criterion) {
+    let gpu = match Gpu::open(0, lattice_gpu::PTX) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("diffusion_gpu skipped: {e}");
+            return;
+        }
+    };
+    let problem = Problem::new([256, 256, 256], 0.1, None).unwrap();
+    let shape = problem.shape().unwrap();
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let mut f = tuner.alloc::<f32>(shape).unwrap();
+    let mut g = tuner.alloc::<f32>(shape).unwrap();
+    f.upload(&problem.sine_mode::<f32>()).unwrap();
+    let mut tuned = Loop3D::new(&tuner, shape.interior_range()).unwrap();
+    while tuned.info().report().is_none() {
+        tuned.run(&problem.update(&f, &mut g)).unwrap();
+        std::mem::swap(&mut f, &mut g);
+    }
+    let mut fixed = Loop3D::new(&fixed, shape.interior_range()).unwrap();
+    let mut group = c.benchmark_group("diffusion_gpu");
+    group.throughput(Throughput::Elements(problem.points()));
+    group.bench_function("256^3 f32 step, tuned", |b| {
+        b.iter_custom(|iters| {
+            let ms = gpu
+                .time_ms(|| {
+                    for _ in 0..iters {
+                        tuned.run(&problem.update(&f, &mut g))?;
+                        std::mem::swap(&mut f, &mut g);
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            Duration::from_secs_f64(ms * 1e-3)
+        })
+    });
+    group.bench_function("256^3 f32 step, fixed (128,1)/march=2", |b| {
+        b.iter_custom(|iters| {
+            let ms = gpu
+                .time_ms(|| {
+                    for _ in 0..iters {
+                        fixed.run(&problem.update(&f, &mut g))?;
+                        std::mem::swap(&mut f, &mut g);
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            Duration::from_secs_f64(ms * 1e-3)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, cpu, gpu);
+criterion_main!(benches);

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
-use lattice_gpu_host::{Element, Field, Loop3D, Shape};
+use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
 use lattice_gpu_kernels::stencil::GpuEntry;
@@ -179,12 +179,13 @@ pub struct RunOutput<T> {
     pub tuning: Option<TuningReport>,
 }
 
-/// Runs `steps` steps from `initial` (the whole array, margins included) on `engine`. `progress` is
-/// called with the number of finished steps now and then.
+/// Runs `steps` steps from the field `initial` makes (the whole array, margins included) on `engine`.
+/// Memory is checked before `initial` is called, so a grid too large fails with a clear error before
+/// anything big is allocated. `progress` is called with the number of finished steps now and then.
 pub fn simulate<E: LoopEngine, T: Element>(
     engine: &E,
     problem: &Problem,
-    initial: &[T],
+    initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
     mut progress: impl FnMut(usize),
 ) -> Result<RunOutput<T>>
@@ -192,15 +193,16 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     let shape = problem.shape()?;
-    engine.check_fits(
-        2 * shape.bytes::<T>(),
-        &format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME),
-    )?;
+    let what = format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME);
+    engine.check_fits(2 * shape.bytes::<T>(), &what)?;
+    // The initial and the final field live in host memory whatever the engine.
+    HostLoopEngine.check_fits(2 * shape.bytes::<T>(), &what)?;
+    let initial = initial()?;
     let mut f = engine.alloc::<T>(shape)?;
     let mut g = engine.alloc::<T>(shape)?;
-    f.upload(initial)?;
+    f.upload(&initial)?;
     // The margins of both buffers are the walls; copying the initial field into both keeps them equal.
-    g.upload(initial)?;
+    g.upload(&initial)?;
     let mut step = Loop3D::new(engine, shape.interior_range())?;
     let report_every = (steps / 100).max(1);
     engine.synchronize()?;

@@ -55,12 +55,19 @@ fn host_engine_matches_naive_reference_f64_and_f32() {
         "the test field must not have decayed to nothing"
     );
 
-    let out = simulate(&HostLoopEngine, &problem, &f0, steps, |_| {}).unwrap();
+    let out = simulate(&HostLoopEngine, &problem, || Ok(f0.clone()), steps, |_| {}).unwrap();
     let d = max_abs_diff(&out.field, &reference);
     assert!(d < 1e-13, "f64 differs from the naive loop by {d}");
 
     let f0_32: Vec<f32> = f0.iter().map(|&v| v as f32).collect();
-    let out = simulate(&HostLoopEngine, &problem, &f0_32, steps, |_| {}).unwrap();
+    let out = simulate(
+        &HostLoopEngine,
+        &problem,
+        || Ok(f0_32.clone()),
+        steps,
+        |_| {},
+    )
+    .unwrap();
     let d = max_abs_diff(&out.field, &reference);
     assert!(
         d < 1e-5 && d > 0.0,
@@ -73,7 +80,7 @@ fn margins_stay_as_walls() {
     let n = [6, 5, 4];
     let problem = Problem::new(n, 1.0, None).unwrap();
     let f0 = random_field(n, 2);
-    let out = simulate(&HostLoopEngine, &problem, &f0, 3, |_| {}).unwrap();
+    let out = simulate(&HostLoopEngine, &problem, || Ok(f0.clone()), 3, |_| {}).unwrap();
     let shape = problem.shape().unwrap();
     let s = shape.size();
     for k in 0..s[2] {
@@ -95,7 +102,7 @@ fn sine_mode_decays_exactly_as_the_scheme_says_and_near_the_analytic_rate() {
     let problem = Problem::new([24, 20, 28], 0.1, None).unwrap();
     let steps = 400;
     let f0 = problem.sine_mode::<f64>();
-    let out = simulate(&HostLoopEngine, &problem, &f0, steps, |_| {}).unwrap();
+    let out = simulate(&HostLoopEngine, &problem, || Ok(f0.clone()), steps, |_| {}).unwrap();
     let g = problem.discrete_decay(steps);
     assert!(g < 0.9, "the run must decay noticeably (factor {g})");
     let scheme_err = relative_l2(&out.field, &f0, g);
@@ -122,7 +129,7 @@ fn f32_sine_decay_matches_within_single_precision() {
     let problem = Problem::new([32, 32, 32], 0.1, None).unwrap();
     let steps = 200;
     let f0 = problem.sine_mode::<f32>();
-    let out = simulate(&HostLoopEngine, &problem, &f0, steps, |_| {}).unwrap();
+    let out = simulate(&HostLoopEngine, &problem, || Ok(f0.clone()), steps, |_| {}).unwrap();
     let exact = problem.sine_mode::<f64>();
     let err = relative_l2(&out.field, &exact, problem.discrete_decay(steps));
     assert!(err < 1e-5, "f32 error {err}");

@@ -153,8 +153,15 @@ where
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(2);
     let tuning_steps = 2 * tuner.candidates(&shape.interior_range(), Dims::Three).len();
     let steps = tuning_steps + 9;
-    let host = simulate(&HostLoopEngine, &problem, &input, steps, |_| {}).unwrap();
-    let dev = simulate(&tuner, &problem, &input, steps, |_| {}).unwrap();
+    let host = simulate(
+        &HostLoopEngine,
+        &problem,
+        || Ok(input.clone()),
+        steps,
+        |_| {},
+    )
+    .unwrap();
+    let dev = simulate(&tuner, &problem, || Ok(input.clone()), steps, |_| {}).unwrap();
     let report = dev.tuning.expect("the tuner finished within the run");
     assert_eq!(report.steps, tuning_steps);
     assert!(!report.from_cache && report.best_ms > 0.0);
@@ -230,7 +237,14 @@ fn device_sine_decay_matches_the_scheme() {
     let problem = Problem::new([64, 48, 40], 0.1, None).unwrap();
     let steps = 300;
     let tuner = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::in_memory()).reps(1);
-    let out = simulate(&tuner, &problem, &problem.sine_mode::<f32>(), steps, |_| {}).unwrap();
+    let out = simulate(
+        &tuner,
+        &problem,
+        || Ok(problem.sine_mode::<f32>()),
+        steps,
+        |_| {},
+    )
+    .unwrap();
     let err = relative_l2(
         &out.field,
         &problem.sine_mode::<f64>(),
@@ -250,25 +264,31 @@ fn tune_cache_makes_the_second_run_start_tuned() {
     let init = problem.sine_mode::<f32>();
     let engine =
         || DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::load(path.clone())).reps(1);
-    let first = simulate(&engine(), &problem, &init, 200, |_| {})
+    let first = simulate(&engine(), &problem, || Ok(init.clone()), 200, |_| {})
         .unwrap()
         .tuning
         .unwrap();
     assert!(!first.from_cache && first.steps > 0);
-    let second = simulate(&engine(), &problem, &init, 3, |_| {})
+    let second = simulate(&engine(), &problem, || Ok(init.clone()), 3, |_| {})
         .unwrap()
         .tuning
         .unwrap();
     assert!(second.from_cache && second.steps == 0);
     assert_eq!(second.best, first.best);
-    let retuned = simulate(&engine().retune(true), &problem, &init, 200, |_| {})
-        .unwrap()
-        .tuning
-        .unwrap();
+    let retuned = simulate(
+        &engine().retune(true),
+        &problem,
+        || Ok(init.clone()),
+        200,
+        |_| {},
+    )
+    .unwrap()
+    .tuning
+    .unwrap();
     assert!(!retuned.from_cache);
     // A corrupt cache is ignored with a warning, not an error.
     std::fs::write(&path, "garbage\x00\n").unwrap();
-    let again = simulate(&engine(), &problem, &init, 200, |_| {})
+    let again = simulate(&engine(), &problem, || Ok(init.clone()), 200, |_| {})
         .unwrap()
         .tuning
         .unwrap();

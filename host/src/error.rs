@@ -24,7 +24,7 @@ pub enum Error {
     MissingKernel(String),
     /// The fields would not fit in the GPU's free memory.
     #[error(
-        "{what} needs {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid or f32",
+        "{what} would take {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid or f32",
         *needed as f64 / GIB,
         *free as f64 / GIB
     )]
@@ -37,6 +37,20 @@ pub enum Error {
         free: u64,
         /// The device's name.
         device: String,
+    },
+    /// The fields would not fit in the host's available memory.
+    #[error(
+        "{what} would take {:.2} GiB of memory but only {:.2} GiB are available; use a smaller grid or f32",
+        *needed as f64 / GIB,
+        *free as f64 / GIB
+    )]
+    OutOfHostMemory {
+        /// What was to be allocated.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available.
+        free: u64,
     },
     /// A grid, range or launch shape that cannot work.
     #[error("invalid size: {0}")]

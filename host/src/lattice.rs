@@ -8,12 +8,25 @@ use crate::error::{Error, Result};
 
 /// Runs a 3-D point update over a range on an engine (the paper's `Loop3D<Engine>`).
 ///
-/// ```ignore
+/// ```
+/// use lattice_gpu_host::{Field, HostLoopEngine, LoopEngine, Loop3D, Shape};
+/// use lattice_gpu_kernels::diffusion::Diffusion3d;
+///
+/// let engine = HostLoopEngine; // or a GPU engine: the loop below does not change
+/// let shape = Shape::new_3d([16, 16, 16], 1)?;
+/// let mut f = engine.alloc::<f64>(shape)?;
+/// let mut g = engine.alloc::<f64>(shape)?;
+/// let mut init = vec![0.0; shape.len()];
+/// init[shape.index(8, 8, 8)] = 1.0;
+/// f.upload(&init)?;
 /// let mut step = Loop3D::new(&engine, shape.interior_range())?;
-/// for _ in 0..steps {
-///     step.run(&Diffusion3d::new(f.view(), g.view_mut(), kappa, dt, h))?;
+/// for _ in 0..5 {
+///     step.run(&Diffusion3d::new(f.view(), g.view_mut(), 1.0, 1e-4, [1.0 / 17.0; 3]))?;
 ///     std::mem::swap(&mut f, &mut g);
 /// }
+/// let heat: f64 = f.download()?.iter().sum();
+/// assert!((heat - 1.0).abs() < 1e-12); // no heat has reached the walls yet
+/// # Ok::<(), lattice_gpu_host::Error>(())
 /// ```
 pub struct Loop3D<'e, E: LoopEngine> {
     engine: &'e E,

@@ -115,23 +115,15 @@ fn run_precision<T: Element + npy::NpyElement>(
 where
     Diffusion3d<T>: GpuEntry,
 {
-    let initial = match &args.input {
-        Some(path) => embed(
-            problem,
-            &npy::read_npy_shaped::<T>(path, &zyx(problem.size))?,
-        ),
-        None => problem.sine_mode::<T>(),
-    };
     match args.engine.choose()? {
-        Chosen::Host => run_on(&HostLoopEngine, args, problem, &initial, out),
+        Chosen::Host => run_on(&HostLoopEngine, args, problem, out),
         Chosen::Gpu(EngineKind::Device, gpu) => run_on(
             &DeviceLoopEngine::new(gpu, args.engine.shape()),
             args,
             problem,
-            &initial,
             out,
         ),
-        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), args, problem, &initial, out),
+        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), args, problem, out),
     }
 }
 
@@ -173,7 +165,6 @@ fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
     engine: &E,
     args: &RunArgs,
     problem: &Problem,
-    initial: &[T],
     out: &std::path::Path,
 ) -> Result<()>
 where
@@ -190,6 +181,14 @@ where
         engine.describe()
     );
     let bar = cli::progress(args.steps as u64, "steps");
+    // Built only after the memory check inside `simulate`.
+    let initial = || match &args.input {
+        Some(path) => Ok(embed(
+            problem,
+            &npy::read_npy_shaped::<T>(path, &zyx(problem.size))?,
+        )),
+        None => Ok(problem.sine_mode::<T>()),
+    };
     let result = simulate(engine, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)
     })?;

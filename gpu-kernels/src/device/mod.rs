@@ -11,7 +11,7 @@ pub mod warp;
 /// becomes an unmangled `extern "ptx-kernel"` function; on the host it is not compiled (kernels are
 /// launched only on the GPU; the CPU engine calls the bodies they wrap).
 ///
-/// ```ignore
+/// ```text
 /// kernel! {
 ///     /// Scales `x` in place.
 ///     pub unsafe fn scale(x: *mut f32, a: f32, n: u32) {

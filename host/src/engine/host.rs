@@ -6,7 +6,7 @@ use lattice_gpu_kernels::stencil::{
 use rayon::prelude::*;
 
 use super::LoopEngine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::field::{Element, HostField, Shape};
 
 /// Runs point updates on the CPU, one rayon task per z plane (3-D) or row (2-D).
@@ -21,8 +21,15 @@ impl LoopEngine for HostLoopEngine {
         format!("CPU ({} threads)", rayon::current_num_threads())
     }
 
-    fn check_fits(&self, _bytes: u64, _what: &str) -> Result<()> {
-        Ok(())
+    fn check_fits(&self, bytes: u64, what: &str) -> Result<()> {
+        match available_memory() {
+            Some(free) if bytes > free => Err(Error::OutOfHostMemory {
+                what: what.to_string(),
+                needed: bytes,
+                free,
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn alloc<T: Element>(&self, shape: Shape) -> Result<HostField<T>> {
@@ -55,5 +62,31 @@ impl LoopEngine for HostLoopEngine {
 
     fn synchronize(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo in bytes (Linux); None where it cannot be read.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_host_allocation_is_refused() {
+        if available_memory().is_none() {
+            return;
+        }
+        let e = HostLoopEngine
+            .check_fits(1 << 60, "a test field")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a test field") && e.contains("GiB"), "{e}");
+        HostLoopEngine.check_fits(1 << 20, "a small field").unwrap();
     }
 }
