@@ -7,6 +7,8 @@
 #                                test binary with LATTICE_GPU_REQUIRE_GPU=1 (a GPU test must not skip there),
 #                                the diffusion application, its bad-input errors, and the benchmark table;
 #                                logs go to $OUT (or .gpu-bin/out), a short summary table is printed last.
+#   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
+#                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.gpu-bin
@@ -85,8 +87,24 @@ run() {
     return $status
 }
 
+profile() {
+    local out=${OUT:-$BIN/out}
+    mkdir -p "$out"
+    for cfg in "f32 64x2 4" "f64 64x2 2"; do
+        set -- $cfg
+        ncu --kernel-name "diffusion3d_$1" --launch-skip 3 --launch-count 1 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+            --section WarpStateStats --section LaunchStats \
+            "$BIN/diffusion" --engine device --precision "$1" --block "$2" --march "$3" --size 512 --steps 8 \
+            --output "$out/profile" >"$out/ncu-$1.txt" 2>&1
+        echo "== ncu diffusion3d_$1 512^3 ($2)/march=$3"
+        grep -E "DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Registers Per|Duration|Mem Busy|Max Bandwidth|L1/TEX Cache Throughput|L2 Cache Throughput|Stall|Warp Cycles Per Issued" "$out/ncu-$1.txt" | head -20
+    done
+}
+
 case "${1:-}" in
 stage) stage ;;
 run) run ;;
-*) echo "usage: $0 stage|run" >&2; exit 2 ;;
+profile) profile ;;
+*) echo "usage: $0 stage|run|profile" >&2; exit 2 ;;
 esac
