@@ -14,10 +14,11 @@ use lattice_gpu::host::{
 
 fn cpu(c: &mut Criterion) {
     let problem = Problem::new([64, 64, 64], 0.1, None).unwrap();
-    let shape = problem.shape().unwrap();
+    let shape = problem.shape::<f32>().unwrap();
     let mut f = HostLoopEngine.alloc::<f32>(shape).unwrap();
     let mut g = HostLoopEngine.alloc::<f32>(shape).unwrap();
-    f.upload(&problem.sine_mode::<f32>()).unwrap();
+    f.upload(&shape.embed(&problem.sine_mode::<f32>(), 0.0).unwrap())
+        .unwrap();
     let mut lp = Loop3D::new(&HostLoopEngine, shape.interior_range()).unwrap();
     let mut group = c.benchmark_group("diffusion_cpu");
     group.throughput(Throughput::Elements(problem.points()));
@@ -39,12 +40,13 @@ fn gpu(c: &mut Criterion) {
         }
     };
     let problem = Problem::new([256, 256, 256], 0.1, None).unwrap();
-    let shape = problem.shape().unwrap();
+    let shape = problem.shape::<f32>().unwrap();
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut f = tuner.alloc::<f32>(shape).unwrap();
     let mut g = tuner.alloc::<f32>(shape).unwrap();
-    f.upload(&problem.sine_mode::<f32>()).unwrap();
+    f.upload(&shape.embed(&problem.sine_mode::<f32>(), 0.0).unwrap())
+        .unwrap();
     let mut tuned = Loop3D::new(&tuner, shape.interior_range()).unwrap();
     while tuned.info().report().is_none() {
         tuned.run(&problem.update(&f, &mut g)).unwrap();

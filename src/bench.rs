@@ -86,10 +86,10 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     let problem = Problem::new(size, 0.1, None)?;
-    let shape = problem.shape()?;
+    let shape = problem.shape::<T>()?;
     gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
-    let initial = problem.sine_mode::<T>();
+    let initial = shape.embed(&problem.sine_mode::<T>(), T::ZERO)?;
     let mut f = tuner.alloc::<T>(shape)?;
     let mut g = tuner.alloc::<T>(shape)?;
     f.upload(&initial)?;

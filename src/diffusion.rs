@@ -89,9 +89,10 @@ impl Problem {
         self.kappa * self.dt * self.h.iter().map(|h| 1.0 / (h * h)).sum::<f64>()
     }
 
-    /// The field's shape: the interior with a one-point margin holding the walls.
-    pub fn shape(&self) -> Result<Shape> {
-        Ok(Shape::new_3d(self.size, 1)?)
+    /// The field's shape for elements of `T`: the interior with a one-point margin holding the walls,
+    /// rows aligned to 128 bytes where that costs at most a quarter more memory.
+    pub fn shape<T>(&self) -> Result<Shape> {
+        Ok(Shape::new_3d(self.size, 1)?.aligned_rows(std::mem::size_of::<T>(), 1.25))
     }
 
     /// The point update from `f` to `fnew`.
@@ -103,27 +104,20 @@ impl Problem {
         Diffusion3d::new(f.view(), fnew.view_mut(), self.kappa, self.dt, self.h)
     }
 
-    /// `sin(pi x) sin(pi y) sin(pi z)` on the whole array, margins (the walls, where it is 0) included.
-    pub fn sine_mode<T: Element>(&self) -> Vec<T> {
-        let n = self.size.map(|v| v + 2);
+    /// `sin(pi x) sin(pi y) sin(pi z)` at the interior points, x fastest.
+    pub fn sine_mode<T: Real>(&self) -> Vec<T> {
         let s: Vec<Vec<f64>> = (0..3)
             .map(|a| {
-                (0..n[a])
-                    .map(|i| {
-                        if i == 0 || i == n[a] - 1 {
-                            0.0
-                        } else {
-                            (PI * i as f64 * self.h[a]).sin()
-                        }
-                    })
+                (1..=self.size[a])
+                    .map(|i| (PI * i as f64 * self.h[a]).sin())
                     .collect()
             })
             .collect();
-        let mut v = Vec::with_capacity(n.iter().product());
-        for k in 0..n[2] {
-            for j in 0..n[1] {
-                for i in 0..n[0] {
-                    v.push(T::from_f64(s[0][i] * s[1][j] * s[2][k]));
+        let mut v = Vec::with_capacity(self.points() as usize);
+        for z in &s[2] {
+            for y in &s[1] {
+                for x in &s[0] {
+                    v.push(T::from_f64(x * y * z));
                 }
             }
         }
@@ -158,7 +152,7 @@ impl Problem {
     }
 }
 
-/// Relative L2 difference `|a - factor * b| / |factor * b|` over whole arrays.
+/// Relative L2 difference `|a - factor * b| / |factor * b|`.
 pub fn relative_l2<A: Real, B: Real>(a: &[A], b: &[B], factor: f64) -> f64 {
     let (mut num, mut den) = (0.0, 0.0);
     for (x, y) in a.iter().zip(b) {
@@ -171,7 +165,7 @@ pub fn relative_l2<A: Real, B: Real>(a: &[A], b: &[B], factor: f64) -> f64 {
 
 /// What a run produced.
 pub struct RunOutput<T> {
-    /// The final field, margins included.
+    /// The final field at the interior points, x fastest.
     pub field: Vec<T>,
     /// Wall-clock seconds of all steps (queued and finished).
     pub seconds: f64,
@@ -179,7 +173,7 @@ pub struct RunOutput<T> {
     pub tuning: Option<TuningReport>,
 }
 
-/// Runs `steps` steps from the field `initial` makes (the whole array, margins included) on `engine`.
+/// Runs `steps` steps from the interior field `initial` makes (x fastest; the walls are 0) on `engine`.
 /// Memory is checked before `initial` is called, so a grid too large fails with a clear error before
 /// anything big is allocated. `progress` is called with the number of finished steps now and then.
 pub fn simulate<E: LoopEngine, T: Element>(
@@ -192,12 +186,12 @@ pub fn simulate<E: LoopEngine, T: Element>(
 where
     Diffusion3d<T>: GpuEntry,
 {
-    let shape = problem.shape()?;
+    let shape = problem.shape::<T>()?;
     let what = format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME);
     engine.check_fits(2 * shape.bytes::<T>(), &what)?;
     // The initial and the final field live in host memory whatever the engine.
     HostLoopEngine.check_fits(2 * shape.bytes::<T>(), &what)?;
-    let initial = initial()?;
+    let initial = shape.embed(&initial()?, T::ZERO)?;
     let mut f = engine.alloc::<T>(shape)?;
     let mut g = engine.alloc::<T>(shape)?;
     f.upload(&initial)?;
@@ -218,7 +212,7 @@ where
     engine.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(RunOutput {
-        field: f.download()?,
+        field: shape.extract(&f.download()?),
         seconds,
         tuning: E::tuning(step.info()).cloned(),
     })

@@ -132,35 +132,6 @@ fn zyx(s: [usize; 3]) -> [usize; 3] {
     [s[2], s[1], s[0]]
 }
 
-/// An interior field placed in a whole array with zero margins (the walls).
-fn embed<T: Element>(problem: &Problem, interior: &[T]) -> Vec<T> {
-    let shape = problem.shape().expect("checked by Problem::new");
-    let mut v = vec![T::ZERO; shape.len()];
-    let [nx, ny, nz] = problem.size;
-    for k in 0..nz {
-        for j in 0..ny {
-            let src = nx * (j + ny * k);
-            let dst = shape.index(1, j + 1, k + 1);
-            v[dst..dst + nx].copy_from_slice(&interior[src..src + nx]);
-        }
-    }
-    v
-}
-
-/// The interior of a whole array, x fastest.
-fn interior<T: Element>(problem: &Problem, whole: &[T]) -> Vec<T> {
-    let shape = problem.shape().expect("checked by Problem::new");
-    let [nx, ny, nz] = problem.size;
-    let mut v = Vec::with_capacity(nx * ny * nz);
-    for k in 0..nz {
-        for j in 0..ny {
-            let src = shape.index(1, j + 1, k + 1);
-            v.extend_from_slice(&whole[src..src + nx]);
-        }
-    }
-    v
-}
-
 fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
     engine: &E,
     args: &RunArgs,
@@ -183,10 +154,7 @@ where
     let bar = cli::progress(args.steps as u64, "steps");
     // Built only after the memory check inside `simulate`.
     let initial = || match &args.input {
-        Some(path) => Ok(embed(
-            problem,
-            &npy::read_npy_shaped::<T>(path, &zyx(problem.size))?,
-        )),
+        Some(path) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
         None => Ok(problem.sine_mode::<T>()),
     };
     let result = simulate(engine, problem, initial, args.steps, |s| {
@@ -227,7 +195,7 @@ where
             problem.dt * args.steps as f64
         );
     }
-    let field = interior(problem, &result.field);
+    let field = result.field;
     let npy_path = out.join("diffusion.npy");
     npy::write_npy(&npy_path, &zyx(problem.size), &field)?;
     let [nx, ny, nz] = problem.size;
