@@ -25,6 +25,14 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    mkdir -p "$BIN/benches"
+    cargo bench --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print(m["executable"])' \
+        | while read -r exe; do cp "$exe" "$BIN/benches/"; done
     ls -la "$BIN" "$BIN/tests"
     du -sh "$BIN"
 }
@@ -74,6 +82,15 @@ run() {
         record "diffusion 4096^3 f64: clear out-of-memory error" FAIL
     fi
     cat "$out/oom.log"
+
+    for b in "$BIN"/benches/*; do
+        if "$b" --bench --noplot >"$out/criterion-$(basename "$b").log" 2>&1; then
+            record "cargo bench: $(basename "$b" | sed 's/-[0-9a-f]*$//')" PASS
+        else
+            record "cargo bench: $(basename "$b" | sed 's/-[0-9a-f]*$//')" FAIL
+        fi
+        grep -E "^diffusion|time:|thrpt:" "$out/criterion-$(basename "$b").log"
+    done
 
     if "$BIN/diffusion" bench --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log"; then
         record "diffusion bench" PASS

@@ -1,0 +1,170 @@
+//! The `diffusion` binary on bad input: a message naming the problem, a non-zero exit, no panic, and no
+//! output file left behind. Runs on the CPU engine, so it needs no GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn run(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_diffusion"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("panicked"), "panic on {args:?}:\n{text}");
+    (out.status.success(), text)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lattice-gpu-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let (ok, text) = run(args);
+    assert!(!ok, "{args:?} succeeded:\n{text}");
+    assert!(
+        text.contains(needle),
+        "{args:?}: expected `{needle}` in:\n{text}"
+    );
+}
+
+fn assert_no_outputs(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "files left in {}: {left:?}", dir.display());
+}
+
+/// A .npy header for a little-endian array of `descr` and `shape`, padded as numpy pads it.
+fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut v = b"\x93NUMPY\x01\x00".to_vec();
+    v.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    v.extend_from_slice(h.as_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn bad_parameters() {
+    let dir = scratch("params");
+    let o = dir.to_str().unwrap();
+    fails_with(
+        &["--engine", "host", "--size", "0x8x8", "--output", o],
+        "size",
+    );
+    fails_with(
+        &["--engine", "host", "--size", "8x8", "--output", o],
+        "NXxNYxNZ",
+    );
+    fails_with(
+        &[
+            "--engine", "host", "--size", "8", "--dt", "1", "--output", o,
+        ],
+        "unstable",
+    );
+    fails_with(
+        &[
+            "--engine",
+            "host",
+            "--size",
+            "8",
+            "--kappa=-1",
+            "--output",
+            o,
+        ],
+        "kappa",
+    );
+    fails_with(&["--engine", "gpu", "--output", o], "invalid value 'gpu'");
+    fails_with(
+        &["--engine", "host", "--size", "100000", "--output", o],
+        "memory",
+    );
+    assert_no_outputs(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_files() {
+    let dir = scratch("inputs");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let path = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    std::fs::write(
+        dir.join("shape.npy"),
+        npy("<f4", "(4, 4, 5)", &[0u8; 4 * 80]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ints.npy"),
+        npy("<i4", "(4, 4, 4)", &[0u8; 4 * 64]),
+    )
+    .unwrap();
+    std::fs::write(dir.join("short.npy"), npy("<f8", "(4, 4, 4)", &[0u8; 100])).unwrap();
+    std::fs::write(dir.join("junk.npy"), b"not a numpy file at all").unwrap();
+    let base = [
+        "--engine", "host", "--size", "4", "--steps", "2", "--output", o, "--input",
+    ];
+    let with = |f: &str| {
+        base.iter()
+            .map(|s| s.to_string())
+            .chain([path(f)])
+            .collect::<Vec<_>>()
+    };
+    let args = |f: &str| with(f);
+    let check = |f: &str, needle: &str| {
+        let a = args(f);
+        fails_with(&a.iter().map(String::as_str).collect::<Vec<_>>(), needle)
+    };
+    check("shape.npy", "(4, 4, 5)");
+    check("ints.npy", "integer");
+    check("short.npy", "truncated");
+    check("junk.npy", "not a valid .npy");
+    check("missing.npy", "cannot read");
+    assert_no_outputs(&out);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn good_run_writes_readable_outputs() {
+    let dir = scratch("good");
+    let o = dir.to_str().unwrap();
+    let (ok, text) = run(&[
+        "--engine", "host", "--size", "12x10x8", "--steps", "20", "--output", o,
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("relative L2 error"), "{text}");
+    let npy = std::fs::read(dir.join("diffusion.npy")).unwrap();
+    assert!(npy.starts_with(b"\x93NUMPY"));
+    assert!(String::from_utf8_lossy(&npy[..128]).contains("'shape': (8, 10, 12)"));
+    assert_eq!(npy.len(), 128 + 4 * 12 * 10 * 8);
+    assert!(std::fs::read(dir.join("diffusion_midz.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    // The output can be fed back in.
+    let input = dir.join("diffusion.npy");
+    let (ok, text) = run(&[
+        "--engine",
+        "host",
+        "--size",
+        "12x10x8",
+        "--steps",
+        "1",
+        "--precision",
+        "f64",
+        "--output",
+        o,
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
