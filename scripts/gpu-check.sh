@@ -48,7 +48,7 @@ run() {
     for t in "$BIN"/tests/*; do
         local name
         name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
-        if LATTICE_GPU_REQUIRE_GPU=1 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+        if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
