@@ -4,11 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The binary under test: `$LATTICE_GPU_DIFFUSION_BIN` where the test runs away from its build tree
+/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("LATTICE_GPU_DIFFUSION_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_diffusion")))
+}
+
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_diffusion"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(binary()).args(args).output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("panicked"), "panic on {args:?}:\n{text}");
