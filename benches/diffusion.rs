@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use lattice_gpu::bench::{run_until_tuned, time_steps};
 use lattice_gpu::diffusion::Problem;
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::{
@@ -48,42 +49,34 @@ fn gpu(c: &mut Criterion) {
     f.upload(&shape.embed(&problem.sine_mode::<f32>(), 0.0).unwrap())
         .unwrap();
     let mut tuned = Loop3D::new(&tuner, shape.interior_range()).unwrap();
-    while tuned.info().report().is_none() {
-        tuned.run(&problem.update(&f, &mut g)).unwrap();
-        std::mem::swap(&mut f, &mut g);
-    }
+    run_until_tuned(&mut tuned, &mut f, &mut g, &problem).unwrap();
     let mut fixed = Loop3D::new(&fixed, shape.interior_range()).unwrap();
     let mut group = c.benchmark_group("diffusion_gpu");
     group.throughput(Throughput::Elements(problem.points()));
     group.bench_function("256^3 f32 step, tuned", |b| {
-        b.iter_custom(|iters| {
-            let ms = gpu
-                .time_ms(|| {
-                    for _ in 0..iters {
-                        tuned.run(&problem.update(&f, &mut g))?;
-                        std::mem::swap(&mut f, &mut g);
-                    }
-                    Ok(())
-                })
-                .unwrap();
-            Duration::from_secs_f64(ms * 1e-3)
+        b.iter_custom(|n| {
+            event_timed(n, |n| {
+                time_steps(&gpu, &mut tuned, &mut f, &mut g, &problem, n, 1)
+            })
         })
     });
     group.bench_function("256^3 f32 step, fixed (128,1)/march=2", |b| {
-        b.iter_custom(|iters| {
-            let ms = gpu
-                .time_ms(|| {
-                    for _ in 0..iters {
-                        fixed.run(&problem.update(&f, &mut g))?;
-                        std::mem::swap(&mut f, &mut g);
-                    }
-                    Ok(())
-                })
-                .unwrap();
-            Duration::from_secs_f64(ms * 1e-3)
+        b.iter_custom(|n| {
+            event_timed(n, |n| {
+                time_steps(&gpu, &mut fixed, &mut f, &mut g, &problem, n, 1)
+            })
         })
     });
     group.finish();
+}
+
+/// `n` steps as criterion wants them, timed by CUDA events (ms per step from `per_step`).
+fn event_timed(
+    n: u64,
+    per_step: impl FnOnce(usize) -> lattice_gpu::diffusion::Result<f64>,
+) -> Duration {
+    let ms = per_step(n as usize).unwrap();
+    Duration::from_secs_f64(ms * 1e-3 * n as f64)
 }
 
 criterion_group!(benches, cpu, gpu);

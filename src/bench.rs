@@ -7,7 +7,8 @@ use std::sync::Arc;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::{
-    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, Gpu, LaunchShape, Loop3D,
+    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
+    Loop3D,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu_kernels::stencil::GpuEntry;
@@ -53,7 +54,7 @@ impl BenchRow {
 }
 
 /// Median ms per step over `batches` event-timed batches of `per_batch` steps.
-fn time_steps<E: LoopEngine, T: Element>(
+pub fn time_steps<E: LoopEngine, T: Element>(
     gpu: &Gpu,
     lp: &mut Loop3D<'_, E>,
     f: &mut E::Field<T>,
@@ -80,6 +81,25 @@ where
     Ok(times[times.len() / 2])
 }
 
+/// Runs real steps on an auto-tuned loop until its tuning has finished; the result.
+pub fn run_until_tuned<T: Element>(
+    lp: &mut Loop3D<'_, DeviceAutoTuningLoopEngine>,
+    f: &mut DeviceField<T>,
+    g: &mut DeviceField<T>,
+    problem: &Problem,
+) -> Result<TuningReport>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    loop {
+        if let Some(report) = lp.info().report() {
+            return Ok(report.clone());
+        }
+        lp.run(&problem.update(f, g))?;
+        std::mem::swap(f, g);
+    }
+}
+
 /// Benchmarks one grid and precision on `gpu`.
 pub fn bench_one<T: Element>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow>
 where
@@ -95,13 +115,8 @@ where
     f.upload(&initial)?;
     g.upload(&initial)?;
 
-    // Tuning: every step is a real step.
     let mut lp = Loop3D::new(&tuner, shape.interior_range())?;
-    while lp.info().report().is_none() {
-        lp.run(&problem.update(&f, &mut g))?;
-        std::mem::swap(&mut f, &mut g);
-    }
-    let tuning = lp.info().report().cloned().expect("tuning finished");
+    let tuning = run_until_tuned(&mut lp, &mut f, &mut g, &problem)?;
     // Batches of about 20 ms, so event resolution and launch gaps do not matter.
     let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
     let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;

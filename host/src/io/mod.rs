@@ -154,18 +154,22 @@ fn sync_dir(dir: &Path) {
     let _ = dir;
 }
 
+/// Scratch directories for the file tests of this module and its children.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_support {
+    use std::fs;
+    use std::path::{Path, PathBuf};
 
-    fn scratch_dir(name: &str) -> PathBuf {
+    /// A fresh, empty directory for the test `name`.
+    pub(crate) fn scratch_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("lattice-io-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
     }
 
-    fn entries(dir: &Path) -> Vec<String> {
+    /// The sorted file names in `dir`.
+    pub(crate) fn entries(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -173,6 +177,13 @@ mod tests {
         names.sort();
         names
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::test_support::{entries, scratch_dir};
 
     #[test]
     fn shape_repr_is_python_tuple() {

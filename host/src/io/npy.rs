@@ -604,23 +604,8 @@ mod tests {
     use super::*;
     use rand::Rng;
     use std::fs;
-    use std::path::PathBuf;
 
-    fn scratch_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("lattice-npy-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
+    use crate::io::test_support::{entries, scratch_dir};
 
     /// A file with a hand-written header dict, padded as NumPy pads (version 1.0 or 2.0).
     fn raw_npy(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {

@@ -220,14 +220,8 @@ fn into_io(err: ::png::EncodingError) -> io::Error {
 mod tests {
     use super::*;
     use std::fs::{self, File};
-    use std::path::PathBuf;
 
-    fn scratch_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("lattice-png-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use crate::io::test_support::scratch_dir;
 
     /// Decodes a PNG: width, height and RGB bytes.
     fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
