@@ -189,7 +189,9 @@ impl Gpu {
     pub fn copy_bandwidth(&self, bytes: usize, reps: usize) -> Result<f64> {
         let n = bytes / 4;
         self.check_fits(2 * n as u64 * 4, "the copy-bandwidth measurement")?;
-        let src: CudaSlice<f32> = self.stream.alloc_zeros(n).cuda(|| "allocating".into())?;
+        // Non-zero data: never time on zeros (a copy of zeros could take a faster path).
+        let pattern: Vec<f32> = (0..n).map(|i| (i % 1021) as f32 + 0.5).collect();
+        let src: CudaSlice<f32> = self.stream.clone_htod(&pattern).cuda(|| "allocating".into())?;
         let mut dst: CudaSlice<f32> = self.stream.alloc_zeros(n).cuda(|| "allocating".into())?;
         let copy = |dst: &mut CudaSlice<f32>| {
             self.stream
