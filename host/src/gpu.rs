@@ -191,7 +191,10 @@ impl Gpu {
         self.check_fits(2 * n as u64 * 4, "the copy-bandwidth measurement")?;
         // Non-zero data: never time on zeros (a copy of zeros could take a faster path).
         let pattern: Vec<f32> = (0..n).map(|i| (i % 1021) as f32 + 0.5).collect();
-        let src: CudaSlice<f32> = self.stream.clone_htod(&pattern).cuda(|| "allocating".into())?;
+        let src: CudaSlice<f32> = self
+            .stream
+            .clone_htod(&pattern)
+            .cuda(|| "allocating".into())?;
         let mut dst: CudaSlice<f32> = self.stream.alloc_zeros(n).cuda(|| "allocating".into())?;
         let copy = |dst: &mut CudaSlice<f32>| {
             self.stream
