@@ -56,32 +56,30 @@ run() {
         fi
     done
 
+    # expect NAME ok|fail PATTERN LOG COMMAND...: PASS when COMMAND exits as expected and LOG has PATTERN.
+    expect() {
+        local name=$1 want=$2 pattern=$3 log=$4 rc
+        shift 4
+        "$@" >"$log" 2>&1
+        rc=$?
+        if { [ "$want" = ok ] && [ $rc -eq 0 ]; } || { [ "$want" = fail ] && [ $rc -ne 0 ]; } \
+            && grep -q "$pattern" "$log"; then
+            record "$name" PASS
+        else
+            record "$name" FAIL
+        fi
+        cat "$log"
+    }
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
-    if "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion" >"$out/diffusion-run1.log" 2>&1 \
-        && grep -q "auto-tuned" "$out/diffusion-run1.log"; then
-        record "diffusion 256^3 autotune (tunes)" PASS
-    else
-        record "diffusion 256^3 autotune (tunes)" FAIL
-    fi
-    cat "$out/diffusion-run1.log"
-    if "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion" >"$out/diffusion-run2.log" 2>&1 \
-        && grep -q "from the tune cache" "$out/diffusion-run2.log"; then
-        record "diffusion 256^3 second run uses tune cache" PASS
-    else
-        record "diffusion 256^3 second run uses tune cache" FAIL
-    fi
-    cat "$out/diffusion-run2.log"
-    "$BIN/diffusion" --size 256 --steps 200 --precision f64 --engine device --block 32x8 --march 4 \
-        --output "$out/diffusion64" >"$out/diffusion-f64.log" 2>&1 && record "diffusion f64 fixed device engine" PASS \
-        || record "diffusion f64 fixed device engine" FAIL
-    cat "$out/diffusion-f64.log"
-    if ! "$BIN/diffusion" --size 4096 --precision f64 --engine device >"$out/oom.log" 2>&1 \
-        && grep -q "GiB of GPU memory but only" "$out/oom.log"; then
-        record "diffusion 4096^3 f64: clear out-of-memory error" PASS
-    else
-        record "diffusion 4096^3 f64: clear out-of-memory error" FAIL
-    fi
-    cat "$out/oom.log"
+    expect "diffusion 256^3 autotune (tunes)" ok "auto-tuned" "$out/diffusion-run1.log" \
+        "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion"
+    expect "diffusion 256^3 second run uses tune cache" ok "from the tune cache" "$out/diffusion-run2.log" \
+        "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion"
+    expect "diffusion f64 fixed device engine" ok "relative L2 error" "$out/diffusion-f64.log" \
+        "$BIN/diffusion" --size 256 --steps 200 --precision f64 --engine device --block 32x8 --march 4 \
+        --output "$out/diffusion64"
+    expect "diffusion 4096^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/oom.log" \
+        "$BIN/diffusion" --size 4096 --precision f64 --engine device
 
     for b in "$BIN"/benches/*; do
         if "$b" --bench --noplot >"$out/criterion-$(basename "$b").log" 2>&1; then
