@@ -1,11 +1,13 @@
 //! The diffusion benchmark of the paper's table: for each grid and precision, the launch shape the tuner
 //! chose, its GLUPS and effective bandwidth against a device-to-device copy measured in the same run, and
 //! the fixed (128,1)/march=2 launch for comparison. Kernels are timed with CUDA events, after tuning.
+//! Each grid can be tuned several times, over every kernel variant ([`VariantSet::Auto`]) and over each
+//! one alone, so one run shows what each variant reaches and what the tuner picks.
 
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::{LoopEngine, TuningReport};
+use lattice_gpu_host::engine::{LoopEngine, TuningReport, Variant};
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
     Loop3D,
@@ -15,6 +17,43 @@ use lattice_gpu_kernels::stencil::GpuEntry;
 
 use crate::diffusion::{Problem, Result};
 
+/// The kernel variants a benchmark row is tuned over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VariantSet {
+    /// Every variant, the tuner choosing (what applications get by default).
+    Auto,
+    /// One variant, forced.
+    Only(Variant),
+}
+
+impl VariantSet {
+    /// `"auto"` or the variant's name.
+    pub fn label(self) -> &'static str {
+        match self {
+            VariantSet::Auto => "auto",
+            VariantSet::Only(v) => v.name(),
+        }
+    }
+
+    /// The set named `s` (`auto`, `plain`, `zqueue`, `tiled`).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(VariantSet::Auto),
+            _ => Variant::from_name(s).map(VariantSet::Only).ok_or_else(|| {
+                format!("`{s}` is not a kernel variant: use auto, plain, zqueue or tiled")
+            }),
+        }
+    }
+
+    /// The variants tuned over.
+    pub fn variants(self) -> Vec<Variant> {
+        match self {
+            VariantSet::Auto => Variant::ALL.to_vec(),
+            VariantSet::Only(v) => vec![v],
+        }
+    }
+}
+
 /// One row of the table.
 #[derive(Clone, Debug)]
 pub struct BenchRow {
@@ -22,6 +61,8 @@ pub struct BenchRow {
     pub size: [usize; 3],
     /// "f32" or "f64".
     pub precision: &'static str,
+    /// The variants tuned over.
+    pub variants: VariantSet,
     /// What the tuner found.
     pub tuning: TuningReport,
     /// Median ms per step with the tuned shape.
@@ -100,40 +141,78 @@ where
     }
 }
 
-/// Benchmarks one grid and precision on `gpu`.
+/// Benchmarks one grid and precision on `gpu`, tuned over every variant.
 pub fn bench_one<T: Element>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let mut rows = bench_variants::<T>(gpu, size, &[VariantSet::Auto])?;
+    Ok(rows.remove(0))
+}
+
+/// Benchmarks one grid and precision on `gpu`: one row per entry of `sets`, each tuned afresh (in
+/// memory) over its variants and timed; the fixed launch is timed once and shared by the rows.
+pub fn bench_variants<T: Element>(
+    gpu: &Arc<Gpu>,
+    size: [usize; 3],
+    sets: &[VariantSet],
+) -> Result<Vec<BenchRow>>
 where
     Diffusion3d<T>: GpuEntry,
 {
     let problem = Problem::new(size, 0.1, None)?;
     let shape = problem.shape::<T>()?;
     gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;
-    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let initial = shape.embed(&problem.sine_mode::<T>(), T::ZERO)?;
-    let mut f = tuner.alloc::<T>(shape)?;
-    let mut g = tuner.alloc::<T>(shape)?;
+    let mut f = fixed.alloc::<T>(shape)?;
+    let mut g = fixed.alloc::<T>(shape)?;
     f.upload(&initial)?;
     g.upload(&initial)?;
 
-    let mut lp = Loop3D::new(&tuner, shape.interior_range())?;
-    let tuning = run_until_tuned(&mut lp, &mut f, &mut g, &problem)?;
-    // Batches of about 20 ms, so event resolution and launch gaps do not matter.
-    let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
-    let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
-
-    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut lp = Loop3D::new(&fixed, shape.interior_range())?;
     let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, 3, 1)?;
     let per_batch = ((20.0 / fixed_ms.max(1e-3)) as usize).clamp(3, 2000);
     let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
 
-    Ok(BenchRow {
-        size,
-        precision: T::NAME,
-        tuning,
-        tuned_ms,
-        fixed_ms,
-        bytes: problem.bytes_per_step::<T>(),
-        points: problem.points(),
-    })
+    let mut rows = Vec::with_capacity(sets.len());
+    for &set in sets {
+        let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+            .variants(&set.variants());
+        let mut lp = Loop3D::new(&tuner, shape.interior_range())?;
+        let tuning = run_until_tuned(&mut lp, &mut f, &mut g, &problem)?;
+        // Batches of about 20 ms, so event resolution and launch gaps do not matter.
+        let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
+        let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
+        rows.push(BenchRow {
+            size,
+            precision: T::NAME,
+            variants: set,
+            tuning,
+            tuned_ms,
+            fixed_ms,
+            bytes: problem.bytes_per_step::<T>(),
+            points: problem.points(),
+        });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_sets_parse_and_name_themselves() {
+        for name in ["auto", "plain", "zqueue", "tiled"] {
+            assert_eq!(VariantSet::parse(name).unwrap().label(), name);
+        }
+        assert_eq!(VariantSet::Auto.variants(), Variant::ALL.to_vec());
+        assert_eq!(
+            VariantSet::parse("tiled").unwrap().variants(),
+            vec![Variant::Tiled]
+        );
+        let e = VariantSet::parse("fast").unwrap_err();
+        assert!(e.contains("fast") && e.contains("zqueue"), "{e}");
+    }
 }

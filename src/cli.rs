@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::Variant;
 use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
 
 /// Which loop engine runs the work.
@@ -17,6 +18,27 @@ pub enum EngineKind {
     Device,
     /// The GPU, launch shape tuned on the real work and cached.
     Autotune,
+}
+
+/// How a 3-D stencil kernel reads its input (see `Variant` in the stencil framework).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VariantArg {
+    /// Every neighbour from global memory, every step.
+    Plain,
+    /// The thread's z column kept in registers while it marches.
+    Zqueue,
+    /// Each xy plane staged in shared memory by the block, the z column in registers.
+    Tiled,
+}
+
+impl From<VariantArg> for Variant {
+    fn from(v: VariantArg) -> Self {
+        match v {
+            VariantArg::Plain => Variant::Plain,
+            VariantArg::Zqueue => Variant::ZQueue,
+            VariantArg::Tiled => Variant::Tiled,
+        }
+    }
 }
 
 /// Floating-point precision of fields and arithmetic.
@@ -43,6 +65,10 @@ pub struct EngineArgs {
     /// Points each thread marches along the last axis, for `--engine device`.
     #[arg(long, default_value_t = 2)]
     pub march: u32,
+    /// Kernel variant: the one `--engine device` launches [default: plain], or the only one
+    /// `--engine autotune` tunes [default: every variant, chosen with the block shape].
+    #[arg(long, value_enum)]
+    pub variant: Option<VariantArg>,
     /// Tune again even where the tune cache has a result.
     #[arg(long)]
     pub retune: bool,
@@ -83,6 +109,7 @@ impl EngineArgs {
             block_x: self.block.0,
             block_y: self.block.1,
             march: self.march,
+            variant: self.variant.map_or(Variant::Plain, Variant::from),
         }
     }
 
@@ -92,7 +119,11 @@ impl EngineArgs {
             (false, Some(path)) => TuneCache::load(path),
             _ => TuneCache::in_memory(),
         };
-        DeviceAutoTuningLoopEngine::new(gpu, cache).retune(self.retune)
+        let tuner = DeviceAutoTuningLoopEngine::new(gpu, cache).retune(self.retune);
+        match self.variant {
+            Some(v) => tuner.variants(&[v.into()]),
+            None => tuner,
+        }
     }
 }
 

@@ -1,8 +1,17 @@
 //! The diffusion point update through the CPU engine against an independent naive f64 loop, the scheme's
-//! exact decay of the sine mode, and bad input.
+//! exact decay of the sine mode, and bad input; and every GPU kernel variant with every tuning candidate,
+//! run by the launch emulator on the CPU, against the CPU engine bit for bit.
 
 use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
-use lattice_gpu::host::{Field, HostLoopEngine, Loop3D, LoopEngine, Shape};
+use lattice_gpu::host::engine::emulate::EMULATED_MAX_THREADS;
+use lattice_gpu::host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
+use lattice_gpu::host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
+use lattice_gpu::kernels::device::math::Real;
+use lattice_gpu::kernels::diffusion::Diffusion3d;
+use lattice_gpu::kernels::stencil::LoopRange;
+use lattice_gpu::kernels::stencil::{
+    ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
+};
 use rand::{Rng, SeedableRng};
 
 /// One explicit step written plainly in f64 on a `(nx+2) x (ny+2) x (nz+2)` array: shares no code with
@@ -188,4 +197,201 @@ fn bad_parameters_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("dt"), "{e}");
+}
+
+fn random<T: Real>(len: usize, seed: u64) -> Vec<T> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| T::from_f64(rng.random_range(-1.0..1.0)))
+        .collect()
+}
+
+/// Checks `got` equals `want` bit for bit inside `r` and is still NaN (untouched) outside it.
+fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, r: &LoopRange, what: &str) {
+    let s = shape.size();
+    let inside_axis = |a: usize, v: usize| (r.begin[a] as usize..r.end[a] as usize).contains(&v);
+    for k in 0..s[2] {
+        for j in 0..s[1] {
+            for i in 0..s[0] {
+                let ix = shape.index(i, j, k);
+                if inside_axis(0, i) && inside_axis(1, j) && inside_axis(2, k) {
+                    assert!(
+                        got[ix].to_f64().to_bits() == want[ix].to_f64().to_bits(),
+                        "{what}: point ({i},{j},{k}) is {:?}, host engine gives {:?}",
+                        got[ix],
+                        want[ix]
+                    );
+                } else {
+                    assert!(
+                        got[ix].to_f64().is_nan(),
+                        "{what}: point ({i},{j},{k}) outside the range was written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Runs `update(f, g)` over `range` on the host engine and, for every candidate of the default tuning
+/// space (every variant, every shape), through the launch emulator; each output starts as NaN. Returns
+/// the number of candidates per variant.
+fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
+    shape: Shape,
+    range: LoopRange,
+    update: impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
+    what: &str,
+) -> [usize; 3] {
+    let poison = vec![T::from_f64(f64::NAN); shape.len()];
+    let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
+    f.upload(&random::<T>(shape.len(), 7)).unwrap();
+    g.upload(&poison).unwrap();
+    Loop3D::new(&HostLoopEngine, range)
+        .unwrap()
+        .run(&update(&f, &mut g))
+        .unwrap();
+    let want = g.download().unwrap();
+    let candidates = tune_candidates(
+        &TuneSpace::table1_all_variants(),
+        &range,
+        &KernelInfo::of3d::<F>(),
+        EMULATED_MAX_THREADS,
+    );
+    let mut counts = [0; 3];
+    for c in candidates {
+        counts[c.variant as usize] += 1;
+        g.upload(&poison).unwrap();
+        emulate3d(&update(&f, &mut g), &range, c).unwrap();
+        check_written(
+            &g.download().unwrap(),
+            &want,
+            &shape,
+            &range,
+            &format!("{what} {} {c}", T::NAME),
+        );
+    }
+    counts
+}
+
+fn diffusion_variants_emulated<T: Element>()
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let compact = problem.shape::<T>().unwrap();
+    let padded = compact.aligned_rows(std::mem::size_of::<T>(), f64::INFINITY);
+    assert_ne!(compact, padded);
+    for shape in [compact, padded] {
+        let counts = every_candidate_emulated(
+            shape,
+            shape.interior_range(),
+            |f, g| Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h),
+            "diffusion",
+        );
+        assert!(counts.iter().all(|&n| n >= 100), "candidates {counts:?}");
+    }
+}
+
+#[test]
+fn emulated_kernel_variants_match_host_engine_f32() {
+    diffusion_variants_emulated::<f32>();
+}
+
+#[test]
+fn emulated_kernel_variants_match_host_engine_f64() {
+    diffusion_variants_emulated::<f64>();
+}
+
+/// A stencil wider than diffusion's, reading tile corners and points off the z column in other planes:
+/// radius (2, 1, 2), 13 reads. Not a physical update, a test of the sources' reach.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Wide {
+    f: FieldRef<f64>,
+    out: FieldMut<f64>,
+}
+
+impl PointUpdate3D for Wide {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [2, 1, 2];
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.update_with(idx, &self.f)
+    }
+}
+
+impl StencilUpdate3D for Wide {
+    fn input(&self) -> FieldRef<f64> {
+        self.f
+    }
+    fn update_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) {
+        let v = 0.5 * f.at::<0, 0, 0>(idx)
+            + 0.25 * f.at::<2, 0, 0>(idx)
+            + 0.125 * f.at::<-2, 0, 0>(idx)
+            + 0.0625 * f.at::<-1, 1, 0>(idx)
+            + 0.03125 * f.at::<1, -1, 0>(idx)
+            + 0.75 * f.at::<0, 1, 0>(idx)
+            + 0.375 * f.at::<-2, -1, 0>(idx)
+            + 1.5 * f.at::<0, 0, 2>(idx)
+            + 1.25 * f.at::<0, 0, -2>(idx)
+            + 1.125 * f.at::<0, 0, 1>(idx)
+            + 1.0625 * f.at::<0, 0, -1>(idx)
+            + 0.875 * f.at::<1, 0, 1>(idx)
+            + 0.625 * f.at::<0, -1, -2>(idx);
+        self.out.set(idx.ix(), v);
+    }
+}
+
+impl GpuEntry for Wide {
+    const ENTRY: &'static str = "wide";
+    const ZQUEUE_ENTRY: Option<&'static str> = Some("wide_zqueue");
+    const TILED_ENTRY: Option<&'static str> = Some("wide_tiled");
+}
+
+#[test]
+fn emulated_variants_of_a_wider_stencil_match_host_engine() {
+    let shape = Shape::new_3d([21, 13, 11], 2).unwrap();
+    // A range that stops short of the interior on some sides, so blocks straddle its edges.
+    let r = shape.interior_range();
+    let range = LoopRange {
+        begin: [r.begin[0] + 1, r.begin[1], r.begin[2] + 2],
+        end: [r.end[0], r.end[1] - 1, r.end[2] - 1],
+        ..r
+    };
+    let counts = every_candidate_emulated(
+        shape,
+        range,
+        |f, g| Wide {
+            f: f.view(),
+            out: g.view_mut(),
+        },
+        "wide stencil",
+    );
+    assert!(counts.iter().all(|&n| n >= 50), "candidates {counts:?}");
+}
+
+#[test]
+fn emulator_refuses_what_a_launch_would() {
+    let problem = Problem::new([9, 9, 9], 0.1, None).unwrap();
+    let shape = Shape::new_3d([9, 9, 9], 1).unwrap();
+    let f = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<f32>(shape).unwrap();
+    let update = problem.update(&f, &mut g);
+    let too_many = LaunchShape {
+        block_x: 64,
+        block_y: 32,
+        march: 1,
+        variant: Variant::Tiled,
+    };
+    let e = emulate3d(&update, &shape.interior_range(), too_many)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not valid"), "{e}");
+    let no_margin = LoopRange {
+        begin: [0, 1, 1],
+        ..shape.interior_range()
+    };
+    let e = emulate3d(&update, &no_margin, LaunchShape::FIXED)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("margin"), "{e}");
 }

@@ -1,5 +1,6 @@
 //! GPU tests: the device layer's kernels against its host meaning, and the device and auto-tuning engines
-//! against the CPU engine for every tuning candidate on odd sizes, outputs poisoned with NaN first.
+//! against the CPU engine for every tuning candidate (every kernel variant with every launch shape) on odd
+//! sizes, outputs poisoned with NaN first.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes, so CI (which has none) stays green;
 //! `LATTICE_GPU_REQUIRE_GPU=1` (set by scripts/gpu-check.sh) turns the skip into a failure.
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
 use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::engine::{Dims, LoopEngine};
+use lattice_gpu::host::engine::{KernelInfo, LoopEngine, TuneSpace, Variant};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Error, Field, Gpu,
     HostLoopEngine, LaunchShape, Loop2D, Loop3D, Shape,
@@ -105,12 +106,14 @@ where
     let want = hg.download().unwrap();
 
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
-    let candidates = tuner.candidates(&shape.interior_range(), Dims::Three);
-    assert!(
-        candidates.len() >= 100,
-        "only {} candidates",
-        candidates.len()
+    let candidates = tuner.candidates(
+        &shape.interior_range(),
+        &KernelInfo::of3d::<Diffusion3d<T>>(),
     );
+    for v in Variant::ALL {
+        let n = candidates.iter().filter(|c| c.variant == v).count();
+        assert!(n >= 100, "only {n} {} candidates", v.name());
+    }
     let mut engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut f = engine.alloc::<T>(shape).unwrap();
     let mut g = engine.alloc::<T>(shape).unwrap();
@@ -153,7 +156,9 @@ where
     let input = random::<T>(problem.points() as usize, 11);
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(2);
     let range = problem.shape::<T>().unwrap().interior_range();
-    let tuning_steps = 2 * tuner.candidates(&range, Dims::Three).len();
+    let tuning_steps = 2 * tuner
+        .candidates(&range, &KernelInfo::of3d::<Diffusion3d<T>>())
+        .len();
     let steps = tuning_steps + 9;
     let host = simulate(
         &HostLoopEngine,
@@ -187,6 +192,86 @@ fn autotuned_steps_are_real_steps() {
     }
 }
 
+/// A tuner forced to one variant tunes only its shapes, picks it, and its run equals the host engine's.
+fn forced_variant_runs_match_host<T: Element>(gpu: &Arc<Gpu>)
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
+    let input = random::<T>(problem.points() as usize, 17);
+    let steps = 40;
+    let host = simulate(
+        &HostLoopEngine,
+        &problem,
+        || Ok(input.clone()),
+        steps,
+        |_| {},
+    )
+    .unwrap();
+    for v in Variant::ALL {
+        // Few candidates, so that the run ends tuned.
+        let space = TuneSpace::table1()
+            .with("block_x", vec![8, 32])
+            .with("march", vec![1, 4]);
+        let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+            .reps(1)
+            .space(space)
+            .variants(&[v]);
+        let dev = simulate(&tuner, &problem, || Ok(input.clone()), steps, |_| {}).unwrap();
+        let report = dev.tuning.expect("the tuner finished within the run");
+        assert_eq!(
+            report.best.variant,
+            v,
+            "{} tuner chose {}",
+            v.name(),
+            report.best
+        );
+        assert_eq!(report.candidates, 2 * 5 * 2);
+        let same = host
+            .field
+            .iter()
+            .zip(&dev.field)
+            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
+        assert!(
+            same,
+            "{} {} run differs from the host engine",
+            T::NAME,
+            v.name()
+        );
+    }
+}
+
+#[test]
+fn forced_variant_tuning_runs_that_variant() {
+    if let Some(gpu) = gpu("forced_variant_tuning_runs_that_variant") {
+        forced_variant_runs_match_host::<f32>(&gpu);
+        forced_variant_runs_match_host::<f64>(&gpu);
+    }
+}
+
+#[test]
+fn missing_variant_is_a_clear_error() {
+    let Some(gpu) = gpu("missing_variant_is_a_clear_error") else {
+        return;
+    };
+    let shape = Shape::new_2d([64, 64], 1).unwrap();
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED.with_variant(Variant::Tiled));
+    let f = engine.alloc::<f32>(shape).unwrap();
+    let mut g = engine.alloc::<f32>(shape).unwrap();
+    let err = Loop2D::new(&engine, shape.interior_range())
+        .unwrap()
+        .run(&Smooth2d {
+            f: f.view(),
+            out: g.view_mut(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("smooth2d_f32") && err.contains("no tiled variant"),
+        "{err}"
+    );
+}
+
 #[test]
 fn loop2d_matches_host_for_every_candidate() {
     let Some(gpu) = gpu("loop2d_matches_host_for_every_candidate") else {
@@ -209,8 +294,9 @@ fn loop2d_matches_host_for_every_candidate() {
     let want = hg.download().unwrap();
 
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
-    let candidates = tuner.candidates(&shape.interior_range(), Dims::Two);
+    let candidates = tuner.candidates(&shape.interior_range(), &KernelInfo::of2d::<Smooth2d>());
     assert!(candidates.len() >= 100);
+    assert!(candidates.iter().all(|c| c.variant == Variant::Plain));
     let mut engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut f = engine.alloc::<f32>(shape).unwrap();
     let mut g = engine.alloc::<f32>(shape).unwrap();
@@ -266,7 +352,8 @@ fn tune_cache_makes_the_second_run_start_tuned() {
     let init = problem.sine_mode::<f32>();
     let engine =
         || DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::load(path.clone())).reps(1);
-    let first = simulate(&engine(), &problem, || Ok(init.clone()), 200, |_| {})
+    // 3 variants x 125 shapes, 1 step each: the runs that tune take 400 steps.
+    let first = simulate(&engine(), &problem, || Ok(init.clone()), 400, |_| {})
         .unwrap()
         .tuning
         .unwrap();
@@ -281,16 +368,36 @@ fn tune_cache_makes_the_second_run_start_tuned() {
         &engine().retune(true),
         &problem,
         || Ok(init.clone()),
-        200,
+        400,
         |_| {},
     )
     .unwrap()
     .tuning
     .unwrap();
     assert!(!retuned.from_cache);
+    // The variants tuned over are part of the key: a run forced to one variant does not take the result
+    // of the run over all of them, and finds its own the next time.
+    let forced = || engine().variants(&[Variant::Tiled]);
+    let tiled = simulate(&forced(), &problem, || Ok(init.clone()), 200, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(!tiled.from_cache && tiled.best.variant == Variant::Tiled);
+    let tiled_again = simulate(&forced(), &problem, || Ok(init.clone()), 3, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(tiled_again.from_cache);
+    assert_eq!(tiled_again.best, tiled.best);
+    let all_again = simulate(&engine(), &problem, || Ok(init.clone()), 3, |_| {})
+        .unwrap()
+        .tuning
+        .unwrap();
+    assert!(all_again.from_cache);
+    assert_eq!(all_again.best, retuned.best);
     // A corrupt cache is ignored with a warning, not an error.
     std::fs::write(&path, "garbage\x00\n").unwrap();
-    let again = simulate(&engine(), &problem, || Ok(init.clone()), 200, |_| {})
+    let again = simulate(&engine(), &problem, || Ok(init.clone()), 400, |_| {})
         .unwrap()
         .tuning
         .unwrap();

@@ -114,7 +114,7 @@ impl<E: LoopEngine> std::fmt::Debug for Loop2D<'_, E> {
     }
 }
 
-fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
+pub(crate) fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
     if dims == 2 && (r.n[2] != 1 || r.begin[2] != 0 || r.end[2] != 1) {
         return Err(Error::InvalidSize(format!(
             "a 2-D range needs n[2] = 1 and z range 0..1, got {r:?}"
@@ -131,7 +131,7 @@ fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_radius(r: &LoopRange, radius: &[u32], entry: &str) -> Result<()> {
+pub(crate) fn check_radius(r: &LoopRange, radius: &[u32], entry: &str) -> Result<()> {
     for (a, &rad) in radius.iter().enumerate() {
         if r.begin[a] < rad || r.end[a] + rad > r.n[a] {
             return Err(Error::InvalidSize(format!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use lattice_gpu::bench::{bench_one, BenchRow};
+use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
 use lattice_gpu::diffusion::{relative_l2, simulate, DiffusionError, Problem, Result};
 use lattice_gpu::host::engine::LoopEngine;
@@ -28,7 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The paper's benchmark table on the GPU: tuned vs fixed launch, against the copy bandwidth.
+    /// The paper's benchmark table on the GPU: tuned (per kernel variant) vs fixed launch, against the
+    /// copy bandwidth.
     Bench(BenchArgs),
 }
 
@@ -68,6 +69,10 @@ struct BenchArgs {
     /// Precisions, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "f32,f64")]
     precision: Vec<Precision>,
+    /// Kernel variants to tune over, one row each, comma separated: auto (the tuner picks among all),
+    /// plain, zqueue, tiled (each forced), e.g. `--variants plain,zqueue,tiled,auto`.
+    #[arg(long, value_delimiter = ',', value_parser = VariantSet::parse, default_value = "auto")]
+    variants: Vec<VariantSet>,
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
     gpu: usize,
@@ -230,47 +235,52 @@ fn bench(args: &BenchArgs) -> Result<()> {
     let mut rows: Vec<BenchRow> = Vec::new();
     for &size in &args.sizes {
         for p in &args.precision {
-            let row = match p {
-                Precision::F32 => bench_one::<f32>(&gpu, size),
-                Precision::F64 => bench_one::<f64>(&gpu, size),
+            let measured = match p {
+                Precision::F32 => bench_variants::<f32>(&gpu, size, &args.variants),
+                Precision::F64 => bench_variants::<f64>(&gpu, size, &args.variants),
             };
-            match row {
-                Ok(r) => {
-                    println!(
-                        "  {} {}: tuned {} {:.1} GLUPS, fixed {:.1} GLUPS",
-                        fmt_dims(&size),
-                        r.precision,
-                        r.tuning.best,
-                        r.glups(),
-                        r.fixed_glups()
-                    );
-                    rows.push(r)
+            match measured {
+                Ok(measured) => {
+                    for r in measured {
+                        println!(
+                            "  {} {} {}: tuned {} {:.1} GLUPS, fixed {:.1} GLUPS",
+                            fmt_dims(&size),
+                            r.precision,
+                            r.variants.label(),
+                            r.tuning.best,
+                            r.glups(),
+                            r.fixed_glups()
+                        );
+                        rows.push(r)
+                    }
                 }
                 Err(e) => println!("  {} {:?}: skipped: {e}", fmt_dims(&size), p),
             }
         }
     }
     let copy_after = gpu.copy_bandwidth(args.copy_bytes, 20)?;
-    let header = "| grid | prec | tuned shape | ms/step | GLUPS | GFLOPS | GB/s | of copy | fixed GLUPS | tuned/fixed | tuning steps | overhead ms |";
+    let header = "| grid | prec | variants | tuned shape | ms/step | GLUPS | GFLOPS | GB/s | of copy | fixed GLUPS | tuned/fixed | tuning steps | overhead ms |";
     let mut table = vec![
         header.to_string(),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
     ];
-    let mut csv = vec!["grid,precision,block_x,block_y,march,ms_per_step,glups,gflops,gbs,copy_gbs,ratio,fixed_glups,speedup,tuning_steps,overhead_ms".to_string()];
+    let mut csv = vec!["grid,precision,variants,block_x,block_y,march,variant,ms_per_step,glups,gflops,gbs,copy_gbs,ratio,fixed_glups,speedup,tuning_steps,overhead_ms".to_string()];
     for r in &rows {
         let s = r.tuning.best;
         table.push(format!(
-            "| {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} |",
-            fmt_dims(&r.size), r.precision, s, r.tuned_ms, r.glups(), r.gflops(), r.gbs(),
+            "| {} | {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} |",
+            fmt_dims(&r.size), r.precision, r.variants.label(), s, r.tuned_ms, r.glups(), r.gflops(), r.gbs(),
             100.0 * r.gbs() / copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms()
         ));
         csv.push(format!(
-            "{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3}",
+            "{},{},{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3}",
             fmt_dims(&r.size),
             r.precision,
+            r.variants.label(),
             s.block_x,
             s.block_y,
             s.march,
+            s.variant.name(),
             r.tuned_ms,
             r.glups(),
             r.gflops(),

@@ -49,6 +49,16 @@ impl ArrayIndex3D {
             .wrapping_add_signed(DX as isize + DY as isize * nx + DZ as isize * nxy)
     }
 
+    /// Linear index of the neighbour at offset (dx, dy, dz) given at run time; the same as
+    /// [`at`](Self::at) once the offsets are constants (the staged loops pass their radius here).
+    #[inline(always)]
+    pub fn offset(&self, dx: i32, dy: i32, dz: i32) -> usize {
+        let nx = self.n[0] as isize;
+        let nxy = nx * self.n[1] as isize;
+        self.ix
+            .wrapping_add_signed(dx as isize + dy as isize * nx + dz as isize * nxy)
+    }
+
     /// x position.
     #[inline(always)]
     pub fn i(&self) -> u32 {
@@ -156,6 +166,8 @@ mod tests {
         assert_eq!(idx.at::<0, 0, 1>(), idx.ix() + 20);
         assert_eq!(idx.at::<0, 0, -1>(), idx.ix() - 20);
         assert_eq!(idx.at::<-2, 2, -1>(), idx.ix() - 2 + 10 - 20);
+        assert_eq!(idx.offset(-2, 2, -1), idx.at::<-2, 2, -1>());
+        assert_eq!(idx.offset(0, 0, 1), idx.at::<0, 0, 1>());
         idx.next_k();
         assert_eq!((idx.i(), idx.j(), idx.k()), (2, 1, 2));
         assert_eq!(idx.ix(), 2 + 5 * (1 + 4 * 2));

@@ -1,9 +1,15 @@
 //! The loops a generated kernel runs: each thread takes one (x, y) column of the range from its block
-//! and grid position and marches `march` points along the last axis.
+//! and grid position and marches `march` points along the last axis. 3-D loops come in three variants
+//! ([`Variant`](super::Variant)): plain, z-queue and tiled.
 
-use super::{ArrayIndex2D, ArrayIndex3D, PointUpdate2D, PointUpdate3D};
+use super::{
+    ArrayIndex2D, ArrayIndex3D, FieldRef, PointUpdate2D, PointUpdate3D, StencilUpdate3D, Tile,
+    ZQueue,
+};
+use crate::device::shared::SharedPtr;
 use crate::device::thread::{
-    block_dim_x, block_dim_y, block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y,
+    block_dim_x, block_dim_y, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x,
+    thread_idx_y,
 };
 
 /// The points to update: the array size `n` (margins included) and the half-open range
@@ -35,26 +41,271 @@ impl LoopRange {
     }
 }
 
+/// Where a thread of a generated 3-D kernel sits: `blockIdx`, `blockDim` (x, y) and `threadIdx` (x, y).
+/// The loops take it as a value so that the host can run them for any thread of any launch (the launch
+/// emulator of the tests); kernels pass [`ThreadCoords::current`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadCoords {
+    /// Block index (x, y, z) in the grid.
+    pub block_idx: [u32; 3],
+    /// Threads per block (x, y).
+    pub block_dim: [u32; 2],
+    /// Thread index (x, y) in the block.
+    pub thread_idx: [u32; 2],
+}
+
+impl ThreadCoords {
+    /// The calling GPU thread's coordinates (all zero, block 1 x 1, on the host).
+    #[inline(always)]
+    pub fn current() -> Self {
+        Self {
+            block_idx: [block_idx_x(), block_idx_y(), block_idx_z()],
+            block_dim: [block_dim_x(), block_dim_y()],
+            thread_idx: [thread_idx_x(), thread_idx_y()],
+        }
+    }
+
+    /// The (x, y) point of this thread's column in `r`.
+    #[inline(always)]
+    fn column(&self, r: &LoopRange) -> (u32, u32) {
+        (
+            r.begin[0] + self.block_idx[0] * self.block_dim[0] + self.thread_idx[0],
+            r.begin[1] + self.block_idx[1] * self.block_dim[1] + self.thread_idx[1],
+        )
+    }
+
+    /// The z points `k0..k1` of this thread's block: `march` points from the block's grid z. The grid
+    /// must not reach beyond the range in z (the host's launch configuration never does).
+    #[inline(always)]
+    fn slab(&self, r: &LoopRange, march: u32) -> (u32, u32) {
+        let k0 = r.begin[2] + self.block_idx[2] * march;
+        let k1 = if r.end[2] - k0 > march {
+            k0 + march
+        } else {
+            r.end[2]
+        };
+        (k0, k1)
+    }
+}
+
 /// Runs `f` over this thread's z column: grid x/y of blocks x/y cover the range's x/y, grid z covers z in
-/// steps of `march`.
+/// steps of `march`. The plain variant: `f` loads every neighbour from global memory.
 #[inline(always)]
 pub fn device_loop3d<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32) {
-    let i = r.begin[0] + block_idx_x() * block_dim_x() + thread_idx_x();
-    let j = r.begin[1] + block_idx_y() * block_dim_y() + thread_idx_y();
+    plain_thread(f, r, march, ThreadCoords::current())
+}
+
+/// [`device_loop3d`] for the thread at `c`.
+#[inline(always)]
+pub fn plain_thread<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
+    let (i, j) = c.column(r);
     if i >= r.end[0] || j >= r.end[1] {
         return;
     }
-    let k0 = r.begin[2] + block_idx_z() * march;
-    let k1 = if r.end[2] - k0 > march {
-        k0 + march
-    } else {
-        r.end[2]
-    };
+    let (k0, k1) = c.slab(r, march);
     let mut idx = ArrayIndex3D::new(r.n);
     idx.set(i, j, k0);
     for _ in k0..k1 {
         f.update(&idx);
         idx.next_k();
+    }
+}
+
+/// As [`device_loop3d`], with the thread's input column in a register [`ZQueue`]: each step loads one new
+/// plane of the column instead of `2 RADIUS[2] + 1`; off-column neighbours come from global memory.
+#[inline(always)]
+pub fn device_loop3d_zqueue<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32) {
+    zqueue_thread(f, r, march, ThreadCoords::current())
+}
+
+/// [`device_loop3d_zqueue`] for the thread at `c`.
+#[inline(always)]
+pub fn zqueue_thread<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
+    let (i, j) = c.column(r);
+    let (k0, k1) = c.slab(r, march);
+    if i >= r.end[0] || j >= r.end[1] || k0 >= k1 {
+        return;
+    }
+    let mut idx = ArrayIndex3D::new(r.n);
+    idx.set(i, j, k0);
+    let mut queue = ZQueue::load(f, &idx);
+    let mut k = k0;
+    loop {
+        f.update_with(&idx, &queue);
+        k += 1;
+        if k == k1 {
+            break;
+        }
+        idx.next_k();
+        queue.advance(&idx);
+    }
+}
+
+/// Bytes of dynamic shared memory a tiled launch with `block` threads (x, y) needs for an update of
+/// `radius` with `elem_bytes`-byte elements: two buffers (so each plane needs one barrier, not two) of
+/// the block's tile with its halo.
+pub const fn tile_shared_bytes(block: [u32; 2], radius: [u32; 3], elem_bytes: usize) -> usize {
+    2 * (block[0] + 2 * radius[0]) as usize * (block[1] + 2 * radius[1]) as usize * elem_bytes
+}
+
+/// As [`device_loop3d`], 2.5-D tiled: per z plane the block stages its xy tile of the input, with a halo
+/// of `RADIUS[0..2]`, in dynamic shared memory ([`tile_shared_bytes`] of it, sized by the launch); each
+/// thread keeps its column in a [`ZQueue`]. `f` reads in-plane neighbours from the tile ([`Tile`]).
+///
+/// Every thread of the block stays in the loop to the end, because of the barrier: threads outside the
+/// range skip the work, not the barrier.
+#[inline(always)]
+pub fn device_loop3d_tiled<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32) {
+    let tile = SharedPtr::dynamic();
+    let mut t = TiledThread::new(f, r, march, ThreadCoords::current());
+    for s in 0..t.steps() {
+        // SAFETY: the host launches tiled entries with `tile_shared_bytes` of dynamic shared memory.
+        unsafe { t.stage(tile, s) };
+        sync_threads();
+        // SAFETY: as above; the barrier made every thread's staged cells of this plane visible.
+        unsafe { t.compute(f, tile, s) };
+        t.advance(s);
+    }
+}
+
+/// One thread of a tiled block, split at the barrier: per step `s`, [`stage`](Self::stage) (every thread),
+/// a block barrier, [`compute`](Self::compute) and [`advance`](Self::advance). The tile is double
+/// buffered (step `s` uses buffer `s % 2`): a thread staging plane `s + 1` cannot overwrite what a slower
+/// thread still reads of plane `s`, and the barrier of step `s + 1` orders it before anyone stages `s + 2`
+/// into the same buffer, so one barrier per plane suffices.
+#[derive(Clone, Copy, Debug)]
+pub struct TiledThread<F: PointUpdate3D> {
+    idx: ArrayIndex3D,
+    queue: ZQueue<F>,
+    input: FieldRef<F::Real>,
+    steps: u32,
+    /// The column is inside the range: this thread computes points.
+    compute: bool,
+    /// The column is within the radius of the range: computing threads read it, so its queue is kept.
+    column: bool,
+    thread: [u32; 2],
+    block: [u32; 2],
+    /// Tile row length, `block_x + 2 RADIUS[0]`.
+    pitch: u32,
+    /// Cells of one tile buffer.
+    cells: u32,
+    /// Linear index of tile cell (0, 0) in the current plane.
+    origin: usize,
+    /// Tile cells (x, y) at or beyond this are outside the range's radius: nobody reads them, and they
+    /// may lie outside the array, so they are not loaded.
+    limit: [u32; 2],
+}
+
+impl<F: StencilUpdate3D> TiledThread<F> {
+    /// The thread at `c` of a tiled launch over `r`, its queue loaded.
+    #[inline(always)]
+    pub fn new(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) -> Self {
+        let [rx, ry, _] = F::RADIUS;
+        let [bx, by] = c.block_dim;
+        let (i, j) = c.column(r);
+        let (k0, k1) = c.slab(r, march);
+        let (x0, y0) = (i - c.thread_idx[0] - rx, j - c.thread_idx[1] - ry);
+        let mut idx = ArrayIndex3D::new(r.n);
+        idx.set(i, j, k0);
+        let mut origin = ArrayIndex3D::new(r.n);
+        origin.set(x0, y0, k0);
+        let column = i < r.end[0] + rx && j < r.end[1] + ry && k0 < k1;
+        Self {
+            idx,
+            queue: if column {
+                ZQueue::load(f, &idx)
+            } else {
+                ZQueue::empty(f)
+            },
+            input: f.input(),
+            steps: k1.saturating_sub(k0),
+            compute: i < r.end[0] && j < r.end[1],
+            column,
+            thread: c.thread_idx,
+            block: c.block_dim,
+            pitch: bx + 2 * rx,
+            cells: (bx + 2 * rx) * (by + 2 * ry),
+            origin: origin.ix(),
+            limit: [r.end[0] + rx - x0, r.end[1] + ry - y0],
+        }
+    }
+
+    /// Planes this block computes; the same for every thread of the block.
+    #[inline(always)]
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// Before the barrier of step `s`: writes this thread's share of the current plane's tile into buffer
+    /// `s % 2` of `tile`: its own cell from its queue, and halo cells (rows above and below the block,
+    /// corners included, then the columns left and right of its row) from global memory.
+    ///
+    /// # Safety
+    /// `tile` must point to [`tile_shared_bytes`] bytes that the block's threads share.
+    #[inline(always)]
+    pub unsafe fn stage(&self, tile: SharedPtr<F::Real>, s: u32) {
+        let [rx, ry, _] = F::RADIUS;
+        let [tx, ty] = self.thread;
+        let [bx, by] = self.block;
+        let w = self.pitch;
+        let buf = tile.wrapping_add((s & 1) as usize * self.cells as usize);
+        if self.column {
+            buf.wrapping_add(((ty + ry) * w + tx + rx) as usize)
+                .write(self.queue.centre());
+        }
+        let nx = self.idx.size()[0] as usize;
+        let load = |cx: u32, cy: u32| {
+            if cx < self.limit[0] && cy < self.limit[1] {
+                let v = self.input.get(self.origin + cx as usize + nx * cy as usize);
+                buf.wrapping_add((cy * w + cx) as usize).write(v);
+            }
+        };
+        let mut cy = ty;
+        while cy < ry {
+            let mut cx = tx;
+            while cx < w {
+                load(cx, cy);
+                load(cx, cy + ry + by);
+                cx += bx;
+            }
+            cy += by;
+        }
+        let mut cx = tx;
+        while cx < rx {
+            load(cx, ty + ry);
+            load(cx + rx + bx, ty + ry);
+            cx += bx;
+        }
+    }
+
+    /// After the barrier of step `s`: computes this thread's point, if it is inside the range, reading
+    /// the plane from buffer `s % 2` of `tile`.
+    ///
+    /// # Safety
+    /// As [`stage`](Self::stage), and every thread of the block must have staged step `s`.
+    #[inline(always)]
+    pub unsafe fn compute(&self, f: &F, tile: SharedPtr<F::Real>, s: u32) {
+        if self.compute {
+            let [rx, ry, _] = F::RADIUS;
+            let [tx, ty] = self.thread;
+            let cell = (s & 1) as usize * self.cells as usize
+                + ((ty + ry) * self.pitch + tx + rx) as usize;
+            f.update_with(
+                &self.idx,
+                &Tile::new(tile.wrapping_add(cell), self.pitch as usize, &self.queue),
+            );
+        }
+    }
+
+    /// The end of step `s`: moves to the next plane and loads the queue's new plane.
+    #[inline(always)]
+    pub fn advance(&mut self, s: u32) {
+        self.idx.next_k();
+        let [nx, ny, _] = self.idx.size();
+        self.origin += nx as usize * ny as usize;
+        if self.column && s + 1 < self.steps {
+            self.queue.advance(&self.idx);
+        }
     }
 }
 

@@ -9,15 +9,22 @@
 mod field;
 mod index;
 mod loops;
+mod source;
 
 pub use field::{FieldMut, FieldRef};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
-pub use loops::{device_loop2d, device_loop3d, LoopRange};
+pub use loops::{
+    device_loop2d, device_loop3d, device_loop3d_tiled, device_loop3d_zqueue, plain_thread,
+    tile_shared_bytes, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
+};
+pub use source::{Source3D, Tile, ZQueue, ZQUEUE_MAX_RADIUS};
 
 use crate::device::math::Real;
 
 /// The update of one point of a 3-D grid. Implementations must be `#[repr(C)]` (the struct is passed to
 /// the GPU kernel by value) and must not use block barriers (threads outside the range return early).
+/// Updates with one stencil input field can also implement [`StencilUpdate3D`] to get the staged
+/// kernel variants.
 pub trait PointUpdate3D: Copy + Send + Sync {
     /// The working precision; names the precision in tune-cache keys and bandwidth figures.
     type Real: Real;
@@ -26,6 +33,66 @@ pub trait PointUpdate3D: Copy + Send + Sync {
     const RADIUS: [u32; 3] = [1, 1, 1];
     /// Computes the point `idx`.
     fn update(&self, idx: &ArrayIndex3D);
+}
+
+/// A [`PointUpdate3D`] that reads its stencil input field (the one whose neighbours it reads) only through
+/// a [`Source3D`]. Opting in lets [`kernel3d!`](crate::kernel3d) generate the staged kernel variants (see
+/// [`Variant`]), which keep that field's values in registers and shared memory instead of reloading them;
+/// the update is still written once, in [`update_with`](Self::update_with), and its
+/// [`PointUpdate3D::update`] is `self.update_with(idx, &self.input())` (a [`FieldRef`] is the plain global
+/// source), which the CPU engine and the plain kernel run.
+///
+/// The staged variants assume the input is not written while a loop runs (as every point update already
+/// must, since other threads read it). Reads of other fields the update holds go to memory as usual.
+pub trait StencilUpdate3D: PointUpdate3D {
+    /// The stencil input field: what [`update_with`](Self::update_with)'s source reads.
+    fn input(&self) -> FieldRef<Self::Real>;
+    /// Computes the point `idx`, reading the input at offset (DX, DY, DZ) as `src.at::<DX, DY, DZ>(idx)`
+    /// (within [`PointUpdate3D::RADIUS`]).
+    fn update_with<S: Source3D<Self::Real>>(&self, idx: &ArrayIndex3D, src: &S);
+}
+
+/// How a generated 3-D kernel reads the stencil input: the named tuning parameter `variant` (its `u32`
+/// value) of the auto-tuner and the suffix of the kernel's entry names.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Variant {
+    /// Every neighbour loaded from global memory, every step ([`device_loop3d`]).
+    Plain = 0,
+    /// The input column kept in a register z-queue while the thread marches ([`device_loop3d_zqueue`]).
+    ZQueue = 1,
+    /// Each plane's xy tile with its halo staged in shared memory, the column in the z-queue
+    /// ([`device_loop3d_tiled`]).
+    Tiled = 2,
+}
+
+impl Variant {
+    /// Every variant, in tuning order.
+    pub const ALL: [Variant; 3] = [Variant::Plain, Variant::ZQueue, Variant::Tiled];
+
+    /// `"plain"`, `"zqueue"` or `"tiled"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::ZQueue => "zqueue",
+            Variant::Tiled => "tiled",
+        }
+    }
+
+    /// The variant of a tuning-parameter value.
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Variant::Plain),
+            1 => Some(Variant::ZQueue),
+            2 => Some(Variant::Tiled),
+            _ => None,
+        }
+    }
+
+    /// The variant named `name` (as [`name`](Self::name) spells it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
 }
 
 /// The update of one point of a 2-D grid; as [`PointUpdate3D`].
@@ -41,13 +108,31 @@ pub trait PointUpdate2D: Copy + Send + Sync {
 /// A point-update type that has a GPU kernel entry in the embedded PTX, made by [`kernel3d!`](crate::kernel3d)
 /// or [`kernel2d!`](crate::kernel2d).
 pub trait GpuEntry {
-    /// The PTX `.entry` name of the kernel running this update.
+    /// The PTX `.entry` name of the kernel running this update (the plain variant).
     const ENTRY: &'static str;
+    /// The entry of the z-queue variant, where one was generated.
+    const ZQUEUE_ENTRY: Option<&'static str> = None;
+    /// The entry of the tiled variant, where one was generated.
+    const TILED_ENTRY: Option<&'static str> = None;
+
+    /// The entry running `variant`, if this type has one.
+    fn entry(variant: Variant) -> Option<&'static str> {
+        match variant {
+            Variant::Plain => Some(Self::ENTRY),
+            Variant::ZQueue => Self::ZQUEUE_ENTRY,
+            Variant::Tiled => Self::TILED_ENTRY,
+        }
+    }
 }
 
 /// Makes the GPU kernel that runs a [`PointUpdate3D`] type over a range: a 2-D grid of 2-D blocks in the xy
 /// plane, each thread marching in z (the paper's Fig. 1). `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>);`
 /// The entry takes `(update: T, range: LoopRange, march: u32)`.
+///
+/// A [`StencilUpdate3D`] type can have one entry per [`Variant`], named after `;`:
+/// `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>; zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32);`
+/// The tiled entry takes the same parameters and wants the dynamic shared memory of
+/// [`tile_shared_bytes`] at launch (the host engines size it).
 #[macro_export]
 macro_rules! kernel3d {
     ($name:ident => $ty:ty) => {
@@ -59,6 +144,31 @@ macro_rules! kernel3d {
         }
         impl $crate::stencil::GpuEntry for $ty {
             const ENTRY: &'static str = stringify!($name);
+        }
+    };
+    ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident $(,)?) => {
+        $crate::kernel! {
+            /// Generated kernel entry: runs the point update over the range, marching in z.
+            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d(&update, &range, march)
+            }
+        }
+        $crate::kernel! {
+            /// Generated kernel entry: as the plain one, with the input column in a register z-queue.
+            pub unsafe fn $zqueue(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_zqueue(&update, &range, march)
+            }
+        }
+        $crate::kernel! {
+            /// Generated kernel entry: as the plain one, each plane's xy tile staged in shared memory.
+            pub unsafe fn $tiled(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_tiled(&update, &range, march)
+            }
+        }
+        impl $crate::stencil::GpuEntry for $ty {
+            const ENTRY: &'static str = stringify!($name);
+            const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
+            const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
         }
     };
 }

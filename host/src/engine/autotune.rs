@@ -3,15 +3,17 @@
 //! The first calls at a call site each run the real work with the next candidate launch shape, timed with
 //! CUDA events; so every timed step is a real step of the simulation. Once every candidate has been timed
 //! `reps` times (round robin, so clock drift spreads evenly), the fastest median wins, is used from then
-//! on and is stored in the tune cache, keyed by kernel, range, precision, device and PTX hash, so the next
-//! run of the program starts tuned.
+//! on and is stored in the tune cache, keyed by kernel (with the kernel variants tuned over), range,
+//! precision, device and PTX hash, so the next run of the program starts tuned.
+//!
+//! The kernel [`Variant`] is a tuning parameter like the block shape (`variant`, its `u32` value): by
+//! default the tuner times every variant the kernel has, with every shape, and keeps the fastest pair.
 
 use std::sync::{Arc, Mutex};
 
-use lattice_gpu_kernels::device::math::Real;
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant};
 
-use super::device::{launch, Dims, LaunchShape};
+use super::device::{launch, KernelInfo, LaunchShape};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use super::LoopEngine;
 use crate::error::Result;
@@ -43,11 +45,46 @@ impl TuneSpace {
             .with("march", vec![1, 2, 4, 8, 16])
     }
 
+    /// Table 1 with every kernel variant: what [`DeviceAutoTuningLoopEngine`] tunes by default.
+    pub fn table1_all_variants() -> Self {
+        Self::table1().with_variants(&Variant::ALL)
+    }
+
     /// This space with one more parameter (replacing one of the same name).
     pub fn with(mut self, name: &'static str, values: Vec<u32>) -> Self {
         self.params.retain(|p| p.name != name);
         self.params.push(TuneParam { name, values });
         self
+    }
+
+    /// This space tuning over `variants` (the `variant` parameter). Kernels without some of them are
+    /// tuned over the ones they have, kernels with none of them over their plain variant; a space
+    /// without the parameter tunes the plain variant only.
+    pub fn with_variants(self, variants: &[Variant]) -> Self {
+        self.with("variant", variants.iter().map(|&v| v as u32).collect())
+    }
+
+    /// The variants of this space that `kernel` has, in [`Variant::ALL`] order; the plain one if it has
+    /// none of them (every kernel has that).
+    pub fn variants_for(&self, kernel: &KernelInfo) -> Vec<Variant> {
+        let wanted: Vec<Variant> = match self.params.iter().find(|p| p.name == "variant") {
+            Some(p) => p
+                .values
+                .iter()
+                .filter_map(|&v| Variant::from_u32(v))
+                .collect(),
+            None => vec![Variant::Plain],
+        };
+        let have: Vec<Variant> = kernel
+            .variants()
+            .into_iter()
+            .filter(|v| wanted.contains(v))
+            .collect();
+        if have.is_empty() {
+            vec![Variant::Plain]
+        } else {
+            have
+        }
     }
 
     /// The parameters.
@@ -136,7 +173,73 @@ impl AutoTuningInfo {
     }
 }
 
-/// Runs point updates on the GPU, tuning the launch shape per call site on the real work.
+/// The launch shapes of `space` worth timing for `kernel` over `range` on a device with `max_threads`
+/// threads per block: the configurations the device accepts (the kernel has the variant, a tiled launch's
+/// shared memory fits), less those that only add idle threads (a block or march longer than the range
+/// needs). The same list the GPU tests and the host launch emulator check.
+pub fn tune_candidates(
+    space: &TuneSpace,
+    range: &LoopRange,
+    kernel: &KernelInfo,
+    max_threads: u32,
+) -> Vec<LaunchShape> {
+    let e = range.extent();
+    let last = if kernel.dims == super::Dims::Three {
+        e[2]
+    } else {
+        e[1]
+    };
+    let fits = |v: u32, ext: u32, min: u32| v <= min.max(ext.next_power_of_two());
+    // The variants the kernel has, in place of the space's (which may name none of them).
+    let space = space.clone().with_variants(&space.variants_for(kernel));
+    space
+        .configs()
+        .iter()
+        .filter_map(|c| LaunchShape::from_params(c))
+        .filter(|s| fits(s.block_x, e[0], 4) && fits(s.block_y, e[1], 1) && fits(s.march, last, 1))
+        .filter(|s| s.config(range, kernel, max_threads).is_ok())
+        .collect()
+}
+
+/// The tune-cache key of `kernel` over `range` tuned over `variants`: the kernel field is the plain entry
+/// name, followed by the variants in brackets unless only the plain one was tuned (so a result tuned
+/// over some variants is never taken for a run tuning over others).
+pub fn tune_key(
+    kernel: &KernelInfo,
+    variants: &[Variant],
+    r: &LoopRange,
+    precision: &str,
+    device: &str,
+    ptx_hash: u64,
+) -> TuneKey {
+    let name = if variants == [Variant::Plain] {
+        kernel.name().to_string()
+    } else {
+        let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
+        format!("{}[{}]", kernel.name(), names.join("+"))
+    };
+    TuneKey {
+        kernel: name,
+        size: format!(
+            "{}x{}x{}[{}:{},{}:{},{}:{}]",
+            r.n[0],
+            r.n[1],
+            r.n[2],
+            r.begin[0],
+            r.end[0],
+            r.begin[1],
+            r.end[1],
+            r.begin[2],
+            r.end[2]
+        ),
+        precision: precision.to_string(),
+        device: device.to_string(),
+        ptx_hash,
+    }
+}
+
+/// Runs point updates on the GPU, tuning the launch shape and kernel variant per call site on the real
+/// work.
 pub struct DeviceAutoTuningLoopEngine {
     gpu: Arc<Gpu>,
     space: TuneSpace,
@@ -146,12 +249,13 @@ pub struct DeviceAutoTuningLoopEngine {
 }
 
 impl DeviceAutoTuningLoopEngine {
-    /// A tuner on `gpu` over the paper's Table 1, storing results in `cache`, timing each candidate
-    /// over 3 steps.
+    /// A tuner on `gpu` over the paper's Table 1 and every kernel variant
+    /// ([`TuneSpace::table1_all_variants`]), storing results in `cache`, timing each candidate over 3
+    /// steps.
     pub fn new(gpu: Arc<Gpu>, cache: TuneCache) -> Self {
         Self {
             gpu,
-            space: TuneSpace::table1(),
+            space: TuneSpace::table1_all_variants(),
             cache: Mutex::new(cache),
             retune: false,
             reps: 3,
@@ -170,10 +274,22 @@ impl DeviceAutoTuningLoopEngine {
         self
     }
 
-    /// Tunes over `space` instead of Table 1 (it must name `block_x`, `block_y` and `march`).
+    /// Tunes over `space` instead (it must name `block_x`, `block_y` and `march`; without `variant` it
+    /// tunes the plain variant only).
     pub fn space(mut self, space: TuneSpace) -> Self {
         self.space = space;
         self
+    }
+
+    /// Tunes over `variants` only (forcing one: `&[Variant::Tiled]`).
+    pub fn variants(mut self, variants: &[Variant]) -> Self {
+        self.space = self.space.with_variants(variants);
+        self
+    }
+
+    /// The space tuned over.
+    pub fn tune_space(&self) -> &TuneSpace {
+        &self.space
     }
 
     /// The GPU.
@@ -181,45 +297,9 @@ impl DeviceAutoTuningLoopEngine {
         &self.gpu
     }
 
-    /// The launch shapes worth timing for `range`: the space's configurations that the device accepts,
-    /// less those that only add idle threads (a block or march longer than the range needs).
-    pub fn candidates(&self, range: &LoopRange, dims: Dims) -> Vec<LaunchShape> {
-        let e = range.extent();
-        let last = if dims == Dims::Three { e[2] } else { e[1] };
-        let fits = |v: u32, ext: u32, min: u32| v <= min.max(ext.next_power_of_two());
-        self.space
-            .configs()
-            .iter()
-            .filter_map(|c| LaunchShape::from_params(c))
-            .filter(|s| {
-                fits(s.block_x, e[0], 4) && fits(s.block_y, e[1], 1) && fits(s.march, last, 1)
-            })
-            .filter(|s| {
-                s.config(range, dims, self.gpu.max_threads_per_block())
-                    .is_ok()
-            })
-            .collect()
-    }
-
-    fn key<R: Real>(&self, entry: &str, r: &LoopRange) -> TuneKey {
-        TuneKey {
-            kernel: entry.to_string(),
-            size: format!(
-                "{}x{}x{}[{}:{},{}:{},{}:{}]",
-                r.n[0],
-                r.n[1],
-                r.n[2],
-                r.begin[0],
-                r.end[0],
-                r.begin[1],
-                r.end[1],
-                r.begin[2],
-                r.end[2]
-            ),
-            precision: R::NAME.to_string(),
-            device: self.gpu.name().to_string(),
-            ptx_hash: self.gpu.ptx_hash(),
-        }
+    /// The launch shapes worth timing for `kernel` over `range` on this GPU ([`tune_candidates`]).
+    pub fn candidates(&self, range: &LoopRange, kernel: &KernelInfo) -> Vec<LaunchShape> {
+        tune_candidates(&self.space, range, kernel, self.gpu.max_threads_per_block())
     }
 
     fn warn_cache(cache: &mut TuneCache) {
@@ -228,7 +308,16 @@ impl DeviceAutoTuningLoopEngine {
         }
     }
 
-    fn start(&self, entry: &str, key: TuneKey, r: &LoopRange, dims: Dims) -> State {
+    fn start(&self, kernel: &KernelInfo, precision: &str, r: &LoopRange) -> State {
+        let variants = self.space.variants_for(kernel);
+        let key = tune_key(
+            kernel,
+            &variants,
+            r,
+            precision,
+            self.gpu.name(),
+            self.gpu.ptx_hash(),
+        );
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let cached = if self.retune { None } else { cache.get(&key) };
         Self::warn_cache(&mut cache);
@@ -236,7 +325,7 @@ impl DeviceAutoTuningLoopEngine {
         if let Some(shape) = cached
             .as_ref()
             .and_then(|e| LaunchShape::from_params(&e.params))
-            .filter(|s| s.config(r, dims, max).is_ok())
+            .filter(|s| variants.contains(&s.variant) && s.config(r, kernel, max).is_ok())
         {
             return State::Tuned(TuningReport {
                 best: shape,
@@ -247,10 +336,11 @@ impl DeviceAutoTuningLoopEngine {
                 from_cache: true,
             });
         }
-        let candidates = self.candidates(r, dims);
+        let candidates = self.candidates(r, kernel);
         if candidates.is_empty() {
             eprintln!(
-                "lattice-gpu: warning: no tuning candidate fits {entry}; using {}",
+                "lattice-gpu: warning: no tuning candidate fits {}; using {}",
+                kernel.name(),
                 LaunchShape::FIXED
             );
             return State::Tuned(TuningReport {
@@ -275,27 +365,26 @@ impl DeviceAutoTuningLoopEngine {
         })
     }
 
-    fn run<F: Copy, R: Real>(
+    fn run<F: Copy>(
         &self,
-        entry: &str,
+        kernel: &KernelInfo,
+        precision: &str,
         r: &LoopRange,
         f: &F,
         info: &mut AutoTuningInfo,
-        dims: Dims,
     ) -> Result<()> {
         if matches!(info.state, State::Untuned) {
-            let key = self.key::<R>(entry, r);
-            info.state = self.start(entry, key, r, dims);
+            info.state = self.start(kernel, precision, r);
         }
         let t = match &mut info.state {
-            State::Tuned(rep) => return launch(&self.gpu, entry, f, r, rep.best, dims),
+            State::Tuned(rep) => return launch(&self.gpu, kernel, f, r, rep.best),
             State::Tuning(t) => t,
             State::Untuned => unreachable!("tuning state was just set"),
         };
         let c = t.step % t.candidates.len();
         let ms = self
             .gpu
-            .time_ms(|| launch(&self.gpu, entry, f, r, t.candidates[c], dims))?;
+            .time_ms(|| launch(&self.gpu, kernel, f, r, t.candidates[c]))?;
         t.times[c].push(ms);
         t.total_ms += ms;
         t.step += 1;
@@ -340,7 +429,22 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     type Site = AutoTuningInfo;
 
     fn describe(&self) -> String {
-        format!("GPU {} (auto-tuned)", self.gpu.name())
+        let variants: Vec<&str> = self
+            .space
+            .params()
+            .iter()
+            .find(|p| p.name == "variant")
+            .map_or(vec![Variant::Plain.name()], |p| {
+                p.values
+                    .iter()
+                    .filter_map(|&v| Variant::from_u32(v).map(Variant::name))
+                    .collect()
+            });
+        format!(
+            "GPU {} (auto-tuned, variants {})",
+            self.gpu.name(),
+            variants.join("+")
+        )
     }
 
     fn check_fits(&self, bytes: u64, what: &str) -> Result<()> {
@@ -357,7 +461,8 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         f: &F,
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
-        self.run::<F, F::Real>(F::ENTRY, r, f, info, Dims::Three)
+        let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
+        self.run(&KernelInfo::of3d::<F>(), precision, r, f, info)
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(
@@ -366,7 +471,8 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         f: &F,
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
-        self.run::<F, F::Real>(F::ENTRY, r, f, info, Dims::Two)
+        let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
+        self.run(&KernelInfo::of2d::<F>(), precision, r, f, info)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -381,6 +487,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Dims;
 
     #[test]
     fn table1_has_150_named_configs() {
@@ -392,7 +499,8 @@ mod tests {
             Some(LaunchShape {
                 block_x: 4,
                 block_y: 1,
-                march: 1
+                march: 1,
+                variant: Variant::Plain
             })
         );
         let last = LaunchShape::from_params(c.last().unwrap()).unwrap();
@@ -401,7 +509,8 @@ mod tests {
             LaunchShape {
                 block_x: 128,
                 block_y: 16,
-                march: 16
+                march: 16,
+                variant: Variant::Plain
             }
         );
         let s = s.with("unroll", vec![1, 2]).with("march", vec![4]);
@@ -410,6 +519,129 @@ mod tests {
             .configs()
             .iter()
             .all(|c| c.iter().any(|(n, v)| n == "march" && *v == 4)));
+    }
+
+    /// A 3-D kernel with every variant, radius 1, f32; and a 2-D one.
+    fn kernels() -> (KernelInfo, KernelInfo) {
+        let k3 = KernelInfo {
+            entries: [Some("k3"), Some("k3_zqueue"), Some("k3_tiled")],
+            radius: [1, 1, 1],
+            elem_bytes: 4,
+            dims: Dims::Three,
+        };
+        let k2 = KernelInfo {
+            entries: [Some("k2"), None, None],
+            radius: [1, 1, 0],
+            elem_bytes: 4,
+            dims: Dims::Two,
+        };
+        (k3, k2)
+    }
+
+    fn range(e: [u32; 3]) -> LoopRange {
+        LoopRange {
+            n: [e[0] + 2, e[1] + 2, e[2] + 2],
+            begin: [1; 3],
+            end: [e[0] + 1, e[1] + 1, e[2] + 1],
+        }
+    }
+
+    #[test]
+    fn variant_is_a_tuning_parameter_of_kernels_that_have_it() {
+        let (k3, k2) = kernels();
+        let r = range([256, 256, 256]);
+        let space = TuneSpace::table1_all_variants();
+        assert_eq!(space.variants_for(&k3), Variant::ALL.to_vec());
+        assert_eq!(space.variants_for(&k2), vec![Variant::Plain]);
+        let all = tune_candidates(&space, &r, &k3, 1024);
+        let plain = tune_candidates(&TuneSpace::table1(), &r, &k3, 1024);
+        // 150 shapes less the five 128x16 ones (2048 threads), per variant.
+        assert_eq!(plain.len(), 145);
+        assert_eq!(all.len(), 3 * 145);
+        for v in Variant::ALL {
+            let only = tune_candidates(&space.clone().with_variants(&[v]), &r, &k3, 1024);
+            assert_eq!(only.len(), 145);
+            assert!(only.iter().all(|s| s.variant == v));
+            assert!(all.iter().filter(|s| s.variant == v).eq(only.iter()));
+        }
+        // A 2-D kernel keeps its plain candidates only.
+        let r2 = LoopRange {
+            n: [335, 259, 1],
+            begin: [1, 1, 0],
+            end: [334, 258, 1],
+        };
+        let c2 = tune_candidates(&space, &r2, &k2, 1024);
+        assert!(c2.len() >= 100 && c2.iter().all(|s| s.variant == Variant::Plain));
+        // Forcing a variant it lacks leaves it its plain variant.
+        let forced = TuneSpace::table1().with_variants(&[Variant::Tiled]);
+        assert_eq!(forced.variants_for(&k2), vec![Variant::Plain]);
+        assert_eq!(tune_candidates(&forced, &r2, &k2, 1024), c2);
+    }
+
+    #[test]
+    fn tiled_launch_gets_its_shared_memory_and_others_none() {
+        let (k3, k2) = kernels();
+        let r = range([37, 29, 23]);
+        let shape = LaunchShape {
+            block_x: 32,
+            block_y: 4,
+            march: 4,
+            variant: Variant::Tiled,
+        };
+        let cfg = shape.config(&r, &k3, 1024).unwrap();
+        assert_eq!(cfg.shared_mem_bytes, 2 * 34 * 6 * 4);
+        assert_eq!(cfg.grid_dim, (2, 8, 6));
+        let cfg = shape
+            .with_variant(Variant::ZQueue)
+            .config(&r, &k3, 1024)
+            .unwrap();
+        assert_eq!(cfg.shared_mem_bytes, 0);
+        let e = shape.config(&r, &k2, 1024).unwrap_err().to_string();
+        assert!(e.contains("k2") && e.contains("no tiled variant"), "{e}");
+        // A radius-8 f64 tile of 128x8 threads needs 2 * 144 * 24 * 8 = 55296 bytes: over 48 KiB.
+        let wide = KernelInfo {
+            radius: [8, 8, 1],
+            elem_bytes: 8,
+            ..k3
+        };
+        let big = LaunchShape {
+            block_x: 128,
+            block_y: 8,
+            ..shape
+        };
+        let e = big.config(&r, &wide, 1024).unwrap_err().to_string();
+        assert!(e.contains("shared memory"), "{e}");
+    }
+
+    #[test]
+    fn shape_params_round_trip_and_old_entries_read_as_plain() {
+        for v in Variant::ALL {
+            let s = LaunchShape::FIXED.with_variant(v);
+            assert_eq!(LaunchShape::from_params(&s.to_params()), Some(s));
+        }
+        let old: Vec<(String, u32)> = LaunchShape::FIXED.to_params()[..3].to_vec();
+        assert_eq!(LaunchShape::from_params(&old), Some(LaunchShape::FIXED));
+        let mut bad = LaunchShape::FIXED.to_params();
+        bad[3].1 = 7;
+        assert_eq!(LaunchShape::from_params(&bad), None);
+        assert_eq!(LaunchShape::FIXED.to_string(), "(128,1)/march=2");
+        assert_eq!(
+            LaunchShape::FIXED.with_variant(Variant::Tiled).to_string(),
+            "(128,1)/march=2/tiled"
+        );
+    }
+
+    #[test]
+    fn tune_key_names_the_variants_tuned_over() {
+        let (k3, _) = kernels();
+        let r = range([8, 8, 8]);
+        let key = |v: &[Variant]| tune_key(&k3, v, &r, "f32", "GPU", 1).kernel;
+        assert_eq!(key(&[Variant::Plain]), "k3");
+        assert_eq!(key(&Variant::ALL), "k3[plain+zqueue+tiled]");
+        assert_eq!(key(&[Variant::Tiled]), "k3[tiled]");
+        assert_ne!(key(&[Variant::ZQueue]), key(&[Variant::Tiled]));
+        let k = tune_key(&k3, &[Variant::Plain], &r, "f32", "GPU", 1);
+        assert_eq!(k.size, "10x10x10[1:9,1:9,1:9]");
     }
 
     #[test]

@@ -3,16 +3,23 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use lattice_gpu_kernels::stencil::{
+    tile_shared_bytes, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
+};
 
 use super::LoopEngine;
+use crate::buffer::ByValue;
 use crate::error::{CudaContext, Error, Result};
 use crate::field::{DeviceField, Element, Shape};
 use crate::gpu::Gpu;
 
+/// Dynamic shared memory a launch may use without opting in per kernel: 48 KiB on every GPU from Volta on.
+pub const MAX_DYNAMIC_SHARED_BYTES: usize = 48 * 1024;
+
 /// How a loop is spread over GPU threads: a `block_x` x `block_y` block in the xy plane, each thread
-/// marching `march` points along the last axis (z in 3-D, y in 2-D): the paper's Table 1 parameters.
+/// marching `march` points along the last axis (z in 3-D, y in 2-D): the paper's Table 1 parameters; and
+/// which kernel [`Variant`] reads the stencil input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchShape {
     /// Threads per block along x.
@@ -21,14 +28,17 @@ pub struct LaunchShape {
     pub block_y: u32,
     /// Points each thread computes along the last axis.
     pub march: u32,
+    /// The kernel variant (plain for every kernel; z-queue and tiled for updates that have them).
+    pub variant: Variant,
 }
 
 impl LaunchShape {
-    /// The paper's fixed baseline: (128, 1, 1) blocks, z-march 2.
+    /// The paper's fixed baseline: (128, 1, 1) blocks, z-march 2, plain loads.
     pub const FIXED: Self = Self {
         block_x: 128,
         block_y: 1,
         march: 2,
+        variant: Variant::Plain,
     };
 
     /// Threads per block.
@@ -36,35 +46,72 @@ impl LaunchShape {
         self.block_x * self.block_y
     }
 
-    /// The shape as named tuning parameters.
+    /// The same shape with another variant.
+    pub fn with_variant(self, variant: Variant) -> Self {
+        Self { variant, ..self }
+    }
+
+    /// The shape as named tuning parameters (`variant` as its `u32` value).
     pub fn to_params(&self) -> Vec<(String, u32)> {
         vec![
             ("block_x".into(), self.block_x),
             ("block_y".into(), self.block_y),
             ("march".into(), self.march),
+            ("variant".into(), self.variant as u32),
         ]
     }
 
-    /// The shape from named tuning parameters (None if one is missing).
+    /// The shape from named tuning parameters (None if a block or march parameter is missing or the
+    /// variant is unknown); without a `variant` parameter, the plain variant.
     pub fn from_params(params: &[(String, u32)]) -> Option<Self> {
         let get = |name: &str| params.iter().find(|(n, _)| n == name).map(|&(_, v)| v);
         Some(Self {
             block_x: get("block_x")?,
             block_y: get("block_y")?,
             march: get("march")?,
+            variant: match get("variant") {
+                Some(v) => Variant::from_u32(v)?,
+                None => Variant::Plain,
+            },
         })
     }
 
-    /// The launch configuration covering `range`, checked against the device's thread limit.
-    pub fn config(&self, range: &LoopRange, dims: Dims, max_threads: u32) -> Result<LaunchConfig> {
+    /// The launch configuration covering `range` for `kernel`, checked against the device's thread
+    /// limit, the kernel's variants and the shared memory a tiled launch needs.
+    pub fn config(
+        &self,
+        range: &LoopRange,
+        kernel: &KernelInfo,
+        max_threads: u32,
+    ) -> Result<LaunchConfig> {
         if self.block_x == 0 || self.block_y == 0 || self.march == 0 || self.threads() > max_threads
         {
             return Err(Error::InvalidSize(format!(
                 "launch shape {self} is not valid on this GPU (1..={max_threads} threads per block, march >= 1)"
             )));
         }
+        if kernel.entry(self.variant).is_none() {
+            return Err(Error::InvalidSize(format!(
+                "kernel {} has no {} variant (variants: {}); use --variant plain, or give a 3-D stencil update its variants with kernel3d!(name => Type; zqueue = ..., tiled = ...)",
+                kernel.name(),
+                self.variant.name(),
+                kernel
+                    .variants()
+                    .iter()
+                    .map(|v| v.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let shared = kernel.shared_bytes(self);
+        if shared > MAX_DYNAMIC_SHARED_BYTES {
+            return Err(Error::InvalidSize(format!(
+                "launch shape {self} of kernel {} needs {shared} bytes of shared memory for its tile; at most {MAX_DYNAMIC_SHARED_BYTES} are available: use smaller blocks",
+                kernel.name()
+            )));
+        }
         let e = range.extent();
-        let grid = match dims {
+        let grid = match kernel.dims {
             Dims::Three => (
                 e[0].div_ceil(self.block_x),
                 e[1].div_ceil(self.block_y),
@@ -85,18 +132,88 @@ impl LaunchShape {
         Ok(LaunchConfig {
             grid_dim: grid,
             block_dim: (self.block_x, self.block_y, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared as u32,
         })
     }
 }
 
+/// `(32,4)/march=4`, with `/zqueue` or `/tiled` after it for those variants.
 impl fmt::Display for LaunchShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "({},{})/march={}",
             self.block_x, self.block_y, self.march
-        )
+        )?;
+        if self.variant != Variant::Plain {
+            write!(f, "/{}", self.variant.name())?;
+        }
+        Ok(())
+    }
+}
+
+/// What the engines need to know about the kernels of a point-update type: the entry of each variant,
+/// the radius and element size (which size a tiled launch's shared memory), and whether it is 2-D or 3-D.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// The entry of each variant, indexed by `Variant as usize`; `None` where none was generated.
+    pub entries: [Option<&'static str>; 3],
+    /// `RADIUS` of the update (z = 0 in 2-D).
+    pub radius: [u32; 3],
+    /// Bytes per element of the update's precision.
+    pub elem_bytes: usize,
+    /// 2-D or 3-D loop.
+    pub dims: Dims,
+}
+
+impl KernelInfo {
+    /// The kernels of a 3-D point update.
+    pub fn of3d<F: PointUpdate3D + GpuEntry>() -> Self {
+        Self {
+            entries: Variant::ALL.map(F::entry),
+            radius: F::RADIUS,
+            elem_bytes: std::mem::size_of::<F::Real>(),
+            dims: Dims::Three,
+        }
+    }
+
+    /// The kernel of a 2-D point update (2-D loops have the plain variant only).
+    pub fn of2d<F: PointUpdate2D + GpuEntry>() -> Self {
+        Self {
+            entries: [Some(F::ENTRY), None, None],
+            radius: [F::RADIUS[0], F::RADIUS[1], 0],
+            elem_bytes: std::mem::size_of::<F::Real>(),
+            dims: Dims::Two,
+        }
+    }
+
+    /// The plain entry, which names the kernel in messages and tune-cache keys.
+    pub fn name(&self) -> &'static str {
+        self.entries[0].unwrap_or("?")
+    }
+
+    /// The entry running `variant`, if there is one.
+    pub fn entry(&self, variant: Variant) -> Option<&'static str> {
+        self.entries[variant as usize]
+    }
+
+    /// The variants this kernel has.
+    pub fn variants(&self) -> Vec<Variant> {
+        Variant::ALL
+            .into_iter()
+            .filter(|&v| self.entry(v).is_some())
+            .collect()
+    }
+
+    /// Dynamic shared memory a launch with `shape` needs: the double-buffered tile of the tiled
+    /// variant, nothing for the others.
+    pub fn shared_bytes(&self, shape: &LaunchShape) -> usize {
+        match shape.variant {
+            Variant::Tiled => {
+                tile_shared_bytes([shape.block_x, shape.block_y], self.radius, self.elem_bytes)
+            }
+            Variant::Plain | Variant::ZQueue => 0,
+        }
     }
 }
 
@@ -109,27 +226,21 @@ pub enum Dims {
     Three,
 }
 
-/// Kernel parameters passed by value: the point-update struct and the range are `#[repr(C)]` with the
-/// same layout on host and device, so their bytes are the kernel's parameter block.
-#[repr(transparent)]
-struct ByValue<T>(T);
-// SAFETY: only `#[repr(C)]` point updates (plain pointers and numbers) and `LoopRange` are wrapped.
-unsafe impl<T: Copy> DeviceRepr for ByValue<T> {}
-
-/// Queues kernel `entry` for `update` over `range` with `shape` on the GPU's stream.
+/// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream.
 pub(crate) fn launch<F: Copy>(
     gpu: &Gpu,
-    entry: &str,
+    kernel: &KernelInfo,
     update: &F,
     range: &LoopRange,
     shape: LaunchShape,
-    dims: Dims,
 ) -> Result<()> {
-    let cfg = shape.config(range, dims, gpu.max_threads_per_block())?;
+    let cfg = shape.config(range, kernel, gpu.max_threads_per_block())?;
+    let entry = kernel.entry(shape.variant).unwrap_or(kernel.name());
     let function = gpu.function(entry)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
-    // SAFETY: the generated entry takes (update, range, march) with exactly these layouts, and the
-    // loop checked the range against the update's radius and the fields' sizes.
+    // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the loop
+    // checked the range against the update's radius and the fields' sizes, and `config` sized the
+    // dynamic shared memory a tiled entry indexes.
     unsafe {
         gpu.stream()
             .launch_builder(&function)
@@ -150,7 +261,8 @@ pub struct DeviceLoopEngine {
 }
 
 impl DeviceLoopEngine {
-    /// An engine on `gpu` launching every loop with `shape`.
+    /// An engine on `gpu` launching every loop with `shape` (its variant included: a loop whose kernel
+    /// lacks that variant fails with a message saying so).
     pub fn new(gpu: Arc<Gpu>, shape: LaunchShape) -> Self {
         Self { gpu, shape }
     }
@@ -188,11 +300,11 @@ impl LoopEngine for DeviceLoopEngine {
     }
 
     fn run3d<F: PointUpdate3D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
-        launch(&self.gpu, F::ENTRY, f, r, self.shape, Dims::Three)
+        launch(&self.gpu, &KernelInfo::of3d::<F>(), f, r, self.shape)
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
-        launch(&self.gpu, F::ENTRY, f, r, self.shape, Dims::Two)
+        launch(&self.gpu, &KernelInfo::of2d::<F>(), f, r, self.shape)
     }
 
     fn synchronize(&self) -> Result<()> {

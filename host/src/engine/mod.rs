@@ -3,19 +3,26 @@
 //!
 //! - [`HostLoopEngine`]: the CPU, rayon-parallel over planes.
 //! - [`DeviceLoopEngine`]: the GPU with one fixed [`LaunchShape`].
-//! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] on the real work
-//!   and keeping the fastest, persisted in the [`tunecache`].
+//! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] (block shape,
+//!   march and kernel [`Variant`]) on the real work and keeping the fastest, persisted in the
+//!   [`tunecache`].
+//!
+//! [`emulate3d`] runs a GPU launch's per-thread code on the CPU, for tests without a GPU.
 
 pub mod autotune;
 pub mod device;
+pub mod emulate;
 pub mod host;
 pub mod tunecache;
 
 pub use autotune::{
-    AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace, TuningReport,
+    tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace,
+    TuningReport,
 };
-pub use device::{DeviceLoopEngine, Dims, LaunchShape};
+pub use device::{DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SHARED_BYTES};
+pub use emulate::emulate3d;
 pub use host::HostLoopEngine;
+pub use lattice_gpu_kernels::stencil::Variant;
 
 use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
 

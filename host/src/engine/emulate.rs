@@ -1,0 +1,98 @@
+//! A GPU launch of a 3-D kernel, run on the CPU: every thread of every block executes the same per-thread
+//! code the generated kernel runs ([`plain_thread`], [`zqueue_thread`], [`TiledThread`]), with the thread
+//! coordinates a launch with the given shape would give it. So the index arithmetic, the z-queue, the
+//! tile staging with its halo and guards, and the double buffering of each variant are checked against
+//! the CPU engine for any launch shape on a machine without a GPU.
+//!
+//! Within a tiled block the threads run one after another between barriers, in an order that is legal on
+//! the GPU and hard on the tile: after the barrier of step `s`, each thread in turn computes step `s`,
+//! moves on and stages step `s + 1` before the next thread computes step `s`. A tile that were not double
+//! buffered, or a halo cell left unstaged (the tile starts as NaN), would change the result.
+
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::device::shared::SharedPtr;
+use lattice_gpu_kernels::stencil::{
+    plain_thread, zqueue_thread, GpuEntry, LoopRange, StencilUpdate3D, ThreadCoords, TiledThread,
+    Variant,
+};
+use rayon::prelude::*;
+
+use super::device::{KernelInfo, LaunchShape};
+use crate::error::Result;
+use crate::lattice::{check_radius, check_range};
+
+/// The most threads per block the emulated device accepts (as every GPU from Volta on).
+pub const EMULATED_MAX_THREADS: u32 = 1024;
+
+/// Runs `update` over `range` as the GPU kernel of `shape`'s variant launched with `shape` would, on the
+/// CPU (blocks in parallel). Fails as the launch would: a range without the update's margin, a shape the
+/// device refuses, a variant the kernel lacks. For tests; far slower than [`HostLoopEngine`](super::HostLoopEngine).
+pub fn emulate3d<F: StencilUpdate3D + GpuEntry>(
+    update: &F,
+    range: &LoopRange,
+    shape: LaunchShape,
+) -> Result<()> {
+    check_range(range, 3)?;
+    check_radius(range, &F::RADIUS, F::ENTRY)?;
+    let kernel = KernelInfo::of3d::<F>();
+    let cfg = shape.config(range, &kernel, EMULATED_MAX_THREADS)?;
+    let (gx, gy, gz) = cfg.grid_dim;
+    let tile_len = cfg.shared_mem_bytes as usize / kernel.elem_bytes;
+    let blocks: Vec<[u32; 3]> = (0..gz)
+        .flat_map(|z| (0..gy).flat_map(move |y| (0..gx).map(move |x| [x, y, z])))
+        .collect();
+    blocks
+        .into_par_iter()
+        .for_each(|b| block(update, range, shape, b, tile_len));
+    Ok(())
+}
+
+/// One block of the launch.
+fn block<F: StencilUpdate3D>(
+    f: &F,
+    r: &LoopRange,
+    shape: LaunchShape,
+    b: [u32; 3],
+    tile_len: usize,
+) {
+    let (bx, by, march) = (shape.block_x, shape.block_y, shape.march);
+    let threads = (0..by).flat_map(|ty| {
+        (0..bx).map(move |tx| ThreadCoords {
+            block_idx: b,
+            block_dim: [bx, by],
+            thread_idx: [tx, ty],
+        })
+    });
+    match shape.variant {
+        Variant::Plain => threads.for_each(|c| plain_thread(f, r, march, c)),
+        Variant::ZQueue => threads.for_each(|c| zqueue_thread(f, r, march, c)),
+        Variant::Tiled => {
+            let mut shared = vec![F::Real::from_f64(f64::NAN); tile_len];
+            let tile = SharedPtr::from_host_ptr(shared.as_mut_ptr());
+            let mut block: Vec<TiledThread<F>> =
+                threads.map(|c| TiledThread::new(f, r, march, c)).collect();
+            let steps = block[0].steps();
+            assert!(
+                block.iter().all(|t| t.steps() == steps),
+                "the threads of a block must run the same steps, or the barrier hangs"
+            );
+            if steps == 0 {
+                return;
+            }
+            // SAFETY (all three): `shared` has the launch's `tile_shared_bytes` and outlives the loop.
+            for t in &block {
+                unsafe { t.stage(tile, 0) };
+            }
+            for s in 0..steps {
+                // The barrier of step `s` is here: every thread has staged step `s`.
+                for t in &mut block {
+                    unsafe { t.compute(f, tile, s) };
+                    t.advance(s);
+                    if s + 1 < steps {
+                        unsafe { t.stage(tile, s + 1) };
+                    }
+                }
+            }
+        }
+    }
+}
