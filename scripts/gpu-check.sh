@@ -3,9 +3,16 @@
 #
 #   scripts/gpu-check.sh stage   (on a build machine with Rust) builds the release binaries and the test
 #                                binaries and copies them into .gpu-bin/ (ignored by git)
-#   scripts/gpu-check.sh run     (on the GPU machine, which has no Rust) runs them from .gpu-bin/: every
-#                                test binary with LATTICE_GPU_REQUIRE_GPU=1 (a GPU test must not skip there),
-#                                the diffusion application, its bad-input errors, and the benchmark table;
+#   scripts/gpu-check.sh run [PARTS]
+#                                (on the GPU machine, which has no Rust) runs them from .gpu-bin/; PARTS
+#                                (default: all of them) is any of
+#                                  tests      every test binary with LATTICE_GPU_REQUIRE_GPU=1 (a GPU test
+#                                             must not skip there)
+#                                  diffusion  the diffusion application, its bad-input errors, and the
+#                                             benchmark tables (tuned over all kernel variants, then each
+#                                             variant alone at 256^3, 512^3 and 8x512x512)
+#                                  lqcd       solve, propagator and bad input of the lqcd application, and
+#                                             its dslash / solver-variant benchmark
 #                                logs go to $OUT (or .gpu-bin/out), a short summary table is printed last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
@@ -17,7 +24,7 @@ stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
     cargo build --release --bins
-    cp target/release/diffusion "$BIN/"
+    cp target/release/diffusion target/release/lqcd "$BIN/"
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -38,6 +45,7 @@ for l in sys.stdin:
 }
 
 run() {
+    local parts=" ${*:-tests diffusion lqcd} "
     local out=${OUT:-$BIN/out}
     mkdir -p "$out"
     export PTXAS=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
@@ -46,6 +54,7 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
     for t in "$BIN"/tests/*; do
+        [[ $parts == *" tests "* ]] || break
         local name
         name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
@@ -71,6 +80,15 @@ run() {
         cat "$log"
     }
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
+    [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
+    [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
+    echo
+    printf '%s\n' "${summary[@]}"
+    return $status
+}
+
+diffusion_part() {
+    local out=$1
     expect "diffusion 256^3 autotune (tunes)" ok "auto-tuned" "$out/diffusion-run1.log" \
         "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion"
     expect "diffusion 256^3 second run uses tune cache" ok "from the tune cache" "$out/diffusion-run2.log" \
@@ -80,6 +98,11 @@ run() {
         --output "$out/diffusion64"
     expect "diffusion 4096^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/oom.log" \
         "$BIN/diffusion" --size 4096 --precision f64 --engine device
+    for v in zqueue tiled; do
+        expect "diffusion f32 device engine, $v variant" ok "relative L2 error" "$out/diffusion-$v.log" \
+            "$BIN/diffusion" --size 256 --steps 200 --engine device --block 32x4 --march 8 --variant "$v" \
+            --output "$out/diffusion-$v"
+    done
 
     for b in "$BIN"/benches/*; do
         if "$b" --bench --noplot >"$out/criterion-$(basename "$b").log" 2>&1; then
@@ -95,11 +118,35 @@ run() {
     else
         record "diffusion bench" FAIL
     fi
+    # Each kernel variant tuned alone, and the tuner's pick among them, side by side.
+    if "$BIN/diffusion" bench --sizes 256,512,8x512x512 --variants plain,zqueue,tiled,auto \
+        --csv "$out/bench-variants.csv" 2>&1 | tee "$out/bench-variants.log"; then
+        record "diffusion bench --variants" PASS
+    else
+        record "diffusion bench --variants" FAIL
+    fi
     echo
     grep -E "^\| " "$out/bench.log"
     echo
-    printf '%s\n' "${summary[@]}"
-    return $status
+    grep -E "^\| " "$out/bench-variants.log"
+}
+
+lqcd_part() {
+    local out=$1
+    expect "lqcd solve f64 (async)" ok "true residual" "$out/lqcd-solve.log" \
+        "$BIN/lqcd" solve --engine device --dims 8x8x8x16 --antiperiodic-t
+    expect "lqcd propagator f32 graph + pion" ok "pion" "$out/lqcd-propagator.log" \
+        "$BIN/lqcd" propagator --engine device --dims 8x8x8x16 --precision f32 --tol 1e-6 --variant graph \
+        --antiperiodic-t --output "$out/lqcd"
+    expect "lqcd kappa 0.3: clear error" fail "kappa" "$out/lqcd-badkappa.log" \
+        "$BIN/lqcd" solve --engine device --kappa 0.3
+    if "$BIN/lqcd" bench --csv "$out/lqcd-bench.csv" 2>&1 | tee "$out/lqcd-bench.log"; then
+        record "lqcd bench" PASS
+    else
+        record "lqcd bench" FAIL
+    fi
+    echo
+    grep -E "^\| " "$out/lqcd-bench.log"
 }
 
 profile() {
@@ -119,7 +166,7 @@ profile() {
 
 case "${1:-}" in
 stage) stage ;;
-run) run ;;
+run) shift; run "$@" ;;
 profile) profile ;;
 *) echo "usage: $0 stage|run|profile" >&2; exit 2 ;;
 esac

@@ -7,6 +7,8 @@
 //! - [`stencil`]: the stencil framework's device half (point index, loop range, point-update traits, loops,
 //!   kernel-entry macros).
 //! - [`diffusion`]: the 3-D diffusion point update.
+//! - [`complex`], [`wilson`], [`krylov`]: complex numbers, the Wilson-Dirac hopping term and the device half
+//!   of BiCGStab, for lattice QCD.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
 #![no_std]
 #![feature(core_float_math)]
@@ -16,10 +18,13 @@
 )]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
+pub mod complex;
 pub mod device;
 pub mod diffusion;
+pub mod krylov;
 pub mod selftest;
 pub mod stencil;
+pub mod wilson;
 
 /// Device panics abort the kernel (`trap`): there is no unwinding and no message on the GPU. Indexing in hot
 /// loops is unchecked; the host checks sizes before every launch.

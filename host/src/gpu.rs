@@ -112,6 +112,11 @@ impl Gpu {
         self.max_threads_per_block
     }
 
+    /// The CUDA context (for streams, events and pinned memory inside this crate).
+    pub(crate) fn context(&self) -> &Arc<Ctx> {
+        &self.ctx
+    }
+
     /// The stream all of this GPU's work goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream

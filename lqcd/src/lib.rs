@@ -31,11 +31,14 @@
 //!   `M_hat = 1 - kappa^2 H_eo H_oe` (even sites) with `M_hat x_e = b_e + kappa H_eo b_o`, then
 //!   `x_o = b_o + kappa H_oe x_e`.
 
+pub mod config;
 pub mod error;
 pub mod gamma;
 pub mod gauge;
 pub mod geometry;
+pub mod gpu;
 pub mod ildg;
+pub mod pion;
 pub mod reference;
 pub mod spinor;
 

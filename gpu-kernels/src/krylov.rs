@@ -1,0 +1,491 @@
+//! Device half of the BiCGStab solver: the fused vector kernels, their dot products reduced on the device
+//! (warp shuffles, then one partial per block, then one finishing block), and the scalar recurrences.
+//!
+//! The scalars live in a [`BiCgState`] in device memory, so kernels read `alpha`, `omega`, `beta` there and
+//! the host never has to wait for them. The same element bodies and the same scalar code run on the host
+//! (the CPU engine and the `sync` variant, where the host computes the scalars from copied dot products).
+//! All vectors are complex arrays of `n` elements; sums are accumulated in f64 whatever the field precision.
+#![cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
+// Four sums, indexed in lock step across arrays: index loops read best here.
+#![allow(clippy::needless_range_loop)]
+
+use crate::complex::{Complex, ComplexReal};
+use crate::device::thread::{self, sync_threads};
+use crate::device::warp;
+
+/// The solver is still iterating.
+pub const RUNNING: u32 = 0;
+/// The residual reached the tolerance.
+pub const CONVERGED: u32 = 1;
+/// The iteration limit was reached.
+pub const MAX_ITER: u32 = 2;
+/// `rho = <r0, r>` vanished.
+pub const BREAKDOWN_RHO: u32 = 3;
+/// `<r0, v>` vanished.
+pub const BREAKDOWN_R0V: u32 = 4;
+/// `<t, t>` vanished while the residual had not converged, or `omega` vanished.
+pub const BREAKDOWN_OMEGA: u32 = 5;
+
+/// Relative size under which a denominator counts as zero: far below f64 rounding of any real solve,
+/// so only a true breakdown (or garbage) trips it.
+const BREAKDOWN: f64 = 1e-24;
+
+/// The scalars of one BiCGStab solve (always f64), kept in device memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BiCgState {
+    /// `rho = <r0, r>` of the current iteration.
+    pub rho: Complex<f64>,
+    /// Step along `p`.
+    pub alpha: Complex<f64>,
+    /// Step along `s`.
+    pub omega: Complex<f64>,
+    /// Update factor of the search direction.
+    pub beta: Complex<f64>,
+    /// `|b|^2`.
+    pub bb: f64,
+    /// `|r|^2` after the last completed iteration.
+    pub rr: f64,
+    /// The squared residual to reach: `tol^2 |b|^2`.
+    pub stop_rr: f64,
+    /// Completed iterations.
+    pub iterations: u32,
+    /// Iteration limit.
+    pub max_iter: u32,
+    /// [`RUNNING`], [`CONVERGED`], [`MAX_ITER`] or a breakdown code.
+    pub status: u32,
+    /// Padding (keeps the layout the same on both sides).
+    pub _pad: u32,
+}
+
+/// The four sums a reduction kernel produces: a complex dot product and two squared norms.
+pub type Sums = [f64; 4];
+
+/// Which scalar update a finishing step performs.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// After `<b, b>`: `rho = |b|^2` (r = r0 = p = b, x = 0).
+    Init = 0,
+    /// After `<v, r0>`, `|v|^2`: `alpha = rho / <r0, v>`.
+    Alpha = 1,
+    /// After `<t, s>`, `|t|^2`, `|s|^2`: `omega = <t, s> / <t, t>`.
+    Omega = 2,
+    /// After `<r0, r>`, `|r|^2`: convergence, `beta`, the next `rho`.
+    Beta = 3,
+}
+
+impl Stage {
+    /// The stage numbered `s` (as passed to the finishing kernel).
+    pub fn from_u32(s: u32) -> Self {
+        match s {
+            0 => Self::Init,
+            1 => Self::Alpha,
+            2 => Self::Omega,
+            _ => Self::Beta,
+        }
+    }
+}
+
+impl BiCgState {
+    /// A state for a solve to relative residual `tol` in at most `max_iter` iterations.
+    pub fn new(tol: f64, max_iter: u32) -> Self {
+        Self {
+            stop_rr: tol * tol,
+            max_iter,
+            ..Self::default()
+        }
+    }
+
+    /// The scalar step after a reduction: the paper's host-side arithmetic, done on the device by one
+    /// thread (or on the host by the `sync` variant and the CPU engine).
+    pub fn finish(&mut self, stage: Stage, s: Sums) {
+        if self.status != RUNNING {
+            return;
+        }
+        let dot = Complex::new(s[0], s[1]);
+        match stage {
+            Stage::Init => {
+                self.bb = s[2];
+                self.rr = s[2];
+                self.rho = Complex::new(s[2], 0.0);
+                self.stop_rr *= s[2];
+                if s[2] == 0.0 {
+                    self.status = CONVERGED;
+                }
+            }
+            Stage::Alpha => {
+                // s: <v, r0>, |v|^2, |r0|^2 = bb.
+                let r0v = dot.conj();
+                if r0v.norm_sqr() <= BREAKDOWN * BREAKDOWN * s[2] * self.bb || !finite(r0v) {
+                    self.status = BREAKDOWN_R0V;
+                    return;
+                }
+                self.alpha = self.rho / r0v;
+            }
+            Stage::Omega => {
+                // s: <t, s>, |t|^2, |s|^2.
+                if s[3] <= self.stop_rr {
+                    // s is already small enough: x + alpha p solves; omega = 0 makes r = s.
+                    self.omega = Complex::ZERO;
+                } else if s[2] <= BREAKDOWN * BREAKDOWN * s[3] || !finite(dot) {
+                    self.status = BREAKDOWN_OMEGA;
+                } else {
+                    self.omega = Complex::new(s[0] / s[2], s[1] / s[2]);
+                }
+            }
+            Stage::Beta => {
+                // s: <r0, r>, |r|^2.
+                self.iterations += 1;
+                self.rr = s[2];
+                if !s[2].is_finite() {
+                    self.status = BREAKDOWN_RHO;
+                } else if s[2] <= self.stop_rr {
+                    self.status = CONVERGED;
+                } else if self.iterations >= self.max_iter {
+                    self.status = MAX_ITER;
+                } else if dot.norm_sqr() <= BREAKDOWN * BREAKDOWN * self.bb * s[2] {
+                    self.status = BREAKDOWN_RHO;
+                } else if self.omega.norm_sqr() == 0.0 {
+                    self.status = BREAKDOWN_OMEGA;
+                } else {
+                    self.beta = (dot / self.rho) * (self.alpha / self.omega);
+                    self.rho = dot;
+                }
+            }
+        }
+    }
+}
+
+fn finite(z: Complex<f64>) -> bool {
+    z.re.is_finite() && z.im.is_finite()
+}
+
+/// Arguments of the vector kernels: `n` complex elements, up to six vectors, the state and the
+/// per-block partial sums (`4 * blocks` f64, sum `q` of block `b` at `q * blocks + b`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Blas<T> {
+    /// Complex elements per vector.
+    pub n: u32,
+    /// The operation's vectors (meaning per operation).
+    pub v: [*mut T; 6],
+    /// The solver state.
+    pub state: *mut BiCgState,
+    /// Partial sums, `4 * blocks`.
+    pub partials: *mut f64,
+}
+
+// SAFETY: every element is written by exactly one thread.
+unsafe impl<T> Send for Blas<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Blas<T> {}
+
+/// The vector operations of one BiCGStab iteration; each returns its contribution to the sums.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `v = [a, b]`: sums `<a, b>`, `|a|^2`, `|b|^2`.
+    Dot = 0,
+    /// `v = [s, r, v]`: `s = r - alpha v`.
+    S = 1,
+    /// `v = [x, p, s, t, r, r0]`: `x += alpha p + omega s`, `r = s - omega t`; sums `<r0, r>`, `|r|^2`.
+    Xr = 2,
+    /// `v = [p, r, v]`: `p = r + beta (p - omega v)`.
+    P = 3,
+    /// `v = [a, b]`: sums `|a - b|^2`, `|b|^2` (in slots 2 and 3): the true residual `|b - D x|`.
+    DiffNorm = 4,
+}
+
+impl<T: ComplexReal> Blas<T> {
+    /// Operation `op` on element `i`, returning its share of the sums. The scalars come from `st`.
+    ///
+    /// # Safety
+    /// The vectors the operation uses must hold `n` complex elements each, and `i < n`.
+    #[inline(always)]
+    pub unsafe fn element(&self, op: Op, st: &BiCgState, i: usize) -> Sums {
+        let ld = |k: usize| unsafe { T::load(self.v[k], i) };
+        let st_ = |k: usize, z: Complex<T>| unsafe { T::store(self.v[k], i, z) };
+        let c = Complex::<T>::from_f64;
+        match op {
+            Op::Dot => {
+                let (a, b) = (ld(0).to_f64(), ld(1).to_f64());
+                let d = a.conj_mul(b);
+                [d.re, d.im, a.norm_sqr(), b.norm_sqr()]
+            }
+            Op::S => {
+                st_(0, ld(1) - c(st.alpha) * ld(2));
+                [0.0; 4]
+            }
+            Op::Xr => {
+                let (p, s, t) = (ld(1), ld(2), ld(3));
+                let (alpha, omega) = (c(st.alpha), c(st.omega));
+                st_(0, ld(0) + alpha * p + omega * s);
+                let r = s - omega * t;
+                st_(4, r);
+                let (r0, r) = (ld(5).to_f64(), r.to_f64());
+                let d = r0.conj_mul(r);
+                [d.re, d.im, r.norm_sqr(), 0.0]
+            }
+            Op::P => {
+                let (beta, omega) = (c(st.beta), c(st.omega));
+                st_(0, ld(1) + beta * (ld(0) - omega * ld(2)));
+                [0.0; 4]
+            }
+            Op::DiffNorm => {
+                let (a, b) = (ld(0).to_f64(), ld(1).to_f64());
+                [0.0, 0.0, (a - b).norm_sqr(), b.norm_sqr()]
+            }
+        }
+    }
+
+    /// The GPU body of a vector kernel: a grid-stride loop over the elements, then (for reducing
+    /// operations) the block's sums reduced with warp shuffles and written to `partials`.
+    ///
+    /// # Safety
+    /// As for [`element`](Self::element); launched with at most 1024 threads per block.
+    #[inline(always)]
+    pub unsafe fn run(&self, op: Op) {
+        let st = unsafe { *self.state };
+        if st.status != RUNNING {
+            return;
+        }
+        let stride = thread::grid_dim_x() as usize * thread::block_dim_x() as usize;
+        let mut i = thread::index_1d();
+        let mut acc = [0.0f64; 4];
+        while i < self.n as usize {
+            let s = unsafe { self.element(op, &st, i) };
+            for q in 0..4 {
+                acc[q] += s[q];
+            }
+            i += stride;
+        }
+        if matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) {
+            let sums = block_sum(acc);
+            if thread::thread_idx_x() == 0 {
+                let blocks = thread::grid_dim_x() as usize;
+                let b = thread::block_idx_x() as usize;
+                for q in 0..4 {
+                    unsafe { *self.partials.add(q * blocks + b) = sums[q] };
+                }
+            }
+        }
+    }
+}
+
+/// Sums four f64 over the block (valid in thread 0): warp shuffles, then one value per warp through
+/// shared memory. Every thread of the block must call it.
+#[inline(always)]
+pub fn block_sum(v: Sums) -> Sums {
+    let shared = crate::shared_array![f64; 4 * 32];
+    let lane = warp::lane_id() as usize;
+    let w = thread::thread_idx_x() as usize / 32;
+    let warps = (thread::block_dim_x() as usize).div_ceil(32);
+    let mut out = [0.0; 4];
+    for q in 0..4 {
+        let s = warp::sum(v[q]);
+        if lane == 0 {
+            unsafe { *shared.add(q * 32 + w) = s };
+        }
+    }
+    sync_threads();
+    if w == 0 {
+        for q in 0..4 {
+            let s = if lane < warps {
+                unsafe { *shared.add(q * 32 + lane) }
+            } else {
+                0.0
+            };
+            out[q] = warp::sum(s);
+        }
+    }
+    out
+}
+
+/// Arguments of the finishing step: sums the `blocks` partials of the preceding reduction and applies
+/// `stage` to the state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Finish {
+    /// The solver state.
+    pub state: *mut BiCgState,
+    /// `4 * blocks` partial sums.
+    pub partials: *const f64,
+    /// Blocks of the preceding reduction.
+    pub blocks: u32,
+    /// A [`Stage`] as `u32`.
+    pub stage: u32,
+}
+
+impl Finish {
+    /// The GPU body (one block).
+    ///
+    /// # Safety
+    /// `partials` holds `4 * blocks` values written by the preceding reduction, `state` is valid.
+    #[inline(always)]
+    pub unsafe fn run(&self) {
+        let mut acc = [0.0f64; 4];
+        let mut b = thread::thread_idx_x() as usize;
+        let blocks = self.blocks as usize;
+        while b < blocks {
+            for q in 0..4 {
+                acc[q] += unsafe { *self.partials.add(q * blocks + b) };
+            }
+            b += thread::block_dim_x() as usize;
+        }
+        let sums = block_sum(acc);
+        if thread::thread_idx_x() == 0 {
+            let mut st = unsafe { *self.state };
+            st.finish(Stage::from_u32(self.stage), sums);
+            unsafe { *self.state = st };
+        }
+    }
+}
+
+macro_rules! blas_entries {
+    ($t:ty, $dot:ident, $s:ident, $xr:ident, $p:ident, $diff:ident) => {
+        crate::kernel! {
+            /// Generated: `Op::Dot`.
+            pub unsafe fn $dot(a: Blas<$t>) { a.run(Op::Dot) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::S`.
+            pub unsafe fn $s(a: Blas<$t>) { a.run(Op::S) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::Xr`.
+            pub unsafe fn $xr(a: Blas<$t>) { a.run(Op::Xr) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::P`.
+            pub unsafe fn $p(a: Blas<$t>) { a.run(Op::P) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::DiffNorm`.
+            pub unsafe fn $diff(a: Blas<$t>) { a.run(Op::DiffNorm) }
+        }
+    };
+}
+
+blas_entries!(
+    f32,
+    bicg_dot_f32,
+    bicg_s_f32,
+    bicg_xr_f32,
+    bicg_p_f32,
+    bicg_diffnorm_f32
+);
+blas_entries!(
+    f64,
+    bicg_dot_f64,
+    bicg_s_f64,
+    bicg_xr_f64,
+    bicg_p_f64,
+    bicg_diffnorm_f64
+);
+
+crate::kernel! {
+    /// The finishing step: launch with one block of up to 1024 threads.
+    pub unsafe fn bicg_finish(f: Finish) {
+        f.run()
+    }
+}
+
+/// A device flag and a value: the argument of Doi's wait and stop kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Signal {
+    /// The flag, a `u32` in device memory.
+    pub flag: *mut u32,
+    /// The value to wait for (at least, in wrapping order) or to store.
+    pub value: u32,
+}
+
+impl Signal {
+    /// Wait kernel of Doi's overhead hiding: one thread spins until the flag reaches `value` (raised by a
+    /// stop kernel or `cuStreamWriteValue32` from another stream), holding back the work queued behind it
+    /// so the host can fill the queue first.
+    ///
+    /// # Safety
+    /// `flag` must be a valid device address that another stream will eventually raise to `value`.
+    #[inline(always)]
+    pub unsafe fn wait(&self) {
+        #[cfg(target_arch = "nvptx64")]
+        loop {
+            let v: u32;
+            // SAFETY: a volatile load, so every poll sees the other stream's store.
+            unsafe {
+                core::arch::asm!("ld.volatile.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) self.flag, options(nostack, readonly));
+            }
+            if v.wrapping_sub(self.value) as i32 >= 0 {
+                break;
+            }
+            // SAFETY: a pause hint, no memory effect.
+            unsafe { core::arch::asm!("nanosleep.u32 64;", options(nostack, nomem)) };
+        }
+    }
+
+    /// Stop kernel: stores `value` at the flag, releasing a waiting [`wait`](Self::wait).
+    ///
+    /// # Safety
+    /// `flag` must be a valid device address.
+    #[inline(always)]
+    pub unsafe fn stop(&self) {
+        #[cfg(target_arch = "nvptx64")]
+        // SAFETY: a volatile store to the caller's flag.
+        unsafe {
+            core::arch::asm!("st.volatile.global.u32 [{p}], {v};", p = in(reg64) self.flag, v = in(reg32) self.value, options(nostack));
+        }
+    }
+}
+
+crate::kernel! {
+    /// Doi's wait kernel: launch with one thread.
+    pub unsafe fn wait_kernel(s: Signal) {
+        s.wait()
+    }
+}
+
+crate::kernel! {
+    /// Doi's stop kernel: launch with one thread.
+    pub unsafe fn stop_kernel(s: Signal) {
+        s.stop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_sets_rho_and_the_stopping_residual() {
+        let mut s = BiCgState::new(1e-3, 10);
+        s.finish(Stage::Init, [4.0, 0.0, 4.0, 4.0]);
+        assert_eq!(s.rho, Complex::new(4.0, 0.0));
+        assert!((s.stop_rr - 4e-6).abs() < 1e-18);
+        assert_eq!(s.status, RUNNING);
+    }
+
+    #[test]
+    fn zero_denominator_is_a_breakdown_not_a_nan() {
+        let mut s = BiCgState::new(1e-8, 10);
+        s.finish(Stage::Init, [1.0, 0.0, 1.0, 1.0]);
+        s.finish(Stage::Alpha, [0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(s.status, BREAKDOWN_R0V);
+        // A stopped solve ignores further stages.
+        s.finish(Stage::Beta, [1.0, 0.0, 1.0, 0.0]);
+        assert_eq!(s.iterations, 0);
+    }
+
+    #[test]
+    fn beta_follows_the_recurrence_and_stops_at_the_limit() {
+        let mut s = BiCgState::new(1e-12, 1);
+        s.finish(Stage::Init, [2.0, 0.0, 2.0, 2.0]);
+        s.finish(Stage::Alpha, [1.0, -1.0, 3.0, 0.0]); // <r0, v> = 1 + i
+        assert!((s.alpha - Complex::new(1.0, -1.0)).abs() < 1e-15);
+        s.finish(Stage::Omega, [0.5, 0.0, 2.0, 1.0]);
+        assert_eq!(s.omega, Complex::new(0.25, 0.0));
+        s.finish(Stage::Beta, [0.5, 0.5, 0.5, 0.0]);
+        assert_eq!((s.iterations, s.status), (1, MAX_ITER));
+    }
+}

@@ -1,0 +1,308 @@
+//! The hopping term `out = x + a * H_{p, 1-p} in` on the sites of one parity, one thread per site.
+// Spin, colour and row indices run in lock step across several arrays: index loops read best here.
+#![allow(clippy::needless_range_loop)]
+
+use crate::complex::{Complex, ComplexReal};
+#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
+use crate::device::thread;
+
+/// Floating-point operations per site of one hopping-term application, as QUDA counts them (so GFLOPS
+/// figures compare with QUDA's).
+pub const FLOPS_PER_SITE: u64 = 1320;
+
+/// One application of the hopping term on the sites of parity `parity`:
+/// `out = x + a * sum_mu [ (1 - g_mu) U_mu(n) in(n + mu) + (1 + g_mu) U_mu(n - mu)^dag in(n - mu) ]`,
+/// or `out = a * (...)` when `x` is null. `R` is the number of complex entries stored per link (9 or 6).
+/// `t_boundary` (1 or -1) multiplies every hop across the `t` boundary. When `halt` is not null and the
+/// `u32` it points to is non-zero, the kernel does nothing: a converged solver's queued work becomes free.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Dslash<T, const R: usize> {
+    /// Output spinor (parity `parity`).
+    pub out: *mut T,
+    /// Input spinor (the other parity).
+    pub inp: *const T,
+    /// Gauge field, both parities.
+    pub gauge: *const T,
+    /// Spinor added to the result (parity `parity`), or null.
+    pub x: *const T,
+    /// The factor of the hopping term.
+    pub a: T,
+    /// Factor of hops across the `t` boundary: 1 (periodic) or -1 (antiperiodic).
+    pub t_boundary: T,
+    /// Lattice `[X, Y, Z, T]`.
+    pub dims: [u32; 4],
+    /// Parity of the output sites.
+    pub parity: u32,
+    /// Solver status flag, or null.
+    pub halt: *const u32,
+}
+
+// SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
+unsafe impl<T, const R: usize> Send for Dslash<T, R> {}
+// SAFETY: as above.
+unsafe impl<T, const R: usize> Sync for Dslash<T, R> {}
+
+/// `sigma_mu`, the upper-right 2x2 block of `g_mu` (DeGrand-Rossi: every `g_mu` is
+/// `[[0, sigma], [sigma^dag, 0]]`), as one non-zero per row: column `PERM[mu][r]` with phase `PHASE[mu][r]`.
+const PERM: [[usize; 2]; 4] = [[1, 0], [1, 0], [0, 1], [0, 1]];
+/// Phases coded 0: 1, 1: -1, 2: i, 3: -i.
+const PHASE: [[u8; 2]; 4] = [[2, 2], [1, 0], [2, 3], [0, 0]];
+
+#[inline(always)]
+fn phase<T: ComplexReal>(code: u8, z: Complex<T>) -> Complex<T> {
+    match code {
+        0 => z,
+        1 => -z,
+        2 => z.mul_i(),
+        _ => -z.mul_i(),
+    }
+}
+
+#[inline(always)]
+fn conj_code(code: u8) -> u8 {
+    match code {
+        2 => 3,
+        3 => 2,
+        c => c,
+    }
+}
+
+/// Keeps LLVM from hoisting the loads of every direction to the top of the kernel: doing so buys
+/// memory-level parallelism the occupancy already gives, at the price of spilling f64 registers.
+#[inline(always)]
+fn schedule_fence() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: an empty instruction; without `nomem` LLVM may not move memory accesses across it.
+    unsafe {
+        core::arch::asm!("", options(nostack, preserves_flags))
+    }
+}
+
+/// Sites per tile of the field layouts (a warp's worth).
+pub const TILE: usize = 32;
+
+/// Index of entry 0 of site `cb` in a tiled array of `ncomp` entries per site; entry `k` is `TILE * k`
+/// further on, a compile-time offset, so one address register serves all entries of a site.
+#[inline(always)]
+pub fn tile_index(cb: usize, ncomp: usize) -> usize {
+    (cb / TILE) * ncomp * TILE + cb % TILE
+}
+
+type Link<T> = [[Complex<T>; 3]; 3];
+type Half<T> = [[Complex<T>; 3]; 2];
+
+impl<T: ComplexReal, const R: usize> Dslash<T, R> {
+    /// Sites of one parity.
+    #[inline(always)]
+    pub fn half_volume(&self) -> usize {
+        let [x, y, z, t] = self.dims;
+        x as usize * y as usize * z as usize * t as usize / 2
+    }
+
+    /// Computes site `cb` of the output parity.
+    ///
+    /// # Safety
+    /// The pointers must address fields of this lattice in the layouts of [`crate::wilson`], and
+    /// `cb < half_volume()`.
+    #[inline(always)]
+    pub unsafe fn site(&self, cb: usize) {
+        if !self.halt.is_null() && unsafe { *self.halt } != 0 {
+            return;
+        }
+        let vh = self.half_volume();
+        let [nx, ny, nz, nt] = self.dims;
+        let xh = nx / 2;
+        let c = cb as u32;
+        let (x2, rest) = (c % xh, c / xh);
+        let (y, rest) = (rest % ny, rest / ny);
+        let (z, t) = (rest % nz, rest / nz);
+        let x = 2 * x2 + ((self.parity ^ (y + z + t)) & 1);
+        let cb_of =
+            |x: u32, y: u32, z: u32, t: u32| (((t * nz + z) * ny + y) * xh + x / 2) as usize;
+        let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
+        let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
+        let other = self.parity ^ 1;
+
+        let mut acc = [Complex::<T>::ZERO; 12];
+        unsafe {
+            self.hop::<0, true>(
+                &mut acc,
+                vh,
+                self.parity,
+                cb,
+                cb_of(up(x, nx), y, z, t),
+                T::ONE,
+            );
+            self.hop::<0, false>(
+                &mut acc,
+                vh,
+                other,
+                cb_of(down(x, nx), y, z, t),
+                cb_of(down(x, nx), y, z, t),
+                T::ONE,
+            );
+            schedule_fence();
+            self.hop::<1, true>(
+                &mut acc,
+                vh,
+                self.parity,
+                cb,
+                cb_of(x, up(y, ny), z, t),
+                T::ONE,
+            );
+            self.hop::<1, false>(
+                &mut acc,
+                vh,
+                other,
+                cb_of(x, down(y, ny), z, t),
+                cb_of(x, down(y, ny), z, t),
+                T::ONE,
+            );
+            schedule_fence();
+            self.hop::<2, true>(
+                &mut acc,
+                vh,
+                self.parity,
+                cb,
+                cb_of(x, y, up(z, nz), t),
+                T::ONE,
+            );
+            self.hop::<2, false>(
+                &mut acc,
+                vh,
+                other,
+                cb_of(x, y, down(z, nz), t),
+                cb_of(x, y, down(z, nz), t),
+                T::ONE,
+            );
+            schedule_fence();
+            let fwd_sign = if t + 1 == nt { self.t_boundary } else { T::ONE };
+            let bwd_sign = if t == 0 { self.t_boundary } else { T::ONE };
+            self.hop::<3, true>(
+                &mut acc,
+                vh,
+                self.parity,
+                cb,
+                cb_of(x, y, z, up(t, nt)),
+                fwd_sign,
+            );
+            self.hop::<3, false>(
+                &mut acc,
+                vh,
+                other,
+                cb_of(x, y, z, down(t, nt)),
+                cb_of(x, y, z, down(t, nt)),
+                bwd_sign,
+            );
+            schedule_fence();
+        }
+
+        let at = tile_index(cb, 12);
+        for (k, h) in acc.iter().enumerate() {
+            let mut v = h.scale(self.a);
+            if !self.x.is_null() {
+                v += unsafe { T::load(self.x, at + k * TILE) };
+            }
+            unsafe { T::store(self.out, at + k * TILE, v) };
+        }
+    }
+
+    /// Adds one hop in direction `MU` (forward: `(1 - g) U psi(n + mu)`, backward:
+    /// `(1 + g) U^dag psi(n - mu)`), the link being that of site `link_cb` of parity `link_parity`.
+    #[inline(always)]
+    unsafe fn hop<const MU: usize, const FWD: bool>(
+        &self,
+        acc: &mut [Complex<T>; 12],
+        vh: usize,
+        link_parity: u32,
+        link_cb: usize,
+        nb_cb: usize,
+        sign: T,
+    ) {
+        let at = tile_index(nb_cb, 12);
+        let psi = |s: usize, c: usize| unsafe { T::load(self.inp, at + (s * 3 + c) * TILE) };
+        // Project onto the two independent spin components: h_r = psi_r -+ sigma psi_lower.
+        let mut h: Half<T> = [[Complex::ZERO; 3]; 2];
+        for r in 0..2 {
+            for c in 0..3 {
+                let low = phase(PHASE[MU][r], psi(2 + PERM[MU][r], c));
+                let up = psi(r, c);
+                h[r][c] = if FWD { up - low } else { up + low };
+                if MU == 3 {
+                    h[r][c] = h[r][c].scale(sign);
+                }
+            }
+        }
+        // Row by row, so that only one row of the link is live at a time (f64 registers are scarce).
+        let u = unsafe { self.link(link_parity, MU, link_cb, vh) };
+        let mut w: Half<T> = [[Complex::ZERO; 3]; 2];
+        for a in 0..3 {
+            for r in 0..2 {
+                for b in 0..3 {
+                    if FWD {
+                        w[r][a] += u[a][b] * h[r][b];
+                    } else {
+                        w[r][b] += u[a][b].conj() * h[r][a];
+                    }
+                }
+            }
+        }
+        // Reconstruct: the lower components are -+ sigma^dag times the upper ones.
+        for r in 0..2 {
+            let pr = PERM[MU][r];
+            let code = conj_code(PHASE[MU][pr]);
+            for c in 0..3 {
+                acc[r * 3 + c] += w[r][c];
+                let low = phase(code, w[pr][c]);
+                acc[(2 + r) * 3 + c] += if FWD { -low } else { low };
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, vh: usize) -> Link<T> {
+        let tiles = vh.div_ceil(TILE);
+        let at = (parity as usize * 4 + mu) * tiles * R * TILE + tile_index(cb, R);
+        let e = |k: usize| unsafe { T::load(self.gauge, at + k * TILE) };
+        let mut u = [[Complex::ZERO; 3]; 3];
+        for a in 0..2 {
+            for b in 0..3 {
+                u[a][b] = e(a * 3 + b);
+            }
+        }
+        if R == 9 {
+            for b in 0..3 {
+                u[2][b] = e(6 + b);
+            }
+        } else {
+            let (r0, r1) = (u[0], u[1]);
+            u[2][0] = (r0[1] * r1[2] - r0[2] * r1[1]).conj();
+            u[2][1] = (r0[2] * r1[0] - r0[0] * r1[2]).conj();
+            u[2][2] = (r0[0] * r1[1] - r0[1] * r1[0]).conj();
+        }
+        u
+    }
+}
+
+macro_rules! dslash_entry {
+    ($name:ident => $t:ty, $r:literal) => {
+        crate::kernel! {
+            /// Generated kernel entry: one thread per site of the output parity.
+            pub unsafe fn $name(d: Dslash<$t, $r>) {
+                let i = thread::index_1d();
+                if i < d.half_volume() {
+                    d.site(i)
+                }
+            }
+        }
+        impl crate::stencil::GpuEntry for Dslash<$t, $r> {
+            const ENTRY: &'static str = stringify!($name);
+        }
+    };
+}
+
+dslash_entry!(dslash_f32_r18 => f32, 9);
+dslash_entry!(dslash_f32_r12 => f32, 6);
+dslash_entry!(dslash_f64_r18 => f64, 9);
+dslash_entry!(dslash_f64_r12 => f64, 6);

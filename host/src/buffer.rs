@@ -1,0 +1,155 @@
+//! Typed device arrays and kernel launches with one `#[repr(C)]` argument struct: what applications with
+//! their own kernels (lattice QCD, Krylov solvers) use instead of cudarc.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+
+use crate::error::{CudaContext, Result};
+use crate::gpu::Gpu;
+
+/// An array of `T` in GPU memory.
+pub struct DeviceBuffer<T> {
+    gpu: Arc<Gpu>,
+    buf: CudaSlice<T>,
+}
+
+impl<T> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("len", &self.buf.len())
+            .finish()
+    }
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits + Clone + Default + Unpin> DeviceBuffer<T> {
+    /// `len` zeros.
+    pub fn zeros(gpu: &Arc<Gpu>, len: usize) -> Result<Self> {
+        let buf = gpu
+            .stream()
+            .alloc_zeros(len.max(1))
+            .cuda(|| format!("allocating {len} elements on the GPU"))?;
+        Ok(Self {
+            gpu: gpu.clone(),
+            buf,
+        })
+    }
+
+    /// A copy of `data`.
+    pub fn from_host(gpu: &Arc<Gpu>, data: &[T]) -> Result<Self> {
+        let mut b = Self::zeros(gpu, data.len())?;
+        b.upload(data)?;
+        Ok(b)
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == 0
+    }
+
+    /// Copies `data` (at most `len()` elements) to the start of the buffer.
+    pub fn upload(&mut self, data: &[T]) -> Result<()> {
+        let mut view = self.buf.slice_mut(0..data.len());
+        self.gpu
+            .stream()
+            .memcpy_htod(data, &mut view)
+            .cuda(|| "copying to the GPU".into())
+    }
+
+    /// The whole buffer, copied to the host (waits for queued work).
+    pub fn download(&self) -> Result<Vec<T>> {
+        self.gpu
+            .stream()
+            .clone_dtoh(&self.buf)
+            .cuda(|| "copying from the GPU (a kernel failed)".into())
+    }
+
+    /// Copies `other` (same length) into this buffer on the stream.
+    pub fn copy_from(&mut self, other: &Self) -> Result<()> {
+        self.gpu
+            .stream()
+            .memcpy_dtod(&other.buf, &mut self.buf)
+            .cuda(|| "copying on the GPU".into())
+    }
+
+    /// Sets every element to zero on the stream.
+    pub fn zero(&mut self) -> Result<()> {
+        self.gpu
+            .stream()
+            .memset_zeros(&mut self.buf)
+            .cuda(|| "clearing GPU memory".into())
+    }
+
+    /// The device address, for kernel argument structs.
+    pub fn addr(&self) -> u64 {
+        let (p, _sync) = self.buf.device_ptr(self.gpu.stream());
+        p
+    }
+
+    /// The device address as a pointer to `U` (kernel argument structs hold typed pointers).
+    pub fn ptr<U>(&self) -> *mut U {
+        self.addr() as *mut U
+    }
+}
+
+/// A `#[repr(C)]` kernel argument passed by value: its bytes are the kernel's parameter block.
+#[repr(transparent)]
+pub(crate) struct ByValue<T>(pub T);
+// SAFETY: only `#[repr(C)]` structs of plain pointers and numbers, mirrored in gpu-kernels, are wrapped.
+unsafe impl<T: Copy> DeviceRepr for ByValue<T> {}
+
+impl Gpu {
+    /// Queues kernel `entry`, whose one parameter is the `#[repr(C)]` struct `args`, on `stream` with
+    /// `grid` blocks of `block` threads.
+    ///
+    /// # Safety
+    /// `entry` must take exactly one parameter of type `P` (same layout as in gpu-kernels), and every
+    /// device address in `args` must be valid for what the kernel does with it.
+    pub unsafe fn launch_on<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        entry: &str,
+        args: &P,
+        grid: u32,
+        block: u32,
+    ) -> Result<()> {
+        let f = self.function(entry)?;
+        let a = ByValue(*args);
+        let cfg = LaunchConfig {
+            grid_dim: (grid.max(1), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { stream.launch_builder(&f).arg(&a).launch(cfg) }
+            .cuda(|| format!("launching kernel {entry}"))?;
+        Ok(())
+    }
+
+    /// [`launch_on`](Self::launch_on) the GPU's own stream.
+    ///
+    /// # Safety
+    /// As for [`launch_on`](Self::launch_on).
+    pub unsafe fn launch<P: Copy>(
+        &self,
+        entry: &str,
+        args: &P,
+        grid: u32,
+        block: u32,
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.launch_on(self.stream(), entry, args, grid, block) }
+    }
+
+    /// Enough blocks of `block` threads for `threads` threads.
+    pub fn blocks_for(threads: usize, block: u32) -> u32 {
+        threads.div_ceil(block as usize).max(1) as u32
+    }
+}

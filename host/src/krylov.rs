@@ -1,0 +1,694 @@
+//! BiCGStab on the GPU with its scalars in device memory, and the ways of hiding CUDA launch overhead
+//! that Doi's strong-scaling paper compares (see [`Variant`]).
+//!
+//! The solver works on any [`DeviceOperator`] (complex vectors of `len()` elements). One iteration queues
+//! two operator applications, five vector kernels and three one-block finishing kernels; the scalars
+//! (`rho`, `alpha`, `omega`, `beta`) never leave the GPU except in the `sync` variant. Once the device
+//! state says the solve stopped (converged, limit, breakdown), every queued kernel returns at once, so
+//! iterations queued past convergence cost only their launches and never change the answer: all variants
+//! take the same iterations.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
+use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::krylov::{
+    BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V,
+    BREAKDOWN_RHO, CONVERGED, MAX_ITER, RUNNING,
+};
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{CudaContext, Error, Result};
+use crate::field::Element;
+use crate::gpu::Gpu;
+
+/// A linear operator on complex vectors in GPU memory.
+pub trait DeviceOperator<T> {
+    /// Complex elements of the vectors it acts on.
+    fn len(&self) -> usize;
+    /// Whether the vectors are empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Queues `out = A inp` on the GPU's stream. When `halt` is not null and the `u32` there is non-zero
+    /// when the kernels run, they must do nothing (the solve has stopped).
+    fn apply(&self, out: &DeviceBuffer<T>, inp: &DeviceBuffer<T>, halt: *const u32) -> Result<()>;
+    /// Floating-point operations of one application (for GFLOPS).
+    fn flops(&self) -> u64;
+}
+
+/// How the host drives the iterations (Doi's comparison).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Every dot product is copied to the host, which computes the scalars and launches the next kernels.
+    Sync,
+    /// Scalars stay on the device; the host only reads the state every few iterations through pinned
+    /// memory, polling an event, never blocking the stream.
+    Async,
+    /// As `Async`, with each block of iterations captured once as a CUDA graph and replayed.
+    Graph,
+    /// Doi's mechanism: a one-thread wait kernel holds each block of iterations until a helper host thread
+    /// launches a stop kernel on a second stream, so the queue fills before the GPU starts on it.
+    WaitKernel,
+    /// The same with driver stream memory operations (`cuStreamWaitValue32` / `cuStreamWriteValue32`).
+    StreamWait,
+}
+
+impl Variant {
+    /// Every variant, in the order benchmarks print them.
+    pub const ALL: [Variant; 5] = [
+        Variant::Sync,
+        Variant::Async,
+        Variant::Graph,
+        Variant::WaitKernel,
+        Variant::StreamWait,
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Sync => "sync",
+            Variant::Async => "async",
+            Variant::Graph => "graph",
+            Variant::WaitKernel => "waitkernel",
+            Variant::StreamWait => "streamwait",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown solver variant `{s}`; use one of {}",
+                    Self::ALL.map(|v| v.name()).join(", ")
+                )
+            })
+    }
+}
+
+/// Options of one solve.
+#[derive(Clone, Copy, Debug)]
+pub struct SolveOptions {
+    /// Stop when `|r| <= tol |b|`.
+    pub tol: f64,
+    /// Iteration limit.
+    pub max_iter: u32,
+    /// How the host drives the GPU.
+    pub variant: Variant,
+    /// Iterations between residual reads (all variants but `sync`, which sees every iteration).
+    pub check_every: u32,
+}
+
+/// How a solve ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SolveStatus {
+    /// The residual reached the tolerance.
+    Converged,
+    /// The iteration limit was reached first.
+    MaxIter,
+    /// A recurrence denominator vanished; names it.
+    Breakdown(&'static str),
+}
+
+/// What a solve did.
+#[derive(Clone, Debug)]
+pub struct SolveReport {
+    /// How it ended.
+    pub status: SolveStatus,
+    /// Iterations completed.
+    pub iterations: u32,
+    /// The solver's relative residual `|r| / |b|` (the recurrence's, not recomputed).
+    pub residual: f64,
+    /// (iteration, relative residual) at every check.
+    pub history: Vec<(usize, f64)>,
+    /// Wall-clock seconds from the first queued kernel to the final synchronisation.
+    pub seconds: f64,
+}
+
+const BLOCK: u32 = 256;
+const STATE_WORDS: usize = std::mem::size_of::<BiCgState>().div_ceil(8);
+const SLOTS: usize = 2;
+/// Iterations (about ten launches each) that may wait behind one wait kernel: far below the driver's
+/// queue of pending launches, which would otherwise fill and block the host while the GPU waits for it.
+pub const MAX_HELD_ITERATIONS: u32 = 32;
+
+/// Pinned host memory the GPU copies the state into, read by the host once an event says it arrived.
+struct Pinned(*mut u64);
+
+impl Pinned {
+    fn new() -> Result<Self> {
+        // SAFETY: a plain page-locked allocation, freed in `drop`. Not write-combined: the host reads it.
+        let p = unsafe { cu::malloc_host(STATE_WORDS * 8, sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .cuda(|| "allocating pinned host memory".into())?;
+        Ok(Self(p as *mut u64))
+    }
+
+    fn read(&self) -> BiCgState {
+        // SAFETY: STATE_WORDS * 8 >= size_of::<BiCgState>() bytes, written by a completed copy.
+        unsafe { std::ptr::read_unaligned(self.0 as *const BiCgState) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_host` and no copy into it is pending (the solve synchronised).
+        let _ = unsafe { cu::free_host(self.0 as *mut std::ffi::c_void) };
+    }
+}
+
+/// BiCGStab for one operator: owns the work vectors, the device state and (for `graph`) the captured
+/// graphs, which are reused by later solves with the same `check_every`.
+pub struct BiCgStab<T, O> {
+    gpu: Arc<Gpu>,
+    op: O,
+    x: DeviceBuffer<T>,
+    r: DeviceBuffer<T>,
+    r0: DeviceBuffer<T>,
+    p: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    s: DeviceBuffer<T>,
+    t: DeviceBuffer<T>,
+    state: DeviceBuffer<u64>,
+    partials: DeviceBuffer<f64>,
+    flag: DeviceBuffer<u32>,
+    blocks: u32,
+    pinned: Vec<Pinned>,
+    events: Vec<CudaEvent>,
+    graphs: Option<(u32, Vec<CudaGraph>)>,
+}
+
+impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<T, O> {
+    /// Work space for solving with `op`. Checks the memory first.
+    pub fn new(gpu: &Arc<Gpu>, op: O) -> Result<Self> {
+        let reals = 2 * op.len();
+        gpu.check_fits(
+            8 * reals as u64 * std::mem::size_of::<T>() as u64,
+            "the BiCGStab work vectors",
+        )?;
+        let vec = || DeviceBuffer::<T>::zeros(gpu, reals);
+        let blocks = 4 * gpu.sm_count();
+        let ctx = gpu.context();
+        let events = (0..SLOTS)
+            .map(|_| {
+                ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .cuda(|| "creating an event".into())
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            x: vec()?,
+            r: vec()?,
+            r0: vec()?,
+            p: vec()?,
+            v: vec()?,
+            s: vec()?,
+            t: vec()?,
+            state: DeviceBuffer::zeros(gpu, STATE_WORDS)?,
+            partials: DeviceBuffer::zeros(gpu, 4 * blocks as usize)?,
+            flag: DeviceBuffer::zeros(gpu, 1)?,
+            blocks,
+            pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
+            events,
+            graphs: None,
+            gpu: gpu.clone(),
+            op,
+        })
+    }
+
+    /// The operator.
+    pub fn operator(&self) -> &O {
+        &self.op
+    }
+
+    /// Gives the operator back.
+    pub fn into_operator(self) -> O {
+        self.op
+    }
+
+    /// Solves `A x = b` from `x = 0`, writing `x`. `on_check(iteration, relative residual)` is called at
+    /// every residual read, for progress output.
+    pub fn solve(
+        &mut self,
+        b: &DeviceBuffer<T>,
+        x: &mut DeviceBuffer<T>,
+        opt: &SolveOptions,
+        on_check: &mut dyn FnMut(usize, f64),
+    ) -> Result<SolveReport> {
+        if !(opt.tol > 0.0 && opt.tol < 1.0) || opt.max_iter == 0 || opt.check_every == 0 {
+            return Err(Error::InvalidSize(format!(
+                "solver options tol = {}, max_iter = {}, check_every = {}: need 0 < tol < 1 and positive counts",
+                opt.tol, opt.max_iter, opt.check_every
+            )));
+        }
+        if matches!(opt.variant, Variant::WaitKernel | Variant::StreamWait)
+            && opt.check_every > MAX_HELD_ITERATIONS
+        {
+            return Err(Error::InvalidSize(format!(
+                "check_every = {} with the {} variant would hold more launches behind one wait than the driver queues; use at most {MAX_HELD_ITERATIONS}",
+                opt.check_every, opt.variant
+            )));
+        }
+        let start = Instant::now();
+        let st = self.start(b, opt)?;
+        let mut st = st;
+        let mut history = Vec::new();
+        if opt.variant == Variant::Sync {
+            self.host_finish(&mut st, Stage::Init)?;
+            history.push((0, 1.0));
+            while st.status == RUNNING {
+                self.iteration(Some(&mut st))?;
+                let rel = (st.rr / st.bb).sqrt();
+                if st.iterations.is_multiple_of(opt.check_every) || st.status != RUNNING {
+                    history.push((st.iterations as usize, rel));
+                    on_check(st.iterations as usize, rel);
+                }
+            }
+        } else {
+            self.finish(Stage::Init)?;
+            st = self.pipelined(opt, &mut history, on_check)?;
+        }
+        self.gpu.synchronize()?;
+        let seconds = start.elapsed().as_secs_f64();
+        x.copy_from(&self.x)?;
+        let status = match st.status {
+            CONVERGED => SolveStatus::Converged,
+            MAX_ITER => SolveStatus::MaxIter,
+            BREAKDOWN_RHO => SolveStatus::Breakdown("rho = <r0, r> vanished"),
+            BREAKDOWN_R0V => SolveStatus::Breakdown("<r0, A p> vanished"),
+            BREAKDOWN_OMEGA => SolveStatus::Breakdown("<t, t> or omega vanished"),
+            s => {
+                return Err(Error::InvalidSize(format!(
+                    "the solver state on the GPU is corrupt (status {s})"
+                )))
+            }
+        };
+        let residual = if st.bb > 0.0 {
+            (st.rr / st.bb).sqrt()
+        } else {
+            0.0
+        };
+        if history.last().map(|h| h.0) != Some(st.iterations as usize) {
+            history.push((st.iterations as usize, residual));
+        }
+        Ok(SolveReport {
+            status,
+            iterations: st.iterations,
+            residual,
+            history,
+            seconds,
+        })
+    }
+
+    /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>`.
+    fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
+        let st = BiCgState::new(opt.tol, opt.max_iter);
+        self.write_state(&st)?;
+        self.x.zero()?;
+        self.r.copy_from(b)?;
+        self.r0.copy_from(b)?;
+        self.p.copy_from(b)?;
+        self.blas(Op::Dot, &[&self.r0, &self.r0])?;
+        Ok(st)
+    }
+
+    /// Milliseconds of GPU time per iteration when the GPU never waits for the host: `iterations`
+    /// (at most 32) are queued behind a wait kernel and released at once, so the time between the events
+    /// around them is the kernels' own time plus the GPU's gaps between them, free of launch overhead.
+    pub fn kernel_ms_per_iteration(&mut self, b: &DeviceBuffer<T>, iterations: u32) -> Result<f64> {
+        let n = iterations.clamp(1, MAX_HELD_ITERATIONS);
+        let opt = SolveOptions {
+            tol: f64::MIN_POSITIVE,
+            max_iter: n + 1,
+            variant: Variant::Async,
+            check_every: n,
+        };
+        self.start(b, &opt)?;
+        self.finish(Stage::Init)?;
+        self.flag.zero()?;
+        let ctx = self.gpu.context().clone();
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(flags).cuda(|| "creating an event".into())?;
+        let stop = ctx.new_event(flags).cuda(|| "creating an event".into())?;
+        let sig = Signal {
+            flag: self.flag.ptr(),
+            value: 1,
+        };
+        // SAFETY: `wait_kernel` takes one `Signal`; the flag is a live device u32.
+        unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
+        let stream = self.gpu.stream().clone();
+        start.record(&stream).cuda(|| "recording an event".into())?;
+        for _ in 0..n {
+            self.iteration(None)?;
+        }
+        stop.record(&stream).cuda(|| "recording an event".into())?;
+        let release = ctx
+            .new_stream()
+            .cuda(|| "creating the release stream".into())?;
+        // SAFETY: `stop_kernel` takes one `Signal`.
+        unsafe { self.gpu.launch_on(&release, "stop_kernel", &sig, 1, 1)? };
+        let ms = start
+            .elapsed_ms(&stop)
+            .cuda(|| "timing the solver (a kernel failed)".into())? as f64;
+        Ok(ms / n as f64)
+    }
+
+    /// Queues blocks of `check_every` iterations the variant's way, reading the state of finished blocks
+    /// without blocking the stream, until the state says the solve stopped.
+    fn pipelined(
+        &mut self,
+        opt: &SolveOptions,
+        history: &mut Vec<(usize, f64)>,
+        on_check: &mut dyn FnMut(usize, f64),
+    ) -> Result<BiCgState> {
+        let k = opt.check_every;
+        if opt.variant == Variant::Graph && self.graphs.as_ref().map(|g| g.0) != Some(k) {
+            self.graphs = None;
+            let graphs = (0..SLOTS)
+                .map(|slot| self.capture(k, slot))
+                .collect::<Result<Vec<_>>>()?;
+            self.graphs = Some((k, graphs));
+        }
+        let helper = match opt.variant {
+            Variant::WaitKernel | Variant::StreamWait => {
+                self.flag.zero()?;
+                Some(self.spawn_releaser(opt.variant)?)
+            }
+            _ => None,
+        };
+        let mut pending: VecDeque<usize> = VecDeque::new();
+        let mut last = None;
+        let mut block = 0u32;
+        // The device stops itself at max_iter; one more block covers the iterations already queued.
+        let blocks = opt.max_iter.div_ceil(k) + 1;
+        let result = (|| -> Result<()> {
+            while block < blocks {
+                let slot = block as usize % SLOTS;
+                if pending.len() == SLOTS {
+                    let s = pending.pop_front().expect("pending has SLOTS entries");
+                    self.events[s]
+                        .synchronize()
+                        .cuda(|| "waiting for the solver (a kernel failed)".into())?;
+                    let st = self.consume(s, history, on_check);
+                    last = Some(st);
+                    if st.status != RUNNING {
+                        return Ok(());
+                    }
+                }
+                self.queue_block(opt.variant, k, slot, block + 1)?;
+                if let Some((tx, _)) = &helper {
+                    // The helper thread releases this block now that it is fully queued.
+                    let _ = tx.send(block + 1);
+                }
+                pending.push_back(slot);
+                block += 1;
+                while let Some(&s) = pending.front() {
+                    let done = self.events[s]
+                        .try_is_complete()
+                        .cuda(|| "polling the solver (a kernel failed)".into())?;
+                    if !done {
+                        break;
+                    }
+                    pending.pop_front();
+                    let st = self.consume(s, history, on_check);
+                    last = Some(st);
+                    if st.status != RUNNING {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Some((tx, handle)) = helper {
+            drop(tx);
+            handle
+                .join()
+                .map_err(|_| Error::InvalidSize("the release thread panicked".into()))??;
+        }
+        result?;
+        self.gpu.synchronize()?;
+        let _ = last;
+        self.read_state()
+    }
+
+    fn consume(
+        &self,
+        slot: usize,
+        history: &mut Vec<(usize, f64)>,
+        on_check: &mut dyn FnMut(usize, f64),
+    ) -> BiCgState {
+        let st = self.pinned[slot].read();
+        if st.bb > 0.0 {
+            let rel = (st.rr / st.bb).sqrt();
+            if history.last().map(|h| h.0) != Some(st.iterations as usize) {
+                history.push((st.iterations as usize, rel));
+                on_check(st.iterations as usize, rel);
+            }
+        }
+        st
+    }
+
+    /// Queues one block: (a wait), `k` iterations (or their graph), the state copy to `slot`, its event.
+    fn queue_block(&mut self, variant: Variant, k: u32, slot: usize, target: u32) -> Result<()> {
+        let stream = self.gpu.stream().clone();
+        match variant {
+            Variant::WaitKernel => {
+                let sig = Signal {
+                    flag: self.flag.ptr(),
+                    value: target,
+                };
+                // SAFETY: `wait_kernel` takes one `Signal`; the flag is a live device u32.
+                unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
+            }
+            Variant::StreamWait => {
+                // SAFETY: the flag is a live device u32; GEQ waits until the helper writes `target`.
+                unsafe {
+                    sys::cuStreamWaitValue32_v2(
+                        stream.cu_stream(),
+                        self.flag.addr(),
+                        target,
+                        sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                    )
+                }
+                .result()
+                .cuda(|| "queueing cuStreamWaitValue32".into())?;
+            }
+            _ => {}
+        }
+        if variant == Variant::Graph {
+            let (_, graphs) = self.graphs.as_ref().expect("captured before the loop");
+            graphs[slot]
+                .launch()
+                .cuda(|| "launching the solver graph".into())?;
+        } else {
+            for _ in 0..k {
+                self.iteration(None)?;
+            }
+            self.copy_state(slot, &stream)?;
+        }
+        self.events[slot]
+            .record(&stream)
+            .cuda(|| "recording an event".into())
+    }
+
+    fn capture(&mut self, k: u32, slot: usize) -> Result<CudaGraph> {
+        let stream = self.gpu.stream().clone();
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .cuda(|| "starting a graph capture".into())?;
+        let queued = (|| {
+            for _ in 0..k {
+                self.iteration(None)?;
+            }
+            self.copy_state(slot, &stream)
+        })();
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .cuda(|| "capturing the solver graph".into());
+        queued?;
+        let graph = graph?.ok_or_else(|| {
+            Error::InvalidSize("the solver graph capture recorded nothing".into())
+        })?;
+        graph
+            .upload()
+            .cuda(|| "uploading the solver graph".into())?;
+        Ok(graph)
+    }
+
+    /// A host thread that raises the flag to each block number it receives: a stop kernel on its own
+    /// stream, or `cuStreamWriteValue32`.
+    #[allow(clippy::type_complexity)]
+    fn spawn_releaser(
+        &self,
+        variant: Variant,
+    ) -> Result<(mpsc::Sender<u32>, std::thread::JoinHandle<Result<()>>)> {
+        let stream: Arc<CudaStream> = self
+            .gpu
+            .context()
+            .new_stream()
+            .cuda(|| "creating the release stream".into())?;
+        let (tx, rx) = mpsc::channel::<u32>();
+        let gpu = self.gpu.clone();
+        let flag = self.flag.addr();
+        let handle = std::thread::spawn(move || -> Result<()> {
+            gpu.context()
+                .bind_to_thread()
+                .cuda(|| "binding the context to the release thread".into())?;
+            for value in rx {
+                if variant == Variant::WaitKernel {
+                    let sig = Signal {
+                        flag: flag as *mut u32,
+                        value,
+                    };
+                    // SAFETY: `stop_kernel` takes one `Signal`; the flag outlives the solve.
+                    unsafe { gpu.launch_on(&stream, "stop_kernel", &sig, 1, 1)? };
+                } else {
+                    // SAFETY: as above, through the driver's stream memory operation.
+                    unsafe {
+                        sys::cuStreamWriteValue32_v2(
+                            stream.cu_stream(),
+                            flag,
+                            value,
+                            sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+                        )
+                    }
+                    .result()
+                    .cuda(|| "queueing cuStreamWriteValue32".into())?;
+                }
+            }
+            stream
+                .synchronize()
+                .cuda(|| "finishing the release stream".into())
+        });
+        Ok((tx, handle))
+    }
+
+    /// Queues one iteration. With `host = Some(state)` (the `sync` variant) the scalars are computed on the
+    /// host from dot products copied back after each reduction.
+    fn iteration(&mut self, mut host: Option<&mut BiCgState>) -> Result<()> {
+        let halt = self.halt();
+        self.op.apply(&self.v, &self.p, halt)?;
+        self.blas(Op::Dot, &[&self.v, &self.r0])?;
+        self.stage(&mut host, Stage::Alpha)?;
+        self.blas(Op::S, &[&self.s, &self.r, &self.v])?;
+        self.op.apply(&self.t, &self.s, halt)?;
+        self.blas(Op::Dot, &[&self.t, &self.s])?;
+        self.stage(&mut host, Stage::Omega)?;
+        self.blas(
+            Op::Xr,
+            &[&self.x, &self.p, &self.s, &self.t, &self.r, &self.r0],
+        )?;
+        self.stage(&mut host, Stage::Beta)?;
+        self.blas(Op::P, &[&self.p, &self.r, &self.v])
+    }
+
+    fn stage(&mut self, host: &mut Option<&mut BiCgState>, stage: Stage) -> Result<()> {
+        match host {
+            Some(st) => self.host_finish(st, stage),
+            None => self.finish(stage),
+        }
+    }
+
+    /// The device address of the state's status word: the operator's kernels stop when it is set.
+    fn halt(&self) -> *const u32 {
+        (self.state.addr() + std::mem::offset_of!(BiCgState, status) as u64) as *const u32
+    }
+
+    fn blas(&self, op: Op, v: &[&DeviceBuffer<T>]) -> Result<()> {
+        let mut ptrs = [std::ptr::null_mut(); 6];
+        for (p, b) in ptrs.iter_mut().zip(v) {
+            *p = b.ptr();
+        }
+        let args = Blas::<T> {
+            n: self.op.len() as u32,
+            v: ptrs,
+            state: self.state.ptr(),
+            partials: self.partials.ptr(),
+        };
+        let name = match op {
+            Op::Dot => "bicg_dot",
+            Op::S => "bicg_s",
+            Op::Xr => "bicg_xr",
+            Op::P => "bicg_p",
+            Op::DiffNorm => "bicg_diffnorm",
+        };
+        // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex elements.
+        unsafe {
+            self.gpu
+                .launch(&format!("{name}_{}", T::NAME), &args, self.blocks, BLOCK)
+        }
+    }
+
+    fn finish(&self, stage: Stage) -> Result<()> {
+        let args = Finish {
+            state: self.state.ptr(),
+            partials: self.partials.ptr(),
+            blocks: self.blocks,
+            stage: stage as u32,
+        };
+        // SAFETY: `bicg_finish` takes one `Finish`; the partials were written by the last reduction.
+        unsafe { self.gpu.launch("bicg_finish", &args, 1, 1024) }
+    }
+
+    /// The `sync` variant's step: copy the partial sums back (this waits for the GPU), finish them on the
+    /// host, send the new scalars.
+    fn host_finish(&mut self, st: &mut BiCgState, stage: Stage) -> Result<()> {
+        let parts = self.partials.download()?;
+        let b = self.blocks as usize;
+        let mut sums: Sums = [0.0; 4];
+        for (q, s) in sums.iter_mut().enumerate() {
+            *s = parts[q * b..(q + 1) * b].iter().sum();
+        }
+        st.finish(stage, sums);
+        self.write_state(st)
+    }
+
+    fn write_state(&mut self, st: &BiCgState) -> Result<()> {
+        let mut words = [0u64; STATE_WORDS];
+        // SAFETY: the array has at least size_of::<BiCgState>() bytes; the state is plain data.
+        unsafe { std::ptr::write_unaligned(words.as_mut_ptr() as *mut BiCgState, *st) };
+        self.state.upload(&words)
+    }
+
+    fn read_state(&self) -> Result<BiCgState> {
+        let words = self.state.download()?;
+        // SAFETY: as in `write_state`.
+        Ok(unsafe { std::ptr::read_unaligned(words.as_ptr() as *const BiCgState) })
+    }
+
+    fn copy_state(&self, slot: usize, stream: &Arc<CudaStream>) -> Result<()> {
+        // SAFETY: the pinned slot holds STATE_WORDS words; the host reads it only after the event that
+        // follows this copy has completed.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.pinned[slot].0, STATE_WORDS) };
+        // SAFETY: the state buffer holds STATE_WORDS u64 on this stream's context.
+        unsafe { cu::memcpy_dtoh_async(dst, self.state.addr(), stream.cu_stream()) }
+            .cuda(|| "copying the solver state to the host".into())
+    }
+
+    /// Queues `|a - b|^2` and `|b|^2` (e.g. `|b - A x|` and `|b|` for the true residual) and returns them
+    /// after synchronising.
+    pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
+        // A running state so the kernel is not skipped.
+        self.write_state(&BiCgState::new(0.5, 1))?;
+        self.blas(Op::DiffNorm, &[a, b])?;
+        let parts = self.partials.download()?;
+        let n = self.blocks as usize;
+        Ok((
+            parts[2 * n..3 * n].iter().sum(),
+            parts[3 * n..4 * n].iter().sum(),
+        ))
+    }
+}

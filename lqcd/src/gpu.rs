@@ -1,0 +1,352 @@
+//! The Wilson-Dirac operator on the GPU: fields in the tiled structure-of-arrays layout of
+//! `lattice_gpu_kernels::wilson`, the hopping term on one parity, the even-odd operator
+//! `M_hat = 1 - kappa^2 H_eo H_oe` for the device BiCGStab, and the full-system solve with its true
+//! residual.
+
+use std::sync::Arc;
+
+use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, SolveOptions, SolveReport};
+use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
+use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::stencil::GpuEntry;
+use lattice_gpu_kernels::wilson::{tile_index, Dslash, FLOPS_PER_SITE, TILE};
+use num_complex::Complex64;
+
+use crate::gauge::GaugeField;
+use crate::geometry::Lattice;
+use crate::spinor::SpinorField;
+use crate::Result;
+
+/// How many complex numbers of each link the GPU stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Recon {
+    /// All 9 entries (18 reals).
+    R18,
+    /// Rows 0 and 1 (12 reals); row 2 is rebuilt as `conj(row0 x row1)`, exact for SU(3).
+    R12,
+}
+
+impl Recon {
+    /// Complex entries stored per link.
+    pub fn entries(self) -> usize {
+        match self {
+            Recon::R18 => 9,
+            Recon::R12 => 6,
+        }
+    }
+
+    /// The command-line and table name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Recon::R18 => "18",
+            Recon::R12 => "12",
+        }
+    }
+}
+
+/// A precision of the Wilson fields (f32 or f64), with its kernels in the embedded PTX.
+pub trait WilsonReal: Element + ComplexReal + Default + Unpin {
+    /// The hopping-term entry for each link storage.
+    fn dslash_entry(recon: Recon) -> &'static str;
+}
+
+macro_rules! wilson_real {
+    ($t:ty) => {
+        impl WilsonReal for $t {
+            fn dslash_entry(recon: Recon) -> &'static str {
+                match recon {
+                    Recon::R18 => <Dslash<$t, 9> as GpuEntry>::ENTRY,
+                    Recon::R12 => <Dslash<$t, 6> as GpuEntry>::ENTRY,
+                }
+            }
+        }
+    };
+}
+wilson_real!(f32);
+wilson_real!(f64);
+
+/// Complex elements of one parity's spinor in the tiled layout (padding included).
+pub fn parity_len(lat: &Lattice) -> usize {
+    lat.half_volume().div_ceil(TILE) * TILE * 12
+}
+
+/// One parity of `psi` in the tiled layout, as reals (re, im interleaved).
+pub fn pack_parity<T: WilsonReal>(lat: &Lattice, psi: &[Complex64], parity: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; 2 * parity_len(lat)];
+    for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
+        let at = tile_index(n / 2, 12);
+        for k in 0..12 {
+            let z = psi[n * 12 + k];
+            out[2 * (at + k * TILE)] = T::from_f64(z.re);
+            out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+        }
+    }
+    out
+}
+
+/// Writes one parity from the tiled layout back into `psi` (lexicographic, 12 per site).
+pub fn unpack_parity<T: WilsonReal>(
+    lat: &Lattice,
+    data: &[T],
+    parity: usize,
+    psi: &mut [Complex64],
+) {
+    for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
+        let at = tile_index(n / 2, 12);
+        for k in 0..12 {
+            let i = 2 * (at + k * TILE);
+            psi[n * 12 + k] = Complex64::new(data[i].to_f64(), data[i + 1].to_f64());
+        }
+    }
+}
+
+/// The gauge field in the tiled layout with `recon` entries per link.
+pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) -> Vec<T> {
+    let r = recon.entries();
+    let tiles = lat.half_volume().div_ceil(TILE);
+    let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
+    for n in 0..lat.volume() {
+        let p = lat.parity(n);
+        for mu in 0..4 {
+            let at = (p * 4 + mu) * tiles * r * TILE + tile_index(n / 2, r);
+            let link = &u.links[4 * n + mu];
+            for k in 0..r {
+                let z = link[(k / 3, k % 3)];
+                out[2 * (at + k * TILE)] = T::from_f64(z.re);
+                out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+            }
+        }
+    }
+    out
+}
+
+/// The Wilson-Dirac operator of one gauge field on the GPU.
+pub struct WilsonGpu<T> {
+    gpu: Arc<Gpu>,
+    lat: Lattice,
+    gauge: DeviceBuffer<T>,
+    recon: Recon,
+    kappa: f64,
+    tmp: DeviceBuffer<T>,
+}
+
+impl<T: WilsonReal> WilsonGpu<T> {
+    /// Uploads `u` for the operator with hopping parameter `kappa`. Checks the memory first.
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        lat: &Lattice,
+        u: &GaugeField,
+        kappa: f64,
+        recon: Recon,
+    ) -> Result<Self> {
+        let tiles = lat.half_volume().div_ceil(TILE);
+        let bytes = (8 * tiles * recon.entries() * TILE * 2 + 2 * parity_len(lat)) as u64
+            * std::mem::size_of::<T>() as u64;
+        gpu.check_fits(bytes, "the gauge field")?;
+        Ok(Self {
+            gpu: gpu.clone(),
+            lat: *lat,
+            gauge: DeviceBuffer::from_host(gpu, &pack_gauge::<T>(lat, u, recon))?,
+            recon,
+            kappa,
+            tmp: DeviceBuffer::zeros(gpu, 2 * parity_len(lat))?,
+        })
+    }
+
+    /// The lattice.
+    pub fn lattice(&self) -> &Lattice {
+        &self.lat
+    }
+
+    /// The hopping parameter.
+    pub fn kappa(&self) -> f64 {
+        self.kappa
+    }
+
+    /// A zeroed spinor of one parity.
+    pub fn parity_buffer(&self) -> Result<DeviceBuffer<T>> {
+        Ok(DeviceBuffer::zeros(&self.gpu, 2 * parity_len(&self.lat))?)
+    }
+
+    /// Uploads one parity of a lexicographic spinor.
+    pub fn upload_parity(&self, psi: &SpinorField, parity: usize) -> Result<DeviceBuffer<T>> {
+        Ok(DeviceBuffer::from_host(
+            &self.gpu,
+            &pack_parity::<T>(&self.lat, &psi.data, parity),
+        )?)
+    }
+
+    /// Queues `out = x + a H inp` (or `a H inp` without `x`) on the sites of `parity`; `inp` holds the
+    /// other parity.
+    pub fn hopping(
+        &self,
+        out: &DeviceBuffer<T>,
+        parity: usize,
+        inp: &DeviceBuffer<T>,
+        x: Option<&DeviceBuffer<T>>,
+        a: f64,
+        halt: *const u32,
+    ) -> Result<()> {
+        let [nx, ny, nz, nt] = self.lat.dims.map(|d| d as u32);
+        let x = x.map_or(std::ptr::null(), |b| b.ptr::<T>() as *const T);
+        let t_boundary = if self.lat.antiperiodic_t { -1.0 } else { 1.0 };
+        let vh = self.lat.half_volume();
+        macro_rules! go {
+            ($r:literal) => {{
+                let d = Dslash::<T, $r> {
+                    out: out.ptr(),
+                    inp: inp.ptr::<T>(),
+                    gauge: self.gauge.ptr::<T>(),
+                    x,
+                    a: T::from_f64(a),
+                    t_boundary: T::from_f64(t_boundary),
+                    dims: [nx, ny, nz, nt],
+                    parity: parity as u32,
+                    halt,
+                };
+                // SAFETY: the entry takes one `Dslash<T, R>`; the buffers have this lattice's tiled
+                // layouts (built by this type) and the grid covers exactly `vh` sites.
+                unsafe {
+                    self.gpu.launch(
+                        T::dslash_entry(self.recon),
+                        &d,
+                        Gpu::blocks_for(vh, 128),
+                        128,
+                    )
+                }
+            }};
+        }
+        Ok(match self.recon {
+            Recon::R18 => go!(9),
+            Recon::R12 => go!(6),
+        }?)
+    }
+
+    /// Floating-point operations of one hopping term on one parity.
+    pub fn hopping_flops(&self) -> u64 {
+        FLOPS_PER_SITE * self.lat.half_volume() as u64
+    }
+
+    /// Bytes of one hopping term on one parity in QUDA's model: per site, 8 neighbour spinors and 8
+    /// links as stored (no cache reuse, output not counted).
+    pub fn hopping_bytes(&self) -> u64 {
+        let per_site = 8 * (24 + 2 * self.recon.entries()) * std::mem::size_of::<T>();
+        per_site as u64 * self.lat.half_volume() as u64
+    }
+}
+
+/// `M_hat = 1 - kappa^2 H_eo H_oe` on even sites, for [`BiCgStab`].
+pub struct EvenOdd<T>(pub WilsonGpu<T>);
+
+impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
+    fn len(&self) -> usize {
+        parity_len(&self.0.lat)
+    }
+
+    fn apply(
+        &self,
+        out: &DeviceBuffer<T>,
+        inp: &DeviceBuffer<T>,
+        halt: *const u32,
+    ) -> lattice_gpu_host::Result<()> {
+        let w = &self.0;
+        let k2 = w.kappa * w.kappa;
+        w.hopping(&w.tmp, 1, inp, None, 1.0, halt)
+            .and_then(|_| w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt))
+            .map_err(|e| match e {
+                crate::Error::Host(h) => h,
+                other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+            })
+    }
+
+    fn flops(&self) -> u64 {
+        2 * self.0.hopping_flops()
+    }
+}
+
+/// Solves `D x = b` on the full lattice by even-odd preconditioning: BiCGStab on
+/// `M_hat x_e = b_e + kappa H_eo b_o`, then `x_o = b_o + kappa H_oe x_e`. Returns `x`, the solver's report
+/// and the true relative residual `|b - D x| / |b|`, computed on the GPU. The solver is reused across
+/// solves (its work space and captured graphs).
+pub fn solve_with<T: WilsonReal>(
+    solver: &mut BiCgStab<T, EvenOdd<T>>,
+    b: &SpinorField,
+    opt: &SolveOptions,
+    on_check: &mut dyn FnMut(usize, f64),
+) -> Result<(SpinorField, SolveReport, f64)> {
+    let w = &solver.operator().0;
+    let (lat, kappa) = (w.lat, w.kappa);
+    let b_e = w.upload_parity(b, 0)?;
+    let b_o = w.upload_parity(b, 1)?;
+    let src = w.parity_buffer()?;
+    w.hopping(&src, 0, &b_o, Some(&b_e), kappa, std::ptr::null())?;
+    let mut x_e = w.parity_buffer()?;
+    let report = solver.solve(&src, &mut x_e, opt, on_check)?;
+    let w = &solver.operator().0;
+    let x_o = w.parity_buffer()?;
+    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, std::ptr::null())?;
+    // D x, parity by parity, for the true residual.
+    let dx_e = w.parity_buffer()?;
+    let dx_o = w.parity_buffer()?;
+    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, std::ptr::null())?;
+    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, std::ptr::null())?;
+    let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
+    let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
+    let true_res = if be + bo > 0.0 {
+        ((re + ro) / (be + bo)).sqrt()
+    } else {
+        0.0
+    };
+    let mut x = SpinorField::zeros(lat.dims);
+    unpack_parity(&lat, &x_e.download()?, 0, &mut x.data);
+    unpack_parity(&lat, &x_o.download()?, 1, &mut x.data);
+    Ok((x, report, true_res))
+}
+
+/// The hopping term on the CPU, running the GPU kernel's own site body over the sites with rayon:
+/// `out = x + a H inp` on `parity`, all fields in the tiled layout (as [`pack_parity`], [`pack_gauge`]).
+#[allow(clippy::too_many_arguments)]
+pub fn hopping_on_host<T: WilsonReal>(
+    lat: &Lattice,
+    gauge: &[T],
+    recon: Recon,
+    out: &mut [T],
+    parity: usize,
+    inp: &[T],
+    x: Option<&[T]>,
+    a: f64,
+) {
+    use rayon::prelude::*;
+    let len = 2 * parity_len(lat);
+    assert!(out.len() == len && inp.len() == len && x.is_none_or(|x| x.len() == len));
+    let dims = lat.dims.map(|d| d as u32);
+    let t_boundary = T::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 });
+    let x = x.map_or(std::ptr::null(), |x| x.as_ptr());
+    let out_ptr = out.as_mut_ptr();
+    macro_rules! go {
+        ($r:literal) => {{
+            let tiles = lat.half_volume().div_ceil(TILE);
+            assert_eq!(gauge.len(), 2 * 8 * tiles * $r * TILE);
+            let d = Dslash::<T, $r> {
+                out: out_ptr,
+                inp: inp.as_ptr(),
+                gauge: gauge.as_ptr(),
+                x,
+                a: T::from_f64(a),
+                t_boundary,
+                dims,
+                parity: parity as u32,
+                halt: std::ptr::null(),
+            };
+            // SAFETY: the slices have the tiled layouts of this lattice (checked lengths), and each site
+            // writes only its own 12 entries of `out`.
+            (0..lat.half_volume())
+                .into_par_iter()
+                .for_each(|cb| unsafe { d.site(cb) });
+        }};
+    }
+    match recon {
+        Recon::R18 => go!(9),
+        Recon::R12 => go!(6),
+    }
+}

@@ -1,0 +1,556 @@
+//! `lqcd`: Wilson fermions on a gauge configuration: even-odd BiCGStab solves on the GPU (or the CPU
+//! reference), the pion correlator, the plaquette, and the benchmark of Doi's overhead-hiding variants.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lattice_gpu::host::krylov::{BiCgStab, SolveOptions, SolveReport, SolveStatus, Variant};
+use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
+use lattice_gpu::kernels::wilson::FLOPS_PER_SITE;
+use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
+use lattice_gpu::lqcd::gauge::GaugeField;
+use lattice_gpu::lqcd::geometry::Lattice;
+use lattice_gpu::lqcd::gpu::{solve_with, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu::lqcd::ildg::Precision as FilePrecision;
+use lattice_gpu::lqcd::spinor::SpinorField;
+use lattice_gpu::lqcd::{pion, reference, Error, Result};
+
+/// Lattice QCD with Wilson fermions: solve D x = b by even-odd preconditioned BiCGStab on the GPU (or the
+/// CPU reference without one), compute the pion correlator, measure the plaquette, and benchmark the
+/// solver's ways of hiding CUDA launch overhead.
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One solve with a random source; prints iterations, time, GFLOPS and the true residual.
+    Solve(SolveArgs),
+    /// 12 solves (every spin and colour of a point source at the origin) and the pion correlator.
+    Propagator(PropagatorArgs),
+    /// The average plaquette of a configuration (and optionally write it as ILDG).
+    Plaquette(GaugeArgs),
+    /// Dslash GFLOPS and solver time per iteration for every variant, against the copy bandwidth.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Clone)]
+struct GaugeArgs {
+    /// Lattice X x Y x Z x T (all even), e.g. 8x8x8x16, or one number for N^4.
+    #[arg(long, default_value = "8x8x8x16", value_parser = parse_dims4)]
+    dims: [usize; 4],
+    /// Gauge configuration file (ILDG/LIME); its dimensions replace --dims.
+    #[arg(long)]
+    gauge: Option<PathBuf>,
+    /// Seed of the random (Haar) gauge field used without --gauge.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Project the links of a loaded file onto SU(3) instead of refusing a file whose links are not.
+    #[arg(long)]
+    reunitarize: bool,
+    /// Write the configuration to this ILDG file (f64).
+    #[arg(long)]
+    write_gauge: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Prec {
+    F32,
+    F64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// The GPU if there is one, else the CPU reference with a notice.
+    Auto,
+    /// The GPU; an error without one.
+    Device,
+    /// The CPU reference solver (f64).
+    Host,
+}
+
+#[derive(Args, Clone)]
+struct SolverArgs {
+    #[command(flatten)]
+    gauge: GaugeArgs,
+    /// Hopping parameter, 0 < kappa < 0.25.
+    #[arg(long, default_value_t = 0.12)]
+    kappa: f64,
+    /// Precision of the GPU solve.
+    #[arg(long, value_enum, default_value_t = Prec::F64)]
+    precision: Prec,
+    /// How the host drives the GPU: sync, async, graph, waitkernel, streamwait.
+    #[arg(long, default_value = "async")]
+    variant: Variant,
+    /// Relative residual to reach.
+    #[arg(long, default_value_t = 1e-10)]
+    tol: f64,
+    /// Iteration limit.
+    #[arg(long, default_value_t = 2000)]
+    max_iter: u32,
+    /// Iterations between residual reads (and progress lines).
+    #[arg(long, default_value_t = 10)]
+    check_every: u32,
+    /// Antiperiodic boundary in t for the fermions.
+    #[arg(long)]
+    antiperiodic_t: bool,
+    /// Complex numbers stored per link on the GPU: 12 (two rows, third rebuilt) or 18.
+    #[arg(long, default_value = "12", value_parser = parse_recon)]
+    recon: Recon,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = Engine::Auto)]
+    engine: Engine,
+}
+
+#[derive(Args)]
+struct SolveArgs {
+    #[command(flatten)]
+    solver: SolverArgs,
+    /// Seed of the random source.
+    #[arg(long, default_value_t = 7)]
+    source_seed: u64,
+}
+
+#[derive(Args)]
+struct PropagatorArgs {
+    #[command(flatten)]
+    solver: SolverArgs,
+    /// Directory for pion.csv.
+    #[arg(long, default_value = "lqcd-out")]
+    output: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Dslash lattices.
+    #[arg(long, value_delimiter = ',', default_value = "16,24,32x32x32x64,48x48x48x96", value_parser = parse_dims4)]
+    dslash: Vec<[usize; 4]>,
+    /// Solver lattices.
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32x32x32x64,48x48x48x96", value_parser = parse_dims4)]
+    solver: Vec<[usize; 4]>,
+    /// Solver iterations timed per variant (fixed count: the tolerance is set unreachable).
+    #[arg(long, default_value_t = 200)]
+    iterations: u32,
+    /// Iterations per residual read for the pipelined variants.
+    #[arg(long, default_value_t = 20)]
+    check_every: u32,
+    /// CSV of the results.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+fn parse_dims4(s: &str) -> std::result::Result<[usize; 4], String> {
+    let v = lattice_gpu::cli::parse_dims(s)?;
+    match v.as_slice() {
+        [n] => Ok([*n; 4]),
+        [x, y, z, t] => Ok([*x, *y, *z, *t]),
+        _ => Err(format!(
+            "lattice `{s}` must be N or XxYxZxT (e.g. 8x8x8x16)"
+        )),
+    }
+}
+
+fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
+    match s {
+        "12" => Ok(Recon::R12),
+        "18" => Ok(Recon::R18),
+        _ => Err(format!("--recon `{s}`: use 12 or 18")),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Plaquette(a) => {
+            // Prints the plaquette (and writes the file if asked).
+            gauge_field(&a, false).map(|_| ())
+        }
+        Command::Solve(a) => solve(&a),
+        Command::Propagator(a) => propagator(&a),
+        Command::Bench(a) => bench(&a),
+    }
+}
+
+/// The lattice and gauge field the options describe, with the numbers users compare across codes.
+fn gauge_field(a: &GaugeArgs, antiperiodic_t: bool) -> Result<(Lattice, GaugeField)> {
+    let u = match &a.gauge {
+        Some(path) => {
+            let (u, info) = load_gauge(path, a.reunitarize, 1e-5)?;
+            println!(
+                "gauge: {} ({}x{}x{}x{}, {}-bit, checksum {}), max |U U^dag - 1| {:.1e}",
+                path.display(),
+                u.dims[0],
+                u.dims[1],
+                u.dims[2],
+                u.dims[3],
+                info.precision.bits(),
+                info.checksum.map_or("none".to_string(), |c| c.to_string()),
+                info.su3_violation
+            );
+            u
+        }
+        None => {
+            lattice_gpu::lqcd::geometry::check_dims(a.dims)?;
+            let u = GaugeField::random(a.dims, a.seed);
+            println!(
+                "gauge: random SU(3) (Haar), seed {}, {}x{}x{}x{}",
+                a.seed, a.dims[0], a.dims[1], a.dims[2], a.dims[3]
+            );
+            u
+        }
+    };
+    let lat = Lattice::new(u.dims, antiperiodic_t)?;
+    println!("plaquette {:.12}", u.plaquette());
+    if let Some(path) = &a.write_gauge {
+        save_gauge(path, &u, FilePrecision::F64)?;
+        println!("wrote {}", path.display());
+    }
+    Ok((lat, u))
+}
+
+/// The GPU, or `None` for the CPU reference (with a notice when that was not asked for).
+fn choose_gpu(engine: Engine) -> Result<Option<Arc<Gpu>>> {
+    match engine {
+        Engine::Host => Ok(None),
+        Engine::Device => Ok(Some(Gpu::open(0, lattice_gpu::PTX)?)),
+        Engine::Auto => match Gpu::open(0, lattice_gpu::PTX) {
+            Ok(g) => Ok(Some(g)),
+            Err(HostError::NoGpu(why)) => {
+                eprintln!("notice: {why}; running the CPU reference solver (f64) instead");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+fn check(s: &SolverArgs) -> Result<()> {
+    reference::check_kappa(s.kappa)?;
+    if !(s.tol > 0.0 && s.tol < 1.0) {
+        return Err(Error::InvalidParameter(format!(
+            "--tol {} must be between 0 and 1 (e.g. 1e-10)",
+            s.tol
+        )));
+    }
+    if s.max_iter == 0 || s.check_every == 0 {
+        return Err(Error::InvalidParameter(
+            "--max-iter and --check-every must be at least 1".into(),
+        ));
+    }
+    if s.precision == Prec::F32 && s.tol < 1e-6 {
+        return Err(Error::InvalidParameter(format!(
+            "--tol {:e} is below what f32 can reach (about 1e-6); use --precision f64 or a larger --tol",
+            s.tol
+        )));
+    }
+    Ok(())
+}
+
+/// One or more solves with the same operator: on the GPU in the chosen precision, or the CPU reference.
+struct Solver {
+    lat: Lattice,
+    u: GaugeField,
+    args: SolverArgs,
+    gpu: Option<GpuSolver>,
+}
+
+enum GpuSolver {
+    F32(BiCgStab<f32, EvenOdd<f32>>),
+    F64(BiCgStab<f64, EvenOdd<f64>>),
+}
+
+impl Solver {
+    fn new(args: &SolverArgs) -> Result<Self> {
+        check(args)?;
+        let (lat, u) = gauge_field(&args.gauge, args.antiperiodic_t)?;
+        let gpu = match choose_gpu(args.engine)? {
+            None => None,
+            Some(g) => {
+                println!("GPU: {}", g.name());
+                Some(match args.precision {
+                    Prec::F32 => GpuSolver::F32(make(&g, &lat, &u, args)?),
+                    Prec::F64 => GpuSolver::F64(make(&g, &lat, &u, args)?),
+                })
+            }
+        };
+        Ok(Self {
+            lat,
+            u,
+            args: args.clone(),
+            gpu,
+        })
+    }
+
+    /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual.
+    fn solve(&mut self, b: &SpinorField, label: &str) -> Result<(SpinorField, u32, f64, f64)> {
+        let a = &self.args;
+        let opt = SolveOptions {
+            tol: a.tol,
+            max_iter: a.max_iter,
+            variant: a.variant,
+            check_every: a.check_every,
+        };
+        let mut progress =
+            |it: usize, r: f64| println!("  {label} iteration {it:5}  residual {r:.3e}");
+        let (x, report, res) = match &mut self.gpu {
+            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut progress)?,
+            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut progress)?,
+            None => {
+                let t = Instant::now();
+                let (x, solve, res) = reference::solve_eo(
+                    &self.lat,
+                    &self.u,
+                    a.kappa,
+                    b,
+                    a.tol,
+                    a.max_iter as usize,
+                )?;
+                for &(it, r) in solve
+                    .history
+                    .iter()
+                    .filter(|h| h.0 % a.check_every as usize == 0)
+                {
+                    progress(it, r);
+                }
+                return Ok((x, solve.iterations as u32, t.elapsed().as_secs_f64(), res));
+            }
+        };
+        outcome(&report, a.tol)?;
+        Ok((x, report.iterations, report.seconds, res))
+    }
+
+    fn flops_per_iteration(&self) -> f64 {
+        // Two M_hat applications, each two hopping terms on half the lattice.
+        4.0 * FLOPS_PER_SITE as f64 * self.lat.half_volume() as f64
+    }
+}
+
+fn make<T: WilsonReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    a: &SolverArgs,
+) -> Result<BiCgStab<T, EvenOdd<T>>> {
+    let w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
+    Ok(BiCgStab::new(g, EvenOdd(w))?)
+}
+
+/// Turns a stopped-but-not-converged report into the error that says so.
+fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
+    match r.status {
+        SolveStatus::Converged => Ok(()),
+        SolveStatus::MaxIter => Err(Error::NotConverged {
+            iterations: r.iterations as usize,
+            residual: r.residual,
+            tolerance: tol,
+            history: r.history.clone(),
+        }),
+        SolveStatus::Breakdown(what) => Err(Error::Breakdown {
+            iteration: r.iterations as usize,
+            what: what.to_string(),
+        }),
+    }
+}
+
+fn solve(a: &SolveArgs) -> Result<()> {
+    let mut s = Solver::new(&a.solver)?;
+    let b = SpinorField::random(s.lat.dims, a.source_seed);
+    let (_, it, secs, res) = s.solve(&b, "solve")?;
+    let gflops = s.flops_per_iteration() * it as f64 / secs / 1e9;
+    println!(
+        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration, {gflops:.1} GFLOPS at {} flops/site/hopping term), true residual |b - D x|/|b| = {res:.3e}",
+        secs / it.max(1) as f64 * 1e6,
+        FLOPS_PER_SITE
+    );
+    Ok(())
+}
+
+fn propagator(a: &PropagatorArgs) -> Result<()> {
+    std::fs::create_dir_all(&a.output).map_err(|source| Error::Io {
+        path: a.output.clone(),
+        source,
+    })?;
+    let mut s = Solver::new(&a.solver)?;
+    let mut solutions = Vec::with_capacity(12);
+    let t = Instant::now();
+    for spin in 0..4 {
+        for colour in 0..3 {
+            let b = SpinorField::point_source(s.lat.dims, spin, colour);
+            let label = format!("source s={spin} c={colour}");
+            let (x, it, _, res) = s.solve(&b, &label)?;
+            println!("{label}: {it} iterations, true residual {res:.2e}");
+            solutions.push(x);
+        }
+    }
+    let c = pion::correlator(&s.lat, &solutions);
+    let m = pion::effective_mass(&c);
+    println!(
+        "12 solves in {:.3} s\n t  C(t)                    m_eff(t)",
+        t.elapsed().as_secs_f64()
+    );
+    for (t, v) in c.iter().enumerate() {
+        match m.get(t) {
+            Some(mt) => println!("{t:2}  {v:.16e}  {mt:.6}"),
+            None => println!("{t:2}  {v:.16e}"),
+        }
+    }
+    let path = a.output.join("pion.csv");
+    pion::write_csv(&path, &c, &m)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    let g = Gpu::open(0, lattice_gpu::PTX)?;
+    let copy = g.copy_bandwidth(1 << 30, 20)?;
+    println!("GPU: {}; device-to-device copy {copy:.1} GB/s", g.name());
+    let mut csv = String::from("kind,lattice,precision,variant,ms,gflops,gbs,of_copy,iterations\n");
+    println!("\ndslash (one hopping term on one parity; QUDA flop and byte model)");
+    println!("lattice       prec recon  us/call   GFLOPS    GB/s  of copy");
+    for &dims in &a.dslash {
+        let lat = Lattice::new(dims, false)?;
+        let u = GaugeField::random(dims, 3);
+        let psi = SpinorField::random(dims, 4);
+        for prec in [Prec::F32, Prec::F64] {
+            for recon in [Recon::R18, Recon::R12] {
+                let row = match prec {
+                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon)?,
+                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon)?,
+                };
+                let (ms, gflops, gbs) = row;
+                let name = dims_name(dims);
+                println!(
+                    "{name:12} {:4} {:>5} {:8.1} {gflops:8.0} {gbs:7.0} {:7.0}%",
+                    prec_name(prec),
+                    recon.name(),
+                    ms * 1e3,
+                    100.0 * gbs / copy
+                );
+                csv.push_str(&format!(
+                    "dslash,{name},{},r{},{ms},{gflops},{gbs},{},\n",
+                    prec_name(prec),
+                    recon.name(),
+                    gbs / copy
+                ));
+            }
+        }
+    }
+    println!(
+        "\nsolver (f32, recon 12, {} iterations, reads every {}): time per iteration",
+        a.iterations, a.check_every
+    );
+    println!("lattice       variant     us/iter  kernels us/iter  vs sync");
+    for &dims in &a.solver {
+        let lat = Lattice::new(dims, false)?;
+        let u = GaugeField::random(dims, 1);
+        let b = SpinorField::random(dims, 2);
+        let w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
+        let mut solver = BiCgStab::new(&g, EvenOdd(w))?;
+        let b_e = solver.operator().0.upload_parity(&b, 0)?;
+        let kernels = solver.kernel_ms_per_iteration(&b_e, 32)? * 1e3;
+        let mut sync_us = 0.0;
+        for variant in Variant::ALL {
+            let opt = SolveOptions {
+                // Unreachable: every variant runs exactly `iterations`.
+                tol: f64::MIN_POSITIVE,
+                max_iter: a.iterations,
+                variant,
+                check_every: a.check_every,
+            };
+            // Once to capture graphs and warm up, once timed.
+            solve_with(&mut solver, &b, &opt, &mut |_, _| {})?;
+            let (_, r, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {})?;
+            let us = r.seconds / r.iterations.max(1) as f64 * 1e6;
+            if variant == Variant::Sync {
+                sync_us = us;
+            }
+            let name = dims_name(dims);
+            println!(
+                "{name:12} {:10} {us:9.1} {:16.1} {:7.2}x",
+                variant.name(),
+                kernels,
+                sync_us / us
+            );
+            csv.push_str(&format!(
+                "solver,{name},f32,{},{},,,,{}\n",
+                variant.name(),
+                us / 1e3,
+                r.iterations
+            ));
+        }
+    }
+    if let Some(path) = &a.csv {
+        std::fs::write(path, csv).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn dims_name(d: [usize; 4]) -> String {
+    format!("{}x{}x{}x{}", d[0], d[1], d[2], d[3])
+}
+
+fn prec_name(p: Prec) -> &'static str {
+    match p {
+        Prec::F32 => "f32",
+        Prec::F64 => "f64",
+    }
+}
+
+/// (ms per call, GFLOPS, GB/s) of one hopping term on one parity, event-timed over a batch.
+fn bench_dslash<T: WilsonReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    psi: &SpinorField,
+    recon: Recon,
+) -> Result<(f64, f64, f64)> {
+    let w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
+    let inp = w.upload_parity(psi, 1)?;
+    let out: DeviceBuffer<T> = w.parity_buffer()?;
+    let call = || w.hopping(&out, 0, &inp, None, 1.0, std::ptr::null());
+    call()?;
+    let once = g.time_ms(|| call().map_err(to_host))?;
+    let reps = ((20.0 / once.max(1e-3)) as usize).clamp(10, 2000);
+    let mut times = (0..5)
+        .map(|_| {
+            g.time_ms(|| {
+                for _ in 0..reps {
+                    call().map_err(to_host)?;
+                }
+                Ok(())
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    times.sort_by(f64::total_cmp);
+    let ms = times[2] / reps as f64;
+    Ok((
+        ms,
+        w.hopping_flops() as f64 / (ms * 1e-3) / 1e9,
+        w.hopping_bytes() as f64 / (ms * 1e-3) / 1e9,
+    ))
+}
+
+fn to_host(e: Error) -> HostError {
+    match e {
+        Error::Host(h) => h,
+        other => HostError::InvalidSize(other.to_string()),
+    }
+}

@@ -1,0 +1,199 @@
+//! Lattice QCD on the GPU against the CPU reference: the hopping term in each precision and link storage,
+//! and every solver variant (same iterations within 1, same true residual, same solution), outputs
+//! poisoned with NaN first.
+//!
+//! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
+//! scripts/gpu-check.sh) turns the skip into a failure.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use lattice_gpu::host::krylov::{BiCgStab, SolveOptions, SolveStatus, Variant};
+use lattice_gpu::host::{DeviceBuffer, Error, Gpu};
+use lattice_gpu::lqcd::gauge::GaugeField;
+use lattice_gpu::lqcd::geometry::Lattice;
+use lattice_gpu::lqcd::gpu::{
+    pack_parity, parity_len, solve_with, unpack_parity, EvenOdd, Recon, WilsonGpu, WilsonReal,
+};
+use lattice_gpu::lqcd::reference;
+use lattice_gpu::lqcd::spinor::SpinorField;
+use num_complex::Complex64;
+
+fn gpu(test: &str) -> Option<Arc<Gpu>> {
+    match Gpu::open(0, lattice_gpu::PTX) {
+        Ok(g) => Some(g),
+        Err(Error::NoGpu(why))
+            if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            let _ = writeln!(std::io::stderr(), "SKIPPED (no GPU): {test}: {why}");
+            None
+        }
+        Err(e) => panic!("{test}: GPU required but not usable: {e}"),
+    }
+}
+
+fn max_rel_diff(a: &[Complex64], b: &[Complex64]) -> f64 {
+    let scale = b.iter().map(|z| z.norm()).fold(0.0, f64::max);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).norm())
+        .fold(
+            0.0,
+            |m, d| if d.is_nan() { f64::INFINITY } else { m.max(d) },
+        )
+        / scale
+}
+
+fn dslash_case<T: WilsonReal>(gpu: &Arc<Gpu>, dims: [usize; 4], antiperiodic: bool, tol: f64) {
+    let lat = Lattice::new(dims, antiperiodic).unwrap();
+    let u = GaugeField::random(dims, 21);
+    let psi = SpinorField::random(dims, 22);
+    let x = SpinorField::random(dims, 23);
+    let h = reference::hopping(&lat, &u, &psi);
+    let a = 0.61;
+    for recon in [Recon::R18, Recon::R12] {
+        let w = WilsonGpu::<T>::new(gpu, &lat, &u, 0.1, recon).unwrap();
+        for parity in 0..2 {
+            let inp = w.upload_parity(&psi, 1 - parity).unwrap();
+            let xp = w.upload_parity(&x, parity).unwrap();
+            let out =
+                DeviceBuffer::from_host(gpu, &vec![T::from_f64(f64::NAN); 2 * parity_len(&lat)])
+                    .unwrap();
+            w.hopping(&out, parity, &inp, Some(&xp), a, std::ptr::null())
+                .unwrap();
+            let mut got = vec![Complex64::new(0.0, 0.0); 12 * lat.volume()];
+            unpack_parity(&lat, &out.download().unwrap(), parity, &mut got);
+            let mut want = got.clone();
+            for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
+                for k in 0..12 {
+                    want[12 * n + k] = x.data[12 * n + k] + h.data[12 * n + k] * a;
+                }
+            }
+            let d = max_rel_diff(&got, &want);
+            assert!(
+                d <= tol,
+                "{dims:?} {} recon {} parity {parity}: max relative difference {d:e}",
+                T::NAME,
+                recon.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn dslash_matches_reference_f64_and_f32() {
+    let Some(gpu) = gpu("dslash_matches_reference_f64_and_f32") else {
+        return;
+    };
+    dslash_case::<f64>(&gpu, [4, 4, 4, 8], true, 1e-13);
+    dslash_case::<f64>(&gpu, [6, 2, 4, 4], false, 1e-13);
+    dslash_case::<f32>(&gpu, [4, 4, 4, 8], true, 2e-6);
+    dslash_case::<f32>(&gpu, [8, 8, 8, 8], false, 2e-6);
+}
+
+fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
+    let dims = [4, 4, 4, 8];
+    let kappa = 0.12;
+    let lat = Lattice::new(dims, true).unwrap();
+    let u = GaugeField::random(dims, 31);
+    let b = SpinorField::random(dims, 32);
+    let (x_ref, ref_solve, _) = reference::solve_eo(&lat, &u, kappa, &b, 1e-12, 1000).unwrap();
+    let w = WilsonGpu::<T>::new(gpu, &lat, &u, kappa, Recon::R12).unwrap();
+    let mut solver = BiCgStab::new(gpu, EvenOdd(w)).unwrap();
+    let mut iterations = Vec::new();
+    for variant in Variant::ALL {
+        let opt = SolveOptions {
+            tol,
+            max_iter: 500,
+            variant,
+            check_every: 4,
+        };
+        let mut checks = 0;
+        let (x, report, true_res) =
+            solve_with(&mut solver, &b, &opt, &mut |_, _| checks += 1).unwrap();
+        assert_eq!(
+            report.status,
+            SolveStatus::Converged,
+            "{variant} {}",
+            T::NAME
+        );
+        assert!(checks > 0, "{variant}: no progress reported");
+        assert!(
+            report.residual <= tol,
+            "{variant}: reported residual {:e}",
+            report.residual
+        );
+        // The true residual of the full system, on the GPU, agrees with the CPU's.
+        let cpu_res = reference::true_residual(&lat, &u, kappa, &b, &x);
+        assert!(
+            (true_res - cpu_res).abs() <= 0.05 * cpu_res + 1e-6 * tol,
+            "{variant}: GPU true residual {true_res:e}, CPU {cpu_res:e}"
+        );
+        assert!(
+            cpu_res <= 20.0 * tol,
+            "{variant}: true residual {cpu_res:e}"
+        );
+        let d = max_rel_diff(&x.data, &x_ref.data);
+        assert!(
+            d <= solution_tol,
+            "{variant} {}: solution differs by {d:e}",
+            T::NAME
+        );
+        iterations.push((variant, report.iterations));
+    }
+    let sync = iterations[0].1 as i64;
+    for (v, it) in &iterations {
+        assert!(
+            (*it as i64 - sync).abs() <= 1,
+            "{v} took {it} iterations, sync {sync} (reference {})",
+            ref_solve.iterations
+        );
+    }
+}
+
+#[test]
+fn every_solver_variant_converges_to_the_reference_solution() {
+    let Some(gpu) = gpu("every_solver_variant_converges_to_the_reference_solution") else {
+        return;
+    };
+    solver_case::<f64>(&gpu, 1e-10, 1e-8);
+    solver_case::<f32>(&gpu, 1e-5, 1e-4);
+}
+
+#[test]
+fn iteration_limit_and_repeated_solves() {
+    let Some(gpu) = gpu("iteration_limit_and_repeated_solves") else {
+        return;
+    };
+    let dims = [4, 4, 4, 4];
+    let lat = Lattice::new(dims, false).unwrap();
+    let u = GaugeField::random(dims, 41);
+    let b = SpinorField::random(dims, 42);
+    let w = WilsonGpu::<f64>::new(&gpu, &lat, &u, 0.12, Recon::R18).unwrap();
+    let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
+    for variant in Variant::ALL {
+        let opt = SolveOptions {
+            tol: 1e-14,
+            max_iter: 3,
+            variant,
+            check_every: 2,
+        };
+        let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        assert_eq!(report.status, SolveStatus::MaxIter, "{variant}");
+        assert_eq!(report.iterations, 3, "{variant}");
+    }
+    // A graph captured for one solve serves the next one unchanged.
+    let opt = SolveOptions {
+        tol: 1e-10,
+        max_iter: 500,
+        variant: Variant::Graph,
+        check_every: 3,
+    };
+    let first = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+    let second = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+    assert_eq!(first.1.iterations, second.1.iterations);
+    assert_eq!(first.0.data, second.0.data);
+    // Packing sanity on the host side of the test itself.
+    let packed = pack_parity::<f64>(&lat, &b.data, 0);
+    assert_eq!(packed.len(), 2 * parity_len(&lat));
+}
