@@ -13,7 +13,7 @@
 #                                             variant alone at 256^3, 512^3 and 8x512x512)
 #                                  lqcd       solve, propagator and bad input of the lqcd application, and
 #                                             its dslash / solver-variant benchmark
-#                                logs go to $OUT (or .gpu-bin/out), a short summary table is printed last.
+#                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
 set -uo pipefail
@@ -46,18 +46,28 @@ for l in sys.stdin:
 
 run() {
     local parts=" ${*:-tests diffusion lqcd} "
-    local out=${OUT:-$BIN/out}
+    # With $OUT (the device machine's return folder, which takes few files) the work happens in /tmp and
+    # $OUT gets the CSVs plus one archive of every log, PNG and the tune cache.
+    local out=$BIN/out
+    [ -n "${OUT:-}" ] && out=/tmp/gpu-check && rm -rf "$out"
     mkdir -p "$out"
     export PTXAS=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
     local summary=() status=0
-    record() { summary+=("$(printf '%-44s %s' "$1" "$2")"); [ "$2" = PASS ] || status=1; }
+    # The summary also grows in $OUT as it goes, so a call cut off by its time limit still reports.
+    record() {
+        summary+=("$(printf '%-44s %s' "$1" "$2")")
+        [ "$2" = PASS ] || status=1
+        [ -n "${OUT:-}" ] && printf '%-44s %s\n' "$1" "$2" >>"$OUT/summary.txt"
+    }
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
     for t in "$BIN"/tests/*; do
         [[ $parts == *" tests "* ]] || break
         local name
         name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
-        if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+        # A hang (a wait kernel never released) must cost minutes, not the whole device call.
+        if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
+            LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
@@ -69,7 +79,7 @@ run() {
     expect() {
         local name=$1 want=$2 pattern=$3 log=$4 rc
         shift 4
-        "$@" >"$log" 2>&1
+        timeout 300 "$@" >"$log" 2>&1
         rc=$?
         if { [ "$want" = ok ] && [ $rc -eq 0 ]; } || { [ "$want" = fail ] && [ $rc -ne 0 ]; } \
             && grep -q "$pattern" "$log"; then
@@ -82,6 +92,10 @@ run() {
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
+    if [ -n "${OUT:-}" ]; then
+        tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
+        cp "$out"/*.csv "$OUT/" 2>/dev/null
+    fi
     echo
     printf '%s\n' "${summary[@]}"
     return $status

@@ -139,6 +139,14 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
             "{variant} {}: solution differs by {d:e}",
             T::NAME
         );
+        // Progress on stderr: with --nocapture a hang shows which variant it was.
+        let _ = writeln!(
+            std::io::stderr(),
+            "{variant} {}: {} iterations, true residual {true_res:e}, {:.2} ms",
+            T::NAME,
+            report.iterations,
+            report.seconds * 1e3
+        );
         iterations.push((variant, report.iterations));
     }
     let sync = iterations[0].1 as i64;

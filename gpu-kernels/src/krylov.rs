@@ -1,15 +1,17 @@
 //! Device half of the BiCGStab solver: the fused vector kernels, their dot products reduced on the device
-//! (warp shuffles, then one partial per block, then one finishing block), and the scalar recurrences.
+//! (warp shuffles, one partial per block, then the last block to finish sums the partials and updates the
+//! scalars), and the scalar recurrences.
 //!
 //! The scalars live in a [`BiCgState`] in device memory, so kernels read `alpha`, `omega`, `beta` there and
-//! the host never has to wait for them. The same element bodies and the same scalar code run on the host
-//! (the CPU engine and the `sync` variant, where the host computes the scalars from copied dot products).
+//! the host never has to wait for them. The same scalar code runs on the host for the `sync` variant, which
+//! computes the scalars from copied partial sums.
 //! All vectors are complex arrays of `n` elements; sums are accumulated in f64 whatever the field precision.
 #![cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 // Four sums, indexed in lock step across arrays: index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
 use crate::complex::{Complex, ComplexReal};
+use crate::device::atomic::{self, Scope};
 use crate::device::thread::{self, sync_threads};
 use crate::device::warp;
 
@@ -76,7 +78,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// The stage numbered `s` (as passed to the finishing kernel).
+    /// The stage numbered `s` (as passed in [`Blas::stage`]).
     pub fn from_u32(s: u32) -> Self {
         match s {
             0 => Self::Init,
@@ -161,6 +163,9 @@ fn finite(z: Complex<f64>) -> bool {
     z.re.is_finite() && z.im.is_finite()
 }
 
+/// [`Blas::stage`] of a reduction whose sums the host finishes (the `sync` variant, the true residual).
+pub const HOST_FINISHES: u32 = u32::MAX;
+
 /// Arguments of the vector kernels: `n` complex elements, up to six vectors, the state and the
 /// per-block partial sums (`4 * blocks` f64, sum `q` of block `b` at `q * blocks + b`).
 #[repr(C)]
@@ -168,12 +173,17 @@ fn finite(z: Complex<f64>) -> bool {
 pub struct Blas<T> {
     /// Complex elements per vector.
     pub n: u32,
+    /// A [`Stage`] as `u32`: the last block to finish sums the partials and applies it to the state;
+    /// or [`HOST_FINISHES`].
+    pub stage: u32,
     /// The operation's vectors (meaning per operation).
     pub v: [*mut T; 6],
     /// The solver state.
     pub state: *mut BiCgState,
     /// Partial sums, `4 * blocks`.
     pub partials: *mut f64,
+    /// Blocks that finished the reduction so far; zero between kernels (the last block rewinds it).
+    pub done: *mut u32,
 }
 
 // SAFETY: every element is written by exactly one thread.
@@ -247,7 +257,11 @@ impl<T: ComplexReal> Blas<T> {
     #[inline(always)]
     pub unsafe fn run(&self, op: Op) {
         let st = unsafe { *self.state };
-        if st.status != RUNNING {
+        // Pure reductions read no scalars: their loads need not wait for the state's, which saves one
+        // memory latency per kernel where latency is all there is (small lattices). Their result is
+        // dropped below if the solve has stopped.
+        let reads_scalars = !matches!(op, Op::Dot | Op::DiffNorm);
+        if reads_scalars && st.status != RUNNING {
             return;
         }
         let stride = thread::grid_dim_x() as usize * thread::block_dim_x() as usize;
@@ -260,15 +274,47 @@ impl<T: ComplexReal> Blas<T> {
             }
             i += stride;
         }
-        if matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) {
-            let sums = block_sum(acc);
-            if thread::thread_idx_x() == 0 {
-                let blocks = thread::grid_dim_x() as usize;
-                let b = thread::block_idx_x() as usize;
-                for q in 0..4 {
-                    unsafe { *self.partials.add(q * blocks + b) = sums[q] };
-                }
+        if !matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) || st.status != RUNNING {
+            return;
+        }
+        let sums = block_sum(acc);
+        let blocks = thread::grid_dim_x();
+        let last = crate::shared_array![u32; 1];
+        if thread::thread_idx_x() == 0 {
+            let b = thread::block_idx_x() as usize;
+            for q in 0..4 {
+                unsafe { *self.partials.add(q * blocks as usize + b) = sums[q] };
             }
+            if self.stage != HOST_FINISHES {
+                // Publish the partials, then take a ticket: the block with the last one sees them all.
+                // This saves a separate finishing kernel, its launch and its gap, on every reduction.
+                atomic::fence_device();
+                let ticket = unsafe { atomic::inc_u32(self.done, blocks - 1, Scope::Device) };
+                unsafe { *last = (ticket == blocks - 1) as u32 };
+            }
+        }
+        if self.stage == HOST_FINISHES {
+            return;
+        }
+        sync_threads();
+        if unsafe { *last } == 0 {
+            return;
+        }
+        atomic::fence_device();
+        let mut acc = [0.0f64; 4];
+        let mut b = thread::thread_idx_x() as usize;
+        while b < blocks as usize {
+            for q in 0..4 {
+                // Volatile: written by other blocks in this kernel, never through this SM's L1.
+                acc[q] += unsafe { self.partials.add(q * blocks as usize + b).read_volatile() };
+            }
+            b += thread::block_dim_x() as usize;
+        }
+        let sums = block_sum(acc);
+        if thread::thread_idx_x() == 0 {
+            let mut st = st;
+            st.finish(Stage::from_u32(self.stage), sums);
+            unsafe { *self.state = st };
         }
     }
 }
@@ -300,46 +346,6 @@ pub fn block_sum(v: Sums) -> Sums {
         }
     }
     out
-}
-
-/// Arguments of the finishing step: sums the `blocks` partials of the preceding reduction and applies
-/// `stage` to the state.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Finish {
-    /// The solver state.
-    pub state: *mut BiCgState,
-    /// `4 * blocks` partial sums.
-    pub partials: *const f64,
-    /// Blocks of the preceding reduction.
-    pub blocks: u32,
-    /// A [`Stage`] as `u32`.
-    pub stage: u32,
-}
-
-impl Finish {
-    /// The GPU body (one block).
-    ///
-    /// # Safety
-    /// `partials` holds `4 * blocks` values written by the preceding reduction, `state` is valid.
-    #[inline(always)]
-    pub unsafe fn run(&self) {
-        let mut acc = [0.0f64; 4];
-        let mut b = thread::thread_idx_x() as usize;
-        let blocks = self.blocks as usize;
-        while b < blocks {
-            for q in 0..4 {
-                acc[q] += unsafe { *self.partials.add(q * blocks + b) };
-            }
-            b += thread::block_dim_x() as usize;
-        }
-        let sums = block_sum(acc);
-        if thread::thread_idx_x() == 0 {
-            let mut st = unsafe { *self.state };
-            st.finish(Stage::from_u32(self.stage), sums);
-            unsafe { *self.state = st };
-        }
-    }
 }
 
 macro_rules! blas_entries {
@@ -383,13 +389,6 @@ blas_entries!(
     bicg_p_f64,
     bicg_diffnorm_f64
 );
-
-crate::kernel! {
-    /// The finishing step: launch with one block of up to 1024 threads.
-    pub unsafe fn bicg_finish(f: Finish) {
-        f.run()
-    }
-}
 
 /// A device flag and a value: the argument of Doi's wait and stop kernels.
 #[repr(C)]

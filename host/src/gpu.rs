@@ -80,11 +80,21 @@ impl Gpu {
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let max_threads_per_block =
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32;
+        // With lazy loading (the driver default) a kernel is loaded at its first cuModuleGetFunction, which
+        // may synchronise the context: a stop kernel fetched while a wait kernel spins would deadlock.
+        // So every entry is fetched, and loaded, now.
+        let mut functions = HashMap::new();
+        for entry in ptx_entries(ptx) {
+            let f = module
+                .load_function(entry)
+                .cuda(|| format!("loading kernel {entry}"))?;
+            functions.insert(entry.to_string(), f);
+        }
         Ok(Arc::new(Self {
             ctx,
             stream,
             module,
-            functions: Mutex::new(HashMap::new()),
+            functions: Mutex::new(functions),
             name,
             ptx_hash: fnv1a64(ptx.as_bytes()),
             sm_count,
@@ -214,4 +224,12 @@ impl Gpu {
         let ms = times[times.len() / 2];
         Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e9)
     }
+}
+
+/// The kernel entry names of a PTX module (its `.visible .entry` lines).
+pub fn ptx_entries(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|l| {
+        let name = l.trim().strip_prefix(".visible .entry ")?;
+        Some(name.trim_end_matches('(').trim())
+    })
 }

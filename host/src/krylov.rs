@@ -2,7 +2,9 @@
 //! that Doi's strong-scaling paper compares (see [`Variant`]).
 //!
 //! The solver works on any [`DeviceOperator`] (complex vectors of `len()` elements). One iteration queues
-//! two operator applications, five vector kernels and three one-block finishing kernels; the scalars
+//! two operator applications and five vector kernels, three of them reductions whose last block to finish
+//! also updates the scalars (no separate finishing kernels, whose launches and gaps dominate small
+//! lattices); the scalars
 //! (`rho`, `alpha`, `omega`, `beta`) never leave the GPU except in the `sync` variant. Once the device
 //! state says the solve stopped (converged, limit, breakdown), every queued kernel returns at once, so
 //! iterations queued past convergence cost only their launches and never change the answer: all variants
@@ -17,8 +19,8 @@ use std::time::Instant;
 use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::krylov::{
-    BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V,
-    BREAKDOWN_RHO, CONVERGED, MAX_ITER, RUNNING,
+    BiCgState, Blas, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V, BREAKDOWN_RHO,
+    CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING,
 };
 
 use crate::buffer::DeviceBuffer;
@@ -171,6 +173,38 @@ impl Drop for Pinned {
     }
 }
 
+/// The `u32` the wait kernel or `cuStreamWaitValue32` watches, from plain `cuMemAlloc`: stream memory
+/// operations refuse memory from the stream-ordered pool that [`DeviceBuffer`] allocates from.
+struct Flag(sys::CUdeviceptr);
+
+impl Flag {
+    fn new() -> Result<Self> {
+        // SAFETY: a 4-byte allocation, freed in `drop`, cleared before any wait reads it.
+        let p = unsafe { cu::malloc_sync(4) }.cuda(|| "allocating the release flag".into())?;
+        // SAFETY: the 4 bytes just allocated.
+        unsafe { cu::memset_d8_sync(p, 0, 4) }.cuda(|| "clearing the release flag".into())?;
+        Ok(Self(p))
+    }
+
+    /// Clears the flag on `stream`, ahead of the waits queued after it.
+    fn reset(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: the flag's 4 bytes, on a stream of its context.
+        unsafe { cu::memset_d8_async(self.0, 0, 4, stream.cu_stream()) }
+            .cuda(|| "clearing the release flag".into())
+    }
+
+    fn ptr(&self) -> *mut u32 {
+        self.0 as *mut u32
+    }
+}
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_sync`; the solve that used it has synchronised.
+        let _ = unsafe { cu::free_sync(self.0) };
+    }
+}
+
 /// BiCGStab for one operator: owns the work vectors, the device state and (for `graph`) the captured
 /// graphs, which are reused by later solves with the same `check_every`.
 pub struct BiCgStab<T, O> {
@@ -185,7 +219,8 @@ pub struct BiCgStab<T, O> {
     t: DeviceBuffer<T>,
     state: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
-    flag: DeviceBuffer<u32>,
+    done: DeviceBuffer<u32>,
+    flag: Flag,
     blocks: u32,
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
@@ -201,7 +236,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             "the BiCGStab work vectors",
         )?;
         let vec = || DeviceBuffer::<T>::zeros(gpu, reals);
-        let blocks = 4 * gpu.sm_count();
+        // Enough blocks to fill the GPU, but no more than the vectors need: every extra block is one more
+        // partial sum for the last block to add up.
+        let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(op.len(), BLOCK));
         let ctx = gpu.context();
         let events = (0..SLOTS)
             .map(|_| {
@@ -219,7 +256,8 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             t: vec()?,
             state: DeviceBuffer::zeros(gpu, STATE_WORDS)?,
             partials: DeviceBuffer::zeros(gpu, 4 * blocks as usize)?,
-            flag: DeviceBuffer::zeros(gpu, 1)?,
+            done: DeviceBuffer::zeros(gpu, 1)?,
+            flag: Flag::new()?,
             blocks,
             pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
             events,
@@ -267,7 +305,6 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         let mut st = st;
         let mut history = Vec::new();
         if opt.variant == Variant::Sync {
-            self.host_finish(&mut st, Stage::Init)?;
             history.push((0, 1.0));
             while st.status == RUNNING {
                 self.iteration(Some(&mut st))?;
@@ -278,7 +315,6 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 }
             }
         } else {
-            self.finish(Stage::Init)?;
             st = self.pipelined(opt, &mut history, on_check)?;
         }
         self.gpu.synchronize()?;
@@ -313,15 +349,18 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         })
     }
 
-    /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>`.
+    /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>` and the `Init` stage
+    /// (on the host for `sync`, which then waits for it).
     fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
-        let st = BiCgState::new(opt.tol, opt.max_iter);
+        let mut st = BiCgState::new(opt.tol, opt.max_iter);
         self.write_state(&st)?;
+        self.done.zero()?;
         self.x.zero()?;
         self.r.copy_from(b)?;
         self.r0.copy_from(b)?;
         self.p.copy_from(b)?;
-        self.blas(Op::Dot, &[&self.r0, &self.r0])?;
+        let mut host = (opt.variant == Variant::Sync).then_some(&mut st);
+        self.reduce(&mut host, Op::Dot, &[&self.r0, &self.r0], Stage::Init)?;
         Ok(st)
     }
 
@@ -337,8 +376,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             check_every: n,
         };
         self.start(b, &opt)?;
-        self.finish(Stage::Init)?;
-        self.flag.zero()?;
+        self.flag.reset(self.gpu.stream())?;
         let ctx = self.gpu.context().clone();
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = ctx.new_event(flags).cuda(|| "creating an event".into())?;
@@ -384,7 +422,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         }
         let helper = match opt.variant {
             Variant::WaitKernel | Variant::StreamWait => {
-                self.flag.zero()?;
+                self.flag.reset(self.gpu.stream())?;
                 Some(self.spawn_releaser(opt.variant)?)
             }
             _ => None,
@@ -478,7 +516,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 unsafe {
                     sys::cuStreamWaitValue32_v2(
                         stream.cu_stream(),
-                        self.flag.addr(),
+                        self.flag.0,
                         target,
                         sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
                     )
@@ -542,7 +580,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             .cuda(|| "creating the release stream".into())?;
         let (tx, rx) = mpsc::channel::<u32>();
         let gpu = self.gpu.clone();
-        let flag = self.flag.addr();
+        let flag = self.flag.0;
         let handle = std::thread::spawn(move || -> Result<()> {
             gpu.context()
                 .bind_to_thread()
@@ -581,24 +619,30 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     fn iteration(&mut self, mut host: Option<&mut BiCgState>) -> Result<()> {
         let halt = self.halt();
         self.op.apply(&self.v, &self.p, halt)?;
-        self.blas(Op::Dot, &[&self.v, &self.r0])?;
-        self.stage(&mut host, Stage::Alpha)?;
-        self.blas(Op::S, &[&self.s, &self.r, &self.v])?;
+        self.reduce(&mut host, Op::Dot, &[&self.v, &self.r0], Stage::Alpha)?;
+        self.blas(Op::S, &[&self.s, &self.r, &self.v], HOST_FINISHES)?;
         self.op.apply(&self.t, &self.s, halt)?;
-        self.blas(Op::Dot, &[&self.t, &self.s])?;
-        self.stage(&mut host, Stage::Omega)?;
-        self.blas(
-            Op::Xr,
-            &[&self.x, &self.p, &self.s, &self.t, &self.r, &self.r0],
-        )?;
-        self.stage(&mut host, Stage::Beta)?;
-        self.blas(Op::P, &[&self.p, &self.r, &self.v])
+        self.reduce(&mut host, Op::Dot, &[&self.t, &self.s], Stage::Omega)?;
+        let xr = [&self.x, &self.p, &self.s, &self.t, &self.r, &self.r0];
+        self.reduce(&mut host, Op::Xr, &xr, Stage::Beta)?;
+        self.blas(Op::P, &[&self.p, &self.r, &self.v], HOST_FINISHES)
     }
 
-    fn stage(&mut self, host: &mut Option<&mut BiCgState>, stage: Stage) -> Result<()> {
+    /// A reducing operation followed by `stage`: on the device (by the kernel's last block) or, for the
+    /// `sync` variant, on the host.
+    fn reduce(
+        &self,
+        host: &mut Option<&mut BiCgState>,
+        op: Op,
+        v: &[&DeviceBuffer<T>],
+        stage: Stage,
+    ) -> Result<()> {
         match host {
-            Some(st) => self.host_finish(st, stage),
-            None => self.finish(stage),
+            Some(st) => {
+                self.blas(op, v, HOST_FINISHES)?;
+                self.host_finish(st, stage)
+            }
+            None => self.blas(op, v, stage as u32),
         }
     }
 
@@ -607,16 +651,18 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         (self.state.addr() + std::mem::offset_of!(BiCgState, status) as u64) as *const u32
     }
 
-    fn blas(&self, op: Op, v: &[&DeviceBuffer<T>]) -> Result<()> {
+    fn blas(&self, op: Op, v: &[&DeviceBuffer<T>], stage: u32) -> Result<()> {
         let mut ptrs = [std::ptr::null_mut(); 6];
         for (p, b) in ptrs.iter_mut().zip(v) {
             *p = b.ptr();
         }
         let args = Blas::<T> {
             n: self.op.len() as u32,
+            stage,
             v: ptrs,
             state: self.state.ptr(),
             partials: self.partials.ptr(),
+            done: self.done.ptr(),
         };
         let name = match op {
             Op::Dot => "bicg_dot",
@@ -632,20 +678,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         }
     }
 
-    fn finish(&self, stage: Stage) -> Result<()> {
-        let args = Finish {
-            state: self.state.ptr(),
-            partials: self.partials.ptr(),
-            blocks: self.blocks,
-            stage: stage as u32,
-        };
-        // SAFETY: `bicg_finish` takes one `Finish`; the partials were written by the last reduction.
-        unsafe { self.gpu.launch("bicg_finish", &args, 1, 1024) }
-    }
-
     /// The `sync` variant's step: copy the partial sums back (this waits for the GPU), finish them on the
     /// host, send the new scalars.
-    fn host_finish(&mut self, st: &mut BiCgState, stage: Stage) -> Result<()> {
+    fn host_finish(&self, st: &mut BiCgState, stage: Stage) -> Result<()> {
         let parts = self.partials.download()?;
         let b = self.blocks as usize;
         let mut sums: Sums = [0.0; 4];
@@ -656,11 +691,14 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         self.write_state(st)
     }
 
-    fn write_state(&mut self, st: &BiCgState) -> Result<()> {
+    fn write_state(&self, st: &BiCgState) -> Result<()> {
         let mut words = [0u64; STATE_WORDS];
         // SAFETY: the array has at least size_of::<BiCgState>() bytes; the state is plain data.
         unsafe { std::ptr::write_unaligned(words.as_mut_ptr() as *mut BiCgState, *st) };
-        self.state.upload(&words)
+        // SAFETY: the state buffer holds STATE_WORDS u64; a pageable source is copied out before the
+        // call returns, so `words` may go.
+        unsafe { cu::memcpy_htod_async(self.state.addr(), &words, self.gpu.stream().cu_stream()) }
+            .cuda(|| "copying the solver state to the GPU".into())
     }
 
     fn read_state(&self) -> Result<BiCgState> {
@@ -683,7 +721,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
         // A running state so the kernel is not skipped.
         self.write_state(&BiCgState::new(0.5, 1))?;
-        self.blas(Op::DiffNorm, &[a, b])?;
+        self.blas(Op::DiffNorm, &[a, b], HOST_FINISHES)?;
         let parts = self.partials.download()?;
         let n = self.blocks as usize;
         Ok((
@@ -691,4 +729,44 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             parts[3 * n..4 * n].iter().sum(),
         ))
     }
+}
+
+/// The launch costs Doi's overhead hiding works against, in microseconds: host time per kernel launch,
+/// and GPU time per empty kernel when launches are queued ahead (held behind a wait kernel, so the host's
+/// pace does not show).
+pub fn launch_overhead(gpu: &Arc<Gpu>) -> Result<(f64, f64)> {
+    const N: u32 = 256;
+    let scratch = Flag::new()?;
+    let empty = Signal {
+        flag: scratch.ptr(),
+        value: 0,
+    };
+    // SAFETY (all launches below): `wait_kernel`/`stop_kernel` take one `Signal` on a live flag.
+    let launch_empty = || unsafe { gpu.launch("stop_kernel", &empty, 1, 1) };
+    launch_empty()?;
+    gpu.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..N {
+        launch_empty()?;
+    }
+    let host_us = t.elapsed().as_secs_f64() * 1e6 / N as f64;
+    gpu.synchronize()?;
+
+    let flag = Flag::new()?;
+    let release = Signal {
+        flag: flag.ptr(),
+        value: 1,
+    };
+    let stream = gpu
+        .context()
+        .new_stream()
+        .cuda(|| "creating the release stream".into())?;
+    unsafe { gpu.launch("wait_kernel", &release, 1, 1)? };
+    let ms = gpu.time_ms(|| {
+        for _ in 0..N {
+            launch_empty()?;
+        }
+        unsafe { gpu.launch_on(&stream, "stop_kernel", &release, 1, 1) }
+    })?;
+    Ok((host_us, ms * 1e3 / N as f64))
 }

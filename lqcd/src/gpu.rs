@@ -228,10 +228,18 @@ impl<T: WilsonReal> WilsonGpu<T> {
     }
 
     /// Bytes of one hopping term on one parity in QUDA's model: per site, 8 neighbour spinors and 8
-    /// links as stored (no cache reuse, output not counted).
+    /// links as stored (no cache reuse, output not counted). The figure QUDA's GB/s are quoted in.
     pub fn hopping_bytes(&self) -> u64 {
         let per_site = 8 * (24 + 2 * self.recon.entries()) * std::mem::size_of::<T>();
         per_site as u64 * self.lat.half_volume() as u64
+    }
+
+    /// Bytes one hopping term on one parity must move through DRAM at the least: every link of the
+    /// lattice once (8 per output site), each input spinor once (the caches serve its other 7 reads), the
+    /// output once, and `x` once if added. Against the copy bandwidth this is the roofline fraction.
+    pub fn hopping_min_bytes(&self, with_x: bool) -> u64 {
+        let reals = 8 * 2 * self.recon.entries() + 24 + 24 + if with_x { 24 } else { 0 };
+        (reals * std::mem::size_of::<T>()) as u64 * self.lat.half_volume() as u64
     }
 }
 

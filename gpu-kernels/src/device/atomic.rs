@@ -86,6 +86,13 @@ mod host {
         // SAFETY: as above.
         unsafe { AtomicU32::from_ptr(p) }.swap(v, Relaxed)
     }
+
+    pub fn inc_u32(p: *mut u32, v: u32) -> u32 {
+        // SAFETY: as above.
+        let a = unsafe { AtomicU32::from_ptr(p) };
+        a.fetch_update(Relaxed, Relaxed, |o| Some(if o >= v { 0 } else { o + 1 }))
+            .unwrap_or_else(|o| o)
+    }
 }
 
 atomic_op!(/// `*p += v` for f32 (`atom.add.f32`).
@@ -98,6 +105,22 @@ atomic_op!(/// `*p = max(*p, v)` for u32.
     max_u32, u32, u32, "max.u32", reg32, host::max_u32);
 atomic_op!(/// `*p = v` for u32, as one atomic exchange.
     exch_u32, u32, u32, "exch.b32", reg32, host::exch_u32);
+atomic_op!(/// `*p = if *p >= v { 0 } else { *p + 1 }` for u32: a ticket counter that rewinds itself.
+    inc_u32, u32, u32, "inc.u32", reg32, host::inc_u32);
+
+/// Orders this thread's memory accesses before and after it for every thread on the device
+/// (`fence.acq_rel.gpu`, CUDA's `__threadfence`): writes before it are seen by a thread that observes an
+/// atomic after it.
+#[inline(always)]
+pub fn fence_device() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a fence has no operands.
+    unsafe {
+        core::arch::asm!("fence.acq_rel.gpu;", options(nostack))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+}
 
 #[cfg(test)]
 mod tests {
