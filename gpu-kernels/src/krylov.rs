@@ -257,11 +257,7 @@ impl<T: ComplexReal> Blas<T> {
     #[inline(always)]
     pub unsafe fn run(&self, op: Op) {
         let st = unsafe { *self.state };
-        // Pure reductions read no scalars: their loads need not wait for the state's, which saves one
-        // memory latency per kernel where latency is all there is (small lattices). Their result is
-        // dropped below if the solve has stopped.
-        let reads_scalars = !matches!(op, Op::Dot | Op::DiffNorm);
-        if reads_scalars && st.status != RUNNING {
+        if st.status != RUNNING {
             return;
         }
         let stride = thread::grid_dim_x() as usize * thread::block_dim_x() as usize;
@@ -274,7 +270,7 @@ impl<T: ComplexReal> Blas<T> {
             }
             i += stride;
         }
-        if !matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) || st.status != RUNNING {
+        if !matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) {
             return;
         }
         let sums = block_sum(acc);

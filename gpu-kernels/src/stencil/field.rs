@@ -1,8 +1,7 @@
 //! Field pointers held by point updates. They are plain addresses (host or device memory, whichever the
 //! engine allocated), `#[repr(transparent)]` so a point-update struct has the same layout on both sides.
 
-/// A read-only field: element `ix` of a linear array (see [`ArrayIndex3D`](super::ArrayIndex3D)). It must
-/// not be written during the launch that reads it (see [`get`](Self::get)).
+/// A read-only field: element `ix` of a linear array (see [`ArrayIndex3D`](super::ArrayIndex3D)).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub struct FieldRef<T>(*const T);
@@ -32,41 +31,10 @@ impl<T: Copy> FieldRef<T> {
     }
 
     /// Element `ix`. Unchecked: the loop checked the range against the update's radius before launch.
-    ///
-    /// On the GPU, 4- and 8-byte elements are read with `ld.global.nc` through the read-only data cache,
-    /// and the compiler is told the read touches no memory it could write: so it may move the loads of
-    /// the next point above the store of this one, which keeps twice the bytes in flight per thread.
-    /// That is why a read field must not be written by the same launch (the engines double-buffer).
     #[inline(always)]
     pub fn get(self, ix: usize) -> T {
         // SAFETY: `from_raw`'s contract and the range check of the loop.
-        let p = unsafe { self.0.add(ix) };
-        #[cfg(target_arch = "nvptx64")]
-        {
-            if core::mem::size_of::<T>() == 4 && core::mem::align_of::<T>() == 4 {
-                let v: u32;
-                // SAFETY: a valid, aligned global address; the data does not change during the launch,
-                // so the load may be treated as pure.
-                unsafe {
-                    core::arch::asm!(
-                        "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.b32 {v}, [g]; }}",
-                        p = in(reg64) p, v = out(reg32) v, options(pure, nomem, nostack));
-                    return core::mem::transmute_copy(&v);
-                }
-            }
-            if core::mem::size_of::<T>() == 8 && core::mem::align_of::<T>() == 8 {
-                let v: u64;
-                // SAFETY: as above.
-                unsafe {
-                    core::arch::asm!(
-                        "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.b64 {v}, [g]; }}",
-                        p = in(reg64) p, v = out(reg64) v, options(pure, nomem, nostack));
-                    return core::mem::transmute_copy(&v);
-                }
-            }
-        }
-        // SAFETY: as above.
-        unsafe { *p }
+        unsafe { *self.0.add(ix) }
     }
 
     /// The address.
