@@ -186,13 +186,6 @@ impl Flag {
         Ok(Self(p))
     }
 
-    /// Clears the flag on `stream`, ahead of the waits queued after it.
-    fn reset(&self, stream: &CudaStream) -> Result<()> {
-        // SAFETY: the flag's 4 bytes, on a stream of its context.
-        unsafe { cu::memset_d8_async(self.0, 0, 4, stream.cu_stream()) }
-            .cuda(|| "clearing the release flag".into())
-    }
-
     fn ptr(&self) -> *mut u32 {
         self.0 as *mut u32
     }
@@ -221,6 +214,9 @@ pub struct BiCgStab<T, O> {
     partials: DeviceBuffer<f64>,
     done: DeviceBuffer<u32>,
     flag: Flag,
+    /// The flag's value after every release queued so far. It only grows (wrapping; the waits compare
+    /// cyclically): clearing it on the stream instead would race with a release already on its way.
+    released: u32,
     blocks: u32,
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
@@ -258,6 +254,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             partials: DeviceBuffer::zeros(gpu, 4 * blocks as usize)?,
             done: DeviceBuffer::zeros(gpu, 1)?,
             flag: Flag::new()?,
+            released: 0,
             blocks,
             pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
             events,
@@ -376,14 +373,14 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             check_every: n,
         };
         self.start(b, &opt)?;
-        self.flag.reset(self.gpu.stream())?;
+        self.released = self.released.wrapping_add(1);
         let ctx = self.gpu.context().clone();
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = ctx.new_event(flags).cuda(|| "creating an event".into())?;
         let stop = ctx.new_event(flags).cuda(|| "creating an event".into())?;
         let sig = Signal {
             flag: self.flag.ptr(),
-            value: 1,
+            value: self.released,
         };
         // SAFETY: `wait_kernel` takes one `Signal`; the flag is a live device u32.
         unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
@@ -421,10 +418,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             self.graphs = Some((k, graphs));
         }
         let helper = match opt.variant {
-            Variant::WaitKernel | Variant::StreamWait => {
-                self.flag.reset(self.gpu.stream())?;
-                Some(self.spawn_releaser(opt.variant)?)
-            }
+            Variant::WaitKernel | Variant::StreamWait => Some(self.spawn_releaser(opt.variant)?),
             _ => None,
         };
         let mut pending: VecDeque<usize> = VecDeque::new();
@@ -446,10 +440,12 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                         return Ok(());
                     }
                 }
-                self.queue_block(opt.variant, k, slot, block + 1)?;
+                let target = self.released.wrapping_add(1);
+                self.queue_block(opt.variant, k, slot, target)?;
                 if let Some((tx, _)) = &helper {
                     // The helper thread releases this block now that it is fully queued.
-                    let _ = tx.send(block + 1);
+                    self.released = target;
+                    let _ = tx.send(target);
                 }
                 pending.push_back(slot);
                 block += 1;
@@ -512,7 +508,8 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
             }
             Variant::StreamWait => {
-                // SAFETY: the flag is a live device u32; GEQ waits until the helper writes `target`.
+                // SAFETY: the flag is a live device u32; GEQ (a cyclic comparison) waits until the helper writes
+                // `target`.
                 unsafe {
                     sys::cuStreamWaitValue32_v2(
                         stream.cu_stream(),
