@@ -298,8 +298,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             )));
         }
         let start = Instant::now();
-        let st = self.start(b, opt)?;
-        let mut st = st;
+        let mut st = self.start(b, opt)?;
         let mut history = Vec::new();
         if opt.variant == Variant::Sync {
             history.push((0, 1.0));
@@ -422,24 +421,29 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             _ => None,
         };
         let mut pending: VecDeque<usize> = VecDeque::new();
-        let mut last = None;
         let mut block = 0u32;
         // The device stops itself at max_iter; one more block covers the iterations already queued.
         let blocks = opt.max_iter.div_ceil(k) + 1;
         let result = (|| -> Result<()> {
             while block < blocks {
-                let slot = block as usize % SLOTS;
-                if pending.len() == SLOTS {
-                    let s = pending.pop_front().expect("pending has SLOTS entries");
-                    self.events[s]
-                        .synchronize()
-                        .cuda(|| "waiting for the solver (a kernel failed)".into())?;
-                    let st = self.consume(s, history, on_check);
-                    last = Some(st);
-                    if st.status != RUNNING {
+                // Read every block already done, waiting only for the oldest when both slots are taken.
+                while let Some(&s) = pending.front() {
+                    if pending.len() == SLOTS {
+                        self.events[s]
+                            .synchronize()
+                            .cuda(|| "waiting for the solver (a kernel failed)".into())?;
+                    } else if !self.events[s]
+                        .try_is_complete()
+                        .cuda(|| "polling the solver (a kernel failed)".into())?
+                    {
+                        break;
+                    }
+                    pending.pop_front();
+                    if self.consume(s, history, on_check).status != RUNNING {
                         return Ok(());
                     }
                 }
+                let slot = block as usize % SLOTS;
                 let target = self.released.wrapping_add(1);
                 self.queue_block(opt.variant, k, slot, target)?;
                 if let Some((tx, _)) = &helper {
@@ -449,20 +453,6 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 }
                 pending.push_back(slot);
                 block += 1;
-                while let Some(&s) = pending.front() {
-                    let done = self.events[s]
-                        .try_is_complete()
-                        .cuda(|| "polling the solver (a kernel failed)".into())?;
-                    if !done {
-                        break;
-                    }
-                    pending.pop_front();
-                    let st = self.consume(s, history, on_check);
-                    last = Some(st);
-                    if st.status != RUNNING {
-                        return Ok(());
-                    }
-                }
             }
             Ok(())
         })();
@@ -473,8 +463,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 .map_err(|_| Error::InvalidSize("the release thread panicked".into()))??;
         }
         result?;
-        self.gpu.synchronize()?;
-        let _ = last;
+        // Waits for the queued work: the state is final.
         self.read_state()
     }
 
