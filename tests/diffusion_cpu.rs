@@ -6,13 +6,15 @@ use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
 use lattice_gpu::host::engine::emulate::EMULATED_MAX_THREADS;
 use lattice_gpu::host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
 use lattice_gpu::host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
-use lattice_gpu::kernels::device::math::Real;
 use lattice_gpu::kernels::diffusion::Diffusion3d;
 use lattice_gpu::kernels::stencil::LoopRange;
 use lattice_gpu::kernels::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
 };
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{check_written, random};
 
 /// One explicit step written plainly in f64 on a `(nx+2) x (ny+2) x (nz+2)` array: shares no code with
 /// the point update, the index type or the loops.
@@ -197,39 +199,6 @@ fn bad_parameters_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("dt"), "{e}");
-}
-
-fn random<T: Real>(len: usize, seed: u64) -> Vec<T> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..len)
-        .map(|_| T::from_f64(rng.random_range(-1.0..1.0)))
-        .collect()
-}
-
-/// Checks `got` equals `want` bit for bit inside `r` and is still NaN (untouched) outside it.
-fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, r: &LoopRange, what: &str) {
-    let s = shape.size();
-    let inside_axis = |a: usize, v: usize| (r.begin[a] as usize..r.end[a] as usize).contains(&v);
-    for k in 0..s[2] {
-        for j in 0..s[1] {
-            for i in 0..s[0] {
-                let ix = shape.index(i, j, k);
-                if inside_axis(0, i) && inside_axis(1, j) && inside_axis(2, k) {
-                    assert!(
-                        got[ix].to_f64().to_bits() == want[ix].to_f64().to_bits(),
-                        "{what}: point ({i},{j},{k}) is {:?}, host engine gives {:?}",
-                        got[ix],
-                        want[ix]
-                    );
-                } else {
-                    assert!(
-                        got[ix].to_f64().is_nan(),
-                        "{what}: point ({i},{j},{k}) outside the range was written"
-                    );
-                }
-            }
-        }
-    }
 }
 
 /// Runs `update(f, g)` over `range` on the host engine and, for every candidate of the default tuning

@@ -5,7 +5,6 @@
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes, so CI (which has none) stays green;
 //! `LATTICE_GPU_REQUIRE_GPU=1` (set by scripts/gpu-check.sh) turns the skip into a failure.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -13,67 +12,16 @@ use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::{KernelInfo, LoopEngine, TuneSpace, Variant};
 use lattice_gpu::host::{
-    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Error, Field, Gpu,
-    HostLoopEngine, LaunchShape, Loop2D, Loop3D, Shape,
+    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, HostLoopEngine,
+    LaunchShape, Loop2D, Loop3D, Shape,
 };
-use lattice_gpu::kernels::device::math::{self, Real};
+use lattice_gpu::kernels::device::math;
 use lattice_gpu::kernels::diffusion::Diffusion3d;
 use lattice_gpu::kernels::selftest::Smooth2d;
 use lattice_gpu::kernels::stencil::GpuEntry;
-use rand::{Rng, SeedableRng};
 
-fn gpu(test: &str) -> Option<Arc<Gpu>> {
-    match Gpu::open(0, lattice_gpu::PTX) {
-        Ok(g) => Some(g),
-        Err(Error::NoGpu(why))
-            if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>
-        {
-            // Straight to stderr: the test harness captures `eprintln!`, and a skip must be seen.
-            let _ = writeln!(std::io::stderr(), "SKIPPED (no GPU): {test}: {why}");
-            None
-        }
-        Err(e) => panic!("{test}: GPU required but not usable: {e}"),
-    }
-}
-
-fn random<T: Real>(len: usize, seed: u64) -> Vec<T> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..len)
-        .map(|_| T::from_f64(rng.random_range(-1.0..1.0)))
-        .collect()
-}
-
-fn poison<T: Real>(len: usize) -> Vec<T> {
-    vec![T::from_f64(f64::NAN); len]
-}
-
-/// Checks `got` equals `want` bit for bit in the interior and is still NaN (untouched) outside it.
-fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, what: &str) {
-    let s = shape.size();
-    let r = shape.interior_range();
-    let inside_axis = |a: usize, v: usize| (r.begin[a] as usize..r.end[a] as usize).contains(&v);
-    for k in 0..s[2] {
-        for j in 0..s[1] {
-            for i in 0..s[0] {
-                let ix = shape.index(i, j, k);
-                let inside = inside_axis(0, i) && inside_axis(1, j) && inside_axis(2, k);
-                if inside {
-                    assert!(
-                        got[ix].to_f64().to_bits() == want[ix].to_f64().to_bits(),
-                        "{what}: point ({i},{j},{k}) is {:?}, host engine gives {:?}",
-                        got[ix],
-                        want[ix]
-                    );
-                } else {
-                    assert!(
-                        got[ix].to_f64().is_nan(),
-                        "{what}: margin point ({i},{j},{k}) was written"
-                    );
-                }
-            }
-        }
-    }
-}
+mod common;
+use common::{check_written, gpu, poison, random};
 
 fn diffusion_every_candidate<T: Element>(gpu: &Arc<Gpu>)
 where
@@ -129,6 +77,7 @@ where
             &g.download().unwrap(),
             &want,
             &shape,
+            &shape.interior_range(),
             &format!("diffusion {} {c}", T::NAME),
         );
     }
@@ -312,6 +261,7 @@ fn loop2d_matches_host_for_every_candidate() {
             &g.download().unwrap(),
             &want,
             &shape,
+            &shape.interior_range(),
             &format!("smooth2d {c}"),
         );
     }

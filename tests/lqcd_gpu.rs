@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu::host::krylov::{BiCgStab, SolveOptions, SolveStatus, Variant};
-use lattice_gpu::host::{DeviceBuffer, Error, Gpu};
+use lattice_gpu::host::{DeviceBuffer, Gpu};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
 use lattice_gpu::lqcd::gpu::{
@@ -19,18 +19,8 @@ use lattice_gpu::lqcd::reference;
 use lattice_gpu::lqcd::spinor::SpinorField;
 use num_complex::Complex64;
 
-fn gpu(test: &str) -> Option<Arc<Gpu>> {
-    match Gpu::open(0, lattice_gpu::PTX) {
-        Ok(g) => Some(g),
-        Err(Error::NoGpu(why))
-            if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>
-        {
-            let _ = writeln!(std::io::stderr(), "SKIPPED (no GPU): {test}: {why}");
-            None
-        }
-        Err(e) => panic!("{test}: GPU required but not usable: {e}"),
-    }
-}
+mod common;
+use common::gpu;
 
 fn max_rel_diff(a: &[Complex64], b: &[Complex64]) -> f64 {
     let scale = b.iter().map(|z| z.norm()).fold(0.0, f64::max);
