@@ -69,3 +69,16 @@ fn fmt_history(h: &[(usize, f64)]) -> String {
 
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// For code that answers in the host runtime's error type (a [`DeviceOperator`] of the solver): a host
+/// error comes back as it was, anything else keeps its message.
+///
+/// [`DeviceOperator`]: lattice_gpu_host::krylov::DeviceOperator
+impl From<Error> for lattice_gpu_host::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Host(h) => h,
+            other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+        }
+    }
+}

@@ -259,12 +259,8 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
     ) -> lattice_gpu_host::Result<()> {
         let w = &self.0;
         let k2 = w.kappa * w.kappa;
-        w.hopping(&w.tmp, 1, inp, None, 1.0, halt)
-            .and_then(|_| w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt))
-            .map_err(|e| match e {
-                crate::Error::Host(h) => h,
-                other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
-            })
+        w.hopping(&w.tmp, 1, inp, None, 1.0, halt)?;
+        Ok(w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt)?)
     }
 
     fn flops(&self) -> u64 {

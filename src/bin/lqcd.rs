@@ -543,13 +543,13 @@ fn bench_dslash<T: WilsonReal>(
     let out: DeviceBuffer<T> = w.parity_buffer()?;
     let call = || w.hopping(&out, 0, &inp, None, 1.0, std::ptr::null());
     call()?;
-    let once = g.time_ms(|| call().map_err(to_host))?;
+    let once = g.time_ms(|| call().map_err(HostError::from))?;
     let reps = ((20.0 / once.max(1e-3)) as usize).clamp(10, 2000);
     let mut times = (0..5)
         .map(|_| {
             g.time_ms(|| {
                 for _ in 0..reps {
-                    call().map_err(to_host)?;
+                    call().map_err(HostError::from)?;
                 }
                 Ok(())
             })
@@ -564,11 +564,4 @@ fn bench_dslash<T: WilsonReal>(
         per_s(w.hopping_bytes()),
         per_s(w.hopping_min_bytes(false)),
     ))
-}
-
-fn to_host(e: Error) -> HostError {
-    match e {
-        Error::Host(h) => h,
-        other => HostError::InvalidSize(other.to_string()),
-    }
 }
