@@ -373,30 +373,17 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         };
         self.start(b, &opt)?;
         self.released = self.released.wrapping_add(1);
-        let ctx = self.gpu.context().clone();
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = ctx.new_event(flags).cuda(|| "creating an event".into())?;
-        let stop = ctx.new_event(flags).cuda(|| "creating an event".into())?;
         let sig = Signal {
             flag: self.flag.ptr(),
             value: self.released,
         };
-        // SAFETY: `wait_kernel` takes one `Signal`; the flag is a live device u32.
-        unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
-        let stream = self.gpu.stream().clone();
-        start.record(&stream).cuda(|| "recording an event".into())?;
-        for _ in 0..n {
-            self.iteration(None)?;
-        }
-        stop.record(&stream).cuda(|| "recording an event".into())?;
-        let release = ctx
-            .new_stream()
-            .cuda(|| "creating the release stream".into())?;
-        // SAFETY: `stop_kernel` takes one `Signal`.
-        unsafe { self.gpu.launch_on(&release, "stop_kernel", &sig, 1, 1)? };
-        let ms = start
-            .elapsed_ms(&stop)
-            .cuda(|| "timing the solver (a kernel failed)".into())? as f64;
+        let gpu = self.gpu.clone();
+        let ms = time_held(&gpu, sig, || {
+            for _ in 0..n {
+                self.iteration(None)?;
+            }
+            Ok(())
+        })?;
         Ok(ms / n as f64)
     }
 
@@ -743,16 +730,30 @@ pub fn launch_overhead(gpu: &Arc<Gpu>) -> Result<(f64, f64)> {
         flag: flag.ptr(),
         value: 1,
     };
-    let stream = gpu
-        .context()
-        .new_stream()
-        .cuda(|| "creating the release stream".into())?;
-    unsafe { gpu.launch("wait_kernel", &release, 1, 1)? };
-    let ms = gpu.time_ms(|| {
+    let ms = time_held(gpu, release, || {
         for _ in 0..N {
             launch_empty()?;
         }
-        unsafe { gpu.launch_on(&stream, "stop_kernel", &release, 1, 1) }
+        Ok(())
     })?;
     Ok((host_us, ms * 1e3 / N as f64))
+}
+
+/// GPU milliseconds of the work `queue` puts on the GPU's stream, held behind a wait kernel on `sig`
+/// until all of it is queued, so that the host's launch pace does not show. The hold is released even
+/// when `queue` fails, so nothing is left waiting. `queue` must stay far below the driver's queue of
+/// pending launches (see [`MAX_HELD_ITERATIONS`]).
+fn time_held(gpu: &Arc<Gpu>, sig: Signal, queue: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let release = gpu
+        .context()
+        .new_stream()
+        .cuda(|| "creating the release stream".into())?;
+    // SAFETY: `wait_kernel` and `stop_kernel` take one `Signal`; the caller's flag is a live device u32.
+    unsafe { gpu.launch("wait_kernel", &sig, 1, 1)? };
+    gpu.time_ms(|| {
+        let queued = queue();
+        // SAFETY: as above.
+        let released = unsafe { gpu.launch_on(&release, "stop_kernel", &sig, 1, 1) };
+        queued.and(released)
+    })
 }
