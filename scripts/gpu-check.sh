@@ -154,7 +154,7 @@ lqcd_part() {
         --antiperiodic-t --output "$out/lqcd"
     expect "lqcd kappa 0.3: clear error" fail "kappa" "$out/lqcd-badkappa.log" \
         "$BIN/lqcd" solve --engine device --kappa 0.3
-    if "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64 --csv "$out/lqcd-bench.csv" 2>&1 | tee "$out/lqcd-bench.log"; then
+    if "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64,48x48x48x96 --csv "$out/lqcd-bench.csv" 2>&1 | tee "$out/lqcd-bench.log"; then
         record "lqcd bench" PASS
     else
         record "lqcd bench" FAIL
