@@ -13,6 +13,8 @@
 #                                             variant alone at 256^3, 512^3 and 8x512x512)
 #                                  lqcd       solve, propagator and bad input of the lqcd application, and
 #                                             its dslash / solver-variant benchmark
+#                                  lbm        the lattice-Boltzmann cases (cavity against Ghia, Poiseuille,
+#                                             Taylor-Green in f16), bad input, and the MLUPs/s benchmark
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
@@ -24,7 +26,7 @@ stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
     cargo build --release --bins
-    cp target/release/diffusion target/release/lqcd "$BIN/"
+    cp target/release/diffusion target/release/lqcd target/release/lbm "$BIN/"
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -45,7 +47,7 @@ for l in sys.stdin:
 }
 
 run() {
-    local parts=" ${*:-tests diffusion lqcd} "
+    local parts=" ${*:-tests diffusion lqcd lbm} "
     # With $OUT (the device machine's return folder, which takes few files) the work happens in /tmp and
     # $OUT gets the CSVs plus one archive of every log, PNG and the tune cache.
     local out=$BIN/out
@@ -67,7 +69,7 @@ run() {
         name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
         # A hang (a wait kernel never released) must cost minutes, not the whole device call.
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
-            LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
@@ -92,6 +94,7 @@ run() {
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
+    [[ $parts == *" lbm "* ]] && lbm_part "$out"
     if [ -n "${OUT:-}" ]; then
         tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
         cp "$out"/*.csv "$OUT/" 2>/dev/null
@@ -161,6 +164,32 @@ lqcd_part() {
     fi
     echo
     grep -E "^\| " "$out/lqcd-bench.log"
+}
+
+lbm_part() {
+    local out=$1
+    expect "lbm cavity Re 100 quasi-2-D vs Ghia" ok "against Ghia" "$out/lbm-cavity.log" \
+        "$BIN/lbm" cavity --engine device --size 130x130x4 --output "$out/lbm-cavity"
+    expect "lbm cavity 3-D Re 400 f16 ab" ok "wrote" "$out/lbm-cavity3d.log" \
+        "$BIN/lbm" cavity --engine device --size 96 --closed-z --re 400 --precision f16 --streaming ab \
+        --steps 20000 --output "$out/lbm-cavity3d"
+    expect "lbm poiseuille f64 bgk" ok "parabola" "$out/lbm-poiseuille.log" \
+        "$BIN/lbm" poiseuille --engine device --precision f64 --collision bgk --width 32 --steady 1e-9 \
+        --output "$out/lbm-poiseuille"
+    expect "lbm taylor-green f32 256^2" ok "analytic" "$out/lbm-tg.log" \
+        "$BIN/lbm" taylor-green --engine device --size 256x256x4 --steps 4000 --output "$out/lbm-tg"
+    expect "lbm taylor-green f16 64^2" ok "analytic" "$out/lbm-tg16.log" \
+        "$BIN/lbm" taylor-green --engine device --precision f16 --size 64x64x4 --steps 2000 --output "$out/lbm-tg16"
+    expect "lbm lid 0.3: clear error" fail "Mach 0.3" "$out/lbm-badlid.log" \
+        "$BIN/lbm" cavity --engine device --lid 0.3 --output "$out/lbm-bad"
+    expect "lbm 1600^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/lbm-oom.log" \
+        "$BIN/lbm" taylor-green --engine device --precision f64 --streaming ab --size 1600 --output "$out/lbm-bad"
+    cp "$out"/lbm-cavity/centreline_*.csv "$out/" 2>/dev/null
+    if "$BIN/lbm" bench --csv "$out/lbm-bench.csv" 2>&1 | tee "$out/lbm-bench.log"; then
+        record "lbm bench" PASS
+    else
+        record "lbm bench" FAIL
+    fi
 }
 
 profile() {

@@ -1,12 +1,13 @@
 //! lattice-gpu: write the update of one grid point once, in plain `no_std` Rust, and run it over a whole
 //! lattice on the CPU or an NVIDIA GPU, with launch configurations tuned automatically.
 //!
-//! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]) and the lattice-QCD
-//! crate ([`lqcd`]), embeds the PTX
+//! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the lattice-QCD
+//! crate ([`lqcd`]) and the lattice-Boltzmann crate ([`lbm`]), embeds the PTX
 //! that `build.rs` compiled from `gpu-kernels`, and holds the applications' drivers ([`diffusion`]).
 
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
+pub use lattice_gpu_lbm as lbm;
 pub use lattice_gpu_lqcd as lqcd;
 
 pub mod bench;

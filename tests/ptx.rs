@@ -36,6 +36,15 @@ const ENTRIES: &[&str] = &[
     "bicg_diffnorm_f64",
     "wait_kernel",
     "stop_kernel",
+    "lbm_ab_f32",
+    "lbm_ab_f64",
+    "lbm_ab_f16",
+    "lbm_aa_even_f32",
+    "lbm_aa_even_f64",
+    "lbm_aa_even_f16",
+    "lbm_aa_odd_f32",
+    "lbm_aa_odd_f64",
+    "lbm_aa_odd_f16",
 ];
 
 /// Stack bytes an entry may use. Only the double-precision Wilson hopping term: ptxas hoists the next

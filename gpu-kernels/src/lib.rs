@@ -9,9 +9,10 @@
 //! - [`diffusion`]: the 3-D diffusion point update.
 //! - [`complex`], [`wilson`], [`krylov`]: complex numbers, the Wilson-Dirac hopping term and the device half
 //!   of BiCGStab, for lattice QCD.
+//! - [`lbm`]: the D3Q19 lattice-Boltzmann collide-and-stream body and its kernels.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
 #![no_std]
-#![feature(core_float_math)]
+#![feature(core_float_math, f16)]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(abi_ptx, asm_experimental_arch, link_llvm_intrinsics, stdarch_nvptx)
@@ -22,6 +23,7 @@ pub mod complex;
 pub mod device;
 pub mod diffusion;
 pub mod krylov;
+pub mod lbm;
 pub mod selftest;
 pub mod stencil;
 pub mod wilson;

@@ -10,6 +10,10 @@ use cudarc::driver::{
 use crate::error::{CudaContext, Result};
 use crate::gpu::Gpu;
 
+/// An element type device arrays can hold: plain bits, valid as all zeros.
+pub trait Plain: DeviceRepr + ValidAsZeroBits + Clone + Default + Unpin {}
+impl<T: DeviceRepr + ValidAsZeroBits + Clone + Default + Unpin> Plain for T {}
+
 /// An array of `T` in GPU memory.
 pub struct DeviceBuffer<T> {
     gpu: Arc<Gpu>,
@@ -24,7 +28,7 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
-impl<T: DeviceRepr + ValidAsZeroBits + Clone + Default + Unpin> DeviceBuffer<T> {
+impl<T: Plain> DeviceBuffer<T> {
     /// `len` zeros.
     pub fn zeros(gpu: &Arc<Gpu>, len: usize) -> Result<Self> {
         let buf = gpu

@@ -146,6 +146,16 @@ impl Gpu {
         Ok(f)
     }
 
+    /// The most threads a block of kernel `entry` may have (fewer than the device's limit when the
+    /// kernel needs many registers).
+    pub fn max_block_of(&self, entry: &str) -> Result<u32> {
+        let f = self.function(entry)?;
+        let n = f
+            .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+            .cuda(|| format!("reading the block limit of kernel {entry}"))?;
+        Ok(n as u32)
+    }
+
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(u64, u64)> {
         let (free, total) = self

@@ -20,7 +20,7 @@ pub mod io;
 pub mod krylov;
 pub mod lattice;
 
-pub use buffer::DeviceBuffer;
+pub use buffer::{DeviceBuffer, Plain};
 pub use engine::{
     AutoTuningInfo, DeviceAutoTuningLoopEngine, DeviceLoopEngine, HostLoopEngine, LaunchShape,
     LoopEngine, TuningReport,

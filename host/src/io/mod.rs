@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub mod npy;
 pub mod png;
+pub mod vtk;
 
 /// Errors of reading and writing files; each names the file and, where there is one, the fix.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +62,14 @@ pub enum IoError {
     /// The picture cannot be made from the data given.
     #[error("{}: cannot write PNG: {problem}", path.display())]
     Png {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// The VTK file cannot be made from the fields given; nothing was written.
+    #[error("{}: cannot write VTK: {problem}", path.display())]
+    Vtk {
         /// The file.
         path: PathBuf,
         /// What is wrong, and how to fix it.

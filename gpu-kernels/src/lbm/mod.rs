@@ -1,0 +1,133 @@
+//! The lattice-Boltzmann method on a D3Q19 lattice (after the Palabos GPU port and FluidX3D): one
+//! collide-and-stream body per cell, run by the GPU kernels and by the CPU engine alike.
+//!
+//! Conventions (the `lattice-gpu-lbm` crate and its independent reference follow them too):
+//! - grid `[nx, ny, nz]`, cell `n = x + nx * (y + ny * z)`; every axis wraps around (periodic) unless wall
+//!   cells close it;
+//! - populations in structure-of-arrays order: population `q` of cell `n` at `q * cells + n`, stored as the
+//!   deviation `f_q - w_q` from the rest equilibrium (keeps the digits that matter in f32 and f16);
+//! - one tag byte per cell ([`tag`]): fluid, wall (halfway bounce-back), moving wall (bounce-back with the
+//!   wall-velocity correction, wall density 1); fluid cells next to a wall carry [`tag::NEAR_WALL`], set by
+//!   the host, so that only they look at their neighbours' tags.
+
+mod step;
+mod storage;
+
+pub use step::{equilibrium, Scheme, Step, StepEntry};
+pub use storage::{Half, Storage, HALF_SCALE};
+
+/// Populations per cell.
+pub const Q: usize = 19;
+
+/// The D3Q19 velocities: rest, the 6 faces, the 12 edges; opposite directions are neighbours
+/// (`q` odd and `q + 1`), as in FluidX3D.
+pub const C: [[i32; 3]; Q] = [
+    [0, 0, 0],
+    [1, 0, 0],
+    [-1, 0, 0],
+    [0, 1, 0],
+    [0, -1, 0],
+    [0, 0, 1],
+    [0, 0, -1],
+    [1, 1, 0],
+    [-1, -1, 0],
+    [1, 0, 1],
+    [-1, 0, -1],
+    [0, 1, 1],
+    [0, -1, -1],
+    [1, -1, 0],
+    [-1, 1, 0],
+    [1, 0, -1],
+    [-1, 0, 1],
+    [0, 1, -1],
+    [0, -1, 1],
+];
+
+/// The D3Q19 weights.
+pub const W: [f64; Q] = [
+    1.0 / 3.0,
+    1.0 / 18.0,
+    1.0 / 18.0,
+    1.0 / 18.0,
+    1.0 / 18.0,
+    1.0 / 18.0,
+    1.0 / 18.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+    1.0 / 36.0,
+];
+
+/// The direction opposite to `q`.
+#[inline(always)]
+pub const fn opposite(q: usize) -> usize {
+    if q == 0 {
+        0
+    } else if q % 2 == 1 {
+        q + 1
+    } else {
+        q - 1
+    }
+}
+
+/// Cell tags: one byte per cell, read by the collide step.
+pub mod tag {
+    /// A fluid cell.
+    pub const FLUID: u8 = 0;
+    /// A resting wall: populations bounce back halfway between the fluid cell and the wall.
+    pub const WALL: u8 = 1;
+    /// A wall moving with the step's wall velocity: bounce-back plus `6 w_q (c_q . u_wall)`.
+    pub const MOVING_WALL: u8 = 2;
+    /// Added to a fluid cell with at least one wall neighbour (set by the host from the geometry).
+    pub const NEAR_WALL: u8 = 0x80;
+
+    /// Whether the tag is a wall of either kind.
+    #[inline(always)]
+    pub const fn is_wall(t: u8) -> bool {
+        t & (WALL | MOVING_WALL) != 0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::needless_range_loop)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn velocity_set_moments() {
+        let mut m0 = 0.0;
+        let mut m1 = [0.0; 3];
+        let mut m2 = [[0.0; 3]; 3];
+        for q in 0..Q {
+            m0 += W[q];
+            for a in 0..3 {
+                m1[a] += W[q] * C[q][a] as f64;
+                for b in 0..3 {
+                    m2[a][b] += W[q] * (C[q][a] * C[q][b]) as f64;
+                }
+            }
+            let o = opposite(q);
+            assert_eq!(opposite(o), q);
+            assert_eq!(W[o], W[q]);
+            for a in 0..3 {
+                assert_eq!(C[o][a], -C[q][a], "q {q}");
+            }
+        }
+        assert!((m0 - 1.0).abs() < 1e-15);
+        for a in 0..3 {
+            assert!(m1[a].abs() < 1e-15);
+            for b in 0..3 {
+                let want = if a == b { 1.0 / 3.0 } else { 0.0 };
+                assert!((m2[a][b] - want).abs() < 1e-15, "{a}{b}");
+            }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! How populations are stored: f32 and f64 as they are, or as IEEE half precision (FluidX3D's FP16S)
+//! with f32 arithmetic, which halves the bytes per cell.
+
+use crate::device::math::Real;
+
+/// The scale of half-precision storage: deviations `f_q - w_q` are stored times this, which moves them
+/// (at most about 1 in magnitude) up to where f16 keeps 11 significant bits instead of flushing to
+/// subnormals.
+pub const HALF_SCALE: f32 = 32768.0;
+
+/// A population storage type and the precision the collision computes in.
+pub trait Storage: Copy + Default + Send + Sync + 'static {
+    /// The arithmetic precision.
+    type Real: Real;
+    /// `"f32"`, `"f64"` or `"f16"`: names kernels, tables and files.
+    const NAME: &'static str;
+
+    /// Element `i` of `p` as a deviation `f_q - w_q`.
+    ///
+    /// # Safety
+    /// `p.add(i)` must be valid for reads.
+    unsafe fn load(p: *const Self, i: usize) -> Self::Real;
+
+    /// Stores the deviation `v` at element `i` of `p`.
+    ///
+    /// # Safety
+    /// `p.add(i)` must be valid for writes.
+    unsafe fn store(p: *mut Self, i: usize, v: Self::Real);
+}
+
+macro_rules! plain_storage {
+    ($t:ty, $name:literal) => {
+        impl Storage for $t {
+            type Real = $t;
+            const NAME: &'static str = $name;
+
+            #[inline(always)]
+            unsafe fn load(p: *const Self, i: usize) -> $t {
+                // SAFETY: the caller's contract.
+                unsafe { *p.add(i) }
+            }
+
+            #[inline(always)]
+            unsafe fn store(p: *mut Self, i: usize, v: $t) {
+                // SAFETY: the caller's contract.
+                unsafe { *p.add(i) = v }
+            }
+        }
+    };
+}
+plain_storage!(f32, "f32");
+plain_storage!(f64, "f64");
+
+/// An IEEE binary16 value (its bits), the storage of the half-precision lattice.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Half(pub u16);
+
+impl Half {
+    /// `v * HALF_SCALE` rounded to the nearest half (ties to even), as the GPU's `cvt.rn.f16.f32` does.
+    #[inline(always)]
+    pub fn encode(v: f32) -> Self {
+        Half(((v * HALF_SCALE) as f16).to_bits())
+    }
+
+    /// The deviation this half holds (exact: every half is an f32).
+    #[inline(always)]
+    pub fn decode(self) -> f32 {
+        f16::from_bits(self.0) as f32 * (1.0 / HALF_SCALE)
+    }
+}
+
+impl Storage for Half {
+    type Real = f32;
+    const NAME: &'static str = "f16";
+
+    #[inline(always)]
+    unsafe fn load(p: *const Self, i: usize) -> f32 {
+        // SAFETY: the caller's contract.
+        unsafe { *p.add(i) }.decode()
+    }
+
+    #[inline(always)]
+    unsafe fn store(p: *mut Self, i: usize, v: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { *p.add(i) = Half::encode(v) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_round_trip_and_rounding() {
+        for v in [0.0f32, 1e-3, -0.25, 0.5, 1.0 / 3.0, -1.0 / 36.0] {
+            let back = Half::encode(v).decode();
+            // 11 significant bits.
+            assert!(
+                (back - v).abs() <= v.abs() * 2f32.powi(-11),
+                "{v} -> {back}"
+            );
+            assert_eq!(Half::encode(back), Half::encode(v));
+        }
+        // Ties go to even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
+        let tie = (1.0 + 2f32.powi(-11)) / HALF_SCALE;
+        assert_eq!(Half::encode(tie).decode(), 1.0 / HALF_SCALE);
+    }
+}

@@ -1,0 +1,19 @@
+//! The error type of the lattice-Boltzmann crate: bad parameters name the problem and the fix; GPU and
+//! file errors come from the host runtime.
+
+/// Errors of the lattice-Boltzmann crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A parameter outside the range where the method is stable or meaningful.
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(String),
+    /// A GPU, memory or size error of the host runtime.
+    #[error(transparent)]
+    Host(#[from] lattice_gpu_host::Error),
+    /// A file could not be written.
+    #[error(transparent)]
+    Io(#[from] lattice_gpu_host::io::IoError),
+}
+
+/// Results of the lattice-Boltzmann crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

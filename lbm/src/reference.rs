@@ -1,0 +1,611 @@
+//! A naive CPU reference for the D3Q19 lattice-Boltzmann solver: f64, array of structures, one
+//! cell at a time, two arrays.
+//!
+//! It exists to check the optimised implementation, so it is written from the specification
+//! alone and shares nothing with it: its own velocity table, weights and opposite map. Clarity
+//! wins over speed everywhere; a test grid of a few thousand cells runs hundreds of steps in well
+//! under a second, which is all a reference needs.
+//!
+//! The model: pull streaming with halfway bounce-back at wall cells (moving walls add the usual
+//! `6 w_q rho_w (c_q . u_w)`, `rho_w = 1`), Guo forcing with the half-force velocity shift, and a
+//! two-relaxation-time collision that reduces to BGK when no magic parameter is given. The state
+//! of a cell is its 19 full post-collision populations of the last step.
+
+// Index loops over q and the axes read like the sums in the specification, which is the point
+// of a reference.
+#![allow(clippy::needless_range_loop)]
+
+/// Number of discrete velocities.
+pub const REF_Q: usize = 19;
+
+/// The discrete velocities: rest, the six faces, then the twelve edges, each followed by its
+/// opposite so that `q` and [`ref_opposite`]`(q)` are neighbours in the table.
+pub const REF_C: [[i32; 3]; REF_Q] = [
+    [0, 0, 0],
+    [1, 0, 0],
+    [-1, 0, 0],
+    [0, 1, 0],
+    [0, -1, 0],
+    [0, 0, 1],
+    [0, 0, -1],
+    [1, 1, 0],
+    [-1, -1, 0],
+    [1, 0, 1],
+    [-1, 0, -1],
+    [0, 1, 1],
+    [0, -1, -1],
+    [1, -1, 0],
+    [-1, 1, 0],
+    [1, 0, -1],
+    [-1, 0, 1],
+    [0, 1, -1],
+    [0, -1, 1],
+];
+
+const W_REST: f64 = 1.0 / 3.0;
+const W_FACE: f64 = 1.0 / 18.0;
+const W_EDGE: f64 = 1.0 / 36.0;
+
+/// The lattice weights of [`REF_C`]: 1/3 at rest, 1/18 on faces, 1/36 on edges.
+pub const REF_W: [f64; REF_Q] = [
+    W_REST, W_FACE, W_FACE, W_FACE, W_FACE, W_FACE, W_FACE, W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE,
+    W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE,
+];
+
+/// The index of the velocity opposite to `q` (`c = -c_q`); 0 is its own opposite.
+///
+/// Panics if `q >= REF_Q`.
+pub fn ref_opposite(q: usize) -> usize {
+    assert!(q < REF_Q, "velocity index {q} out of range 0..{REF_Q}");
+    // REF_C lists each moving velocity right before its opposite, starting at 1.
+    match q {
+        0 => 0,
+        q if q % 2 == 1 => q + 1,
+        q => q - 1,
+    }
+}
+
+const FLUID: u8 = 0;
+const RESTING_WALL: u8 = 1;
+const MOVING_WALL: u8 = 2;
+/// The optimised code marks fluid cells next to walls with this bit; the reference finds walls
+/// itself, so it only strips the bit.
+const HINT_BIT: u8 = 0x80;
+
+/// Physical parameters of a [`Reference`] run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RefParams {
+    /// Relaxation time of the symmetric part (`omega_plus = 1 / tau`); kinematic viscosity is
+    /// `(tau - 1/2) / 3`. Must be above 1/2.
+    pub tau: f64,
+    /// TRT magic parameter Lambda; `None` gives BGK (`omega_minus = omega_plus`). Must be
+    /// positive.
+    pub magic: Option<f64>,
+    /// Body-force density `F`, the same in every fluid cell (Guo forcing).
+    pub force: [f64; 3],
+    /// Velocity `u_w` of every moving-wall cell (tag 2).
+    pub wall_velocity: [f64; 3],
+}
+
+/// The reference solver: grid, tags, populations and the moments of the last step.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    dims: [usize; 3],
+    /// Tags with the hint bit removed: 0 fluid, 1 resting wall, 2 moving wall.
+    tags: Vec<u8>,
+    params: RefParams,
+    /// Post-collision populations of the last step, one array of 19 per cell.
+    f: Vec<[f64; REF_Q]>,
+    /// `(rho, u)` of each cell as computed in the last step.
+    moments: Vec<(f64, [f64; 3])>,
+}
+
+impl Reference {
+    /// A solver on a periodic `dims` grid with one tag per cell (index `x + nx*(y + ny*z)`),
+    /// every cell at rest equilibrium (`rho = 1`, `u = 0`).
+    ///
+    /// Panics if `tags.len()` is not the number of cells, if a tag (without bit 0x80) is not
+    /// 0, 1 or 2, if `tau <= 1/2` or if the magic parameter is not positive.
+    pub fn new(dims: [usize; 3], tags: Vec<u8>, params: RefParams) -> Self {
+        let cells = dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .expect("grid too large: the number of cells overflows usize");
+        assert_eq!(
+            tags.len(),
+            cells,
+            "{} tags for a {}x{}x{} grid of {cells} cells",
+            tags.len(),
+            dims[0],
+            dims[1],
+            dims[2]
+        );
+        let tags: Vec<u8> = tags.into_iter().map(|t| t & !HINT_BIT).collect();
+        if let Some((n, t)) = tags.iter().enumerate().find(|&(_, &t)| t > MOVING_WALL) {
+            panic!("cell {n} has tag {t}; tags are 0 (fluid), 1 (resting wall), 2 (moving wall)");
+        }
+        assert!(
+            params.tau > 0.5,
+            "tau = {} but must be above 1/2 for a positive viscosity",
+            params.tau
+        );
+        if let Some(magic) = params.magic {
+            assert!(magic > 0.0, "magic parameter {magic} must be positive");
+        }
+        let rest = equilibrium(1.0, [0.0; 3]);
+        Reference {
+            dims,
+            tags,
+            params,
+            f: vec![rest; cells],
+            moments: vec![(0.0, [0.0; 3]); cells],
+        }
+    }
+
+    /// The grid size `[nx, ny, nz]`.
+    pub fn dims(&self) -> [usize; 3] {
+        self.dims
+    }
+
+    /// Sets cell `n`'s populations to the equilibrium of density `rho` and velocity `u`.
+    pub fn set_equilibrium(&mut self, n: usize, rho: f64, u: [f64; 3]) {
+        self.f[n] = equilibrium(rho, u);
+    }
+
+    /// Sets cell `n`'s 19 (full, post-collision) populations.
+    pub fn set_populations(&mut self, n: usize, f: [f64; REF_Q]) {
+        self.f[n] = f;
+    }
+
+    /// Cell `n`'s 19 post-collision populations of the last step (or as set).
+    pub fn populations(&self, n: usize) -> [f64; REF_Q] {
+        self.f[n]
+    }
+
+    /// One time step of every fluid cell: stream (pull, bounce-back at walls), take moments,
+    /// collide (TRT/BGK with Guo forcing). Wall cells keep their populations.
+    pub fn step(&mut self) {
+        let tau = self.params.tau;
+        let omega_plus = 1.0 / tau;
+        // 1/omega_plus - 1/2 is tau - 1/2.
+        let omega_minus = match self.params.magic {
+            None => omega_plus,
+            Some(magic) => 1.0 / (magic / (tau - 0.5) + 0.5),
+        };
+        let force = self.params.force;
+        let u_wall = self.params.wall_velocity;
+
+        let mut new_f = self.f.clone();
+        for n in 0..self.f.len() {
+            if self.tags[n] != FLUID {
+                self.moments[n] = (0.0, [0.0; 3]);
+                continue;
+            }
+            let f = self.stream_into(n, u_wall);
+
+            let rho: f64 = f.iter().sum();
+            let mut j = [0.0; 3];
+            for q in 0..REF_Q {
+                for a in 0..3 {
+                    j[a] += f[q] * f64::from(REF_C[q][a]);
+                }
+            }
+            let u: [f64; 3] = std::array::from_fn(|a| (j[a] + 0.5 * force[a]) / rho);
+            self.moments[n] = (rho, u);
+
+            let feq = equilibrium(rho, u);
+            let u_dot_f = dot(u, force);
+            let mut post = [0.0; REF_Q];
+            for q in 0..REF_Q {
+                let o = ref_opposite(q);
+                let c = c_f64(q);
+                let f_plus = 0.5 * (f[q] + f[o]);
+                let f_minus = 0.5 * (f[q] - f[o]);
+                let feq_plus = 0.5 * (feq[q] + feq[o]);
+                let feq_minus = 0.5 * (feq[q] - feq[o]);
+                let s_plus = REF_W[q] * (-3.0 * u_dot_f + 9.0 * dot(c, u) * dot(c, force));
+                let s_minus = 3.0 * REF_W[q] * dot(c, force);
+                post[q] =
+                    f[q] - omega_plus * (f_plus - feq_plus) - omega_minus * (f_minus - feq_minus)
+                        + (1.0 - 0.5 * omega_plus) * s_plus
+                        + (1.0 - 0.5 * omega_minus) * s_minus;
+            }
+            new_f[n] = post;
+        }
+        self.f = new_f;
+    }
+
+    /// The incoming populations of fluid cell `n`: pulled from the upstream neighbours, or
+    /// bounced back from `n`'s own outgoing ones where the upstream cell is a wall.
+    fn stream_into(&self, n: usize, u_wall: [f64; 3]) -> [f64; REF_Q] {
+        let mut f = [0.0; REF_Q];
+        for q in 0..REF_Q {
+            let from = self.neighbour(n, q, -1);
+            f[q] = match self.tags[from] {
+                FLUID => self.f[from][q],
+                RESTING_WALL => self.f[n][ref_opposite(q)],
+                MOVING_WALL => {
+                    self.f[n][ref_opposite(q)] + 6.0 * REF_W[q] * 1.0 * dot(c_f64(q), u_wall)
+                }
+                t => unreachable!("tag {t} was rejected in new"),
+            };
+        }
+        f
+    }
+
+    /// The index of the cell at `n + sign * c_q`, wrapped periodically.
+    fn neighbour(&self, n: usize, q: usize, sign: i64) -> usize {
+        let [nx, ny, nz] = self.dims;
+        let pos = [n % nx, (n / nx) % ny, n / (nx * ny)];
+        let moved: [usize; 3] = std::array::from_fn(|a| {
+            let size = self.dims[a] as i64;
+            (pos[a] as i64 + sign * i64::from(REF_C[q][a])).rem_euclid(size) as usize
+        });
+        debug_assert!(moved[2] < nz);
+        moved[0] + nx * (moved[1] + ny * moved[2])
+    }
+
+    /// `(rho, u)` of cell `n` as computed in the last step, with `u` including the half-force
+    /// shift; `(0, [0; 3])` for wall cells and for every cell before the first step.
+    pub fn moments(&self, n: usize) -> (f64, [f64; 3]) {
+        self.moments[n]
+    }
+
+    /// Total mass of the current state: the sum over fluid cells of all populations.
+    pub fn mass(&self) -> f64 {
+        self.fluid_cells()
+            .map(|n| self.f[n].iter().sum::<f64>())
+            .sum()
+    }
+
+    /// Total momentum of the current state: the sum over fluid cells of `f_q c_q`, without any
+    /// half-force shift.
+    pub fn momentum(&self) -> [f64; 3] {
+        let mut p = [0.0; 3];
+        for n in self.fluid_cells() {
+            for q in 0..REF_Q {
+                for a in 0..3 {
+                    p[a] += self.f[n][q] * f64::from(REF_C[q][a]);
+                }
+            }
+        }
+        p
+    }
+
+    fn fluid_cells(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.tags.len()).filter(|&n| self.tags[n] == FLUID)
+    }
+}
+
+/// The second-order equilibrium `w_q rho (1 + 3 c.u + 4.5 (c.u)^2 - 1.5 u.u)`.
+fn equilibrium(rho: f64, u: [f64; 3]) -> [f64; REF_Q] {
+    let uu = dot(u, u);
+    std::array::from_fn(|q| {
+        let cu = dot(c_f64(q), u);
+        REF_W[q] * rho * (1.0 + 3.0 * cu + 4.5 * cu * cu - 1.5 * uu)
+    })
+}
+
+fn c_f64(q: usize) -> [f64; 3] {
+    REF_C[q].map(f64::from)
+}
+
+fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::f64::consts::PI;
+
+    fn bgk(tau: f64) -> RefParams {
+        RefParams {
+            tau,
+            magic: None,
+            force: [0.0; 3],
+            wall_velocity: [0.0; 3],
+        }
+    }
+
+    fn index(dims: [usize; 3], x: usize, y: usize, z: usize) -> usize {
+        x + dims[0] * (y + dims[1] * z)
+    }
+
+    fn cells(dims: [usize; 3]) -> usize {
+        dims[0] * dims[1] * dims[2]
+    }
+
+    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    fn norm(v: [f64; 3]) -> f64 {
+        dot(v, v).sqrt()
+    }
+
+    /// Every cell at a random equilibrium near `(1, u0)`, so that all populations differ.
+    fn perturb(sim: &mut Reference, u0: [f64; 3], seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for n in 0..cells(sim.dims()) {
+            let rho = 1.0 + rng.random_range(-0.05..0.05);
+            let u = u0.map(|c| c + rng.random_range(-0.02..0.02));
+            sim.set_equilibrium(n, rho, u);
+        }
+    }
+
+    #[test]
+    fn weights_sum_to_one_and_second_moments_are_isotropic() {
+        let sum: f64 = REF_W.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-15, "weights sum to {sum}");
+        for a in 0..3 {
+            let first: f64 = (0..REF_Q).map(|q| REF_W[q] * f64::from(REF_C[q][a])).sum();
+            assert!(first.abs() < 1e-15, "first moment {a} is {first}");
+            for b in 0..3 {
+                let second: f64 = (0..REF_Q)
+                    .map(|q| REF_W[q] * f64::from(REF_C[q][a] * REF_C[q][b]))
+                    .sum();
+                let expected = if a == b { 1.0 / 3.0 } else { 0.0 };
+                assert!(
+                    (second - expected).abs() < 1e-15,
+                    "second moment ({a}, {b}) is {second}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn velocities_are_distinct_and_opposites_match() {
+        for q in 0..REF_Q {
+            let o = ref_opposite(q);
+            assert_eq!(REF_C[o], REF_C[q].map(|c| -c), "opposite of {q}");
+            assert_eq!(ref_opposite(o), q);
+            for p in 0..q {
+                assert_ne!(REF_C[p], REF_C[q], "{p} and {q} repeat a velocity");
+            }
+            let speed2: i32 = REF_C[q].iter().map(|c| c * c).sum();
+            let expected = [W_REST, W_FACE, W_EDGE][speed2 as usize];
+            assert_eq!(REF_W[q], expected, "weight of {q}");
+        }
+    }
+
+    #[test]
+    fn equilibrium_has_the_requested_moments() {
+        let (rho, u) = (1.07, [0.03, -0.05, 0.02]);
+        let feq = equilibrium(rho, u);
+        let mass: f64 = feq.iter().sum();
+        assert!((mass - rho).abs() < 1e-15);
+        for a in 0..3 {
+            let j: f64 = (0..REF_Q).map(|q| feq[q] * f64::from(REF_C[q][a])).sum();
+            assert!((j - rho * u[a]).abs() < 1e-15, "momentum {a}: {j}");
+        }
+    }
+
+    #[test]
+    fn uniform_equilibrium_is_a_fixed_point() {
+        let dims = [5, 4, 3];
+        for magic in [None, Some(0.25)] {
+            let params = RefParams { magic, ..bgk(0.7) };
+            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            let (rho, u) = (1.1, [0.05, -0.02, 0.03]);
+            for n in 0..cells(dims) {
+                sim.set_equilibrium(n, rho, u);
+            }
+            let before = sim.populations(0);
+            sim.step();
+            for n in 0..cells(dims) {
+                let d = max_abs_diff(&sim.populations(n), &before);
+                assert!(d < 1e-14, "cell {n} changed by {d} (magic {magic:?})");
+                let (r, v) = sim.moments(n);
+                assert!((r - rho).abs() < 1e-14);
+                assert!(max_abs_diff(&v, &u) < 1e-14);
+            }
+        }
+    }
+
+    #[test]
+    fn periodic_box_conserves_mass_and_momentum() {
+        let dims = [8, 6, 5];
+        for magic in [None, Some(3.0 / 16.0)] {
+            let params = RefParams { magic, ..bgk(0.65) };
+            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            perturb(&mut sim, [0.04, -0.03, 0.02], 1);
+            let (m0, p0) = (sim.mass(), sim.momentum());
+            for _ in 0..200 {
+                sim.step();
+            }
+            let (m, p) = (sim.mass(), sim.momentum());
+            assert!(
+                ((m - m0) / m0).abs() < 1e-12,
+                "mass {m0} -> {m} (magic {magic:?})"
+            );
+            let dp = norm([p[0] - p0[0], p[1] - p0[1], p[2] - p0[2]]);
+            assert!(
+                dp / norm(p0) < 1e-12,
+                "momentum {p0:?} -> {p:?} (magic {magic:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn body_force_adds_exactly_f_per_cell_per_step() {
+        let dims = [6, 5, 4];
+        let force = [1e-4, -2e-5, 3e-5];
+        for magic in [None, Some(0.25)] {
+            let params = RefParams {
+                magic,
+                force,
+                ..bgk(0.9)
+            };
+            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            perturb(&mut sim, [0.0; 3], 2);
+            let m0 = sim.mass();
+            let per_step = force.map(|f| f * cells(dims) as f64);
+            for step in 0..50 {
+                let before = sim.momentum();
+                sim.step();
+                let after = sim.momentum();
+                let gained: [f64; 3] = std::array::from_fn(|a| after[a] - before[a]);
+                let err = norm(std::array::from_fn(|a| gained[a] - per_step[a]));
+                assert!(
+                    err < 1e-12 * norm(per_step),
+                    "step {step}: gained {gained:?}, expected {per_step:?} (magic {magic:?})"
+                );
+            }
+            assert!(((sim.mass() - m0) / m0).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn closed_box_with_resting_walls_conserves_mass() {
+        let dims = [8, 7, 6];
+        let mut tags = vec![0u8; cells(dims)];
+        for z in 0..dims[2] {
+            for y in 0..dims[1] {
+                for x in 0..dims[0] {
+                    let on_face = x == 0
+                        || y == 0
+                        || z == 0
+                        || x == dims[0] - 1
+                        || y == dims[1] - 1
+                        || z == dims[2] - 1;
+                    let n = index(dims, x, y, z);
+                    // Fluid cells next to a wall carry the hint bit, which must not matter.
+                    tags[n] = if on_face { RESTING_WALL } else { HINT_BIT };
+                }
+            }
+        }
+        for magic in [None, Some(3.0 / 16.0)] {
+            let params = RefParams { magic, ..bgk(0.8) };
+            let mut sim = Reference::new(dims, tags.clone(), params);
+            perturb(&mut sim, [0.03, 0.02, -0.01], 3);
+            let wall_cell = sim.populations(0);
+            let m0 = sim.mass();
+            for _ in 0..200 {
+                sim.step();
+            }
+            let m = sim.mass();
+            assert!(
+                ((m - m0) / m0).abs() < 1e-12,
+                "mass {m0} -> {m} (magic {magic:?})"
+            );
+            assert_eq!(sim.populations(0), wall_cell, "a wall cell changed");
+            assert_eq!(sim.moments(0), (0.0, [0.0; 3]));
+            // The walls stop the initial mean flow, which a periodic box would keep for ever.
+            let left = norm(sim.momentum()) / (norm([0.03, 0.02, -0.01]) * m);
+            assert!(left < 0.1, "{left} of the initial momentum is left");
+        }
+    }
+
+    #[test]
+    fn shear_wave_decays_at_the_viscous_rate() {
+        let dims = [1, 32, 1];
+        let tau = 0.8;
+        let amplitude = 1e-3;
+        let k = 2.0 * PI / dims[1] as f64;
+        let nu = (tau - 0.5) / 3.0;
+        let mut sim = Reference::new(dims, vec![0; cells(dims)], bgk(tau));
+        for y in 0..dims[1] {
+            let u = [amplitude * (k * y as f64).sin(), 0.0, 0.0];
+            sim.set_equilibrium(index(dims, 0, y, 0), 1.0, u);
+        }
+        let steps = 200;
+        for _ in 0..steps {
+            sim.step();
+        }
+        // The projection on the initial mode: the amplitude of the surviving sine.
+        let measured: f64 = (0..dims[1])
+            .map(|y| sim.moments(index(dims, 0, y, 0)).1[0] * (k * y as f64).sin())
+            .sum::<f64>()
+            * 2.0
+            / dims[1] as f64;
+        let expected = amplitude * (-nu * k * k * steps as f64).exp();
+        let rel = (measured - expected).abs() / expected;
+        assert!(
+            rel < 0.01,
+            "amplitude {measured:e}, expected {expected:e} (relative error {rel:e})"
+        );
+        // The decay must be visible, or the check above would not test the viscosity.
+        assert!(expected < 0.5 * amplitude);
+    }
+
+    #[test]
+    fn couette_flow_is_linear_between_the_walls() {
+        // Resting wall at y = 0, moving wall at y = ny - 1; halfway bounce-back puts the wall
+        // surfaces at y = 1/2 and y = ny - 3/2, where the velocity is 0 and U.
+        let dims = [1, 10, 1];
+        let wall_u = 0.02;
+        let mut tags = vec![0u8; cells(dims)];
+        tags[index(dims, 0, 0, 0)] = RESTING_WALL;
+        tags[index(dims, 0, dims[1] - 1, 0)] = MOVING_WALL;
+        let params = RefParams {
+            wall_velocity: [wall_u, 0.0, 0.0],
+            ..bgk(1.0)
+        };
+        let mut sim = Reference::new(dims, tags, params);
+        for _ in 0..4000 {
+            sim.step();
+        }
+        let width = (dims[1] - 2) as f64;
+        for y in 1..dims[1] - 1 {
+            let (_, u) = sim.moments(index(dims, 0, y, 0));
+            let expected = wall_u * (y as f64 - 0.5) / width;
+            assert!(
+                (u[0] - expected).abs() < 1e-9 * wall_u,
+                "y = {y}: u_x = {}, expected {expected}",
+                u[0]
+            );
+            assert!(u[1].abs() < 1e-12 && u[2].abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn trt_magic_three_sixteenths_gives_exact_poiseuille_flow() {
+        // With Lambda = 3/16 halfway bounce-back puts the walls exactly halfway for any tau,
+        // so the discrete profile is the analytic parabola; tau = 1.5 makes BGK visibly wrong.
+        let dims = [1, 12, 1];
+        let tau = 1.5;
+        let force = 1e-6;
+        let mut tags = vec![0u8; cells(dims)];
+        tags[index(dims, 0, 0, 0)] = RESTING_WALL;
+        tags[index(dims, 0, dims[1] - 1, 0)] = RESTING_WALL;
+        let profile = |magic| {
+            let params = RefParams {
+                magic,
+                force: [force, 0.0, 0.0],
+                ..bgk(tau)
+            };
+            let mut sim = Reference::new(dims, tags.clone(), params);
+            for _ in 0..3000 {
+                sim.step();
+            }
+            (1..dims[1] - 1)
+                .map(|y| sim.moments(index(dims, 0, y, 0)).1[0])
+                .collect::<Vec<f64>>()
+        };
+        let nu = (tau - 0.5) / 3.0;
+        let (lo, hi) = (0.5, dims[1] as f64 - 1.5);
+        let exact: Vec<f64> = (1..dims[1] - 1)
+            .map(|y| force / (2.0 * nu) * (y as f64 - lo) * (hi - y as f64))
+            .collect();
+        let peak = exact.iter().cloned().fold(0.0, f64::max);
+        let trt_err = max_abs_diff(&profile(Some(3.0 / 16.0)), &exact) / peak;
+        let bgk_err = max_abs_diff(&profile(None), &exact) / peak;
+        assert!(trt_err < 1e-9, "TRT relative error {trt_err:e}");
+        assert!(
+            bgk_err > 1e-3,
+            "BGK relative error {bgk_err:e} should show the wall slip"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "tags for a")]
+    fn wrong_number_of_tags_panics() {
+        Reference::new([2, 2, 2], vec![0; 7], bgk(0.8));
+    }
+}

@@ -1,0 +1,551 @@
+//! A lattice-Boltzmann run on the CPU or a GPU: the populations in one or two lattices, the time step
+//! (the `gpu-kernels` body, as GPU kernels or over rayon), and the moments read back.
+
+use std::sync::Arc;
+
+use lattice_gpu_host::{DeviceBuffer, Gpu, HostLoopEngine, LoopEngine, Plain};
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::lbm::{
+    equilibrium, opposite, Half, Scheme, Step, StepEntry, Storage, C, Q, W,
+};
+use rayon::prelude::*;
+
+use crate::geometry::Geometry;
+use crate::params::Params;
+use crate::Result;
+
+/// How populations stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Streaming {
+    /// Two lattices, pull: 2 x 19 populations of memory per cell.
+    TwoLattice,
+    /// One lattice, AA pattern: half the memory, the same results bit for bit.
+    InPlace,
+}
+
+impl Streaming {
+    /// `"ab"` or `"aa"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Streaming::TwoLattice => "ab",
+            Streaming::InPlace => "aa",
+        }
+    }
+
+    /// Population lattices held.
+    pub fn lattices(self) -> usize {
+        match self {
+            Streaming::TwoLattice => 2,
+            Streaming::InPlace => 1,
+        }
+    }
+}
+
+/// A population storage with a host representation of its bits (so the host runtime can allocate it)
+/// and its step's kernel entries.
+pub trait LbmStorage: Storage<Real: Plain> {
+    /// The plain type with the same bits.
+    type Raw: Plain + Copy + Send + Sync + 'static;
+    /// Kernel entries, indexed by `Scheme as usize`.
+    const ENTRIES: [&'static str; 3];
+    /// A NaN, to poison what a step should overwrite.
+    const NAN: Self::Raw;
+}
+
+macro_rules! lbm_storage {
+    ($s:ty, $raw:ty, $nan:expr) => {
+        impl LbmStorage for $s {
+            type Raw = $raw;
+            const ENTRIES: [&'static str; 3] = <Step<$s> as StepEntry>::ENTRIES;
+            const NAN: $raw = $nan;
+        }
+    };
+}
+lbm_storage!(f32, f32, f32::NAN);
+lbm_storage!(f64, f64, f64::NAN);
+lbm_storage!(Half, u16, 0x7e00);
+
+/// Where a run executes.
+#[derive(Clone, Debug)]
+pub enum Engine {
+    /// The CPU, over rayon.
+    Host,
+    /// A GPU.
+    Device(Arc<Gpu>),
+}
+
+/// Density and velocity of every cell at one step (walls: zero).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moments {
+    /// Grid `[nx, ny, nz]`.
+    pub dims: [usize; 3],
+    /// Density per cell.
+    pub rho: Vec<f64>,
+    /// Velocity per cell (with the half-force correction of Guo forcing).
+    pub u: Vec<[f64; 3]>,
+}
+
+impl Moments {
+    /// Kinetic energy `sum rho u^2 / 2`.
+    pub fn kinetic_energy(&self) -> f64 {
+        self.rho
+            .iter()
+            .zip(&self.u)
+            .map(|(r, u)| 0.5 * r * (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]))
+            .sum()
+    }
+
+    /// Total mass `sum rho`.
+    pub fn mass(&self) -> f64 {
+        self.rho.iter().sum()
+    }
+
+    /// Largest speed.
+    pub fn max_speed(&self) -> f64 {
+        self.u
+            .iter()
+            .map(|u| (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt())
+            .fold(0.0, f64::max)
+    }
+
+    /// The cell index of `[x, y, z]`.
+    pub fn index(&self, p: [usize; 3]) -> usize {
+        p[0] + self.dims[0] * (p[1] + self.dims[1] * p[2])
+    }
+}
+
+enum Memory<S: LbmStorage> {
+    Host {
+        f: Vec<S::Raw>,
+        g: Vec<S::Raw>,
+        tags: Vec<u8>,
+        moments: Vec<S::Real>,
+    },
+    Device {
+        gpu: Arc<Gpu>,
+        f: DeviceBuffer<S::Raw>,
+        g: Option<DeviceBuffer<S::Raw>>,
+        tags: DeviceBuffer<u8>,
+        moments: DeviceBuffer<S::Real>,
+    },
+}
+
+/// A lattice-Boltzmann run in storage precision `S`.
+pub struct Lbm<S: LbmStorage> {
+    geometry: Geometry,
+    params: Params,
+    streaming: Streaming,
+    steps: u64,
+    moments_step: Option<u64>,
+    block: u32,
+    mem: Memory<S>,
+}
+
+impl<S: LbmStorage> Lbm<S> {
+    /// Bytes per cell this storage and scheme hold (populations and the tag; the moments buffer apart).
+    pub fn bytes_per_cell(streaming: Streaming) -> usize {
+        streaming.lattices() * Q * size_of::<S::Raw>() + 1
+    }
+
+    /// Bytes moved per cell and time step at best: every population read once and written once.
+    pub fn traffic_per_cell() -> usize {
+        2 * Q * size_of::<S::Raw>()
+    }
+
+    /// Fails with a clear error unless a run of `dims` cells fits the engine's free memory (checked
+    /// before anything of that size is allocated, the cell tags included).
+    pub fn check_fits(engine: &Engine, dims: [usize; 3], streaming: Streaming) -> Result<()> {
+        let cells = dims.iter().map(|&d| d as u64).product::<u64>();
+        let per_cell = Self::bytes_per_cell(streaming) + 4 * size_of::<S::Real>();
+        let what = format!(
+            "the {} lattice of {cells} cells ({} storage, {} streaming, {per_cell} B per cell)",
+            dims.map(|d| d.to_string()).join("x"),
+            S::NAME,
+            streaming.name()
+        );
+        let bytes = per_cell as u64 * cells;
+        match engine {
+            Engine::Host => HostLoopEngine.check_fits(bytes, &what)?,
+            Engine::Device(gpu) => gpu.check_fits(bytes, &what)?,
+        }
+        Ok(())
+    }
+
+    /// A run at step 0 whose cells start at the equilibrium of `init(cell) = (rho, u)`. Checks the
+    /// parameters, then that the lattices fit the engine's memory, before allocating.
+    pub fn new(
+        engine: &Engine,
+        geometry: Geometry,
+        params: Params,
+        streaming: Streaming,
+        init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+    ) -> Result<Self> {
+        params.check()?;
+        Self::check_fits(engine, geometry.dims(), streaming)?;
+        let cells = geometry.cells();
+        let start: Vec<(f64, [f64; 3])> = (0..cells).into_par_iter().map(&init).collect();
+        let mut lbm = Self {
+            mem: Memory::Host {
+                f: Vec::new(),
+                g: Vec::new(),
+                tags: Vec::new(),
+                moments: Vec::new(),
+            },
+            geometry,
+            params,
+            streaming,
+            steps: 0,
+            moments_step: None,
+            block: 256,
+        };
+        let raw = lbm.encode(|q, n| {
+            let (rho, u) = start[n];
+            equilibrium(rho - 1.0, u)[q]
+        });
+        drop(start);
+        let tags = lbm.geometry.tags().to_vec();
+        lbm.mem = match engine {
+            Engine::Host => Memory::Host {
+                g: if streaming == Streaming::TwoLattice {
+                    raw.clone()
+                } else {
+                    Vec::new()
+                },
+                f: raw,
+                tags,
+                moments: vec![S::Real::ZERO; 4 * cells],
+            },
+            Engine::Device(gpu) => Memory::Device {
+                f: DeviceBuffer::from_host(gpu, &raw)?,
+                g: match streaming {
+                    Streaming::TwoLattice => Some(DeviceBuffer::from_host(gpu, &raw)?),
+                    Streaming::InPlace => None,
+                },
+                tags: DeviceBuffer::from_host(gpu, &tags)?,
+                moments: DeviceBuffer::zeros(gpu, 4 * cells)?,
+                gpu: gpu.clone(),
+            },
+        };
+        Ok(lbm)
+    }
+
+    /// Fills what the next step must write (the second lattice of two-lattice streaming, the moments)
+    /// with NaN, so that a tested step that misses a cell cannot pass on stale or zero values.
+    pub fn poison_outputs(&mut self) -> Result<()> {
+        let cells = self.geometry.cells();
+        let nan = S::Real::from_f64(f64::NAN);
+        match &mut self.mem {
+            Memory::Host { g, moments, .. } => {
+                g.fill(S::NAN);
+                moments.fill(nan);
+            }
+            Memory::Device { g, moments, .. } => {
+                if let Some(g) = g {
+                    g.upload(&vec![S::NAN; Q * cells])?;
+                }
+                moments.upload(&vec![nan; 4 * cells])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the threads per block of the GPU kernels (default 256); fails with the limit when a kernel
+    /// cannot run blocks that large (too many registers).
+    pub fn set_block(&mut self, block: u32) -> Result<()> {
+        if let Memory::Device { gpu, .. } = &self.mem {
+            for entry in S::ENTRIES {
+                let max = gpu.max_block_of(entry)?;
+                if block == 0 || block > max {
+                    return Err(crate::Error::InvalidParameter(format!(
+                        "blocks of {block} threads: kernel {entry} takes 1 to {max} on {}",
+                        gpu.name()
+                    )));
+                }
+            }
+        }
+        self.block = block;
+        Ok(())
+    }
+
+    /// Threads per block of the GPU kernels.
+    pub fn block(&self) -> u32 {
+        self.block
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Steps done.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The GPU, if the run is on one.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        match &self.mem {
+            Memory::Device { gpu, .. } => Some(gpu),
+            Memory::Host { .. } => None,
+        }
+    }
+
+    /// The post-collision deviation `post(q, n)` of every population as stored: the in-place lattice
+    /// keeps cell `n`'s population `q` in slot `opposite(q)` between the odd and the even step.
+    fn encode(&self, post: impl Fn(usize, usize) -> f64 + Sync) -> Vec<S::Raw> {
+        let cells = self.geometry.cells();
+        let mut raw = vec![S::Raw::default(); Q * cells];
+        raw.par_chunks_mut(cells)
+            .enumerate()
+            .for_each(|(slot, chunk)| {
+                let q = self.population_in(slot);
+                let ptr = chunk.as_mut_ptr() as *mut S;
+                for n in 0..cells {
+                    // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
+                    unsafe { S::store(ptr, n, S::Real::from_f64(post(q, n))) };
+                }
+            });
+        raw
+    }
+
+    /// The population held in `slot` at an even step count.
+    fn population_in(&self, slot: usize) -> usize {
+        match self.streaming {
+            Streaming::TwoLattice => slot,
+            Streaming::InPlace => opposite(slot),
+        }
+    }
+
+    /// Replaces the state by the post-collision deviations `f_q - w_q` in `post` (`19 * cells`, structure
+    /// of arrays), as if a step had just ended. Only at an even step count in place (where the lattice
+    /// holds exactly that).
+    pub fn set_populations(&mut self, post: &[f64]) -> Result<()> {
+        self.check_len(post.len())?;
+        self.need_even("set the populations")?;
+        let cells = self.geometry.cells();
+        let raw = self.encode(|q, n| post[q * cells + n]);
+        match &mut self.mem {
+            Memory::Host { f, .. } => *f = raw,
+            Memory::Device { f, .. } => f.upload(&raw)?,
+        }
+        Ok(())
+    }
+
+    /// The post-collision deviations `f_q - w_q` of the last step (`19 * cells`, structure of arrays;
+    /// wall cells hold whatever they were given). In place only at an even step count.
+    pub fn populations(&self) -> Result<Vec<f64>> {
+        self.need_even("read the populations")?;
+        let cells = self.geometry.cells();
+        let raw = match &self.mem {
+            Memory::Host { f, .. } => f.clone(),
+            Memory::Device { f, .. } => f.download()?,
+        };
+        let mut post = vec![0.0; Q * cells];
+        for (slot, chunk) in raw.chunks(cells).enumerate() {
+            let q = self.population_in(slot);
+            let ptr = chunk.as_ptr() as *const S;
+            for n in 0..cells {
+                // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
+                post[q * cells + n] = unsafe { S::load(ptr, n) }.to_f64();
+            }
+        }
+        Ok(post)
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        let want = Q * self.geometry.cells();
+        if len == want {
+            Ok(())
+        } else {
+            Err(crate::Error::InvalidParameter(format!(
+                "{len} populations given for a grid that needs 19 x {} = {want}",
+                self.geometry.cells()
+            )))
+        }
+    }
+
+    fn need_even(&self, what: &str) -> Result<()> {
+        if self.streaming == Streaming::InPlace && self.steps % 2 == 1 {
+            Err(crate::Error::InvalidParameter(format!(
+                "cannot {what} of an in-place (AA) lattice after an odd number of steps ({}): \
+                 its populations are then stored streamed; step once more",
+                self.steps
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn step_args(&self, with_moments: bool) -> Step<S> {
+        let real = S::Real::from_f64;
+        let p = &self.params;
+        let (f, g, tags, moments) = match &self.mem {
+            Memory::Host {
+                f,
+                g,
+                tags,
+                moments,
+            } => (
+                f.as_ptr() as *mut S,
+                g.as_ptr() as *mut S,
+                tags.as_ptr(),
+                moments.as_ptr() as *mut S::Real,
+            ),
+            Memory::Device {
+                f,
+                g,
+                tags,
+                moments,
+                ..
+            } => (
+                f.ptr::<S>(),
+                g.as_ref().map_or(std::ptr::null_mut(), |g| g.ptr::<S>()),
+                tags.ptr::<u8>() as *const u8,
+                moments.ptr::<S::Real>(),
+            ),
+        };
+        let d = self.geometry.dims();
+        Step {
+            f,
+            g,
+            tags,
+            moments: if with_moments {
+                moments
+            } else {
+                std::ptr::null_mut()
+            },
+            dims: [d[0] as u32, d[1] as u32, d[2] as u32],
+            omega: real(p.omega()),
+            omega_minus: real(p.omega_minus()),
+            force: p.force.map(real),
+            wall: p.wall_velocity.map(real),
+        }
+    }
+
+    /// The scheme of the next step: the in-place lattice alternates, starting with the odd
+    /// (neighbour) step because the initial state is stored as a post-collision one.
+    fn scheme(&self) -> Scheme {
+        match (self.streaming, self.steps % 2) {
+            (Streaming::TwoLattice, _) => Scheme::Ab,
+            (Streaming::InPlace, 0) => Scheme::AaOdd,
+            (Streaming::InPlace, _) => Scheme::AaEven,
+        }
+    }
+
+    /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
+    /// density and velocity that [`moments`](Self::moments) reads.
+    pub fn step(&mut self, with_moments: bool) -> Result<()> {
+        let step = self.step_args(with_moments);
+        let scheme = self.scheme();
+        match &mut self.mem {
+            Memory::Host { f, g, .. } => {
+                let cells = self.geometry.cells();
+                let run = |n: usize| {
+                    // SAFETY: the pointers cover the grid; within a step every slot belongs to one cell.
+                    unsafe {
+                        match scheme {
+                            Scheme::Ab => step.cell::<{ Scheme::Ab as u32 }>(n as u32),
+                            Scheme::AaEven => step.cell::<{ Scheme::AaEven as u32 }>(n as u32),
+                            Scheme::AaOdd => step.cell::<{ Scheme::AaOdd as u32 }>(n as u32),
+                        }
+                    }
+                };
+                (0..cells).into_par_iter().with_min_len(4096).for_each(run);
+                if scheme == Scheme::Ab {
+                    std::mem::swap(f, g);
+                }
+            }
+            Memory::Device { gpu, f, g, .. } => {
+                let entry = S::ENTRIES[scheme as usize];
+                let blocks = Gpu::blocks_for(self.geometry.cells(), self.block);
+                // SAFETY: the entry takes one `Step<S>`; its buffers cover the grid.
+                unsafe { gpu.launch(entry, &step, blocks, self.block)? };
+                if let Some(g) = g {
+                    std::mem::swap(f, g);
+                }
+            }
+        }
+        self.steps += 1;
+        if with_moments {
+            self.moments_step = Some(self.steps);
+        }
+        Ok(())
+    }
+
+    /// `n` steps; the last one writes the moments.
+    pub fn run(&mut self, n: u64) -> Result<()> {
+        for i in 0..n {
+            self.step(i + 1 == n)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the queued steps (GPU), turning a kernel failure into an error.
+    pub fn synchronize(&self) -> Result<()> {
+        if let Memory::Device { gpu, .. } = &self.mem {
+            gpu.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The density and velocity of the last step, which must have written them
+    /// ([`step`](Self::step) with `with_moments`, or [`run`](Self::run)).
+    pub fn moments(&self) -> Result<Moments> {
+        if self.moments_step != Some(self.steps) || self.steps == 0 {
+            return Err(crate::Error::InvalidParameter(
+                "the last step did not compute the moments: step with moments (or use run) first"
+                    .into(),
+            ));
+        }
+        let cells = self.geometry.cells();
+        let m: Vec<f64> = match &self.mem {
+            Memory::Host { moments, .. } => moments.iter().map(|v| v.to_f64()).collect(),
+            Memory::Device { moments, .. } => {
+                moments.download()?.iter().map(|v| v.to_f64()).collect()
+            }
+        };
+        let fluid = |n: usize| self.geometry.is_fluid(n);
+        Ok(Moments {
+            dims: self.geometry.dims(),
+            rho: (0..cells)
+                .map(|n| if fluid(n) { m[n] } else { 0.0 })
+                .collect(),
+            u: (0..cells)
+                .map(|n| {
+                    if fluid(n) {
+                        [m[cells + n], m[2 * cells + n], m[3 * cells + n]]
+                    } else {
+                        [0.0; 3]
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The full population `w_q + deviation` (for sums of mass and momentum over [`Lbm::populations`]).
+pub fn full_population(q: usize, deviation: f64) -> f64 {
+    W[q] + deviation
+}
+
+/// Mass and momentum of post-collision deviations (`19 * cells`) over the fluid cells of `geometry`.
+pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
+    let cells = geometry.cells();
+    let mut mass = 0.0;
+    let mut mom = [0.0; 3];
+    for n in (0..cells).filter(|&n| geometry.is_fluid(n)) {
+        for q in 0..Q {
+            let f = full_population(q, post[q * cells + n]);
+            mass += f;
+            for a in 0..3 {
+                mom[a] += f * C[q][a] as f64;
+            }
+        }
+    }
+    (mass, mom)
+}

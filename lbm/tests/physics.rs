@@ -1,0 +1,326 @@
+//! The lattice-Boltzmann solver on the CPU engine: conservation, the two streaming schemes against each
+//! other, the shared collide-and-stream body against the independent f64 reference, and the analytic
+//! flows (Poiseuille, Taylor-Green, the Re = 100 cavity of Ghia et al.).
+
+use lattice_gpu_kernels::lbm::{tag, Half, Q};
+use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
+use lattice_gpu_lbm::reference::{RefParams, Reference};
+use lattice_gpu_lbm::solver::mass_momentum;
+use lattice_gpu_lbm::{Collision, Engine, Geometry, Lbm, LbmStorage, Params, Streaming};
+use rand::{Rng, SeedableRng};
+
+const TRT: Collision = Collision::Trt { magic: 0.25 };
+
+/// A state near rest with random perturbations (post-collision deviations).
+fn random_post(cells: usize, seed: u64, amp: f64) -> Vec<f64> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..Q * cells)
+        .map(|_| amp * (rng.random::<f64>() - 0.5))
+        .collect()
+}
+
+/// A box with every kind of cell: a moving lid on top, resting walls at the bottom and an obstacle,
+/// periodic in x and z.
+fn mixed_geometry(dims: [usize; 3]) -> Geometry {
+    let mut g = Geometry::channel(dims).unwrap();
+    for x in 0..dims[0] {
+        for z in 0..dims[2] {
+            g.set([x, dims[1] - 1, z], tag::MOVING_WALL);
+        }
+    }
+    g.set([dims[0] / 2, dims[1] / 2, dims[2] / 2], tag::WALL);
+    g.set([dims[0] / 2 + 1, dims[1] / 2, dims[2] / 2], tag::WALL);
+    g.mark_near_walls();
+    g
+}
+
+fn mixed_params(collision: Collision) -> Params {
+    Params {
+        tau: 0.7,
+        collision,
+        force: [2e-5, -1e-5, 3e-5],
+        wall_velocity: [0.05, 0.0, 0.02],
+    }
+}
+
+#[test]
+fn mass_and_momentum_are_conserved_over_1000_periodic_steps() {
+    let dims = [12, 10, 8];
+    let g = Geometry::periodic(dims).unwrap();
+    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+        let mut lbm = Lbm::<f64>::new(
+            &Engine::Host,
+            g.clone(),
+            Params::bgk(0.6),
+            streaming,
+            |_| (1.0, [0.0; 3]),
+        )
+        .unwrap();
+        lbm.set_populations(&random_post(g.cells(), 3, 1e-3))
+            .unwrap();
+        let (m0, p0) = mass_momentum(&g, &lbm.populations().unwrap());
+        lbm.run(1000).unwrap();
+        let (m1, p1) = mass_momentum(&g, &lbm.populations().unwrap());
+        assert!(
+            (m1 - m0).abs() < 1e-11 * m0,
+            "{streaming:?}: mass {m0} -> {m1}"
+        );
+        for a in 0..3 {
+            assert!(
+                (p1[a] - p0[a]).abs() < 1e-12 * m0,
+                "{streaming:?}: momentum {p0:?} -> {p1:?}"
+            );
+        }
+        // The state did change: conservation is not a frozen lattice.
+        assert_ne!(lbm.populations().unwrap(), random_post(g.cells(), 3, 1e-3));
+    }
+}
+
+#[test]
+fn closed_box_with_moving_lid_leaks_no_mass() {
+    let g = Geometry::cavity([10, 9, 8], true).unwrap();
+    let (_, p) = cases::cavity([10, 9, 8], true, 10.0, 0.1, TRT).unwrap();
+    let mut lbm = Lbm::<f64>::new(&Engine::Host, g.clone(), p, Streaming::InPlace, |_| {
+        (1.0, [0.0; 3])
+    })
+    .unwrap();
+    let (m0, _) = mass_momentum(&g, &lbm.populations().unwrap());
+    lbm.run(1000).unwrap();
+    let (m1, _) = mass_momentum(&g, &lbm.populations().unwrap());
+    assert!((m1 - m0).abs() < 1e-11 * m0, "mass {m0} -> {m1}");
+    assert!(
+        lbm.moments().unwrap().max_speed() > 0.01,
+        "the lid drives the flow"
+    );
+}
+
+fn schemes_agree<S: LbmStorage>() {
+    let dims = [9, 8, 7];
+    let g = mixed_geometry(dims);
+    let p = mixed_params(TRT);
+    let post = random_post(g.cells(), 5, 2e-3);
+    let make = |s| {
+        let mut l = Lbm::<S>::new(&Engine::Host, g.clone(), p, s, |_| (1.0, [0.0; 3])).unwrap();
+        l.set_populations(&post).unwrap();
+        l
+    };
+    let (mut ab, mut aa) = (make(Streaming::TwoLattice), make(Streaming::InPlace));
+    for step in 1..=20 {
+        ab.step(true).unwrap();
+        aa.step(true).unwrap();
+        let (ma, mb) = (ab.moments().unwrap(), aa.moments().unwrap());
+        assert!(ma.u.iter().any(|u| u[0] != 0.0));
+        for n in 0..g.cells() {
+            assert_eq!(
+                ma.rho[n].to_bits(),
+                mb.rho[n].to_bits(),
+                "{} step {step} cell {n}",
+                S::NAME
+            );
+            for a in 0..3 {
+                assert_eq!(
+                    ma.u[n][a].to_bits(),
+                    mb.u[n][a].to_bits(),
+                    "{} step {step} cell {n}",
+                    S::NAME
+                );
+            }
+        }
+        if step % 2 == 0 {
+            let (pa, pb) = (ab.populations().unwrap(), aa.populations().unwrap());
+            for q in 0..Q {
+                for n in (0..g.cells()).filter(|&n| g.is_fluid(n)) {
+                    let i = q * g.cells() + n;
+                    assert_eq!(
+                        pa[i].to_bits(),
+                        pb[i].to_bits(),
+                        "{} step {step} q {q} cell {n}",
+                        S::NAME
+                    );
+                }
+            }
+        } else {
+            assert!(
+                aa.populations().is_err(),
+                "odd in-place steps hold streamed populations"
+            );
+        }
+    }
+}
+
+#[test]
+fn in_place_equals_two_lattice_bit_for_bit() {
+    schemes_agree::<f64>();
+    schemes_agree::<f32>();
+    schemes_agree::<Half>();
+}
+
+#[test]
+fn shared_body_matches_the_independent_reference() {
+    let dims = [7, 9, 5];
+    let g = mixed_geometry(dims);
+    let cells = g.cells();
+    for collision in [Collision::Bgk, TRT] {
+        let p = mixed_params(collision);
+        let post = random_post(cells, 11, 0.02);
+        let mut reference = Reference::new(
+            dims,
+            g.tags().to_vec(),
+            RefParams {
+                tau: p.tau,
+                magic: match collision {
+                    Collision::Bgk => None,
+                    Collision::Trt { magic } => Some(magic),
+                },
+                force: p.force,
+                wall_velocity: p.wall_velocity,
+            },
+        );
+        for n in 0..cells {
+            let mut f = [0.0; Q];
+            for q in 0..Q {
+                f[q] = lattice_gpu_kernels::lbm::W[q] + post[q * cells + n];
+            }
+            reference.set_populations(n, f);
+        }
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+            let mut lbm =
+                Lbm::<f64>::new(&Engine::Host, g.clone(), p, streaming, |_| (1.0, [0.0; 3]))
+                    .unwrap();
+            lbm.set_populations(&post).unwrap();
+            let mut r = reference.clone();
+            for step in 1..=4 {
+                lbm.step(true).unwrap();
+                r.step();
+                let m = lbm.moments().unwrap();
+                for n in (0..cells).filter(|&n| g.is_fluid(n)) {
+                    let (rho, u) = r.moments(n);
+                    assert!(
+                        (m.rho[n] - rho).abs() < 1e-13,
+                        "{collision:?} step {step} cell {n}: rho {} vs {rho}",
+                        m.rho[n]
+                    );
+                    for a in 0..3 {
+                        assert!(
+                            (m.u[n][a] - u[a]).abs() < 1e-13,
+                            "{collision:?} step {step} cell {n}: u {:?} vs {u:?}",
+                            m.u[n]
+                        );
+                    }
+                }
+                if step % 2 == 0 {
+                    let got = lbm.populations().unwrap();
+                    for n in (0..cells).filter(|&n| g.is_fluid(n)) {
+                        let want = r.populations(n);
+                        for q in 0..Q {
+                            let f = lattice_gpu_kernels::lbm::W[q] + got[q * cells + n];
+                            assert!(
+                                (f - want[q]).abs() < 1e-13,
+                                "{collision:?} {streaming:?} step {step} cell {n} q {q}: {f} vs {}",
+                                want[q]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn poiseuille_profile_within_2_percent_at_32_cells() {
+    for (collision, limit) in [
+        (Collision::Bgk, 0.02),
+        (Collision::Trt { magic: 3.0 / 16.0 }, 1e-6),
+    ] {
+        let (g, p) = cases::poiseuille(32, 1, 1, 0.8, 1e-6, collision).unwrap();
+        let mut lbm =
+            Lbm::<f64>::new(&Engine::Host, g, p, Streaming::InPlace, |_| (1.0, [0.0; 3])).unwrap();
+        // About five viscous times H^2 / nu.
+        lbm.run(5 * (34 * 34 * 10) as u64).unwrap();
+        let err = cases::poiseuille_error(&lbm.moments().unwrap(), &p);
+        assert!(err < limit, "{collision:?}: L2 error {err}");
+    }
+}
+
+#[test]
+fn taylor_green_energy_decays_at_the_analytic_rate() {
+    let dims = [48, 48, 2];
+    let g = Geometry::periodic(dims).unwrap();
+    let p = Params::bgk(0.8);
+    let mut lbm = Lbm::<f64>::new(
+        &Engine::Host,
+        g,
+        p,
+        Streaming::TwoLattice,
+        cases::taylor_green(dims, 0.02).unwrap(),
+    )
+    .unwrap();
+    lbm.run(100).unwrap();
+    let e0 = lbm.moments().unwrap().kinetic_energy();
+    lbm.run(1000).unwrap();
+    let e1 = lbm.moments().unwrap().kinetic_energy();
+    let rate = (e0 / e1).ln() / 1000.0;
+    let want = cases::taylor_green_rate(dims, &p);
+    assert!((rate / want - 1.0).abs() < 0.02, "rate {rate} vs {want}");
+}
+
+#[test]
+fn cavity_re100_matches_ghia() {
+    let dims = [66, 66, 1];
+    let (g, p) = cases::cavity(dims, false, 100.0, 0.1, TRT).unwrap();
+    let mut lbm =
+        Lbm::<f32>::new(&Engine::Host, g, p, Streaming::InPlace, |_| (1.0, [0.0; 3])).unwrap();
+    let mut before = None;
+    for _ in 0..60 {
+        lbm.run(1000).unwrap();
+        let m = lbm.moments().unwrap();
+        if before
+            .as_ref()
+            .is_some_and(|b| cases::is_steady(b, &m, 1e-4))
+        {
+            break;
+        }
+        before = Some(m);
+    }
+    let (u, v) = cases::centrelines(&lbm.moments().unwrap(), 0.1);
+    let (eu, ev) = (
+        cases::profile_error(&u, &GHIA_RE100_U),
+        cases::profile_error(&v, &GHIA_RE100_V),
+    );
+    assert!(
+        eu < 0.02 && ev < 0.02,
+        "max deviation from Ghia: u {eu}, v {ev}"
+    );
+}
+
+#[test]
+fn bad_parameters_are_refused() {
+    let g = Geometry::periodic([4, 4, 4]).unwrap();
+    let e = Lbm::<f32>::new(
+        &Engine::Host,
+        g.clone(),
+        Params::bgk(0.5),
+        Streaming::InPlace,
+        |_| (1.0, [0.0; 3]),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("tau"), "{e}");
+    let e = cases::cavity([34, 34, 1], false, 100.0, 0.2, TRT)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("Mach 0.3"), "{e}");
+    let mut lbm = Lbm::<f32>::new(
+        &Engine::Host,
+        g,
+        Params::bgk(0.7),
+        Streaming::InPlace,
+        |_| (1.0, [0.0; 3]),
+    )
+    .unwrap();
+    assert!(lbm.moments().is_err(), "no step has computed moments yet");
+    assert!(lbm.set_populations(&[0.0; 5]).is_err());
+}

@@ -1,0 +1,599 @@
+//! `lbm`: D3Q19 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
+//! channel, the decaying Taylor-Green vortex, and the MLUPs/s benchmark against the copy bandwidth.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lattice_gpu::cli::{output_dir, parse_size3, progress};
+use lattice_gpu::host::{Error as HostError, Gpu};
+use lattice_gpu::kernels::lbm::Half;
+use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
+use lattice_gpu::lbm::output::{numbers, write_csv, write_fields};
+use lattice_gpu::lbm::{
+    Collision, Engine, Error, Geometry, Lbm, LbmStorage, Moments, Params, Result, Streaming,
+};
+
+/// Lattice Boltzmann (D3Q19) on the GPU, or on the CPU without one.
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Lid-driven cavity at a Reynolds number: centreline profiles (CSV), compared with Ghia et al. at Re 100.
+    Cavity(CavityArgs),
+    /// Body-force-driven channel: L2 error of the steady profile against the parabola.
+    Poiseuille(PoiseuilleArgs),
+    /// Decaying 2-D Taylor-Green vortex: measured kinetic-energy decay rate against 2 nu k^2.
+    TaylorGreen(TaylorGreenArgs),
+    /// MLUPs/s for every storage and streaming scheme, against the copy bandwidth.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Storage {
+    F64,
+    F32,
+    /// Half-precision storage, f32 arithmetic.
+    F16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum StreamingArg {
+    /// Two lattices (A/B), pull.
+    Ab,
+    /// One lattice, in place (AA pattern).
+    Aa,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum CollisionArg {
+    Bgk,
+    Trt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum EngineArg {
+    /// The GPU if there is one, else the CPU with a notice.
+    Auto,
+    /// The GPU; an error without one.
+    Device,
+    /// The CPU.
+    Host,
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Storage precision of the populations (f16: half the bytes, f32 arithmetic).
+    #[arg(long, value_enum, default_value_t = Storage::F32)]
+    precision: Storage,
+    /// Streaming scheme.
+    #[arg(long, value_enum, default_value_t = StreamingArg::Aa)]
+    streaming: StreamingArg,
+    /// Collision operator.
+    #[arg(long, value_enum, default_value_t = CollisionArg::Trt)]
+    collision: CollisionArg,
+    /// TRT magic parameter (3/16: exact halfway walls for Poiseuille flow; 1/4: most stable).
+    #[arg(long, default_value_t = 0.25)]
+    magic: f64,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    engine: EngineArg,
+    /// Output directory.
+    #[arg(long, default_value = "lbm-out")]
+    output: PathBuf,
+}
+
+impl Common {
+    fn collision(&self) -> Collision {
+        match self.collision {
+            CollisionArg::Bgk => Collision::Bgk,
+            CollisionArg::Trt => Collision::Trt { magic: self.magic },
+        }
+    }
+
+    fn streaming(&self) -> Streaming {
+        match self.streaming {
+            StreamingArg::Ab => Streaming::TwoLattice,
+            StreamingArg::Aa => Streaming::InPlace,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct Stop {
+    /// Steps to run; without it, run until steady (see --steady).
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Stop when no velocity changes by more than this fraction of the largest speed between checks.
+    #[arg(long, default_value_t = 1e-5)]
+    steady: f64,
+    /// Steps between steadiness checks (and progress updates).
+    #[arg(long, default_value_t = 1000)]
+    check_every: u64,
+    /// Most steps when running to steady state.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_steps: u64,
+}
+
+#[derive(Args)]
+struct CavityArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    stop: Stop,
+    /// Grid NXxNYxNZ with the walls (or N for a cube); quasi-2-D unless --closed-z.
+    #[arg(long, default_value = "130x130x4", value_parser = parse_size3)]
+    size: [usize; 3],
+    /// Close the cavity in z too (3-D cavity); otherwise z is periodic.
+    #[arg(long)]
+    closed_z: bool,
+    /// Reynolds number U L / nu (L: fluid cells across in x).
+    #[arg(long, default_value_t = 100.0)]
+    re: f64,
+    /// Lid speed in lattice units (at most 0.17, Mach 0.3).
+    #[arg(long, default_value_t = 0.1)]
+    lid: f64,
+}
+
+#[derive(Args)]
+struct PoiseuilleArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    stop: Stop,
+    /// Fluid cells across the channel.
+    #[arg(long, default_value_t = 32)]
+    width: usize,
+    /// Cells along the flow (x) and in z (periodic).
+    #[arg(long, default_value = "4x4", value_parser = parse_pair)]
+    extent: (usize, usize),
+    /// Relaxation time.
+    #[arg(long, default_value_t = 0.8)]
+    tau: f64,
+    /// Body force along x.
+    #[arg(long, default_value_t = 1e-6)]
+    force: f64,
+}
+
+#[derive(Args)]
+struct TaylorGreenArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Grid NXxNYxNZ (one period in x and y).
+    #[arg(long, default_value = "128x128x2", value_parser = parse_size3)]
+    size: [usize; 3],
+    /// Relaxation time.
+    #[arg(long, default_value_t = 0.8)]
+    tau: f64,
+    /// Initial velocity amplitude.
+    #[arg(long, default_value_t = 0.02)]
+    u0: f64,
+    /// Steps.
+    #[arg(long, default_value_t = 4000)]
+    steps: u64,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Cubes to time.
+    #[arg(long, value_delimiter = ',', default_value = "128,256,384")]
+    sizes: Vec<usize>,
+    /// Steps timed per configuration (after a warm-up and a block-size sweep).
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    /// CSV of the results.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
+    match lattice_gpu::cli::parse_dims(s)?.as_slice() {
+        [a, b] => Ok((*a, *b)),
+        _ => Err(format!("`{s}` must be two sizes, AxB (e.g. 4x4)")),
+    }
+}
+
+fn engine(arg: EngineArg) -> Result<Engine> {
+    match arg {
+        EngineArg::Host => Ok(Engine::Host),
+        EngineArg::Device => Ok(Engine::Device(Gpu::open(0, lattice_gpu::PTX)?)),
+        EngineArg::Auto => match Gpu::open(0, lattice_gpu::PTX) {
+            Ok(g) => Ok(Engine::Device(g)),
+            Err(HostError::NoGpu(why)) => {
+                eprintln!("notice: {why}; running on the CPU instead");
+                Ok(Engine::Host)
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+fn describe(e: &Engine) -> String {
+    match e {
+        Engine::Host => format!("CPU ({} threads)", rayon::current_num_threads()),
+        Engine::Device(g) => g.name().to_string(),
+    }
+}
+
+fn io(e: String) -> Error {
+    Error::InvalidParameter(e)
+}
+
+/// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
+/// moments.
+fn advance<S: LbmStorage>(lbm: &mut Lbm<S>, stop: &Stop) -> Result<Moments> {
+    if stop.check_every == 0 || stop.steady.is_nan() || stop.steady <= 0.0 {
+        return Err(Error::InvalidParameter(
+            "--check-every must be at least 1 and --steady positive".into(),
+        ));
+    }
+    let total = stop.steps.unwrap_or(stop.max_steps);
+    let bar = progress(total, "steps");
+    let cells = lbm.geometry().cells() as f64;
+    let start = Instant::now();
+    let mut before: Option<Moments> = None;
+    let mut done = 0;
+    while done < total {
+        let n = stop.check_every.min(total - done);
+        lbm.run(n)?;
+        let m = lbm.moments()?;
+        done += n;
+        let mlups = cells * done as f64 / start.elapsed().as_secs_f64() / 1e6;
+        bar.set_position(done);
+        bar.set_message(format!("{mlups:.0} MLUPs/s, max |u| {:.3e}", m.max_speed()));
+        if !m.max_speed().is_finite() {
+            bar.abandon();
+            return Err(Error::InvalidParameter(format!(
+                "the flow became unstable (non-finite velocity) after {done} steps; raise tau \
+                 (lower the Reynolds number or raise the resolution) or lower the speeds"
+            )));
+        }
+        if stop.steps.is_none()
+            && before
+                .as_ref()
+                .is_some_and(|b| cases::is_steady(b, &m, stop.steady))
+        {
+            bar.finish_and_clear();
+            println!(
+                "steady after {done} steps (changes below {:e} of the largest speed)",
+                stop.steady
+            );
+            return Ok(m);
+        }
+        before = Some(m);
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{done} steps in {secs:.2} s: {:.0} MLUPs/s",
+        cells * done as f64 / secs / 1e6
+    );
+    if stop.steps.is_none() {
+        eprintln!("warning: not steady after --max-steps {}", stop.max_steps);
+    }
+    Ok(before.expect("at least one check ran"))
+}
+
+/// The engine, after checking that a run of `dims` fits it (before the case allocates anything).
+fn engine_for<S: LbmStorage>(c: &Common, dims: [usize; 3]) -> Result<Engine> {
+    let e = engine(c.engine)?;
+    Lbm::<S>::check_fits(&e, dims, c.streaming())?;
+    Ok(e)
+}
+
+fn make<S: LbmStorage>(
+    c: &Common,
+    e: Engine,
+    geometry: Geometry,
+    params: Params,
+    init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+) -> Result<Lbm<S>> {
+    let d = geometry.dims();
+    println!(
+        "{}: {}x{}x{} cells, {} storage, {} streaming, tau {:.6}, {:?}",
+        describe(&e),
+        d[0],
+        d[1],
+        d[2],
+        S::NAME,
+        c.streaming().name(),
+        params.tau,
+        params.collision
+    );
+    if params.tau < 0.51 {
+        eprintln!(
+            "warning: tau {:.5} is close to 1/2; the run may become unstable (raise the resolution or lower the Reynolds number)",
+            params.tau
+        );
+    }
+    Lbm::new(&e, geometry, params, c.streaming(), init)
+}
+
+fn cavity<S: LbmStorage>(a: &CavityArgs) -> Result<()> {
+    let e = engine_for::<S>(&a.common, a.size)?;
+    let (g, p) = cases::cavity(a.size, a.closed_z, a.re, a.lid, a.common.collision())?;
+    let dir = output_dir(&a.common.output).map_err(io)?;
+    let mut lbm = make::<S>(&a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
+    let m = advance(&mut lbm, &a.stop)?;
+    let (u, v) = cases::centrelines(&m, a.lid);
+    let rows = |p: &[(f64, f64)]| p.iter().map(|&(s, v)| numbers(&[s, v])).collect::<Vec<_>>();
+    write_csv(&dir.join("centreline_u.csv"), "y,u_over_U", &rows(&u))?;
+    write_csv(&dir.join("centreline_v.csv"), "x,v_over_U", &rows(&v))?;
+    if a.re == 100.0 && !a.closed_z {
+        println!(
+            "against Ghia et al. (Re 100): max |u - u_Ghia| = {:.4}, max |v - v_Ghia| = {:.4} (of U)",
+            cases::profile_error(&u, &GHIA_RE100_U),
+            cases::profile_error(&v, &GHIA_RE100_V)
+        );
+    }
+    finish(
+        &dir,
+        &m,
+        &format!("lid-driven cavity Re {}", a.re),
+        &["centreline_u.csv", "centreline_v.csv"],
+    )
+}
+
+fn poiseuille<S: LbmStorage>(a: &PoiseuilleArgs) -> Result<()> {
+    let e = engine_for::<S>(&a.common, [a.extent.0, a.width + 2, a.extent.1])?;
+    let (g, p) = cases::poiseuille(
+        a.width,
+        a.extent.0,
+        a.extent.1,
+        a.tau,
+        a.force,
+        a.common.collision(),
+    )?;
+    let dir = output_dir(&a.common.output).map_err(io)?;
+    let mut lbm = make::<S>(&a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
+    let m = advance(&mut lbm, &a.stop)?;
+    let ny = a.width + 2;
+    let rows: Vec<Vec<String>> = (1..ny - 1)
+        .map(|y| {
+            numbers(&[
+                y as f64 - 0.5,
+                m.u[m.index([0, y, 0])][0],
+                cases::poiseuille_profile(&p, ny, y),
+            ])
+        })
+        .collect();
+    write_csv(&dir.join("profile.csv"), "y,u,u_analytic", &rows)?;
+    println!(
+        "L2 error of the profile against the parabola: {:.3e}",
+        cases::poiseuille_error(&m, &p)
+    );
+    finish(&dir, &m, "Poiseuille channel", &["profile.csv"])
+}
+
+fn taylor_green<S: LbmStorage>(a: &TaylorGreenArgs) -> Result<()> {
+    if a.steps < 20 {
+        return Err(Error::InvalidParameter(
+            "--steps must be at least 20".into(),
+        ));
+    }
+    let e = engine_for::<S>(&a.common, a.size)?;
+    let g = Geometry::periodic(a.size)?;
+    let mut p = Params::bgk(a.tau);
+    p.collision = a.common.collision();
+    let dir = output_dir(&a.common.output).map_err(io)?;
+    let mut lbm = make::<S>(&a.common, e, g, p, cases::taylor_green(a.size, a.u0)?)?;
+    let every = (a.steps / 20).max(1);
+    let bar = progress(a.steps, "steps");
+    let mut rows = Vec::new();
+    while lbm.steps() < a.steps {
+        lbm.run(every.min(a.steps - lbm.steps()))?;
+        let e = lbm.moments()?.kinetic_energy();
+        rows.push((lbm.steps() as f64, e));
+        bar.set_position(lbm.steps());
+    }
+    bar.finish_and_clear();
+    // Skip the first interval: the initial equilibrium lacks the non-equilibrium part of the flow.
+    let (t0, e0) = rows[1];
+    let (t1, e1) = rows[rows.len() - 1];
+    let rate = (e0 / e1).ln() / (t1 - t0);
+    let want = cases::taylor_green_rate(a.size, &p);
+    println!(
+        "kinetic energy decay rate {rate:.6e} per step, analytic 2 nu k^2 = {want:.6e} ({:+.3}%)",
+        100.0 * (rate / want - 1.0)
+    );
+    let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
+    write_csv(&dir.join("energy.csv"), "step,kinetic_energy", &lines)?;
+    let m = lbm.moments()?;
+    finish(&dir, &m, "Taylor-Green vortex", &["energy.csv"])
+}
+
+fn finish(dir: &Path, m: &Moments, title: &str, extra: &[&str]) -> Result<()> {
+    let mut paths = write_fields(dir, m, title)?;
+    paths.extend(extra.iter().map(|f| dir.join(f)));
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    println!("wrote {}", names.join(", "));
+    Ok(())
+}
+
+/// One benchmark row: median MLUPs/s over the block sizes' best.
+struct Row {
+    size: usize,
+    storage: &'static str,
+    streaming: &'static str,
+    block: u32,
+    mlups: f64,
+    bytes: usize,
+    gbs: f64,
+    of_copy: f64,
+    mem_per_cell: usize,
+}
+
+fn bench_one<S: LbmStorage>(
+    gpu: &std::sync::Arc<Gpu>,
+    n: usize,
+    streaming: Streaming,
+    steps: u64,
+    copy: f64,
+) -> Result<Row> {
+    let dims = [n; 3];
+    let engine = Engine::Device(gpu.clone());
+    Lbm::<S>::check_fits(&engine, dims, streaming)?;
+    // A periodic box with a Taylor-Green flow: every cell is fluid and the populations are not trivial.
+    let mut lbm = Lbm::<S>::new(
+        &engine,
+        Geometry::periodic(dims)?,
+        Params::bgk(0.8),
+        streaming,
+        cases::taylor_green(dims, 0.02)?,
+    )?;
+    let cells = (n * n * n) as f64;
+    let mut best = (0u32, f64::INFINITY);
+    for block in [128u32, 256, 512, 1024] {
+        if lbm.set_block(block).is_err() {
+            continue;
+        }
+        lbm.run(4)?;
+        let ms = gpu.time_ms(|| {
+            for _ in 0..10 {
+                lbm.step(false).map_err(to_host)?;
+            }
+            Ok(())
+        })? / 10.0;
+        if ms < best.1 {
+            best = (block, ms);
+        }
+    }
+    lbm.set_block(best.0)?;
+    // Even step counts keep the in-place lattice in the same phase.
+    let timed = steps + steps % 2;
+    let ms = gpu.time_ms(|| {
+        for _ in 0..timed {
+            lbm.step(false).map_err(to_host)?;
+        }
+        Ok(())
+    })? / timed as f64;
+    lbm.run(2)?;
+    if !lbm.moments()?.max_speed().is_finite() {
+        return Err(Error::InvalidParameter(format!(
+            "the {n}^3 {} {} run went non-finite",
+            S::NAME,
+            streaming.name()
+        )));
+    }
+    let mlups = cells / (ms * 1e-3) / 1e6;
+    let bytes = Lbm::<S>::traffic_per_cell();
+    let gbs = mlups * 1e6 * bytes as f64 / 1e9;
+    Ok(Row {
+        size: n,
+        storage: S::NAME,
+        streaming: streaming.name(),
+        block: best.0,
+        mlups,
+        bytes,
+        gbs,
+        of_copy: gbs / copy,
+        mem_per_cell: Lbm::<S>::bytes_per_cell(streaming),
+    })
+}
+
+fn to_host(e: Error) -> HostError {
+    match e {
+        Error::Host(h) => h,
+        other => HostError::InvalidSize(other.to_string()),
+    }
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    let gpu = Gpu::open(0, lattice_gpu::PTX)?;
+    let copy = gpu.copy_bandwidth(1 << 30, 20)?;
+    println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
+    println!("size  storage streaming block   MLUPs/s  B/cell    GB/s  of copy  B/cell held");
+    let mut rows = Vec::new();
+    for &n in &a.sizes {
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+            for storage in [Storage::F32, Storage::F64, Storage::F16] {
+                let r = match storage {
+                    Storage::F32 => bench_one::<f32>(&gpu, n, streaming, a.steps, copy),
+                    Storage::F64 => bench_one::<f64>(&gpu, n, streaming, a.steps, copy),
+                    Storage::F16 => bench_one::<Half>(&gpu, n, streaming, a.steps, copy),
+                };
+                match r {
+                    Ok(r) => {
+                        println!(
+                            "{:<5} {:<7} {:<9} {:>5} {:>9.0} {:>7} {:>7.1} {:>7.1}% {:>12}",
+                            r.size,
+                            r.storage,
+                            r.streaming,
+                            r.block,
+                            r.mlups,
+                            r.bytes,
+                            r.gbs,
+                            100.0 * r.of_copy,
+                            r.mem_per_cell
+                        );
+                        rows.push(r);
+                    }
+                    Err(Error::Host(e @ HostError::OutOfDeviceMemory { .. })) => {
+                        println!("{n:<5} skipped: {e}")
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    if let Some(path) = &a.csv {
+        let data: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                let mut line = vec![
+                    r.size.to_string(),
+                    r.storage.into(),
+                    r.streaming.into(),
+                    r.block.to_string(),
+                ];
+                line.extend(numbers(&[
+                    r.mlups,
+                    r.bytes as f64,
+                    r.gbs,
+                    r.of_copy,
+                    r.mem_per_cell as f64,
+                    copy,
+                ]));
+                line
+            })
+            .collect();
+        let header = "size,storage,streaming,block,mlups,bytes_per_cell,gb_per_s,of_copy,bytes_held_per_cell,copy_gb_per_s";
+        write_csv(path, header, &data)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    macro_rules! by_storage {
+        ($f:ident, $a:expr) => {
+            match $a.common.precision {
+                Storage::F64 => $f::<f64>($a),
+                Storage::F32 => $f::<f32>($a),
+                Storage::F16 => $f::<Half>($a),
+            }
+        };
+    }
+    match &cli.command {
+        Command::Cavity(a) => by_storage!(cavity, a),
+        Command::Poiseuille(a) => by_storage!(poiseuille, a),
+        Command::TaylorGreen(a) => by_storage!(taylor_green, a),
+        Command::Bench(a) => bench(a),
+    }
+}
+
+fn main() -> ExitCode {
+    match dispatch(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The `lbm` binary on the CPU: a small run of each case leaves its files and its measurement; bad input
+//! (tau at 1/2, a lid above Mach 0.3, an unknown case, a grid too large) ends in a clear message and exit
+//! code 1, never a panic, and leaves no output file behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The binary under test: `$LATTICE_GPU_LBM_BIN` where the test runs away from its build tree
+/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("LATTICE_GPU_LBM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lbm")))
+}
+
+fn lbm(args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .output()
+        .expect("the lbm binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("panicked"), "lbm {args:?} panicked:\n{text}");
+    (out.status.success(), text)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lbm-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn number_after(text: &str, key: &str) -> f64 {
+    text.split(key)
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.trim_end_matches(',').parse().ok())
+        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"))
+}
+
+#[test]
+fn cases_run_and_write_their_files() {
+    let dir = temp_dir("cases");
+    let out = dir.to_str().unwrap();
+    let (ok, text) = lbm(&[
+        "taylor-green",
+        "--engine",
+        "host",
+        "--size",
+        "32x32x1",
+        "--steps",
+        "400",
+        "--output",
+        out,
+    ]);
+    assert!(ok, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("decay rate"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let pct = line
+        .rsplit('(')
+        .next()
+        .and_then(|s| s.split('%').next())
+        .unwrap();
+    assert!(pct.trim().parse::<f64>().unwrap().abs() < 2.0, "{text}");
+    let (ok, text) = lbm(&[
+        "poiseuille",
+        "--engine",
+        "host",
+        "--width",
+        "16",
+        "--extent",
+        "1x1",
+        "--tau",
+        "1.0",
+        "--force",
+        "1e-5",
+        "--collision",
+        "trt",
+        "--magic",
+        "0.1875",
+        "--steady",
+        "1e-7",
+        "--output",
+        out,
+    ]);
+    assert!(ok, "{text}");
+    assert!(number_after(&text, "parabola:") < 1e-4, "{text}");
+    let (ok, text) = lbm(&[
+        "cavity", "--engine", "host", "--size", "18x18x1", "--re", "10", "--steps", "500",
+        "--output", out,
+    ]);
+    assert!(ok, "{text}");
+    for f in [
+        "velocity.npy",
+        "density.npy",
+        "fields.vtk",
+        "speed.png",
+        "centreline_u.csv",
+        "centreline_v.csv",
+        "profile.csv",
+        "energy.csv",
+    ] {
+        let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "{f} missing or empty:\n{text}");
+    }
+    let csv = std::fs::read_to_string(dir.join("centreline_u.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 18,
+        "header, two wall points and 16 cells"
+    );
+    let vtk = std::fs::read(dir.join("fields.vtk")).unwrap();
+    assert!(vtk.starts_with(b"# vtk DataFile Version 3.0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_refused_with_the_fix() {
+    let dir = temp_dir("bad");
+    let out = dir.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "taylor-green",
+                "--engine",
+                "host",
+                "--tau",
+                "0.5",
+                "--output",
+                out,
+            ],
+            "above 0.5",
+        ),
+        (
+            &[
+                "cavity", "--engine", "host", "--lid", "0.3", "--output", out,
+            ],
+            "Mach 0.3",
+        ),
+        (
+            &[
+                "cavity", "--engine", "host", "--size", "2x40x1", "--output", out,
+            ],
+            "at least 3x3x1",
+        ),
+        (
+            &[
+                "taylor-green",
+                "--engine",
+                "host",
+                "--size",
+                "100000x100000x1000",
+                "--output",
+                out,
+            ],
+            "memory",
+        ),
+        (&["vortex-street"], "unrecognized subcommand"),
+    ];
+    for (args, want) in cases {
+        let (ok, text) = lbm(args);
+        assert!(!ok, "lbm {args:?} should fail:\n{text}");
+        assert!(
+            text.contains(want),
+            "lbm {args:?}: expected `{want}` in:\n{text}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "failed runs left files: {left:?}");
+    let _ = std::fs::remove_dir_all(Path::new(out));
+}

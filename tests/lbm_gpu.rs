@@ -1,0 +1,143 @@
+//! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
+//! storage precision and streaming scheme on an odd-sized box with every kind of cell, GPU outputs
+//! poisoned with NaN before each step; the f16 physics on the GPU; and a grid too large for the GPU.
+//!
+//! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
+//! scripts/gpu-check.sh) turns the skip into a failure.
+
+use lattice_gpu::host::Error as HostError;
+use lattice_gpu::kernels::lbm::{tag, Half, Q};
+use lattice_gpu::lbm::cases;
+use lattice_gpu::lbm::{Collision, Engine, Error, Geometry, Lbm, LbmStorage, Params, Streaming};
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::gpu;
+
+/// Odd sides, a moving lid, a resting floor, an obstacle; periodic in x and z.
+fn geometry() -> Geometry {
+    let dims = [13, 11, 9];
+    let mut g = Geometry::channel(dims).unwrap();
+    for x in 0..dims[0] {
+        for z in 0..dims[2] {
+            g.set([x, dims[1] - 1, z], tag::MOVING_WALL);
+        }
+    }
+    g.set([6, 5, 4], tag::WALL);
+    g.set([7, 5, 4], tag::WALL);
+    g.mark_near_walls();
+    g
+}
+
+fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collision: Collision) {
+    let g = geometry();
+    let cells = g.cells();
+    let p = Params {
+        tau: 0.62,
+        collision,
+        force: [3e-5, -1e-5, 2e-5],
+        wall_velocity: [0.08, 0.0, -0.03],
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let post: Vec<f64> = (0..Q * cells)
+        .map(|_| 4e-3 * (rng.random::<f64>() - 0.5))
+        .collect();
+    let make = |e: &Engine| {
+        let mut l = Lbm::<S>::new(e, g.clone(), p, streaming, |_| (1.0, [0.0; 3])).unwrap();
+        l.set_populations(&post).unwrap();
+        l
+    };
+    let (mut dev, mut host) = (make(engine), make(&Engine::Host));
+    let what = format!("{} {} {collision:?}", S::NAME, streaming.name());
+    for step in 1..=6 {
+        dev.poison_outputs().unwrap();
+        dev.step(true).unwrap();
+        host.step(true).unwrap();
+        let (md, mh) = (dev.moments().unwrap(), host.moments().unwrap());
+        for n in (0..cells).filter(|&n| g.is_fluid(n)) {
+            let same = md.rho[n].to_bits() == mh.rho[n].to_bits()
+                && (0..3).all(|a| md.u[n][a].to_bits() == mh.u[n][a].to_bits());
+            assert!(
+                same,
+                "{what} step {step} cell {n}: GPU rho {} u {:?}, CPU rho {} u {:?}",
+                md.rho[n], md.u[n], mh.rho[n], mh.u[n]
+            );
+        }
+        assert!(md.max_speed() > 1e-4, "{what}: the flow moves");
+        if step % 2 == 0 {
+            let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
+            for q in 0..Q {
+                for n in (0..cells).filter(|&n| g.is_fluid(n)) {
+                    let i = q * cells + n;
+                    assert!(
+                        pd[i].to_bits() == ph[i].to_bits(),
+                        "{what} step {step} q {q} cell {n}: GPU {} CPU {}",
+                        pd[i],
+                        ph[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_scheme_and_precision_matches_the_cpu_engine() {
+    let Some(gpu) = gpu("every_scheme_and_precision_matches_the_cpu_engine") else {
+        return;
+    };
+    let e = Engine::Device(gpu);
+    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+        for collision in [Collision::Bgk, Collision::Trt { magic: 0.25 }] {
+            gpu_matches_cpu::<f64>(&e, streaming, collision);
+            gpu_matches_cpu::<f32>(&e, streaming, collision);
+            gpu_matches_cpu::<Half>(&e, streaming, collision);
+        }
+    }
+}
+
+#[test]
+fn half_storage_decays_taylor_green_at_the_analytic_rate() {
+    let Some(gpu) = gpu("half_storage_decays_taylor_green_at_the_analytic_rate") else {
+        return;
+    };
+    let dims = [64, 64, 2];
+    let p = Params::bgk(0.8);
+    let init = cases::taylor_green(dims, 0.03).unwrap();
+    let mut lbm = Lbm::<Half>::new(
+        &Engine::Device(gpu),
+        Geometry::periodic(dims).unwrap(),
+        p,
+        Streaming::InPlace,
+        init,
+    )
+    .unwrap();
+    lbm.run(200).unwrap();
+    let e0 = lbm.moments().unwrap().kinetic_energy();
+    lbm.run(1000).unwrap();
+    let e1 = lbm.moments().unwrap().kinetic_energy();
+    let rate = (e0 / e1).ln() / 1000.0;
+    let want = cases::taylor_green_rate(dims, &p);
+    assert!(
+        (rate / want - 1.0).abs() < 0.02,
+        "f16: rate {rate} vs {want}"
+    );
+}
+
+#[test]
+fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
+    let Some(gpu) = gpu("a_grid_too_large_for_the_gpu_is_refused_before_allocating") else {
+        return;
+    };
+    let e = Engine::Device(gpu);
+    let err = Lbm::<f64>::check_fits(&e, [1600; 3], Streaming::TwoLattice).unwrap_err();
+    assert!(
+        matches!(err, Error::Host(HostError::OutOfDeviceMemory { .. })),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("GPU memory") && msg.contains("1600x1600x1600"),
+        "{msg}"
+    );
+}
