@@ -124,11 +124,27 @@ impl Gpu {
         grid: u32,
         block: u32,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_3d_on(stream, entry, args, [grid.max(1), 1, 1], [block, 1, 1]) }
+    }
+
+    /// [`launch_on`](Self::launch_on) with 3-D grid and block shapes.
+    ///
+    /// # Safety
+    /// As for [`launch_on`](Self::launch_on).
+    pub unsafe fn launch_3d_on<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        entry: &str,
+        args: &P,
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) -> Result<()> {
         let f = self.function(entry)?;
         let a = ByValue(*args);
         let cfg = LaunchConfig {
-            grid_dim: (grid.max(1), 1, 1),
-            block_dim: (block, 1, 1),
+            grid_dim: (grid[0], grid[1], grid[2]),
+            block_dim: (block[0], block[1], block[2]),
             shared_mem_bytes: 0,
         };
         // SAFETY: the caller's contract.

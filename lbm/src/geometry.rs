@@ -5,6 +5,9 @@ use lattice_gpu_kernels::lbm::{tag, C};
 
 use crate::{Error, Result};
 
+/// The longest side: a GPU grid has at most 65535 blocks along y and z.
+pub const MAX_SIDE: usize = 65535;
+
 /// A grid of tagged cells.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Geometry {
@@ -13,17 +16,17 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// All fluid, periodic in every direction. Fails on an empty grid or one whose cells do not fit the
-    /// kernels' 32-bit cell index.
+    /// All fluid, periodic in every direction. Fails on an empty grid, a side above [`MAX_SIDE`], or more
+    /// cells than the kernels' 32-bit cell index holds.
     pub fn periodic(dims: [usize; 3]) -> Result<Self> {
         let cells = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         match cells {
-            Some(c) if dims.iter().all(|&d| d >= 1) && c <= u32::MAX as usize => Ok(Self {
+            Some(c) if dims.iter().all(|&d| (1..=MAX_SIDE).contains(&d)) && c <= u32::MAX as usize => Ok(Self {
                 dims,
                 tags: vec![tag::FLUID; c],
             }),
             _ => Err(Error::InvalidParameter(format!(
-                "grid {}x{}x{}: every side must be at least 1 and the cells fewer than 2^32; \
+                "grid {}x{}x{}: every side must be 1 to {MAX_SIDE} cells and the cells fewer than 2^32; \
                  use a smaller --size",
                 dims[0], dims[1], dims[2]
             ))),

@@ -444,27 +444,39 @@ impl<S: LbmStorage> Lbm<S> {
         let scheme = self.scheme();
         match &mut self.mem {
             Memory::Host { f, g, .. } => {
-                let cells = self.geometry.cells();
-                let run = |n: usize| {
-                    // SAFETY: the pointers cover the grid; within a step every slot belongs to one cell.
-                    unsafe {
-                        match scheme {
-                            Scheme::Ab => step.cell::<{ Scheme::Ab as u32 }>(n as u32),
-                            Scheme::AaEven => step.cell::<{ Scheme::AaEven as u32 }>(n as u32),
-                            Scheme::AaOdd => step.cell::<{ Scheme::AaOdd as u32 }>(n as u32),
+                let [nx, ny, nz] = step.dims;
+                let row = |r: u32| {
+                    let (y, z) = (r % ny, r / ny);
+                    for x in 0..nx {
+                        // SAFETY: the pointers cover the grid; within a step every slot belongs to one
+                        // cell.
+                        unsafe {
+                            match scheme {
+                                Scheme::Ab => step.cell::<{ Scheme::Ab as u32 }>([x, y, z]),
+                                Scheme::AaEven => step.cell::<{ Scheme::AaEven as u32 }>([x, y, z]),
+                                Scheme::AaOdd => step.cell::<{ Scheme::AaOdd as u32 }>([x, y, z]),
+                            }
                         }
                     }
                 };
-                (0..cells).into_par_iter().with_min_len(4096).for_each(run);
+                let min_rows = (4096 / nx as usize).max(1);
+                (0..ny * nz)
+                    .into_par_iter()
+                    .with_min_len(min_rows)
+                    .for_each(row);
                 if scheme == Scheme::Ab {
                     std::mem::swap(f, g);
                 }
             }
             Memory::Device { gpu, f, g, .. } => {
                 let entry = S::ENTRIES[scheme as usize];
-                let blocks = Gpu::blocks_for(self.geometry.cells(), self.block);
+                let [nx, ny, nz] = step.dims;
+                // Whole warps along x, as many rows as fill the block.
+                let bx = self.block.min(nx.div_ceil(32) * 32);
+                let by = (self.block / bx).min(ny).max(1);
+                let grid = [nx.div_ceil(bx), ny.div_ceil(by), nz];
                 // SAFETY: the entry takes one `Step<S>`; its buffers cover the grid.
-                unsafe { gpu.launch(entry, &step, blocks, self.block)? };
+                unsafe { gpu.launch_3d_on(gpu.stream(), entry, &step, grid, [bx, by, 1])? };
                 if let Some(g) = g {
                     std::mem::swap(f, g);
                 }

@@ -121,7 +121,7 @@ impl<S: Storage> Step<S> {
         }
     }
 
-    /// One time step of cell `n` (`n < cells`) under `SCHEME` (a [`Scheme`] as `u32`).
+    /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`).
     ///
     /// # Safety
     /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `19 * cells` elements; `tags`:
@@ -129,33 +129,22 @@ impl<S: Storage> Step<S> {
     /// on them at the same time. Every cell of the grid may run at once: within a step each population slot
     /// is read and written by one cell only.
     #[inline(always)]
-    pub unsafe fn cell<const SCHEME: u32>(&self, n: u32) {
+    pub unsafe fn cell<const SCHEME: u32>(&self, [x, y, z]: [u32; 3]) {
+        let nb = Neighbours::new([x, y, z], self.dims);
+        let n = nb.at(0, 1);
         // SAFETY (all accesses below): indices are below `cells` per population; the caller's contract.
-        let t = unsafe { *self.tags.add(n as usize) };
+        let t = unsafe { *self.tags.add(n) };
         if tag::is_wall(t) {
             return;
         }
-        let [nx, ny, _] = self.dims;
         let cells = self.cells();
-        let (x, r) = (n % nx, n / nx);
-        let (y, z) = (r % ny, r / ny);
-        let wrap = |v: u32, len: u32| {
-            [
-                if v == 0 { len - 1 } else { v - 1 },
-                v,
-                if v + 1 == len { 0 } else { v + 1 },
-            ]
-        };
-        let xs = wrap(x, nx);
-        let ys = wrap(y, ny).map(|v| v * nx);
-        let zs = wrap(z, self.dims[2]).map(|v| v * nx * ny);
-        // The cell at offset `sign * c_q`.
-        let at = |q: usize, sign: i32| {
-            let o = |a: usize| (sign * C[q][a] + 1) as usize;
-            (xs[o(0)] + ys[o(1)] + zs[o(2)]) as usize
-        };
+        let at = |q: usize, sign: i32| nb.at(q, sign);
         let near = t & tag::NEAR_WALL != 0;
-        let wall_at = |m: usize| -> Option<u8> {
+        // `near` is a constant in each of the two copies of the loops below: cells away from walls
+        // (nearly all) run straight-line code, where the 19 loads are all issued before the first use.
+        // With a branch per population, each load's first use (the f16 conversion) came before the
+        // next load was issued, and f16 storage ran at a third of its bandwidth.
+        let wall_at = |m: usize, near: bool| -> Option<u8> {
             if near {
                 let tm = unsafe { *self.tags.add(m) };
                 tag::is_wall(tm).then_some(tm)
@@ -163,59 +152,76 @@ impl<S: Storage> Step<S> {
                 None
             }
         };
-        let n = n as usize;
         let (f, g) = (self.f, self.g);
 
-        let mut p = [S::Real::ZERO; Q];
-        each_q!(q => {
-            p[q] = unsafe {
-                if SCHEME == Scheme::AaEven as u32 {
-                    // The odd step left populations that hit a wall here unchanged; the moving-wall
-                    // correction is added on reading, as in the other schemes, so that f16 rounds the
-                    // same value in all of them.
-                    let v = S::load(f, q * cells + n);
-                    match wall_at(at(q, -1)) {
-                        Some(tw) => self.bounce(v, q, tw),
-                        None => v,
-                    }
-                } else {
-                    let src = at(q, -1);
-                    // Entering from a wall: what this cell sent into it last step, reflected.
-                    let (from, slot) = if SCHEME == Scheme::Ab as u32 {
-                        (opposite(q), q)
-                    } else {
-                        (q, opposite(q))
-                    };
-                    match wall_at(src) {
-                        Some(tw) => self.bounce(S::load(f, from * cells + n), q, tw),
-                        None => S::load(f, slot * cells + src),
-                    }
+        let gather = |q: usize, near: bool| unsafe {
+            if SCHEME == Scheme::AaEven as u32 {
+                // The odd step left populations that hit a wall here unchanged; the moving-wall
+                // correction is added on reading, as in the other schemes, so that f16 rounds the
+                // same value in all of them.
+                let v = S::load(f, q * cells + n);
+                match wall_at(at(q, -1), near) {
+                    Some(tw) => self.bounce(v, q, tw),
+                    None => v,
                 }
-            };
-        });
+            } else {
+                let src = at(q, -1);
+                // Entering from a wall: what this cell sent into it last step, reflected.
+                let (from, slot) = if SCHEME == Scheme::Ab as u32 {
+                    (opposite(q), q)
+                } else {
+                    (q, opposite(q))
+                };
+                match wall_at(src, near) {
+                    Some(tw) => self.bounce(S::load(f, from * cells + n), q, tw),
+                    None => S::load(f, slot * cells + src),
+                }
+            }
+        };
+        let mut p = [S::Real::ZERO; Q];
+        if near {
+            each_q!(q => { p[q] = gather(q, true); });
+        } else {
+            each_q!(q => { p[q] = gather(q, false); });
+        }
 
         let out = self.collide(&p, n, cells);
 
-        each_q!(q => {
-            unsafe {
-                if SCHEME == Scheme::Ab as u32 {
-                    S::store(g, q * cells + n, out[q]);
-                } else if SCHEME == Scheme::AaEven as u32 {
-                    S::store(f, opposite(q) * cells + n, out[q]);
-                } else {
-                    let dst = at(q, 1);
-                    match wall_at(dst) {
-                        // Into a wall: it comes back to this cell as the opposite population.
-                        Some(_) => S::store(f, opposite(q) * cells + n, out[q]),
-                        None => S::store(f, q * cells + dst, out[q]),
-                    }
+        // The in-place schemes write exactly where they read. Left alone, LLVM keeps the 19 addresses
+        // of the gather alive through the collision for the scatter, which takes ~50 more registers
+        // (a quarter of the occupancy); hiding the coordinates makes it recompute them instead.
+        let (cells, n) = (opaque(cells as u64) as usize, opaque(n as u64) as usize);
+        let nb = Neighbours::new([x, y, z].map(|v| opaque(v as u64) as u32), self.dims);
+        let at = |q: usize, sign: i32| nb.at(q, sign);
+
+        let scatter = |q: usize, near: bool| unsafe {
+            if SCHEME == Scheme::Ab as u32 {
+                S::store(g, q * cells + n, out[q]);
+            } else if SCHEME == Scheme::AaEven as u32 {
+                S::store(f, opposite(q) * cells + n, out[q]);
+            } else {
+                let dst = at(q, 1);
+                match wall_at(dst, near) {
+                    // Into a wall: it comes back to this cell as the opposite population.
+                    Some(_) => S::store(f, opposite(q) * cells + n, out[q]),
+                    None => S::store(f, q * cells + dst, out[q]),
                 }
             }
-        });
+        };
+        if near {
+            each_q!(q => { scatter(q, true); });
+        } else {
+            each_q!(q => { scatter(q, false); });
+        }
     }
 
     /// TRT collision with Guo forcing of the streamed populations `p` (deviations) of cell `n`; writes the
     /// moments if asked.
+    ///
+    /// Written pair by pair, `q` with its opposite `o`, in terms of the equilibrium's symmetric part
+    /// `w (drho + rho (4.5 (c.u)^2 - 1.5 u.u))` and antisymmetric part `3 w rho c.u`, with every factor that
+    /// depends only on the weight computed once per cell: the GPU issues no more instructions than the
+    /// collision needs (f16 storage is bound by instruction issue, not memory, otherwise).
     #[inline(always)]
     fn collide(&self, p: &[S::Real; Q], n: usize, cells: usize) -> [S::Real; Q] {
         let c = |v: f64| S::Real::from_f64(v);
@@ -246,26 +252,118 @@ impl<S: Storage> Step<S> {
                 }
             }
         }
-        let e = equilibrium(drho, u);
-        let (wp, wm) = (self.omega, self.omega_minus);
-        // Guo's source, split into its symmetric part (relaxed with omega) and antisymmetric part.
+        let usq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         let uf = u[0] * force[0] + u[1] * force[1] + u[2] * force[2];
+        let (wp, wm) = (self.omega, self.omega_minus);
         let (kp, km) = (S::Real::ONE - c(0.5) * wp, S::Real::ONE - c(0.5) * wm);
+        let (hwp, hwm) = (c(0.5) * wp, c(0.5) * wm);
+        let base = drho - c(1.5) * rho * usq;
+        // Per weight: twice the equilibrium's parts (the pair sums below are twice the symmetric and
+        // antisymmetric parts) and Guo's source, symmetric `s9 (c.u)(c.F) - s3`, antisymmetric `sa c.F`.
+        let class = |w: f64| {
+            let w = c(w);
+            let w2 = c(2.0) * w;
+            Class {
+                eb: w2 * base,
+                e2: c(4.5) * w2 * rho,
+                ea: c(3.0) * w2 * rho,
+                s9: c(9.0) * kp * w,
+                s3: c(3.0) * kp * w * uf,
+                sa: c(3.0) * km * w,
+            }
+        };
+        let (face, edge) = (class(W[1]), class(W[7]));
         let mut out = [S::Real::ZERO; Q];
-        out[0] = p[0] - wp * (p[0] - e[0]) - kp * c(3.0 * W[0]) * uf;
-        each_q!(odd q => {
+        out[0] = p[0] - wp * (p[0] - c(W[0]) * base) - c(3.0 * W[0]) * kp * uf;
+        let pair = |q: usize, k: &Class<S::Real>, forced: bool| {
             let o = q + 1;
-            let half = c(0.5);
-            let sym = half * ((p[q] + p[o]) - (e[q] + e[o]));
-            let anti = half * ((p[q] - p[o]) - (e[q] - e[o]));
-            let cf = dot(q, force);
-            let s_sym = kp * c(W[q]) * (c(9.0) * dot(q, u) * cf - c(3.0) * uf);
-            let s_anti = km * c(3.0 * W[q]) * cf;
-            out[q] = p[q] - wp * sym - wm * anti + s_sym + s_anti;
-            out[o] = p[o] - wp * sym + wm * anti + s_sym - s_anti;
-        });
+            let cu = dot(q, u);
+            let sym = (p[q] + p[o]) - (k.eb + k.e2 * (cu * cu));
+            let anti = (p[q] - p[o]) - k.ea * cu;
+            let (a, b) = if forced {
+                let cf = dot(q, force);
+                ((k.s9 * cu * cf - k.s3) - hwp * sym, k.sa * cf - hwm * anti)
+            } else {
+                (-(hwp * sym), -(hwm * anti))
+            };
+            ((p[q] + a) + b, (p[o] + a) - b)
+        };
+        let forced =
+            force[0] != S::Real::ZERO || force[1] != S::Real::ZERO || force[2] != S::Real::ZERO;
+        // `forced` is uniform over the grid; the unforced copy leaves out the source terms.
+        macro_rules! pairs {
+            ($forced:expr) => {
+                each_q!(odd q => {
+                    let k = if q < 7 { &face } else { &edge };
+                    (out[q], out[q + 1]) = pair(q, k, $forced);
+                });
+            };
+        }
+        if forced {
+            pairs!(true);
+        } else {
+            pairs!(false);
+        }
         out
     }
+}
+
+/// The per-cell factors of the collision that depend only on a population's weight.
+struct Class<R> {
+    eb: R,
+    e2: R,
+    ea: R,
+    s9: R,
+    s3: R,
+    sa: R,
+}
+
+/// The row offsets of a cell's neighbours along each axis (periodic wrap).
+struct Neighbours {
+    xs: [u32; 3],
+    ys: [u32; 3],
+    zs: [u32; 3],
+}
+
+impl Neighbours {
+    #[inline(always)]
+    fn new([x, y, z]: [u32; 3], [nx, ny, nz]: [u32; 3]) -> Self {
+        let wrap = |v: u32, len: u32| {
+            [
+                if v == 0 { len - 1 } else { v - 1 },
+                v,
+                if v + 1 == len { 0 } else { v + 1 },
+            ]
+        };
+        Self {
+            xs: wrap(x, nx),
+            ys: wrap(y, ny).map(|v| v * nx),
+            zs: wrap(z, nz).map(|v| v * nx * ny),
+        }
+    }
+
+    /// The cell at offset `sign * c_q`.
+    #[inline(always)]
+    fn at(&self, q: usize, sign: i32) -> usize {
+        let o = |a: usize| (sign * C[q][a] + 1) as usize;
+        (self.xs[o(0)] + self.ys[o(1)] + self.zs[o(2)]) as usize
+    }
+}
+
+/// `v`, which the compiler cannot see through: values derived from it are computed anew.
+#[inline(always)]
+fn opaque(v: u64) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let mut v = v;
+        // SAFETY: a register move. Not `pure`, so LLVM may neither merge nor hoist it.
+        unsafe {
+            core::arch::asm!("mov.b64 {v}, {v};", v = inout(reg64) v, options(nomem, nostack, preserves_flags))
+        };
+        v
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    v
 }
 
 /// A [`Step`] type with GPU kernel entries, one per [`Scheme`].
@@ -286,11 +384,13 @@ macro_rules! step_entries {
     };
     (@one $s:ty, $name:ident, $scheme:expr) => {
         crate::kernel! {
-            /// Generated kernel entry: one thread per cell.
+            /// Generated kernel entry: one thread per cell, 2-D blocks in xy, one z plane per grid layer
+            /// (no divisions to find the cell).
             pub unsafe fn $name(s: Step<$s>) {
-                let n = thread::index_1d();
-                if n < s.cells() {
-                    s.cell::<{ $scheme as u32 }>(n as u32)
+                let x = thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
+                let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
+                if x < s.dims[0] && y < s.dims[1] {
+                    s.cell::<{ $scheme as u32 }>([x, y, thread::block_idx_z()])
                 }
             }
         }
