@@ -15,6 +15,8 @@
 #                                             its dslash / solver-variant benchmark
 #                                  lbm        the lattice-Boltzmann cases (cavity against Ghia, Poiseuille,
 #                                             Taylor-Green in f16), bad input, and the MLUPs/s benchmark
+#                                  advection  rotation and swirl runs, bad input, and the benchmark of every
+#                                             kernel variant (tuned) against the copy bandwidth
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
@@ -26,7 +28,7 @@ stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
     cargo build --release --bins
-    cp target/release/diffusion target/release/lqcd target/release/lbm "$BIN/"
+    cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection "$BIN/"
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -47,7 +49,7 @@ for l in sys.stdin:
 }
 
 run() {
-    local parts=" ${*:-tests diffusion lqcd lbm} "
+    local parts=" ${*:-tests diffusion lqcd lbm advection} "
     # With $OUT (the device machine's return folder, which takes few files) the work happens in /tmp and
     # $OUT gets the CSVs plus one archive of every log, PNG and the tune cache.
     local out=$BIN/out
@@ -69,7 +71,8 @@ run() {
         name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
         # A hang (a wait kernel never released) must cost minutes, not the whole device call.
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
-            LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" \
+            LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
@@ -95,6 +98,7 @@ run() {
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
     [[ $parts == *" lbm "* ]] && lbm_part "$out"
+    [[ $parts == *" advection "* ]] && advection_part "$out"
     if [ -n "${OUT:-}" ]; then
         tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
         cp "$out"/*.csv "$OUT/" 2>/dev/null
@@ -189,6 +193,21 @@ lbm_part() {
         record "lbm bench" PASS
     else
         record "lbm bench" FAIL
+    fi
+}
+
+advection_part() {
+    local out=$1
+    expect "advection rotation 1024^2, one revolution (tunes)" ok "interpolation error" "$out/adv-rotation.log" \
+        "$BIN/advection" rotation --size 1024 --output "$out/adv-rotation"
+    expect "advection swirl 3000x2000, shared kernel" ok "mass drift" "$out/adv-swirl.log" \
+        "$BIN/advection" swirl --size 3000x2000 --steps 500 --kernel shared --png-every 250 --output "$out/adv-swirl"
+    expect "advection CFL 1.5: clear error" fail "exceeds 1" "$out/adv-badcfl.log" \
+        "$BIN/advection" translation --cfl 1.5 --output "$out/adv-bad"
+    if "$BIN/advection" bench --csv "$out/advection-bench.csv" 2>&1 | tee "$out/advection-bench.log"; then
+        record "advection bench" PASS
+    else
+        record "advection bench" FAIL
     fi
 }
 

@@ -2,9 +2,10 @@
 //! lattice on the CPU or an NVIDIA GPU, with launch configurations tuned automatically.
 //!
 //! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the lattice-QCD
-//! crate ([`lqcd`]) and the lattice-Boltzmann crate ([`lbm`]), embeds the PTX
+//! crate ([`lqcd`]), the lattice-Boltzmann crate ([`lbm`]) and the advection crate ([`advection`]), embeds the PTX
 //! that `build.rs` compiled from `gpu-kernels`, and holds the applications' drivers ([`diffusion`]).
 
+pub use lattice_gpu_advection as advection;
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
 pub use lattice_gpu_lbm as lbm;

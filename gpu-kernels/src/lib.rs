@@ -10,6 +10,7 @@
 //! - [`complex`], [`wilson`], [`krylov`]: complex numbers, the Wilson-Dirac hopping term and the device half
 //!   of BiCGStab, for lattice QCD.
 //! - [`lbm`]: the D3Q19 lattice-Boltzmann collide-and-stream body and its kernels.
+//! - [`advection`]: the cubic semi-Lagrangian advection update and its optimised kernels.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
 #![no_std]
 #![feature(core_float_math, f16)]
@@ -19,6 +20,7 @@
 )]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
+pub mod advection;
 pub mod complex;
 pub mod device;
 pub mod diffusion;

@@ -482,6 +482,10 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     fn tuning(site: &AutoTuningInfo) -> Option<&TuningReport> {
         site.report()
     }
+
+    fn tunes(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

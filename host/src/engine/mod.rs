@@ -64,4 +64,8 @@ pub trait LoopEngine {
     fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
         None
     }
+    /// Whether the engine tunes its launches (then [`tuning`](Self::tuning) reports once a site is tuned).
+    fn tunes(&self) -> bool {
+        false
+    }
 }

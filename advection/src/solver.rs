@@ -1,0 +1,314 @@
+//! An advection run on any loop engine: the field double-buffered with a margin of 2, the steady
+//! velocities (zero on the two outermost nodes of every side, which therefore keep their values), and the
+//! kernel variant that carries the step.
+
+use lattice_gpu_host::engine::autotune::TuneSpace;
+use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
+use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
+use lattice_gpu_kernels::stencil::FieldRef;
+
+use crate::{Error, Result};
+
+/// The kernel variants, each adding one of the paper's techniques to the one before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// One point per thread step, the scheme as written (the CPU engine's update too).
+    Plain,
+    /// Each thread marches up a column keeping 5 rows and their velocity-independent coefficients in
+    /// registers (the tuner's `march` is the unroll factor).
+    Queue,
+    /// [`Kernel::Queue`] with branch-free upwind selection.
+    QueueBranchFree,
+    /// [`Kernel::QueueBranchFree`] with (u, v) packed into one 8-byte load.
+    Packed,
+    /// [`Kernel::Packed`] with each row staged once per block in shared memory.
+    Shared,
+}
+
+impl Kernel {
+    /// Every variant, in the order the techniques are added.
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Plain,
+        Kernel::Queue,
+        Kernel::QueueBranchFree,
+        Kernel::Packed,
+        Kernel::Shared,
+    ];
+
+    /// The command-line and table name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Plain => "plain",
+            Kernel::Queue => "queue",
+            Kernel::QueueBranchFree => "branch-free",
+            Kernel::Packed => "packed",
+            Kernel::Shared => "shared",
+        }
+    }
+
+    /// The variant called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether its threads march with a row queue (then `march` is its unroll factor: 4 to 32 suit it).
+    pub fn queued(self) -> bool {
+        self != Kernel::Plain
+    }
+
+    /// The auto-tuner's space for this kernel: the paper's block shapes, and as `march` the points per
+    /// thread (the unroll factor 4..32 for the queue kernels).
+    pub fn tune_space(self) -> TuneSpace {
+        let space = TuneSpace::table1();
+        if self.queued() {
+            space.with("march", vec![4, 8, 16, 32])
+        } else {
+            space
+        }
+    }
+}
+
+/// The set-up of a run: grid, initial field, velocities and `c = dt / h`, checked.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// Nodes in x and y.
+    pub size: [usize; 2],
+    /// Initial field, `nx * ny` values, x fastest.
+    pub f0: Vec<f64>,
+    /// x velocity per node.
+    pub u: Vec<f64>,
+    /// y velocity per node.
+    pub v: Vec<f64>,
+    /// `dt / h`.
+    pub c: f64,
+}
+
+impl Problem {
+    /// Checks sizes (at least the 5-node footprint), finite values and the CFL condition
+    /// `|u| dt / h <= 1`, `|v| dt / h <= 1` at every node that moves, naming the worst node.
+    pub fn check(&self) -> Result<()> {
+        let [nx, ny] = self.size;
+        if nx < 5 || ny < 5 {
+            return Err(Error::Invalid(format!(
+                "a {nx} x {ny} grid is smaller than the scheme's 5-node footprint; use at least 5 x 5 nodes"
+            )));
+        }
+        let n = nx * ny;
+        for (name, data) in [("field", &self.f0), ("u", &self.u), ("v", &self.v)] {
+            if data.len() != n {
+                return Err(Error::Invalid(format!(
+                    "the {name} has {} values but the {nx} x {ny} grid needs {n}; give arrays of the grid's shape",
+                    data.len()
+                )));
+            }
+            if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+                return Err(Error::Invalid(format!(
+                    "the {name} is {} at node ({}, {}); give finite values",
+                    data[i],
+                    i % nx,
+                    i / nx
+                )));
+            }
+        }
+        if !(self.c.is_finite() && self.c > 0.0) {
+            return Err(Error::Invalid(format!(
+                "dt / h = {} must be positive",
+                self.c
+            )));
+        }
+        let (cfl, at, axis) = self.max_courant();
+        if cfl > 1.0 {
+            return Err(Error::Invalid(format!(
+                "the CFL number |{axis}| dt / h = {cfl:.4} at node ({}, {}) exceeds 1: the departure point \
+                 would leave the 5-node footprint; lower dt (or the CFL number) by a factor {:.3} or more",
+                at % nx,
+                at / nx,
+                cfl
+            )));
+        }
+        Ok(())
+    }
+
+    /// The largest `|u| c` or `|v| c` over the nodes that move (not the two outermost of each side):
+    /// value, node index, and which velocity.
+    pub fn max_courant(&self) -> (f64, usize, &'static str) {
+        let [nx, ny] = self.size;
+        let mut best = (0.0, 0, "u");
+        for j in 2..ny.saturating_sub(2) {
+            for i in 2..nx.saturating_sub(2) {
+                let k = i + nx * j;
+                for (w, axis) in [(self.u[k], "u"), (self.v[k], "v")] {
+                    let a = w.abs() * self.c;
+                    if a > best.0 {
+                        best = (a, k, axis);
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// Whether node `k` is one of the two outermost of a side (those keep their values).
+    pub fn is_fixed(&self, k: usize) -> bool {
+        let [nx, ny] = self.size;
+        let (i, j) = (k % nx, k / nx);
+        i < 2 || j < 2 || i + 2 >= nx || j + 2 >= ny
+    }
+}
+
+/// A run on engine `E`.
+pub struct Advection<'e, E: LoopEngine> {
+    engine: &'e E,
+    size: [usize; 2],
+    shape: Shape,
+    f: E::Field<f32>,
+    g: E::Field<f32>,
+    u: E::Field<f32>,
+    v: E::Field<f32>,
+    uv: E::Field<f32>,
+    c: f32,
+    kernel: Kernel,
+    site: Loop2D<'e, E>,
+    steps: u64,
+}
+
+impl<'e, E: LoopEngine> Advection<'e, E> {
+    /// Checks `problem`, then that it fits the engine's memory, then uploads it. `aligned` pads rows so
+    /// that each row's first node starts a 128-byte line (coalesced loads).
+    pub fn new(engine: &'e E, problem: &Problem, kernel: Kernel, aligned: bool) -> Result<Self> {
+        problem.check()?;
+        let [nx, ny] = problem.size;
+        let mut shape = Shape::new_2d([nx, ny], 2)?;
+        if aligned {
+            shape = shape.aligned_rows(4, 0.25);
+        }
+        let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
+        engine.check_fits(
+            (6 * shape.len() * 4) as u64,
+            &format!("the {nx} x {ny} advection fields"),
+        )?;
+        // Into the array's interior; velocities zero on the fixed nodes, so that the kernels keep those
+        // nodes' values without a branch (s = 0 gives the node's own value exactly).
+        let spread = |data: &[f64], velocity: bool| {
+            let mut a = vec![0.0f32; shape.len()];
+            for j in 0..ny {
+                for i in 0..nx {
+                    let k = i + nx * j;
+                    if !(velocity && problem.is_fixed(k)) {
+                        a[shape.index(i + 2, j + 2, 0)] = data[k] as f32;
+                    }
+                }
+            }
+            a
+        };
+        let (f0, u, v) = (
+            spread(&problem.f0, false),
+            spread(&problem.u, true),
+            spread(&problem.v, true),
+        );
+        let uv: Vec<f32> = u.iter().zip(&v).flat_map(|(&a, &b)| [a, b]).collect();
+        let field = |data: &[f32], s: Shape| -> Result<E::Field<f32>> {
+            let mut f = engine.alloc::<f32>(s)?;
+            f.upload(data)?;
+            Ok(f)
+        };
+        Ok(Self {
+            engine,
+            size: problem.size,
+            shape,
+            f: field(&f0, shape)?,
+            g: field(&f0, shape)?,
+            u: field(&u, shape)?,
+            v: field(&v, shape)?,
+            uv: field(&uv, packed)?,
+            c: problem.c as f32,
+            kernel,
+            site: Loop2D::new(engine, shape.interior_range())?,
+            steps: 0,
+        })
+    }
+
+    /// The array shape (margins and padding included).
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Steps done.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The loop site (its tuning result, with the auto-tuner).
+    pub fn site(&self) -> &Loop2D<'e, E> {
+        &self.site
+    }
+
+    /// Overwrites the output buffer's interior with NaN (tests: a missed point cannot pass).
+    pub fn poison_output(&mut self) -> Result<()> {
+        let mut data = self.g.download()?;
+        let [nx, ny] = self.size;
+        for j in 0..ny {
+            for i in 0..nx {
+                data[self.shape.index(i + 2, j + 2, 0)] = f32::NAN;
+            }
+        }
+        self.g.upload(&data)?;
+        Ok(())
+    }
+
+    fn args<const K: u32>(&mut self) -> Advect<K> {
+        let uv = self.uv.view().as_ptr() as *const Uv;
+        Advect {
+            f: self.f.view(),
+            out: self.g.view_mut(),
+            u: self.u.view(),
+            v: self.v.view(),
+            // SAFETY: the packed field holds two f32 per array point, so it covers every index of `shape`.
+            uv: unsafe { FieldRef::from_raw(uv) },
+            c: self.c,
+        }
+    }
+
+    /// One time step (queued on a GPU).
+    pub fn step(&mut self) -> Result<()> {
+        match self.kernel {
+            Kernel::Plain => {
+                let a = self.args::<0>();
+                self.site.run(&a)?
+            }
+            Kernel::Queue => {
+                let a = self.args::<QUEUE>();
+                self.site.run(&a)?
+            }
+            Kernel::QueueBranchFree => {
+                let a = self.args::<{ QUEUE | BRANCH_FREE }>();
+                self.site.run(&a)?
+            }
+            Kernel::Packed => {
+                let a = self.args::<{ QUEUE | BRANCH_FREE | PACKED }>();
+                self.site.run(&a)?
+            }
+            Kernel::Shared => {
+                let a = self.args::<{ QUEUE | BRANCH_FREE | PACKED | SHARED }>();
+                self.site.run(&a)?
+            }
+        }
+        std::mem::swap(&mut self.f, &mut self.g);
+        self.steps += 1;
+        Ok(())
+    }
+
+    /// Waits for the queued steps.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.engine.synchronize()?)
+    }
+
+    /// The field now (nx * ny values, x fastest).
+    pub fn field(&self) -> Result<Vec<f64>> {
+        let data = self.f.download()?;
+        let [nx, ny] = self.size;
+        Ok((0..nx * ny)
+            .map(|k| data[self.shape.index(k % nx + 2, k / nx + 2, 0)] as f64)
+            .collect())
+    }
+}

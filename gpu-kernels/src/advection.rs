@@ -1,0 +1,365 @@
+//! Cubic semi-Lagrangian advection of a 2-D f32 field by a steady velocity field (Fukuzawa, GPU
+//! Challenge 2010): the per-point update every engine runs, and the GPU kernels with the paper's
+//! techniques, each switchable so that its effect can be measured.
+//!
+//! The scheme: for node (i, j) with Courant numbers `a = u dt / h`, `b = v dt / h` (|a|, |b| <= 1) the
+//! departure point is (i - a, j - b). Interpolation is cubic Lagrange on 4 upwind-biased nodes per
+//! direction: for `a >= 0` the nodes i-2, i-1, i, i+1 with the [`weights`] at `s = -a` (offsets -2..1); for
+//! `a < 0` the nodes i+2, i+1, i, i-1 take the same weights at `s = a`. In 2-D each of the 4 upwind rows is
+//! interpolated in x, then those 4 values in y. The two outermost nodes on every side keep their values:
+//! the host gives them zero velocity (then `s = 0` and the update returns the node's own value exactly),
+//! and the fields have a margin of 2 (finite values) so that no update reads outside them.
+//!
+//! Kernels: [`Advect`] with technique flags `K` ([`BRANCH_FREE`], [`PACKED`], [`QUEUE`], [`SHARED`]). Without
+//! [`QUEUE`] the kernel is the framework's plain 2-D loop over [`Advect::update`], one point at a time.
+//! With it each thread marches `march` points up a column (the tuner's unroll factor, 4..32) keeping a
+//! queue of 5 rows in registers, each row with the velocity-independent coefficients of its two cubics
+//! (left- and right-biased, Newton form), computed once and used by the 5 outputs that share the row.
+
+use crate::device::math::abs;
+#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
+use crate::device::thread;
+use crate::stencil::{ArrayIndex2D, FieldMut, FieldRef, PointUpdate2D};
+
+/// Upwind selection without divergent branches (absolute values and selects).
+pub const BRANCH_FREE: u32 = 1;
+/// Velocities packed as one 8-byte (u, v) value per node, loaded at once.
+pub const PACKED: u32 = 2;
+/// Each thread marches up a column with a register queue of 5 rows and their coefficients.
+pub const QUEUE: u32 = 4;
+/// With [`QUEUE`]: each row is loaded once per block into shared memory (one load per thread, plus the
+/// halo), and the threads read their 5 values from there.
+pub const SHARED: u32 = 8;
+/// The widest block the [`SHARED`] kernels take (the tuner's largest `block_x`).
+pub const SHARED_MAX_X: u32 = 128;
+/// The most thread rows per block the [`SHARED`] kernels take (the tuner's largest `block_y`).
+pub const SHARED_MAX_Y: u32 = 16;
+const SHARED_ROW: usize = SHARED_MAX_X as usize + 4;
+
+/// A (u, v) pair, aligned so that one 8-byte load reads it.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Uv {
+    /// x velocity.
+    pub u: f32,
+    /// y velocity.
+    pub v: f32,
+}
+
+/// The cubic Lagrange weights of the nodes at offsets -2, -1, 0, 1 for the point at offset `s`.
+#[inline(always)]
+pub fn weights(s: f32) -> [f32; 4] {
+    let (p2, p1, m1) = (s + 2.0, s + 1.0, s - 1.0);
+    [
+        -(p1 * s * m1) / 6.0,
+        (p2 * s * m1) / 2.0,
+        -(p2 * p1 * m1) / 2.0,
+        (p2 * p1 * s) / 6.0,
+    ]
+}
+
+/// One step of the advection: `out` from `f` with velocities `u`, `v` (or `uv` with [`PACKED`]) and
+/// `c = dt / h`. All fields share one array shape (margin 2).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Advect<const K: u32> {
+    /// The field at the start of the step.
+    pub f: FieldRef<f32>,
+    /// The field at the end of the step.
+    pub out: FieldMut<f32>,
+    /// x velocity (unused with [`PACKED`]).
+    pub u: FieldRef<f32>,
+    /// y velocity (unused with [`PACKED`]).
+    pub v: FieldRef<f32>,
+    /// Packed velocities (only with [`PACKED`]).
+    pub uv: FieldRef<Uv>,
+    /// `dt / h`.
+    pub c: f32,
+}
+
+impl<const K: u32> Advect<K> {
+    /// Courant numbers `(a, b)` at array index `ix`.
+    #[inline(always)]
+    fn courant(&self, ix: usize) -> (f32, f32) {
+        if K & PACKED != 0 {
+            let w = self.uv.get(ix);
+            (w.u * self.c, w.v * self.c)
+        } else {
+            (self.u.get(ix) * self.c, self.v.get(ix) * self.c)
+        }
+    }
+}
+
+impl<const K: u32> PointUpdate2D for Advect<K> {
+    type Real = f32;
+    const RADIUS: [u32; 2] = [2, 2];
+
+    /// The scheme exactly as written: upwind side by branch, Lagrange weights, rows in x, then y.
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex2D) {
+        let (a, b) = self.courant(idx.ix());
+        let (sx, dx): (f32, isize) = if a >= 0.0 { (-a, 1) } else { (a, -1) };
+        let (sy, dy): (f32, isize) = if b >= 0.0 { (-b, 1) } else { (b, -1) };
+        let (wx, wy) = (weights(sx), weights(sy));
+        let nx = idx.size()[0] as isize;
+        let mut sum = 0.0;
+        for (m, wy) in (-2..2).zip(wy) {
+            let row = idx.ix() as isize + dy * m * nx;
+            let mut r = 0.0;
+            for (k, wx) in (-2..2).zip(wx) {
+                r += wx * self.f.get((row + dx * k) as usize);
+            }
+            sum += wy * r;
+        }
+        self.out.set(idx.ix(), sum);
+    }
+}
+
+/// The Newton-form coefficients of one row's two cubics around node `i`: `p(s) = f0 + s (c1 + s (c2 + s
+/// c3))`, left-biased (nodes i-2..i+1, `l1`, `l3`) and right-biased (nodes i+2..i-1, `r1`, `r3`; `c2` is
+/// the same for both). They do not depend on the velocity.
+#[derive(Clone, Copy)]
+struct Row {
+    f0: f32,
+    l1: f32,
+    r1: f32,
+    c2: f32,
+    l3: f32,
+    r3: f32,
+}
+
+impl Row {
+    #[inline(always)]
+    fn new(f: [f32; 5]) -> Self {
+        let [fm2, fm1, f0, fp1, fp2] = f;
+        let sixth = 1.0 / 6.0;
+        Row {
+            f0,
+            c2: 0.5 * ((fm1 + fp1) - 2.0 * f0),
+            l1: sixth * (fm2 + 2.0 * fp1 + 3.0 * f0) - fm1,
+            r1: sixth * (fp2 + 2.0 * fm1 + 3.0 * f0) - fp1,
+            l3: sixth * ((fp1 - fm2) + 3.0 * (fm1 - f0)),
+            r3: sixth * ((fm1 - fp2) + 3.0 * (fp1 - f0)),
+        }
+    }
+
+    /// The cubic at `s` (`s = -|a|`), left-biased for `left`.
+    #[inline(always)]
+    fn eval<const BF: bool>(&self, s: f32, left: bool) -> f32 {
+        let (c1, c3) = if BF {
+            (
+                select(left, self.l1, self.r1),
+                select(left, self.l3, self.r3),
+            )
+        } else if left {
+            (self.l1, self.l3)
+        } else {
+            (self.r1, self.r3)
+        };
+        self.f0 + s * (c1 + s * (self.c2 + s * c3))
+    }
+}
+
+/// `if c { a } else { b }` as a select instruction, not a branch.
+#[inline(always)]
+fn select(c: bool, a: f32, b: f32) -> f32 {
+    let m = (c as u32).wrapping_neg();
+    f32::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
+}
+
+impl<const K: u32> Advect<K> {
+    #[inline(always)]
+    fn row(&self, ix: usize) -> Row {
+        let f = self.f;
+        Row::new([
+            f.get(ix - 2),
+            f.get(ix - 1),
+            f.get(ix),
+            f.get(ix + 1),
+            f.get(ix + 2),
+        ])
+    }
+
+    /// The new value of the output whose 5 rows (j-2..j+2) are `q`, from its Courant numbers.
+    #[inline(always)]
+    fn output(&self, q: &[Row; 5], a: f32, b: f32) -> f32 {
+        let bf = K & BRANCH_FREE != 0;
+        let (left, s) = (a >= 0.0, -abs(a));
+        let (down, t) = (b >= 0.0, -abs(b));
+        // The rows' values at the departure abscissa, then the cubic in y through 4 of them.
+        let g = |m: usize| {
+            if bf {
+                q[m].eval::<true>(s, left)
+            } else {
+                q[m].eval::<false>(s, left)
+            }
+        };
+        let y = if bf {
+            Row::new([g(0), g(1), g(2), g(3), g(4)])
+        } else if down {
+            // Upwind from below: row j+2 is not needed (nor, from above, row j-2).
+            Row::new([g(0), g(1), g(2), g(3), 0.0])
+        } else {
+            Row::new([0.0, g(1), g(2), g(3), g(4)])
+        };
+        if bf {
+            y.eval::<true>(t, down)
+        } else {
+            y.eval::<false>(t, down)
+        }
+    }
+
+    /// The [`QUEUE`] kernels' thread: marches `n` points up the column from array index `ix` (the first
+    /// output), in rows of `nx` elements, with a queue of 5 rows. Public so that the CPU tests can check it.
+    #[inline(always)]
+    pub fn march(&self, ix: usize, nx: usize, n: u32) {
+        let mut q = [
+            self.row(ix - 2 * nx),
+            self.row(ix - nx),
+            self.row(ix),
+            self.row(ix + nx),
+            self.row(ix + nx), // replaced before first use
+        ];
+        let mut ix = ix;
+        for _ in 0..n {
+            q[4] = self.row(ix + 2 * nx);
+            let (a, b) = self.courant(ix);
+            self.out.set(ix, self.output(&q, a, b));
+            q = [q[1], q[2], q[3], q[4], q[4]];
+            ix += nx;
+        }
+    }
+}
+
+/// Where a thread of a [`SHARED`] kernel sits: its block's first column `i0`, its place `tx` in a block
+/// `bx` wide, its thread row `ty` (`by` rows per block) and its first output row `j0`.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockPlace {
+    /// First column of the block (array coordinates).
+    pub i0: u32,
+    /// Column of the thread within the block.
+    pub tx: u32,
+    /// Block width.
+    pub bx: u32,
+    /// Thread row within the block.
+    pub ty: u32,
+    /// First output row of the thread (array coordinates).
+    pub j0: u32,
+}
+
+impl<const K: u32> Advect<K> {
+    /// The [`SHARED`] kernels' thread: `march` outputs up its column as in [`march`](Self::march), each
+    /// row staged by its block row in shared memory (two slots, one barrier a row). Every thread of the
+    /// block takes part in every barrier, so those outside the range only help load.
+    ///
+    /// # Safety
+    /// `bx <= SHARED_MAX_X`, `ty < SHARED_MAX_Y`, and every thread of the block calls this with the same
+    /// `i0`, `bx` and `march`.
+    #[inline(always)]
+    pub unsafe fn march_shared(&self, r: &crate::stencil::LoopRange, p: BlockPlace, march: u32) {
+        let buf = crate::shared_array![f32; SHARED_MAX_Y as usize * 2 * SHARED_ROW];
+        // SAFETY: `ty < SHARED_MAX_Y` (the caller's contract).
+        let mine = unsafe { buf.add(p.ty as usize * 2 * SHARED_ROW) };
+        let nx = r.n[0] as usize;
+        let (last_col, last_row) = (r.n[0] - 1, r.n[1] - 1);
+        let i = p.i0 + p.tx;
+        let width = p.bx + 4;
+        let stage = |step: u32| {
+            // Rows j0-2 .. j0+march+1; columns i0-2 .. i0+bx+1, clamped to the array (clamped values
+            // are never used: they belong to threads outside the range).
+            let j = (p.j0 + step - 2).min(last_row) as usize;
+            let slot = (step % 2) as usize * SHARED_ROW;
+            let mut k = p.tx;
+            while k < width {
+                let col = (p.i0 + k - 2).min(last_col) as usize;
+                // SAFETY: `k < bx + 4 <= SHARED_ROW`.
+                unsafe { *mine.add(slot + k as usize) = self.f.get(col + nx * j) };
+                k += p.bx;
+            }
+            thread::sync_threads();
+            // SAFETY: `tx + 4 < bx + 4 <= SHARED_ROW`.
+            let at = |d: usize| unsafe { *mine.add(slot + p.tx as usize + d) };
+            Row::new([at(0), at(1), at(2), at(3), at(4)])
+        };
+        let mut q = [stage(0), stage(1), stage(2), stage(3), Row::new([0.0; 5])];
+        for step in 4..march + 4 {
+            q[4] = stage(step);
+            let jo = p.j0 + step - 4;
+            if i < r.end[0] && jo < r.end[1] {
+                let ix = i as usize + nx * jo as usize;
+                let (a, b) = self.courant(ix);
+                self.out.set(ix, self.output(&q, a, b));
+            }
+            q = [q[1], q[2], q[3], q[4], q[4]];
+        }
+    }
+}
+
+macro_rules! advect_entries {
+    ($($plain:ident, $k:expr;)*) => {$(
+        crate::kernel! {
+            /// Generated kernel entry: the framework's 2-D launch, each thread marching `march` rows.
+            pub unsafe fn $plain(a: Advect<{ $k }>, r: crate::stencil::LoopRange, march: u32) {
+                if $k & QUEUE == 0 {
+                    crate::stencil::device_loop2d(&a, &r, march)
+                } else if $k & SHARED != 0 {
+                    let (bx, ty) = (thread::block_dim_x(), thread::thread_idx_y());
+                    let row = thread::block_idx_y() * thread::block_dim_y() + ty;
+                    let place = BlockPlace {
+                        i0: r.begin[0] + thread::block_idx_x() * bx,
+                        tx: thread::thread_idx_x(),
+                        bx,
+                        ty,
+                        j0: r.begin[1] + row * march,
+                    };
+                    // Blocks beyond the shared buffer do nothing (the tuner's space stays inside it).
+                    if bx <= SHARED_MAX_X && thread::block_dim_y() <= SHARED_MAX_Y {
+                        a.march_shared(&r, place, march)
+                    }
+                } else {
+                    let i = r.begin[0] + thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
+                    let row = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
+                    let j0 = r.begin[1] + row * march;
+                    if i < r.end[0] && j0 < r.end[1] {
+                        let n = march.min(r.end[1] - j0);
+                        let nx = r.n[0] as usize;
+                        a.march(i as usize + nx * j0 as usize, nx, n)
+                    }
+                }
+            }
+        }
+        impl crate::stencil::GpuEntry for Advect<{ $k }> {
+            const ENTRY: &'static str = stringify!($plain);
+        }
+    )*};
+}
+
+advect_entries! {
+    advect_plain, 0;
+    advect_queue, QUEUE;
+    advect_queue_bf, QUEUE | BRANCH_FREE;
+    advect_queue_bf_packed, QUEUE | BRANCH_FREE | PACKED;
+    advect_queue_bf_packed_shared, QUEUE | BRANCH_FREE | PACKED | SHARED;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newton_rows_equal_lagrange_weights() {
+        let f = [0.3f32, -1.2, 2.5, 0.7, -0.4];
+        let row = Row::new(f);
+        for s in [-1.0f32, -0.75, -0.5, -0.1, 0.0] {
+            let w = weights(s);
+            let left: f32 = (0..4).map(|k| w[k] * f[k]).sum();
+            let right: f32 = (0..4).map(|k| w[k] * f[4 - k]).sum();
+            assert!((row.eval::<false>(s, true) - left).abs() < 1e-5, "{s}");
+            assert!((row.eval::<true>(s, false) - right).abs() < 1e-5, "{s}");
+        }
+        assert_eq!(row.eval::<true>(0.0, true), f[2]);
+        assert_eq!(weights(-1.0), [0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(select(true, 1.0, 2.0), 1.0);
+        assert_eq!(select(false, 1.0, 2.0), 2.0);
+    }
+}

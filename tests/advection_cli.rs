@@ -1,0 +1,159 @@
+//! The `advection` binary on the CPU: a small rotation prints its error norms and writes its files; bad
+//! input (CFL above 1, NaN in a field file, mismatched shapes, a grid smaller than the footprint, an
+//! unknown kernel) ends in a clear message and exit code 1, never a panic, and writes no output.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use lattice_gpu::host::io::npy::write_npy;
+
+/// The binary under test: `$LATTICE_GPU_ADVECTION_BIN` where the test runs away from its build tree
+/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("LATTICE_GPU_ADVECTION_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_advection")))
+}
+
+fn advection(args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .output()
+        .expect("the advection binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("panicked"),
+        "advection {args:?} panicked:\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("advection-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn rotation_reports_its_errors_and_writes_files() {
+    let dir = temp_dir("rotation");
+    let out = dir.join("out");
+    let (ok, text) = advection(&[
+        "rotation",
+        "--engine",
+        "host",
+        "--size",
+        "64",
+        "--png-every",
+        "100",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let rel: f64 = text
+        .split("relative L2 ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no relative L2 in:\n{text}"));
+    assert!(rel > 0.0 && rel < 0.3, "{text}");
+    assert!(
+        text.contains("interpolation error") && text.contains("mass drift"),
+        "{text}"
+    );
+    for f in ["field.npy", "field.png", "field-0000100.png"] {
+        assert!(out.join(f).is_file(), "{f} missing:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_refused_with_the_fix() {
+    let dir = temp_dir("bad");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let field = dir.join("f.npy");
+    let mut f = vec![0.5f32; 16 * 12];
+    f[3 + 16 * 4] = f32::NAN;
+    write_npy(&field, &[12, 16], &f).unwrap();
+    let uv = dir.join("uv.npy");
+    write_npy(&uv, &[12, 16, 2], &vec![0.1f32; 16 * 12 * 2]).unwrap();
+    let wrong = dir.join("uv-wrong.npy");
+    write_npy(&wrong, &[12, 15, 2], &vec![0.1f32; 15 * 12 * 2]).unwrap();
+    let (fs, uvs, ws) = (
+        field.to_str().unwrap(),
+        uv.to_str().unwrap(),
+        wrong.to_str().unwrap(),
+    );
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "translation",
+                "--engine",
+                "host",
+                "--size",
+                "64",
+                "--cfl",
+                "1.5",
+                "--output",
+                o,
+            ],
+            "exceeds 1",
+        ),
+        (
+            &[
+                "file",
+                "--engine",
+                "host",
+                "--field",
+                fs,
+                "--velocity",
+                uvs,
+                "--steps",
+                "2",
+                "--output",
+                o,
+            ],
+            "NaN at node (3, 4)",
+        ),
+        (
+            &[
+                "file",
+                "--engine",
+                "host",
+                "--field",
+                fs,
+                "--velocity",
+                ws,
+                "--output",
+                o,
+            ],
+            "(12, 16, 2)",
+        ),
+        (
+            &["swirl", "--engine", "host", "--size", "4x40", "--output", o],
+            "5-node footprint",
+        ),
+        (
+            &[
+                "swirl", "--engine", "host", "--kernel", "fastest", "--output", o,
+            ],
+            "unknown kernel",
+        ),
+    ];
+    for (args, want) in cases {
+        let (ok, text) = advection(args);
+        assert!(!ok, "advection {args:?} should fail:\n{text}");
+        assert!(
+            text.contains(want),
+            "advection {args:?}: expected `{want}` in:\n{text}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "failed runs left files: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
