@@ -20,6 +20,36 @@ pub enum EngineKind {
     Autotune,
 }
 
+/// Where an application with its own kernels runs: `--engine auto|device|host`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Placement {
+    /// The GPU if there is one, else the CPU with a one-line notice.
+    Auto,
+    /// The GPU; an error without one.
+    Device,
+    /// The CPU.
+    Host,
+}
+
+impl Placement {
+    /// The GPU to run on, or `None` for the CPU; `instead` names what runs on the CPU in the notice that
+    /// `Auto` prints when there is no GPU.
+    pub fn gpu(self, instead: &str) -> Result<Option<Arc<Gpu>>> {
+        match self {
+            Placement::Host => Ok(None),
+            Placement::Device => Ok(Some(Gpu::open(0, crate::PTX)?)),
+            Placement::Auto => match Gpu::open(0, crate::PTX) {
+                Ok(g) => Ok(Some(g)),
+                Err(Error::NoGpu(why)) => {
+                    eprintln!("notice: {why}; running {instead} instead");
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
+
 /// How a 3-D stencil kernel reads its input (see `Variant` in the stencil framework).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum VariantArg {

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{Advection, Error, Kernel, Problem, Result};
-use lattice_gpu::cli::{output_dir, parse_dims, progress};
+use lattice_gpu::cli::{output_dir, parse_dims, progress, Placement};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
@@ -43,16 +43,6 @@ enum Command {
     Bench(BenchArgs),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum EngineArg {
-    /// The GPU with the launch shape and unroll factor tuned (and cached); the CPU without a GPU.
-    Auto,
-    /// The GPU with `--block` and `--march` as given.
-    Device,
-    /// The CPU.
-    Host,
-}
-
 #[derive(Args, Clone)]
 struct Common {
     /// Nodes NXxNY (or N for a square).
@@ -73,9 +63,10 @@ struct Common {
     /// Kernel variant: plain, queue, branch-free, packed, shared (each adds one technique).
     #[arg(long, default_value = "packed", value_parser = parse_kernel)]
     kernel: Kernel,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
+    /// Where to run: the GPU with launch shape and unroll factor tuned (and cached), `device` with
+    /// `--block` and `--march` as given, or the CPU.
+    #[arg(long, value_enum, default_value_t = Placement::Auto)]
+    engine: Placement,
     /// Block shape XxY for --engine device.
     #[arg(long, default_value = "128x1", value_parser = parse_block)]
     block: (u32, u32),
@@ -219,10 +210,9 @@ fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
     };
     p.check()?;
     let dir = output_dir(&c.output).map_err(Error::Invalid)?;
-    let out = match c.engine {
-        EngineArg::Host => simulate(&HostLoopEngine, c, &p, steps, &dir)?,
-        EngineArg::Device => {
-            let gpu = Gpu::open(0, lattice_gpu::PTX)?;
+    let out = match (c.engine.gpu("on the CPU engine")?, c.engine) {
+        (None, _) => simulate(&HostLoopEngine, c, &p, steps, &dir)?,
+        (Some(gpu), Placement::Device) => {
             let shape = LaunchShape {
                 block_x: c.block.0,
                 block_y: c.block.1,
@@ -231,14 +221,7 @@ fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
             };
             simulate(&DeviceLoopEngine::new(gpu, shape), c, &p, steps, &dir)?
         }
-        EngineArg::Auto => match Gpu::open(0, lattice_gpu::PTX) {
-            Ok(gpu) => simulate(&tuner(gpu, c.kernel, c.retune), c, &p, steps, &dir)?,
-            Err(HostError::NoGpu(why)) => {
-                eprintln!("notice: {why}; running on the CPU engine instead");
-                simulate(&HostLoopEngine, c, &p, steps, &dir)?
-            }
-            Err(e) => return Err(e.into()),
-        },
+        (Some(gpu), _) => simulate(&tuner(gpu, c.kernel, c.retune), c, &p, steps, &dir)?,
     };
     let t = dt * steps as f64;
     println!(

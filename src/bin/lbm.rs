@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{output_dir, parse_size3, progress};
+use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
 use lattice_gpu::host::{Error as HostError, Gpu};
 use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
@@ -57,16 +57,6 @@ enum CollisionArg {
     Trt,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum EngineArg {
-    /// The GPU if there is one, else the CPU with a notice.
-    Auto,
-    /// The GPU; an error without one.
-    Device,
-    /// The CPU.
-    Host,
-}
-
 #[derive(Args, Clone)]
 struct Common {
     /// Storage precision of the populations (f16: half the bytes, f32 arithmetic).
@@ -82,8 +72,8 @@ struct Common {
     #[arg(long, default_value_t = 0.25)]
     magic: f64,
     /// Where to run.
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
+    #[arg(long, value_enum, default_value_t = Placement::Auto)]
+    engine: Placement,
     /// Output directory.
     #[arg(long, default_value = "lbm-out")]
     output: PathBuf,
@@ -199,19 +189,8 @@ fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
     }
 }
 
-fn engine(arg: EngineArg) -> Result<Engine> {
-    match arg {
-        EngineArg::Host => Ok(Engine::Host),
-        EngineArg::Device => Ok(Engine::Device(Gpu::open(0, lattice_gpu::PTX)?)),
-        EngineArg::Auto => match Gpu::open(0, lattice_gpu::PTX) {
-            Ok(g) => Ok(Engine::Device(g)),
-            Err(HostError::NoGpu(why)) => {
-                eprintln!("notice: {why}; running on the CPU instead");
-                Ok(Engine::Host)
-            }
-            Err(e) => Err(e.into()),
-        },
-    }
+fn engine(arg: Placement) -> Result<Engine> {
+    Ok(arg.gpu("on the CPU")?.map_or(Engine::Host, Engine::Device))
 }
 
 fn describe(e: &Engine) -> String {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use lattice_gpu::cli::Placement;
 use lattice_gpu::host::krylov::{
     launch_overhead, BiCgStab, SolveOptions, SolveReport, SolveStatus, Variant,
 };
@@ -67,16 +68,6 @@ enum Prec {
     F64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Engine {
-    /// The GPU if there is one, else the CPU reference with a notice.
-    Auto,
-    /// The GPU; an error without one.
-    Device,
-    /// The CPU reference solver (f64).
-    Host,
-}
-
 #[derive(Args, Clone)]
 struct SolverArgs {
     #[command(flatten)]
@@ -106,8 +97,8 @@ struct SolverArgs {
     #[arg(long, default_value = "12", value_parser = parse_recon)]
     recon: Recon,
     /// Where to run.
-    #[arg(long, value_enum, default_value_t = Engine::Auto)]
-    engine: Engine,
+    #[arg(long, value_enum, default_value_t = Placement::Auto)]
+    engine: Placement,
 }
 
 #[derive(Args)]
@@ -225,22 +216,6 @@ fn gauge_field(a: &GaugeArgs, antiperiodic_t: bool) -> Result<(Lattice, GaugeFie
     Ok((lat, u))
 }
 
-/// The GPU, or `None` for the CPU reference (with a notice when that was not asked for).
-fn choose_gpu(engine: Engine) -> Result<Option<Arc<Gpu>>> {
-    match engine {
-        Engine::Host => Ok(None),
-        Engine::Device => Ok(Some(Gpu::open(0, lattice_gpu::PTX)?)),
-        Engine::Auto => match Gpu::open(0, lattice_gpu::PTX) {
-            Ok(g) => Ok(Some(g)),
-            Err(HostError::NoGpu(why)) => {
-                eprintln!("notice: {why}; running the CPU reference solver (f64) instead");
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        },
-    }
-}
-
 fn check(s: &SolverArgs) -> Result<()> {
     reference::check_kappa(s.kappa)?;
     if !(s.tol > 0.0 && s.tol < 1.0) {
@@ -280,7 +255,7 @@ impl Solver {
     fn new(args: &SolverArgs) -> Result<Self> {
         check(args)?;
         let (lat, u) = gauge_field(&args.gauge, args.antiperiodic_t)?;
-        let gpu = match choose_gpu(args.engine)? {
+        let gpu = match args.engine.gpu("the CPU reference solver (f64)")? {
             None => None,
             Some(g) => {
                 println!("GPU: {}", g.name());
