@@ -10,6 +10,8 @@
 use std::f64::consts::PI;
 use std::time::Instant;
 
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::decomp::Decomposition;
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
@@ -92,7 +94,12 @@ impl Problem {
     /// The field's shape for elements of `T`: the interior with a one-point margin holding the walls,
     /// rows aligned to 128 bytes where that costs at most a quarter more memory.
     pub fn shape<T>(&self) -> Result<Shape> {
-        Ok(Shape::new_3d(self.size, 1)?.aligned_rows(std::mem::size_of::<T>(), 1.25))
+        Self::shape_of::<T>(self.size)
+    }
+
+    /// The shape of a field of `size` interior points (one rank's part of a decomposed run).
+    fn shape_of<T>(size: [usize; 3]) -> Result<Shape> {
+        Ok(Shape::new_3d(size, 1)?.aligned_rows(std::mem::size_of::<T>(), 1.25))
     }
 
     /// The point update from `f` to `fnew`.
@@ -181,27 +188,68 @@ pub fn simulate<E: LoopEngine, T: Element>(
     problem: &Problem,
     initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
+    progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    simulate_on(engine, &Solo, problem, initial, steps, progress)
+}
+
+/// [`simulate`] decomposed along z over the ranks of `comm`: each rank runs its slab of planes on its
+/// `engine` and exchanges one plane with each neighbour before every step; rank 0 gathers the final field
+/// (the others return an empty one). The result is bit-identical to one rank's: every point sees the same
+/// values. Every rank calls `initial` (the whole field) and keeps its slab.
+pub fn simulate_on<E: LoopEngine, T: Element, C: Communicator>(
+    engine: &E,
+    comm: &C,
+    problem: &Problem,
+    initial: impl FnOnce() -> Result<Vec<T>>,
+    steps: usize,
     mut progress: impl FnMut(usize),
 ) -> Result<RunOutput<T>>
 where
     Diffusion3d<T>: GpuEntry,
 {
-    let shape = problem.shape::<T>()?;
+    let rank = comm.rank();
+    let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;
+    let own = split.owned(rank);
+    let shape = Problem::shape_of::<T>(own.size)?;
     let what = format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME);
     engine.check_fits(2 * shape.bytes::<T>(), &what)?;
     // The initial and the final field live in host memory whatever the engine.
     HostLoopEngine.check_fits(2 * shape.bytes::<T>(), &what)?;
-    let initial = shape.embed(&initial()?, T::ZERO)?;
+    let global = initial()?;
+    let plane = problem.size[0] * problem.size[1];
+    let slab = &global[plane * own.begin[2]..plane * (own.begin[2] + own.size[2])];
+    let initial = shape.embed(slab, T::ZERO)?;
+    drop(global);
     let mut f = engine.alloc::<T>(shape)?;
     let mut g = engine.alloc::<T>(shape)?;
     f.upload(&initial)?;
     // The margins of both buffers are the walls; copying the initial field into both keeps them equal.
     g.upload(&initial)?;
+    let plan = split.halo_plan(rank);
+    let first = shape.first();
+    // Local point p of the plan (margins at 0) in the array (which may pad rows before the margin).
+    let index = |p: [usize; 3]| {
+        shape.index(
+            first[0] + p[0] - 1,
+            first[1] + p[1] - 1,
+            first[2] + p[2] - 1,
+        )
+    };
     let mut step = Loop3D::new(engine, shape.interior_range())?;
     let report_every = (steps / 100).max(1);
     engine.synchronize()?;
     let start = Instant::now();
     for s in 0..steps {
+        if !plan.is_empty() {
+            // Host buffers: the whole array round-trips (device faces go by NCCL, not through here).
+            let mut host = f.download()?;
+            comm.exchange(&plan, &mut host, &index)?;
+            f.upload(&host)?;
+        }
         step.run(&problem.update(&f, &mut g))?;
         std::mem::swap(&mut f, &mut g);
         if (s + 1) % report_every == 0 {
@@ -212,7 +260,7 @@ where
     engine.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(RunOutput {
-        field: shape.extract(&f.download()?),
+        field: comm.gather(&shape.extract(&f.download()?))?,
         seconds,
         tuning: E::tuning(step.info()).cloned(),
     })

@@ -11,6 +11,9 @@
 //! messages. Along an axis that is not split but periodic, a rank is its own neighbour; along a walled
 //! axis the outer faces have no neighbour and are left to the boundary condition.
 
+// Per-axis arrays run in lock step: index loops over the axes read best here.
+#![allow(clippy::needless_range_loop)]
+
 use crate::error::{Error, Result};
 
 /// A box of array points: `begin[a]..begin[a] + size[a]` on every axis.
@@ -88,7 +91,12 @@ impl<const D: usize> Decomposition<D> {
     /// `halo[a]` margin planes per side, periodic where `periodic[a]`. Fails, naming the axis and the fix,
     /// where an axis has more ranks than planes or a box would be thinner than its halo (a margin must
     /// come from the next box only).
-    pub fn new(global: [usize; D], procs: [usize; D], halo: [usize; D], periodic: [bool; D]) -> Result<Self> {
+    pub fn new(
+        global: [usize; D],
+        procs: [usize; D],
+        halo: [usize; D],
+        periodic: [bool; D],
+    ) -> Result<Self> {
         for a in 0..D {
             if procs[a] == 0 || global[a] == 0 {
                 return Err(Error::InvalidSize(format!(
@@ -204,7 +212,11 @@ impl<const D: usize> Decomposition<D> {
             let mut begin = [0; D];
             let mut size = [0; D];
             for a in 0..D {
-                (begin[a], size[a]) = if a < axis { (0, own[a] + 2 * h[a]) } else { (h[a], own[a]) };
+                (begin[a], size[a]) = if a < axis {
+                    (0, own[a] + 2 * h[a])
+                } else {
+                    (h[a], own[a])
+                };
             }
             for side in [Side::Lower, Side::Upper] {
                 let Some(peer) = self.neighbour(rank, axis, side) else {
@@ -303,11 +315,22 @@ mod tests {
         for r in 0..ranks {
             let ls = d.local_size(r);
             let own = d.owned(r);
-            for l in (Region { begin: [0; D], size: ls }).points() {
-                let g: [isize; D] = std::array::from_fn(|a| own.begin[a] as isize + l[a] as isize - d.halo[a] as isize);
+            for l in (Region {
+                begin: [0; D],
+                size: ls,
+            })
+            .points()
+            {
+                let g: [isize; D] = std::array::from_fn(|a| {
+                    own.begin[a] as isize + l[a] as isize - d.halo[a] as isize
+                });
                 let got = local[r][flat(ls, l)];
                 match wrap(d, g) {
-                    Some(g) => assert_eq!(got, flat(d.global, g) as f64 + 1.0, "rank {r} local {l:?} global {g:?}"),
+                    Some(g) => assert_eq!(
+                        got,
+                        flat(d.global, g) as f64 + 1.0,
+                        "rank {r} local {l:?} global {g:?}"
+                    ),
                     None => assert_eq!(got, -1.0, "rank {r} local {l:?} beyond a wall was written"),
                 }
             }
@@ -318,7 +341,9 @@ mod tests {
     fn boxes_tile_the_grid_evenly() {
         for ranks in 1..=8 {
             for n in [ranks, 7, 13, 64, 101].into_iter().filter(|&n| n >= ranks) {
-                let d = Decomposition::new([5, 3, n], [1, 1, ranks], [1, 1, 1], [false, false, true]).unwrap();
+                let d =
+                    Decomposition::new([5, 3, n], [1, 1, ranks], [1, 1, 1], [false, false, true])
+                        .unwrap();
                 let mut covered = vec![0; n];
                 let sizes: Vec<usize> = (0..ranks).map(|r| d.owned(r).size[2]).collect();
                 for r in 0..ranks {
@@ -328,7 +353,10 @@ mod tests {
                         covered[z] += 1;
                     }
                 }
-                assert!(covered.iter().all(|&c| c == 1), "{n} planes over {ranks}: {covered:?}");
+                assert!(
+                    covered.iter().all(|&c| c == 1),
+                    "{n} planes over {ranks}: {covered:?}"
+                );
                 let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
                 assert!(hi - lo <= 1, "{sizes:?}");
             }
@@ -345,7 +373,11 @@ mod tests {
                         assert_eq!(d.neighbour(up, axis, Side::Lower), Some(r));
                     }
                 }
-                assert_eq!(d.neighbour(r, 2, Side::Upper), periodic.then_some(r), "unsplit axis");
+                assert_eq!(
+                    d.neighbour(r, 2, Side::Upper),
+                    periodic.then_some(r),
+                    "unsplit axis"
+                );
             }
             assert_eq!(d.neighbour(0, 0, Side::Lower), periodic.then_some(2));
         }
@@ -354,11 +386,16 @@ mod tests {
     #[test]
     fn exchange_fills_margins_edges_and_corners() {
         for ranks in 1..=8 {
-            for periodic in [[true, true, true], [false, false, false], [true, false, true]] {
+            for periodic in [
+                [true, true, true],
+                [false, false, false],
+                [true, false, true],
+            ] {
                 // z split (the 3-D stencils and LBM), odd sizes, halo 1 and 2.
                 for halo in [1, 2] {
                     let n = 3 * ranks + 2;
-                    let d = Decomposition::new([5, 4, n], [1, 1, ranks], [halo, 1, halo], periodic).unwrap();
+                    let d = Decomposition::new([5, 4, n], [1, 1, ranks], [halo, 1, halo], periodic)
+                        .unwrap();
                     exchange_fills_every_margin(&d);
                 }
             }
@@ -375,9 +412,13 @@ mod tests {
 
     #[test]
     fn impossible_splits_say_why() {
-        let e = Decomposition::new([8, 8, 3], [1, 1, 4], [1, 1, 1], [false; 3]).unwrap_err().to_string();
+        let e = Decomposition::new([8, 8, 3], [1, 1, 4], [1, 1, 1], [false; 3])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("3 planes but 4 ranks"), "{e}");
-        let e = Decomposition::new([8, 8, 6], [1, 1, 4], [1, 1, 2], [false; 3]).unwrap_err().to_string();
+        let e = Decomposition::new([8, 8, 6], [1, 1, 4], [1, 1, 2], [false; 3])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("thinner than the halo"), "{e}");
         assert!(Decomposition::new([8, 8, 6], [1, 1, 0], [1; 3], [false; 3]).is_err());
     }

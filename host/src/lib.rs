@@ -6,13 +6,14 @@
 //!   and the persistent tune cache.
 //! - [`lattice`]: [`Loop3D`] and [`Loop2D`], which run a point update over a range on an engine.
 //! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
-//! - [`decomp`]: domain decomposition over ranks and the halo plan.
+//! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it.
 //! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
 //!
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
 
 pub mod buffer;
+pub mod comm;
 pub mod decomp;
 pub mod engine;
 pub mod error;

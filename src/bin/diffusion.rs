@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
-use lattice_gpu::diffusion::{relative_l2, simulate, DiffusionError, Problem, Result};
+use lattice_gpu::diffusion::{relative_l2, simulate_on, DiffusionError, Problem, Result};
+use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
 use lattice_gpu::host::io::{npy, png};
@@ -58,6 +59,10 @@ struct RunArgs {
     /// Initial field from a .npy file of shape (nz, ny, nx), f32 or f64, instead of the sine mode.
     #[arg(long)]
     input: Option<PathBuf>,
+    /// Decompose along z over the ranks of the MPI job this process belongs to (start it with
+    /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
 }
 
 #[derive(Args)]
@@ -104,16 +109,38 @@ fn invalid(msg: String) -> DiffusionError {
 }
 
 fn run(args: &RunArgs) -> Result<()> {
+    if !args.mpi {
+        return run_with(args, &Solo);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        run_with(args, &lattice_gpu::host::comm::Mpi::init()?)
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err(invalid(
+        "--mpi: this binary was built without MPI support; install OpenMPI (apt install libopenmpi-dev \
+         openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`"
+            .into(),
+    ))
+}
+
+fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
     let problem = Problem::new(args.size, args.kappa, args.dt)?;
-    let out = cli::output_dir(&args.output).map_err(invalid)?;
+    // Only rank 0 writes; the others must not race it for the directory.
+    let out = if comm.rank() == 0 {
+        cli::output_dir(&args.output).map_err(invalid)?
+    } else {
+        args.output.clone()
+    };
     match args.precision {
-        Precision::F32 => run_precision::<f32>(args, &problem, &out),
-        Precision::F64 => run_precision::<f64>(args, &problem, &out),
+        Precision::F32 => run_precision::<f32, C>(args, comm, &problem, &out),
+        Precision::F64 => run_precision::<f64, C>(args, comm, &problem, &out),
     }
 }
 
-fn run_precision<T: Element + npy::NpyElement>(
+fn run_precision<T: Element + npy::NpyElement, C: Communicator>(
     args: &RunArgs,
+    comm: &C,
     problem: &Problem,
     out: &std::path::Path,
 ) -> Result<()>
@@ -121,14 +148,15 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     match args.engine.choose()? {
-        Chosen::Host => run_on(&HostLoopEngine, args, problem, out),
+        Chosen::Host => run_on(&HostLoopEngine, comm, args, problem, out),
         Chosen::Gpu(EngineKind::Device, gpu) => run_on(
             &DeviceLoopEngine::new(gpu, args.engine.shape()),
+            comm,
             args,
             problem,
             out,
         ),
-        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), args, problem, out),
+        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), comm, args, problem, out),
     }
 }
 
@@ -137,8 +165,9 @@ fn zyx(s: [usize; 3]) -> [usize; 3] {
     [s[2], s[1], s[0]]
 }
 
-fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
+fn run_on<E: LoopEngine, T: Element + npy::NpyElement, C: Communicator>(
     engine: &E,
+    comm: &C,
     args: &RunArgs,
     problem: &Problem,
     out: &std::path::Path,
@@ -146,26 +175,38 @@ fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
 where
     Diffusion3d<T>: GpuEntry,
 {
-    println!(
-        "diffusion {} {}, {} steps, kappa {}, dt {:e} (kappa dt sum 1/h^2 = {:.3}), engine: {}",
-        fmt_dims(&problem.size),
-        T::NAME,
-        args.steps,
-        problem.kappa,
-        problem.dt,
-        problem.stability_number(),
-        engine.describe()
-    );
-    let bar = cli::progress(args.steps as u64, "steps");
+    let lead = comm.rank() == 0;
+    if lead && comm.size() > 1 {
+        println!("decomposed along z over {} MPI ranks", comm.size());
+    }
+    lead.then(|| {
+        println!(
+            "diffusion {} {}, {} steps, kappa {}, dt {:e} (kappa dt sum 1/h^2 = {:.3}), engine: {}",
+            fmt_dims(&problem.size),
+            T::NAME,
+            args.steps,
+            problem.kappa,
+            problem.dt,
+            problem.stability_number(),
+            engine.describe()
+        )
+    });
+    let bar = cli::progress(if lead { args.steps as u64 } else { 0 }, "steps");
+    if !lead {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     // Built only after the memory check inside `simulate`.
     let initial = || match &args.input {
         Some(path) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
         None => Ok(problem.sine_mode::<T>()),
     };
-    let result = simulate(engine, problem, initial, args.steps, |s| {
+    let result = simulate_on(engine, comm, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)
     })?;
     bar.finish_and_clear();
+    if !lead {
+        return Ok(());
+    }
 
     let points = problem.points() as f64 * args.steps as f64;
     let glups = points / result.seconds / 1e9;

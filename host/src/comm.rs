@@ -1,0 +1,299 @@
+//! Communicators between the ranks of a decomposed run: halo exchange along a [`decomp`](crate::decomp)
+//! plan, sums over all ranks, and gathering a field on rank 0.
+//!
+//! Two backends: [`Solo`] (one rank, no transport: its only "neighbour" is itself along a periodic axis)
+//! and, with the `mpi` cargo feature, [`Mpi`] on the MPI library (OpenMPI: `apt install libopenmpi-dev
+//! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`.
+
+use crate::decomp::{Face, Region, Side};
+use crate::error::{Error, Result};
+use crate::field::Element;
+
+/// The ranks of a decomposed run and the operations between them. Every rank must make the same calls in
+/// the same order (they are collective).
+pub trait Communicator {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Ranks in all.
+    fn size(&self) -> usize;
+    /// Runs `faces` (one rank's [`halo_plan`](crate::decomp::Decomposition::halo_plan)) on `data`, whose
+    /// element for local point `p` is at `index(p)`: every `send` region goes to its peer and every `recv`
+    /// region is filled from it, axis by axis. Returns when this rank's margins are filled.
+    fn exchange<T: Element, const D: usize>(
+        &self,
+        faces: &[Face<D>],
+        data: &mut [T],
+        index: &dyn Fn([usize; D]) -> usize,
+    ) -> Result<()>;
+    /// The sum of `v` over all ranks, on every rank.
+    fn sum(&self, v: f64) -> Result<f64>;
+    /// Rank 0 gets every rank's `part` in rank order (others get an empty vector).
+    fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>>;
+}
+
+/// The values of `region`, in its point order.
+fn pack<T: Element, const D: usize>(
+    data: &[T],
+    region: &Region<D>,
+    index: &dyn Fn([usize; D]) -> usize,
+) -> Vec<T> {
+    region.points().map(|p| data[index(p)]).collect()
+}
+
+fn unpack<T: Element, const D: usize>(
+    data: &mut [T],
+    region: &Region<D>,
+    values: &[T],
+    index: &dyn Fn([usize; D]) -> usize,
+) {
+    for (p, &v) in region.points().zip(values) {
+        data[index(p)] = v;
+    }
+}
+
+/// The faces of `axis` in `faces`.
+fn on_axis<const D: usize>(faces: &[Face<D>], axis: usize) -> impl Iterator<Item = &Face<D>> {
+    faces.iter().filter(move |f| f.axis == axis)
+}
+
+/// One rank alone: faces to itself (periodic axes) are copied in place.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Solo;
+
+impl Communicator for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn size(&self) -> usize {
+        1
+    }
+
+    fn exchange<T: Element, const D: usize>(
+        &self,
+        faces: &[Face<D>],
+        data: &mut [T],
+        index: &dyn Fn([usize; D]) -> usize,
+    ) -> Result<()> {
+        for axis in 0..D {
+            let sent: Vec<(Side, Vec<T>)> = on_axis(faces, axis)
+                .map(|f| (f.side, pack(data, &f.send, index)))
+                .collect();
+            for f in on_axis(faces, axis) {
+                if f.peer != 0 {
+                    return Err(Error::InvalidSize(format!(
+                        "a one-rank run was given a halo plan with rank {} in it; decompose over 1 rank",
+                        f.peer
+                    )));
+                }
+                // What arrives on one side is what this rank sent from the other.
+                if let Some((_, v)) = sent.iter().find(|(s, _)| *s != f.side) {
+                    unpack(data, &f.recv, v, index);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sum(&self, v: f64) -> Result<f64> {
+        Ok(v)
+    }
+
+    fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>> {
+        Ok(part.to_vec())
+    }
+}
+
+#[cfg(feature = "mpi")]
+pub use self::mpi_backend::Mpi;
+
+#[cfg(feature = "mpi")]
+mod mpi_backend {
+    use mpi::collective::SystemOperation;
+    use mpi::point_to_point::{Destination, Source};
+    use mpi::topology::{Communicator as _, SimpleCommunicator};
+    use mpi::traits::{CommunicatorCollectives, Root};
+
+    use super::*;
+
+    /// The ranks of an MPI job (`MPI_COMM_WORLD`). MPI is finalised when this is dropped.
+    pub struct Mpi {
+        world: SimpleCommunicator,
+        _universe: mpi::environment::Universe,
+    }
+
+    impl std::fmt::Debug for Mpi {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Mpi")
+                .field("rank", &self.rank())
+                .field("size", &self.size())
+                .finish()
+        }
+    }
+
+    /// `values` as bytes (MPI moves bytes; f32 and f64 have no padding).
+    fn bytes<T: Element>(values: &[T]) -> &[u8] {
+        // SAFETY: `T` is f32 or f64: plain bits, no padding, any alignment is fine for u8.
+        unsafe {
+            std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+        }
+    }
+
+    fn bytes_mut<T: Element>(values: &mut [T]) -> &mut [u8] {
+        // SAFETY: as above; every byte pattern is a valid f32 or f64.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                values.as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(values),
+            )
+        }
+    }
+
+    impl Mpi {
+        /// Starts MPI. Fails if it was started already in this process.
+        pub fn init() -> Result<Self> {
+            let universe = mpi::initialize().ok_or_else(|| {
+                Error::InvalidSize(
+                    "MPI was initialised twice in this process; open one Mpi communicator".into(),
+                )
+            })?;
+            Ok(Self {
+                world: universe.world(),
+                _universe: universe,
+            })
+        }
+    }
+
+    impl Communicator for Mpi {
+        fn rank(&self) -> usize {
+            self.world.rank() as usize
+        }
+
+        fn size(&self) -> usize {
+            self.world.size() as usize
+        }
+
+        fn exchange<T: Element, const D: usize>(
+            &self,
+            faces: &[Face<D>],
+            data: &mut [T],
+            index: &dyn Fn([usize; D]) -> usize,
+        ) -> Result<()> {
+            let me = self.rank();
+            for axis in 0..D {
+                let out: Vec<(&Face<D>, Vec<T>)> = on_axis(faces, axis)
+                    .map(|f| (f, pack(data, &f.send, index)))
+                    .collect();
+                let mut inbox: Vec<Vec<T>> = on_axis(faces, axis)
+                    .map(|f| vec![T::ZERO; f.recv.len()])
+                    .collect();
+                // A face's message is tagged with the side it arrives on: 2 axis + (0 lower, 1 upper).
+                let tag = |side: Side| 2 * axis as i32 + i32::from(side == Side::Upper);
+                let opposite = |side: Side| {
+                    if side == Side::Lower {
+                        Side::Upper
+                    } else {
+                        Side::Lower
+                    }
+                };
+                mpi::request::scope(|scope| {
+                    let mut pending = Vec::new();
+                    for ((f, _), buf) in out.iter().zip(inbox.iter_mut()) {
+                        if f.peer != me {
+                            let p = self.world.process_at_rank(f.peer as i32);
+                            pending.push(p.immediate_receive_into_with_tag(
+                                scope,
+                                bytes_mut(buf),
+                                tag(f.side),
+                            ));
+                        }
+                    }
+                    for (f, values) in &out {
+                        if f.peer != me {
+                            let p = self.world.process_at_rank(f.peer as i32);
+                            pending.push(p.immediate_send_with_tag(
+                                scope,
+                                bytes(values),
+                                tag(opposite(f.side)),
+                            ));
+                        }
+                    }
+                    for r in pending {
+                        r.wait();
+                    }
+                });
+                for (k, f) in on_axis(faces, axis).enumerate() {
+                    if f.peer == me {
+                        // A periodic axis this rank spans alone: what arrives is its own other side.
+                        if let Some((_, v)) =
+                            out.iter().find(|(g, _)| g.side != f.side && g.peer == me)
+                        {
+                            unpack(data, &f.recv, v, index);
+                        }
+                    } else {
+                        unpack(data, &f.recv, &inbox[k], index);
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn sum(&self, v: f64) -> Result<f64> {
+            let mut total = 0.0;
+            self.world
+                .all_reduce_into(&v, &mut total, SystemOperation::sum());
+            Ok(total)
+        }
+
+        fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>> {
+            let root = self.world.process_at_rank(0);
+            let n = part.len() as u64;
+            if self.rank() == 0 {
+                let mut counts = vec![0u64; self.size()];
+                root.gather_into_root(&n, &mut counts[..]);
+                let mut all = vec![T::ZERO; counts.iter().sum::<u64>() as usize];
+                let mut at = part.len();
+                all[..at].copy_from_slice(part);
+                for (r, &c) in counts.iter().enumerate().skip(1) {
+                    let c = c as usize;
+                    self.world
+                        .process_at_rank(r as i32)
+                        .receive_into(bytes_mut(&mut all[at..at + c]));
+                    at += c;
+                }
+                Ok(all)
+            } else {
+                root.gather_into(&n);
+                root.send(bytes(part));
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decomp::Decomposition;
+
+    #[test]
+    fn solo_wraps_periodic_axes_and_leaves_walls() {
+        let d = Decomposition::new([4, 3], [1, 1], [1, 1], [true, false]).unwrap();
+        let size = d.local_size(0);
+        let index = |p: [usize; 2]| p[0] + size[0] * p[1];
+        let mut data = vec![-1.0f64; size[0] * size[1]];
+        for y in 0..3 {
+            for x in 0..4 {
+                data[index([x + 1, y + 1])] = (10 * y + x) as f64;
+            }
+        }
+        Solo.exchange(&d.halo_plan(0), &mut data, &index).unwrap();
+        for y in 0..3 {
+            assert_eq!(data[index([0, y + 1])], (10 * y + 3) as f64, "x wraps");
+            assert_eq!(data[index([5, y + 1])], (10 * y) as f64, "x wraps");
+        }
+        assert_eq!(data[index([2, 0])], -1.0, "walled y is left alone");
+        assert_eq!(Solo.sum(2.5).unwrap(), 2.5);
+        assert_eq!(Solo.gather(&[1.0f32, 2.0]).unwrap(), vec![1.0, 2.0]);
+    }
+}
