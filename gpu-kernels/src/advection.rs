@@ -103,13 +103,16 @@ impl<const K: u32> PointUpdate2D for Advect<K> {
         let (wx, wy) = (weights(sx), weights(sy));
         let nx = idx.size()[0] as isize;
         let mut sum = 0.0;
-        for (m, wy) in (-2..2).zip(wy) {
-            let row = idx.ix() as isize + dy * m * nx;
+        // Index loops: LLVM unrolls them and keeps the weights in registers (an iterator zip left them in
+        // local memory).
+        #[allow(clippy::needless_range_loop)]
+        for m in 0..4 {
+            let row = idx.ix() as isize + dy * (m as isize - 2) * nx;
             let mut r = 0.0;
-            for (k, wx) in (-2..2).zip(wx) {
-                r += wx * self.f.get((row + dx * k) as usize);
+            for k in 0..4 {
+                r += wx[k] * self.f.get((row + dx * (k as isize - 2)) as usize);
             }
-            sum += wy * r;
+            sum += wy[m] * r;
         }
         self.out.set(idx.ix(), sum);
     }
