@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` over 1, 2 and 3 ranks
-# must write the same bytes as the undecomposed run (odd sizes, so 3 ranks split unevenly), and more ranks
-# than z planes must fail on every rank with a clear message, not hang.
+# The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` (z split) and
+# `advection --mpi` (y split) over 1, 2 and 3 ranks must write the same bytes as the undecomposed runs
+# (odd sizes, so 3 ranks split unevenly), and impossible splits must fail with a clear message, not hang.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing.
 set -euo pipefail
@@ -12,8 +12,9 @@ if ! command -v mpicc >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so >/dev/
     packages="openmpi-bin libopenmpi-dev libclang-dev"
     apt-get install -y -q $packages >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $packages >/dev/null; }
 fi
-cargo build --release --features mpi --bin diffusion
+cargo build --release --features mpi --bin diffusion --bin advection
 bin=$PWD/target/release/diffusion
+adv=$PWD/target/release/advection
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
@@ -34,14 +35,38 @@ for prec in f32 f64; do
         fi
     done
 done
-if mpirun_ -np 3 "$bin" --engine host --mpi --size 8x8x2 --steps 2 --output "$work/bad" >"$work/log" 2>&1; then
-    echo "3 ranks on 2 z planes should fail                        FAIL"
-    status=1
-elif [ "$(grep -c '2 planes but 3 ranks' "$work/log")" -eq 3 ]; then
-    echo "3 ranks on 2 z planes: clear error on every rank          PASS"
-else
-    cat "$work/log"
-    echo "3 ranks on 2 z planes: no clear error on every rank       FAIL"
-    status=1
-fi
+for kernel in plain packed; do
+    "$adv" swirl --engine host --size 41x37 --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null
+    want=$(md5sum <"$work/adv-single/field.npy")
+    for np in 1 2 3; do
+        mpirun_ -np "$np" "$adv" swirl --engine host --mpi --size 41x37 --steps 30 --kernel "$kernel" \
+            --output "$work/adv$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
+        if [ "$(md5sum <"$work/adv$np/field.npy")" = "$want" ]; then
+            echo "advection $kernel, $np MPI ranks: bit-identical to one domain PASS"
+        else
+            echo "advection $kernel, $np MPI ranks: differs from one domain      FAIL"
+            status=1
+        fi
+    done
+done
+# expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
+# failed) and a rank says why.
+expect_refusal() {
+    local name=$1 pattern=$2
+    shift 2
+    if mpirun_ "$@" >"$work/log" 2>&1; then
+        echo "$name: should fail                                     FAIL"
+        status=1
+    elif grep -q "$pattern" "$work/log"; then
+        echo "$name: clear error                                     PASS"
+    else
+        cat "$work/log"
+        echo "$name: no clear error                                  FAIL"
+        status=1
+    fi
+}
+expect_refusal "diffusion, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
+    -np 3 "$bin" --engine host --mpi --size 8x8x2 --steps 2 --output "$work/bad"
+expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
+    -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
 exit $status

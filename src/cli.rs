@@ -50,6 +50,10 @@ impl Placement {
     }
 }
 
+/// What `--mpi` says in a binary built without the `mpi` feature.
+pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; install OpenMPI (apt install \
+     libopenmpi-dev openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`";
+
 /// How a 3-D stencil kernel reads its input (see `Variant` in the stencil framework).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum VariantArg {

@@ -2,6 +2,8 @@
 //! velocities (zero on the two outermost nodes of every side, which therefore keep their values), and the
 //! kernel variant that carries the step.
 
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
@@ -156,11 +158,14 @@ impl Problem {
     }
 }
 
-/// A run on engine `E`.
-pub struct Advection<'e, E: LoopEngine> {
+/// A run on engine `E`, decomposed along y over the ranks of `C` (one rank: [`Solo`]).
+pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     engine: &'e E,
+    comm: &'e C,
+    /// This rank's nodes.
     size: [usize; 2],
     shape: Shape,
+    plan: Vec<Face<2>>,
     f: E::Field<f32>,
     g: E::Field<f32>,
     u: E::Field<f32>,
@@ -172,28 +177,48 @@ pub struct Advection<'e, E: LoopEngine> {
     steps: u64,
 }
 
+static SOLO: Solo = Solo;
+
 impl<'e, E: LoopEngine> Advection<'e, E> {
     /// Checks `problem`, then that it fits the engine's memory, then uploads it. `aligned` pads rows so
     /// that each row's first node starts a 128-byte line (coalesced loads).
     pub fn new(engine: &'e E, problem: &Problem, kernel: Kernel, aligned: bool) -> Result<Self> {
+        Self::new_on(engine, &SOLO, problem, kernel, aligned)
+    }
+}
+
+impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
+    /// [`Advection::new`] on this rank's rows of `problem` (the whole problem, on every rank) split along
+    /// y over the ranks of `comm`, which exchange two rows with each neighbour before every step. The
+    /// result does not depend on the split: every node sees the same values.
+    pub fn new_on(
+        engine: &'e E,
+        comm: &'e C,
+        problem: &Problem,
+        kernel: Kernel,
+        aligned: bool,
+    ) -> Result<Self> {
         problem.check()?;
         let [nx, ny] = problem.size;
-        let mut shape = Shape::new_2d([nx, ny], 2)?;
+        let split = Decomposition::new([nx, ny], [1, comm.size()], [2, 2], [false, false])?;
+        let own = split.owned(comm.rank());
+        let (y0, rows) = (own.begin[1], own.size[1]);
+        let mut shape = Shape::new_2d([nx, rows], 2)?;
         if aligned {
             shape = shape.aligned_rows(4, 0.25);
         }
         let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
         engine.check_fits(
             (6 * shape.len() * 4) as u64,
-            &format!("the {nx} x {ny} advection fields"),
+            &format!("the {nx} x {rows} advection fields"),
         )?;
-        // Into the array's interior; velocities zero on the fixed nodes, so that the kernels keep those
-        // nodes' values without a branch (s = 0 gives the node's own value exactly).
+        // Into the array's interior; velocities zero on the fixed nodes (of the whole grid), so that the
+        // kernels keep those nodes' values without a branch (s = 0 gives the node's own value exactly).
         let spread = |data: &[f64], velocity: bool| {
             let mut a = vec![0.0f32; shape.len()];
-            for j in 0..ny {
+            for j in 0..rows {
                 for i in 0..nx {
-                    let k = i + nx * j;
+                    let k = i + nx * (y0 + j);
                     if !(velocity && problem.is_fixed(k)) {
                         a[shape.index(i + 2, j + 2, 0)] = data[k] as f32;
                     }
@@ -214,8 +239,10 @@ impl<'e, E: LoopEngine> Advection<'e, E> {
         };
         Ok(Self {
             engine,
-            size: problem.size,
+            comm,
+            size: [nx, rows],
             shape,
+            plan: split.halo_plan(comm.rank()),
             f: field(&f0, shape)?,
             g: field(&f0, shape)?,
             u: field(&u, shape)?,
@@ -269,8 +296,17 @@ impl<'e, E: LoopEngine> Advection<'e, E> {
         }
     }
 
-    /// One time step (queued on a GPU).
+    /// One time step (queued on a GPU; decomposed runs first exchange rows with the neighbours).
     pub fn step(&mut self) -> Result<()> {
+        if !self.plan.is_empty() {
+            // Host buffers: the whole array round-trips (device rows go by NCCL, not through here).
+            let mut host = self.f.download()?;
+            let first = self.shape.first();
+            let shape = self.shape;
+            let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
+            self.comm.exchange(&self.plan, &mut host, &index)?;
+            self.f.upload(&host)?;
+        }
         match self.kernel {
             Kernel::Plain => {
                 let a = self.args::<0>();
@@ -303,12 +339,18 @@ impl<'e, E: LoopEngine> Advection<'e, E> {
         Ok(self.engine.synchronize()?)
     }
 
-    /// The field now (nx * ny values, x fastest).
+    /// The field now (nx * ny values, x fastest), on rank 0 (other ranks get an empty vector).
     pub fn field(&self) -> Result<Vec<f64>> {
         let data = self.f.download()?;
-        let [nx, ny] = self.size;
-        Ok((0..nx * ny)
-            .map(|k| data[self.shape.index(k % nx + 2, k / nx + 2, 0)] as f64)
+        let [nx, rows] = self.size;
+        let mine: Vec<f32> = (0..nx * rows)
+            .map(|k| data[self.shape.index(k % nx + 2, k / nx + 2, 0)])
+            .collect();
+        Ok(self
+            .comm
+            .gather(&mine)?
+            .into_iter()
+            .map(f64::from)
             .collect())
     }
 }

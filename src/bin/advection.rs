@@ -12,6 +12,7 @@ use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{Advection, Error, Kernel, Problem, Result};
 use lattice_gpu::cli::{output_dir, parse_dims, progress, Placement};
+use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
@@ -82,6 +83,10 @@ struct Common {
     /// Also write a PNG every N steps.
     #[arg(long)]
     png_every: Option<u64>,
+    /// Split the grid along y over the ranks of the MPI job this process belongs to (start it with
+    /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
 }
 
 #[derive(Args)]
@@ -200,6 +205,19 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
 }
 
 fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
+    if !c.mpi {
+        return run_case_on(c, case, title, &Solo);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        run_case_on(c, case, title, &lattice_gpu::host::comm::Mpi::init()?)
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err(Error::Invalid(lattice_gpu::cli::NO_MPI.into()))
+}
+
+fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -> Result<()> {
+    let lead = comm.rank() == 0;
     let (dt, steps) = time_stepping(c, &case)?;
     let p = Problem {
         size: [case.nx, case.ny],
@@ -209,9 +227,14 @@ fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
         c: dt / case.h,
     };
     p.check()?;
-    let dir = output_dir(&c.output).map_err(Error::Invalid)?;
+    // Only rank 0 writes; the others must not race it for the directory.
+    let dir = if lead {
+        output_dir(&c.output).map_err(Error::Invalid)?
+    } else {
+        c.output.clone()
+    };
     let out = match (c.engine.gpu("on the CPU engine")?, c.engine) {
-        (None, _) => simulate(&HostLoopEngine, c, &p, steps, &dir)?,
+        (None, _) => simulate(&HostLoopEngine, comm, c, &p, steps, &dir)?,
         (Some(gpu), Placement::Device) => {
             let shape = LaunchShape {
                 block_x: c.block.0,
@@ -219,10 +242,13 @@ fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
                 march: c.march,
                 variant: Variant::Plain,
             };
-            simulate(&DeviceLoopEngine::new(gpu, shape), c, &p, steps, &dir)?
+            simulate(&DeviceLoopEngine::new(gpu, shape), comm, c, &p, steps, &dir)?
         }
-        (Some(gpu), _) => simulate(&tuner(gpu, c.kernel, c.retune), c, &p, steps, &dir)?,
+        (Some(gpu), _) => simulate(&tuner(gpu, c.kernel, c.retune), comm, c, &p, steps, &dir)?,
     };
+    if !lead {
+        return Ok(());
+    }
     let t = dt * steps as f64;
     println!(
         "{title}: {steps} steps of dt {dt:.6e} (t = {t:.6}), CFL {:.4}",
@@ -282,16 +308,26 @@ fn write_outputs(
 }
 
 /// Runs `steps` steps on `engine` with a progress bar (points per second), PNGs every `--png-every`.
-fn simulate<E: LoopEngine>(
+fn simulate<E: LoopEngine, C: Communicator>(
     engine: &E,
+    comm: &C,
     c: &Common,
     p: &Problem,
     steps: u64,
     dir: &Path,
 ) -> Result<Vec<f64>> {
-    println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
-    let mut a = Advection::new(engine, p, c.kernel, true)?;
+    let lead = comm.rank() == 0;
+    if lead {
+        println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
+        if comm.size() > 1 {
+            println!("split along y over {} MPI ranks", comm.size());
+        }
+    }
+    let mut a = Advection::new_on(engine, comm, p, c.kernel, true)?;
     let bar = progress(steps, "steps");
+    if !lead {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let points = (p.size[0] * p.size[1]) as f64;
     let range = range_of(&p.f0);
     let start = Instant::now();
@@ -301,6 +337,9 @@ fn simulate<E: LoopEngine>(
             a.step()?;
             if c.png_every.is_some_and(|e| e > 0 && a.steps() % e == 0) {
                 let f = a.field()?;
+                if !lead {
+                    continue;
+                }
                 let png = dir.join(format!("field-{:07}.png", a.steps()));
                 write_png_scaled(
                     &png,
@@ -319,6 +358,10 @@ fn simulate<E: LoopEngine>(
         bar.set_message(format!("{:.2} G points/s", rate / 1e9));
     }
     bar.finish_and_clear();
+    let field = a.field()?;
+    if !lead {
+        return Ok(field);
+    }
     if let Some(r) = E::tuning(a.site().info()) {
         println!(
             "launch shape {} ({}; {:.4} ms per step)",
@@ -337,7 +380,7 @@ fn simulate<E: LoopEngine>(
         a.steps(),
         points * a.steps() as f64 / secs / 1e9
     );
-    a.field()
+    Ok(field)
 }
 
 fn run_file(a: &FileArgs) -> Result<()> {

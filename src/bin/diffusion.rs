@@ -117,11 +117,7 @@ fn run(args: &RunArgs) -> Result<()> {
         run_with(args, &lattice_gpu::host::comm::Mpi::init()?)
     }
     #[cfg(not(feature = "mpi"))]
-    Err(invalid(
-        "--mpi: this binary was built without MPI support; install OpenMPI (apt install libopenmpi-dev \
-         openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`"
-            .into(),
-    ))
+    Err(invalid(cli::NO_MPI.into()))
 }
 
 fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
