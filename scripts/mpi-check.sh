@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` (z split) and
-# `advection --mpi` (y split) over 1, 2 and 3 ranks must write the same bytes as the undecomposed runs
-# (odd sizes, so 3 ranks split unevenly), and impossible splits must fail with a clear message, not hang.
+# The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` (z split),
+# `advection --mpi` (y split) and `lbm --mpi` (z split, walls and a moving lid across the cuts) over 1, 2
+# and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
+# and impossible splits must fail with a clear message, not hang.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing.
 set -euo pipefail
@@ -12,9 +13,10 @@ if ! command -v mpicc >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so >/dev/
     packages="openmpi-bin libopenmpi-dev libclang-dev"
     apt-get install -y -q $packages >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $packages >/dev/null; }
 fi
-cargo build --release --features mpi --bin diffusion --bin advection
+cargo build --release --features mpi --bin diffusion --bin advection --bin lbm
 bin=$PWD/target/release/diffusion
 adv=$PWD/target/release/advection
+lbm=$PWD/target/release/lbm
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
@@ -49,6 +51,27 @@ for kernel in plain packed; do
         fi
     done
 done
+# same_as_single NAME FILE ARGS...: lbm ARGS on one domain and over 1, 2, 3 ranks write the same FILE.
+same_as_single() {
+    local name=$1 file=$2
+    shift 2
+    "$lbm" "$@" --output "$work/lbm-single" >/dev/null
+    local want
+    want=$(md5sum <"$work/lbm-single/$file")
+    for np in 1 2 3; do
+        mpirun_ -np "$np" "$lbm" "$@" --mpi --output "$work/lbm$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
+        if [ "$(md5sum <"$work/lbm$np/$file")" = "$want" ]; then
+            echo "$name, $np MPI ranks: bit-identical to one domain PASS"
+        else
+            echo "$name, $np MPI ranks: differs from one domain      FAIL"
+            status=1
+        fi
+    done
+}
+same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine host --streaming ab --size 24x20x17 --steps 40
+same_as_single "lbm taylor-green f16" density.npy taylor-green --engine host --streaming ab --precision f16 --size 16x12x13 --steps 30
+same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine host --streaming ab --precision f64 --size 18x18x11 \
+    --closed-z --re 20 --steps 300
 # expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
 # failed) and a rank says why.
 expect_refusal() {
@@ -69,4 +92,6 @@ expect_refusal "diffusion, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
     -np 3 "$bin" --engine host --mpi --size 8x8x2 --steps 2 --output "$work/bad"
 expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
     -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
+expect_refusal "lbm in-place streaming split" "two-lattice streaming" \
+    -np 2 "$lbm" taylor-green --engine host --mpi --streaming aa --size 16 --steps 20 --output "$work/bad"
 exit $status

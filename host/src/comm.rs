@@ -7,7 +7,24 @@
 
 use crate::decomp::{Face, Region, Side};
 use crate::error::{Error, Result};
-use crate::field::Element;
+
+/// Values a communicator moves as raw bytes.
+///
+/// # Safety
+/// Implementors have no padding bytes and every bit pattern is a valid value.
+pub unsafe trait Wire: Copy + Default + Send + Sync + 'static {}
+// SAFETY: plain numbers: no padding, every bit pattern valid.
+unsafe impl Wire for f32 {}
+// SAFETY: as above.
+unsafe impl Wire for f64 {}
+// SAFETY: as above.
+unsafe impl Wire for u8 {}
+// SAFETY: as above.
+unsafe impl Wire for u16 {}
+// SAFETY: as above.
+unsafe impl Wire for u32 {}
+// SAFETY: as above.
+unsafe impl Wire for u64 {}
 
 /// The ranks of a decomposed run and the operations between them. Every rank must make the same calls in
 /// the same order (they are collective).
@@ -19,7 +36,7 @@ pub trait Communicator {
     /// Runs `faces` (one rank's [`halo_plan`](crate::decomp::Decomposition::halo_plan)) on `data`, whose
     /// element for local point `p` is at `index(p)`: every `send` region goes to its peer and every `recv`
     /// region is filled from it, axis by axis. Returns when this rank's margins are filled.
-    fn exchange<T: Element, const D: usize>(
+    fn exchange<T: Wire, const D: usize>(
         &self,
         faces: &[Face<D>],
         data: &mut [T],
@@ -28,11 +45,11 @@ pub trait Communicator {
     /// The sum of `v` over all ranks, on every rank.
     fn sum(&self, v: f64) -> Result<f64>;
     /// Rank 0 gets every rank's `part` in rank order (others get an empty vector).
-    fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>>;
+    fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>>;
 }
 
 /// The values of `region`, in its point order.
-fn pack<T: Element, const D: usize>(
+fn pack<T: Wire, const D: usize>(
     data: &[T],
     region: &Region<D>,
     index: &dyn Fn([usize; D]) -> usize,
@@ -40,7 +57,7 @@ fn pack<T: Element, const D: usize>(
     region.points().map(|p| data[index(p)]).collect()
 }
 
-fn unpack<T: Element, const D: usize>(
+fn unpack<T: Wire, const D: usize>(
     data: &mut [T],
     region: &Region<D>,
     values: &[T],
@@ -69,7 +86,7 @@ impl Communicator for Solo {
         1
     }
 
-    fn exchange<T: Element, const D: usize>(
+    fn exchange<T: Wire, const D: usize>(
         &self,
         faces: &[Face<D>],
         data: &mut [T],
@@ -99,7 +116,7 @@ impl Communicator for Solo {
         Ok(v)
     }
 
-    fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>> {
+    fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>> {
         Ok(part.to_vec())
     }
 }
@@ -131,16 +148,16 @@ mod mpi_backend {
         }
     }
 
-    /// `values` as bytes (MPI moves bytes; f32 and f64 have no padding).
-    fn bytes<T: Element>(values: &[T]) -> &[u8] {
-        // SAFETY: `T` is f32 or f64: plain bits, no padding, any alignment is fine for u8.
+    /// `values` as bytes (MPI moves bytes).
+    fn bytes<T: Wire>(values: &[T]) -> &[u8] {
+        // SAFETY: `Wire` types have no padding; any alignment is fine for u8.
         unsafe {
             std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
         }
     }
 
-    fn bytes_mut<T: Element>(values: &mut [T]) -> &mut [u8] {
-        // SAFETY: as above; every byte pattern is a valid f32 or f64.
+    fn bytes_mut<T: Wire>(values: &mut [T]) -> &mut [u8] {
+        // SAFETY: as above; every byte pattern is a valid `Wire` value.
         unsafe {
             std::slice::from_raw_parts_mut(
                 values.as_mut_ptr() as *mut u8,
@@ -173,7 +190,7 @@ mod mpi_backend {
             self.world.size() as usize
         }
 
-        fn exchange<T: Element, const D: usize>(
+        fn exchange<T: Wire, const D: usize>(
             &self,
             faces: &[Face<D>],
             data: &mut [T],
@@ -185,7 +202,7 @@ mod mpi_backend {
                     .map(|f| (f, pack(data, &f.send, index)))
                     .collect();
                 let mut inbox: Vec<Vec<T>> = on_axis(faces, axis)
-                    .map(|f| vec![T::ZERO; f.recv.len()])
+                    .map(|f| vec![T::default(); f.recv.len()])
                     .collect();
                 // A face's message is tagged with the side it arrives on: 2 axis + (0 lower, 1 upper).
                 let tag = |side: Side| 2 * axis as i32 + i32::from(side == Side::Upper);
@@ -245,13 +262,13 @@ mod mpi_backend {
             Ok(total)
         }
 
-        fn gather<T: Element>(&self, part: &[T]) -> Result<Vec<T>> {
+        fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>> {
             let root = self.world.process_at_rank(0);
             let n = part.len() as u64;
             if self.rank() == 0 {
                 let mut counts = vec![0u64; self.size()];
                 root.gather_into_root(&n, &mut counts[..]);
-                let mut all = vec![T::ZERO; counts.iter().sum::<u64>() as usize];
+                let mut all = vec![T::default(); counts.iter().sum::<u64>() as usize];
                 let mut at = part.len();
                 all[..at].copy_from_slice(part);
                 for (r, &c) in counts.iter().enumerate().skip(1) {

@@ -12,7 +12,7 @@ use crate::error::{CudaContext, Error, Result};
 use crate::gpu::Gpu;
 
 /// Element types of fields: f32 and f64.
-pub trait Element: Real + DeviceRepr + ValidAsZeroBits {}
+pub trait Element: Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire {}
 impl Element for f32 {}
 impl Element for f64 {}
 

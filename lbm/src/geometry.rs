@@ -113,6 +113,13 @@ impl Geometry {
         (0..self.cells()).filter(|&n| self.is_fluid(n)).count()
     }
 
+    /// Sets the tag of one cell as given, near-wall mark included (for copying tags that were marked
+    /// already).
+    pub fn set_raw(&mut self, p: [usize; 3], t: u8) {
+        let n = self.index(p);
+        self.tags[n] = t;
+    }
+
     /// Sets the tag of one cell (call [`mark_near_walls`](Self::mark_near_walls) when done).
     pub fn set(&mut self, p: [usize; 3], t: u8) {
         let n = self.index(p);

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use lattice_gpu_host::comm::{Communicator, Solo, Wire};
+use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::{DeviceBuffer, Gpu, HostLoopEngine, LoopEngine, Plain};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
@@ -32,6 +34,14 @@ impl Streaming {
         }
     }
 
+    /// The population held in `slot` at an even step count (in place, the slots are reversed then).
+    fn population_in(self, slot: usize) -> usize {
+        match self {
+            Streaming::TwoLattice => slot,
+            Streaming::InPlace => opposite(slot),
+        }
+    }
+
     /// Population lattices held.
     pub fn lattices(self) -> usize {
         match self {
@@ -45,7 +55,7 @@ impl Streaming {
 /// and its step's kernel entries.
 pub trait LbmStorage: Storage<Real: Plain> {
     /// The plain type with the same bits.
-    type Raw: Plain + Copy + Send + Sync + 'static;
+    type Raw: Plain + Wire;
     /// Kernel entries, indexed by `Scheme as usize`.
     const ENTRIES: [&'static str; 3];
     /// A NaN, to poison what a step should overwrite.
@@ -130,8 +140,19 @@ enum Memory<S: LbmStorage> {
     },
 }
 
-/// A lattice-Boltzmann run in storage precision `S`.
-pub struct Lbm<S: LbmStorage> {
+/// A run decomposed along z: this rank's planes and the halo plan of one plane per side.
+struct Split {
+    /// The whole grid.
+    global: Geometry,
+    /// First global plane this rank owns.
+    z0: usize,
+    plan: Vec<Face<3>>,
+}
+
+/// A lattice-Boltzmann run in storage precision `S`, on one domain or split along z over the ranks of
+/// `C`.
+pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
+    /// The lattice this rank holds (with a halo plane on each side of a split run).
     geometry: Geometry,
     params: Params,
     streaming: Streaming,
@@ -139,9 +160,25 @@ pub struct Lbm<S: LbmStorage> {
     moments_step: Option<u64>,
     block: u32,
     mem: Memory<S>,
+    comm: C,
+    split: Option<Split>,
 }
 
 impl<S: LbmStorage> Lbm<S> {
+    /// A run at step 0 whose cells start at the equilibrium of `init(cell) = (rho, u)`. Checks the
+    /// parameters, then that the lattices fit the engine's memory, before allocating.
+    pub fn new(
+        engine: &Engine,
+        geometry: Geometry,
+        params: Params,
+        streaming: Streaming,
+        init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+    ) -> Result<Self> {
+        Self::new_on(Solo, engine, geometry, params, streaming, init)
+    }
+}
+
+impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// Bytes per cell this storage and scheme hold (populations and the tag; the moments buffer apart).
     pub fn bytes_per_cell(streaming: Streaming) -> usize {
         streaming.lattices() * Q * size_of::<S::Raw>() + 1
@@ -171,9 +208,11 @@ impl<S: LbmStorage> Lbm<S> {
         Ok(())
     }
 
-    /// A run at step 0 whose cells start at the equilibrium of `init(cell) = (rho, u)`. Checks the
-    /// parameters, then that the lattices fit the engine's memory, before allocating.
-    pub fn new(
+    /// [`Lbm::new`] split along z over the ranks of `comm` (the whole `geometry` and `init`, on every
+    /// rank): each rank holds its planes and one halo plane per side, refreshed from the neighbours
+    /// before every step. The result does not depend on the split. Two-lattice streaming only.
+    pub fn new_on(
+        comm: C,
         engine: &Engine,
         geometry: Geometry,
         params: Params,
@@ -181,9 +220,57 @@ impl<S: LbmStorage> Lbm<S> {
         init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
     ) -> Result<Self> {
         params.check()?;
-        Self::check_fits(engine, geometry.dims(), streaming)?;
-        let cells = geometry.cells();
-        let start: Vec<(f64, [f64; 3])> = (0..cells).into_par_iter().map(&init).collect();
+        let [nx, ny, nz] = geometry.dims();
+        let (local, split) = if comm.size() == 1 {
+            (geometry, None)
+        } else {
+            if streaming == Streaming::InPlace {
+                return Err(crate::Error::InvalidParameter(
+                    "in-place (AA) streaming writes into the neighbours' planes and runs on one domain; \
+                     use two-lattice streaming (--streaming ab) for a decomposed run"
+                        .into(),
+                ));
+            }
+            // z wraps in the kernels, so the split is periodic along z.
+            let d = Decomposition::new([nx, ny, nz], [1, 1, comm.size()], [0, 0, 1], [true; 3])?;
+            let own = d.owned(comm.rank());
+            let (z0, planes) = (own.begin[2], own.size[2]);
+            let mut local = Geometry::periodic([nx, ny, planes + 2])?;
+            // Tags with their near-wall marks as in the whole grid; halo planes copy the neighbours'.
+            for lz in 0..planes + 2 {
+                let gz = (z0 + nz + lz - 1) % nz;
+                for y in 0..ny {
+                    for x in 0..nx {
+                        let t = geometry.tags()[geometry.index([x, y, gz])];
+                        local.set_raw([x, y, lz], t);
+                    }
+                }
+            }
+            let plan = d.halo_plan(comm.rank());
+            (
+                local,
+                Some(Split {
+                    global: geometry,
+                    z0,
+                    plan,
+                }),
+            )
+        };
+        Self::check_fits(engine, local.dims(), streaming)?;
+        let cells = local.cells();
+        // The global cell each local one stands for.
+        let global_cell = |n: usize| match &split {
+            None => n,
+            Some(sp) => {
+                let plane = nx * ny;
+                let gz = (sp.z0 + nz + n / plane - 1) % nz;
+                n % plane + plane * gz
+            }
+        };
+        let start: Vec<(f64, [f64; 3])> = (0..cells)
+            .into_par_iter()
+            .map(|n| init(global_cell(n)))
+            .collect();
         let mut lbm = Self {
             mem: Memory::Host {
                 f: Vec::new(),
@@ -191,12 +278,14 @@ impl<S: LbmStorage> Lbm<S> {
                 tags: Vec::new(),
                 moments: Vec::new(),
             },
-            geometry,
+            geometry: local,
             params,
             streaming,
             steps: 0,
             moments_step: None,
             block: 256,
+            comm,
+            split,
         };
         let raw = lbm.encode(|q, n| {
             let (rho, u) = start[n];
@@ -227,6 +316,47 @@ impl<S: LbmStorage> Lbm<S> {
             },
         };
         Ok(lbm)
+    }
+
+    /// The communicator of the run.
+    pub fn comm(&self) -> &C {
+        &self.comm
+    }
+
+    /// The z planes this rank updates: all of them on one domain, all but the halo planes when split.
+    fn planes(&self) -> [u32; 2] {
+        let nz = self.geometry.dims()[2] as u32;
+        match self.split {
+            None => [0, nz],
+            Some(_) => [1, nz - 2],
+        }
+    }
+
+    /// Refreshes the halo planes of the lattice the next step reads from the neighbours (split runs).
+    fn exchange(&mut self) -> Result<()> {
+        let Some(sp) = &self.split else {
+            return Ok(());
+        };
+        let cells = self.geometry.cells();
+        let [nx, ny, _] = self.geometry.dims();
+        let index = |p: [usize; 3]| p[0] + nx * (p[1] + ny * p[2]);
+        let run = |f: &mut [S::Raw]| -> Result<()> {
+            for q in 0..Q {
+                self.comm
+                    .exchange(&sp.plan, &mut f[q * cells..(q + 1) * cells], &index)?;
+            }
+            Ok(())
+        };
+        match &mut self.mem {
+            Memory::Host { f, .. } => run(f)?,
+            Memory::Device { f, .. } => {
+                // The whole lattice round-trips through the host (device halos go by NCCL, not here).
+                let mut host = f.download()?;
+                run(&mut host)?;
+                f.upload(&host)?;
+            }
+        }
+        Ok(())
     }
 
     /// Fills what the next step must write (the second lattice of two-lattice streaming, the moments)
@@ -299,11 +429,12 @@ impl<S: LbmStorage> Lbm<S> {
     /// keeps cell `n`'s population `q` in slot `opposite(q)` between the odd and the even step.
     fn encode(&self, post: impl Fn(usize, usize) -> f64 + Sync) -> Vec<S::Raw> {
         let cells = self.geometry.cells();
+        let streaming = self.streaming;
         let mut raw = vec![S::Raw::default(); Q * cells];
         raw.par_chunks_mut(cells)
             .enumerate()
             .for_each(|(slot, chunk)| {
-                let q = self.population_in(slot);
+                let q = streaming.population_in(slot);
                 let ptr = chunk.as_mut_ptr() as *mut S;
                 for n in 0..cells {
                     // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
@@ -313,18 +444,11 @@ impl<S: LbmStorage> Lbm<S> {
         raw
     }
 
-    /// The population held in `slot` at an even step count.
-    fn population_in(&self, slot: usize) -> usize {
-        match self.streaming {
-            Streaming::TwoLattice => slot,
-            Streaming::InPlace => opposite(slot),
-        }
-    }
-
     /// Replaces the state by the post-collision deviations `f_q - w_q` in `post` (`19 * cells`, structure
     /// of arrays), as if a step had just ended. Only at an even step count in place (where the lattice
     /// holds exactly that).
     pub fn set_populations(&mut self, post: &[f64]) -> Result<()> {
+        self.need_whole("set the populations")?;
         self.check_len(post.len())?;
         self.need_even("set the populations")?;
         let cells = self.geometry.cells();
@@ -339,6 +463,7 @@ impl<S: LbmStorage> Lbm<S> {
     /// The post-collision deviations `f_q - w_q` of the last step (`19 * cells`, structure of arrays;
     /// wall cells hold whatever they were given). In place only at an even step count.
     pub fn populations(&self) -> Result<Vec<f64>> {
+        self.need_whole("read the populations")?;
         self.need_even("read the populations")?;
         let cells = self.geometry.cells();
         let raw = match &self.mem {
@@ -347,7 +472,7 @@ impl<S: LbmStorage> Lbm<S> {
         };
         let mut post = vec![0.0; Q * cells];
         for (slot, chunk) in raw.chunks(cells).enumerate() {
-            let q = self.population_in(slot);
+            let q = self.streaming.population_in(slot);
             let ptr = chunk.as_ptr() as *const S;
             for n in 0..cells {
                 // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
@@ -366,6 +491,15 @@ impl<S: LbmStorage> Lbm<S> {
                 "{len} populations given for a grid that needs 19 x {} = {want}",
                 self.geometry.cells()
             )))
+        }
+    }
+
+    fn need_whole(&self, what: &str) -> Result<()> {
+        match self.split {
+            None => Ok(()),
+            Some(_) => Err(crate::Error::InvalidParameter(format!(
+                "cannot {what} of a run split over ranks; use its moments"
+            ))),
         }
     }
 
@@ -420,6 +554,7 @@ impl<S: LbmStorage> Lbm<S> {
                 std::ptr::null_mut()
             },
             dims: [d[0] as u32, d[1] as u32, d[2] as u32],
+            planes: self.planes(),
             omega: real(p.omega()),
             omega_minus: real(p.omega_minus()),
             force: p.force.map(real),
@@ -440,13 +575,15 @@ impl<S: LbmStorage> Lbm<S> {
     /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
     /// density and velocity that [`moments`](Self::moments) reads.
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
+        self.exchange()?;
         let step = self.step_args(with_moments);
         let scheme = self.scheme();
         match &mut self.mem {
             Memory::Host { f, g, .. } => {
-                let [nx, ny, nz] = step.dims;
+                let [nx, ny, _] = step.dims;
+                let [z0, nz] = step.planes;
                 let row = |r: u32| {
-                    let (y, z) = (r % ny, r / ny);
+                    let (y, z) = (r % ny, z0 + r / ny);
                     for x in 0..nx {
                         // SAFETY: the pointers cover the grid; within a step every slot belongs to one
                         // cell.
@@ -470,7 +607,8 @@ impl<S: LbmStorage> Lbm<S> {
             }
             Memory::Device { gpu, f, g, .. } => {
                 let entry = S::ENTRIES[scheme as usize];
-                let [nx, ny, nz] = step.dims;
+                let [nx, ny, _] = step.dims;
+                let nz = step.planes[1];
                 // Whole warps along x, as many rows as fill the block.
                 let bx = self.block.min(nx.div_ceil(32) * 32);
                 let by = (self.block / bx).min(ny).max(1);
@@ -521,21 +659,34 @@ impl<S: LbmStorage> Lbm<S> {
                 moments.download()?.iter().map(|v| v.to_f64()).collect()
             }
         };
-        let fluid = |n: usize| self.geometry.is_fluid(n);
-        Ok(Moments {
-            dims: self.geometry.dims(),
-            rho: (0..cells)
-                .map(|n| if fluid(n) { m[n] } else { 0.0 })
-                .collect(),
-            u: (0..cells)
+        // This rank's planes (no halo), walls zero; then, split, all ranks' on rank 0 (z order).
+        let [z0, planes] = self.planes().map(|v| v as usize);
+        let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
+        let mine = z0 * plane..(z0 + planes) * plane;
+        let pick = |c: usize| -> Vec<f64> {
+            mine.clone()
                 .map(|n| {
-                    if fluid(n) {
-                        [m[cells + n], m[2 * cells + n], m[3 * cells + n]]
+                    if self.geometry.is_fluid(n) {
+                        m[c * cells + n]
                     } else {
-                        [0.0; 3]
+                        0.0
                     }
                 })
+                .collect()
+        };
+        let gathered: Vec<Vec<f64>> = (0..4)
+            .map(|c| self.comm.gather(&pick(c)))
+            .collect::<std::result::Result<_, _>>()?;
+        let dims = match &self.split {
+            None => self.geometry.dims(),
+            Some(sp) => sp.global.dims(),
+        };
+        Ok(Moments {
+            dims,
+            u: (0..gathered[0].len())
+                .map(|n| [gathered[1][n], gathered[2][n], gathered[3][n]])
                 .collect(),
+            rho: gathered.into_iter().next().unwrap_or_default(),
         })
     }
 }

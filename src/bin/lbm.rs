@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
+#[cfg(feature = "mpi")]
+use lattice_gpu::host::comm::Mpi;
+use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::{Error as HostError, Gpu};
 use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
@@ -77,6 +80,10 @@ struct Common {
     /// Output directory.
     #[arg(long, default_value = "lbm-out")]
     output: PathBuf,
+    /// Split the lattice along z over the ranks of the MPI job this process belongs to (start it with
+    /// `mpirun -np N`; two-lattice streaming); rank 0 prints and writes. Needs `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
 }
 
 impl Common {
@@ -204,17 +211,30 @@ fn io(e: String) -> Error {
     Error::InvalidParameter(e)
 }
 
+/// The output directory, made by rank 0 only (the other ranks write nothing).
+fn out_dir(c: &Common, lead: bool) -> Result<PathBuf> {
+    if lead {
+        output_dir(&c.output).map_err(io)
+    } else {
+        Ok(c.output.clone())
+    }
+}
+
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
 /// moments.
-fn advance<S: LbmStorage>(lbm: &mut Lbm<S>, stop: &Stop) -> Result<Moments> {
+fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> Result<Moments> {
     if stop.check_every == 0 || stop.steady.is_nan() || stop.steady <= 0.0 {
         return Err(Error::InvalidParameter(
             "--check-every must be at least 1 and --steady positive".into(),
         ));
     }
     let total = stop.steps.unwrap_or(stop.max_steps);
+    let lead = lbm.comm().rank() == 0;
     let bar = progress(total, "steps");
-    let cells = lbm.geometry().cells() as f64;
+    if !lead {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let cells = lbm.geometry().cells() as f64 * lbm.comm().size() as f64;
     let start = Instant::now();
     let mut before: Option<Moments> = None;
     let mut done = 0;
@@ -226,34 +246,49 @@ fn advance<S: LbmStorage>(lbm: &mut Lbm<S>, stop: &Stop) -> Result<Moments> {
         let mlups = cells * done as f64 / start.elapsed().as_secs_f64() / 1e6;
         bar.set_position(done);
         bar.set_message(format!("{mlups:.0} MLUPs/s, max |u| {:.3e}", m.max_speed()));
-        if !m.max_speed().is_finite() {
+        // Rank 0 holds the moments; its verdict (1 unstable, 2 steady) reaches every rank.
+        let verdict = if !lead {
+            0.0
+        } else if !m.max_speed().is_finite() {
+            1.0
+        } else if stop.steps.is_none()
+            && before
+                .as_ref()
+                .is_some_and(|b| cases::is_steady(b, &m, stop.steady))
+        {
+            2.0
+        } else {
+            0.0
+        };
+        let verdict = lbm.comm().sum(verdict)?;
+        if verdict == 1.0 {
             bar.abandon();
             return Err(Error::InvalidParameter(format!(
                 "the flow became unstable (non-finite velocity) after {done} steps; raise tau \
                  (lower the Reynolds number or raise the resolution) or lower the speeds"
             )));
         }
-        if stop.steps.is_none()
-            && before
-                .as_ref()
-                .is_some_and(|b| cases::is_steady(b, &m, stop.steady))
-        {
+        if verdict == 2.0 {
             bar.finish_and_clear();
-            println!(
-                "steady after {done} steps (changes below {:e} of the largest speed)",
-                stop.steady
-            );
+            if lead {
+                println!(
+                    "steady after {done} steps (changes below {:e} of the largest speed)",
+                    stop.steady
+                );
+            }
             return Ok(m);
         }
         before = Some(m);
     }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
-    println!(
-        "{done} steps in {secs:.2} s: {:.0} MLUPs/s",
-        cells * done as f64 / secs / 1e6
-    );
-    if stop.steps.is_none() {
+    if lead {
+        println!(
+            "{done} steps in {secs:.2} s: {:.0} MLUPs/s",
+            cells * done as f64 / secs / 1e6
+        );
+    }
+    if lead && stop.steps.is_none() {
         eprintln!("warning: not steady after --max-steps {}", stop.max_steps);
     }
     Ok(before.expect("at least one check ran"))
@@ -266,40 +301,51 @@ fn engine_for<S: LbmStorage>(c: &Common, dims: [usize; 3]) -> Result<Engine> {
     Ok(e)
 }
 
-fn make<S: LbmStorage>(
+fn make<S: LbmStorage, C: Communicator>(
+    comm: C,
     c: &Common,
     e: Engine,
     geometry: Geometry,
     params: Params,
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
-) -> Result<Lbm<S>> {
+) -> Result<Lbm<S, C>> {
     let d = geometry.dims();
-    println!(
-        "{}: {}x{}x{} cells, {} storage, {} streaming, tau {:.6}, {:?}",
-        describe(&e),
-        d[0],
-        d[1],
-        d[2],
-        S::NAME,
-        c.streaming().name(),
-        params.tau,
-        params.collision
-    );
-    if params.tau < 0.51 {
+    let lead = comm.rank() == 0;
+    if lead && comm.size() > 1 {
+        println!("split along z over {} MPI ranks", comm.size());
+    }
+    lead.then(|| {
+        println!(
+            "{}: {}x{}x{} cells, {} storage, {} streaming, tau {:.6}, {:?}",
+            describe(&e),
+            d[0],
+            d[1],
+            d[2],
+            S::NAME,
+            c.streaming().name(),
+            params.tau,
+            params.collision
+        )
+    });
+    if lead && params.tau < 0.51 {
         eprintln!(
             "warning: tau {:.5} is close to 1/2; the run may become unstable (raise the resolution or lower the Reynolds number)",
             params.tau
         );
     }
-    Lbm::new(&e, geometry, params, c.streaming(), init)
+    Lbm::new_on(comm, &e, geometry, params, c.streaming(), init)
 }
 
-fn cavity<S: LbmStorage>(a: &CavityArgs) -> Result<()> {
+fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()> {
+    let lead = comm.rank() == 0;
     let e = engine_for::<S>(&a.common, a.size)?;
     let (g, p) = cases::cavity(a.size, a.closed_z, a.re, a.lid, a.common.collision())?;
-    let dir = output_dir(&a.common.output).map_err(io)?;
-    let mut lbm = make::<S>(&a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
+    let dir = out_dir(&a.common, lead)?;
+    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
     let m = advance(&mut lbm, &a.stop)?;
+    if !lead {
+        return Ok(());
+    }
     let (u, v) = cases::centrelines(&m, a.lid);
     let rows = |p: &[(f64, f64)]| p.iter().map(|&(s, v)| numbers(&[s, v])).collect::<Vec<_>>();
     write_csv(&dir.join("centreline_u.csv"), "y,u_over_U", &rows(&u))?;
@@ -319,7 +365,8 @@ fn cavity<S: LbmStorage>(a: &CavityArgs) -> Result<()> {
     )
 }
 
-fn poiseuille<S: LbmStorage>(a: &PoiseuilleArgs) -> Result<()> {
+fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Result<()> {
+    let lead = comm.rank() == 0;
     let e = engine_for::<S>(&a.common, [a.extent.0, a.width + 2, a.extent.1])?;
     let (g, p) = cases::poiseuille(
         a.width,
@@ -329,9 +376,12 @@ fn poiseuille<S: LbmStorage>(a: &PoiseuilleArgs) -> Result<()> {
         a.force,
         a.common.collision(),
     )?;
-    let dir = output_dir(&a.common.output).map_err(io)?;
-    let mut lbm = make::<S>(&a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
+    let dir = out_dir(&a.common, lead)?;
+    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
     let m = advance(&mut lbm, &a.stop)?;
+    if !lead {
+        return Ok(());
+    }
     let ny = a.width + 2;
     let rows: Vec<Vec<String>> = (1..ny - 1)
         .map(|y| {
@@ -350,7 +400,8 @@ fn poiseuille<S: LbmStorage>(a: &PoiseuilleArgs) -> Result<()> {
     finish(&dir, &m, "Poiseuille channel", &["profile.csv"])
 }
 
-fn taylor_green<S: LbmStorage>(a: &TaylorGreenArgs) -> Result<()> {
+fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) -> Result<()> {
+    let lead = comm.rank() == 0;
     if a.steps < 20 {
         return Err(Error::InvalidParameter(
             "--steps must be at least 20".into(),
@@ -360,10 +411,13 @@ fn taylor_green<S: LbmStorage>(a: &TaylorGreenArgs) -> Result<()> {
     let g = Geometry::periodic(a.size)?;
     let mut p = Params::bgk(a.tau);
     p.collision = a.common.collision();
-    let dir = output_dir(&a.common.output).map_err(io)?;
-    let mut lbm = make::<S>(&a.common, e, g, p, cases::taylor_green(a.size, a.u0)?)?;
+    let dir = out_dir(&a.common, lead)?;
+    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, cases::taylor_green(a.size, a.u0)?)?;
     let every = (a.steps / 20).max(1);
     let bar = progress(a.steps, "steps");
+    if !lead {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let mut rows = Vec::new();
     while lbm.steps() < a.steps {
         lbm.run(every.min(a.steps - lbm.steps()))?;
@@ -372,6 +426,10 @@ fn taylor_green<S: LbmStorage>(a: &TaylorGreenArgs) -> Result<()> {
         bar.set_position(lbm.steps());
     }
     bar.finish_and_clear();
+    let m = lbm.moments()?;
+    if !lead {
+        return Ok(());
+    }
     // Skip the first interval: the initial equilibrium lacks the non-equilibrium part of the flow.
     let (t0, e0) = rows[1];
     let (t1, e1) = rows[rows.len() - 1];
@@ -383,7 +441,6 @@ fn taylor_green<S: LbmStorage>(a: &TaylorGreenArgs) -> Result<()> {
     );
     let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
     write_csv(&dir.join("energy.csv"), "step,kinetic_energy", &lines)?;
-    let m = lbm.moments()?;
     finish(&dir, &m, "Taylor-Green vortex", &["energy.csv"])
 }
 
@@ -550,12 +607,21 @@ fn bench(a: &BenchArgs) -> Result<()> {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
+    // Each case on one domain or, with --mpi, split over the ranks of the MPI job.
     macro_rules! by_storage {
         ($f:ident, $a:expr) => {
-            match $a.common.precision {
-                Storage::F64 => $f::<f64>($a),
-                Storage::F32 => $f::<f32>($a),
-                Storage::F16 => $f::<Half>($a),
+            match ($a.common.precision, $a.common.mpi) {
+                (Storage::F64, false) => $f::<f64, Solo>($a, Solo),
+                (Storage::F32, false) => $f::<f32, Solo>($a, Solo),
+                (Storage::F16, false) => $f::<Half, Solo>($a, Solo),
+                #[cfg(feature = "mpi")]
+                (Storage::F64, true) => $f::<f64, Mpi>($a, Mpi::init()?),
+                #[cfg(feature = "mpi")]
+                (Storage::F32, true) => $f::<f32, Mpi>($a, Mpi::init()?),
+                #[cfg(feature = "mpi")]
+                (Storage::F16, true) => $f::<Half, Mpi>($a, Mpi::init()?),
+                #[cfg(not(feature = "mpi"))]
+                (_, true) => Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into())),
             }
         };
     }

@@ -58,6 +58,9 @@ pub struct Step<S: Storage> {
     pub moments: *mut S::Real,
     /// Grid `[nx, ny, nz]`.
     pub dims: [u32; 3],
+    /// The z planes the step updates, `first .. first + count` (all of them but the halo planes of a
+    /// decomposed run, which hold the neighbours' planes).
+    pub planes: [u32; 2],
     /// The relaxation rate of the symmetric part, `1 / tau`.
     pub omega: S::Real,
     /// The relaxation rate of the antisymmetric part (TRT); equal to `omega` for BGK.
@@ -390,7 +393,7 @@ macro_rules! step_entries {
                 let x = thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
                 let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
                 if x < s.dims[0] && y < s.dims[1] {
-                    s.cell::<{ $scheme as u32 }>([x, y, thread::block_idx_z()])
+                    s.cell::<{ $scheme as u32 }>([x, y, s.planes[0] + thread::block_idx_z()])
                 }
             }
         }
