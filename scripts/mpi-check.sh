@@ -13,10 +13,11 @@ if ! command -v mpicc >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so >/dev/
     packages="openmpi-bin libopenmpi-dev libclang-dev"
     apt-get install -y -q $packages >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $packages >/dev/null; }
 fi
-cargo build --release --features mpi --bin diffusion --bin advection --bin lbm
+cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
 bin=$PWD/target/release/diffusion
 adv=$PWD/target/release/advection
 lbm=$PWD/target/release/lbm
+lqcd=$PWD/target/release/lqcd
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
@@ -72,6 +73,21 @@ same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine host --
 same_as_single "lbm taylor-green f16" density.npy taylor-green --engine host --streaming ab --precision f16 --size 16x12x13 --steps 30
 same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine host --streaming ab --precision f64 --size 18x18x11 \
     --closed-z --re 20 --steps 300
+# lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
+# (the sums are grouped differently, so the last bits may differ).
+lqcd_line() { grep -o 'converged in [0-9]* iterations.*|x| = [0-9.]*e[0-9+-]*' "$1" | sed -E 's/\([^)]*\)//; s/(\.[0-9]{9})[0-9]*/\1/'; }
+mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd1" 2>&1
+want=$(lqcd_line "$work/lqcd1")
+for np in 2 3; do
+    mpirun_ -np "$np" "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd$np" 2>&1
+    if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd$np")" = "$want" ]; then
+        echo "lqcd solve, $np MPI ranks (t split): as on one rank ($want) PASS"
+    else
+        cat "$work/lqcd1" "$work/lqcd$np"
+        echo "lqcd solve, $np MPI ranks: differs from one rank FAIL"
+        status=1
+    fi
+done
 # expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
 # failed) and a rank says why.
 expect_refusal() {

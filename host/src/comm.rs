@@ -25,6 +25,8 @@ unsafe impl Wire for u16 {}
 unsafe impl Wire for u32 {}
 // SAFETY: as above.
 unsafe impl Wire for u64 {}
+// SAFETY: an array of padding-free values has no padding.
+unsafe impl<T: Wire, const N: usize> Wire for [T; N] where [T; N]: Default {}
 
 /// The ranks of a decomposed run and the operations between them. Every rank must make the same calls in
 /// the same order (they are collective).

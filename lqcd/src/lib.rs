@@ -32,6 +32,7 @@
 //!   `x_o = b_o + kappa H_oe x_e`.
 
 pub mod config;
+pub mod distributed;
 pub mod error;
 pub mod gamma;
 pub mod gauge;

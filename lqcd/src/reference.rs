@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gamma::{gamma, identity, SpinMatrix};
 use crate::gauge::GaugeField;
 use crate::geometry::{Lattice, SPINOR_LEN};
-use crate::spinor::{axpy, dot, norm2, read_site, write_site, SiteSpinor, SpinorField};
+use crate::spinor::{axpy, dot, read_site, write_site, SiteSpinor, SpinorField};
 
 /// Below this, `|<a, b>|` relative to `|a| |b|` counts as zero: a BiCGStab breakdown. An exact zero
 /// computes to rounding noise around 1e-16, while a healthy iteration keeps these overlaps near
@@ -46,9 +46,12 @@ pub fn check_kappa(kappa: f64) -> Result<()> {
     }
 }
 
+/// A 3x3 complex link matrix.
+pub(crate) type Link = nalgebra::Matrix3<Complex64>;
+
 /// Which operator a hop belongs to: `H` has `1 - gamma_mu` forward, `H^dag` has `1 + gamma_mu` forward.
 #[derive(Clone, Copy)]
-enum Hop {
+pub(crate) enum Hop {
     Plain,
     Dagger,
 }
@@ -79,17 +82,30 @@ fn hop_site(
     hop: Hop,
     fetch: impl Fn(usize) -> SiteSpinor,
 ) -> SiteSpinor {
+    hop_from(hop, |mu, forward| {
+        if forward {
+            let (nf, sf) = lat.forward(n, mu);
+            (u.links[4 * n + mu], fetch(nf), sf)
+        } else {
+            let (nb, sb) = lat.backward(n, mu);
+            (u.links[4 * nb + mu].adjoint(), fetch(nb), sb)
+        }
+    })
+}
+
+/// The hopping term at one site from its 8 neighbours: `neighbour(mu, forward)` gives the link to
+/// apply (`U_mu(n)` forward, `U_mu(n - mu)^dag` backward), the neighbour's spinor and the boundary sign.
+pub(crate) fn hop_from(
+    hop: Hop,
+    neighbour: impl Fn(usize, bool) -> (Link, SiteSpinor, f64),
+) -> SiteSpinor {
     let mut out: SiteSpinor = [Vector3::zeros(); 4];
     for mu in 0..4 {
         let (fwd_proj, bwd_proj) = projectors(mu, hop);
-        let (nf, sf) = lat.forward(n, mu);
-        let link = u.links[4 * n + mu];
-        let psi = fetch(nf);
+        let (link, psi, sf) = neighbour(mu, true);
         let moved: SiteSpinor = std::array::from_fn(|s| link * psi[s] * Complex64::from(sf));
         let fwd = spin_mul(&fwd_proj, &moved);
-        let (nb, sb) = lat.backward(n, mu);
-        let link = u.links[4 * nb + mu].adjoint();
-        let psi = fetch(nb);
+        let (link, psi, sb) = neighbour(mu, false);
         let moved: SiteSpinor = std::array::from_fn(|s| link * psi[s] * Complex64::from(sb));
         let bwd = spin_mul(&bwd_proj, &moved);
         for s in 0..4 {
@@ -245,11 +261,24 @@ pub fn bicgstab(
     tol: f64,
     max_iter: usize,
 ) -> Result<Solve> {
+    bicgstab_with(|v| Ok(op(v)), |a, c| Ok(dot(a, c)), b, tol, max_iter)
+}
+
+/// [`bicgstab`] with the operator and the inner product given (a decomposed run sums over its ranks);
+/// either may fail (a communicator).
+pub(crate) fn bicgstab_with(
+    op: impl Fn(&[Complex64]) -> Result<Vec<Complex64>>,
+    dot: impl Fn(&[Complex64], &[Complex64]) -> Result<Complex64>,
+    b: &[Complex64],
+    tol: f64,
+    max_iter: usize,
+) -> Result<Solve> {
+    let norm2 = |a: &[Complex64]| dot(a, a).map(|z| z.re);
     check_solver_params(tol, max_iter)?;
     let zero = Complex64::new(0.0, 0.0);
     let len = b.len();
     let mut x = vec![zero; len];
-    let b_norm = norm2(b).sqrt();
+    let b_norm = norm2(b)?.sqrt();
     if b_norm == 0.0 {
         return Ok(Solve {
             x,
@@ -272,22 +301,22 @@ pub fn bicgstab(
     let vanishes = |z: Complex64, scale: f64| !z.is_finite() || z.norm() <= BREAKDOWN * scale;
 
     for i in 1..=max_iter {
-        let rho_new = dot(&r0, &r);
-        if vanishes(rho_new, r0_norm * norm2(&r).sqrt()) {
+        let rho_new = dot(&r0, &r)?;
+        if vanishes(rho_new, r0_norm * norm2(&r)?.sqrt()) {
             return breakdown(i, format!("rho = <r0, r> = {rho_new:.3e} vanished"));
         }
         let beta = (rho_new / rho) * (alpha / omega);
         for k in 0..len {
             p[k] = r[k] + beta * (p[k] - omega * v[k]);
         }
-        v = op(&p);
-        let r0v = dot(&r0, &v);
-        if vanishes(r0v, r0_norm * norm2(&v).sqrt()) {
+        v = op(&p)?;
+        let r0v = dot(&r0, &v)?;
+        if vanishes(r0v, r0_norm * norm2(&v)?.sqrt()) {
             return breakdown(i, format!("<r0, v> = {r0v:.3e} vanished"));
         }
         alpha = rho_new / r0v;
         let s: Vec<Complex64> = r.iter().zip(&v).map(|(r, v)| r - alpha * v).collect();
-        let s_norm = norm2(&s).sqrt();
+        let s_norm = norm2(&s)?.sqrt();
         let s_rel = s_norm / b_norm;
         if s_rel < tol {
             // The half step already converged; A s could be zero here and <t, t> would look like a breakdown.
@@ -299,12 +328,12 @@ pub fn bicgstab(
                 history,
             });
         }
-        let t = op(&s);
-        let tt = norm2(&t);
+        let t = op(&s)?;
+        let tt = norm2(&t)?;
         if !tt.is_finite() || tt.sqrt() <= BREAKDOWN * s_norm {
             return breakdown(i, format!("<t, t> = {tt:.3e} vanished"));
         }
-        let ts = dot(&t, &s);
+        let ts = dot(&t, &s)?;
         if vanishes(ts, tt.sqrt() * s_norm) {
             // omega = 0 would make the next beta divide by zero.
             return breakdown(i, format!("<t, s> = {ts:.3e} vanished"));
@@ -314,7 +343,7 @@ pub fn bicgstab(
             x[k] += alpha * p[k] + omega * s[k];
             r[k] = s[k] - omega * t[k];
         }
-        let rel = norm2(&r).sqrt() / b_norm;
+        let rel = norm2(&r)?.sqrt() / b_norm;
         history.push((i, rel));
         if !rel.is_finite() {
             return breakdown(i, format!("the residual became {rel}"));

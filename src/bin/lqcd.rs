@@ -108,6 +108,10 @@ struct SolveArgs {
     /// Seed of the random source.
     #[arg(long, default_value_t = 7)]
     source_seed: u64,
+    /// Split the lattice along t over the ranks of the MPI job this process belongs to (start it with
+    /// `mpirun -np N`; the CPU reference solver, full lattice); rank 0 prints. Needs `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
 }
 
 #[derive(Args)]
@@ -181,10 +185,25 @@ fn run(cli: Cli) -> Result<()> {
 
 /// The lattice and gauge field the options describe, with the numbers users compare across codes.
 fn gauge_field(a: &GaugeArgs, antiperiodic_t: bool) -> Result<(Lattice, GaugeField)> {
+    gauge_field_as(a, antiperiodic_t, true)
+}
+
+/// The gauge field of the options; `lead` prints what it is and writes `--write-gauge` (the other ranks
+/// of a split run make the same field quietly).
+fn gauge_field_as(
+    a: &GaugeArgs,
+    antiperiodic_t: bool,
+    lead: bool,
+) -> Result<(Lattice, GaugeField)> {
+    let say = |line: String| {
+        if lead {
+            println!("{line}");
+        }
+    };
     let u = match &a.gauge {
         Some(path) => {
             let (u, info) = load_gauge(path, a.reunitarize, 1e-5)?;
-            println!(
+            say(format!(
                 "gauge: {} ({}x{}x{}x{}, {}-bit, checksum {}), max |U U^dag - 1| {:.1e}",
                 path.display(),
                 u.dims[0],
@@ -194,22 +213,22 @@ fn gauge_field(a: &GaugeArgs, antiperiodic_t: bool) -> Result<(Lattice, GaugeFie
                 info.precision.bits(),
                 info.checksum.map_or("none".to_string(), |c| c.to_string()),
                 info.su3_violation
-            );
+            ));
             u
         }
         None => {
             lattice_gpu::lqcd::geometry::check_dims(a.dims)?;
             let u = GaugeField::random(a.dims, a.seed);
-            println!(
+            say(format!(
                 "gauge: random SU(3) (Haar), seed {}, {}x{}x{}x{}",
                 a.seed, a.dims[0], a.dims[1], a.dims[2], a.dims[3]
-            );
+            ));
             u
         }
     };
     let lat = Lattice::new(u.dims, antiperiodic_t)?;
-    println!("plaquette {:.12}", u.plaquette());
-    if let Some(path) = &a.write_gauge {
+    say(format!("plaquette {:.12}", u.plaquette()));
+    if let (Some(path), true) = (&a.write_gauge, lead) {
         save_gauge(path, &u, FilePrecision::F64)?;
         println!("wrote {}", path.display());
     }
@@ -345,6 +364,12 @@ fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
 }
 
 fn solve(a: &SolveArgs) -> Result<()> {
+    if a.mpi {
+        #[cfg(feature = "mpi")]
+        return solve_split(a, &lattice_gpu::host::comm::Mpi::init()?);
+        #[cfg(not(feature = "mpi"))]
+        return Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into()));
+    }
     let mut s = Solver::new(&a.solver)?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
     let (_, it, secs, res) = s.solve(&b, "solve")?;
@@ -354,6 +379,43 @@ fn solve(a: &SolveArgs) -> Result<()> {
         secs / it.max(1) as f64 * 1e6,
         FLOPS_PER_SITE
     );
+    Ok(())
+}
+
+/// `solve --mpi`: the CPU reference BiCGStab on the full lattice, split along t over the MPI ranks (every
+/// rank makes the same gauge field and source from the seeds).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C) -> Result<()> {
+    let args = &a.solver;
+    if args.engine != Placement::Host {
+        return Err(Error::InvalidParameter(
+            "--mpi runs the CPU reference split over the ranks; add --engine host (GPU ranks exchange by NCCL, \
+             not built yet)"
+                .into(),
+        ));
+    }
+    check(args)?;
+    let lead = comm.rank() == 0;
+    let (lat, u) = gauge_field_as(&args.gauge, args.antiperiodic_t, lead)?;
+    let b = SpinorField::random(lat.dims, a.source_seed);
+    let d = lattice_gpu::lqcd::distributed::Distributed::new(comm, &lat, &u)?;
+    let t = Instant::now();
+    let (x, solve, res) = d.solve(
+        args.kappa,
+        &d.scatter(&b.data),
+        args.tol,
+        args.max_iter as usize,
+    )?;
+    let x = d.gather(&x)?;
+    if lead {
+        let norm: f64 = x.iter().map(|z| z.norm_sqr()).sum::<f64>().sqrt();
+        println!(
+            "split along t over {} ranks: converged in {} iterations ({:.4} s), |x| = {norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            comm.size(),
+            solve.iterations,
+            t.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
 
