@@ -110,4 +110,7 @@ expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
     -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
 expect_refusal "lbm in-place streaming split" "two-lattice streaming" \
     -np 2 "$lbm" taylor-green --engine host --mpi --streaming aa --size 16 --steps 20 --output "$work/bad"
+# Ranks started with different options (here different step counts) must all refuse, not deadlock.
+expect_refusal "ranks with different options" "started with different options" \
+    -np 2 bash -c "exec '$bin' --engine host --mpi --size 8x8x8 --steps \$((5 + OMPI_COMM_WORLD_RANK)) --output '$work/bad'"
 exit $status

@@ -54,6 +54,34 @@ impl Placement {
 pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; install OpenMPI (apt install \
      libopenmpi-dev openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`";
 
+/// Fails on every rank unless all ranks of `comm` were started with the same command-line options (a
+/// decomposed run with, say, different sizes per rank would exchange halos that do not fit).
+pub fn same_options<C: lattice_gpu_host::comm::Communicator>(
+    comm: &C,
+) -> std::result::Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // 20 bits of the options' hash: its sum and the sum of its square are exact in f64, and both equal
+    // size * h (size * h^2) only if every rank has the same h.
+    let h = (lattice_gpu_host::engine::tunecache::fnv1a64(args.join("\u{1f}").as_bytes())
+        & 0xf_ffff) as f64;
+    let n = comm.size() as f64;
+    let (s1, s2) = (
+        comm.sum(h).map_err(|e| e.to_string())?,
+        comm.sum(h * h).map_err(|e| e.to_string())?,
+    );
+    if s1 == n * h && s2 == n * h * h {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {} MPI ranks were started with different options (this is rank {}: {}); start every rank \
+             with the same command line",
+            comm.size(),
+            comm.rank(),
+            args.join(" ")
+        ))
+    }
+}
+
 /// How a 3-D stencil kernel reads its input (see `Variant` in the stencil framework).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum VariantArg {

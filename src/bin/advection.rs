@@ -217,6 +217,7 @@ fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
 }
 
 fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -> Result<()> {
+    lattice_gpu::cli::same_options(comm).map_err(Error::Invalid)?;
     let lead = comm.rank() == 0;
     let (dt, steps) = time_stepping(c, &case)?;
     let p = Problem {

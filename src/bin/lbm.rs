@@ -309,6 +309,7 @@ fn make<S: LbmStorage, C: Communicator>(
     params: Params,
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
 ) -> Result<Lbm<S, C>> {
+    lattice_gpu::cli::same_options(&comm).map_err(Error::InvalidParameter)?;
     let d = geometry.dims();
     let lead = comm.rank() == 0;
     if lead && comm.size() > 1 {

@@ -395,6 +395,7 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C
         ));
     }
     check(args)?;
+    lattice_gpu::cli::same_options(comm).map_err(Error::InvalidParameter)?;
     let lead = comm.rank() == 0;
     let (lat, u) = gauge_field_as(&args.gauge, args.antiperiodic_t, lead)?;
     let b = SpinorField::random(lat.dims, a.source_seed);
