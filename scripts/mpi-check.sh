@@ -88,6 +88,17 @@ for np in 2 3; do
         status=1
     fi
 done
+# Four ranks on two time slices: the rank grid cuts z too (edges and corners through the halo plan).
+mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd1" 2>&1
+want=$(lqcd_line "$work/lqcd1")
+mpirun_ -np 4 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1
+if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
+    echo "lqcd solve, 4 MPI ranks (t and z split): as on one rank PASS"
+else
+    cat "$work/lqcd1" "$work/lqcd4"
+    echo "lqcd solve, 4 MPI ranks (t and z split): differs     FAIL"
+    status=1
+fi
 # expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
 # failed) and a rank says why.
 expect_refusal() {

@@ -1,10 +1,11 @@
 //! The CPU reference operator and BiCGStab split over the ranks of a communicator, as Doi's paper splits
-//! the lattice over MPI ranks: the time direction is cut into slabs, each rank holds its slab with one
-//! halo time slice on each side (refreshed before every hopping term), and every inner product is summed
-//! over the ranks. The result equals the one-domain solve to rounding (the sums are grouped differently).
+//! the lattice over MPI ranks: t is cut first, then z, then y (the rank grid takes the largest factors of
+//! the rank count that each axis can hold); each rank holds its box with one halo site on each side of a
+//! cut axis (refreshed before every hopping term), and every inner product is summed over the ranks. The
+//! result equals the one-domain solve to rounding (the sums are grouped differently).
 
 use lattice_gpu_host::comm::Communicator;
-use lattice_gpu_host::decomp::{Decomposition, Face};
+use lattice_gpu_host::decomp::{Decomposition, Face, Region};
 use num_complex::Complex64;
 
 use crate::error::{Error, Result};
@@ -16,85 +17,151 @@ use crate::spinor::{read_site, write_site, SiteSpinor};
 /// One site's spinor as 24 reals: what the halo exchange moves.
 type Packed = [f64; 2 * SPINOR_LEN];
 
-/// The Wilson-Dirac operator on this rank's time slab.
+/// The rank grid `[1, py, pz, pt]` for `ranks` ranks on `dims`: t takes the largest factor it can hold
+/// (a plane per rank at least), then z, then y.
+pub fn rank_grid(dims: [usize; 4], ranks: usize) -> Result<[usize; 4]> {
+    let mut procs = [1; 4];
+    let mut left = ranks;
+    for axis in [3, 2, 1] {
+        let take = (1..=left)
+            .rev()
+            .find(|&f| left.is_multiple_of(f) && f <= dims[axis])
+            .unwrap_or(1);
+        procs[axis] = take;
+        left /= take;
+    }
+    if left != 1 {
+        return Err(Error::InvalidParameter(format!(
+            "{ranks} ranks do not split the lattice {}x{}x{}x{} along t, z and y (at most one rank per \
+             site along each); use fewer ranks",
+            dims[0], dims[1], dims[2], dims[3]
+        )));
+    }
+    Ok(procs)
+}
+
+/// The Wilson-Dirac operator on this rank's box of the lattice.
 pub struct Distributed<'a, C: Communicator> {
     comm: &'a C,
     lat: &'a Lattice,
-    /// First global time slice this rank owns, and how many.
-    t0: usize,
-    slices: usize,
+    split: Decomposition<4>,
+    own: Region<4>,
+    /// The local array: the box and its halos.
+    local: [usize; 4],
     plan: Vec<Face<4>>,
-    /// `U_mu` of every site of the local array (halo slices included), 4 per site.
+    /// `U_mu` of every site of the local array (halos included), 4 per site.
     links: Vec<Link>,
 }
 
 impl<'a, C: Communicator> Distributed<'a, C> {
-    /// Splits `lat` along t over the ranks of `comm`; every rank passes the whole gauge field and keeps
-    /// the links of its slab and halo. Fails with the fix when there are more ranks than time slices.
+    /// Splits `lat` over the ranks of `comm` ([`rank_grid`]); every rank passes the whole gauge field and
+    /// keeps the links of its box and halo. Fails with the fix when the ranks do not fit the lattice.
     pub fn new(comm: &'a C, lat: &'a Lattice, u: &GaugeField) -> Result<Self> {
-        let [nx, ny, nz, nt] = lat.dims;
-        let d = Decomposition::new(lat.dims, [1, 1, 1, comm.size()], [0, 0, 0, 1], [true; 4])
+        let procs = rank_grid(lat.dims, comm.size())?;
+        let halo = procs.map(|p| usize::from(p > 1));
+        let split = Decomposition::new(lat.dims, procs, halo, [true; 4])
             .map_err(|e| Error::InvalidParameter(e.to_string()))?;
-        let own = d.owned(comm.rank());
-        let (t0, slices) = (own.begin[3], own.size[3]);
-        let volume3 = nx * ny * nz;
-        let mut links = Vec::with_capacity(4 * volume3 * (slices + 2));
-        for lt in 0..slices + 2 {
-            let t = (t0 + nt + lt - 1) % nt;
-            links.extend_from_slice(&u.links[4 * volume3 * t..4 * volume3 * (t + 1)]);
-        }
-        Ok(Self {
+        let own = split.owned(comm.rank());
+        let local = split.local_size(comm.rank());
+        let mut this = Self {
             comm,
             lat,
-            t0,
-            slices,
-            plan: d.halo_plan(comm.rank()),
-            links,
+            plan: split.halo_plan(comm.rank()),
+            split,
+            own,
+            local,
+            links: Vec::new(),
+        };
+        this.links = (0..local.iter().product())
+            .flat_map(|l| {
+                let n = lat.index(this.global_of(this.coords(l)));
+                u.links[4 * n..4 * n + 4].to_vec()
+            })
+            .collect();
+        Ok(this)
+    }
+
+    /// Local array coordinates of local index `l`.
+    fn coords(&self, mut l: usize) -> [usize; 4] {
+        std::array::from_fn(|a| {
+            let c = l % self.local[a];
+            l /= self.local[a];
+            c
         })
     }
 
-    /// Complex numbers of a spinor on this rank's slab.
-    pub fn len(&self) -> usize {
-        SPINOR_LEN * self.volume3() * self.slices
+    fn index(&self, p: [usize; 4]) -> usize {
+        p[0] + self.local[0] * (p[1] + self.local[1] * (p[2] + self.local[2] * p[3]))
     }
 
-    /// Whether the slab is empty (never: every rank owns a slice).
+    /// The global site coordinates of local point `p` (wrapped).
+    fn global_of(&self, p: [usize; 4]) -> [usize; 4] {
+        let h = self.split.halo();
+        std::array::from_fn(|a| {
+            let n = self.lat.dims[a];
+            (self.own.begin[a] + n + p[a] - h[a]) % n
+        })
+    }
+
+    /// Complex numbers of a spinor on this rank's box.
+    pub fn len(&self) -> usize {
+        SPINOR_LEN * self.own.len()
+    }
+
+    /// Whether the box is empty (never: every rank owns a site).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn volume3(&self) -> usize {
-        self.lat.dims[0] * self.lat.dims[1] * self.lat.dims[2]
-    }
-
-    /// This rank's part of a whole-lattice spinor.
+    /// This rank's part of a whole-lattice spinor (its box, x fastest).
     pub fn scatter(&self, global: &[Complex64]) -> Vec<Complex64> {
-        let per_slice = SPINOR_LEN * self.volume3();
-        global[per_slice * self.t0..per_slice * (self.t0 + self.slices)].to_vec()
+        self.own
+            .points()
+            .flat_map(|g| {
+                let n = self.lat.index(g);
+                global[SPINOR_LEN * n..SPINOR_LEN * (n + 1)].to_vec()
+            })
+            .collect()
     }
 
-    /// The whole spinor on rank 0 (in rank order the slabs are in time order); empty elsewhere.
+    /// The whole spinor on rank 0, every rank's box put back in place; empty elsewhere.
     pub fn gather(&self, part: &[Complex64]) -> Result<Vec<Complex64>> {
         let reals: Vec<f64> = part.iter().flat_map(|z| [z.re, z.im]).collect();
         let all = self.comm.gather(&reals).map_err(host)?;
-        Ok(all.chunks(2).map(|c| Complex64::new(c[0], c[1])).collect())
+        if all.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![Complex64::new(0.0, 0.0); SPINOR_LEN * self.lat.volume()];
+        let mut at = 0;
+        for r in 0..self.comm.size() {
+            for g in self.split.owned(r).points() {
+                let n = self.lat.index(g);
+                for c in 0..SPINOR_LEN {
+                    out[SPINOR_LEN * n + c] = Complex64::new(all[at], all[at + 1]);
+                    at += 2;
+                }
+            }
+        }
+        Ok(out)
     }
 
-    /// The hopping term `H psi` on the slab (`psi`: this rank's part).
+    /// The hopping term `H psi` on the box (`psi`: this rank's part).
     pub fn hopping(&self, psi: &[Complex64]) -> Result<Vec<Complex64>> {
-        let [nx, ny, nz, nt] = self.lat.dims;
-        let v3 = self.volume3();
-        // The slab with a halo slice on each side, one packed spinor per site.
-        let mut a: Vec<Packed> = vec![[0.0; 2 * SPINOR_LEN]; v3 * (self.slices + 2)];
-        for (k, site) in a[v3..v3 * (self.slices + 1)].iter_mut().enumerate() {
+        let h = self.split.halo();
+        let mut a: Vec<Packed> = vec![[0.0; 2 * SPINOR_LEN]; self.local.iter().product()];
+        let inner = Region {
+            begin: h,
+            size: self.own.size,
+        };
+        for (k, p) in inner.points().enumerate() {
+            let site = &mut a[self.index(p)];
             for c in 0..SPINOR_LEN {
                 let z = psi[SPINOR_LEN * k + c];
                 (site[2 * c], site[2 * c + 1]) = (z.re, z.im);
             }
         }
-        let index = |p: [usize; 4]| p[0] + nx * (p[1] + ny * (p[2] + nz * p[3]));
         self.comm
-            .exchange(&self.plan, &mut a, &index)
+            .exchange(&self.plan, &mut a, &|p| self.index(p))
             .map_err(host)?;
         let spinor = |l: usize| -> SiteSpinor {
             let z: Vec<Complex64> = (0..SPINOR_LEN)
@@ -103,35 +170,31 @@ impl<'a, C: Communicator> Distributed<'a, C> {
             read_site(&z, 0)
         };
         let mut out = vec![Complex64::new(0.0, 0.0); self.len()];
-        for k in 0..v3 * self.slices {
-            let l = k + v3;
-            let p = [k % nx, (k / nx) % ny, (k / (nx * ny)) % nz, l / v3];
-            let t = self.t0 + p[3] - 1;
-            let h = hop_from(Hop::Plain, |mu, forward| {
+        for (k, p) in inner.points().enumerate() {
+            let l = self.index(p);
+            let g = self.global_of(p);
+            let hop = hop_from(Hop::Plain, |mu, forward| {
+                let n = self.local[mu];
                 let mut q = p;
-                let wraps = if mu == 3 {
-                    // Halo slices hold the neighbours' (wrapped) slices; the sign is the lattice's.
-                    q[3] = if forward { p[3] + 1 } else { p[3] - 1 };
-                    if forward {
-                        t + 1 == nt
-                    } else {
-                        t == 0
-                    }
-                } else {
-                    let n = self.lat.dims[mu];
-                    q[mu] = if forward {
-                        (p[mu] + 1) % n
-                    } else {
-                        (p[mu] + n - 1) % n
-                    };
-                    false
+                // Along a cut axis the halo holds the neighbour; along a whole axis it wraps here.
+                q[mu] = match (forward, h[mu] > 0) {
+                    (true, true) => p[mu] + 1,
+                    (false, true) => p[mu] - 1,
+                    (true, false) => (p[mu] + 1) % n,
+                    (false, false) => (p[mu] + n - 1) % n,
                 };
+                let wraps = mu == 3
+                    && if forward {
+                        g[3] + 1 == self.lat.dims[3]
+                    } else {
+                        g[3] == 0
+                    };
                 let sign = if wraps && self.lat.antiperiodic_t {
                     -1.0
                 } else {
                     1.0
                 };
-                let m = index(q);
+                let m = self.index(q);
                 let link = if forward {
                     self.links[4 * l + mu]
                 } else {
@@ -139,12 +202,12 @@ impl<'a, C: Communicator> Distributed<'a, C> {
                 };
                 (link, spinor(m), sign)
             });
-            write_site(&mut out, k, &h);
+            write_site(&mut out, k, &hop);
         }
         Ok(out)
     }
 
-    /// `D psi = psi - kappa H psi` on the slab.
+    /// `D psi = psi - kappa H psi` on the box.
     pub fn wilson_dirac(&self, kappa: f64, psi: &[Complex64]) -> Result<Vec<Complex64>> {
         let h = self.hopping(psi)?;
         Ok(psi.iter().zip(&h).map(|(p, h)| p - kappa * h).collect())
@@ -199,6 +262,15 @@ mod tests {
     use super::*;
     use crate::reference;
     use crate::spinor::SpinorField;
+
+    #[test]
+    fn rank_grid_cuts_t_then_z_then_y() {
+        assert_eq!(rank_grid([4, 4, 4, 8], 2).unwrap(), [1, 1, 1, 2]);
+        assert_eq!(rank_grid([4, 4, 4, 8], 16).unwrap(), [1, 1, 2, 8]);
+        assert_eq!(rank_grid([4, 4, 2, 2], 12).unwrap(), [1, 3, 2, 2]);
+        assert_eq!(rank_grid([4, 6, 4, 4], 6).unwrap(), [1, 1, 2, 3]);
+        assert!(rank_grid([2, 2, 2, 2], 16).is_err());
+    }
 
     #[test]
     fn one_rank_equals_the_reference() {

@@ -108,7 +108,7 @@ struct SolveArgs {
     /// Seed of the random source.
     #[arg(long, default_value_t = 7)]
     source_seed: u64,
-    /// Split the lattice along t over the ranks of the MPI job this process belongs to (start it with
+    /// Split the lattice (t first, then z and y) over the ranks of the MPI job this process belongs to (start it with
     /// `mpirun -np N`; the CPU reference solver, full lattice); rank 0 prints. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
@@ -382,7 +382,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
     Ok(())
 }
 
-/// `solve --mpi`: the CPU reference BiCGStab on the full lattice, split along t over the MPI ranks (every
+/// `solve --mpi`: the CPU reference BiCGStab on the full lattice, split along t, z and y over the MPI ranks (every
 /// rank makes the same gauge field and source from the seeds).
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C) -> Result<()> {
@@ -410,9 +410,13 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C
     let x = d.gather(&x)?;
     if lead {
         let norm: f64 = x.iter().map(|z| z.norm_sqr()).sum::<f64>().sqrt();
+        let g = lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size())?;
         println!(
-            "split along t over {} ranks: converged in {} iterations ({:.4} s), |x| = {norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             comm.size(),
+            g[1],
+            g[2],
+            g[3],
             solve.iterations,
             t.elapsed().as_secs_f64()
         );
