@@ -10,6 +10,7 @@
 //! - [`complex`], [`wilson`], [`krylov`]: complex numbers, the Wilson-Dirac hopping term and the device half
 //!   of BiCGStab, for lattice QCD.
 //! - [`lbm`]: the D3Q19 lattice-Boltzmann collide-and-stream body and its kernels.
+//! - [`poisson`]: the multigrid point updates of the variable-coefficient Poisson solver.
 //! - [`advection`]: the cubic semi-Lagrangian advection update and its optimised kernels.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
 #![no_std]
@@ -26,6 +27,7 @@ pub mod device;
 pub mod diffusion;
 pub mod krylov;
 pub mod lbm;
+pub mod poisson;
 pub mod selftest;
 pub mod stencil;
 pub mod wilson;

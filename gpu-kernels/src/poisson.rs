@@ -1,0 +1,251 @@
+//! The point updates of a geometric multigrid for the variable-coefficient Poisson equation
+//! `-div(c grad p) = f` (the kinaco ocean model's pressure solve): the 7-point operator with its 7
+//! coefficients per cell in structure-of-arrays fields, the residual, weighted Jacobi and red-black
+//! Gauss-Seidel smoothing, restriction (average of the 8 children) and prolongation (the parent's value
+//! added to each child), between cell-centred grids with a margin of 1 and sizes halving level by level.
+
+use crate::device::math::Real;
+use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
+
+/// The 7 coefficients of every cell: `(A x)_i = diag_i x_i + sum_nb off_nb,i x_nb`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Coeffs<T> {
+    /// Diagonal.
+    pub diag: FieldRef<T>,
+    /// The x-1 neighbour's coefficient (0 at a wall).
+    pub xm: FieldRef<T>,
+    /// The x+1 neighbour's coefficient.
+    pub xp: FieldRef<T>,
+    /// The y-1 neighbour's coefficient.
+    pub ym: FieldRef<T>,
+    /// The y+1 neighbour's coefficient.
+    pub yp: FieldRef<T>,
+    /// The z-1 neighbour's coefficient.
+    pub zm: FieldRef<T>,
+    /// The z+1 neighbour's coefficient.
+    pub zp: FieldRef<T>,
+}
+
+impl<T: Real> Coeffs<T> {
+    /// `(A x)` at `idx`.
+    #[inline(always)]
+    pub fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+        let i = idx.ix();
+        self.diag.get(i) * x.get(i)
+            + self.xm.get(i) * x.get(idx.at::<-1, 0, 0>())
+            + self.xp.get(i) * x.get(idx.at::<1, 0, 0>())
+            + self.ym.get(i) * x.get(idx.at::<0, -1, 0>())
+            + self.yp.get(i) * x.get(idx.at::<0, 1, 0>())
+            + self.zm.get(i) * x.get(idx.at::<0, 0, -1>())
+            + self.zp.get(i) * x.get(idx.at::<0, 0, 1>())
+    }
+}
+
+/// `y = A x`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Apply<T> {
+    /// The operator.
+    pub a: Coeffs<T>,
+    /// Input.
+    pub x: FieldRef<T>,
+    /// Output.
+    pub y: FieldMut<T>,
+}
+
+impl<T: Real> PointUpdate3D for Apply<T> {
+    type Real = T;
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.y.set(idx.ix(), self.a.apply(self.x, idx));
+    }
+}
+
+/// `r = b - A x`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Residual<T> {
+    /// The operator.
+    pub a: Coeffs<T>,
+    /// The iterate.
+    pub x: FieldRef<T>,
+    /// The right-hand side.
+    pub b: FieldRef<T>,
+    /// The residual.
+    pub r: FieldMut<T>,
+}
+
+impl<T: Real> PointUpdate3D for Residual<T> {
+    type Real = T;
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let i = idx.ix();
+        self.r.set(i, self.b.get(i) - self.a.apply(self.x, idx));
+    }
+}
+
+/// One weighted Jacobi sweep: `out = x + omega (b - A x) / diag`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Jacobi<T> {
+    /// The operator.
+    pub a: Coeffs<T>,
+    /// The iterate before the sweep.
+    pub x: FieldRef<T>,
+    /// The right-hand side.
+    pub b: FieldRef<T>,
+    /// The iterate after the sweep.
+    pub out: FieldMut<T>,
+    /// The weight (2/3 smooths best in 3-D).
+    pub omega: T,
+}
+
+impl<T: Real> PointUpdate3D for Jacobi<T> {
+    type Real = T;
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let i = idx.ix();
+        let r = self.b.get(i) - self.a.apply(self.x, idx);
+        self.out
+            .set(i, self.x.get(i) + self.omega * r / self.a.diag.get(i));
+    }
+}
+
+/// One half sweep of red-black Gauss-Seidel, in place: the cells with `(i + j + k) % 2 == parity` (array
+/// coordinates) move to `x + omega (b - A x) / diag`; their neighbours all have the other colour, so the
+/// cells of one colour are independent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RedBlack<T> {
+    /// The operator.
+    pub a: Coeffs<T>,
+    /// The iterate, updated in place.
+    pub x: FieldMut<T>,
+    /// The right-hand side.
+    pub b: FieldRef<T>,
+    /// The colour updated: 0 or 1.
+    pub parity: u32,
+    /// Over-relaxation (1: Gauss-Seidel).
+    pub omega: T,
+}
+
+impl<T: Real> PointUpdate3D for RedBlack<T> {
+    type Real = T;
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        if (idx.i() + idx.j() + idx.k()) % 2 != self.parity {
+            return;
+        }
+        let i = idx.ix();
+        let x = self.x.as_ref();
+        let r = self.b.get(i) - self.a.apply(x, idx);
+        self.x
+            .set(i, x.get(i) + self.omega * r / self.a.diag.get(i));
+    }
+}
+
+/// The coarse right-hand side: the average of the 8 fine children's residuals. Runs over the coarse
+/// grid; the fine array is `fine` points wide (margins included), and coarse cell `(i, j, k)` (array
+/// coordinates, margin 1) has the fine children `2i - 1 + {0, 1}` on each axis.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Restrict<T> {
+    /// The fine residual.
+    pub r: FieldRef<T>,
+    /// The coarse right-hand side.
+    pub b: FieldMut<T>,
+    /// The fine array's size.
+    pub fine: [u32; 3],
+}
+
+impl<T: Real> PointUpdate3D for Restrict<T> {
+    type Real = T;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let (nx, nxy) = (
+            self.fine[0] as usize,
+            self.fine[0] as usize * self.fine[1] as usize,
+        );
+        let base = (2 * idx.i() - 1) as usize
+            + nx * (2 * idx.j() - 1) as usize
+            + nxy * (2 * idx.k() - 1) as usize;
+        let r = self.r;
+        let sum = (r.get(base) + r.get(base + 1) + r.get(base + nx) + r.get(base + nx + 1))
+            + (r.get(base + nxy)
+                + r.get(base + nxy + 1)
+                + r.get(base + nxy + nx)
+                + r.get(base + nxy + nx + 1));
+        self.b.set(idx.ix(), T::from_f64(0.125) * sum);
+    }
+}
+
+/// Adds the coarse correction to the fine iterate: each fine cell gets its parent's value. Runs over the
+/// fine grid; the coarse array is `coarse` points wide (margins included).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProlongAdd<T> {
+    /// The coarse correction.
+    pub e: FieldRef<T>,
+    /// The fine iterate.
+    pub x: FieldMut<T>,
+    /// The coarse array's size.
+    pub coarse: [u32; 3],
+}
+
+impl<T: Real> PointUpdate3D for ProlongAdd<T> {
+    type Real = T;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        // Fine cells 2I - 1 and 2I (array coordinates, margin 1) have the parent I.
+        let parent = |v: u32| v.div_ceil(2);
+        let (nx, ny) = (self.coarse[0] as usize, self.coarse[1] as usize);
+        let p = parent(idx.i()) as usize
+            + nx * (parent(idx.j()) as usize + ny * parent(idx.k()) as usize);
+        let i = idx.ix();
+        self.x.set(i, self.x.as_ref().get(i) + self.e.get(p));
+    }
+}
+
+/// Sets a field's points to `value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Fill<T> {
+    /// The field.
+    pub x: FieldMut<T>,
+    /// The value.
+    pub value: T,
+}
+
+impl<T: Real> PointUpdate3D for Fill<T> {
+    type Real = T;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.x.set(idx.ix(), self.value);
+    }
+}
+
+crate::kernel3d!(poisson_apply_f32 => Apply<f32>);
+crate::kernel3d!(poisson_apply_f64 => Apply<f64>);
+crate::kernel3d!(poisson_residual_f32 => Residual<f32>);
+crate::kernel3d!(poisson_residual_f64 => Residual<f64>);
+crate::kernel3d!(poisson_jacobi_f32 => Jacobi<f32>);
+crate::kernel3d!(poisson_jacobi_f64 => Jacobi<f64>);
+crate::kernel3d!(poisson_redblack_f32 => RedBlack<f32>);
+crate::kernel3d!(poisson_redblack_f64 => RedBlack<f64>);
+crate::kernel3d!(poisson_restrict_f32 => Restrict<f32>);
+crate::kernel3d!(poisson_restrict_f64 => Restrict<f64>);
+crate::kernel3d!(poisson_prolong_f32 => ProlongAdd<f32>);
+crate::kernel3d!(poisson_prolong_f64 => ProlongAdd<f64>);
+crate::kernel3d!(poisson_fill_f32 => Fill<f32>);
+crate::kernel3d!(poisson_fill_f64 => Fill<f64>);

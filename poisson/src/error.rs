@@ -1,0 +1,30 @@
+//! The error type of the Poisson crate: bad input names the problem and the fix; a solve that does not
+//! converge carries its residual history.
+
+/// Errors of the Poisson crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Input that cannot work, with the fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// The solve stopped making progress or ran out of iterations.
+    #[error("{what} after {iterations} iterations (relative residual {residual:.3e}, wanted {tolerance:.1e}); residual history: {history}")]
+    NotConverged {
+        /// Why it stopped.
+        what: String,
+        /// Iterations run.
+        iterations: usize,
+        /// The last relative residual.
+        residual: f64,
+        /// The tolerance asked for.
+        tolerance: f64,
+        /// Every 10th relative residual, for the message.
+        history: String,
+    },
+    /// A GPU, memory or size error of the host runtime.
+    #[error(transparent)]
+    Host(#[from] lattice_gpu_host::Error),
+}
+
+/// Results of the Poisson crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

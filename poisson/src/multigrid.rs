@@ -1,0 +1,263 @@
+//! The geometric-multigrid V-cycle on any loop engine, in the precision `T` of its fields: levels that
+//! halve every axis, the operator rediscretised on each (cell coefficients averaged over the 8 children),
+//! a symmetric cycle (red-black smoothing reversed on the way up, restriction the scaled transpose of
+//! prolongation) so that it can precondition conjugate gradients, and many smoothing sweeps on the
+//! coarsest level.
+
+use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape};
+use lattice_gpu_kernels::poisson::{
+    Coeffs, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
+};
+use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
+
+use crate::problem::{coarsen, stencil, Problem};
+use crate::{Error, Result};
+
+/// The smoother of the V-cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Smoother {
+    /// Weighted Jacobi, `omega = 2/3` (needs a second buffer; every cell independent).
+    Jacobi,
+    /// Red-black Gauss-Seidel, in place.
+    RedBlack,
+}
+
+/// The shape of the V-cycle.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cycle {
+    /// Levels, the finest included.
+    pub levels: usize,
+    /// The smoother.
+    pub smoother: Smoother,
+    /// Sweeps before and after the coarse correction.
+    pub sweeps: usize,
+    /// Sweeps on the coarsest level (its solve).
+    pub coarse_sweeps: usize,
+}
+
+impl Default for Cycle {
+    fn default() -> Self {
+        Self {
+            levels: 4,
+            smoother: Smoother::RedBlack,
+            sweeps: 2,
+            coarse_sweeps: 40,
+        }
+    }
+}
+
+struct Level<F> {
+    shape: Shape,
+    a: [F; 7],
+    x: F,
+    b: F,
+    r: F,
+}
+
+/// The multigrid hierarchy of a problem on an engine, in precision `T`.
+pub struct Multigrid<'e, E: LoopEngine, T: Element> {
+    engine: &'e E,
+    levels: Vec<Level<E::Field<T>>>,
+    cycle: Cycle,
+}
+
+/// The number of levels `n` allows: halving while every axis stays even and at least 2.
+pub fn max_levels(n: [usize; 3]) -> usize {
+    let mut m = n;
+    let mut levels = 1;
+    while m.iter().all(|&v| v % 2 == 0 && v >= 4) {
+        m = m.map(|v| v / 2);
+        levels += 1;
+    }
+    levels
+}
+
+impl<'e, E: LoopEngine, T: Element> Multigrid<'e, E, T>
+where
+    Fill<T>: GpuEntry,
+    Jacobi<T>: GpuEntry,
+    RedBlack<T>: GpuEntry,
+    Residual<T>: GpuEntry,
+    Restrict<T>: GpuEntry,
+    ProlongAdd<T>: GpuEntry,
+{
+    /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
+    /// allow, when they do not halve `cycle.levels - 1` times.
+    pub fn new(engine: &'e E, problem: &Problem, cycle: Cycle) -> Result<Self> {
+        problem.check()?;
+        let most = max_levels(problem.n);
+        if cycle.levels == 0 || cycle.levels > most {
+            return Err(Error::Invalid(format!(
+                "{} levels asked for, but the {}x{}x{} grid halves only to {most} levels (every axis must \
+                 stay even and at least 2 cells); use --levels {most} or sizes with more factors of 2",
+                cycle.levels, problem.n[0], problem.n[1], problem.n[2]
+            )));
+        }
+        let (mut n, mut h, mut c) = (problem.n, problem.h, problem.c.clone());
+        let mut levels = Vec::with_capacity(cycle.levels);
+        for l in 0..cycle.levels {
+            if l > 0 {
+                c = coarsen(n, &c);
+                n = n.map(|v| v / 2);
+                h = h.map(|v| 2.0 * v);
+            }
+            let shape = Shape::new_3d(n, 1)?;
+            let field = |interior: &[f64]| -> Result<E::Field<T>> {
+                let data: Vec<T> = interior.iter().map(|&v| T::from_f64(v)).collect();
+                let mut f = engine.alloc::<T>(shape)?;
+                f.upload(&shape.embed(&data, T::ZERO)?)?;
+                Ok(f)
+            };
+            let s = stencil(n, h, &c, problem.walls);
+            let zeros = vec![0.0; n.iter().product()];
+            levels.push(Level {
+                shape,
+                a: [
+                    field(&s[0])?,
+                    field(&s[1])?,
+                    field(&s[2])?,
+                    field(&s[3])?,
+                    field(&s[4])?,
+                    field(&s[5])?,
+                    field(&s[6])?,
+                ],
+                x: field(&zeros)?,
+                b: field(&zeros)?,
+                r: field(&zeros)?,
+            });
+        }
+        Ok(Self {
+            engine,
+            levels,
+            cycle,
+        })
+    }
+
+    fn run<U: PointUpdate3D + GpuEntry>(&self, l: usize, update: &U) -> Result<()> {
+        Loop3D::new(self.engine, self.levels[l].shape.interior_range())?.run(update)?;
+        Ok(())
+    }
+
+    fn coeffs(&self, l: usize) -> Coeffs<T> {
+        let a = &self.levels[l].a;
+        Coeffs {
+            diag: a[0].view(),
+            xm: a[1].view(),
+            xp: a[2].view(),
+            ym: a[3].view(),
+            yp: a[4].view(),
+            zm: a[5].view(),
+            zp: a[6].view(),
+        }
+    }
+
+    /// `sweeps` smoothing sweeps on level `l`; `up` reverses the colour order (symmetric cycle).
+    fn smooth(&mut self, l: usize, sweeps: usize, up: bool) -> Result<()> {
+        let a = self.coeffs(l);
+        for _ in 0..sweeps {
+            match self.cycle.smoother {
+                Smoother::RedBlack => {
+                    let order = if up { [1, 0] } else { [0, 1] };
+                    for parity in order {
+                        let lv = &mut self.levels[l];
+                        let u = RedBlack {
+                            a,
+                            x: lv.x.view_mut(),
+                            b: lv.b.view(),
+                            parity,
+                            omega: T::ONE,
+                        };
+                        self.run(l, &u)?;
+                    }
+                }
+                Smoother::Jacobi => {
+                    let lv = &mut self.levels[l];
+                    let u = Jacobi {
+                        a,
+                        x: lv.x.view(),
+                        b: lv.b.view(),
+                        out: lv.r.view_mut(),
+                        omega: T::from_f64(2.0 / 3.0),
+                    };
+                    self.run(l, &u)?;
+                    let lv = &mut self.levels[l];
+                    std::mem::swap(&mut lv.x, &mut lv.r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One V-cycle from `x = 0` on the finest level for the right-hand side set with
+    /// [`set_rhs`](Self::set_rhs): an approximate solve, symmetric and positive definite as an operator.
+    pub fn vcycle(&mut self) -> Result<()> {
+        let last = self.levels.len() - 1;
+        for l in 0..=last {
+            let fill = Fill {
+                x: self.levels[l].x.view_mut(),
+                value: T::ZERO,
+            };
+            self.run(l, &fill)?;
+            if l == last {
+                self.smooth(l, self.cycle.coarse_sweeps, false)?;
+                break;
+            }
+            self.smooth(l, self.cycle.sweeps, false)?;
+            let a = self.coeffs(l);
+            let lv = &mut self.levels[l];
+            let res = Residual {
+                a,
+                x: lv.x.view(),
+                b: lv.b.view(),
+                r: lv.r.view_mut(),
+            };
+            self.run(l, &res)?;
+            let fine = self.levels[l].shape.size().map(|v| v as u32);
+            let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
+            let restrict = Restrict {
+                r: fine_levels[l].r.view(),
+                b: coarse_levels[0].b.view_mut(),
+                fine,
+            };
+            self.run(l + 1, &restrict)?;
+        }
+        for l in (0..last).rev() {
+            let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
+            let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
+            let prolong = ProlongAdd {
+                e: coarse_levels[0].x.view(),
+                x: fine_levels[l].x.view_mut(),
+                coarse,
+            };
+            self.run(l, &prolong)?;
+            self.smooth(l, self.cycle.sweeps, true)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the finest level's right-hand side (interior cells, x fastest).
+    pub fn set_rhs(&mut self, b: &[f64]) -> Result<()> {
+        let lv = &mut self.levels[0];
+        let data: Vec<T> = b.iter().map(|&v| T::from_f64(v)).collect();
+        lv.b.upload(&lv.shape.embed(&data, T::ZERO)?)?;
+        Ok(())
+    }
+
+    /// The finest level's iterate (interior cells, x fastest).
+    pub fn solution(&self) -> Result<Vec<f64>> {
+        let lv = &self.levels[0];
+        Ok(lv
+            .shape
+            .extract(&lv.x.download()?)
+            .iter()
+            .map(|v| v.to_f64())
+            .collect())
+    }
+
+    /// `M^-1 r`: one V-cycle for right-hand side `r`.
+    pub fn precondition(&mut self, r: &[f64]) -> Result<Vec<f64>> {
+        self.set_rhs(r)?;
+        self.vcycle()?;
+        self.solution()
+    }
+}

@@ -1,0 +1,283 @@
+//! The Poisson solver on the CPU engine: second-order convergence of the solution, the CG residual
+//! reduction, mixed against all-f64 preconditioning, the preconditioner's symmetry and positivity, each
+//! multigrid point update against a plain loop written here, and bad input.
+
+use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, LoopEngine, Shape};
+use lattice_gpu_kernels::poisson::{Coeffs, ProlongAdd, RedBlack, Residual, Restrict};
+use lattice_gpu_poisson::cg::{solve, Precision};
+use lattice_gpu_poisson::multigrid::{Cycle, Multigrid, Smoother};
+use lattice_gpu_poisson::problem::{manufactured, Problem, Stencil, Walls};
+use lattice_gpu_poisson::Error;
+
+fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den).sqrt()
+}
+
+fn cycle(levels: usize, smoother: Smoother) -> Cycle {
+    Cycle {
+        levels,
+        smoother,
+        ..Cycle::default()
+    }
+}
+
+#[test]
+fn solution_converges_at_second_order() {
+    let err = |m: usize| {
+        let (p, exact) = manufactured([m; 3], 1.0, 0.5);
+        let (x, rep) = solve(
+            &HostLoopEngine,
+            &p,
+            cycle(3, Smoother::RedBlack),
+            Precision::F32,
+            1e-10,
+            200,
+        )
+        .unwrap();
+        assert!(rep.history.last().unwrap() < &1e-10);
+        rel_l2(&x, &exact)
+    };
+    let (e16, e32) = (err(16), err(32));
+    assert!(e16 / e32 > 3.5, "error {e16:e} at 16^3, {e32:e} at 32^3");
+}
+
+#[test]
+fn mixed_precision_needs_the_same_iterations() {
+    for (depth, smoother) in [
+        (1.0, Smoother::RedBlack),
+        (1.0, Smoother::Jacobi),
+        (0.05, Smoother::RedBlack),
+    ] {
+        let (p, _) = manufactured([32, 32, 16], depth, 2.0);
+        let c = cycle(3, smoother);
+        let (x32, r32) = solve(&HostLoopEngine, &p, c, Precision::F32, 1e-10, 500).unwrap();
+        let (x64, r64) = solve(&HostLoopEngine, &p, c, Precision::F64, 1e-10, 500).unwrap();
+        assert!(
+            r32.iterations.abs_diff(r64.iterations) <= 1,
+            "depth {depth} {smoother:?}: {} iterations mixed, {} in f64",
+            r32.iterations,
+            r64.iterations
+        );
+        assert!(rel_l2(&x32, &x64) < 1e-9);
+        // CG with a multigrid preconditioner: far fewer iterations than cells across.
+        assert!(
+            r64.iterations < 60,
+            "{smoother:?} depth {depth}: {} iterations",
+            r64.iterations
+        );
+        assert!(r64.history.windows(2).filter(|w| w[1] > w[0]).count() < r64.iterations / 3);
+    }
+}
+
+#[test]
+fn preconditioner_is_symmetric_positive_definite() {
+    for smoother in [Smoother::RedBlack, Smoother::Jacobi] {
+        let (p, _) = manufactured([8, 8, 4], 1.0, 1.0);
+        let mut mg = Multigrid::<_, f64>::new(&HostLoopEngine, &p, cycle(2, smoother)).unwrap();
+        let n = p.cells();
+        let cols: Vec<Vec<f64>> = (0..n)
+            .map(|j| {
+                mg.precondition(&(0..n).map(|i| f64::from(i == j)).collect::<Vec<_>>())
+                    .unwrap()
+            })
+            .collect();
+        let scale = cols.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
+        for i in 0..n {
+            assert!(cols[i][i] > 0.0, "{smoother:?}: diagonal {i}");
+            for j in 0..i {
+                assert!(
+                    (cols[i][j] - cols[j][i]).abs() < 1e-12 * scale,
+                    "{smoother:?} ({i}, {j})"
+                );
+            }
+        }
+        // x^T M x > 0 for a few vectors with both signs.
+        for seed in 1..4u64 {
+            let x: Vec<f64> = (0..n)
+                .map(|i| ((i as u64 * 2654435761 + seed * 97) % 1000) as f64 / 500.0 - 1.0)
+                .collect();
+            let mx: Vec<f64> = (0..n)
+                .map(|i| (0..n).map(|j| cols[j][i] * x[j]).sum())
+                .collect();
+            assert!(x.iter().zip(&mx).map(|(a, b)| a * b).sum::<f64>() > 0.0);
+        }
+    }
+}
+
+/// Fields for the component tests: `n` cells with margin 1.
+fn field(shape: Shape, interior: &[f64]) -> lattice_gpu_host::HostField<f64> {
+    let mut f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    f.upload(&shape.embed(interior, 0.0).unwrap()).unwrap();
+    f
+}
+
+fn coeffs(s: &[lattice_gpu_host::HostField<f64>; 7]) -> Coeffs<f64> {
+    Coeffs {
+        diag: s[0].view(),
+        xm: s[1].view(),
+        xp: s[2].view(),
+        ym: s[3].view(),
+        yp: s[4].view(),
+        zm: s[5].view(),
+        zp: s[6].view(),
+    }
+}
+
+/// `(A x)_k` from the stencil rows, by explicit neighbour coordinates.
+fn apply_at(n: [usize; 3], s: &Stencil, x: &[f64], k: usize) -> f64 {
+    let p = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
+    let mut y = s[0][k] * x[k];
+    for axis in 0..3 {
+        for (side, slot) in [(-1i64, 1 + 2 * axis), (1, 2 + 2 * axis)] {
+            let q = p[axis] as i64 + side;
+            if q >= 0 && q < n[axis] as i64 {
+                let mut nb = p;
+                nb[axis] = q as usize;
+                y += s[slot][k] * x[nb[0] + n[0] * (nb[1] + n[1] * nb[2])];
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn point_updates_match_plain_loops() {
+    let n = [6, 4, 8];
+    let (p, _) = manufactured(n, 1.0, 1.0);
+    let s = p.stencil();
+    let shape = Shape::new_3d(n, 1).unwrap();
+    let cells = p.cells();
+    let x0: Vec<f64> = (0..cells).map(|k| ((k * 37) % 11) as f64 - 5.0).collect();
+    let a: [_; 7] = std::array::from_fn(|i| field(shape, &s[i]));
+    let range = shape.interior_range();
+
+    // Residual.
+    let (x, b) = (field(shape, &x0), field(shape, &p.rhs));
+    let mut r = field(shape, &vec![f64::NAN; cells]);
+    Loop3D::new(&HostLoopEngine, range)
+        .unwrap()
+        .run(&Residual {
+            a: coeffs(&a),
+            x: x.view(),
+            b: b.view(),
+            r: r.view_mut(),
+        })
+        .unwrap();
+    let got = shape.extract(&r.download().unwrap());
+    for k in 0..cells {
+        assert!(
+            (got[k] - (p.rhs[k] - apply_at(n, &s, &x0, k))).abs() < 1e-9,
+            "residual {k}"
+        );
+    }
+
+    // One red half sweep: red cells move, black ones do not.
+    let mut xs = field(shape, &x0);
+    Loop3D::new(&HostLoopEngine, range)
+        .unwrap()
+        .run(&RedBlack {
+            a: coeffs(&a),
+            x: xs.view_mut(),
+            b: b.view(),
+            parity: 0,
+            omega: 1.0,
+        })
+        .unwrap();
+    let got = shape.extract(&xs.download().unwrap());
+    for k in 0..cells {
+        let q = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
+        // Array coordinates are interior + 1 on every axis: the sum gains 3, so parity 0 is the odd sum.
+        let red = (q[0] + q[1] + q[2]) % 2 == 1;
+        let want = if red {
+            x0[k] + (p.rhs[k] - apply_at(n, &s, &x0, k)) / s[0][k]
+        } else {
+            x0[k]
+        };
+        assert!((got[k] - want).abs() < 1e-9, "red-black {k}");
+    }
+
+    // Restriction: each coarse cell the mean of its 8 children; prolongation adds the parent's value.
+    let m = n.map(|v| v / 2);
+    let coarse_shape = Shape::new_3d(m, 1).unwrap();
+    let fine = field(shape, &x0);
+    let mut cb = field(coarse_shape, &vec![f64::NAN; m.iter().product()]);
+    Loop3D::new(&HostLoopEngine, coarse_shape.interior_range())
+        .unwrap()
+        .run(&Restrict {
+            r: fine.view(),
+            b: cb.view_mut(),
+            fine: shape.size().map(|v| v as u32),
+        })
+        .unwrap();
+    let got = coarse_shape.extract(&cb.download().unwrap());
+    for (c, g) in got.iter().enumerate() {
+        let q = [c % m[0], (c / m[0]) % m[1], c / (m[0] * m[1])];
+        let mut sum = 0.0;
+        for d in 0..8 {
+            let f = [
+                2 * q[0] + (d & 1),
+                2 * q[1] + ((d >> 1) & 1),
+                2 * q[2] + (d >> 2),
+            ];
+            sum += x0[f[0] + n[0] * (f[1] + n[1] * f[2])];
+        }
+        assert!((g - sum / 8.0).abs() < 1e-12, "restrict {c}");
+    }
+    let mut xf = field(shape, &x0);
+    Loop3D::new(&HostLoopEngine, range)
+        .unwrap()
+        .run(&ProlongAdd {
+            e: cb.view(),
+            x: xf.view_mut(),
+            coarse: coarse_shape.size().map(|v| v as u32),
+        })
+        .unwrap();
+    let got = shape.extract(&xf.download().unwrap());
+    for k in 0..cells {
+        let q = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
+        let parent = q[0] / 2 + m[0] * (q[1] / 2 + m[1] * (q[2] / 2));
+        let coarse = coarse_shape.extract(&cb.download().unwrap());
+        assert!(
+            (got[k] - (x0[k] + coarse[parent])).abs() < 1e-12,
+            "prolong {k}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_the_history() {
+    let (p, _) = manufactured([12, 12, 12], 1.0, 0.0);
+    let e = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle(4, Smoother::RedBlack))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("halves only to 3 levels"), "{e}");
+    let e = solve(
+        &HostLoopEngine,
+        &p,
+        cycle(2, Smoother::Jacobi),
+        Precision::F32,
+        1e-12,
+        2,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::NotConverged { .. }), "{e}");
+    assert!(e.to_string().contains("residual history: 0: 1.00e0"), "{e}");
+    let neumann = Problem {
+        walls: Walls::Neumann,
+        ..p.clone()
+    };
+    let e = solve(
+        &HostLoopEngine,
+        &neumann,
+        cycle(2, Smoother::RedBlack),
+        Precision::F32,
+        1e-8,
+        10,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("sum to zero"), "{e}");
+}
