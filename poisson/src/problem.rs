@@ -194,6 +194,7 @@ pub fn manufactured(n: [usize; 3], depth: f64, vertical: f64) -> (Problem, Vec<f
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
 

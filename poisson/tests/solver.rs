@@ -2,6 +2,9 @@
 //! reduction, mixed against all-f64 preconditioning, the preconditioner's symmetry and positivity, each
 //! multigrid point update against a plain loop written here, and bad input.
 
+// Indices run over several arrays at once (matrix columns, stencil rows): index loops read best.
+#![allow(clippy::needless_range_loop)]
+
 use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, LoopEngine, Shape};
 use lattice_gpu_kernels::poisson::{Coeffs, ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu_poisson::cg::{solve, Precision};
