@@ -17,6 +17,7 @@
 #                                             Taylor-Green in f16), bad input, and the MLUPs/s benchmark
 #                                  advection  rotation and swirl runs, bad input, and the benchmark of every
 #                                             kernel variant (tuned) against the copy bandwidth
+#                                  poisson    mixed and all-f64 multigrid-preconditioned CG at 128^3 and 256^3
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
@@ -28,7 +29,7 @@ stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
     cargo build --release --bins
-    cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection "$BIN/"
+    cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection target/release/poisson "$BIN/"
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -49,7 +50,7 @@ for l in sys.stdin:
 }
 
 run() {
-    local parts=" ${*:-tests diffusion lqcd lbm advection} "
+    local parts=" ${*:-tests diffusion lqcd lbm advection poisson} "
     # With $OUT (the device machine's return folder, which takes few files) the work happens in /tmp and
     # $OUT gets the CSVs plus one archive of every log, PNG and the tune cache.
     local out=$BIN/out
@@ -72,7 +73,7 @@ run() {
         # A hang (a wait kernel never released) must cost minutes, not the whole device call.
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
             LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" \
-            LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" LATTICE_GPU_POISSON_BIN="$PWD/$BIN/poisson" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
@@ -99,6 +100,7 @@ run() {
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
     [[ $parts == *" lbm "* ]] && lbm_part "$out"
     [[ $parts == *" advection "* ]] && advection_part "$out"
+    [[ $parts == *" poisson "* ]] && poisson_part "$out"
     if [ -n "${OUT:-}" ]; then
         tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
         cp "$out"/*.csv "$OUT/" 2>/dev/null
@@ -209,6 +211,17 @@ advection_part() {
     else
         record "advection bench" FAIL
     fi
+}
+
+poisson_part() {
+    local out=$1
+    for size in 128 256; do
+        for prec in f32 f64; do
+            expect "poisson ${size}^3, $prec preconditioner" ok "relative L2" "$out/poisson-$size-$prec.log" \
+                "$BIN/poisson" --engine device --size "$size" --precision "$prec" --output "$out/poisson-$size-$prec"
+        done
+    done
+    grep -h "converged" "$out"/poisson-*.log
 }
 
 profile() {

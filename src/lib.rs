@@ -2,7 +2,8 @@
 //! lattice on the CPU or an NVIDIA GPU, with launch configurations tuned automatically.
 //!
 //! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the lattice-QCD
-//! crate ([`lqcd`]), the lattice-Boltzmann crate ([`lbm`]) and the advection crate ([`advection`]), embeds the PTX
+//! crate ([`lqcd`]), the lattice-Boltzmann crate ([`lbm`]), the advection crate ([`advection`]) and the Poisson
+//! crate ([`poisson`]), embeds the PTX
 //! that `build.rs` compiled from `gpu-kernels`, and holds the applications' drivers ([`diffusion`]).
 
 pub use lattice_gpu_advection as advection;
@@ -10,6 +11,7 @@ pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
 pub use lattice_gpu_lbm as lbm;
 pub use lattice_gpu_lqcd as lqcd;
+pub use lattice_gpu_poisson as poisson;
 
 pub mod bench;
 pub mod cli;

@@ -11,7 +11,7 @@ use crate::{Error, Result};
 
 /// The f64 operator `A` of a problem on an engine.
 pub struct Operator<'e, E: LoopEngine> {
-    engine: &'e E,
+    site: Loop3D<'e, E>,
     shape: Shape,
     a: [E::Field<f64>; 7],
     x: E::Field<f64>,
@@ -31,7 +31,7 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
         let s = problem.stencil();
         let zeros = vec![0.0; problem.cells()];
         Ok(Self {
-            engine,
+            site: Loop3D::new(engine, shape.interior_range())?,
             shape,
             a: [
                 field(&s[0])?,
@@ -64,7 +64,7 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
             x: self.x.view(),
             y: self.y.view_mut(),
         };
-        Loop3D::new(self.engine, self.shape.interior_range())?.run(&update)?;
+        self.site.run(&update)?;
         Ok(self.shape.extract(&self.y.download()?))
     }
 }
@@ -76,20 +76,24 @@ pub struct Report {
     pub iterations: usize,
     /// `|r| / |b|` after each iteration, starting with 1.
     pub history: Vec<f64>,
+    /// Cells and seconds of each multigrid level over the whole solve (empty unless timed).
+    pub levels: Vec<([usize; 3], f64)>,
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Preconditioned conjugate gradients for `A x = b` from `x = 0`, to `|r| / |b| < tol`. Fails with the
-/// residual history when `max_iter` runs out or the residual has not fallen for 50 iterations.
+/// Preconditioned conjugate gradients for `A x = b` from `x = 0`, to `|r| / |b| < tol`, calling
+/// `progress(iteration, |r| / |b|)` after each iteration. Fails with the residual history when
+/// `max_iter` runs out or the residual has not fallen for 50 iterations.
 pub fn pcg(
     mut apply: impl FnMut(&[f64]) -> Result<Vec<f64>>,
     mut precondition: impl FnMut(&[f64]) -> Result<Vec<f64>>,
     b: &[f64],
     tol: f64,
     max_iter: usize,
+    progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(Vec<f64>, Report)> {
     if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
         return Err(Error::Invalid(format!(
@@ -105,6 +109,7 @@ pub fn pcg(
             Report {
                 iterations: 0,
                 history,
+                levels: Vec::new(),
             },
         ));
     }
@@ -131,12 +136,14 @@ pub fn pcg(
         }
         let rel = dot(&r, &r).sqrt() / b_norm;
         history.push(rel);
+        progress(it, rel);
         if rel < tol {
             return Ok((
                 x,
                 Report {
                     iterations: it,
                     history,
+                    levels: Vec::new(),
                 },
             ));
         }
@@ -191,7 +198,9 @@ pub enum Precision {
     F64,
 }
 
-/// Solves `problem` by CG in f64 preconditioned with `cycle` in `precision`, on `engine`.
+/// Solves `problem` by CG in f64 preconditioned with `cycle` in `precision`, on `engine`, reporting each
+/// iteration to `progress`; with `timed`, the report has the time spent on each multigrid level.
+#[allow(clippy::too_many_arguments)]
 pub fn solve<E: LoopEngine>(
     engine: &E,
     problem: &Problem,
@@ -199,17 +208,34 @@ pub fn solve<E: LoopEngine>(
     precision: Precision,
     tol: f64,
     max_iter: usize,
+    timed: bool,
+    progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(Vec<f64>, Report)> {
     let mut op = Operator::new(engine, problem)?;
     let apply = |v: &[f64]| op.apply(v);
+    macro_rules! with {
+        ($t:ty) => {{
+            let mut mg = Multigrid::<E, $t>::new(engine, problem, cycle)?.timed(timed);
+            let (x, mut report) = pcg(
+                apply,
+                |r| mg.precondition(r),
+                &problem.rhs,
+                tol,
+                max_iter,
+                progress,
+            )?;
+            if timed {
+                report.levels = mg
+                    .level_sizes()
+                    .into_iter()
+                    .zip(mg.level_seconds().iter().copied())
+                    .collect();
+            }
+            Ok((x, report))
+        }};
+    }
     match precision {
-        Precision::F32 => {
-            let mut mg = Multigrid::<E, f32>::new(engine, problem, cycle)?;
-            pcg(apply, |r| mg.precondition(r), &problem.rhs, tol, max_iter)
-        }
-        Precision::F64 => {
-            let mut mg = Multigrid::<E, f64>::new(engine, problem, cycle)?;
-            pcg(apply, |r| mg.precondition(r), &problem.rhs, tol, max_iter)
-        }
+        Precision::F32 => with!(f32),
+        Precision::F64 => with!(f64),
     }
 }

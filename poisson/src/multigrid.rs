@@ -54,11 +54,25 @@ struct Level<F> {
     r: F,
 }
 
+/// The kinds of loop a level runs (each keeps its own site, so an auto-tuning engine tunes each once).
+#[derive(Clone, Copy)]
+enum Kind {
+    Fill = 0,
+    Smooth = 1,
+    Residual = 2,
+    Restrict = 3,
+    Prolong = 4,
+}
+
 /// The multigrid hierarchy of a problem on an engine, in precision `T`.
 pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     engine: &'e E,
     levels: Vec<Level<E::Field<T>>>,
+    sites: Vec<[Loop3D<'e, E>; 5]>,
     cycle: Cycle,
+    /// Seconds spent on each level (kept when `timed`).
+    seconds: Vec<f64>,
+    timed: bool,
 }
 
 /// The number of levels `n` allows: halving while every axis stays even and at least 2.
@@ -126,15 +140,54 @@ where
                 r: field(&zeros)?,
             });
         }
+        let sites = levels
+            .iter()
+            .map(|lv| {
+                let range = lv.shape.interior_range();
+                let site = || Loop3D::new(engine, range);
+                Ok([site()?, site()?, site()?, site()?, site()?])
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             engine,
+            seconds: vec![0.0; levels.len()],
             levels,
+            sites,
             cycle,
+            timed: false,
         })
     }
 
-    fn run<U: PointUpdate3D + GpuEntry>(&self, l: usize, update: &U) -> Result<()> {
-        Loop3D::new(self.engine, self.levels[l].shape.interior_range())?.run(update)?;
+    /// Keeps the time spent on each level (waiting for the engine after each level's work, which costs
+    /// some overlap on a GPU).
+    pub fn timed(mut self, timed: bool) -> Self {
+        self.timed = timed;
+        self
+    }
+
+    /// Seconds spent on each level so far (with [`timed`](Self::timed)).
+    pub fn level_seconds(&self) -> &[f64] {
+        &self.seconds
+    }
+
+    /// The cells of each level.
+    pub fn level_sizes(&self) -> Vec<[usize; 3]> {
+        self.levels
+            .iter()
+            .map(|l| {
+                let r = l.shape.interior_range();
+                [0, 1, 2].map(|a| (r.end[a] - r.begin[a]) as usize)
+            })
+            .collect()
+    }
+
+    fn run<U: PointUpdate3D + GpuEntry>(&mut self, l: usize, kind: Kind, update: &U) -> Result<()> {
+        let start = self.timed.then(std::time::Instant::now);
+        self.sites[l][kind as usize].run(update)?;
+        if let Some(t) = start {
+            self.engine.synchronize()?;
+            self.seconds[l] += t.elapsed().as_secs_f64();
+        }
         Ok(())
     }
 
@@ -167,7 +220,7 @@ where
                             parity,
                             omega: T::ONE,
                         };
-                        self.run(l, &u)?;
+                        self.run(l, Kind::Smooth, &u)?;
                     }
                 }
                 Smoother::Jacobi => {
@@ -179,7 +232,7 @@ where
                         out: lv.r.view_mut(),
                         omega: T::from_f64(2.0 / 3.0),
                     };
-                    self.run(l, &u)?;
+                    self.run(l, Kind::Smooth, &u)?;
                     let lv = &mut self.levels[l];
                     std::mem::swap(&mut lv.x, &mut lv.r);
                 }
@@ -197,7 +250,7 @@ where
                 x: self.levels[l].x.view_mut(),
                 value: T::ZERO,
             };
-            self.run(l, &fill)?;
+            self.run(l, Kind::Fill, &fill)?;
             if l == last {
                 self.smooth(l, self.cycle.coarse_sweeps, false)?;
                 break;
@@ -211,7 +264,7 @@ where
                 b: lv.b.view(),
                 r: lv.r.view_mut(),
             };
-            self.run(l, &res)?;
+            self.run(l, Kind::Residual, &res)?;
             let fine = self.levels[l].shape.size().map(|v| v as u32);
             let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
             let restrict = Restrict {
@@ -219,7 +272,7 @@ where
                 b: coarse_levels[0].b.view_mut(),
                 fine,
             };
-            self.run(l + 1, &restrict)?;
+            self.run(l + 1, Kind::Restrict, &restrict)?;
         }
         for l in (0..last).rev() {
             let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
@@ -229,7 +282,7 @@ where
                 x: fine_levels[l].x.view_mut(),
                 coarse,
             };
-            self.run(l, &prolong)?;
+            self.run(l, Kind::Prolong, &prolong)?;
             self.smooth(l, self.cycle.sweeps, true)?;
         }
         Ok(())

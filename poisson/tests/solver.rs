@@ -37,6 +37,8 @@ fn solution_converges_at_second_order() {
             Precision::F32,
             1e-10,
             200,
+            false,
+            &mut |_, _| {},
         )
         .unwrap();
         assert!(rep.history.last().unwrap() < &1e-10);
@@ -55,8 +57,28 @@ fn mixed_precision_needs_the_same_iterations() {
     ] {
         let (p, _) = manufactured([32, 32, 16], depth, 2.0);
         let c = cycle(3, smoother);
-        let (x32, r32) = solve(&HostLoopEngine, &p, c, Precision::F32, 1e-10, 500).unwrap();
-        let (x64, r64) = solve(&HostLoopEngine, &p, c, Precision::F64, 1e-10, 500).unwrap();
+        let (x32, r32) = solve(
+            &HostLoopEngine,
+            &p,
+            c,
+            Precision::F32,
+            1e-10,
+            500,
+            false,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let (x64, r64) = solve(
+            &HostLoopEngine,
+            &p,
+            c,
+            Precision::F64,
+            1e-10,
+            500,
+            true,
+            &mut |_, _| {},
+        )
+        .unwrap();
         assert!(
             r32.iterations.abs_diff(r64.iterations) <= 1,
             "depth {depth} {smoother:?}: {} iterations mixed, {} in f64",
@@ -71,6 +93,8 @@ fn mixed_precision_needs_the_same_iterations() {
             r64.iterations
         );
         assert!(r64.history.windows(2).filter(|w| w[1] > w[0]).count() < r64.iterations / 3);
+        assert_eq!(r64.levels.len(), 3);
+        assert_eq!(r64.levels[1].0, [16, 16, 8]);
     }
 }
 
@@ -264,6 +288,8 @@ fn bad_input_is_refused_with_the_history() {
         Precision::F32,
         1e-12,
         2,
+        false,
+        &mut |_, _| {},
     )
     .unwrap_err();
     assert!(matches!(e, Error::NotConverged { .. }), "{e}");
@@ -279,6 +305,8 @@ fn bad_input_is_refused_with_the_history() {
         Precision::F32,
         1e-8,
         10,
+        false,
+        &mut |_, _| {},
     )
     .unwrap_err()
     .to_string();

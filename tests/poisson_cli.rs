@@ -1,0 +1,141 @@
+//! The `poisson` binary on the CPU: the manufactured problem converges with its error printed and files
+//! written; bad input (a non-positive coefficient, sizes that do not coarsen, a right-hand side that
+//! Neumann walls cannot balance, a mis-shaped file, a solve that cannot converge) ends in a clear message
+//! and exit code 1, never a panic, and writes no output.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use lattice_gpu::host::io::npy::write_npy;
+
+/// The binary under test: `$LATTICE_GPU_POISSON_BIN` where the test runs away from its build tree
+/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("LATTICE_GPU_POISSON_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_poisson")))
+}
+
+fn poisson(args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .output()
+        .expect("the poisson binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("panicked"),
+        "poisson {args:?} panicked:\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("poisson-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn manufactured_problem_converges_and_writes_files() {
+    let dir = temp_dir("ok");
+    let out = dir.join("out");
+    let (ok, text) = poisson(&[
+        "--engine",
+        "host",
+        "--size",
+        "32x32x16",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let err: f64 = text
+        .split("relative L2 ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no error in:\n{text}"));
+    assert!(err < 5e-3, "{text}");
+    assert!(text.contains("level 1: 16x16x8 cells"), "{text}");
+    for f in ["pressure.npy", "pressure_midz.png", "residuals.csv"] {
+        assert!(out.join(f).is_file(), "{f} missing:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_refused_with_the_fix() {
+    let dir = temp_dir("bad");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let (c, f, g) = (dir.join("c.npy"), dir.join("f.npy"), dir.join("g.npy"));
+    let mut coeff = vec![1.0f64; 8 * 8 * 8];
+    coeff[3] = 0.0;
+    write_npy(&c, &[8, 8, 8], &coeff).unwrap();
+    write_npy(&f, &[8, 8, 8], &vec![1.0f64; 512]).unwrap();
+    write_npy(&g, &[8, 8, 4], &vec![1.0f64; 256]).unwrap();
+    let ones = dir.join("ones.npy");
+    write_npy(&ones, &[8, 8, 8], &vec![1.0f64; 512]).unwrap();
+    let (c, f, g, ones) = (
+        c.to_str().unwrap(),
+        f.to_str().unwrap(),
+        g.to_str().unwrap(),
+        ones.to_str().unwrap(),
+    );
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--engine", "host", "--size", "8", "--coeffs", c, "--rhs", f, "--output", o,
+            ],
+            "positive and finite",
+        ),
+        (
+            &[
+                "--engine", "host", "--size", "12", "--levels", "4", "--output", o,
+            ],
+            "halves only to 3 levels",
+        ),
+        (
+            &[
+                "--engine", "host", "--size", "8", "--coeffs", ones, "--rhs", f, "--walls",
+                "neumann", "--output", o,
+            ],
+            "sum to zero",
+        ),
+        (
+            &[
+                "--engine", "host", "--size", "8", "--coeffs", ones, "--rhs", g, "--output", o,
+            ],
+            "does not match --size",
+        ),
+        (
+            &[
+                "--engine",
+                "host",
+                "--size",
+                "16",
+                "--tol",
+                "1e-14",
+                "--max-iter",
+                "3",
+                "--output",
+                o,
+            ],
+            "residual history",
+        ),
+    ];
+    for (args, want) in cases {
+        let (ok, text) = poisson(args);
+        assert!(!ok, "poisson {args:?} should fail:\n{text}");
+        assert!(
+            text.contains(want),
+            "poisson {args:?}: expected `{want}` in:\n{text}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "failed runs left files: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,200 @@
+//! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
+//! outputs poisoned with NaN first, and a whole mixed-precision solve on the GPU against the CPU's.
+//!
+//! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
+//! scripts/gpu-check.sh) turns the skip into a failure.
+
+use lattice_gpu::host::{
+    DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
+};
+use lattice_gpu::kernels::poisson::{Coeffs, Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
+use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
+use lattice_gpu::poisson::cg::{solve, Precision};
+use lattice_gpu::poisson::multigrid::{Cycle, Smoother};
+use lattice_gpu::poisson::problem::manufactured;
+
+mod common;
+use common::{gpu, poison};
+
+fn go<E: LoopEngine, U: PointUpdate3D + GpuEntry>(engine: &E, shape: Shape, update: &U) {
+    Loop3D::new(engine, shape.interior_range())
+        .unwrap()
+        .run(update)
+        .unwrap();
+    engine.synchronize().unwrap();
+}
+
+/// Runs every point update once on `engine` from the same inputs and returns the outputs (whole arrays).
+fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
+    let n = [14, 10, 6];
+    let (p, _) = manufactured(n, 0.5, 1.0);
+    let s = p.stencil();
+    let shape = Shape::new_3d(n, 1).unwrap();
+    let coarse = Shape::new_3d(n.map(|v| v / 2), 1).unwrap();
+    let field = |sh: Shape, interior: &[f64]| {
+        let mut f = engine.alloc::<f32>(sh).unwrap();
+        let data: Vec<f32> = interior.iter().map(|&v| v as f32).collect();
+        f.upload(&sh.embed(&data, 0.0).unwrap()).unwrap();
+        f
+    };
+    let poisoned = |sh: Shape| {
+        let mut f = engine.alloc::<f32>(sh).unwrap();
+        f.upload(&poison::<f32>(sh.len())).unwrap();
+        f
+    };
+    let a: [_; 7] = std::array::from_fn(|i| field(shape, &s[i]));
+    let c = Coeffs {
+        diag: a[0].view(),
+        xm: a[1].view(),
+        xp: a[2].view(),
+        ym: a[3].view(),
+        yp: a[4].view(),
+        zm: a[5].view(),
+        zp: a[6].view(),
+    };
+    let x0: Vec<f64> = common::random::<f64>(p.cells(), 3);
+    let (x, b) = (field(shape, &x0), field(shape, &p.rhs));
+    let mut r = poisoned(shape);
+    go(
+        engine,
+        shape,
+        &Residual {
+            a: c,
+            x: x.view(),
+            b: b.view(),
+            r: r.view_mut(),
+        },
+    );
+    let mut j = poisoned(shape);
+    go(
+        engine,
+        shape,
+        &Jacobi {
+            a: c,
+            x: x.view(),
+            b: b.view(),
+            out: j.view_mut(),
+            omega: 2.0 / 3.0,
+        },
+    );
+    let mut rb = field(shape, &x0);
+    for parity in [0, 1] {
+        go(
+            engine,
+            shape,
+            &RedBlack {
+                a: c,
+                x: rb.view_mut(),
+                b: b.view(),
+                parity,
+                omega: 1.0,
+            },
+        );
+    }
+    let mut cb = poisoned(coarse);
+    go(
+        engine,
+        coarse,
+        &Restrict {
+            r: r.view(),
+            b: cb.view_mut(),
+            fine: shape.size().map(|v| v as u32),
+        },
+    );
+    let mut xf = field(shape, &x0);
+    go(
+        engine,
+        shape,
+        &ProlongAdd {
+            e: cb.view(),
+            x: xf.view_mut(),
+            coarse: coarse.size().map(|v| v as u32),
+        },
+    );
+    vec![
+        shape.extract(&r.download().unwrap()),
+        shape.extract(&j.download().unwrap()),
+        shape.extract(&rb.download().unwrap()),
+        coarse.extract(&cb.download().unwrap()),
+        shape.extract(&xf.download().unwrap()),
+    ]
+}
+
+#[test]
+fn point_updates_match_the_cpu_engine_bit_for_bit() {
+    let Some(gpu) = gpu("point_updates_match_the_cpu_engine_bit_for_bit") else {
+        return;
+    };
+    let want = components(&HostLoopEngine);
+    for (bx, by, march) in [(32, 4, 2), (128, 1, 1), (8, 8, 4)] {
+        let shape = LaunchShape {
+            block_x: bx,
+            block_y: by,
+            march,
+            variant: lattice_gpu::host::engine::Variant::Plain,
+        };
+        let got = components(&DeviceLoopEngine::new(gpu.clone(), shape));
+        for (k, name) in ["residual", "jacobi", "red-black", "restrict", "prolong"]
+            .iter()
+            .enumerate()
+        {
+            for (i, (g, w)) in got[k].iter().zip(&want[k]).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits(),
+                    "{name} {shape}: point {i} is {g}, CPU {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn mixed_solve_on_the_gpu_matches_the_cpu() {
+    let Some(gpu) = gpu("mixed_solve_on_the_gpu_matches_the_cpu") else {
+        return;
+    };
+    let (p, exact) = manufactured([32, 32, 16], 0.5, 1.0);
+    let cycle = Cycle {
+        levels: 4,
+        smoother: Smoother::RedBlack,
+        ..Cycle::default()
+    };
+    let (xc, rc) = solve(
+        &HostLoopEngine,
+        &p,
+        cycle,
+        Precision::F32,
+        1e-10,
+        300,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let (xg, rg) = solve(
+        &engine,
+        &p,
+        cycle,
+        Precision::F32,
+        1e-10,
+        300,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(rg.iterations, rc.iterations);
+    let diff = xg
+        .iter()
+        .zip(&xc)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(diff < 1e-12, "{diff:e}");
+    let err: f64 = xg
+        .iter()
+        .zip(&exact)
+        .map(|(a, b)| (a - b).powi(2))
+        .sum::<f64>()
+        .sqrt()
+        / exact.iter().map(|b| b * b).sum::<f64>().sqrt();
+    assert!(err < 5e-3, "{err}");
+}
