@@ -39,7 +39,7 @@ for prec in f32 f64; do
     done
 done
 for kernel in plain packed; do
-    "$adv" swirl --engine host --size 41x37 --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null
+    "$adv" swirl --engine host --size 41x37 --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null || status=1
     want=$(md5sum <"$work/adv-single/field.npy")
     for np in 1 2 3; do
         mpirun_ -np "$np" "$adv" swirl --engine host --mpi --size 41x37 --steps 30 --kernel "$kernel" \
@@ -56,7 +56,7 @@ done
 same_as_single() {
     local name=$1 file=$2
     shift 2
-    "$lbm" "$@" --output "$work/lbm-single" >/dev/null
+    "$lbm" "$@" --output "$work/lbm-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
     local want
     want=$(md5sum <"$work/lbm-single/$file")
     for np in 1 2 3; do
@@ -76,10 +76,10 @@ same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine host --streamin
 # lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
 # (the sums are grouped differently, so the last bits may differ).
 lqcd_line() { grep -o 'converged in [0-9]* iterations.*|x| = [0-9.]*e[0-9+-]*' "$1" | sed -E 's/\([^)]*\)//; s/(\.[0-9]{9})[0-9]*/\1/'; }
-mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd1" 2>&1
+mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd1" 2>&1 || true
 want=$(lqcd_line "$work/lqcd1")
 for np in 2 3; do
-    mpirun_ -np "$np" "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd$np" 2>&1
+    mpirun_ -np "$np" "$lqcd" solve --engine host --mpi --dims 4x4x6x10 --antiperiodic-t --tol 1e-10 >"$work/lqcd$np" 2>&1 || true
     if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd$np")" = "$want" ]; then
         echo "lqcd solve, $np MPI ranks (t split): as on one rank ($want) PASS"
     else
@@ -89,9 +89,9 @@ for np in 2 3; do
     fi
 done
 # Four ranks on two time slices: the rank grid cuts z too (edges and corners through the halo plan).
-mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd1" 2>&1
+mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd1" 2>&1 || true
 want=$(lqcd_line "$work/lqcd1")
-mpirun_ -np 4 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1
+mpirun_ -np 4 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1 || true
 if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
     echo "lqcd solve, 4 MPI ranks (t and z split): as on one rank PASS"
 else

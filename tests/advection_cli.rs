@@ -3,37 +3,21 @@
 //! unknown kernel) ends in a clear message and exit code 1, never a panic, and writes no output.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use lattice_gpu::host::io::npy::write_npy;
 
-/// The binary under test: `$LATTICE_GPU_ADVECTION_BIN` where the test runs away from its build tree
-/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
-fn binary() -> PathBuf {
-    std::env::var_os("LATTICE_GPU_ADVECTION_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_advection")))
-}
+mod common;
 
 fn advection(args: &[&str]) -> (bool, String) {
-    let out = Command::new(binary())
-        .args(args)
-        .output()
-        .expect("the advection binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !text.contains("panicked"),
-        "advection {args:?} panicked:\n{text}"
-    );
-    (out.status.success(), text)
+    common::run_cli(
+        "LATTICE_GPU_ADVECTION_BIN",
+        env!("CARGO_BIN_EXE_advection"),
+        args,
+    )
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("advection-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::temp_dir(&format!("advection-cli-{name}"))
 }
 
 #[test]

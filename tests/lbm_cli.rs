@@ -3,31 +3,15 @@
 //! code 1, never a panic, and leaves no output file behind.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// The binary under test: `$LATTICE_GPU_LBM_BIN` where the test runs away from its build tree
-/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
-fn binary() -> PathBuf {
-    std::env::var_os("LATTICE_GPU_LBM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lbm")))
-}
+mod common;
 
 fn lbm(args: &[&str]) -> (bool, String) {
-    let out = Command::new(binary())
-        .args(args)
-        .output()
-        .expect("the lbm binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!text.contains("panicked"), "lbm {args:?} panicked:\n{text}");
-    (out.status.success(), text)
+    common::run_cli("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"), args)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lbm-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    common::temp_dir(&format!("lbm-cli-{name}"))
 }
 
 fn number_after(text: &str, key: &str) -> f64 {

@@ -7,10 +7,10 @@
 use lattice_gpu::host::{
     DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
 };
-use lattice_gpu::kernels::poisson::{Coeffs, Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
+use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
 use lattice_gpu::poisson::cg::{solve, Precision};
-use lattice_gpu::poisson::multigrid::{Cycle, Smoother};
+use lattice_gpu::poisson::multigrid::{upload, Cycle, Smoother, StencilFields};
 use lattice_gpu::poisson::problem::manufactured;
 
 mod common;
@@ -31,27 +31,14 @@ fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
     let s = p.stencil();
     let shape = Shape::new_3d(n, 1).unwrap();
     let coarse = Shape::new_3d(n.map(|v| v / 2), 1).unwrap();
-    let field = |sh: Shape, interior: &[f64]| {
-        let mut f = engine.alloc::<f32>(sh).unwrap();
-        let data: Vec<f32> = interior.iter().map(|&v| v as f32).collect();
-        f.upload(&sh.embed(&data, 0.0).unwrap()).unwrap();
-        f
-    };
+    let field = |sh: Shape, interior: &[f64]| upload::<E, f32>(engine, sh, interior).unwrap();
     let poisoned = |sh: Shape| {
         let mut f = engine.alloc::<f32>(sh).unwrap();
         f.upload(&poison::<f32>(sh.len())).unwrap();
         f
     };
-    let a: [_; 7] = std::array::from_fn(|i| field(shape, &s[i]));
-    let c = Coeffs {
-        diag: a[0].view(),
-        xm: a[1].view(),
-        xp: a[2].view(),
-        ym: a[3].view(),
-        yp: a[4].view(),
-        zm: a[5].view(),
-        zp: a[6].view(),
-    };
+    let a = StencilFields::new::<E, f32>(engine, shape, &s).unwrap();
+    let c = a.coeffs();
     let x0: Vec<f64> = common::random::<f64>(p.cells(), 3);
     let (x, b) = (field(shape, &x0), field(shape, &p.rhs));
     let mut r = poisoned(shape);

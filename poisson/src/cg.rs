@@ -3,9 +3,9 @@
 //! needs the same iterations, because CG in f64 corrects what the preconditioner leaves.
 
 use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape};
-use lattice_gpu_kernels::poisson::{Apply, Coeffs};
+use lattice_gpu_kernels::poisson::Apply;
 
-use crate::multigrid::{Cycle, Multigrid};
+use crate::multigrid::{upload, Cycle, Multigrid, StencilFields};
 use crate::problem::Problem;
 use crate::{Error, Result};
 
@@ -13,7 +13,7 @@ use crate::{Error, Result};
 pub struct Operator<'e, E: LoopEngine> {
     site: Loop3D<'e, E>,
     shape: Shape,
-    a: [E::Field<f64>; 7],
+    a: StencilFields<E::Field<f64>>,
     x: E::Field<f64>,
     y: E::Field<f64>,
 }
@@ -23,44 +23,21 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
     pub fn new(engine: &'e E, problem: &Problem) -> Result<Self> {
         problem.check()?;
         let shape = Shape::new_3d(problem.n, 1)?;
-        let field = |interior: &[f64]| -> Result<E::Field<f64>> {
-            let mut f = engine.alloc::<f64>(shape)?;
-            f.upload(&shape.embed(interior, 0.0)?)?;
-            Ok(f)
-        };
-        let s = problem.stencil();
         let zeros = vec![0.0; problem.cells()];
         Ok(Self {
             site: Loop3D::new(engine, shape.interior_range())?,
             shape,
-            a: [
-                field(&s[0])?,
-                field(&s[1])?,
-                field(&s[2])?,
-                field(&s[3])?,
-                field(&s[4])?,
-                field(&s[5])?,
-                field(&s[6])?,
-            ],
-            x: field(&zeros)?,
-            y: field(&zeros)?,
+            a: StencilFields::new(engine, shape, &problem.stencil())?,
+            x: upload::<E, f64>(engine, shape, &zeros)?,
+            y: upload::<E, f64>(engine, shape, &zeros)?,
         })
     }
 
     /// `A v` (interior cells, x fastest).
     pub fn apply(&mut self, v: &[f64]) -> Result<Vec<f64>> {
         self.x.upload(&self.shape.embed(v, 0.0)?)?;
-        let a = &self.a;
         let update = Apply {
-            a: Coeffs {
-                diag: a[0].view(),
-                xm: a[1].view(),
-                xp: a[2].view(),
-                ym: a[3].view(),
-                yp: a[4].view(),
-                zm: a[5].view(),
-                zp: a[6].view(),
-            },
+            a: self.a.coeffs(),
             x: self.x.view(),
             y: self.y.view_mut(),
         };

@@ -10,7 +10,7 @@ use lattice_gpu_kernels::poisson::{
 };
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
-use crate::problem::{coarsen, stencil, Problem};
+use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
 
 /// The smoother of the V-cycle.
@@ -46,9 +46,53 @@ impl Default for Cycle {
     }
 }
 
+/// A field of `shape` on `engine` holding `interior` (x fastest, rounded to `T`), its margins zero.
+pub fn upload<E: LoopEngine, T: Element>(
+    engine: &E,
+    shape: Shape,
+    interior: &[f64],
+) -> Result<E::Field<T>> {
+    let data: Vec<T> = interior.iter().map(|&v| T::from_f64(v)).collect();
+    let mut f = engine.alloc::<T>(shape)?;
+    f.upload(&shape.embed(&data, T::ZERO)?)?;
+    Ok(f)
+}
+
+/// The 7 coefficient fields of a stencil on an engine (structure of arrays).
+pub struct StencilFields<F>([F; 7]);
+
+impl<F> StencilFields<F> {
+    /// Uploads `s` to fields of `shape` on `engine`.
+    pub fn new<E: LoopEngine<Field<T> = F>, T: Element>(
+        engine: &E,
+        shape: Shape,
+        s: &Stencil,
+    ) -> Result<Self> {
+        let f = |i: usize| upload::<E, T>(engine, shape, &s[i]);
+        Ok(Self([f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?, f(6)?]))
+    }
+
+    /// The coefficients as the point updates take them.
+    pub fn coeffs<T: Element>(&self) -> Coeffs<T>
+    where
+        F: Field<T>,
+    {
+        let a = &self.0;
+        Coeffs {
+            diag: a[0].view(),
+            xm: a[1].view(),
+            xp: a[2].view(),
+            ym: a[3].view(),
+            yp: a[4].view(),
+            zm: a[5].view(),
+            zp: a[6].view(),
+        }
+    }
+}
+
 struct Level<F> {
     shape: Shape,
-    a: [F; 7],
+    a: StencilFields<F>,
     x: F,
     b: F,
     r: F,
@@ -116,28 +160,14 @@ where
                 h = h.map(|v| 2.0 * v);
             }
             let shape = Shape::new_3d(n, 1)?;
-            let field = |interior: &[f64]| -> Result<E::Field<T>> {
-                let data: Vec<T> = interior.iter().map(|&v| T::from_f64(v)).collect();
-                let mut f = engine.alloc::<T>(shape)?;
-                f.upload(&shape.embed(&data, T::ZERO)?)?;
-                Ok(f)
-            };
-            let s = stencil(n, h, &c, problem.walls);
             let zeros = vec![0.0; n.iter().product()];
+            let field = || upload::<E, T>(engine, shape, &zeros);
             levels.push(Level {
                 shape,
-                a: [
-                    field(&s[0])?,
-                    field(&s[1])?,
-                    field(&s[2])?,
-                    field(&s[3])?,
-                    field(&s[4])?,
-                    field(&s[5])?,
-                    field(&s[6])?,
-                ],
-                x: field(&zeros)?,
-                b: field(&zeros)?,
-                r: field(&zeros)?,
+                a: StencilFields::new(engine, shape, &stencil(n, h, &c, problem.walls))?,
+                x: field()?,
+                b: field()?,
+                r: field()?,
             });
         }
         let sites = levels
@@ -192,16 +222,7 @@ where
     }
 
     fn coeffs(&self, l: usize) -> Coeffs<T> {
-        let a = &self.levels[l].a;
-        Coeffs {
-            diag: a[0].view(),
-            xm: a[1].view(),
-            xp: a[2].view(),
-            ym: a[3].view(),
-            yp: a[4].view(),
-            zm: a[5].view(),
-            zp: a[6].view(),
-        }
+        self.levels[l].a.coeffs()
     }
 
     /// `sweeps` smoothing sweeps on level `l`; `up` reverses the colour order (symmetric cycle).

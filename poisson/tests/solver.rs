@@ -5,10 +5,10 @@
 // Indices run over several arrays at once (matrix columns, stencil rows): index loops read best.
 #![allow(clippy::needless_range_loop)]
 
-use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, LoopEngine, Shape};
-use lattice_gpu_kernels::poisson::{Coeffs, ProlongAdd, RedBlack, Residual, Restrict};
+use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, Shape};
+use lattice_gpu_kernels::poisson::{ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu_poisson::cg::{solve, Precision};
-use lattice_gpu_poisson::multigrid::{Cycle, Multigrid, Smoother};
+use lattice_gpu_poisson::multigrid::{upload, Cycle, Multigrid, Smoother, StencilFields};
 use lattice_gpu_poisson::problem::{manufactured, Problem, Stencil, Walls};
 use lattice_gpu_poisson::Error;
 
@@ -133,23 +133,9 @@ fn preconditioner_is_symmetric_positive_definite() {
     }
 }
 
-/// Fields for the component tests: `n` cells with margin 1.
+/// A host field of `shape` holding `interior`.
 fn field(shape: Shape, interior: &[f64]) -> lattice_gpu_host::HostField<f64> {
-    let mut f = HostLoopEngine.alloc::<f64>(shape).unwrap();
-    f.upload(&shape.embed(interior, 0.0).unwrap()).unwrap();
-    f
-}
-
-fn coeffs(s: &[lattice_gpu_host::HostField<f64>; 7]) -> Coeffs<f64> {
-    Coeffs {
-        diag: s[0].view(),
-        xm: s[1].view(),
-        xp: s[2].view(),
-        ym: s[3].view(),
-        yp: s[4].view(),
-        zm: s[5].view(),
-        zp: s[6].view(),
-    }
+    upload::<_, f64>(&HostLoopEngine, shape, interior).unwrap()
 }
 
 /// `(A x)_k` from the stencil rows, by explicit neighbour coordinates.
@@ -177,7 +163,7 @@ fn point_updates_match_plain_loops() {
     let shape = Shape::new_3d(n, 1).unwrap();
     let cells = p.cells();
     let x0: Vec<f64> = (0..cells).map(|k| ((k * 37) % 11) as f64 - 5.0).collect();
-    let a: [_; 7] = std::array::from_fn(|i| field(shape, &s[i]));
+    let a = StencilFields::new::<_, f64>(&HostLoopEngine, shape, &s).unwrap();
     let range = shape.interior_range();
 
     // Residual.
@@ -186,7 +172,7 @@ fn point_updates_match_plain_loops() {
     Loop3D::new(&HostLoopEngine, range)
         .unwrap()
         .run(&Residual {
-            a: coeffs(&a),
+            a: a.coeffs(),
             x: x.view(),
             b: b.view(),
             r: r.view_mut(),
@@ -205,7 +191,7 @@ fn point_updates_match_plain_loops() {
     Loop3D::new(&HostLoopEngine, range)
         .unwrap()
         .run(&RedBlack {
-            a: coeffs(&a),
+            a: a.coeffs(),
             x: xs.view_mut(),
             b: b.view(),
             parity: 0,

@@ -63,3 +63,32 @@ pub fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, r: &LoopR
         }
     }
 }
+
+/// Runs an application binary with `args`: the one `$var` names where a test runs away from its build
+/// tree (scripts/gpu-check.sh on the GPU machine), else `built` (cargo's `CARGO_BIN_EXE_*`). Returns
+/// whether it succeeded and its stdout and stderr; a panic fails the test, since bad input must end in
+/// a message, not a panic.
+pub fn run_cli(var: &str, built: &str, args: &[&str]) -> (bool, String) {
+    let bin = std::env::var_os(var)
+        .map_or_else(|| std::path::PathBuf::from(built), std::path::PathBuf::from);
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("panicked"),
+        "{} {args:?} panicked:\n{text}",
+        bin.display()
+    );
+    (out.status.success(), text)
+}
+
+/// A fresh, empty temporary directory for test `name` (this process's own).
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("lattice-gpu-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("a temporary directory");
+    d
+}
