@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` (z split),
-# `advection --mpi` (y split) and `lbm --mpi` (z split, walls and a moving lid across the cuts) over 1, 2
+# `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls and a moving lid across
+# the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
 # and impossible splits must fail with a clear message, not hang.
 #
@@ -73,6 +74,11 @@ same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine host --
 same_as_single "lbm taylor-green f16" density.npy taylor-green --engine host --streaming ab --precision f16 --size 16x12x13 --steps 30
 same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine host --streaming ab --precision f64 --size 18x18x11 \
     --closed-z --re 20 --steps 300
+# In place: the odd step writes into the halos, which go back to their planes (odd and even step counts).
+same_as_single "lbm in-place 3-D cavity f64" velocity.npy cavity --engine host --streaming aa --precision f64 \
+    --size 18x18x11 --closed-z --re 20 --steps 301
+same_as_single "lbm in-place taylor-green f16" density.npy taylor-green --engine host --streaming aa --precision f16 \
+    --size 16x12x13 --steps 30
 # lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
 # (the sums are grouped differently, so the last bits may differ).
 lqcd_line() { grep -o 'converged in [0-9]* iterations.*|x| = [0-9.]*e[0-9+-]*' "$1" | sed -E 's/\([^)]*\)//; s/(\.[0-9]{9})[0-9]*/\1/'; }
@@ -119,8 +125,8 @@ expect_refusal "diffusion, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
     -np 3 "$bin" --engine host --mpi --size 8x8x2 --steps 2 --output "$work/bad"
 expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
     -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
-expect_refusal "lbm in-place streaming split" "two-lattice streaming" \
-    -np 2 "$lbm" taylor-green --engine host --mpi --streaming aa --size 16 --steps 20 --output "$work/bad"
+expect_refusal "lbm, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
+    -np 3 "$lbm" taylor-green --engine host --mpi --size 16x16x2 --steps 20 --output "$work/bad"
 # Ranks started with different options (here different step counts) must all refuse, not deadlock.
 expect_refusal "ranks with different options" "started with different options" \
     -np 2 bash -c "exec '$bin' --engine host --mpi --size 8x8x8 --steps \$((5 + OMPI_COMM_WORLD_RANK)) --output '$work/bad'"

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
-use lattice_gpu_host::decomp::{Decomposition, Face};
+use lattice_gpu_host::decomp::{Decomposition, Face, Region, Side};
 use lattice_gpu_host::{DeviceBuffer, Gpu, HostLoopEngine, LoopEngine, Plain};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
@@ -146,7 +146,43 @@ struct Split {
     global: Geometry,
     /// First global plane this rank owns.
     z0: usize,
+    /// Refreshes both halo planes from the neighbours.
     plan: Vec<Face<3>>,
+    /// The in-place odd step writes the populations leaving the slab into the halo planes: these plans
+    /// send them back to the plane they belong to, for populations moving down (`c_z = -1`) and up.
+    back: [Vec<Face<3>>; 2],
+}
+
+/// The plans that return what the in-place odd step wrote into the halo planes: index 0 for populations
+/// moving down (the lower halo goes to the lower neighbour's top plane), 1 for those moving up.
+fn return_plans(plan: &[Face<3>]) -> [Vec<Face<3>>; 2] {
+    let face = |side| {
+        *plan
+            .iter()
+            .find(|f| f.axis == 2 && f.side == side)
+            .expect("a z face per side")
+    };
+    let (lower, upper) = (face(Side::Lower), face(Side::Upper));
+    let none = |mut r: Region<3>| {
+        r.size[2] = 0;
+        r
+    };
+    // Each rank sends its halo one way and receives its boundary plane from the other side.
+    let way = |out: Face<3>, back: Face<3>| {
+        vec![
+            Face {
+                send: out.recv,
+                recv: none(out.send),
+                ..out
+            },
+            Face {
+                send: none(back.recv),
+                recv: back.send,
+                ..back
+            },
+        ]
+    };
+    [way(lower, upper), way(upper, lower)]
 }
 
 /// A lattice-Boltzmann run in storage precision `S`, on one domain or split along z over the ranks of
@@ -210,7 +246,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
 
     /// [`Lbm::new`] split along z over the ranks of `comm` (the whole `geometry` and `init`, on every
     /// rank): each rank holds its planes and one halo plane per side, refreshed from the neighbours
-    /// before every step. The result does not depend on the split. Two-lattice streaming only.
+    /// before every step that reads them (and, in place, returned after the odd step, which writes the
+    /// populations leaving the slab into them). The result does not depend on the split.
     pub fn new_on(
         comm: C,
         engine: &Engine,
@@ -224,13 +261,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let (local, split) = if comm.size() == 1 {
             (geometry, None)
         } else {
-            if streaming == Streaming::InPlace {
-                return Err(crate::Error::InvalidParameter(
-                    "in-place (AA) streaming writes into the neighbours' planes and runs on one domain; \
-                     use two-lattice streaming (--streaming ab) for a decomposed run"
-                        .into(),
-                ));
-            }
             // z wraps in the kernels, so the split is periodic along z.
             let d = Decomposition::new([nx, ny, nz], [1, 1, comm.size()], [0, 0, 1], [true; 3])?;
             let own = d.owned(comm.rank());
@@ -247,12 +277,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 }
             }
             let plan = d.halo_plan(comm.rank());
+            let back = return_plans(&plan);
             (
                 local,
                 Some(Split {
                     global: geometry,
                     z0,
                     plan,
+                    back,
                 }),
             )
         };
@@ -332,18 +364,43 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
     }
 
-    /// Refreshes the halo planes of the lattice the next step reads from the neighbours (split runs).
-    fn exchange(&mut self) -> Result<()> {
+    /// Split runs: refreshes the halo planes of the lattice the next step reads (`back` false), or
+    /// returns what the in-place odd step wrote into them to the planes they belong to (`back` true).
+    fn exchange(&mut self, back: bool) -> Result<()> {
         let Some(sp) = &self.split else {
             return Ok(());
         };
         let cells = self.geometry.cells();
         let [nx, ny, _] = self.geometry.dims();
         let index = |p: [usize; 3]| p[0] + nx * (p[1] + ny * p[2]);
+        let geometry = &self.geometry;
         let run = |f: &mut [S::Raw]| -> Result<()> {
             for q in 0..Q {
-                self.comm
-                    .exchange(&sp.plan, &mut f[q * cells..(q + 1) * cells], &index)?;
+                let slot = &mut f[q * cells..(q + 1) * cells];
+                let plan = match (back, C[q][2]) {
+                    (false, _) => {
+                        self.comm.exchange(&sp.plan, slot, &index)?;
+                        continue;
+                    }
+                    (true, -1) => &sp.back[0],
+                    (true, 1) => &sp.back[1],
+                    (true, _) => continue,
+                };
+                // Where the cell upstream of a boundary-plane cell is a wall, nothing streamed in: that
+                // cell bounced the population back itself, and the halo holds no value for it.
+                let mut arrived = slot.to_vec();
+                self.comm.exchange(plan, &mut arrived, &index)?;
+                for face in plan.iter().filter(|f| !f.recv.is_empty()) {
+                    for p in face.recv.points() {
+                        let up = [0, 1, 2].map(|a| {
+                            let n = geometry.dims()[a] as i64;
+                            (p[a] as i64 - C[q][a] as i64).rem_euclid(n) as usize
+                        });
+                        if geometry.is_fluid(geometry.index(up)) {
+                            slot[index(p)] = arrived[index(p)];
+                        }
+                    }
+                }
             }
             Ok(())
         };
@@ -575,9 +632,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
     /// density and velocity that [`moments`](Self::moments) reads.
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
-        self.exchange()?;
-        let step = self.step_args(with_moments);
         let scheme = self.scheme();
+        // The even in-place step reads only its own cells; the others read the neighbours'.
+        if scheme != Scheme::AaEven {
+            self.exchange(false)?;
+        }
+        let step = self.step_args(with_moments);
         match &mut self.mem {
             Memory::Host { f, g, .. } => {
                 let [nx, ny, _] = step.dims;
@@ -619,6 +679,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     std::mem::swap(f, g);
                 }
             }
+        }
+        if scheme == Scheme::AaOdd {
+            self.exchange(true)?;
         }
         self.steps += 1;
         if with_moments {

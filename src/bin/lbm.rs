@@ -81,7 +81,7 @@ struct Common {
     #[arg(long, default_value = "lbm-out")]
     output: PathBuf,
     /// Split the lattice along z over the ranks of the MPI job this process belongs to (start it with
-    /// `mpirun -np N`; two-lattice streaming); rank 0 prints and writes. Needs `--features mpi`.
+    /// `mpirun -np N`); rank 0 prints and writes. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
 }
