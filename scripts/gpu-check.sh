@@ -17,7 +17,8 @@
 #                                             Taylor-Green in f16), bad input, and the MLUPs/s benchmark
 #                                  advection  rotation and swirl runs, bad input, and the benchmark of every
 #                                             kernel variant (tuned) against the copy bandwidth
-#                                  poisson    mixed and all-f64 multigrid-preconditioned CG at 128^3 and 256^3
+#                                  poisson    mixed and all-f64 multigrid-preconditioned CG at 128^3 and 256^3,
+#                                             tuned and fixed launches
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
@@ -215,13 +216,16 @@ advection_part() {
 
 poisson_part() {
     local out=$1
+    # Tuned (every level's loops) in both preconditioner precisions, and the fixed launch for contrast.
     for size in 128 256; do
         for prec in f32 f64; do
-            expect "poisson ${size}^3, $prec preconditioner" ok "relative L2" "$out/poisson-$size-$prec.log" \
-                "$BIN/poisson" --engine device --size "$size" --precision "$prec" --output "$out/poisson-$size-$prec"
+            expect "poisson ${size}^3, $prec preconditioner, tuned" ok "relative L2" "$out/poisson-$size-$prec.log" \
+                "$BIN/poisson" --engine auto --size "$size" --precision "$prec" --output "$out/poisson-$size-$prec"
         done
     done
-    grep -h "converged" "$out"/poisson-*.log
+    expect "poisson 256^3, f32, fixed launch" ok "relative L2" "$out/poisson-256-fixed.log" \
+        "$BIN/poisson" --engine device --size 256 --output "$out/poisson-256-fixed"
+    grep -h "converged\|^level" "$out"/poisson-*.log
 }
 
 profile() {

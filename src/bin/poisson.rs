@@ -8,9 +8,12 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
+use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::{DeviceLoopEngine, HostLoopEngine, LaunchShape, LoopEngine};
+use lattice_gpu::host::{
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, HostLoopEngine, LaunchShape, LoopEngine,
+};
 use lattice_gpu::lbm::output::{numbers, write_csv};
 use lattice_gpu::poisson::cg::{solve, Precision, Report};
 use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Smoother};
@@ -58,7 +61,8 @@ struct Cli {
     /// Multigrid levels [default: as many as the size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
-    /// Where to run (the GPU runs the point updates with a fixed launch shape for now).
+    /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them), `device` uses
+    /// the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
     /// Output directory for pressure.npy, pressure_midz.png and residuals.csv.
@@ -160,15 +164,27 @@ fn run(a: &Cli) -> Result<()> {
         PrecisionArg::F64 => Precision::F64,
     };
     let dir = output_dir(&a.output).map_err(Error::Invalid)?;
-    let (x, report, secs) = match a.engine.gpu("on the CPU engine")? {
-        None => timed(&HostLoopEngine, &p, cycle, precision, a)?,
-        Some(gpu) => timed(
+    let (x, report, secs) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
+        (None, _) => timed(&HostLoopEngine, &p, cycle, precision, a)?,
+        (Some(gpu), Placement::Device) => timed(
             &DeviceLoopEngine::new(gpu, LaunchShape::FIXED),
             &p,
             cycle,
             precision,
             a,
         )?,
+        // Every level and kind of loop keeps its site, so each is tuned once (and cached).
+        (Some(gpu), _) => {
+            let cache =
+                TuneCache::default_path().map_or_else(TuneCache::in_memory, TuneCache::load);
+            timed(
+                &DeviceAutoTuningLoopEngine::new(gpu, cache),
+                &p,
+                cycle,
+                precision,
+                a,
+            )?
+        }
     };
     println!(
         "converged: {} CG iterations in {secs:.3} s, relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?})",
