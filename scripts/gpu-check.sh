@@ -225,6 +225,8 @@ poisson_part() {
     done
     expect "poisson 256^3, f32, fixed launch" ok "relative L2" "$out/poisson-256-fixed.log" \
         "$BIN/poisson" --engine device --size 256 --output "$out/poisson-256-fixed"
+    expect "poisson 256^3, f32, AoS coefficients" ok "relative L2" "$out/poisson-256-aos.log" \
+        "$BIN/poisson" --engine auto --size 256 --layout aos --output "$out/poisson-256-aos"
     grep -h "converged\|^level" "$out"/poisson-*.log
 }
 

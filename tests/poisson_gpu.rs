@@ -10,7 +10,9 @@ use lattice_gpu::host::{
 use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
 use lattice_gpu::poisson::cg::{solve, Precision};
-use lattice_gpu::poisson::multigrid::{upload, Cycle, Smoother, StencilFields};
+use lattice_gpu::poisson::multigrid::{
+    upload, Cycle, Layout, OperatorView, Smoother, StencilFields,
+};
 use lattice_gpu::poisson::problem::manufactured;
 
 mod common;
@@ -37,8 +39,10 @@ fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
         f.upload(&poison::<f32>(sh.len())).unwrap();
         f
     };
-    let a = StencilFields::new::<E, f32>(engine, shape, &s).unwrap();
-    let c = a.coeffs();
+    let a = StencilFields::new::<E, f32>(engine, shape, &s, Layout::Soa).unwrap();
+    let OperatorView::Soa(c) = a.view::<f32>() else {
+        unreachable!("asked for structure of arrays")
+    };
     let x0: Vec<f64> = common::random::<f64>(p.cells(), 3);
     let (x, b) = (field(shape, &x0), field(shape, &p.rhs));
     let mut r = poisoned(shape);

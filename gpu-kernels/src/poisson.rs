@@ -1,13 +1,53 @@
 //! The point updates of a geometric multigrid for the variable-coefficient Poisson equation
 //! `-div(c grad p) = f` (the kinaco ocean model's pressure solve): the 7-point operator with its 7
-//! coefficients per cell in structure-of-arrays fields, the residual, weighted Jacobi and red-black
+//! coefficients per cell in structure-of-arrays fields (or, to measure the difference, one
+//! array-of-structures field), the residual, weighted Jacobi and red-black
 //! Gauss-Seidel smoothing, restriction (average of the 8 children) and prolongation (the parent's value
 //! added to each child), between cell-centred grids with a margin of 1 and sizes halving level by level.
 
 use crate::device::math::Real;
 use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
 
-/// The 7 coefficients of every cell: `(A x)_i = diag_i x_i + sum_nb off_nb,i x_nb`.
+/// A 7-point operator as the point updates read it: `(A x)` at a point and its diagonal.
+pub trait Operator7<T>: Copy + Send + Sync {
+    /// `(A x)` at `idx`.
+    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T;
+    /// The diagonal at array index `i`.
+    fn diag(&self, i: usize) -> T;
+}
+
+/// The 7 coefficients of every cell in one array, cell after cell (array of structures: `7 i + k` for
+/// diagonal, x-, x+, y-, y+, z-, z+): the layout the ocean-model report measured against
+/// [`Coeffs`], whose per-coefficient arrays a warp reads coalesced.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CoeffsAos<T> {
+    /// `7 * len` values.
+    pub c: FieldRef<T>,
+}
+
+impl<T: Real> Operator7<T> for CoeffsAos<T> {
+    #[inline(always)]
+    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+        let i = idx.ix();
+        let c = |k: usize| self.c.get(7 * i + k);
+        c(0) * x.get(i)
+            + c(1) * x.get(idx.at::<-1, 0, 0>())
+            + c(2) * x.get(idx.at::<1, 0, 0>())
+            + c(3) * x.get(idx.at::<0, -1, 0>())
+            + c(4) * x.get(idx.at::<0, 1, 0>())
+            + c(5) * x.get(idx.at::<0, 0, -1>())
+            + c(6) * x.get(idx.at::<0, 0, 1>())
+    }
+
+    #[inline(always)]
+    fn diag(&self, i: usize) -> T {
+        self.c.get(7 * i)
+    }
+}
+
+/// The 7 coefficients of every cell, one array each (structure of arrays):
+/// `(A x)_i = diag_i x_i + sum_nb off_nb,i x_nb`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Coeffs<T> {
@@ -27,10 +67,14 @@ pub struct Coeffs<T> {
     pub zp: FieldRef<T>,
 }
 
-impl<T: Real> Coeffs<T> {
-    /// `(A x)` at `idx`.
+impl<T: Real> Operator7<T> for Coeffs<T> {
     #[inline(always)]
-    pub fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+    fn diag(&self, i: usize) -> T {
+        self.diag.get(i)
+    }
+
+    #[inline(always)]
+    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
         let i = idx.ix();
         self.diag.get(i) * x.get(i)
             + self.xm.get(i) * x.get(idx.at::<-1, 0, 0>())
@@ -45,16 +89,16 @@ impl<T: Real> Coeffs<T> {
 /// `y = A x`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Apply<T> {
+pub struct Apply<T, A = Coeffs<T>> {
     /// The operator.
-    pub a: Coeffs<T>,
+    pub a: A,
     /// Input.
     pub x: FieldRef<T>,
     /// Output.
     pub y: FieldMut<T>,
 }
 
-impl<T: Real> PointUpdate3D for Apply<T> {
+impl<T: Real, A: Operator7<T>> PointUpdate3D for Apply<T, A> {
     type Real = T;
 
     #[inline(always)]
@@ -66,9 +110,9 @@ impl<T: Real> PointUpdate3D for Apply<T> {
 /// `r = b - A x`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Residual<T> {
+pub struct Residual<T, A = Coeffs<T>> {
     /// The operator.
-    pub a: Coeffs<T>,
+    pub a: A,
     /// The iterate.
     pub x: FieldRef<T>,
     /// The right-hand side.
@@ -77,7 +121,7 @@ pub struct Residual<T> {
     pub r: FieldMut<T>,
 }
 
-impl<T: Real> PointUpdate3D for Residual<T> {
+impl<T: Real, A: Operator7<T>> PointUpdate3D for Residual<T, A> {
     type Real = T;
 
     #[inline(always)]
@@ -90,9 +134,9 @@ impl<T: Real> PointUpdate3D for Residual<T> {
 /// One weighted Jacobi sweep: `out = x + omega (b - A x) / diag`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Jacobi<T> {
+pub struct Jacobi<T, A = Coeffs<T>> {
     /// The operator.
-    pub a: Coeffs<T>,
+    pub a: A,
     /// The iterate before the sweep.
     pub x: FieldRef<T>,
     /// The right-hand side.
@@ -103,7 +147,7 @@ pub struct Jacobi<T> {
     pub omega: T,
 }
 
-impl<T: Real> PointUpdate3D for Jacobi<T> {
+impl<T: Real, A: Operator7<T>> PointUpdate3D for Jacobi<T, A> {
     type Real = T;
 
     #[inline(always)]
@@ -111,7 +155,7 @@ impl<T: Real> PointUpdate3D for Jacobi<T> {
         let i = idx.ix();
         let r = self.b.get(i) - self.a.apply(self.x, idx);
         self.out
-            .set(i, self.x.get(i) + self.omega * r / self.a.diag.get(i));
+            .set(i, self.x.get(i) + self.omega * r / self.a.diag(i));
     }
 }
 
@@ -120,9 +164,9 @@ impl<T: Real> PointUpdate3D for Jacobi<T> {
 /// cells of one colour are independent.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct RedBlack<T> {
+pub struct RedBlack<T, A = Coeffs<T>> {
     /// The operator.
-    pub a: Coeffs<T>,
+    pub a: A,
     /// The iterate, updated in place.
     pub x: FieldMut<T>,
     /// The right-hand side.
@@ -133,7 +177,7 @@ pub struct RedBlack<T> {
     pub omega: T,
 }
 
-impl<T: Real> PointUpdate3D for RedBlack<T> {
+impl<T: Real, A: Operator7<T>> PointUpdate3D for RedBlack<T, A> {
     type Real = T;
 
     #[inline(always)]
@@ -144,8 +188,7 @@ impl<T: Real> PointUpdate3D for RedBlack<T> {
         let i = idx.ix();
         let x = self.x.as_ref();
         let r = self.b.get(i) - self.a.apply(x, idx);
-        self.x
-            .set(i, x.get(i) + self.omega * r / self.a.diag.get(i));
+        self.x.set(i, x.get(i) + self.omega * r / self.a.diag(i));
     }
 }
 
@@ -235,6 +278,14 @@ impl<T: Real> PointUpdate3D for Fill<T> {
     }
 }
 
+crate::kernel3d!(poisson_apply_aos_f32 => Apply<f32, CoeffsAos<f32>>);
+crate::kernel3d!(poisson_apply_aos_f64 => Apply<f64, CoeffsAos<f64>>);
+crate::kernel3d!(poisson_residual_aos_f32 => Residual<f32, CoeffsAos<f32>>);
+crate::kernel3d!(poisson_residual_aos_f64 => Residual<f64, CoeffsAos<f64>>);
+crate::kernel3d!(poisson_jacobi_aos_f32 => Jacobi<f32, CoeffsAos<f32>>);
+crate::kernel3d!(poisson_jacobi_aos_f64 => Jacobi<f64, CoeffsAos<f64>>);
+crate::kernel3d!(poisson_redblack_aos_f32 => RedBlack<f32, CoeffsAos<f32>>);
+crate::kernel3d!(poisson_redblack_aos_f64 => RedBlack<f64, CoeffsAos<f64>>);
 crate::kernel3d!(poisson_apply_f32 => Apply<f32>);
 crate::kernel3d!(poisson_apply_f64 => Apply<f64>);
 crate::kernel3d!(poisson_residual_f32 => Residual<f32>);

@@ -5,7 +5,9 @@
 use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape};
 use lattice_gpu_kernels::poisson::Apply;
 
-use crate::multigrid::{upload, Cycle, Multigrid, StencilFields};
+use crate::multigrid::{
+    upload, with_operator, Cycle, Layout, Multigrid, OperatorView, StencilFields,
+};
 use crate::problem::Problem;
 use crate::{Error, Result};
 
@@ -19,15 +21,15 @@ pub struct Operator<'e, E: LoopEngine> {
 }
 
 impl<'e, E: LoopEngine> Operator<'e, E> {
-    /// The problem's operator (checked) on `engine`.
-    pub fn new(engine: &'e E, problem: &Problem) -> Result<Self> {
+    /// The problem's operator (checked) on `engine`, its coefficients in `layout`.
+    pub fn new(engine: &'e E, problem: &Problem, layout: Layout) -> Result<Self> {
         problem.check()?;
         let shape = Shape::new_3d(problem.n, 1)?;
         let zeros = vec![0.0; problem.cells()];
         Ok(Self {
             site: Loop3D::new(engine, shape.interior_range())?,
             shape,
-            a: StencilFields::new(engine, shape, &problem.stencil())?,
+            a: StencilFields::new(engine, shape, &problem.stencil(), layout)?,
             x: upload::<E, f64>(engine, shape, &zeros)?,
             y: upload::<E, f64>(engine, shape, &zeros)?,
         })
@@ -36,12 +38,8 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
     /// `A v` (interior cells, x fastest).
     pub fn apply(&mut self, v: &[f64]) -> Result<Vec<f64>> {
         self.x.upload(&self.shape.embed(v, 0.0)?)?;
-        let update = Apply {
-            a: self.a.coeffs(),
-            x: self.x.view(),
-            y: self.y.view_mut(),
-        };
-        self.site.run(&update)?;
+        let (x, y) = (self.x.view(), self.y.view_mut());
+        with_operator!(self.a.view(), a => self.site.run(&Apply { a, x, y }))?;
         Ok(self.shape.extract(&self.y.download()?))
     }
 }
@@ -188,7 +186,7 @@ pub fn solve<E: LoopEngine>(
     timed: bool,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(Vec<f64>, Report)> {
-    let mut op = Operator::new(engine, problem)?;
+    let mut op = Operator::new(engine, problem, cycle.layout)?;
     let apply = |v: &[f64]| op.apply(v);
     macro_rules! with {
         ($t:ty) => {{

@@ -6,7 +6,7 @@
 
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape};
 use lattice_gpu_kernels::poisson::{
-    Coeffs, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
+    Coeffs, CoeffsAos, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
 };
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
@@ -33,6 +33,8 @@ pub struct Cycle {
     pub sweeps: usize,
     /// Sweeps on the coarsest level (its solve).
     pub coarse_sweeps: usize,
+    /// The coefficients' layout (on every level, and in the f64 operator of CG).
+    pub layout: Layout,
 }
 
 impl Default for Cycle {
@@ -42,6 +44,7 @@ impl Default for Cycle {
             smoother: Smoother::RedBlack,
             sweeps: 2,
             coarse_sweeps: 40,
+            layout: Layout::Soa,
         }
     }
 }
@@ -58,34 +61,93 @@ pub fn upload<E: LoopEngine, T: Element>(
     Ok(f)
 }
 
-/// The 7 coefficient fields of a stencil on an engine (structure of arrays).
-pub struct StencilFields<F>([F; 7]);
+/// How the 7 coefficients of each cell are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// One array per coefficient (a warp's loads of one coefficient are contiguous).
+    #[default]
+    Soa,
+    /// The 7 coefficients of a cell together, cell after cell.
+    Aos,
+}
+
+/// The coefficient fields of a stencil on an engine, in either layout.
+pub enum StencilFields<F> {
+    /// One field per coefficient.
+    Soa([F; 7]),
+    /// One field of `7 * len` values.
+    Aos(F),
+}
+
+/// The coefficients as the point updates take them, in either layout.
+#[derive(Clone, Copy, Debug)]
+pub enum OperatorView<T> {
+    /// Structure of arrays.
+    Soa(Coeffs<T>),
+    /// Array of structures.
+    Aos(CoeffsAos<T>),
+}
+
+/// Runs `$body` with `$a` bound to the concrete coefficient view of `$view` (each layout is its own
+/// kernel).
+macro_rules! with_operator {
+    ($view:expr, $a:ident => $body:expr) => {
+        match $view {
+            OperatorView::Soa($a) => $body,
+            OperatorView::Aos($a) => $body,
+        }
+    };
+}
+pub(crate) use with_operator;
 
 impl<F> StencilFields<F> {
-    /// Uploads `s` to fields of `shape` on `engine`.
+    /// Uploads `s` to fields of `shape` on `engine` in `layout`.
     pub fn new<E: LoopEngine<Field<T> = F>, T: Element>(
         engine: &E,
         shape: Shape,
         s: &Stencil,
-    ) -> Result<Self> {
-        let f = |i: usize| upload::<E, T>(engine, shape, &s[i]);
-        Ok(Self([f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?, f(6)?]))
-    }
-
-    /// The coefficients as the point updates take them.
-    pub fn coeffs<T: Element>(&self) -> Coeffs<T>
+        layout: Layout,
+    ) -> Result<Self>
     where
         F: Field<T>,
     {
-        let a = &self.0;
-        Coeffs {
-            diag: a[0].view(),
-            xm: a[1].view(),
-            xp: a[2].view(),
-            ym: a[3].view(),
-            yp: a[4].view(),
-            zm: a[5].view(),
-            zp: a[6].view(),
+        let f = |i: usize| upload::<E, T>(engine, shape, &s[i]);
+        Ok(match layout {
+            Layout::Soa => Self::Soa([f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?, f(6)?]),
+            Layout::Aos => {
+                // Array index i of `shape` holds its cell's coefficients at 7 i .. 7 i + 7 (margins 0).
+                let whole: Vec<Vec<f64>> = s
+                    .iter()
+                    .map(|c| shape.embed(c, 0.0))
+                    .collect::<std::result::Result<_, _>>()?;
+                let data: Vec<T> = (0..7 * shape.len())
+                    .map(|k| T::from_f64(whole[k % 7][k / 7]))
+                    .collect();
+                let wide =
+                    Shape::new_3d([7 * shape.size()[0], shape.size()[1], shape.size()[2]], 0)?;
+                let mut field = engine.alloc::<T>(wide)?;
+                field.upload(&data)?;
+                Self::Aos(field)
+            }
+        })
+    }
+
+    /// The coefficients as the point updates take them.
+    pub fn view<T: Element>(&self) -> OperatorView<T>
+    where
+        F: Field<T>,
+    {
+        match self {
+            Self::Soa(a) => OperatorView::Soa(Coeffs {
+                diag: a[0].view(),
+                xm: a[1].view(),
+                xp: a[2].view(),
+                ym: a[3].view(),
+                yp: a[4].view(),
+                zm: a[5].view(),
+                zp: a[6].view(),
+            }),
+            Self::Aos(c) => OperatorView::Aos(CoeffsAos { c: c.view() }),
         }
     }
 }
@@ -136,6 +198,9 @@ where
     Jacobi<T>: GpuEntry,
     RedBlack<T>: GpuEntry,
     Residual<T>: GpuEntry,
+    Jacobi<T, CoeffsAos<T>>: GpuEntry,
+    RedBlack<T, CoeffsAos<T>>: GpuEntry,
+    Residual<T, CoeffsAos<T>>: GpuEntry,
     Restrict<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
 {
@@ -164,7 +229,12 @@ where
             let field = || upload::<E, T>(engine, shape, &zeros);
             levels.push(Level {
                 shape,
-                a: StencilFields::new(engine, shape, &stencil(n, h, &c, problem.walls))?,
+                a: StencilFields::new(
+                    engine,
+                    shape,
+                    &stencil(n, h, &c, problem.walls),
+                    cycle.layout,
+                )?,
                 x: field()?,
                 b: field()?,
                 r: field()?,
@@ -221,39 +291,28 @@ where
         Ok(())
     }
 
-    fn coeffs(&self, l: usize) -> Coeffs<T> {
-        self.levels[l].a.coeffs()
+    fn operator(&self, l: usize) -> OperatorView<T> {
+        self.levels[l].a.view()
     }
 
     /// `sweeps` smoothing sweeps on level `l`; `up` reverses the colour order (symmetric cycle).
     fn smooth(&mut self, l: usize, sweeps: usize, up: bool) -> Result<()> {
-        let a = self.coeffs(l);
+        let op = self.operator(l);
         for _ in 0..sweeps {
             match self.cycle.smoother {
                 Smoother::RedBlack => {
                     let order = if up { [1, 0] } else { [0, 1] };
                     for parity in order {
                         let lv = &mut self.levels[l];
-                        let u = RedBlack {
-                            a,
-                            x: lv.x.view_mut(),
-                            b: lv.b.view(),
-                            parity,
-                            omega: T::ONE,
-                        };
-                        self.run(l, Kind::Smooth, &u)?;
+                        let (x, b) = (lv.x.view_mut(), lv.b.view());
+                        with_operator!(op, a => self.run(l, Kind::Smooth, &RedBlack { a, x, b, parity, omega: T::ONE }))?;
                     }
                 }
                 Smoother::Jacobi => {
                     let lv = &mut self.levels[l];
-                    let u = Jacobi {
-                        a,
-                        x: lv.x.view(),
-                        b: lv.b.view(),
-                        out: lv.r.view_mut(),
-                        omega: T::from_f64(2.0 / 3.0),
-                    };
-                    self.run(l, Kind::Smooth, &u)?;
+                    let (x, b, out) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
+                    let omega = T::from_f64(2.0 / 3.0);
+                    with_operator!(op, a => self.run(l, Kind::Smooth, &Jacobi { a, x, b, out, omega }))?;
                     let lv = &mut self.levels[l];
                     std::mem::swap(&mut lv.x, &mut lv.r);
                 }
@@ -277,15 +336,10 @@ where
                 break;
             }
             self.smooth(l, self.cycle.sweeps, false)?;
-            let a = self.coeffs(l);
+            let op = self.operator(l);
             let lv = &mut self.levels[l];
-            let res = Residual {
-                a,
-                x: lv.x.view(),
-                b: lv.b.view(),
-                r: lv.r.view_mut(),
-            };
-            self.run(l, Kind::Residual, &res)?;
+            let (x, b, r) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
+            with_operator!(op, a => self.run(l, Kind::Residual, &Residual { a, x, b, r }))?;
             let fine = self.levels[l].shape.size().map(|v| v as u32);
             let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
             let restrict = Restrict {

@@ -16,7 +16,7 @@ use lattice_gpu::host::{
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
 use lattice_gpu::poisson::cg::{solve, Precision, Report};
-use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Smoother};
+use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Layout, Smoother};
 use lattice_gpu::poisson::problem::{manufactured, Problem, Walls};
 use lattice_gpu::poisson::{Error, Result};
 
@@ -58,6 +58,9 @@ struct Cli {
     /// Smoother.
     #[arg(long, value_enum, default_value_t = SmootherArg::Rb)]
     smoother: SmootherArg,
+    /// Layout of the 7 coefficients per cell: one array each (soa) or together per cell (aos).
+    #[arg(long, value_enum, default_value_t = LayoutArg::Soa)]
+    layout: LayoutArg,
     /// Multigrid levels [default: as many as the size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
@@ -68,6 +71,12 @@ struct Cli {
     /// Output directory for pressure.npy, pressure_midz.png and residuals.csv.
     #[arg(long, default_value = "poisson-out")]
     output: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LayoutArg {
+    Soa,
+    Aos,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -156,6 +165,10 @@ fn run(a: &Cli) -> Result<()> {
         smoother: match a.smoother {
             SmootherArg::Rb => Smoother::RedBlack,
             SmootherArg::Jacobi => Smoother::Jacobi,
+        },
+        layout: match a.layout {
+            LayoutArg::Soa => Layout::Soa,
+            LayoutArg::Aos => Layout::Aos,
         },
         ..Cycle::default()
     };
