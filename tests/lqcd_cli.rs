@@ -1,29 +1,10 @@
 //! The `lqcd` binary on the CPU: a small solve and bad input (odd dims, kappa out of range, a corrupt
 //! gauge file, no convergence) ending in a clear message and exit code 1, never a panic.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-/// The binary under test: `$LATTICE_GPU_LQCD_BIN` where the test runs away from its build tree
-/// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
-fn binary() -> PathBuf {
-    std::env::var_os("LATTICE_GPU_LQCD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lqcd")))
-}
+mod common;
 
 fn lqcd(args: &[&str]) -> (bool, String) {
-    let out = Command::new(binary())
-        .args(args)
-        .output()
-        .expect("the lqcd binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !text.contains("panicked"),
-        "lqcd {args:?} panicked:\n{text}"
-    );
-    (out.status.success(), text)
+    common::run_cli("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"), args)
 }
 
 #[test]

@@ -754,11 +754,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 }
 
-/// The full population `w_q + deviation` (for sums of mass and momentum over [`Lbm::populations`]).
-pub fn full_population(q: usize, deviation: f64) -> f64 {
-    W[q] + deviation
-}
-
 /// Mass and momentum of post-collision deviations (`19 * cells`) over the fluid cells of `geometry`.
 pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
     let cells = geometry.cells();
@@ -766,7 +761,8 @@ pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
     let mut mom = [0.0; 3];
     for n in (0..cells).filter(|&n| geometry.is_fluid(n)) {
         for q in 0..Q {
-            let f = full_population(q, post[q * cells + n]);
+            // The stored deviation plus the weight it is measured from.
+            let f = W[q] + post[q * cells + n];
             mass += f;
             for a in 0..3 {
                 mom[a] += f * C[q][a] as f64;

@@ -485,16 +485,27 @@ fn bench(b: &BenchArgs) -> Result<()> {
             };
             let e = DeviceLoopEngine::new(gpu.clone(), shape);
             Ok((
-                time_steps(&gpu, &e, &p, Kernel::Plain, b.steps)?.0,
+                time_steps(&gpu, &e, &p, Kernel::Plain, true, b.steps)?.0,
                 shape.to_string(),
             ))
         })?;
-        for kernel in Kernel::ALL {
-            time(format!("{}, tuned", kernel.name()), &|| {
+        // Each technique added in turn, then the packed kernel without row alignment (the aligned,
+        // coalesced loads taken away again).
+        let runs = Kernel::ALL
+            .map(|k| (k, true))
+            .into_iter()
+            .chain([(Kernel::Packed, false)]);
+        for (kernel, aligned) in runs {
+            let label = format!(
+                "{}{}, tuned",
+                kernel.name(),
+                if aligned { "" } else { " unaligned" }
+            );
+            time(label, &|| {
                 let e = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
                     .space(kernel.tune_space())
                     .reps(3);
-                let (ms, best) = time_steps(&gpu, &e, &p, kernel, b.steps)?;
+                let (ms, best) = time_steps(&gpu, &e, &p, kernel, aligned, b.steps)?;
                 Ok((ms, best.unwrap_or_else(|| "?".into())))
             })?;
         }
@@ -532,9 +543,10 @@ fn time_steps<E: LoopEngine>(
     engine: &E,
     p: &Problem,
     kernel: Kernel,
+    aligned: bool,
     steps: u64,
 ) -> Result<(f64, Option<String>)> {
-    let mut a = Advection::new(engine, p, kernel, true)?;
+    let mut a = Advection::new(engine, p, kernel, aligned)?;
     a.step()?;
     // A tuner reports once every candidate is timed; other engines report nothing and need no wait.
     while engine.tunes() && E::tuning(a.site().info()).is_none() && a.steps() < 5000 {
