@@ -64,16 +64,16 @@ struct Common {
     /// Kernel variant: plain, queue, branch-free, packed, shared (each adds one technique).
     #[arg(long, default_value = "packed", value_parser = parse_kernel)]
     kernel: Kernel,
-    /// Where to run: the GPU with launch shape and unroll factor tuned (and cached), `device` with
-    /// `--block` and `--march` as given, or the CPU.
+    /// Where to run: the GPU with the launch shape (and unroll factor, unless --unroll gives one)
+    /// tuned and cached, `device` with `--block` and `--unroll` as given, or the CPU.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
     /// Block shape XxY for --engine device.
     #[arg(long, default_value = "128x1", value_parser = parse_block)]
     block: (u32, u32),
-    /// Points per thread (the unroll factor) for --engine device.
-    #[arg(long, default_value_t = 8)]
-    march: u32,
+    /// Points per thread (the unroll factor): `auto` (tuned; 8 for --engine device) or a number.
+    #[arg(long, default_value = "auto", value_parser = parse_unroll)]
+    unroll: Unroll,
     /// Tune again even where the tune cache has a result.
     #[arg(long)]
     retune: bool,
@@ -240,12 +240,19 @@ fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -
             let shape = LaunchShape {
                 block_x: c.block.0,
                 block_y: c.block.1,
-                march: c.march,
+                march: c.unroll.0.unwrap_or(8),
                 variant: Variant::Plain,
             };
             simulate(&DeviceLoopEngine::new(gpu, shape), comm, c, &p, steps, &dir)?
         }
-        (Some(gpu), _) => simulate(&tuner(gpu, c.kernel, c.retune), comm, c, &p, steps, &dir)?,
+        (Some(gpu), _) => simulate(
+            &tuner(gpu, c.kernel, c.unroll.0, c.retune),
+            comm,
+            c,
+            &p,
+            steps,
+            &dir,
+        )?,
     };
     if !lead {
         return Ok(());
@@ -275,11 +282,36 @@ fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -
     Ok(())
 }
 
-fn tuner(gpu: Arc<Gpu>, kernel: Kernel, retune: bool) -> DeviceAutoTuningLoopEngine {
+/// The auto-tuner for `kernel`: block shapes and the unroll factor, or only the block shapes when
+/// `unroll` fixes it.
+fn tuner(
+    gpu: Arc<Gpu>,
+    kernel: Kernel,
+    unroll: Option<u32>,
+    retune: bool,
+) -> DeviceAutoTuningLoopEngine {
     let cache = TuneCache::default_path().map_or_else(TuneCache::in_memory, TuneCache::load);
+    let space = match unroll {
+        Some(n) => kernel.tune_space().with("march", vec![n]),
+        None => kernel.tune_space(),
+    };
     DeviceAutoTuningLoopEngine::new(gpu, cache)
-        .space(kernel.tune_space())
+        .space(space)
         .retune(retune)
+}
+
+/// Points per thread: tuned (`None`) or given.
+#[derive(Clone, Copy, Debug)]
+struct Unroll(Option<u32>);
+
+fn parse_unroll(s: &str) -> std::result::Result<Unroll, String> {
+    match s {
+        "auto" => Ok(Unroll(None)),
+        _ => match s.parse::<u32>() {
+            Ok(n) if (1..=64).contains(&n) => Ok(Unroll(Some(n))),
+            _ => Err(format!("--unroll `{s}` must be `auto` or a number of points from 1 to 64 (4 to 32 suit the queue kernels)")),
+        },
+    }
 }
 
 fn range_of(f: &[f64]) -> (f64, f64) {
