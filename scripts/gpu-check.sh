@@ -20,6 +20,9 @@
 #                                  poisson    mixed and all-f64 multigrid-preconditioned CG at 128^3 and 256^3,
 #                                             tuned and fixed launches
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
+#                                All parts together take longer than one 10-minute device call: run them in
+#                                groups, e.g. `run tests lbm`, then `run advection poisson`, `run diffusion`,
+#                                `run lqcd`.
 #   scripts/gpu-check.sh profile (on the GPU machine) Nsight Compute figures of the diffusion kernel at
 #                                512^3 (f32 and f64): DRAM and L1/L2 throughput, occupancy, stall reasons.
 set -uo pipefail
