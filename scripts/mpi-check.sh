@@ -24,6 +24,8 @@ if ! have_mpi; then
     [ "${LATTICE_GPU_REQUIRE_MPI:-0}" = 1 ] && exit 1
     exit 0
 fi
+# The MPI code is compiled only with the feature: lint it here.
+cargo clippy --release --workspace --all-targets --features mpi -- -D warnings
 cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
 bin=$PWD/target/release/diffusion
 adv=$PWD/target/release/advection
