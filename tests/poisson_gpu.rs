@@ -173,13 +173,40 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         &mut |_, _| {},
     )
     .unwrap();
-    assert_eq!(rg.iterations, rc.iterations);
+    // The dot products are summed in another order on the GPU: the same iterations within 1.
+    assert!(
+        rg.iterations.abs_diff(rc.iterations) <= 1,
+        "{} iterations on the GPU, {} on the CPU",
+        rg.iterations,
+        rc.iterations
+    );
     let diff = xg
         .iter()
         .zip(&xc)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
-    assert!(diff < 1e-12, "{diff:e}");
+    assert!(diff < 1e-9, "{diff:e}");
+    // The coefficients together per cell: other kernels, the same arithmetic, the same bits.
+    let aos = Cycle {
+        layout: Layout::Aos,
+        ..cycle
+    };
+    let (xa, ra) = solve(
+        &engine,
+        &p,
+        aos,
+        Precision::F32,
+        1e-10,
+        300,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(ra.iterations, rg.iterations);
+    assert!(
+        xa.iter().zip(&xg).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "AoS and SoA differ"
+    );
     let err: f64 = xg
         .iter()
         .zip(&exact)

@@ -278,6 +278,87 @@ impl<T: Real> PointUpdate3D for Fill<T> {
     }
 }
 
+/// Conjugate gradients' update of the iterate and the residual in one pass: `x += alpha p`,
+/// `r -= alpha q` (`q = A p`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgStep {
+    /// The iterate.
+    pub x: FieldMut<f64>,
+    /// The residual.
+    pub r: FieldMut<f64>,
+    /// The search direction.
+    pub p: FieldRef<f64>,
+    /// `A p`.
+    pub q: FieldRef<f64>,
+    /// The step length.
+    pub alpha: f64,
+}
+
+impl PointUpdate3D for CgStep {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let i = idx.ix();
+        self.x
+            .set(i, self.x.as_ref().get(i) + self.alpha * self.p.get(i));
+        self.r
+            .set(i, self.r.as_ref().get(i) - self.alpha * self.q.get(i));
+    }
+}
+
+/// The next search direction: `p = z + beta p`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgDirection {
+    /// The search direction, updated in place.
+    pub p: FieldMut<f64>,
+    /// The preconditioned residual.
+    pub z: FieldRef<f64>,
+    /// The conjugation factor.
+    pub beta: f64,
+}
+
+impl PointUpdate3D for CgDirection {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let i = idx.ix();
+        self.p
+            .set(i, self.z.get(i) + self.beta * self.p.as_ref().get(i));
+    }
+}
+
+/// `to = from` in the other precision (the mixed-precision preconditioner's way in and out).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Convert<A, B> {
+    /// Source.
+    pub from: FieldRef<A>,
+    /// Destination.
+    pub to: FieldMut<B>,
+}
+
+impl<A: Real, B: Real> PointUpdate3D for Convert<A, B> {
+    type Real = B;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let i = idx.ix();
+        self.to.set(i, B::from_f64(self.from.get(i).to_f64()));
+    }
+}
+
+crate::kernel3d!(poisson_cg_step_f64 => CgStep);
+crate::kernel3d!(poisson_cg_direction_f64 => CgDirection);
+crate::kernel3d!(poisson_convert_f64_f32 => Convert<f64, f32>);
+crate::kernel3d!(poisson_convert_f32_f64 => Convert<f32, f64>);
+crate::kernel3d!(poisson_convert_f64_f64 => Convert<f64, f64>);
 crate::kernel3d!(poisson_apply_aos_f32 => Apply<f32, CoeffsAos<f32>>);
 crate::kernel3d!(poisson_apply_aos_f64 => Apply<f64, CoeffsAos<f64>>);
 crate::kernel3d!(poisson_residual_aos_f32 => Residual<f32, CoeffsAos<f32>>);

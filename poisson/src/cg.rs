@@ -1,9 +1,14 @@
-//! Conjugate gradients in f64, preconditioned by a multigrid V-cycle in f32 (mixed) or f64, and the
-//! f64 operator they iterate with. The report's point: the f32 preconditioner costs half the bytes and
-//! needs the same iterations, because CG in f64 corrects what the preconditioner leaves.
+//! Conjugate gradients in f64, preconditioned by a multigrid V-cycle in f32 (mixed) or f64, with every
+//! vector where the engine keeps its fields (GPU memory on a GPU): only the dot products come back to the
+//! host. The report's point: the f32 preconditioner costs half the bytes and needs the same iterations,
+//! because CG in f64 corrects what the preconditioner leaves.
 
-use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape};
-use lattice_gpu_kernels::poisson::Apply;
+use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape};
+use lattice_gpu_kernels::poisson::{
+    Apply, CgDirection, CgStep, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack, Residual,
+    Restrict,
+};
+use lattice_gpu_kernels::stencil::GpuEntry;
 
 use crate::multigrid::{
     upload, with_operator, Cycle, Layout, Multigrid, OperatorView, StencilFields,
@@ -16,8 +21,6 @@ pub struct Operator<'e, E: LoopEngine> {
     site: Loop3D<'e, E>,
     shape: Shape,
     a: StencilFields<E::Field<f64>>,
-    x: E::Field<f64>,
-    y: E::Field<f64>,
 }
 
 impl<'e, E: LoopEngine> Operator<'e, E> {
@@ -25,22 +28,23 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
     pub fn new(engine: &'e E, problem: &Problem, layout: Layout) -> Result<Self> {
         problem.check()?;
         let shape = Shape::new_3d(problem.n, 1)?;
-        let zeros = vec![0.0; problem.cells()];
         Ok(Self {
             site: Loop3D::new(engine, shape.interior_range())?,
             shape,
             a: StencilFields::new(engine, shape, &problem.stencil(), layout)?,
-            x: upload::<E, f64>(engine, shape, &zeros)?,
-            y: upload::<E, f64>(engine, shape, &zeros)?,
         })
     }
 
-    /// `A v` (interior cells, x fastest).
-    pub fn apply(&mut self, v: &[f64]) -> Result<Vec<f64>> {
-        self.x.upload(&self.shape.embed(v, 0.0)?)?;
-        let (x, y) = (self.x.view(), self.y.view_mut());
+    /// The fields' shape (margin 1).
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// `y = A x` on the engine.
+    pub fn apply(&mut self, x: &E::Field<f64>, y: &mut E::Field<f64>) -> Result<()> {
+        let (x, y) = (x.view(), y.view_mut());
         with_operator!(self.a.view(), a => self.site.run(&Apply { a, x, y }))?;
-        Ok(self.shape.extract(&self.y.download()?))
+        Ok(())
     }
 }
 
@@ -53,99 +57,6 @@ pub struct Report {
     pub history: Vec<f64>,
     /// Cells and seconds of each multigrid level over the whole solve (empty unless timed).
     pub levels: Vec<([usize; 3], f64)>,
-}
-
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Preconditioned conjugate gradients for `A x = b` from `x = 0`, to `|r| / |b| < tol`, calling
-/// `progress(iteration, |r| / |b|)` after each iteration. Fails with the residual history when
-/// `max_iter` runs out or the residual has not fallen for 50 iterations.
-pub fn pcg(
-    mut apply: impl FnMut(&[f64]) -> Result<Vec<f64>>,
-    mut precondition: impl FnMut(&[f64]) -> Result<Vec<f64>>,
-    b: &[f64],
-    tol: f64,
-    max_iter: usize,
-    progress: &mut dyn FnMut(usize, f64),
-) -> Result<(Vec<f64>, Report)> {
-    if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
-        return Err(Error::Invalid(format!(
-            "tolerance {tol} must be in (0, 1) and the iteration limit ({max_iter}) at least 1"
-        )));
-    }
-    let b_norm = dot(b, b).sqrt();
-    let mut x = vec![0.0; b.len()];
-    let mut history = vec![1.0];
-    if b_norm == 0.0 {
-        return Ok((
-            x,
-            Report {
-                iterations: 0,
-                history,
-                levels: Vec::new(),
-            },
-        ));
-    }
-    let mut r = b.to_vec();
-    let mut z = precondition(&r)?;
-    let mut p = z.clone();
-    let mut rz = dot(&r, &z);
-    let (mut best, mut best_at) = (1.0, 0);
-    for it in 1..=max_iter {
-        let q = apply(&p)?;
-        let pq = dot(&p, &q);
-        if pq.is_nan() || pq <= 0.0 {
-            return Err(stalled(
-                format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD"),
-                it,
-                &history,
-                tol,
-            ));
-        }
-        let alpha = rz / pq;
-        for k in 0..x.len() {
-            x[k] += alpha * p[k];
-            r[k] -= alpha * q[k];
-        }
-        let rel = dot(&r, &r).sqrt() / b_norm;
-        history.push(rel);
-        progress(it, rel);
-        if rel < tol {
-            return Ok((
-                x,
-                Report {
-                    iterations: it,
-                    history,
-                    levels: Vec::new(),
-                },
-            ));
-        }
-        if rel < best {
-            (best, best_at) = (rel, it);
-        } else if it - best_at >= 50 || !rel.is_finite() {
-            return Err(stalled(
-                "the residual stopped falling".into(),
-                it,
-                &history,
-                tol,
-            ));
-        }
-        z = precondition(&r)?;
-        let rz_new = dot(&r, &z);
-        let beta = rz_new / rz;
-        rz = rz_new;
-        for k in 0..p.len() {
-            p[k] = z[k] + beta * p[k];
-        }
-    }
-    Err(stalled(
-        "the iteration limit was reached".into(),
-        max_iter,
-        &history,
-        tol,
-    ))
 }
 
 fn stalled(what: String, iterations: usize, history: &[f64], tolerance: f64) -> Error {
@@ -173,8 +84,10 @@ pub enum Precision {
     F64,
 }
 
-/// Solves `problem` by CG in f64 preconditioned with `cycle` in `precision`, on `engine`, reporting each
-/// iteration to `progress`; with `timed`, the report has the time spent on each multigrid level.
+/// Solves `problem` by CG in f64 from `x = 0` to `|r| / |b| < tol`, preconditioned with `cycle` in
+/// `precision`, on `engine`, reporting each iteration to `progress`; with `timed`, the report has the
+/// time spent on each multigrid level. Fails with the residual history when `max_iter` runs out or the
+/// residual has not fallen for 50 iterations.
 #[allow(clippy::too_many_arguments)]
 pub fn solve<E: LoopEngine>(
     engine: &E,
@@ -186,31 +99,134 @@ pub fn solve<E: LoopEngine>(
     timed: bool,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(Vec<f64>, Report)> {
+    if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
+        return Err(Error::Invalid(format!(
+            "tolerance {tol} must be in (0, 1) and the iteration limit ({max_iter}) at least 1"
+        )));
+    }
     let mut op = Operator::new(engine, problem, cycle.layout)?;
-    let apply = |v: &[f64]| op.apply(v);
-    macro_rules! with {
-        ($t:ty) => {{
-            let mut mg = Multigrid::<E, $t>::new(engine, problem, cycle)?.timed(timed);
-            let (x, mut report) = pcg(
-                apply,
-                |r| mg.precondition(r),
-                &problem.rhs,
-                tol,
-                max_iter,
-                progress,
-            )?;
-            if timed {
-                report.levels = mg
-                    .level_sizes()
-                    .into_iter()
-                    .zip(mg.level_seconds().iter().copied())
-                    .collect();
-            }
-            Ok((x, report))
-        }};
-    }
+    let stop = Stop { tol, max_iter };
     match precision {
-        Precision::F32 => with!(f32),
-        Precision::F64 => with!(f64),
+        Precision::F32 => {
+            let mut mg = Multigrid::<E, f32>::new(engine, problem, cycle)?.timed(timed);
+            pcg(engine, &mut op, &mut mg, &problem.rhs, stop, progress)
+        }
+        Precision::F64 => {
+            let mut mg = Multigrid::<E, f64>::new(engine, problem, cycle)?.timed(timed);
+            pcg(engine, &mut op, &mut mg, &problem.rhs, stop, progress)
+        }
     }
+}
+
+#[derive(Clone, Copy)]
+struct Stop {
+    tol: f64,
+    max_iter: usize,
+}
+
+fn pcg<'e, E: LoopEngine, T: Element>(
+    engine: &'e E,
+    op: &mut Operator<'e, E>,
+    mg: &mut Multigrid<'e, E, T>,
+    rhs: &[f64],
+    stop: Stop,
+    progress: &mut dyn FnMut(usize, f64),
+) -> Result<(Vec<f64>, Report)>
+where
+    Fill<T>: GpuEntry,
+    Jacobi<T>: GpuEntry,
+    RedBlack<T>: GpuEntry,
+    Residual<T>: GpuEntry,
+    Jacobi<T, CoeffsAos<T>>: GpuEntry,
+    RedBlack<T, CoeffsAos<T>>: GpuEntry,
+    Residual<T, CoeffsAos<T>>: GpuEntry,
+    Restrict<T>: GpuEntry,
+    ProlongAdd<T>: GpuEntry,
+    Convert<f64, T>: GpuEntry,
+    Convert<T, f64>: GpuEntry,
+{
+    let shape = op.shape();
+    let zeros = vec![0.0; rhs.len()];
+    let field = |data: &[f64]| upload::<E, f64>(engine, shape, data);
+    let (mut x, mut r, mut z, mut p, mut q) = (
+        field(&zeros)?,
+        field(rhs)?,
+        field(&zeros)?,
+        field(&zeros)?,
+        field(&zeros)?,
+    );
+    let mut step_site = Loop3D::new(engine, shape.interior_range())?;
+    let mut direction_site = Loop3D::new(engine, shape.interior_range())?;
+    let report = |iterations, history, mg: &Multigrid<'e, E, T>| Report {
+        iterations,
+        history,
+        levels: mg
+            .level_sizes()
+            .into_iter()
+            .zip(mg.level_seconds().iter().copied())
+            .collect(),
+    };
+    let b_norm = engine.dot(&r, &r)?.sqrt();
+    let mut history = vec![1.0];
+    if b_norm == 0.0 {
+        return Ok((zeros, report(0, history, mg)));
+    }
+    mg.precondition_into(&r, &mut z)?;
+    // p = z (beta = 0).
+    direction_site.run(&CgDirection {
+        p: p.view_mut(),
+        z: z.view(),
+        beta: 0.0,
+    })?;
+    let mut rz = engine.dot(&r, &z)?;
+    let (mut best, mut best_at) = (1.0, 0);
+    for it in 1..=stop.max_iter {
+        op.apply(&p, &mut q)?;
+        let pq = engine.dot(&p, &q)?;
+        if pq.is_nan() || pq <= 0.0 {
+            let what =
+                format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD");
+            return Err(stalled(what, it, &history, stop.tol));
+        }
+        let alpha = rz / pq;
+        step_site.run(&CgStep {
+            x: x.view_mut(),
+            r: r.view_mut(),
+            p: p.view(),
+            q: q.view(),
+            alpha,
+        })?;
+        let rel = engine.dot(&r, &r)?.sqrt() / b_norm;
+        history.push(rel);
+        progress(it, rel);
+        if rel < stop.tol {
+            let x = shape.extract(&x.download()?);
+            return Ok((x, report(it, history, mg)));
+        }
+        if rel < best {
+            (best, best_at) = (rel, it);
+        } else if it - best_at >= 50 || !rel.is_finite() {
+            return Err(stalled(
+                "the residual stopped falling".into(),
+                it,
+                &history,
+                stop.tol,
+            ));
+        }
+        mg.precondition_into(&r, &mut z)?;
+        let rz_new = engine.dot(&r, &z)?;
+        let beta = rz_new / rz;
+        rz = rz_new;
+        direction_site.run(&CgDirection {
+            p: p.view_mut(),
+            z: z.view(),
+            beta,
+        })?;
+    }
+    Err(stalled(
+        "the iteration limit was reached".into(),
+        stop.max_iter,
+        &history,
+        stop.tol,
+    ))
 }

@@ -6,7 +6,7 @@
 
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape};
 use lattice_gpu_kernels::poisson::{
-    Coeffs, CoeffsAos, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
+    Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
 };
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
@@ -168,13 +168,15 @@ enum Kind {
     Residual = 2,
     Restrict = 3,
     Prolong = 4,
+    ConvertIn = 5,
+    ConvertOut = 6,
 }
 
 /// The multigrid hierarchy of a problem on an engine, in precision `T`.
 pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     engine: &'e E,
     levels: Vec<Level<E::Field<T>>>,
-    sites: Vec<[Loop3D<'e, E>; 5]>,
+    sites: Vec<[Loop3D<'e, E>; 7]>,
     cycle: Cycle,
     /// Seconds spent on each level (kept when `timed`).
     seconds: Vec<f64>,
@@ -203,6 +205,8 @@ where
     Residual<T, CoeffsAos<T>>: GpuEntry,
     Restrict<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
+    Convert<f64, T>: GpuEntry,
+    Convert<T, f64>: GpuEntry,
 {
     /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
     /// allow, when they do not halve `cycle.levels - 1` times.
@@ -245,7 +249,15 @@ where
             .map(|lv| {
                 let range = lv.shape.interior_range();
                 let site = || Loop3D::new(engine, range);
-                Ok([site()?, site()?, site()?, site()?, site()?])
+                Ok([
+                    site()?,
+                    site()?,
+                    site()?,
+                    site()?,
+                    site()?,
+                    site()?,
+                    site()?,
+                ])
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
@@ -380,6 +392,23 @@ where
             .iter()
             .map(|v| v.to_f64())
             .collect())
+    }
+
+    /// `z = M^-1 r` with `r` and `z` f64 fields of the finest level's shape on the engine: `r` converted
+    /// into the finest right-hand side, one V-cycle, the result converted back. Nothing leaves the engine.
+    pub fn precondition_into(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+        let to = self.levels[0].b.view_mut();
+        self.run(0, Kind::ConvertIn, &Convert { from: r.view(), to })?;
+        self.vcycle()?;
+        let from = self.levels[0].x.view();
+        self.run(
+            0,
+            Kind::ConvertOut,
+            &Convert {
+                from,
+                to: z.view_mut(),
+            },
+        )
     }
 
     /// `M^-1 r`: one V-cycle for right-hand side `r`.

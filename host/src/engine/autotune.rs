@@ -479,6 +479,10 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         self.gpu.synchronize()
     }
 
+    fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
+        super::device::device_dot(&self.gpu, a, b)
+    }
+
     fn tuning(site: &AutoTuningInfo) -> Option<&TuningReport> {
         site.report()
     }

@@ -11,7 +11,7 @@ use lattice_gpu_kernels::stencil::{
 use super::LoopEngine;
 use crate::buffer::ByValue;
 use crate::error::{CudaContext, Error, Result};
-use crate::field::{DeviceField, Element, Shape};
+use crate::field::{DeviceField, Element, Field, Shape};
 use crate::gpu::Gpu;
 
 /// Dynamic shared memory a launch may use without opting in per kernel: 48 KiB on every GPU from Volta on.
@@ -310,4 +310,37 @@ impl LoopEngine for DeviceLoopEngine {
     fn synchronize(&self) -> Result<()> {
         self.gpu.synchronize()
     }
+
+    fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
+        device_dot(&self.gpu, a, b)
+    }
+}
+
+/// `sum a_i b_i` of two device fields: one partial sum per block on the GPU (`field_dot_f64`), the
+/// partials added on the host in block order.
+pub(crate) fn device_dot(
+    gpu: &Arc<Gpu>,
+    a: &DeviceField<f64>,
+    b: &DeviceField<f64>,
+) -> Result<f64> {
+    let n = a.shape().len();
+    if b.shape().len() != n {
+        return Err(Error::InvalidSize(format!(
+            "dot of fields of {n} and {} values; they must have one shape",
+            b.shape().len()
+        )));
+    }
+    const BLOCK: u32 = 256;
+    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, BLOCK));
+    let partials = crate::buffer::DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
+    let args = lattice_gpu_kernels::stencil::FieldDot {
+        a: a.view().as_ptr(),
+        b: b.view().as_ptr(),
+        n: n as u64,
+        partials: partials.ptr(),
+    };
+    // SAFETY: `field_dot_f64` takes one `FieldDot`; both fields hold `n` values and `partials` one per
+    // block.
+    unsafe { gpu.launch("field_dot_f64", &args, blocks, BLOCK)? };
+    Ok(partials.download()?.iter().sum())
 }

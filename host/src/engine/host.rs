@@ -63,6 +63,17 @@ impl LoopEngine for HostLoopEngine {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+
+    fn dot(&self, a: &HostField<f64>, b: &HostField<f64>) -> Result<f64> {
+        // Fixed chunks summed in order: the result does not depend on the thread count.
+        let partials: Vec<f64> = a
+            .as_slice()
+            .par_chunks(1 << 14)
+            .zip(b.as_slice().par_chunks(1 << 14))
+            .map(|(x, y)| x.iter().zip(y).map(|(x, y)| x * y).sum::<f64>())
+            .collect();
+        Ok(partials.iter().sum())
+    }
 }
 
 /// `MemAvailable` of /proc/meminfo in bytes (Linux); None where it cannot be read.

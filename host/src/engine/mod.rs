@@ -60,6 +60,9 @@ pub trait LoopEngine {
     ) -> Result<()>;
     /// Waits until all queued work is done (a no-op on the CPU).
     fn synchronize(&self) -> Result<()>;
+    /// `sum a_i b_i` over two whole f64 fields of one shape, margins included (solvers keep zeros there),
+    /// reduced where the fields live; the same grouping every call, so repeated runs agree bit for bit.
+    fn dot(&self, a: &Self::Field<f64>, b: &Self::Field<f64>) -> Result<f64>;
     /// The tuning result kept in a call site's state, for engines that tune.
     fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
         None

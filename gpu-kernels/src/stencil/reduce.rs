@@ -1,0 +1,51 @@
+//! The dot product of two fields, reduced on the device: every thread sums a grid-stride share, the block
+//! sums its threads (warp shuffles, then one value per warp), and each block leaves one partial sum for
+//! the host to add. The engines' `dot` uses it; margins hold zeros in the fields it serves, so whole arrays
+//! can be summed.
+
+#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
+use crate::device::thread;
+
+/// The arguments of [`field_dot_f64`](self): `partials[block] = sum over the block's share of a[i] b[i]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FieldDot {
+    /// First array.
+    pub a: *const f64,
+    /// Second array.
+    pub b: *const f64,
+    /// Elements.
+    pub n: u64,
+    /// One partial sum per block.
+    pub partials: *mut f64,
+}
+
+impl FieldDot {
+    /// This thread's share: elements `first, first + stride, ...` below `n`.
+    ///
+    /// # Safety
+    /// `a` and `b` must hold `n` elements.
+    #[inline(always)]
+    pub unsafe fn share(&self, first: u64, stride: u64) -> f64 {
+        let mut s = 0.0;
+        let mut i = first;
+        while i < self.n {
+            // SAFETY: i < n (the caller's contract).
+            s += unsafe { *self.a.add(i as usize) * *self.b.add(i as usize) };
+            i += stride;
+        }
+        s
+    }
+}
+
+crate::kernel! {
+    /// Generated kernel entry: one partial sum per block (every thread of the block takes part).
+    pub unsafe fn field_dot_f64(d: FieldDot) {
+        let stride = thread::grid_dim_x() as u64 * thread::block_dim_x() as u64;
+        let s = d.share(thread::index_1d() as u64, stride);
+        let total = crate::krylov::block_sum([s, 0.0, 0.0, 0.0]);
+        if thread::thread_idx_x() == 0 {
+            *d.partials.add(thread::block_idx_x() as usize) = total[0];
+        }
+    }
+}
