@@ -216,3 +216,42 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         / exact.iter().map(|b| b * b).sum::<f64>().sqrt();
     assert!(err < 5e-3, "{err}");
 }
+
+#[test]
+fn device_dot_matches_the_host() {
+    let Some(gpu) = gpu("device_dot_matches_the_host") else {
+        return;
+    };
+    // Odd sizes, more blocks' worth than one wave, margins included.
+    let shape = Shape::new_3d([131, 67, 45], 1).unwrap();
+    let (a, b) = (
+        common::random::<f64>(shape.len(), 8),
+        common::random::<f64>(shape.len(), 9),
+    );
+    let want: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let (mut fa, mut fb) = (
+        engine.alloc::<f64>(shape).unwrap(),
+        engine.alloc::<f64>(shape).unwrap(),
+    );
+    fa.upload(&a).unwrap();
+    fb.upload(&b).unwrap();
+    let got = engine.dot(&fa, &fb).unwrap();
+    assert!(
+        (got - want).abs() < 1e-10 * want.abs().max(1.0),
+        "{got} vs {want}"
+    );
+    let host = HostLoopEngine
+        .dot(&upload_host(shape, &a), &upload_host(shape, &b))
+        .unwrap();
+    assert!(
+        (host - want).abs() < 1e-10 * want.abs().max(1.0),
+        "{host} vs {want}"
+    );
+}
+
+fn upload_host(shape: Shape, data: &[f64]) -> lattice_gpu::host::HostField<f64> {
+    let mut f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    f.upload(data).unwrap();
+    f
+}
