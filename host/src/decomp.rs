@@ -59,8 +59,8 @@ pub enum Side {
 }
 
 /// One message of a halo exchange, seen from one rank: its interior region `send` goes to `peer`, and
-/// `recv` (a margin region of the same shape) is filled from `peer`. The peer's matching message has
-/// `tag` too.
+/// `recv` (a margin region of the same shape) is filled from `peer`'s face on the opposite side (a
+/// communicator matches the two by axis and side).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Face<const D: usize> {
     /// The axis exchanged.
@@ -73,8 +73,6 @@ pub struct Face<const D: usize> {
     pub send: Region<D>,
     /// The margin points received (local array coordinates).
     pub recv: Region<D>,
-    /// Matches a send with its receive: `2 * axis + (0 for the lower side of the receiver, 1 upper)`.
-    pub tag: u32,
 }
 
 /// A global grid split over a Cartesian grid of ranks.
@@ -229,14 +227,12 @@ impl<const D: usize> Decomposition<D> {
                     Side::Lower => (h[axis], 0),
                     Side::Upper => (own[axis], own[axis] + h[axis]),
                 };
-                let tag = 2 * axis as u32 + u32::from(side == Side::Upper);
                 faces.push(Face {
                     axis,
                     side,
                     peer,
                     send,
                     recv,
-                    tag,
                 });
             }
         }
