@@ -2,7 +2,8 @@
 # Every GPU check and benchmark of lattice-gpu in one call.
 #
 #   scripts/gpu-check.sh stage   (on a build machine with Rust) builds the release binaries and the test
-#                                binaries and copies them into .gpu-bin/ (ignored by git)
+#                                binaries, strips them and packs them into .gpu-bin/bundle.tar.gz (ignored
+#                                by git; carry .gpu-bin), which `run` unpacks
 #   scripts/gpu-check.sh run [PARTS]
 #                                (on the GPU machine, which has no Rust) runs them from .gpu-bin/; PARTS
 #                                (default: all of them) is any of
@@ -49,11 +50,23 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/benches/"; done
+    # The device call carries at most 64 MiB: stripped and packed, the binaries take about a third.
+    strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* 2>/dev/null || true
     ls -la "$BIN" "$BIN/tests"
+    tar czf "$BIN.tar.gz" -C "$BIN" .
+    rm -rf "$BIN" && mkdir -p "$BIN" && mv "$BIN.tar.gz" "$BIN/bundle.tar.gz"
     du -sh "$BIN"
 }
 
+# Unpacks what `stage` packed (once per machine).
+unpack() {
+    if [ -f "$BIN/bundle.tar.gz" ] && [ ! -x "$BIN/diffusion" ]; then
+        tar xzf "$BIN/bundle.tar.gz" -C "$BIN"
+    fi
+}
+
 run() {
+    unpack
     local parts=" ${*:-tests diffusion lqcd lbm advection poisson} "
     # With $OUT (the device machine's return folder, which takes few files) the work happens in /tmp and
     # $OUT gets the CSVs plus one archive of every log, PNG and the tune cache.
@@ -234,6 +247,7 @@ poisson_part() {
 }
 
 profile() {
+    unpack
     local out=${OUT:-$BIN/out}
     mkdir -p "$out"
     for cfg in "f32 64x2 4" "f64 64x2 2"; do
