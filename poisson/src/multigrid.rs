@@ -183,6 +183,14 @@ pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     timed: bool,
 }
 
+/// What conjugate gradients needs of a preconditioner on engine `E`.
+pub trait Preconditioner<E: LoopEngine> {
+    /// `z = M^-1 r`, with `r` and `z` f64 fields of the problem's shape (margin 1) on the engine.
+    fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()>;
+    /// The cells of each level and the seconds spent on it (zero unless timed).
+    fn level_times(&self) -> Vec<([usize; 3], f64)>;
+}
+
 /// The number of levels `n` allows: halving while every axis stays even and at least 2.
 pub fn max_levels(n: [usize; 3]) -> usize {
     let mut m = n;
@@ -270,20 +278,15 @@ where
         })
     }
 
-    /// Keeps the time spent on each level (waiting for the engine after each level's work, which costs
-    /// some overlap on a GPU).
+    /// Keeps the time spent on each level ([`Preconditioner::level_times`]), waiting for the engine after
+    /// each level's work, which costs some overlap on a GPU.
     pub fn timed(mut self, timed: bool) -> Self {
         self.timed = timed;
         self
     }
 
-    /// Seconds spent on each level so far (with [`timed`](Self::timed)).
-    pub fn level_seconds(&self) -> &[f64] {
-        &self.seconds
-    }
-
     /// The cells of each level.
-    pub fn level_sizes(&self) -> Vec<[usize; 3]> {
+    fn level_sizes(&self) -> Vec<[usize; 3]> {
         self.levels
             .iter()
             .map(|l| {
@@ -394,9 +397,31 @@ where
             .collect())
     }
 
-    /// `z = M^-1 r` with `r` and `z` f64 fields of the finest level's shape on the engine: `r` converted
-    /// into the finest right-hand side, one V-cycle, the result converted back. Nothing leaves the engine.
-    pub fn precondition_into(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+    /// `M^-1 r`: one V-cycle for right-hand side `r`.
+    pub fn precondition(&mut self, r: &[f64]) -> Result<Vec<f64>> {
+        self.set_rhs(r)?;
+        self.vcycle()?;
+        self.solution()
+    }
+}
+
+impl<'e, E: LoopEngine, T: Element> Preconditioner<E> for Multigrid<'e, E, T>
+where
+    Fill<T>: GpuEntry,
+    Jacobi<T>: GpuEntry,
+    RedBlack<T>: GpuEntry,
+    Residual<T>: GpuEntry,
+    Jacobi<T, CoeffsAos<T>>: GpuEntry,
+    RedBlack<T, CoeffsAos<T>>: GpuEntry,
+    Residual<T, CoeffsAos<T>>: GpuEntry,
+    Restrict<T>: GpuEntry,
+    ProlongAdd<T>: GpuEntry,
+    Convert<f64, T>: GpuEntry,
+    Convert<T, f64>: GpuEntry,
+{
+    /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
+    /// leaves the engine.
+    fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
         let to = self.levels[0].b.view_mut();
         self.run(0, Kind::ConvertIn, &Convert { from: r.view(), to })?;
         self.vcycle()?;
@@ -411,10 +436,10 @@ where
         )
     }
 
-    /// `M^-1 r`: one V-cycle for right-hand side `r`.
-    pub fn precondition(&mut self, r: &[f64]) -> Result<Vec<f64>> {
-        self.set_rhs(r)?;
-        self.vcycle()?;
-        self.solution()
+    fn level_times(&self) -> Vec<([usize; 3], f64)> {
+        self.level_sizes()
+            .into_iter()
+            .zip(self.seconds.iter().copied())
+            .collect()
     }
 }
