@@ -36,12 +36,7 @@ fn rotation_reports_its_errors_and_writes_files() {
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{text}");
-    let rel: f64 = text
-        .split("relative L2 ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no relative L2 in:\n{text}"));
+    let rel = common::number_after(&text, "relative L2 ");
     assert!(rel > 0.0 && rel < 0.3, "{text}");
     assert!(
         text.contains("interpolation error") && text.contains("mass drift"),

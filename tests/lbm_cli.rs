@@ -14,14 +14,6 @@ fn temp_dir(name: &str) -> PathBuf {
     common::temp_dir(&format!("lbm-cli-{name}"))
 }
 
-fn number_after(text: &str, key: &str) -> f64 {
-    text.split(key)
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.trim_end_matches(',').parse().ok())
-        .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"))
-}
-
 #[test]
 fn cases_run_and_write_their_files() {
     let dir = temp_dir("cases");
@@ -70,7 +62,7 @@ fn cases_run_and_write_their_files() {
         out,
     ]);
     assert!(ok, "{text}");
-    assert!(number_after(&text, "parabola:") < 1e-4, "{text}");
+    assert!(common::number_after(&text, "parabola:") < 1e-4, "{text}");
     let (ok, text) = lbm(&[
         "cavity", "--engine", "host", "--size", "18x18x1", "--re", "10", "--steps", "500",
         "--output", out,

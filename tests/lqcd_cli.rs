@@ -13,11 +13,7 @@ fn cpu_solve_converges_with_true_residual() {
         "solve", "--engine", "host", "--dims", "4x4x4x8", "--tol", "1e-10",
     ]);
     assert!(ok, "{text}");
-    let res: f64 = text
-        .split("|b - D x|/|b| = ")
-        .nth(1)
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no true residual in:\n{text}"));
+    let res = common::number_after(&text, "|b - D x|/|b| = ");
     assert!(res < 1e-9, "{text}");
 }
 

@@ -34,12 +34,7 @@ fn manufactured_problem_converges_and_writes_files() {
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{text}");
-    let err: f64 = text
-        .split("relative L2 ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no error in:\n{text}"));
+    let err = common::number_after(&text, "relative L2 ");
     assert!(err < 5e-3, "{text}");
     assert!(text.contains("level 1: 16x16x8 cells"), "{text}");
     for f in ["pressure.npy", "pressure_midz.png", "residuals.csv"] {

@@ -92,3 +92,13 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("a temporary directory");
     d
 }
+
+/// The number right after `key` in `text` (up to whitespace or a comma); fails the test, showing the
+/// text, where there is none.
+pub fn number_after(text: &str, key: &str) -> f64 {
+    text.split(key)
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.trim_end_matches(',').parse().ok())
+        .unwrap_or_else(|| panic!("no number after `{key}` in:\n{text}"))
+}
