@@ -371,9 +371,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             return Ok(());
         };
         let cells = self.geometry.cells();
-        let [nx, ny, _] = self.geometry.dims();
-        let index = |p: [usize; 3]| p[0] + nx * (p[1] + ny * p[2]);
         let geometry = &self.geometry;
+        let index = |p: [usize; 3]| geometry.index(p);
         let run = |f: &mut [S::Raw]| -> Result<()> {
             for q in 0..Q {
                 let slot = &mut f[q * cells..(q + 1) * cells];
@@ -387,19 +386,23 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     (true, _) => continue,
                 };
                 // Where the cell upstream of a boundary-plane cell is a wall, nothing streamed in: that
-                // cell bounced the population back itself, and the halo holds no value for it.
-                let mut arrived = slot.to_vec();
-                self.comm.exchange(plan, &mut arrived, &index)?;
-                for face in plan.iter().filter(|f| !f.recv.is_empty()) {
-                    for p in face.recv.points() {
-                        let up = [0, 1, 2].map(|a| {
-                            let n = geometry.dims()[a] as i64;
-                            (p[a] as i64 - C[q][a] as i64).rem_euclid(n) as usize
-                        });
-                        if geometry.is_fluid(geometry.index(up)) {
-                            slot[index(p)] = arrived[index(p)];
-                        }
-                    }
+                // cell bounced the population back itself, and its value must outlast what arrives.
+                let upstream_wall = |p: &[usize; 3]| {
+                    let up = [0, 1, 2].map(|a| {
+                        let n = geometry.dims()[a] as i64;
+                        (p[a] as i64 - C[q][a] as i64).rem_euclid(n) as usize
+                    });
+                    !geometry.is_fluid(geometry.index(up))
+                };
+                let kept: Vec<(usize, S::Raw)> = plan
+                    .iter()
+                    .flat_map(|f| f.recv.points())
+                    .filter(upstream_wall)
+                    .map(|p| (index(p), slot[index(p)]))
+                    .collect();
+                self.comm.exchange(plan, slot, &index)?;
+                for (i, v) in kept {
+                    slot[i] = v;
                 }
             }
             Ok(())
