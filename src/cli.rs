@@ -50,6 +50,17 @@ impl Placement {
     }
 }
 
+/// How an application ends: success, or the error's message on stderr and exit code 1 (never a panic).
+pub fn exit<E: std::fmt::Display>(result: std::result::Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// What `--mpi` says in a binary built without the `mpi` feature.
 pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; install OpenMPI (apt install \
      libopenmpi-dev openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`";

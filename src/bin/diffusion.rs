@@ -95,13 +95,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(b)) => bench(&b),
         None => run(&cli.run),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::exit(result)
 }
 
 fn invalid(msg: String) -> DiffusionError {

@@ -649,11 +649,5 @@ fn dispatch(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match dispatch(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lattice_gpu::cli::exit(dispatch(Cli::parse()))
 }

@@ -162,13 +162,7 @@ fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lattice_gpu::cli::exit(run(Cli::parse()))
 }
 
 fn run(cli: Cli) -> Result<()> {

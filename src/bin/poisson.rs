@@ -291,11 +291,5 @@ fn timed<E: LoopEngine>(
 }
 
 fn main() -> ExitCode {
-    match run(&Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lattice_gpu::cli::exit(run(&Cli::parse()))
 }
