@@ -199,6 +199,30 @@ fn forced_variant_tuning_runs_that_variant() {
 }
 
 #[test]
+fn block_limits_follow_each_kernels_registers() {
+    let Some(gpu) = gpu("block_limits_follow_each_kernels_registers") else {
+        return;
+    };
+    let device = gpu.max_threads_per_block();
+    let limits: Vec<(&str, u32)> = lattice_gpu::host::gpu::ptx_entries(lattice_gpu::PTX)
+        .map(|e| (e, gpu.max_block_of(e).unwrap()))
+        .collect();
+    for (entry, limit) in &limits {
+        assert!(
+            (32..=device).contains(limit) && limit % 32 == 0,
+            "{entry}: {limit} threads per block (device {device})"
+        );
+    }
+    // Over 200 registers a thread: 65536 registers take at most 256 such threads.
+    let dslash = limits
+        .iter()
+        .find(|(e, _)| *e == "dslash_f64_r12")
+        .unwrap()
+        .1;
+    assert!(dslash <= 256 && dslash < device, "dslash_f64_r12: {dslash}");
+}
+
+#[test]
 fn missing_variant_is_a_clear_error() {
     let Some(gpu) = gpu("missing_variant_is_a_clear_error") else {
         return;

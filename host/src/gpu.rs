@@ -20,7 +20,8 @@ pub struct Gpu {
     ctx: Arc<Ctx>,
     stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Every kernel with the most threads its blocks may have (read once: the register use fixes it).
+    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
     name: String,
     ptx_hash: u64,
     sm_count: u32,
@@ -88,7 +89,8 @@ impl Gpu {
             let f = module
                 .load_function(entry)
                 .cuda(|| format!("loading kernel {entry}"))?;
-            functions.insert(entry.to_string(), f);
+            let limit = block_limit(&f, entry)?;
+            functions.insert(entry.to_string(), (f, limit));
         }
         Ok(Arc::new(Self {
             ctx,
@@ -132,8 +134,9 @@ impl Gpu {
         &self.stream
     }
 
-    /// The kernel `entry` of the loaded module (looked up once, then cached).
-    pub fn function(&self, entry: &str) -> Result<CudaFunction> {
+    /// The kernel `entry` of the loaded module (looked up once, then cached) and the most threads a block
+    /// of it may have.
+    fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = functions.get(entry) {
             return Ok(f.clone());
@@ -142,18 +145,20 @@ impl Gpu {
             .module
             .load_function(entry)
             .map_err(|_| Error::MissingKernel(entry.to_string()))?;
-        functions.insert(entry.to_string(), f.clone());
-        Ok(f)
+        let limit = block_limit(&f, entry)?;
+        functions.insert(entry.to_string(), (f.clone(), limit));
+        Ok((f, limit))
+    }
+
+    /// The kernel `entry` of the loaded module.
+    pub fn function(&self, entry: &str) -> Result<CudaFunction> {
+        Ok(self.lookup(entry)?.0)
     }
 
     /// The most threads a block of kernel `entry` may have (fewer than the device's limit when the
     /// kernel needs many registers).
     pub fn max_block_of(&self, entry: &str) -> Result<u32> {
-        let f = self.function(entry)?;
-        let n = f
-            .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
-            .cuda(|| format!("reading the block limit of kernel {entry}"))?;
-        Ok(n as u32)
+        Ok(self.lookup(entry)?.1)
     }
 
     /// (free, total) device memory in bytes.
@@ -234,6 +239,14 @@ impl Gpu {
         let ms = times[times.len() / 2];
         Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e9)
     }
+}
+
+/// The most threads a block of `f` may have.
+fn block_limit(f: &CudaFunction, entry: &str) -> Result<u32> {
+    let n = f
+        .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        .cuda(|| format!("reading the block limit of kernel {entry}"))?;
+    Ok(n as u32)
 }
 
 /// The kernel entry names of a PTX module (its `.visible .entry` lines).

@@ -298,8 +298,18 @@ impl DeviceAutoTuningLoopEngine {
     }
 
     /// The launch shapes worth timing for `kernel` over `range` on this GPU ([`tune_candidates`]).
+    /// Shapes with more threads than a variant's registers allow are left out.
     pub fn candidates(&self, range: &LoopRange, kernel: &KernelInfo) -> Vec<LaunchShape> {
         tune_candidates(&self.space, range, kernel, self.gpu.max_threads_per_block())
+            .into_iter()
+            .filter(|s| self.fits(kernel, *s))
+            .collect()
+    }
+
+    /// Whether this GPU can launch `kernel` with `shape` (its block within the variant's limit).
+    fn fits(&self, kernel: &KernelInfo, shape: LaunchShape) -> bool {
+        super::device::block_limit(&self.gpu, kernel, shape.variant)
+            .is_ok_and(|max| shape.threads() <= max)
     }
 
     fn warn_cache(cache: &mut TuneCache) {
@@ -325,7 +335,11 @@ impl DeviceAutoTuningLoopEngine {
         if let Some(shape) = cached
             .as_ref()
             .and_then(|e| LaunchShape::from_params(&e.params))
-            .filter(|s| variants.contains(&s.variant) && s.config(r, kernel, max).is_ok())
+            .filter(|s| {
+                variants.contains(&s.variant)
+                    && s.config(r, kernel, max).is_ok()
+                    && self.fits(kernel, *s)
+            })
         {
             return State::Tuned(TuningReport {
                 best: shape,

@@ -87,7 +87,10 @@ impl LaunchShape {
         if self.block_x == 0 || self.block_y == 0 || self.march == 0 || self.threads() > max_threads
         {
             return Err(Error::InvalidSize(format!(
-                "launch shape {self} is not valid on this GPU (1..={max_threads} threads per block, march >= 1)"
+                "launch shape {self} is not valid for kernel {}: it takes 1 to {max_threads} threads per block \
+                 on this GPU (a kernel that needs many registers takes fewer than the GPU's limit) and a march \
+                 of at least 1; use a smaller block",
+                kernel.name()
             )));
         }
         if kernel.entry(self.variant).is_none() {
@@ -226,6 +229,15 @@ pub enum Dims {
     Three,
 }
 
+/// The most threads a block of `kernel`'s `variant` may have on `gpu` (the GPU's limit for a variant the
+/// kernel lacks, which [`LaunchShape::config`] then refuses by name).
+pub(crate) fn block_limit(gpu: &Gpu, kernel: &KernelInfo, variant: Variant) -> Result<u32> {
+    match kernel.entry(variant) {
+        Some(entry) => gpu.max_block_of(entry),
+        None => Ok(gpu.max_threads_per_block()),
+    }
+}
+
 /// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream.
 pub(crate) fn launch<F: Copy>(
     gpu: &Gpu,
@@ -234,8 +246,8 @@ pub(crate) fn launch<F: Copy>(
     range: &LoopRange,
     shape: LaunchShape,
 ) -> Result<()> {
-    let cfg = shape.config(range, kernel, gpu.max_threads_per_block())?;
     let entry = kernel.entry(shape.variant).unwrap_or(kernel.name());
+    let cfg = shape.config(range, kernel, block_limit(gpu, kernel, shape.variant)?)?;
     let function = gpu.function(entry)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
     // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the loop
