@@ -78,7 +78,17 @@ fn every_variant_and_unroll_matches_the_cpu_engine() {
                     let engine = DeviceLoopEngine::new(gpu.clone(), shape);
                     let mut a = Advection::new(&engine, &p, kernel, aligned).unwrap();
                     a.poison_output().unwrap();
-                    a.step().unwrap();
+                    if let Err(e) = a.step() {
+                        // A kernel with many registers takes fewer threads per block than the GPU's
+                        // 1024: refused by name, never a launch failure.
+                        let e = e.to_string();
+                        assert!(
+                            bx * by > 512 && e.contains("threads per block"),
+                            "{} ({bx},{by})/march={march}: {e}",
+                            kernel.name()
+                        );
+                        continue;
+                    }
                     let got = a.field().unwrap();
                     let d = max_diff(&got, &want);
                     // The plain kernel is the CPU engine's update: the same bits. The queue kernels use

@@ -364,11 +364,14 @@ fn simulate<E: LoopEngine, C: Communicator>(
     let points = (p.size[0] * p.size[1]) as f64;
     let range = range_of(&p.f0);
     let start = Instant::now();
+    // Time spent downloading and writing PNGs, left out of the points per second.
+    let mut writing = 0.0;
     let chunk = (steps / 100).max(1);
     while a.steps() < steps {
         for _ in 0..chunk.min(steps - a.steps()) {
             a.step()?;
             if c.png_every.is_some_and(|e| e > 0 && a.steps() % e == 0) {
+                let t = Instant::now();
                 let f = a.field()?;
                 if !lead {
                     continue;
@@ -383,10 +386,11 @@ fn simulate<E: LoopEngine, C: Communicator>(
                     ColorMap::Viridis,
                     256,
                 )?;
+                writing += t.elapsed().as_secs_f64();
             }
         }
         a.synchronize()?;
-        let rate = points * a.steps() as f64 / start.elapsed().as_secs_f64();
+        let rate = points * a.steps() as f64 / (start.elapsed().as_secs_f64() - writing);
         bar.set_position(a.steps());
         bar.set_message(format!("{:.2} G points/s", rate / 1e9));
     }
@@ -407,10 +411,15 @@ fn simulate<E: LoopEngine, C: Communicator>(
             r.best_ms
         );
     }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = start.elapsed().as_secs_f64() - writing;
     println!(
-        "{} steps in {secs:.3} s: {:.3} G points/s",
+        "{} steps in {secs:.3} s{}: {:.3} G points/s",
         a.steps(),
+        if writing > 0.0 {
+            format!(" (and {writing:.3} s writing PNGs)")
+        } else {
+            String::new()
+        },
         points * a.steps() as f64 / secs / 1e9
     );
     Ok(field)
@@ -469,7 +478,7 @@ fn bench(b: &BenchArgs) -> Result<()> {
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s; 16 bytes per point (f read and written, u and v read)", gpu.name());
     println!(
-        "{:<10} {:<22} {:<22} {:>9} {:>10} {:>8}",
+        "{:<10} {:<24} {:<22} {:>9} {:>10} {:>8}",
         "grid", "kernel", "launch", "ms/step", "Gpoints/s", "of copy"
     );
     let mut rows = Vec::new();
@@ -489,7 +498,7 @@ fn bench(b: &BenchArgs) -> Result<()> {
             let gpts = points / (ms * 1e-3) / 1e9;
             let of_copy = gpts * 16.0 / copy;
             println!(
-                "{:<10} {:<22} {:<22} {:>9.4} {:>10.2} {:>7.1}%",
+                "{:<10} {:<24} {:<22} {:>9.4} {:>10.2} {:>7.1}%",
                 format!("{}x{}", size[0], size[1]),
                 label,
                 shape,
