@@ -1,7 +1,8 @@
 //! The `poisson` binary on the CPU: the manufactured problem converges with its error printed and files
 //! written; bad input (a non-positive coefficient, sizes that do not coarsen, a right-hand side that
 //! Neumann walls cannot balance, a mis-shaped file, a solve that cannot converge) ends in a clear message
-//! and exit code 1, never a panic, and writes no output.
+//! and exit code 1, never a panic, and writes no output. `poisson bench` says it needs a GPU where there
+//! is none, and writes its tables where there is one.
 
 use std::path::PathBuf;
 
@@ -37,8 +38,56 @@ fn manufactured_problem_converges_and_writes_files() {
     let err = common::number_after(&text, "relative L2 ");
     assert!(err < 5e-3, "{text}");
     assert!(text.contains("level 1: 16x16x8 cells"), "{text}");
+    // Set-up and solve are timed apart.
+    assert!(common::number_after(&text, "set-up: ") >= 0.0, "{text}");
+    assert!(
+        common::number_after(&text, "CG iterations in ") > 0.0,
+        "{text}"
+    );
     for f in ["pressure.npy", "pressure_midz.png", "residuals.csv"] {
         assert!(out.join(f).is_file(), "{f} missing:\n{text}");
+    }
+    let (ok, text) = poisson(&[
+        "--engine",
+        "host",
+        "--size",
+        "16",
+        "--no-level-times",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok && !text.contains("level 0:"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_needs_a_gpu_or_writes_its_tables() {
+    let dir = temp_dir("bench");
+    let csv = dir.join("b.csv");
+    let Some(gpu) = common::gpu("bench_needs_a_gpu_or_writes_its_tables") else {
+        let (ok, text) = poisson(&["bench"]);
+        assert!(!ok && text.contains("needs one"), "{text}");
+        return;
+    };
+    drop(gpu);
+    let (ok, text) = poisson(&[
+        "bench",
+        "--sizes",
+        "32",
+        "--repeats",
+        "1",
+        "--sweeps",
+        "2",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("mixed, SoA, fixed") && text.contains("of floor"),
+        "{text}"
+    );
+    for f in ["b.csv", "b-levels.csv", "b-smoother.csv"] {
+        assert!(dir.join(f).is_file(), "{f} missing:\n{text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

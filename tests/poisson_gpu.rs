@@ -1,15 +1,19 @@
 //! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
-//! outputs poisoned with NaN first, and a whole mixed-precision solve on the GPU against the CPU's.
+//! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, and a
+//! tuned solver solving twice with the bits of the fixed launch.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
+use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::engine::TuneSpace;
 use lattice_gpu::host::{
-    DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D,
+    LoopEngine, Shape,
 };
 use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
-use lattice_gpu::poisson::cg::{solve, Precision};
+use lattice_gpu::poisson::cg::{solve, Precision, Solver};
 use lattice_gpu::poisson::multigrid::{
     upload, Cycle, Layout, OperatorView, Smoother, StencilFields,
 };
@@ -215,6 +219,55 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         .sqrt()
         / exact.iter().map(|b| b * b).sum::<f64>().sqrt();
     assert!(err < 5e-3, "{err}");
+}
+
+#[test]
+fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
+    let Some(gpu) = gpu("tuned_solver_repeats_with_the_bits_of_the_fixed_launch") else {
+        return;
+    };
+    let (p, _) = manufactured([32, 32, 16], 0.5, 1.0);
+    let cycle = Cycle {
+        levels: 4,
+        ..Cycle::default()
+    };
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let (want, rep) = solve(
+        &fixed,
+        &p,
+        cycle,
+        Precision::F32,
+        1e-10,
+        300,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    // A small space keeps the tuning short; every point update gives the same bits in any launch.
+    let space = TuneSpace::table1()
+        .with("block_x", vec![32, 64])
+        .with("block_y", vec![1, 4])
+        .with("march", vec![1, 2]);
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::in_memory()).space(space);
+    let mut solver = Solver::new(&tuner, &p, cycle, Precision::F32).unwrap();
+    solver.tune().unwrap();
+    assert!(
+        solver.smoother_tuning().is_some(),
+        "the smoother was not tuned"
+    );
+    for timed in [false, true] {
+        let got = solver.solve(1e-10, 300, timed, &mut |_, _| {}).unwrap();
+        assert_eq!(got.iterations, rep.iterations, "timed: {timed}");
+        let x = solver.solution().unwrap();
+        assert!(
+            x.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "timed: {timed}: the tuned solve differs from the fixed launch's"
+        );
+    }
+    // The smoother alone runs (and leaves the next solve unchanged).
+    solver.smooth_finest(3).unwrap();
+    let again = solver.solve(1e-10, 300, false, &mut |_, _| {}).unwrap();
+    assert_eq!(again.iterations, rep.iterations);
 }
 
 #[test]

@@ -2,14 +2,21 @@
 //! vector where the engine keeps its fields (GPU memory on a GPU): only the dot products come back to the
 //! host. The report's point: the f32 preconditioner costs half the bytes and needs the same iterations,
 //! because CG in f64 corrects what the preconditioner leaves.
+//!
+//! [`Solver`] builds everything once (the operator, the multigrid levels, the CG vectors) and then
+//! solves as often as asked, so the set-up, the tuning and the solve can be timed apart; [`solve`] does
+//! all three in one call.
 
-use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape};
-use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgStep};
+use std::time::Instant;
+
+use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
+use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgStep, Convert, Fill};
 
 use crate::multigrid::{
-    upload, with_operator, Cycle, Layout, Multigrid, OperatorView, Preconditioner, StencilFields,
+    check_levels, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
+    Preconditioner, StencilFields, SweepBytes, TUNE_RUN_LIMIT,
 };
-use crate::problem::Problem;
+use crate::problem::{Problem, Stencil};
 use crate::{Error, Result};
 
 /// The f64 operator `A` of a problem on an engine.
@@ -23,11 +30,16 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
     /// The problem's operator (checked) on `engine`, its coefficients in `layout`.
     pub fn new(engine: &'e E, problem: &Problem, layout: Layout) -> Result<Self> {
         problem.check()?;
-        let shape = Shape::new_3d(problem.n, 1)?;
+        Self::from_stencil(engine, problem.n, &problem.stencil(), layout)
+    }
+
+    /// The operator of stencil `s` on `n` cells.
+    fn from_stencil(engine: &'e E, n: [usize; 3], s: &Stencil, layout: Layout) -> Result<Self> {
+        let shape = Shape::new_3d(n, 1)?;
         Ok(Self {
             site: Loop3D::new(engine, shape.interior_range())?,
             shape,
-            a: StencilFields::new(engine, shape, &problem.stencil(), layout)?,
+            a: StencilFields::new(engine, shape, s, layout)?,
         })
     }
 
@@ -51,8 +63,12 @@ pub struct Report {
     pub iterations: usize,
     /// `|r| / |b|` after each iteration, starting with 1.
     pub history: Vec<f64>,
-    /// Cells and seconds of each multigrid level over the whole solve (empty unless timed).
+    /// Cells and seconds of each multigrid level over the whole solve (zero unless timed).
     pub levels: Vec<([usize; 3], f64)>,
+    /// Preconditioner applications (V-cycles).
+    pub vcycles: usize,
+    /// Wall-clock seconds of the solve, the engine's work finished (timed levels' waits included).
+    pub seconds: f64,
 }
 
 fn stalled(what: String, iterations: usize, history: &[f64], tolerance: f64) -> Error {
@@ -83,7 +99,7 @@ pub enum Precision {
 /// Solves `problem` by CG in f64 from `x = 0` to `|r| / |b| < tol`, preconditioned with `cycle` in
 /// `precision`, on `engine`, reporting each iteration to `progress`; with `timed`, the report has the
 /// time spent on each multigrid level. Fails with the residual history when `max_iter` runs out or the
-/// residual has not fallen for 50 iterations.
+/// residual has not fallen for 50 iterations. One [`Solver`], built, solved once and dropped.
 #[allow(clippy::too_many_arguments)]
 pub fn solve<E: LoopEngine>(
     engine: &E,
@@ -95,117 +111,484 @@ pub fn solve<E: LoopEngine>(
     timed: bool,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<(Vec<f64>, Report)> {
+    check_stop(tol, max_iter)?;
+    let mut solver = Solver::new(engine, problem, cycle, precision)?;
+    let report = solver.solve(tol, max_iter, timed, progress)?;
+    Ok((solver.solution()?, report))
+}
+
+fn check_stop(tol: f64, max_iter: usize) -> Result<()> {
     if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
         return Err(Error::Invalid(format!(
             "tolerance {tol} must be in (0, 1) and the iteration limit ({max_iter}) at least 1"
         )));
     }
-    let mut op = Operator::new(engine, problem, cycle.layout)?;
-    let stop = Stop { tol, max_iter };
-    match precision {
-        Precision::F32 => {
-            let mut mg = Multigrid::<E, f32>::new(engine, problem, cycle)?.timed(timed);
-            pcg(engine, &mut op, &mut mg, &problem.rhs, stop, progress)
-        }
-        Precision::F64 => {
-            let mut mg = Multigrid::<E, f64>::new(engine, problem, cycle)?.timed(timed);
-            pcg(engine, &mut op, &mut mg, &problem.rhs, stop, progress)
-        }
-    }
+    Ok(())
 }
 
-#[derive(Clone, Copy)]
-struct Stop {
-    tol: f64,
-    max_iter: usize,
+/// The multigrid in either precision.
+enum Mg<'e, E: LoopEngine> {
+    F32(Multigrid<'e, E, f32>),
+    F64(Multigrid<'e, E, f64>),
 }
 
-fn pcg<'e, E: LoopEngine>(
-    engine: &'e E,
-    op: &mut Operator<'e, E>,
-    mg: &mut impl Preconditioner<E>,
-    rhs: &[f64],
-    stop: Stop,
-    progress: &mut dyn FnMut(usize, f64),
-) -> Result<(Vec<f64>, Report)> {
-    let shape = op.shape();
-    let zeros = vec![0.0; rhs.len()];
-    let field = |data: &[f64]| upload::<E, f64>(engine, shape, data);
-    let (mut x, mut r, mut z, mut p, mut q) = (
-        field(&zeros)?,
-        field(rhs)?,
-        field(&zeros)?,
-        field(&zeros)?,
-        field(&zeros)?,
-    );
-    let mut step_site = Loop3D::new(engine, shape.interior_range())?;
-    let mut direction_site = Loop3D::new(engine, shape.interior_range())?;
-    let report = |iterations, history, mg: &dyn Preconditioner<E>| Report {
-        iterations,
-        history,
-        levels: mg.level_times(),
+/// Runs `$body` with `$m` bound to the multigrid of either precision.
+macro_rules! with_mg {
+    ($mg:expr, $m:ident => $body:expr) => {
+        match $mg {
+            Mg::F32($m) => $body,
+            Mg::F64($m) => $body,
+        }
     };
-    let b_norm = engine.dot(&r, &r)?.sqrt();
-    let mut history = vec![1.0];
-    if b_norm == 0.0 {
-        return Ok((zeros, report(0, history, mg)));
+}
+
+/// The kinds of loop CG itself runs over the vectors (each keeps its own site, tuned once).
+#[derive(Clone, Copy)]
+enum Site {
+    Step = 0,
+    Direction = 1,
+    Fill = 2,
+    Copy = 3,
+}
+
+/// A problem made ready to solve on an engine: the f64 operator, the multigrid hierarchy and CG's
+/// vectors, all built and uploaded once by [`new`](Self::new); [`solve`](Self::solve) then runs CG alone
+/// and may run as often as wanted, each time from `x = 0` with the same result.
+pub struct Solver<'e, E: LoopEngine> {
+    engine: &'e E,
+    op: Operator<'e, E>,
+    mg: Mg<'e, E>,
+    /// The right-hand side and its norm.
+    b: E::Field<f64>,
+    b_norm: f64,
+    /// CG's iterate, residual, preconditioned residual, direction and `A p`.
+    x: E::Field<f64>,
+    r: E::Field<f64>,
+    z: E::Field<f64>,
+    p: E::Field<f64>,
+    q: E::Field<f64>,
+    sites: [Loop3D<'e, E>; 4],
+}
+
+impl<'e, E: LoopEngine> Solver<'e, E> {
+    /// Checks `problem` and `cycle` and builds the solver on `engine`: the finest stencil once (for the
+    /// operator and the multigrid's finest level), the coarser levels, and every field on the engine.
+    pub fn new(
+        engine: &'e E,
+        problem: &Problem,
+        cycle: Cycle,
+        precision: Precision,
+    ) -> Result<Self> {
+        problem.check()?;
+        check_levels(problem.n, cycle.levels)?;
+        engine.check_fits(
+            Self::bytes(problem.n, cycle.levels, precision),
+            &format!(
+                "the {}x{}x{} Poisson solver ({} multigrid levels in {precision:?})",
+                problem.n[0], problem.n[1], problem.n[2], cycle.levels
+            ),
+        )?;
+        let stencil = problem.stencil();
+        let op = Operator::from_stencil(engine, problem.n, &stencil, cycle.layout)?;
+        let mg = match precision {
+            Precision::F32 => Mg::F32(Multigrid::with_finest(engine, problem, &stencil, cycle)?),
+            Precision::F64 => Mg::F64(Multigrid::with_finest(engine, problem, &stencil, cycle)?),
+        };
+        drop(stencil);
+        let shape = op.shape();
+        let vector = || engine.alloc::<f64>(shape);
+        let mut b = vector()?;
+        b.upload(&shape.embed(&problem.rhs, 0.0)?)?;
+        let b_norm = engine.dot(&b, &b)?.sqrt();
+        let site = || Loop3D::new(engine, shape.interior_range());
+        Ok(Self {
+            engine,
+            op,
+            mg,
+            b,
+            b_norm,
+            x: vector()?,
+            r: vector()?,
+            z: vector()?,
+            p: vector()?,
+            q: vector()?,
+            sites: [site()?, site()?, site()?, site()?],
+        })
     }
-    mg.apply(&r, &mut z)?;
-    // p = z (beta = 0).
-    direction_site.run(&CgDirection {
-        p: p.view_mut(),
-        z: z.view(),
-        beta: 0.0,
-    })?;
-    let mut rz = engine.dot(&r, &z)?;
-    let (mut best, mut best_at) = (1.0, 0);
-    for it in 1..=stop.max_iter {
-        op.apply(&p, &mut q)?;
-        let pq = engine.dot(&p, &q)?;
-        if pq.is_nan() || pq <= 0.0 {
-            let what =
-                format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD");
-            return Err(stalled(what, it, &history, stop.tol));
+
+    /// The bytes of the fields on the engine: CG's 6 vectors and the operator's 7 coefficients in f64,
+    /// and per level 7 coefficients and 3 vectors in the multigrid's precision (margins included).
+    fn bytes(n: [usize; 3], levels: usize, precision: Precision) -> u64 {
+        let cells = |n: [usize; 3]| n.iter().map(|v| v + 2).product::<usize>() as u64;
+        let s = match precision {
+            Precision::F32 => 4,
+            Precision::F64 => 8,
+        };
+        let mg: u64 = (0..levels).map(|l| 10 * s * cells(n.map(|v| v >> l))).sum();
+        13 * 8 * cells(n) + mg
+    }
+
+    /// Runs every loop of a solve until the engine has tuned it (once each when the tune cache has it;
+    /// nothing on an engine that does not tune), so that [`solve`](Self::solve) afterwards times tuned
+    /// launches only. Changes only scratch state: the next solve gives the same result.
+    pub fn tune(&mut self) -> Result<()> {
+        if !self.engine.tunes() {
+            return Ok(());
         }
-        let alpha = rz / pq;
-        step_site.run(&CgStep {
-            x: x.view_mut(),
-            r: r.view_mut(),
-            p: p.view(),
-            q: q.view(),
+        // Whatever these leave in the vectors, a solve overwrites before it reads.
+        self.until_tuned(Some(Site::Fill), Self::fill_x)?;
+        self.until_tuned(Some(Site::Copy), Self::copy_b)?;
+        self.until_tuned(None, |s| s.op.apply(&s.p, &mut s.q))?;
+        self.until_tuned(Some(Site::Step), |s| s.step(0.0))?;
+        self.until_tuned(Some(Site::Direction), |s| s.direction_with(0.0))?;
+        let (r, z) = (&self.r, &mut self.z);
+        with_mg!(&mut self.mg, m => m.tune(r, z))?;
+        self.engine.synchronize()?;
+        Ok(())
+    }
+
+    /// Runs `work` until the loop `site` (`None`: the operator's) is tuned.
+    fn until_tuned(
+        &mut self,
+        site: Option<Site>,
+        mut work: impl FnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let tuned = |s: &Self| {
+            let site = site.map_or(&s.op.site, |k| &s.sites[k as usize]);
+            E::tuning(site.info()).is_some()
+        };
+        let mut runs = 0;
+        while !tuned(self) {
+            if runs == TUNE_RUN_LIMIT {
+                return Err(Error::Invalid(format!(
+                    "a conjugate-gradient loop was still tuning after {runs} runs"
+                )));
+            }
+            work(self)?;
+            runs += 1;
+        }
+        Ok(())
+    }
+
+    /// `x = 0`.
+    fn fill_x(&mut self) -> Result<()> {
+        let x = self.x.view_mut();
+        self.sites[Site::Fill as usize].run(&Fill { x, value: 0.0 })?;
+        Ok(())
+    }
+
+    /// `r = b`.
+    fn copy_b(&mut self) -> Result<()> {
+        let (from, to) = (self.b.view(), self.r.view_mut());
+        self.sites[Site::Copy as usize].run(&Convert { from, to })?;
+        Ok(())
+    }
+
+    /// `x += alpha p`, `r -= alpha q`.
+    fn step(&mut self, alpha: f64) -> Result<()> {
+        self.sites[Site::Step as usize].run(&CgStep {
+            x: self.x.view_mut(),
+            r: self.r.view_mut(),
+            p: self.p.view(),
+            q: self.q.view(),
             alpha,
         })?;
-        let rel = engine.dot(&r, &r)?.sqrt() / b_norm;
-        history.push(rel);
-        progress(it, rel);
-        if rel < stop.tol {
-            let x = shape.extract(&x.download()?);
-            return Ok((x, report(it, history, mg)));
-        }
-        if rel < best {
-            (best, best_at) = (rel, it);
-        } else if it - best_at >= 50 || !rel.is_finite() {
-            return Err(stalled(
-                "the residual stopped falling".into(),
-                it,
-                &history,
-                stop.tol,
-            ));
-        }
-        mg.apply(&r, &mut z)?;
-        let rz_new = engine.dot(&r, &z)?;
-        let beta = rz_new / rz;
-        rz = rz_new;
-        direction_site.run(&CgDirection {
-            p: p.view_mut(),
-            z: z.view(),
-            beta,
-        })?;
+        Ok(())
     }
-    Err(stalled(
-        "the iteration limit was reached".into(),
-        stop.max_iter,
-        &history,
-        stop.tol,
-    ))
+
+    /// `p = z + beta p`.
+    fn direction_with(&mut self, beta: f64) -> Result<()> {
+        let (p, z) = (self.p.view_mut(), self.z.view());
+        self.sites[Site::Direction as usize].run(&CgDirection { p, z, beta })?;
+        Ok(())
+    }
+
+    /// `p = z`, a copy rather than `z + 0 p`, so that nothing `p` held (a failed solve's NaN) survives.
+    fn first_direction(&mut self) -> Result<()> {
+        let (from, to) = (self.z.view(), self.p.view_mut());
+        self.sites[Site::Copy as usize].run(&Convert { from, to })?;
+        Ok(())
+    }
+
+    /// `z = M^-1 r`.
+    fn precondition(&mut self) -> Result<()> {
+        let (r, z) = (&self.r, &mut self.z);
+        with_mg!(&mut self.mg, m => m.apply(r, z))
+    }
+
+    /// Solves by CG from `x = 0` to `|r| / |b| < tol`, reporting each iteration to `progress`; with
+    /// `timed`, the report has the time spent on each multigrid level (the engine is waited for at every
+    /// change of level, which slows the solve: time the solve untimed). Fails with the residual history
+    /// when `max_iter` runs out or the residual has not fallen for 50 iterations. The iterate stays on the
+    /// engine: [`solution`](Self::solution) fetches it.
+    pub fn solve(
+        &mut self,
+        tol: f64,
+        max_iter: usize,
+        timed: bool,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Result<Report> {
+        check_stop(tol, max_iter)?;
+        with_mg!(&mut self.mg, m => m.set_timed(timed));
+        let start = Instant::now();
+        let mut vcycles = 0;
+        let mut history = vec![1.0];
+        self.fill_x()?;
+        if self.b_norm == 0.0 {
+            return self.report(0, history, vcycles, start);
+        }
+        self.copy_b()?;
+        self.precondition()?;
+        vcycles += 1;
+        self.first_direction()?;
+        let mut rz = self.engine.dot(&self.r, &self.z)?;
+        let (mut best, mut best_at) = (1.0, 0);
+        for it in 1..=max_iter {
+            self.op.apply(&self.p, &mut self.q)?;
+            let pq = self.engine.dot(&self.p, &self.q)?;
+            if pq.is_nan() || pq <= 0.0 {
+                let what = format!(
+                    "p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD"
+                );
+                return Err(stalled(what, it, &history, tol));
+            }
+            self.step(rz / pq)?;
+            let rel = self.engine.dot(&self.r, &self.r)?.sqrt() / self.b_norm;
+            history.push(rel);
+            progress(it, rel);
+            if rel < tol {
+                return self.report(it, history, vcycles, start);
+            }
+            if rel < best {
+                (best, best_at) = (rel, it);
+            } else if it - best_at >= 50 || !rel.is_finite() {
+                let what = "the residual stopped falling".into();
+                return Err(stalled(what, it, &history, tol));
+            }
+            self.precondition()?;
+            vcycles += 1;
+            let rz_new = self.engine.dot(&self.r, &self.z)?;
+            let beta = rz_new / rz;
+            rz = rz_new;
+            self.direction_with(beta)?;
+        }
+        let what = "the iteration limit was reached".into();
+        Err(stalled(what, max_iter, &history, tol))
+    }
+
+    fn report(
+        &self,
+        iterations: usize,
+        history: Vec<f64>,
+        vcycles: usize,
+        start: Instant,
+    ) -> Result<Report> {
+        self.engine.synchronize()?;
+        Ok(Report {
+            iterations,
+            history,
+            levels: with_mg!(&self.mg, m => m.level_times()),
+            vcycles,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The last solve's iterate (interior cells, x fastest), fetched from the engine.
+    pub fn solution(&self) -> Result<Vec<f64>> {
+        Ok(self.op.shape().extract(&self.x.download()?))
+    }
+
+    /// `sweeps` smoothing sweeps of the multigrid's finest level, queued without waiting: for timing the
+    /// smoother alone ([`Multigrid::smooth_finest`]).
+    pub fn smooth_finest(&mut self, sweeps: usize) -> Result<()> {
+        with_mg!(&mut self.mg, m => m.smooth_finest(sweeps))
+    }
+
+    /// The bytes a smoothing sweep of the finest level moves ([`Multigrid::sweep_bytes`]).
+    pub fn sweep_bytes(&self) -> SweepBytes {
+        with_mg!(&self.mg, m => m.sweep_bytes(0))
+    }
+
+    /// Each multigrid level's launches and bytes per V-cycle ([`Multigrid::traffic`]).
+    pub fn traffic(&self) -> Vec<LevelTraffic> {
+        with_mg!(&self.mg, m => m.traffic())
+    }
+
+    /// The finest smoother's tuning result, once tuned ([`Multigrid::smoother_tuning`]).
+    pub fn smoother_tuning(&self) -> Option<&TuningReport> {
+        with_mg!(&self.mg, m => m.smoother_tuning())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use lattice_gpu_host::{
+        Element, HostField, HostLoopEngine, LaunchShape, LoopRange, PointUpdate2D, PointUpdate3D,
+        TuningReport,
+    };
+    use lattice_gpu_kernels::stencil::GpuEntry;
+
+    use super::*;
+    use crate::multigrid::Smoother;
+    use crate::problem::manufactured;
+
+    /// The CPU engine posing as a tuner: a loop counts as tuned after 3 runs, and runs of loops not yet
+    /// tuned are counted, so a test sees whether [`Solver::tune`] left any loop of a solve untuned.
+    #[derive(Default)]
+    struct FakeTuner {
+        untuned_runs: Cell<usize>,
+    }
+
+    #[derive(Default)]
+    struct FakeSite {
+        runs: usize,
+        report: Option<TuningReport>,
+    }
+
+    impl FakeTuner {
+        fn count(&self, site: &mut FakeSite) {
+            if site.report.is_some() {
+                return;
+            }
+            self.untuned_runs.set(self.untuned_runs.get() + 1);
+            site.runs += 1;
+            if site.runs == 3 {
+                site.report = Some(TuningReport {
+                    best: LaunchShape::FIXED,
+                    best_ms: 0.0,
+                    candidates: 1,
+                    steps: 3,
+                    tuning_ms: 0.0,
+                    from_cache: false,
+                });
+            }
+        }
+    }
+
+    impl LoopEngine for FakeTuner {
+        type Field<T: Element> = HostField<T>;
+        type Site = FakeSite;
+
+        fn describe(&self) -> String {
+            "a CPU engine posing as a tuner".into()
+        }
+        fn check_fits(&self, bytes: u64, what: &str) -> lattice_gpu_host::Result<()> {
+            HostLoopEngine.check_fits(bytes, what)
+        }
+        fn alloc<T: Element>(&self, shape: Shape) -> lattice_gpu_host::Result<HostField<T>> {
+            HostLoopEngine.alloc(shape)
+        }
+        fn run3d<F: PointUpdate3D + GpuEntry>(
+            &self,
+            range: &LoopRange,
+            f: &F,
+            site: &mut FakeSite,
+        ) -> lattice_gpu_host::Result<()> {
+            self.count(site);
+            HostLoopEngine.run3d(range, f, &mut ())
+        }
+        fn run2d<F: PointUpdate2D + GpuEntry>(
+            &self,
+            range: &LoopRange,
+            f: &F,
+            site: &mut FakeSite,
+        ) -> lattice_gpu_host::Result<()> {
+            self.count(site);
+            HostLoopEngine.run2d(range, f, &mut ())
+        }
+        fn synchronize(&self) -> lattice_gpu_host::Result<()> {
+            Ok(())
+        }
+        fn dot(&self, a: &HostField<f64>, b: &HostField<f64>) -> lattice_gpu_host::Result<f64> {
+            HostLoopEngine.dot(a, b)
+        }
+        fn tuning(site: &FakeSite) -> Option<&TuningReport> {
+            site.report.as_ref()
+        }
+        fn tunes(&self) -> bool {
+            true
+        }
+    }
+
+    fn bits(x: &[f64]) -> Vec<u64> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn a_solver_solves_again_with_the_same_bits() {
+        let (p, _) = manufactured([16, 16, 8], 0.5, 1.0);
+        let cycle = Cycle {
+            levels: 3,
+            ..Cycle::default()
+        };
+        let mut solver = Solver::new(&HostLoopEngine, &p, cycle, Precision::F32).unwrap();
+        let first = solver.solve(1e-10, 200, false, &mut |_, _| {}).unwrap();
+        let x1 = solver.solution().unwrap();
+        // Timing the levels waits at level changes but changes no arithmetic.
+        let second = solver.solve(1e-10, 200, true, &mut |_, _| {}).unwrap();
+        let x2 = solver.solution().unwrap();
+        assert_eq!(first.iterations, second.iterations);
+        assert_eq!(bits(&first.history), bits(&second.history));
+        assert_eq!(bits(&x1), bits(&x2));
+        // One V-cycle before the first iteration and one after each but the last.
+        assert_eq!(first.vcycles, first.iterations);
+        assert!(first.levels.iter().all(|l| l.1 == 0.0));
+        assert!(second.levels.iter().all(|l| l.1 > 0.0));
+        // The one-call solve builds the same solver.
+        let (x3, third) = solve(
+            &HostLoopEngine,
+            &p,
+            cycle,
+            Precision::F32,
+            1e-10,
+            200,
+            false,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(third.iterations, first.iterations);
+        assert_eq!(bits(&x3), bits(&x1));
+    }
+
+    #[test]
+    fn tuning_covers_every_loop_of_a_solve_and_changes_nothing() {
+        let (p, _) = manufactured([16, 8, 8], 1.0, 1.0);
+        for (smoother, precision, layout) in [
+            (Smoother::RedBlack, Precision::F32, Layout::Soa),
+            (Smoother::Jacobi, Precision::F64, Layout::Aos),
+        ] {
+            let cycle = Cycle {
+                levels: 3,
+                smoother,
+                layout,
+                ..Cycle::default()
+            };
+            let (want, _) = solve(
+                &HostLoopEngine,
+                &p,
+                cycle,
+                precision,
+                1e-10,
+                200,
+                false,
+                &mut |_, _| {},
+            )
+            .unwrap();
+            let engine = FakeTuner::default();
+            let mut solver = Solver::new(&engine, &p, cycle, precision).unwrap();
+            solver.tune().unwrap();
+            assert!(engine.untuned_runs.get() > 0);
+            engine.untuned_runs.set(0);
+            solver.solve(1e-10, 200, false, &mut |_, _| {}).unwrap();
+            assert_eq!(
+                engine.untuned_runs.get(),
+                0,
+                "{smoother:?}: a loop of the solve was not tuned"
+            );
+            assert!(solver.smoother_tuning().is_some());
+            assert_eq!(bits(&solver.solution().unwrap()), bits(&want));
+        }
+    }
 }

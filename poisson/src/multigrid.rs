@@ -4,7 +4,9 @@
 //! prolongation) so that it can precondition conjugate gradients, and many smoothing sweeps on the
 //! coarsest level.
 
-use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape};
+use std::time::Instant;
+
+use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::{
     Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
 };
@@ -181,6 +183,8 @@ pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     /// Seconds spent on each level (kept when `timed`).
     seconds: Vec<f64>,
     timed: bool,
+    /// The level whose work is in flight and when it began (while timed).
+    mark: Option<(usize, Instant)>,
 }
 
 /// What conjugate gradients needs of a preconditioner on engine `E`.
@@ -202,6 +206,42 @@ pub fn max_levels(n: [usize; 3]) -> usize {
     levels
 }
 
+/// Fails, saying how many levels the sizes allow, unless `n` halves `levels - 1` times.
+pub(crate) fn check_levels(n: [usize; 3], levels: usize) -> Result<()> {
+    let most = max_levels(n);
+    if levels == 0 || levels > most {
+        return Err(Error::Invalid(format!(
+            "{levels} levels asked for, but the {}x{}x{} grid halves only to {most} levels (every axis must \
+             stay even and at least 2 cells); use --levels {most} or sizes with more factors of 2",
+            n[0], n[1], n[2]
+        )));
+    }
+    Ok(())
+}
+
+/// What one V-cycle asks of one level: the basis of its bandwidth floor ([`Multigrid::traffic`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LevelTraffic {
+    /// Cells of the level.
+    pub cells: [usize; 3],
+    /// Kernel launches on the level per V-cycle.
+    pub launches: usize,
+    /// Bytes the level's kernels must move to or from memory per V-cycle.
+    pub bytes: f64,
+}
+
+/// The bytes one smoothing sweep of a level moves ([`Multigrid::sweep_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SweepBytes {
+    /// What a sweep must move: every cell's 7 coefficients, right-hand side and iterate read and the
+    /// iterate written once, `10 size_of::<T>()` per cell (neighbours from cache).
+    pub needed: f64,
+    /// What the kernels stream from DRAM: a red-black sweep is two kernels that each update one colour,
+    /// but both colours share every 32-byte sector, so each kernel moves the whole arrays (twice
+    /// `needed`); a Jacobi sweep is one kernel (`needed`).
+    pub sectors: f64,
+}
+
 impl<'e, E: LoopEngine, T: Element> Multigrid<'e, E, T>
 where
     Fill<T>: GpuEntry,
@@ -220,33 +260,44 @@ where
     /// allow, when they do not halve `cycle.levels - 1` times.
     pub fn new(engine: &'e E, problem: &Problem, cycle: Cycle) -> Result<Self> {
         problem.check()?;
-        let most = max_levels(problem.n);
-        if cycle.levels == 0 || cycle.levels > most {
-            return Err(Error::Invalid(format!(
-                "{} levels asked for, but the {}x{}x{} grid halves only to {most} levels (every axis must \
-                 stay even and at least 2 cells); use --levels {most} or sizes with more factors of 2",
-                cycle.levels, problem.n[0], problem.n[1], problem.n[2]
-            )));
-        }
-        let (mut n, mut h, mut c) = (problem.n, problem.h, problem.c.clone());
+        check_levels(problem.n, cycle.levels)?;
+        Self::with_finest(engine, problem, &problem.stencil(), cycle)
+    }
+
+    /// [`new`](Self::new) for a problem already checked (with [`check_levels`] too) whose finest
+    /// stencil, `finest`, is already built: the solver shares it with the f64 operator.
+    pub(crate) fn with_finest(
+        engine: &'e E,
+        problem: &Problem,
+        finest: &Stencil,
+        cycle: Cycle,
+    ) -> Result<Self> {
+        let (mut n, mut h) = (problem.n, problem.h);
+        // The coarse levels' coefficients (the finest level's are the problem's: no copy).
+        let mut c = Vec::new();
         let mut levels = Vec::with_capacity(cycle.levels);
         for l in 0..cycle.levels {
             if l > 0 {
-                c = coarsen(n, &c);
+                c = coarsen(n, if l == 1 { &problem.c } else { &c });
                 n = n.map(|v| v / 2);
                 h = h.map(|v| 2.0 * v);
             }
             let shape = Shape::new_3d(n, 1)?;
-            let zeros = vec![0.0; n.iter().product()];
-            let field = || upload::<E, T>(engine, shape, &zeros);
-            levels.push(Level {
-                shape,
-                a: StencilFields::new(
+            // Engines hand out zeroed fields: nothing to upload.
+            let field = || engine.alloc::<T>(shape);
+            let a = if l == 0 {
+                StencilFields::new(engine, shape, finest, cycle.layout)?
+            } else {
+                StencilFields::new(
                     engine,
                     shape,
                     &stencil(n, h, &c, problem.walls),
                     cycle.layout,
-                )?,
+                )?
+            };
+            levels.push(Level {
+                shape,
+                a,
                 x: field()?,
                 b: field()?,
                 r: field()?,
@@ -275,14 +326,23 @@ where
             sites,
             cycle,
             timed: false,
+            mark: None,
         })
     }
 
-    /// Keeps the time spent on each level ([`Preconditioner::level_times`]), waiting for the engine after
-    /// each level's work, which costs some overlap on a GPU.
+    /// Keeps the time spent on each level ([`Preconditioner::level_times`]), waiting for the engine
+    /// whenever the work moves to another level, which costs some overlap on a GPU.
     pub fn timed(mut self, timed: bool) -> Self {
-        self.timed = timed;
+        self.set_timed(timed);
         self
+    }
+
+    /// Starts (`true`) or stops keeping the time spent on each level; either way the times start again
+    /// from zero.
+    pub fn set_timed(&mut self, timed: bool) {
+        self.timed = timed;
+        self.seconds.iter_mut().for_each(|s| *s = 0.0);
+        self.mark = None;
     }
 
     /// The cells of each level.
@@ -296,14 +356,26 @@ where
             .collect()
     }
 
-    fn run<U: PointUpdate3D + GpuEntry>(&mut self, l: usize, kind: Kind, update: &U) -> Result<()> {
-        let start = self.timed.then(std::time::Instant::now);
-        self.sites[l][kind as usize].run(update)?;
-        if let Some(t) = start {
-            self.engine.synchronize()?;
-            self.seconds[l] += t.elapsed().as_secs_f64();
+    /// While timed: charges the work in flight to its level once the work moves to level `l` (or, with
+    /// `None`, ends). Waiting at level changes rather than after every kernel keeps a level's launches
+    /// queued back to back, as in an untimed cycle.
+    fn switch_to(&mut self, l: Option<usize>) -> Result<()> {
+        if !self.timed || self.mark.map(|m| m.0) == l {
+            return Ok(());
         }
+        // Also keeps work queued before the cycle (the CG vectors' updates) out of the first level.
+        self.engine.synchronize()?;
+        let now = Instant::now();
+        if let Some((prev, since)) = self.mark {
+            self.seconds[prev] += (now - since).as_secs_f64();
+        }
+        self.mark = l.map(|l| (l, now));
         Ok(())
+    }
+
+    fn run<U: PointUpdate3D + GpuEntry>(&mut self, l: usize, kind: Kind, update: &U) -> Result<()> {
+        self.switch_to(Some(l))?;
+        Ok(self.sites[l][kind as usize].run(update)?)
     }
 
     fn operator(&self, l: usize) -> OperatorView<T> {
@@ -336,46 +408,85 @@ where
         Ok(())
     }
 
-    /// One V-cycle from `x = 0` on the finest level for the right-hand side set with
-    /// [`set_rhs`](Self::set_rhs): an approximate solve, symmetric and positive definite as an operator.
-    pub fn vcycle(&mut self) -> Result<()> {
+    /// `x = 0` on level `l`.
+    fn zero(&mut self, l: usize) -> Result<()> {
+        let fill = Fill {
+            x: self.levels[l].x.view_mut(),
+            value: T::ZERO,
+        };
+        self.run(l, Kind::Fill, &fill)
+    }
+
+    /// `r = b - A x` on level `l`.
+    fn residual(&mut self, l: usize) -> Result<()> {
+        let op = self.operator(l);
+        let lv = &mut self.levels[l];
+        let (x, b, r) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
+        with_operator!(op, a => self.run(l, Kind::Residual, &Residual { a, x, b, r }))
+    }
+
+    /// Level `l`'s residual restricted to level `l + 1`'s right-hand side.
+    fn restrict(&mut self, l: usize) -> Result<()> {
+        let fine = self.levels[l].shape.size().map(|v| v as u32);
+        let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
+        let restrict = Restrict {
+            r: fine_levels[l].r.view(),
+            b: coarse_levels[0].b.view_mut(),
+            fine,
+        };
+        self.run(l + 1, Kind::Restrict, &restrict)
+    }
+
+    /// Level `l + 1`'s iterate added to level `l`'s.
+    fn prolong(&mut self, l: usize) -> Result<()> {
+        let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
+        let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
+        let prolong = ProlongAdd {
+            e: coarse_levels[0].x.view(),
+            x: fine_levels[l].x.view_mut(),
+            coarse,
+        };
+        self.run(l, Kind::Prolong, &prolong)
+    }
+
+    /// CG's f64 residual `r` into the finest right-hand side.
+    fn convert_in(&mut self, r: &E::Field<f64>) -> Result<()> {
+        let to = self.levels[0].b.view_mut();
+        self.run(0, Kind::ConvertIn, &Convert { from: r.view(), to })
+    }
+
+    /// The finest iterate into CG's f64 vector `z`.
+    fn convert_out(&mut self, z: &mut E::Field<f64>) -> Result<()> {
+        let from = self.levels[0].x.view();
+        let to = z.view_mut();
+        self.run(0, Kind::ConvertOut, &Convert { from, to })
+    }
+
+    /// The V-cycle's kernels, queued (timed levels wait at level changes).
+    fn cycle_kernels(&mut self) -> Result<()> {
         let last = self.levels.len() - 1;
         for l in 0..=last {
-            let fill = Fill {
-                x: self.levels[l].x.view_mut(),
-                value: T::ZERO,
-            };
-            self.run(l, Kind::Fill, &fill)?;
+            self.zero(l)?;
             if l == last {
                 self.smooth(l, self.cycle.coarse_sweeps, false)?;
                 break;
             }
             self.smooth(l, self.cycle.sweeps, false)?;
-            let op = self.operator(l);
-            let lv = &mut self.levels[l];
-            let (x, b, r) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
-            with_operator!(op, a => self.run(l, Kind::Residual, &Residual { a, x, b, r }))?;
-            let fine = self.levels[l].shape.size().map(|v| v as u32);
-            let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
-            let restrict = Restrict {
-                r: fine_levels[l].r.view(),
-                b: coarse_levels[0].b.view_mut(),
-                fine,
-            };
-            self.run(l + 1, Kind::Restrict, &restrict)?;
+            self.residual(l)?;
+            self.restrict(l)?;
         }
         for l in (0..last).rev() {
-            let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
-            let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
-            let prolong = ProlongAdd {
-                e: coarse_levels[0].x.view(),
-                x: fine_levels[l].x.view_mut(),
-                coarse,
-            };
-            self.run(l, Kind::Prolong, &prolong)?;
+            self.prolong(l)?;
             self.smooth(l, self.cycle.sweeps, true)?;
         }
         Ok(())
+    }
+
+    /// One V-cycle from `x = 0` on the finest level for the right-hand side set with
+    /// [`set_rhs`](Self::set_rhs): an approximate solve, symmetric and positive definite as an operator.
+    pub fn vcycle(&mut self) -> Result<()> {
+        self.cycle_kernels()?;
+        self.switch_to(None)
     }
 
     /// Sets the finest level's right-hand side (interior cells, x fastest).
@@ -403,7 +514,137 @@ where
         self.vcycle()?;
         self.solution()
     }
+
+    /// Runs each loop of the V-cycle until the engine has tuned it (once each from the tune cache;
+    /// nothing on an engine that does not tune), with `r` and `z` as the conversions' f64 vectors (of the
+    /// finest shape): so that a timed solve afterwards times tuned launches only. Leaves the levels'
+    /// scratch fields changed, which a V-cycle never reads before writing.
+    pub fn tune(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+        let last = self.levels.len() - 1;
+        for l in 0..=last {
+            self.until_tuned(l, Kind::Fill, |m| m.zero(l))?;
+            self.until_tuned(l, Kind::Smooth, |m| m.smooth(l, 1, false))?;
+            if l < last {
+                self.until_tuned(l, Kind::Residual, |m| m.residual(l))?;
+                self.until_tuned(l, Kind::Prolong, |m| m.prolong(l))?;
+            }
+            if l > 0 {
+                self.until_tuned(l, Kind::Restrict, |m| m.restrict(l - 1))?;
+            }
+        }
+        self.until_tuned(0, Kind::ConvertIn, |m| m.convert_in(r))?;
+        self.until_tuned(0, Kind::ConvertOut, |m| m.convert_out(z))?;
+        self.switch_to(None)
+    }
+
+    fn until_tuned(
+        &mut self,
+        l: usize,
+        kind: Kind,
+        mut work: impl FnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let site = |m: &Self| E::tuning(m.sites[l][kind as usize].info()).is_some();
+        let mut runs = 0;
+        while self.engine.tunes() && !site(self) {
+            if runs == TUNE_RUN_LIMIT {
+                return Err(Error::Invalid(format!(
+                    "multigrid level {l}: a loop was still tuning after {runs} runs"
+                )));
+            }
+            work(self)?;
+            runs += 1;
+        }
+        Ok(())
+    }
+
+    /// `sweeps` smoothing sweeps on the finest level with its current iterate and right-hand side, queued
+    /// on the engine without waiting: for timing the smoother alone. The next V-cycle starts from
+    /// `x = 0` again, so this changes no later result.
+    pub fn smooth_finest(&mut self, sweeps: usize) -> Result<()> {
+        self.smooth(0, sweeps, false)?;
+        self.switch_to(None)
+    }
+
+    /// The finest smoother's tuning result (`None` on an engine that does not tune, or before it has).
+    pub fn smoother_tuning(&self) -> Option<&TuningReport> {
+        E::tuning(self.sites[0][Kind::Smooth as usize].info())
+    }
+
+    /// The bytes one smoothing sweep of level `l` moves, for `N` cells of `size_of::<T>()` bytes (the
+    /// model is [`SweepBytes`]'s).
+    pub fn sweep_bytes(&self, l: usize) -> SweepBytes {
+        let [nx, ny, nz] = self.level_sizes()[l];
+        let needed = (10 * size_of::<T>() * nx * ny * nz) as f64;
+        let sectors = match self.cycle.smoother {
+            Smoother::RedBlack => 2.0 * needed,
+            Smoother::Jacobi => needed,
+        };
+        SweepBytes { needed, sectors }
+    }
+
+    /// Each level's launches and bytes per V-cycle. With `s = size_of::<T>()` and `N` the level's cells
+    /// (`N_f` the finer level's, `N_c` the coarser one's), each datum counted once per kernel that needs it
+    /// (stencil neighbours come from cache):
+    ///
+    /// - zeroing the iterate: `s N` written, 1 launch;
+    /// - each smoothing sweep (`2 sweeps` on all but the coarsest, `coarse_sweeps` there): `10 s N`
+    ///   ([`SweepBytes::needed`]), 2 launches red-black, 1 Jacobi;
+    /// - the residual (all but the coarsest): 7 coefficients, `x` and `b` read, `r` written: `10 s N`,
+    ///   1 launch;
+    /// - restriction into the level (all but the finest): `s (N_f + N)`, 1 launch;
+    /// - prolongation into the level (all but the coarsest): the coarse iterate read, the level's read
+    ///   and written: `s (N_c + 2 N)`, 1 launch;
+    /// - on the finest, the conversions from and to CG's f64 vectors: `2 (8 + s) N`, 2 launches.
+    ///
+    /// The levels' time is charged the same way ([`timed`](Self::timed)): restriction to the coarse
+    /// level, prolongation to the fine one.
+    pub fn traffic(&self) -> Vec<LevelTraffic> {
+        let s = size_of::<T>() as f64;
+        let sizes = self.level_sizes();
+        let cells: Vec<f64> = sizes
+            .iter()
+            .map(|n| n.iter().product::<usize>() as f64)
+            .collect();
+        let last = sizes.len() - 1;
+        let per_sweep = match self.cycle.smoother {
+            Smoother::RedBlack => 2,
+            Smoother::Jacobi => 1,
+        };
+        (0..=last)
+            .map(|l| {
+                let n = cells[l];
+                let sweeps = if l == last {
+                    self.cycle.coarse_sweeps
+                } else {
+                    2 * self.cycle.sweeps
+                };
+                let mut launches = 1 + per_sweep * sweeps;
+                let mut bytes = s * n + sweeps as f64 * 10.0 * s * n;
+                if l < last {
+                    launches += 2;
+                    bytes += 10.0 * s * n + s * (cells[l + 1] + 2.0 * n);
+                }
+                if l > 0 {
+                    launches += 1;
+                    bytes += s * (cells[l - 1] + n);
+                }
+                if l == 0 {
+                    launches += 2;
+                    bytes += 2.0 * (8.0 + s) * n;
+                }
+                LevelTraffic {
+                    cells: sizes[l],
+                    launches,
+                    bytes,
+                }
+            })
+            .collect()
+    }
 }
+
+/// Runs of one loop after which tuning counts as stuck (the tuner needs candidates x repetitions, a few
+/// hundred).
+pub(crate) const TUNE_RUN_LIMIT: usize = 100_000;
 
 impl<'e, E: LoopEngine, T: Element> Preconditioner<E> for Multigrid<'e, E, T>
 where
@@ -422,18 +663,10 @@ where
     /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
     /// leaves the engine.
     fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
-        let to = self.levels[0].b.view_mut();
-        self.run(0, Kind::ConvertIn, &Convert { from: r.view(), to })?;
-        self.vcycle()?;
-        let from = self.levels[0].x.view();
-        self.run(
-            0,
-            Kind::ConvertOut,
-            &Convert {
-                from,
-                to: z.view_mut(),
-            },
-        )
+        self.convert_in(r)?;
+        self.cycle_kernels()?;
+        self.convert_out(z)?;
+        self.switch_to(None)
     }
 
     fn level_times(&self) -> Vec<([usize; 3], f64)> {
@@ -441,5 +674,33 @@ where
             .into_iter()
             .zip(self.seconds.iter().copied())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lattice_gpu_host::HostLoopEngine;
+
+    use super::*;
+    use crate::problem::manufactured;
+
+    #[test]
+    fn traffic_follows_the_byte_model() {
+        let (p, _) = manufactured([8, 8, 8], 1.0, 1.0);
+        let cycle = Cycle {
+            levels: 2,
+            ..Cycle::default()
+        };
+        let mg = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle).unwrap();
+        let t = mg.traffic();
+        // Finest, 512 cells of 4 bytes: zeroing 1, 4 sweeps of 10, residual 10, prolongation 2 (+ the
+        // 64 coarse values), conversions 2 (8 + 4) per cell; fill + 8 half sweeps + 4 launches.
+        assert_eq!(t[0].launches, 13);
+        assert_eq!(t[0].bytes, 4.0 * 512.0 * 53.0 + 4.0 * 64.0 + 24.0 * 512.0);
+        // Coarsest, 64 cells: zeroing, 40 sweeps, the restriction from 512 cells; 1 + 80 + 1 launches.
+        assert_eq!(t[1].launches, 82);
+        assert_eq!(t[1].bytes, 4.0 * 64.0 * 401.0 + 4.0 * (512.0 + 64.0));
+        let s = mg.sweep_bytes(0);
+        assert_eq!((s.needed, s.sectors), (40.0 * 512.0, 80.0 * 512.0));
     }
 }

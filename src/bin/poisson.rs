@@ -1,21 +1,25 @@
 //! `poisson`: the variable-coefficient pressure Poisson equation `-div(c grad p) = f` solved by CG in f64
 //! preconditioned with a multigrid V-cycle in f32 (or f64), on the CPU or a GPU: a manufactured solution
-//! (optionally with the thin vertical cells of an ocean grid) or your own coefficients and right-hand side.
+//! (optionally with the thin vertical cells of an ocean grid) or your own coefficients and right-hand side;
+//! and `poisson bench`, the time to solve in each precision and layout against the GPU's copy bandwidth.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
+use lattice_gpu::host::io::IoError;
 use lattice_gpu::host::{
-    DeviceAutoTuningLoopEngine, DeviceLoopEngine, HostLoopEngine, LaunchShape, LoopEngine,
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
+    LaunchShape, LoopEngine,
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
-use lattice_gpu::poisson::cg::{solve, Precision, Report};
+use lattice_gpu::poisson::cg::{Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Layout, Smoother};
 use lattice_gpu::poisson::problem::{manufactured, Problem, Walls};
 use lattice_gpu::poisson::{Error, Result};
@@ -23,8 +27,24 @@ use lattice_gpu::poisson::{Error, Result};
 /// Variable-coefficient Poisson solver: CG (f64) with a geometric-multigrid preconditioner (f32 or f64).
 /// Without --coeffs/--rhs it solves a manufactured problem with a known solution and reports the error.
 #[derive(Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Time to solve the manufactured problem on the GPU: f32 (mixed) against f64 multigrid, SoA against
+    /// AoS coefficients, tuned against fixed launches; each level's time per V-cycle against its
+    /// bandwidth floor, and the finest smoother alone against the copy bandwidth.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
     /// Cells: N (a cube) or NXxNYxNZ; every axis even enough to halve --levels - 1 times.
     #[arg(long, default_value = "64", value_parser = parse_size3)]
     size: [usize; 3],
@@ -64,13 +84,46 @@ struct Cli {
     /// Multigrid levels [default: as many as the size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
-    /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them), `device` uses
-    /// the fixed (128,1)/march 2 shape.
+    /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
+    /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
+    /// Skip the second, level-timed solve that gives the time per multigrid level (it waits for the
+    /// engine at every change of level, so it is never the solve time reported).
+    #[arg(long)]
+    no_level_times: bool,
     /// Output directory for pressure.npy, pressure_midz.png and residuals.csv.
     #[arg(long, default_value = "poisson-out")]
     output: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Grids, comma separated: N (a cube) or NXxNYxNZ.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size3, default_value = "128,256")]
+    sizes: Vec<[usize; 3]>,
+    /// Timed solves per configuration, after an untimed one; the median counts.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Sweeps of the finest smoother timed together (per configuration).
+    #[arg(long, default_value_t = 20)]
+    sweeps: usize,
+    /// Relative residual to reach.
+    #[arg(long, default_value_t = 1e-10)]
+    tol: f64,
+    /// CG iteration limit.
+    #[arg(long, default_value_t = 500)]
+    max_iter: usize,
+    /// Multigrid levels [default: as many as each size allows, at most 6].
+    #[arg(long)]
+    levels: Option<usize>,
+    /// Ignore the tune cache and tune every loop again.
+    #[arg(long)]
+    retune: bool,
+    /// Also write the tables as CSV: the solves to this file, the levels and the smoother beside it
+    /// (NAME-levels.csv, NAME-smoother.csv).
+    #[arg(long)]
+    csv: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -100,7 +153,7 @@ enum SmootherArg {
 }
 
 /// The problem and, for the manufactured case, its exact solution.
-fn problem(a: &Cli) -> Result<(Problem, Option<Vec<f64>>)> {
+fn problem(a: &RunArgs) -> Result<(Problem, Option<Vec<f64>>)> {
     let [nx, ny, nz] = a.size;
     match (&a.coeffs, &a.rhs) {
         (Some(c), Some(f)) => {
@@ -157,7 +210,7 @@ fn problem(a: &Cli) -> Result<(Problem, Option<Vec<f64>>)> {
     }
 }
 
-fn run(a: &Cli) -> Result<()> {
+fn run(a: &RunArgs) -> Result<()> {
     let (p, exact) = problem(a)?;
     let levels = a.levels.unwrap_or(max_levels(p.n).min(6));
     let cycle = Cycle {
@@ -177,9 +230,9 @@ fn run(a: &Cli) -> Result<()> {
         PrecisionArg::F64 => Precision::F64,
     };
     let dir = output_dir(&a.output).map_err(Error::Invalid)?;
-    let (x, report, secs) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
-        (None, _) => timed(&HostLoopEngine, &p, cycle, precision, a)?,
-        (Some(gpu), Placement::Device) => timed(
+    let (x, done) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
+        (None, _) => solve_on(&HostLoopEngine, &p, cycle, precision, a)?,
+        (Some(gpu), Placement::Device) => solve_on(
             &DeviceLoopEngine::new(gpu, LaunchShape::FIXED),
             &p,
             cycle,
@@ -187,21 +240,28 @@ fn run(a: &Cli) -> Result<()> {
             a,
         )?,
         // Every level and kind of loop keeps its site, so each is tuned once (and cached).
-        (Some(gpu), _) => {
-            let cache =
-                TuneCache::default_path().map_or_else(TuneCache::in_memory, TuneCache::load);
-            timed(
-                &DeviceAutoTuningLoopEngine::new(gpu, cache),
-                &p,
-                cycle,
-                precision,
-                a,
-            )?
-        }
+        (Some(gpu), _) => solve_on(
+            &DeviceAutoTuningLoopEngine::new(gpu, default_cache()),
+            &p,
+            cycle,
+            precision,
+            a,
+        )?,
     };
+    let report = &done.report;
+    let tuning = done.tuning.map_or(String::new(), |t| {
+        format!(", launch shapes tuned in {t:.3} s")
+    });
     println!(
-        "converged: {} CG iterations in {secs:.3} s, relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?})",
+        "set-up: {:.3} s (operator, {levels} multigrid levels and CG vectors built on the engine in {:.3} s{tuning})",
+        done.built + done.tuning.unwrap_or(0.0),
+        done.built
+    );
+    println!(
+        "converged: {} CG iterations in {:.4} s ({:.3} ms per iteration), relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?})",
         report.iterations,
+        report.seconds,
+        1e3 * report.seconds / report.iterations.max(1) as f64,
         report.history.last().unwrap_or(&1.0),
         match precision {
             Precision::F32 => "f32",
@@ -217,15 +277,26 @@ fn run(a: &Cli) -> Result<()> {
         .map(|(i, r)| format!("{i}: {r:.2e}"))
         .collect();
     println!("residual history: {}", shown.join(", "));
-    for (l, (n, s)) in report.levels.iter().enumerate() {
-        println!("level {l}: {}x{}x{} cells, {s:.4} s", n[0], n[1], n[2]);
+    if let Some(timed) = &done.levels {
+        println!(
+            "time per multigrid level (a second solve, waiting for the engine at each change of level: {:.4} s in all):",
+            timed.seconds
+        );
+        for (l, (n, s)) in timed.levels.iter().enumerate() {
+            println!(
+                "level {l}: {}x{}x{} cells, {:.4} ms per V-cycle ({s:.4} s over {} V-cycles)",
+                n[0],
+                n[1],
+                n[2],
+                1e3 * s / timed.vcycles.max(1) as f64,
+                timed.vcycles
+            );
+        }
     }
     if let Some(exact) = &exact {
-        let num: f64 = x.iter().zip(exact).map(|(a, b)| (a - b).powi(2)).sum();
-        let den: f64 = exact.iter().map(|b| b * b).sum();
         println!(
             "error against the manufactured solution: relative L2 {:.3e}",
-            (num / den).sqrt()
+            relative_l2(&x, exact)
         );
     }
     let [nx, ny, nz] = p.n;
@@ -261,13 +332,35 @@ fn run(a: &Cli) -> Result<()> {
     Ok(())
 }
 
-fn timed<E: LoopEngine>(
+/// The tune cache of `--engine auto`: the user's file (or `LATTICE_GPU_TUNE_CACHE`), else in memory.
+fn default_cache() -> TuneCache {
+    TuneCache::default_path().map_or_else(TuneCache::in_memory, TuneCache::load)
+}
+
+fn relative_l2(x: &[f64], exact: &[f64]) -> f64 {
+    let num: f64 = x.iter().zip(exact).map(|(a, b)| (a - b).powi(2)).sum();
+    let den: f64 = exact.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
+
+/// What a run measured: set-up and tuning seconds (tuning only where the engine tunes), the solve, and
+/// the level-timed second solve.
+struct Done {
+    built: f64,
+    tuning: Option<f64>,
+    report: Report,
+    levels: Option<Report>,
+}
+
+/// Builds the solver, tunes it (on a tuning engine), solves once untimed, which is the solve time
+/// reported, and once more with the levels timed unless asked not to; returns the solution too.
+fn solve_on<E: LoopEngine>(
     engine: &E,
     p: &Problem,
     cycle: Cycle,
     precision: Precision,
-    a: &Cli,
-) -> Result<(Vec<f64>, Report, f64)> {
+    a: &RunArgs,
+) -> Result<(Vec<f64>, Done)> {
     println!(
         "{}x{}x{} cells, spacing {:?}, engine: {}",
         p.n[0],
@@ -276,20 +369,500 @@ fn timed<E: LoopEngine>(
         p.h,
         engine.describe()
     );
-    let bar = progress(a.max_iter as u64, "CG iterations");
     let t = Instant::now();
+    let mut solver = Solver::new(engine, p, cycle, precision)?;
+    let built = t.elapsed().as_secs_f64();
+    let tuning = if engine.tunes() {
+        let t = Instant::now();
+        solver.tune()?;
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let bar = progress(a.max_iter as u64, "CG iterations");
     let mut show = |it: usize, r: f64| {
         bar.set_position(it as u64);
         bar.set_message(format!("residual {r:.2e}"));
     };
-    let result = solve(
-        engine, p, cycle, precision, a.tol, a.max_iter, true, &mut show,
-    );
+    let result = solver.solve(a.tol, a.max_iter, false, &mut show);
     bar.finish_and_clear();
-    let (x, report) = result?;
-    Ok((x, report, t.elapsed().as_secs_f64()))
+    let report = result?;
+    let x = solver.solution()?;
+    let levels = if a.no_level_times {
+        None
+    } else {
+        Some(solver.solve(a.tol, a.max_iter, true, &mut |_, _| {})?)
+    };
+    Ok((
+        x,
+        Done {
+            built,
+            tuning,
+            report,
+            levels,
+        },
+    ))
+}
+
+/// One configuration of the benchmark.
+#[derive(Clone, Copy)]
+struct Config {
+    name: &'static str,
+    precision: Precision,
+    layout: Layout,
+    tuned: bool,
+}
+
+/// The f64 one first: the others' speed-up is over it.
+const CONFIGS: [Config; 4] = [
+    Config {
+        name: "f64 MG, SoA, tuned",
+        precision: Precision::F64,
+        layout: Layout::Soa,
+        tuned: true,
+    },
+    Config {
+        name: "mixed, SoA, tuned",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+    },
+    Config {
+        name: "mixed, AoS, tuned",
+        precision: Precision::F32,
+        layout: Layout::Aos,
+        tuned: true,
+    },
+    Config {
+        name: "mixed, SoA, fixed",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: false,
+    },
+];
+
+/// The configuration whose levels are timed against their bandwidth floors.
+const LEVELS_OF: usize = 1;
+
+/// One row of the solve table.
+struct SolveRow {
+    size: [usize; 3],
+    config: Config,
+    levels: usize,
+    iterations: usize,
+    vcycles: usize,
+    /// Median wall seconds of the timed solves.
+    seconds: f64,
+    setup: f64,
+    tuning: f64,
+    error: f64,
+}
+
+/// One level of the level table: time per V-cycle against the floor of [`Multigrid::traffic`]'s byte
+/// model at the copy bandwidth.
+///
+/// [`Multigrid::traffic`]: lattice_gpu::poisson::multigrid::Multigrid::traffic
+struct LevelRow {
+    size: [usize; 3],
+    level: usize,
+    cells: [usize; 3],
+    launches: usize,
+    ms: f64,
+    bytes: f64,
+    floor_ms: f64,
+}
+
+/// The finest smoother alone: milliseconds per sweep (GPU events over `--sweeps` sweeps) and the bytes of
+/// [`SweepBytes`](lattice_gpu::poisson::multigrid::SweepBytes)' two models.
+struct SweepRow {
+    size: [usize; 3],
+    config: Config,
+    launch: String,
+    ms: f64,
+    needed: f64,
+    sectors: f64,
+}
+
+fn size_name(n: [usize; 3]) -> String {
+    if n[0] == n[1] && n[1] == n[2] {
+        format!("{}^3", n[0])
+    } else {
+        format!("{}x{}x{}", n[0], n[1], n[2])
+    }
+}
+
+fn to_host(e: Error) -> HostError {
+    match e {
+        Error::Host(h) => h,
+        other => HostError::InvalidSize(other.to_string()),
+    }
+}
+
+/// Builds, tunes and times one configuration on `engine`: set-up, tuning, an untimed solve, the median
+/// of `--repeats` solves, the finest smoother alone, and (with `levels`) a level-timed solve.
+#[allow(clippy::too_many_arguments)]
+fn bench_config<E: LoopEngine>(
+    gpu: &Arc<Gpu>,
+    engine: &E,
+    p: &Problem,
+    exact: &[f64],
+    config: Config,
+    levels: usize,
+    a: &BenchArgs,
+    copy: f64,
+    timed_levels: bool,
+) -> Result<(SolveRow, SweepRow, Vec<LevelRow>)> {
+    let cycle = Cycle {
+        levels,
+        layout: config.layout,
+        ..Cycle::default()
+    };
+    let t = Instant::now();
+    let mut solver = Solver::new(engine, p, cycle, config.precision)?;
+    let setup = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    solver.tune()?;
+    let tuning = t.elapsed().as_secs_f64();
+    let quiet = &mut |_: usize, _: f64| {};
+    let warm = solver.solve(a.tol, a.max_iter, false, quiet)?;
+    let mut times = Vec::with_capacity(a.repeats);
+    for _ in 0..a.repeats.max(1) {
+        let r = solver.solve(a.tol, a.max_iter, false, quiet)?;
+        if r.iterations != warm.iterations {
+            eprintln!(
+                "warning: {} at {}: {} iterations, then {}: repeated solves should agree",
+                config.name,
+                size_name(p.n),
+                warm.iterations,
+                r.iterations
+            );
+        }
+        times.push(r.seconds);
+    }
+    times.sort_by(f64::total_cmp);
+    let error = relative_l2(&solver.solution()?, exact);
+    let solve = SolveRow {
+        size: p.n,
+        config,
+        levels,
+        iterations: warm.iterations,
+        vcycles: warm.vcycles,
+        seconds: times[times.len() / 2],
+        setup,
+        tuning,
+        error,
+    };
+    // The smoother on the state the last solve left (finite, not trivial), after one untimed sweep.
+    solver.smooth_finest(1)?;
+    let sweeps = a.sweeps.max(1);
+    let ms = gpu.time_ms(|| solver.smooth_finest(sweeps).map_err(to_host))? / sweeps as f64;
+    let bytes = solver.sweep_bytes();
+    let sweep = SweepRow {
+        size: p.n,
+        config,
+        launch: solver
+            .smoother_tuning()
+            .map_or(LaunchShape::FIXED, |r| r.best)
+            .to_string(),
+        ms,
+        needed: bytes.needed,
+        sectors: bytes.sectors,
+    };
+    let mut level_rows = Vec::new();
+    if timed_levels {
+        let timed = solver.solve(a.tol, a.max_iter, true, quiet)?;
+        for (l, (t, (_, s))) in solver.traffic().iter().zip(&timed.levels).enumerate() {
+            level_rows.push(LevelRow {
+                size: p.n,
+                level: l,
+                cells: t.cells,
+                launches: t.launches,
+                ms: 1e3 * s / timed.vcycles.max(1) as f64,
+                bytes: t.bytes,
+                floor_ms: 1e3 * t.bytes / (copy * 1e9),
+            });
+        }
+    }
+    Ok((solve, sweep, level_rows))
+}
+
+/// `name` with `suffix` before its extension: `bench.csv` -> `bench-levels.csv`.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "poisson-bench".into(), |s| s.to_string_lossy());
+    let ext = path
+        .extension()
+        .map_or_else(|| "csv".into(), |e| e.to_string_lossy());
+    path.with_file_name(format!("{stem}-{suffix}.{ext}"))
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    if a.repeats == 0 || a.sweeps == 0 {
+        return Err(Error::Invalid(
+            "--repeats and --sweeps must be at least 1".into(),
+        ));
+    }
+    let gpu = match Gpu::open(0, lattice_gpu::PTX) {
+        Ok(g) => g,
+        Err(HostError::NoGpu(why)) => {
+            return Err(Error::Invalid(format!(
+                "`poisson bench` times the solver on a GPU and needs one: {why}"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let copy = gpu.copy_bandwidth(1 << 30, 20)?;
+    println!(
+        "GPU: {}; device-to-device copy {copy:.1} GB/s; CG in f64 from x = 0 to a relative residual of {:.0e}",
+        gpu.name(),
+        a.tol
+    );
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), default_cache()).retune(a.retune);
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let (mut solves, mut sweeps, mut levels) = (Vec::new(), Vec::new(), Vec::new());
+    println!(
+        "{:<8} {:<20} {:>6} {:>6} {:>8} {:>10} {:>8} {:>7} {:>8} {:>8} {:>9}",
+        "size",
+        "preconditioner",
+        "levels",
+        "iters",
+        "V-cycles",
+        "solve ms",
+        "ms/iter",
+        "vs f64",
+        "set-up s",
+        "tuning s",
+        "L2 error"
+    );
+    for &n in &a.sizes {
+        let (p, exact) = manufactured(n, 1.0, 1.0);
+        let depth = a.levels.unwrap_or(max_levels(n).min(6));
+        let mut f64_seconds = None;
+        for (k, &config) in CONFIGS.iter().enumerate() {
+            let run = if config.tuned {
+                bench_config(
+                    &gpu,
+                    &tuner,
+                    &p,
+                    &exact,
+                    config,
+                    depth,
+                    a,
+                    copy,
+                    k == LEVELS_OF,
+                )
+            } else {
+                bench_config(
+                    &gpu,
+                    &fixed,
+                    &p,
+                    &exact,
+                    config,
+                    depth,
+                    a,
+                    copy,
+                    k == LEVELS_OF,
+                )
+            };
+            let (solve, sweep, rows) = match run {
+                Ok(r) => r,
+                Err(Error::Host(e @ HostError::OutOfDeviceMemory { .. })) => {
+                    println!("{:<8} {:<20} skipped: {e}", size_name(n), config.name);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if config.precision == Precision::F64 {
+                f64_seconds = Some(solve.seconds);
+            }
+            println!(
+                "{:<8} {:<20} {:>6} {:>6} {:>8} {:>10.2} {:>8.3} {:>7} {:>8.2} {:>8.2} {:>9.2e}",
+                size_name(n),
+                config.name,
+                solve.levels,
+                solve.iterations,
+                solve.vcycles,
+                1e3 * solve.seconds,
+                1e3 * solve.seconds / solve.iterations.max(1) as f64,
+                f64_seconds.map_or("-".into(), |f| format!("{:.2}x", f / solve.seconds)),
+                solve.setup,
+                solve.tuning,
+                solve.error
+            );
+            solves.push((solve, f64_seconds));
+            sweeps.push(sweep);
+            levels.extend(rows);
+        }
+    }
+    println!();
+    println!(
+        "time per V-cycle on each level ({}, a level-timed solve that waits at each change of level) against \
+         its floor: the bytes its kernels must move at the copy bandwidth",
+        CONFIGS[LEVELS_OF].name
+    );
+    println!(
+        "{:<8} {:>5} {:>12} {:>8} {:>11} {:>11} {:>9} {:>8}",
+        "size", "level", "cells", "launches", "ms/V-cycle", "MB/V-cycle", "floor ms", "of floor"
+    );
+    for r in &levels {
+        println!(
+            "{:<8} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>7.1}%",
+            size_name(r.size),
+            r.level,
+            format!("{}x{}x{}", r.cells[0], r.cells[1], r.cells[2]),
+            r.launches,
+            r.ms,
+            r.bytes / 1e6,
+            r.floor_ms,
+            100.0 * r.floor_ms / r.ms
+        );
+    }
+    println!();
+    println!(
+        "finest smoother alone, {} sweeps: GB/s of the 10 values per cell a sweep must move (7 coefficients, \
+         b and x read, x written); red-black's two half sweeps each stream whole sectors, twice that",
+        a.sweeps
+    );
+    println!(
+        "{:<8} {:<20} {:<18} {:>9} {:>8} {:>8} {:>11}",
+        "size", "preconditioner", "launch", "ms/sweep", "GB/s", "of copy", "sector GB/s"
+    );
+    for r in &sweeps {
+        let gbs = r.needed / (r.ms * 1e-3) / 1e9;
+        println!(
+            "{:<8} {:<20} {:<18} {:>9.4} {:>8.1} {:>7.1}% {:>11.1}",
+            size_name(r.size),
+            r.config.name,
+            r.launch,
+            r.ms,
+            gbs,
+            100.0 * gbs / copy,
+            r.sectors / (r.ms * 1e-3) / 1e9
+        );
+    }
+    if let Some(path) = &a.csv {
+        write_bench_csv(path, copy, &solves, &levels, &sweeps)?;
+    }
+    Ok(())
+}
+
+fn dims(n: [usize; 3]) -> Vec<String> {
+    n.iter().map(|v| v.to_string()).collect()
+}
+
+fn write_bench_csv(
+    path: &Path,
+    copy: f64,
+    solves: &[(SolveRow, Option<f64>)],
+    levels: &[LevelRow],
+    sweeps: &[SweepRow],
+) -> Result<()> {
+    let io = |e: IoError| Error::Invalid(e.to_string());
+    // The configuration as three columns (its display name has commas).
+    let config = |c: &Config| {
+        vec![
+            match c.precision {
+                Precision::F32 => "f32".into(),
+                Precision::F64 => "f64".into(),
+            },
+            match c.layout {
+                Layout::Soa => "soa".into(),
+                Layout::Aos => "aos".into(),
+            },
+            if c.tuned { "tuned" } else { "fixed" }.into(),
+        ]
+    };
+    let rows: Vec<Vec<String>> = solves
+        .iter()
+        .map(|(r, f64_seconds)| {
+            let mut line = dims(r.size);
+            line.extend(config(&r.config));
+            line.extend([
+                r.levels.to_string(),
+                r.iterations.to_string(),
+                r.vcycles.to_string(),
+            ]);
+            line.extend(numbers(&[
+                r.seconds,
+                r.seconds / r.iterations.max(1) as f64,
+                f64_seconds.map_or(f64::NAN, |f| f / r.seconds),
+                r.setup,
+                r.tuning,
+                r.error,
+                copy,
+            ]));
+            line
+        })
+        .collect();
+    write_csv(
+        path,
+        "nx,ny,nz,multigrid_precision,layout,launch,levels,iterations,vcycles,solve_s,s_per_iteration,speedup_over_f64,setup_s,tuning_s,rel_l2_error,copy_gb_per_s",
+        &rows,
+    )
+    .map_err(io)?;
+    let rows: Vec<Vec<String>> = levels
+        .iter()
+        .map(|r| {
+            let mut line = dims(r.size);
+            line.push(r.level.to_string());
+            line.extend(dims(r.cells));
+            line.push(r.launches.to_string());
+            line.extend(numbers(&[
+                r.ms,
+                r.bytes,
+                r.floor_ms,
+                r.floor_ms / r.ms,
+                copy,
+            ]));
+            line
+        })
+        .collect();
+    let level_path = beside(path, "levels");
+    write_csv(
+        &level_path,
+        "nx,ny,nz,level,level_nx,level_ny,level_nz,launches_per_vcycle,ms_per_vcycle,bytes_per_vcycle,floor_ms,of_floor,copy_gb_per_s",
+        &rows,
+    )
+    .map_err(io)?;
+    let rows: Vec<Vec<String>> = sweeps
+        .iter()
+        .map(|r| {
+            let mut line = dims(r.size);
+            line.extend(config(&r.config));
+            line.push(format!("\"{}\"", r.launch));
+            let gbs = r.needed / (r.ms * 1e-3) / 1e9;
+            line.extend(numbers(&[
+                r.ms,
+                r.needed,
+                gbs,
+                gbs / copy,
+                r.sectors / (r.ms * 1e-3) / 1e9,
+                copy,
+            ]));
+            line
+        })
+        .collect();
+    let sweep_path = beside(path, "smoother");
+    write_csv(
+        &sweep_path,
+        "nx,ny,nz,multigrid_precision,layout,launch,launch_shape,ms_per_sweep,bytes_needed_per_sweep,gb_per_s,of_copy,sector_gb_per_s,copy_gb_per_s",
+        &rows,
+    )
+    .map_err(io)?;
+    println!(
+        "wrote {}, {} and {}",
+        path.display(),
+        level_path.display(),
+        sweep_path.display()
+    );
+    Ok(())
 }
 
 fn main() -> ExitCode {
-    lattice_gpu::cli::exit(run(&Cli::parse()))
+    let cli = Cli::parse();
+    lattice_gpu::cli::exit(match &cli.command {
+        Some(Command::Bench(b)) => bench(b),
+        None => run(&cli.run),
+    })
 }
