@@ -247,6 +247,9 @@ impl<const K: u32> Advect<K> {
     /// output), in rows of `nx` elements, with a queue of 5 rows. Public so that the CPU tests can check it.
     #[inline(always)]
     pub fn march(&self, ix: usize, nx: usize, n: u32) {
+        if n == 0 {
+            return;
+        }
         let (mut r0, mut r1, mut r2, mut r3) = (
             self.row(ix - 2 * nx),
             self.row(ix - nx),
@@ -254,20 +257,28 @@ impl<const K: u32> Advect<K> {
             self.row(ix + nx),
         );
         let mut r4: Row;
+        // The Courant numbers are loaded two outputs ahead (past the column's end, its last output's
+        // again), so that their load need not wait for the stores before it, which the compiler must
+        // assume may alias them: 6% faster at 4096^2 than loading them in place, 2% faster than one output
+        // ahead. Loading the row's 5 values ahead as well cost more registers than it gained (72 against
+        // 51: 3% slower).
+        let first = ix;
+        let courant = |k: u32| self.courant(first + nx * k.min(n - 1) as usize);
+        let (mut uv0, mut uv1) = (courant(0), courant(1));
         let mut ix = ix;
         let mut k = 0;
         // One output: the new row into `$new`, the slot of the row no longer needed. Five of them, each
         // with the queue rotated, make one pass of the loop: a rotating array cost 24 register moves per
-        // output (a quarter of the kernel's instructions); named slots cost none. (Loading each output's
-        // values one output ahead, so that they need not wait for the previous store, measured 3% slower
-        // here with 72 registers against 51.)
+        // output (a quarter of the kernel's instructions); named slots cost none.
         macro_rules! step {
             ($a:ident, $b:ident, $c:ident, $d:ident, $new:ident) => {
                 if k == n {
                     break;
                 }
                 k += 1;
-                let (a, b) = self.courant(ix);
+                let (a, b) = uv0;
+                uv0 = uv1;
+                uv1 = courant(k + 1);
                 $new = self.row(ix + 2 * nx);
                 self.out.set(ix, self.output(&[$a, $b, $c, $d, $new], a, b));
                 ix += nx;
