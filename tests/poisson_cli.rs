@@ -57,6 +57,31 @@ fn manufactured_problem_converges_and_writes_files() {
         out.to_str().unwrap(),
     ]);
     assert!(ok && !text.contains("level 0:"), "{text}");
+    // The coarse levels fused into one launch: the same iterations, reported as one level.
+    let fused = |cells: &str| {
+        let (ok, text) = poisson(&[
+            "--engine",
+            "host",
+            "--size",
+            "32x32x16",
+            "--fused-cells",
+            cells,
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        assert!(ok, "{text}");
+        (common::number_after(&text, "converged: "), text)
+    };
+    let ((plain, _), (joined, text)) = (fused("0"), fused("4096"));
+    assert_eq!(plain, joined, "{text}");
+    assert!(
+        text.contains("levels 1 to 3 fused into one launch"),
+        "{text}"
+    );
+    assert!(
+        text.contains("level 2: 8x8x4 cells, in level 1's launch"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,6 +1,7 @@
 //! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
-//! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, and a
-//! tuned solver solving twice with the bits of the fixed launch.
+//! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, the
+//! coarse levels fused into one block program against the CPU's V-cycle, and a tuned solver solving
+//! twice with the bits of the fixed launch.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
@@ -15,7 +16,7 @@ use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Rest
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
 use lattice_gpu::poisson::cg::{solve, Precision, Solver};
 use lattice_gpu::poisson::multigrid::{
-    upload, Cycle, Layout, OperatorView, Smoother, StencilFields,
+    upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
 use lattice_gpu::poisson::problem::manufactured;
 
@@ -219,6 +220,51 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         .sqrt()
         / exact.iter().map(|b| b * b).sum::<f64>().sqrt();
     assert!(err < 5e-3, "{err}");
+}
+
+#[test]
+fn fused_coarse_cycle_matches_the_cpu_bit_for_bit() {
+    let Some(gpu) = gpu("fused_coarse_cycle_matches_the_cpu_bit_for_bit") else {
+        return;
+    };
+    let (p, _) = manufactured([32, 32, 16], 0.5, 1.0);
+    let r: Vec<f64> = common::random(p.cells(), 41);
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    for layout in [Layout::Soa, Layout::Aos] {
+        let c = |fused_cells| Cycle {
+            levels: 4,
+            layout,
+            fused_cells,
+            ..Cycle::default()
+        };
+        // f32 and f64 preconditioners, each on the CPU fused, the GPU fused and the GPU unfused.
+        macro_rules! check {
+            ($t:ty) => {{
+                let mut cpu = Multigrid::<_, $t>::new(&HostLoopEngine, &p, c(4096)).unwrap();
+                let mut fused = Multigrid::<_, $t>::new(&engine, &p, c(4096)).unwrap();
+                let mut plain = Multigrid::<_, $t>::new(&engine, &p, c(0)).unwrap();
+                assert_eq!(fused.fused_from(), Some(1));
+                let want = cpu.precondition(&r).unwrap();
+                assert!(want.iter().any(|&v| v != 0.0));
+                for (name, got) in [
+                    ("fused", fused.precondition(&r).unwrap()),
+                    ("not fused", plain.precondition(&r).unwrap()),
+                ] {
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{layout:?} {}: {name} on the GPU differs",
+                        stringify!($t)
+                    );
+                }
+            }};
+        }
+        check!(f32);
+        check!(f64);
+    }
 }
 
 #[test]

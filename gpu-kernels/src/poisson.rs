@@ -6,7 +6,9 @@
 //! added to each child), between cell-centred grids with a margin of 1 and sizes halving level by level.
 
 use crate::device::math::Real;
-use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
+use crate::stencil::{
+    ArrayIndex3D, BlockProgram, FieldMut, FieldRef, LoopRange, Passes, PointUpdate3D,
+};
 
 /// A 7-point operator as the point updates read it: `(A x)` at a point and its diagonal.
 pub trait Operator7<T>: Copy + Send + Sync {
@@ -354,6 +356,138 @@ impl<A: Real, B: Real> PointUpdate3D for Convert<A, B> {
     }
 }
 
+/// The most levels a [`CoarseCycle`] takes.
+pub const COARSE_MAX_LEVELS: usize = 4;
+
+/// One level of a [`CoarseCycle`]: its operator, iterate, right-hand side (set by the restriction into
+/// it), residual, and interior range (the array size in `range.n`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CoarseLevel<T, A> {
+    /// The operator.
+    pub a: A,
+    /// The iterate.
+    pub x: FieldMut<T>,
+    /// The right-hand side.
+    pub b: FieldMut<T>,
+    /// The residual.
+    pub r: FieldMut<T>,
+    /// The interior cells.
+    pub range: LoopRange,
+}
+
+/// The coarse end of a symmetric red-black V-cycle as one block program: from the first of `count`
+/// levels (its right-hand side already restricted into it) down to the last, its `coarse_sweeps`, and
+/// back up, leaving the first level's iterate for the prolongation above. The same point updates, in
+/// the same order, as the cycle launched pass by pass, so the result is the same to the bit; on the
+/// GPU the coarse levels' dozens of tiny launches become one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CoarseCycle<T, A = Coeffs<T>> {
+    /// The levels, finest first; entries from `count` on are unused.
+    pub levels: [CoarseLevel<T, A>; COARSE_MAX_LEVELS],
+    /// Levels in use (1 to [`COARSE_MAX_LEVELS`]).
+    pub count: u32,
+    /// Red-black sweeps before and after each coarse correction.
+    pub sweeps: u32,
+    /// Red-black sweeps on the last level.
+    pub coarse_sweeps: u32,
+}
+
+impl<T: Real, A: Operator7<T>> CoarseCycle<T, A> {
+    /// `sweeps` red-black sweeps on `lv`, the colours reversed on the way up.
+    #[inline(always)]
+    fn smooth<P: Passes>(p: &P, lv: &CoarseLevel<T, A>, sweeps: u32, up: bool) {
+        for _ in 0..sweeps {
+            for c in 0..2 {
+                let rb = RedBlack {
+                    a: lv.a,
+                    x: lv.x,
+                    b: lv.b.as_ref(),
+                    parity: if up { 1 - c } else { c },
+                    omega: T::ONE,
+                };
+                p.pass(&lv.range, |idx| rb.update(idx));
+            }
+        }
+    }
+}
+
+impl<T: Real, A: Operator7<T>> CoarseCycle<T, A> {
+    /// Level `l` on the way down: `x = 0`, then the coarse solve on the last level, else smoothing, the
+    /// residual and its restriction into the next level's right-hand side.
+    #[inline(always)]
+    fn down<P: Passes>(&self, p: &P, l: usize, last: usize) {
+        let lv = &self.levels[l];
+        let fill = Fill {
+            x: lv.x,
+            value: T::ZERO,
+        };
+        p.pass(&lv.range, |idx| fill.update(idx));
+        let coarse = match self.levels.get(l + 1) {
+            Some(coarse) if l < last => coarse,
+            _ => return Self::smooth(p, lv, self.coarse_sweeps, false),
+        };
+        Self::smooth(p, lv, self.sweeps, false);
+        let residual = Residual {
+            a: lv.a,
+            x: lv.x.as_ref(),
+            b: lv.b.as_ref(),
+            r: lv.r,
+        };
+        p.pass(&lv.range, |idx| residual.update(idx));
+        let restrict = Restrict {
+            r: lv.r.as_ref(),
+            b: coarse.b,
+            fine: lv.range.n,
+        };
+        p.pass(&coarse.range, |idx| restrict.update(idx));
+    }
+
+    /// Level `l` on the way up: the next level's correction added, then smoothing.
+    #[inline(always)]
+    fn up<P: Passes>(&self, p: &P, l: usize) {
+        let (lv, coarse) = (&self.levels[l], &self.levels[l + 1]);
+        let prolong = ProlongAdd {
+            e: coarse.x.as_ref(),
+            x: lv.x,
+            coarse: coarse.range.n,
+        };
+        p.pass(&lv.range, |idx| prolong.update(idx));
+        Self::smooth(p, lv, self.sweeps, true);
+    }
+}
+
+const _: () = assert!(
+    COARSE_MAX_LEVELS == 4,
+    "CoarseCycle::run names levels 0 to 3"
+);
+
+impl<T: Real, A: Operator7<T>> BlockProgram for CoarseCycle<T, A> {
+    fn run<P: Passes>(&self, p: &P) {
+        let last = (self.count as usize).clamp(1, COARSE_MAX_LEVELS) - 1;
+        // Every level index a literal once inlined: indexed at run time, `levels` would be copied out
+        // of the kernel parameters into local memory.
+        self.down(p, 0, last);
+        if last >= 1 {
+            self.down(p, 1, last);
+            if last >= 2 {
+                self.down(p, 2, last);
+                if last >= 3 {
+                    self.down(p, 3, last);
+                    self.up(p, 2);
+                }
+                self.up(p, 1);
+            }
+            self.up(p, 0);
+        }
+    }
+}
+
+crate::block_kernel!(poisson_coarse_cycle_f32 => CoarseCycle<f32>);
+crate::block_kernel!(poisson_coarse_cycle_f64 => CoarseCycle<f64>);
+crate::block_kernel!(poisson_coarse_cycle_aos_f32 => CoarseCycle<f32, CoeffsAos<f32>>);
+crate::block_kernel!(poisson_coarse_cycle_aos_f64 => CoarseCycle<f64, CoeffsAos<f64>>);
 crate::kernel3d!(poisson_cg_step_f64 => CgStep);
 crate::kernel3d!(poisson_cg_direction_f64 => CgDirection);
 crate::kernel3d!(poisson_convert_f64_f32 => Convert<f64, f32>);

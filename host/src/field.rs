@@ -145,6 +145,17 @@ impl Shape {
     /// The whole array for interior values `interior` (x fastest, `nx * ny * nz` of them), with `fill` in
     /// the margins and padding.
     pub fn embed<T: Copy>(&self, interior: &[T], fill: T) -> Result<Vec<T>> {
+        self.embed_map(interior, fill, |v| v)
+    }
+
+    /// As [`embed`](Self::embed), each interior value passed through `map` on the way (a conversion
+    /// without an intermediate copy of the field).
+    pub fn embed_map<S: Copy, T: Copy>(
+        &self,
+        interior: &[S],
+        fill: T,
+        map: impl Fn(S) -> T,
+    ) -> Result<Vec<T>> {
         let [nx, ny, nz] = self.interior;
         if interior.len() != nx * ny * nz {
             return Err(Error::InvalidSize(format!(
@@ -158,7 +169,9 @@ impl Shape {
             for j in 0..ny {
                 let dst = self.index(self.first[0], self.first[1] + j, self.first[2] + k);
                 let src = nx * (j + ny * k);
-                v[dst..dst + nx].copy_from_slice(&interior[src..src + nx]);
+                for (d, &s) in v[dst..dst + nx].iter_mut().zip(&interior[src..src + nx]) {
+                    *d = map(s);
+                }
             }
         }
         Ok(v)

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::{
-    Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack, Residual, Restrict,
+    CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
+    Residual, Restrict, COARSE_MAX_LEVELS,
 };
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
@@ -37,7 +38,15 @@ pub struct Cycle {
     pub coarse_sweeps: usize,
     /// The coefficients' layout (on every level, and in the f64 operator of CG).
     pub layout: Layout,
+    /// Levels of at most this many cells (below the finest, at most [`COARSE_MAX_LEVELS`] of them) run
+    /// their part of the cycle as one block program ([`CoarseCycle`]): one launch instead of dozens whose
+    /// overhead exceeds their work. 0 turns it off; the Jacobi smoother never fuses.
+    pub fused_cells: usize,
 }
+
+/// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
+/// registers allow). Not the default until the fused cycle has been timed on a GPU.
+pub const FUSED_CELLS: usize = 4096;
 
 impl Default for Cycle {
     fn default() -> Self {
@@ -47,6 +56,7 @@ impl Default for Cycle {
             sweeps: 2,
             coarse_sweeps: 40,
             layout: Layout::Soa,
+            fused_cells: 0,
         }
     }
 }
@@ -57,9 +67,8 @@ pub fn upload<E: LoopEngine, T: Element>(
     shape: Shape,
     interior: &[f64],
 ) -> Result<E::Field<T>> {
-    let data: Vec<T> = interior.iter().map(|&v| T::from_f64(v)).collect();
     let mut f = engine.alloc::<T>(shape)?;
-    f.upload(&shape.embed(&data, T::ZERO)?)?;
+    f.upload(&shape.embed_map(interior, T::ZERO, T::from_f64)?)?;
     Ok(f)
 }
 
@@ -255,6 +264,8 @@ where
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
     Convert<T, f64>: GpuEntry,
+    CoarseCycle<T>: GpuEntry,
+    CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
 {
     /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
     /// allow, when they do not halve `cycle.levels - 1` times.
@@ -462,10 +473,72 @@ where
         self.run(0, Kind::ConvertOut, &Convert { from, to })
     }
 
+    /// The first level of the fused coarse end of the cycle ([`Cycle::fused_cells`]), if any.
+    pub fn fused_from(&self) -> Option<usize> {
+        if self.cycle.smoother != Smoother::RedBlack || self.cycle.fused_cells == 0 {
+            return None;
+        }
+        let last = self.levels.len() - 1;
+        let small = self
+            .level_sizes()
+            .iter()
+            .position(|n| n.iter().product::<usize>() <= self.cycle.fused_cells)?;
+        Some(
+            small
+                .max(1)
+                .max((last + 1).saturating_sub(COARSE_MAX_LEVELS)),
+        )
+        .filter(|&from| from <= last)
+    }
+
+    /// Levels `from..` of the cycle as one block program.
+    fn coarse_cycle(&mut self, from: usize) -> Result<()> {
+        self.switch_to(Some(from))?;
+        let (sweeps, coarse_sweeps) = (self.cycle.sweeps as u32, self.cycle.coarse_sweeps as u32);
+        let count = (self.levels.len() - from) as u32;
+        let mut fields = Vec::with_capacity(count as usize);
+        for lv in &mut self.levels[from..] {
+            let range = lv.shape.interior_range();
+            fields.push((
+                lv.a.view::<T>(),
+                lv.x.view_mut(),
+                lv.b.view_mut(),
+                lv.r.view_mut(),
+                range,
+            ));
+        }
+        // Unused slots repeat the last level; the program never reads them.
+        let level = |k: usize| fields[k.min(fields.len() - 1)];
+        macro_rules! program {
+            ($layout:ident) => {{
+                let levels = std::array::from_fn(|k| {
+                    let (a, x, b, r, range) = level(k);
+                    let OperatorView::$layout(a) = a else {
+                        unreachable!("every level has the cycle's layout")
+                    };
+                    CoarseLevel { a, x, b, r, range }
+                });
+                let program = CoarseCycle {
+                    levels,
+                    count,
+                    sweeps,
+                    coarse_sweeps,
+                };
+                self.engine.run_block(&program)
+            }};
+        }
+        match self.cycle.layout {
+            Layout::Soa => program!(Soa),
+            Layout::Aos => program!(Aos),
+        }?;
+        Ok(())
+    }
+
     /// The V-cycle's kernels, queued (timed levels wait at level changes).
     fn cycle_kernels(&mut self) -> Result<()> {
         let last = self.levels.len() - 1;
-        for l in 0..=last {
+        let fused = self.fused_from().unwrap_or(last + 1);
+        for l in 0..fused.min(last + 1) {
             self.zero(l)?;
             if l == last {
                 self.smooth(l, self.cycle.coarse_sweeps, false)?;
@@ -475,7 +548,10 @@ where
             self.residual(l)?;
             self.restrict(l)?;
         }
-        for l in (0..last).rev() {
+        if fused <= last {
+            self.coarse_cycle(fused)?;
+        }
+        for l in (0..last.min(fused)).rev() {
             self.prolong(l)?;
             self.smooth(l, self.cycle.sweeps, true)?;
         }
@@ -521,14 +597,18 @@ where
     /// scratch fields changed, which a V-cycle never reads before writing.
     pub fn tune(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
         let last = self.levels.len() - 1;
+        // The fused levels' block program is not tuned; the restriction into its first level is.
+        let fused = self.fused_from().unwrap_or(last + 1);
         for l in 0..=last {
-            self.until_tuned(l, Kind::Fill, |m| m.zero(l))?;
-            self.until_tuned(l, Kind::Smooth, |m| m.smooth(l, 1, false))?;
-            if l < last {
-                self.until_tuned(l, Kind::Residual, |m| m.residual(l))?;
-                self.until_tuned(l, Kind::Prolong, |m| m.prolong(l))?;
+            if l < fused {
+                self.until_tuned(l, Kind::Fill, |m| m.zero(l))?;
+                self.until_tuned(l, Kind::Smooth, |m| m.smooth(l, 1, false))?;
+                if l < last {
+                    self.until_tuned(l, Kind::Residual, |m| m.residual(l))?;
+                    self.until_tuned(l, Kind::Prolong, |m| m.prolong(l))?;
+                }
             }
-            if l > 0 {
+            if l > 0 && l <= fused {
                 self.until_tuned(l, Kind::Restrict, |m| m.restrict(l - 1))?;
             }
         }
@@ -606,6 +686,7 @@ where
             .map(|n| n.iter().product::<usize>() as f64)
             .collect();
         let last = sizes.len() - 1;
+        let fused = self.fused_from().unwrap_or(last + 1);
         let per_sweep = match self.cycle.smoother {
             Smoother::RedBlack => 2,
             Smoother::Jacobi => 1,
@@ -631,6 +712,12 @@ where
                 if l == 0 {
                     launches += 2;
                     bytes += 2.0 * (8.0 + s) * n;
+                }
+                // The fused levels' passes are one launch, counted on the first of them.
+                if l > fused {
+                    launches = 0;
+                } else if l == fused {
+                    launches = 2;
                 }
                 LevelTraffic {
                     cells: sizes[l],
@@ -659,6 +746,8 @@ where
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
     Convert<T, f64>: GpuEntry,
+    CoarseCycle<T>: GpuEntry,
+    CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
 {
     /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
     /// leaves the engine.
@@ -702,5 +791,16 @@ mod tests {
         assert_eq!(t[1].bytes, 4.0 * 64.0 * 401.0 + 4.0 * (512.0 + 64.0));
         let s = mg.sweep_bytes(0);
         assert_eq!((s.needed, s.sectors), (40.0 * 512.0, 80.0 * 512.0));
+        // Fused, the coarsest level's passes are one launch after its restriction; the bytes stay.
+        let cycle = Cycle {
+            levels: 2,
+            fused_cells: FUSED_CELLS,
+            ..Cycle::default()
+        };
+        let fused = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle).unwrap();
+        assert_eq!(fused.fused_from(), Some(1));
+        let f = fused.traffic();
+        assert_eq!((f[0].launches, f[1].launches), (13, 2));
+        assert_eq!((f[0].bytes, f[1].bytes), (t[0].bytes, t[1].bytes));
     }
 }

@@ -4,6 +4,8 @@
 
 use std::f64::consts::PI;
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// The boundary condition on all six walls.
@@ -106,38 +108,47 @@ impl Problem {
 /// face coefficients are harmonic means of the two cells, `c_f / h^2` off the diagonal (negated) and on
 /// it; a Dirichlet wall adds `2 c / h^2` to the diagonal (ghost cell `-p`), a Neumann wall nothing.
 pub fn stencil(n: [usize; 3], h: [f64; 3], c: &[f64], walls: Walls) -> Stencil {
-    let cells = n.iter().product();
-    let mut s: Stencil = std::array::from_fn(|_| vec![0.0; cells]);
+    let cells: usize = n.iter().product();
     let index = |p: [usize; 3]| p[0] + n[0] * (p[1] + n[1] * p[2]);
-    for k in 0..cells {
+    // Face `f` of cell `k` (slot order: x-, x+, y-, y+, z-, z+): `Ok(face coefficient)` towards a
+    // neighbour, `Err(wall term of the diagonal)` at a wall.
+    let face = |k: usize, f: usize| {
         let p = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
-        for axis in 0..3 {
-            let w = 1.0 / (h[axis] * h[axis]);
-            for (side, slot) in [(-1i64, 1 + 2 * axis), (1, 2 + 2 * axis)] {
-                let q = p[axis] as i64 + side;
-                if q < 0 || q >= n[axis] as i64 {
-                    if walls == Walls::Dirichlet {
-                        s[0][k] += 2.0 * c[k] * w;
-                    }
-                    continue;
-                }
-                let mut nb = p;
-                nb[axis] = q as usize;
-                let (a, b) = (c[k], c[index(nb)]);
-                let face = 2.0 * a * b / (a + b) * w;
-                s[0][k] += face;
-                s[slot][k] = -face;
-            }
+        let (axis, side) = (f / 2, if f.is_multiple_of(2) { -1i64 } else { 1 });
+        let w = 1.0 / (h[axis] * h[axis]);
+        let q = p[axis] as i64 + side;
+        if q < 0 || q >= n[axis] as i64 {
+            return Err(if walls == Walls::Dirichlet {
+                2.0 * c[k] * w
+            } else {
+                0.0
+            });
         }
-    }
-    s
+        let mut nb = p;
+        nb[axis] = q as usize;
+        let (a, b) = (c[k], c[index(nb)]);
+        Ok(2.0 * a * b / (a + b) * w)
+    };
+    // One array at a time, each in parallel over the cells (set-up time on large grids); the diagonal
+    // sums its terms in slot order.
+    std::array::from_fn(|slot| {
+        (0..cells)
+            .into_par_iter()
+            .map(|k| match slot {
+                0 => (0..6).fold(0.0, |d, f| match face(k, f) {
+                    Ok(term) | Err(term) => d + term,
+                }),
+                _ => face(k, slot - 1).map_or(0.0, |f| -f),
+            })
+            .collect()
+    })
 }
 
 /// The coefficient of each coarse cell: the mean of its 8 children (`n` even on every axis).
 pub fn coarsen(n: [usize; 3], c: &[f64]) -> Vec<f64> {
     let m = n.map(|v| v / 2);
     let mut out = vec![0.0; m.iter().product()];
-    for (k, o) in out.iter_mut().enumerate() {
+    out.par_iter_mut().enumerate().for_each(|(k, o)| {
         let p = [k % m[0], (k / m[0]) % m[1], k / (m[0] * m[1])];
         let mut sum = 0.0;
         for d in 0..8 {
@@ -149,7 +160,7 @@ pub fn coarsen(n: [usize; 3], c: &[f64]) -> Vec<f64> {
             sum += c[q[0] + n[0] * (q[1] + n[1] * q[2])];
         }
         *o = sum / 8.0;
-    }
+    });
     out
 }
 
@@ -163,7 +174,8 @@ pub fn manufactured(n: [usize; 3], depth: f64, vertical: f64) -> (Problem, Vec<f
     let cells: usize = n.iter().product();
     let (mut c, mut rhs, mut exact) = (vec![0.0; cells], vec![0.0; cells], vec![0.0; cells]);
     let kz = PI / depth;
-    for k in 0..cells {
+    let all = c.par_iter_mut().zip(&mut rhs).zip(&mut exact).enumerate();
+    all.for_each(|(k, ((c, rhs), exact))| {
         let p = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
         let [x, y, z] = [0, 1, 2].map(|a| (p[a] as f64 + 0.5) * h[a]);
         let (sx, cx) = (PI * x).sin_cos();
@@ -177,10 +189,10 @@ pub fn manufactured(n: [usize; 3], depth: f64, vertical: f64) -> (Problem, Vec<f
         let dcz = horiz * vertical / depth;
         let (px, py, pz) = (PI * cx * sy * sz, PI * sx * cy * sz, kz * sx * sy * cz);
         let lap = -(2.0 * PI * PI + kz * kz) * sx * sy * sz;
-        c[k] = cc;
-        exact[k] = sx * sy * sz;
-        rhs[k] = -(dcx * px + dcy * py + dcz * pz + cc * lap);
-    }
+        *c = cc;
+        *exact = sx * sy * sz;
+        *rhs = -(dcx * px + dcy * py + dcz * pz + cc * lap);
+    });
     (
         Problem {
             n,

@@ -126,6 +126,45 @@ fn array_of_structures_gives_the_same_bits() {
 }
 
 #[test]
+fn fused_coarse_levels_give_the_same_bits() {
+    let (p, _) = manufactured([32, 32, 16], 0.5, 1.0);
+    let r: Vec<f64> = (0..p.cells())
+        .map(|k| ((k * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    for layout in [Layout::Soa, Layout::Aos] {
+        let v = |fused_cells| {
+            let c = Cycle {
+                layout,
+                fused_cells,
+                ..cycle(4, Smoother::RedBlack)
+            };
+            let mut f32_mg = Multigrid::<_, f32>::new(&HostLoopEngine, &p, c).unwrap();
+            let mut f64_mg = Multigrid::<_, f64>::new(&HostLoopEngine, &p, c).unwrap();
+            let from = (f32_mg.fused_from(), f64_mg.fused_from());
+            (
+                from,
+                f32_mg.precondition(&r).unwrap(),
+                f64_mg.precondition(&r).unwrap(),
+            )
+        };
+        let (fused, unfused) = (v(4096), v(0));
+        // 16x16x8 and below: levels 1 to 3 in one block program.
+        assert_eq!(fused.0, (Some(1), Some(1)));
+        assert_eq!(unfused.0, (None, None));
+        assert!(fused.1.iter().any(|&v| v != 0.0));
+        for (a, b) in [(&fused.1, &unfused.1), (&fused.2, &unfused.2)] {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{layout:?}: the fused cycle differs"
+            );
+        }
+    }
+    // The Jacobi smoother keeps every level's own launches.
+    let jacobi = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle(4, Smoother::Jacobi)).unwrap();
+    assert_eq!(jacobi.fused_from(), None);
+}
+
+#[test]
 fn preconditioner_is_symmetric_positive_definite() {
     for smoother in [Smoother::RedBlack, Smoother::Jacobi] {
         let (p, _) = manufactured([8, 8, 4], 1.0, 1.0);

@@ -20,7 +20,7 @@ use lattice_gpu::host::{
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
 use lattice_gpu::poisson::cg::{Precision, Report, Solver};
-use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Layout, Smoother};
+use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Layout, Smoother, FUSED_CELLS};
 use lattice_gpu::poisson::problem::{manufactured, Problem, Walls};
 use lattice_gpu::poisson::{Error, Result};
 
@@ -84,6 +84,10 @@ struct RunArgs {
     /// Multigrid levels [default: as many as the size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
+    /// Coarse levels of at most this many cells run their part of the V-cycle as one launch (a block
+    /// program) instead of one launch per pass, e.g. 4096 (16^3); 0: never. Red-black smoother only.
+    #[arg(long, default_value_t = 0)]
+    fused_cells: usize,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
     /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -117,6 +121,10 @@ struct BenchArgs {
     /// Multigrid levels [default: as many as each size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
+    /// Coarse levels of at most this many cells fused into one launch in the configuration that
+    /// measures the fusion (the others launch every pass).
+    #[arg(long, default_value_t = FUSED_CELLS)]
+    fused_cells: usize,
     /// Ignore the tune cache and tune every loop again.
     #[arg(long)]
     retune: bool,
@@ -223,6 +231,7 @@ fn run(a: &RunArgs) -> Result<()> {
             LayoutArg::Soa => Layout::Soa,
             LayoutArg::Aos => Layout::Aos,
         },
+        fused_cells: a.fused_cells,
         ..Cycle::default()
     };
     let precision = match a.precision {
@@ -283,8 +292,21 @@ fn run(a: &RunArgs) -> Result<()> {
             timed.seconds
         );
         for (l, (n, s)) in timed.levels.iter().enumerate() {
+            let fused = match done.fused_from {
+                Some(f) if l == f => {
+                    format!(", levels {f} to {} fused into one launch", levels - 1)
+                }
+                Some(f) if l > f => {
+                    println!(
+                        "level {l}: {}x{}x{} cells, in level {f}'s launch",
+                        n[0], n[1], n[2]
+                    );
+                    continue;
+                }
+                _ => String::new(),
+            };
             println!(
-                "level {l}: {}x{}x{} cells, {:.4} ms per V-cycle ({s:.4} s over {} V-cycles)",
+                "level {l}: {}x{}x{} cells, {:.4} ms per V-cycle ({s:.4} s over {} V-cycles{fused})",
                 n[0],
                 n[1],
                 n[2],
@@ -350,6 +372,8 @@ struct Done {
     tuning: Option<f64>,
     report: Report,
     levels: Option<Report>,
+    /// The first level of the fused coarse end of the cycle.
+    fused_from: Option<usize>,
 }
 
 /// Builds the solver, tunes it (on a tuning engine), solves once untimed, which is the solve time
@@ -400,6 +424,7 @@ fn solve_on<E: LoopEngine>(
             tuning,
             report,
             levels,
+            fused_from: solver.fused_from(),
         },
     ))
 }
@@ -411,33 +436,46 @@ struct Config {
     precision: Precision,
     layout: Layout,
     tuned: bool,
+    /// Coarse levels fused into one launch (`--fused-cells`).
+    fused: bool,
 }
 
 /// The f64 one first: the others' speed-up is over it.
-const CONFIGS: [Config; 4] = [
+const CONFIGS: [Config; 5] = [
     Config {
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
         layout: Layout::Soa,
         tuned: true,
+        fused: false,
     },
     Config {
         name: "mixed, SoA, tuned",
         precision: Precision::F32,
         layout: Layout::Soa,
         tuned: true,
+        fused: false,
     },
     Config {
         name: "mixed, AoS, tuned",
         precision: Precision::F32,
         layout: Layout::Aos,
         tuned: true,
+        fused: false,
     },
     Config {
         name: "mixed, SoA, fixed",
         precision: Precision::F32,
         layout: Layout::Soa,
         tuned: false,
+        fused: false,
+    },
+    Config {
+        name: "mixed, SoA, tuned, fused",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
     },
 ];
 
@@ -515,6 +553,7 @@ fn bench_config<E: LoopEngine>(
     let cycle = Cycle {
         levels,
         layout: config.layout,
+        fused_cells: if config.fused { a.fused_cells } else { 0 },
         ..Cycle::default()
     };
     let t = Instant::now();
@@ -622,7 +661,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (mut solves, mut sweeps, mut levels) = (Vec::new(), Vec::new(), Vec::new());
     println!(
-        "{:<8} {:<20} {:>6} {:>6} {:>8} {:>10} {:>8} {:>7} {:>8} {:>8} {:>9}",
+        "{:<8} {:<28} {:>6} {:>6} {:>8} {:>10} {:>8} {:>7} {:>8} {:>8} {:>9}",
         "size",
         "preconditioner",
         "levels",
@@ -668,7 +707,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
             let (solve, sweep, rows) = match run {
                 Ok(r) => r,
                 Err(Error::Host(e @ HostError::OutOfDeviceMemory { .. })) => {
-                    println!("{:<8} {:<20} skipped: {e}", size_name(n), config.name);
+                    println!("{:<8} {:<28} skipped: {e}", size_name(n), config.name);
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -677,7 +716,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 f64_seconds = Some(solve.seconds);
             }
             println!(
-                "{:<8} {:<20} {:>6} {:>6} {:>8} {:>10.2} {:>8.3} {:>7} {:>8.2} {:>8.2} {:>9.2e}",
+                "{:<8} {:<28} {:>6} {:>6} {:>8} {:>10.2} {:>8.3} {:>7} {:>8.2} {:>8.2} {:>9.2e}",
                 size_name(n),
                 config.name,
                 solve.levels,
@@ -725,13 +764,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
         a.sweeps
     );
     println!(
-        "{:<8} {:<20} {:<18} {:>9} {:>8} {:>8} {:>11}",
+        "{:<8} {:<28} {:<18} {:>9} {:>8} {:>8} {:>11}",
         "size", "preconditioner", "launch", "ms/sweep", "GB/s", "of copy", "sector GB/s"
     );
     for r in &sweeps {
         let gbs = r.needed / (r.ms * 1e-3) / 1e9;
         println!(
-            "{:<8} {:<20} {:<18} {:>9.4} {:>8.1} {:>7.1}% {:>11.1}",
+            "{:<8} {:<28} {:<18} {:>9.4} {:>8.1} {:>7.1}% {:>11.1}",
             size_name(r.size),
             r.config.name,
             r.launch,

@@ -6,12 +6,14 @@
 //! coefficients): the functor of the paper together with its parameters. The host builds it, an engine
 //! runs `update` for every point of a range, on the CPU or as a generated GPU kernel.
 
+mod block;
 mod field;
 mod index;
 mod loops;
 mod reduce;
 mod source;
 
+pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use field::{FieldMut, FieldRef};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{

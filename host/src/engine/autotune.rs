@@ -11,7 +11,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant};
+use lattice_gpu_kernels::stencil::{
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
+};
 
 use super::device::{launch, KernelInfo, LaunchShape};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
@@ -487,6 +489,11 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     ) -> Result<()> {
         let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
         self.run(&KernelInfo::of2d::<F>(), precision, r, f, info)
+    }
+
+    /// Block programs are not tuned: one block, as many threads as the kernel takes.
+    fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
+        super::device::launch_block(&self.gpu, p)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
-    tile_shared_bytes, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
+    tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
 };
 
 use super::LoopEngine;
@@ -319,6 +319,10 @@ impl LoopEngine for DeviceLoopEngine {
         launch(&self.gpu, &KernelInfo::of2d::<F>(), f, r, self.shape)
     }
 
+    fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
+        launch_block(&self.gpu, p)
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.gpu.synchronize()
     }
@@ -326,6 +330,14 @@ impl LoopEngine for DeviceLoopEngine {
     fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
         device_dot(&self.gpu, a, b)
     }
+}
+
+/// Queues block program `p` as one block of as many threads as its kernel takes (at most 1024).
+pub(crate) fn launch_block<P: BlockProgram + GpuEntry>(gpu: &Gpu, p: &P) -> Result<()> {
+    let threads = gpu.max_block_of(P::ENTRY)?.min(1024);
+    // SAFETY: a block kernel takes its program by value, and the program's passes stay inside the
+    // ranges its fields were built for.
+    unsafe { gpu.launch(P::ENTRY, p, 1, threads) }
 }
 
 /// `sum a_i b_i` of two device fields: one partial sum per block on the GPU (`field_dot_f64`), the

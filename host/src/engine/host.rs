@@ -1,7 +1,8 @@
 //! The CPU engine: the same point updates, run by rayon over planes (3-D) or rows (2-D).
 
 use lattice_gpu_kernels::stencil::{
-    ArrayIndex2D, ArrayIndex3D, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
+    ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
+    Serial,
 };
 use rayon::prelude::*;
 
@@ -46,6 +47,11 @@ impl LoopEngine for HostLoopEngine {
                 }
             }
         });
+        Ok(())
+    }
+
+    fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
+        p.run(&Serial);
         Ok(())
     }
 

@@ -24,7 +24,9 @@ pub use emulate::emulate3d;
 pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
 
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
+};
 
 use crate::error::Result;
 use crate::field::{Element, Field, Shape};
@@ -58,6 +60,9 @@ pub trait LoopEngine {
         f: &F,
         site: &mut Self::Site,
     ) -> Result<()>;
+    /// Runs the block program `p`: on a GPU one block of as many threads as its kernel takes (at most
+    /// 1024), on the CPU its passes one after another.
+    fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()>;
     /// Waits until all queued work is done (a no-op on the CPU).
     fn synchronize(&self) -> Result<()>;
     /// `sum a_i b_i` over two whole f64 fields of one shape, margins included (solvers keep zeros there),
