@@ -1,7 +1,7 @@
 //! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
 //! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, the
 //! coarse levels fused into one block program against the CPU's V-cycle, and a tuned solver solving
-//! twice with the bits of the fixed launch.
+//! twice with the bits of the fixed launch, also with fused levels and recorded graphs.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
@@ -314,6 +314,29 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     solver.smooth_finest(3).unwrap();
     let again = solver.solve(1e-10, 300, false, &mut |_, _| {}).unwrap();
     assert_eq!(again.iterations, rep.iterations);
+    // Fused coarse levels and each application replayed as a recorded graph, on the tuned and the
+    // fixed engine: solved twice (the second time from the graph recorded in the first), the same bits.
+    let fast = Cycle {
+        fused_cells: 4096,
+        graph: true,
+        ..cycle
+    };
+    fn twice<E: LoopEngine>(mut solver: Solver<E>, want: &[f64], iterations: usize) {
+        for round in 0..2 {
+            let got = solver.solve(1e-10, 300, false, &mut |_, _| {}).unwrap();
+            assert_eq!(got.iterations, iterations, "round {round}");
+            let x = solver.solution().unwrap();
+            assert!(
+                x.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "round {round}: the fused, recorded solve differs"
+            );
+        }
+    }
+    let mut on_tuner = Solver::new(&tuner, &p, fast, Precision::F32).unwrap();
+    on_tuner.tune().unwrap();
+    twice(on_tuner, &want, rep.iterations);
+    let on_fixed = Solver::new(&fixed, &p, fast, Precision::F32).unwrap();
+    twice(on_fixed, &want, rep.iterations);
 }
 
 #[test]

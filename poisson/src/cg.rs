@@ -503,6 +503,16 @@ mod tests {
             self.count(site);
             HostLoopEngine.run2d(range, f, &mut ())
         }
+        type Recording = ();
+        fn record(
+            &self,
+            work: &mut dyn FnMut() -> lattice_gpu_host::Result<()>,
+        ) -> lattice_gpu_host::Result<Option<()>> {
+            HostLoopEngine.record(work)
+        }
+        fn replay(&self, _: &()) -> lattice_gpu_host::Result<()> {
+            Ok(())
+        }
         fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> lattice_gpu_host::Result<()> {
             HostLoopEngine.run_block(p)
         }

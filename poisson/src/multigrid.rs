@@ -42,6 +42,10 @@ pub struct Cycle {
     /// their part of the cycle as one block program ([`CoarseCycle`]): one launch instead of dozens whose
     /// overhead exceeds their work. 0 turns it off; the Jacobi smoother never fuses.
     pub fused_cells: usize,
+    /// Records the preconditioner's whole application (conversions and V-cycle) once, as a CUDA graph
+    /// on a GPU engine, and replays it: the host queues one launch instead of every kernel. Red-black
+    /// only, once every loop is tuned, and never while the levels are timed.
+    pub graph: bool,
 }
 
 /// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
@@ -57,6 +61,7 @@ impl Default for Cycle {
             coarse_sweeps: 40,
             layout: Layout::Soa,
             fused_cells: 0,
+            graph: false,
         }
     }
 }
@@ -194,6 +199,9 @@ pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     timed: bool,
     /// The level whose work is in flight and when it began (while timed).
     mark: Option<(usize, Instant)>,
+    /// The recorded application ([`Cycle::graph`]) and the addresses of the `r` and `z` it reads and
+    /// writes.
+    recording: Option<([usize; 2], E::Recording)>,
 }
 
 /// What conjugate gradients needs of a preconditioner on engine `E`.
@@ -338,6 +346,7 @@ where
             cycle,
             timed: false,
             mark: None,
+            recording: None,
         })
     }
 
@@ -471,6 +480,40 @@ where
         let from = self.levels[0].x.view();
         let to = z.view_mut();
         self.run(0, Kind::ConvertOut, &Convert { from, to })
+    }
+
+    /// `z = M^-1 r`'s kernels, queued.
+    fn queue_apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+        self.convert_in(r)?;
+        self.cycle_kernels()?;
+        self.convert_out(z)
+    }
+
+    /// The loops an application runs: per level and kind, the fused levels' block program aside.
+    fn sites_in_use(&self) -> Vec<(usize, Kind)> {
+        let last = self.levels.len() - 1;
+        let fused = self.fused_from().unwrap_or(last + 1);
+        let mut sites = vec![(0, Kind::ConvertIn), (0, Kind::ConvertOut)];
+        for l in 0..fused.min(last + 1) {
+            sites.extend([(l, Kind::Fill), (l, Kind::Smooth)]);
+            if l < last {
+                sites.extend([(l, Kind::Residual), (l, Kind::Prolong)]);
+            }
+        }
+        sites.extend((1..=fused.min(last)).map(|l| (l, Kind::Restrict)));
+        sites
+    }
+
+    /// Whether [`Cycle::graph`] applies now: asked for, red-black, not timed, every loop in use tuned.
+    fn recordable(&self) -> bool {
+        self.cycle.graph
+            && self.cycle.smoother == Smoother::RedBlack
+            && !self.timed
+            && (!self.engine.tunes()
+                || self
+                    .sites_in_use()
+                    .iter()
+                    .all(|&(l, k)| E::tuning(self.sites[l][k as usize].info()).is_some()))
     }
 
     /// The first level of the fused coarse end of the cycle ([`Cycle::fused_cells`]), if any.
@@ -752,9 +795,24 @@ where
     /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
     /// leaves the engine.
     fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
-        self.convert_in(r)?;
-        self.cycle_kernels()?;
-        self.convert_out(z)?;
+        if self.recordable() {
+            let key = [r.view().as_ptr() as usize, z.view_mut().as_ptr() as usize];
+            if self.recording.as_ref().map(|(k, _)| *k) != Some(key) {
+                let engine = self.engine;
+                // Queueing fails only where the engine does.
+                let recorded = engine.record(&mut || {
+                    self.queue_apply(r, z).map_err(|e| match e {
+                        Error::Host(h) => h,
+                        other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+                    })
+                })?;
+                self.recording = recorded.map(|g| (key, g));
+            }
+            if let Some((_, graph)) = &self.recording {
+                return Ok(self.engine.replay(graph)?);
+            }
+        }
+        self.queue_apply(r, z)?;
         self.switch_to(None)
     }
 

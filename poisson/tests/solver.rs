@@ -159,6 +159,29 @@ fn fused_coarse_levels_give_the_same_bits() {
             );
         }
     }
+    // Asking for graphs on the CPU, which cannot record, runs the work as before.
+    let c = Cycle {
+        fused_cells: 4096,
+        graph: true,
+        ..cycle(4, Smoother::RedBlack)
+    };
+    let plain = cycle(4, Smoother::RedBlack);
+    let run = |c| {
+        solve(
+            &HostLoopEngine,
+            &p,
+            c,
+            Precision::F32,
+            1e-10,
+            100,
+            false,
+            &mut |_, _| {},
+        )
+        .unwrap()
+    };
+    let ((xg, rg), (xp, rp)) = (run(c), run(plain));
+    assert_eq!(rg.iterations, rp.iterations);
+    assert!(xg.iter().zip(&xp).all(|(a, b)| a.to_bits() == b.to_bits()));
     // The Jacobi smoother keeps every level's own launches.
     let jacobi = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle(4, Smoother::Jacobi)).unwrap();
     assert_eq!(jacobi.fused_from(), None);

@@ -88,6 +88,10 @@ struct RunArgs {
     /// program) instead of one launch per pass, e.g. 4096 (16^3); 0: never. Red-black smoother only.
     #[arg(long, default_value_t = 0)]
     fused_cells: usize,
+    /// Record each preconditioner application once as a CUDA graph and replay it (GPU engines, red-black
+    /// smoother; once every loop is tuned).
+    #[arg(long)]
+    graph: bool,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
     /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -232,6 +236,7 @@ fn run(a: &RunArgs) -> Result<()> {
             LayoutArg::Aos => Layout::Aos,
         },
         fused_cells: a.fused_cells,
+        graph: a.graph,
         ..Cycle::default()
     };
     let precision = match a.precision {
@@ -438,16 +443,20 @@ struct Config {
     tuned: bool,
     /// Coarse levels fused into one launch (`--fused-cells`).
     fused: bool,
+    /// Each preconditioner application replayed as a recorded graph.
+    graph: bool,
 }
 
-/// The f64 one first: the others' speed-up is over it.
-const CONFIGS: [Config; 5] = [
+/// Each row's speed-up is over the last f64 row above it: the plain f64 one first, the f64 one with
+/// every launch technique just before the mixed one with them.
+const CONFIGS: [Config; 8] = [
     Config {
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
         layout: Layout::Soa,
         tuned: true,
         fused: false,
+        graph: false,
     },
     Config {
         name: "mixed, SoA, tuned",
@@ -455,6 +464,7 @@ const CONFIGS: [Config; 5] = [
         layout: Layout::Soa,
         tuned: true,
         fused: false,
+        graph: false,
     },
     Config {
         name: "mixed, AoS, tuned",
@@ -462,6 +472,7 @@ const CONFIGS: [Config; 5] = [
         layout: Layout::Aos,
         tuned: true,
         fused: false,
+        graph: false,
     },
     Config {
         name: "mixed, SoA, fixed",
@@ -469,6 +480,7 @@ const CONFIGS: [Config; 5] = [
         layout: Layout::Soa,
         tuned: false,
         fused: false,
+        graph: false,
     },
     Config {
         name: "mixed, SoA, tuned, fused",
@@ -476,6 +488,31 @@ const CONFIGS: [Config; 5] = [
         layout: Layout::Soa,
         tuned: true,
         fused: true,
+        graph: false,
+    },
+    Config {
+        name: "mixed, SoA, tuned, graph",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: false,
+        graph: true,
+    },
+    Config {
+        name: "f64 MG, SoA, tuned, fused, graph",
+        precision: Precision::F64,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
+    },
+    Config {
+        name: "mixed, SoA, tuned, fused, graph",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
     },
 ];
 
@@ -554,6 +591,7 @@ fn bench_config<E: LoopEngine>(
         levels,
         layout: config.layout,
         fused_cells: if config.fused { a.fused_cells } else { 0 },
+        graph: config.graph,
         ..Cycle::default()
     };
     let t = Instant::now();

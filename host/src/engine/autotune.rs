@@ -18,7 +18,7 @@ use lattice_gpu_kernels::stencil::{
 use super::device::{launch, KernelInfo, LaunchShape};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use super::LoopEngine;
-use crate::error::Result;
+use crate::error::{CudaContext, Result};
 use crate::field::{DeviceField, Element, Shape};
 use crate::gpu::Gpu;
 
@@ -489,6 +489,20 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     ) -> Result<()> {
         let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
         self.run(&KernelInfo::of2d::<F>(), precision, r, f, info)
+    }
+
+    type Recording = cudarc::driver::CudaGraph;
+
+    /// Only tuned loops may be recorded: a loop still tuning times its candidates and waits.
+    fn record(
+        &self,
+        work: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Option<cudarc::driver::CudaGraph>> {
+        super::device::record(&self.gpu, work).map(Some)
+    }
+
+    fn replay(&self, graph: &cudarc::driver::CudaGraph) -> Result<()> {
+        graph.launch().cuda(|| "launching a recorded graph".into())
     }
 
     /// Block programs are not tuned: one block, as many threads as the kernel takes.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
     tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
 };
@@ -319,6 +319,16 @@ impl LoopEngine for DeviceLoopEngine {
         launch(&self.gpu, &KernelInfo::of2d::<F>(), f, r, self.shape)
     }
 
+    type Recording = CudaGraph;
+
+    fn record(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<Option<CudaGraph>> {
+        record(&self.gpu, work).map(Some)
+    }
+
+    fn replay(&self, graph: &CudaGraph) -> Result<()> {
+        graph.launch().cuda(|| "launching a recorded graph".into())
+    }
+
     fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
         launch_block(&self.gpu, p)
     }
@@ -330,6 +340,24 @@ impl LoopEngine for DeviceLoopEngine {
     fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
         device_dot(&self.gpu, a, b)
     }
+}
+
+/// Captures what `work` queues on the GPU's stream as a CUDA graph, instantiated and uploaded.
+pub(crate) fn record(gpu: &Gpu, work: &mut dyn FnMut() -> Result<()>) -> Result<CudaGraph> {
+    let stream = gpu.stream().clone();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .cuda(|| "starting a graph capture".into())?;
+    let queued = work();
+    // The capture ends whatever `work` did, so that the stream is usable again.
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .cuda(|| "capturing a graph".into());
+    queued?;
+    let graph =
+        graph?.ok_or_else(|| Error::InvalidSize("the graph capture recorded no work".into()))?;
+    graph.upload().cuda(|| "uploading a graph".into())?;
+    Ok(graph)
 }
 
 /// Queues block program `p` as one block of as many threads as its kernel takes (at most 1024).

@@ -50,6 +50,16 @@ impl LoopEngine for HostLoopEngine {
         Ok(())
     }
 
+    type Recording = ();
+
+    fn record(&self, _: &mut dyn FnMut() -> Result<()>) -> Result<Option<()>> {
+        Ok(None)
+    }
+
+    fn replay(&self, _: &()) -> Result<()> {
+        Ok(())
+    }
+
     fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
         p.run(&Serial);
         Ok(())

@@ -60,6 +60,14 @@ pub trait LoopEngine {
         f: &F,
         site: &mut Self::Site,
     ) -> Result<()>;
+    /// Work recorded once and replayed without the host queueing each kernel again (a CUDA graph).
+    type Recording;
+    /// Records what `work` queues, instead of running it, for [`replay`](Self::replay); `Ok(None)`, with
+    /// `work` not called, on an engine that cannot record (the CPU runs work as it is queued): the
+    /// caller then runs the work itself. `work` must only queue (no waits, no downloads, no tuning).
+    fn record(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<Option<Self::Recording>>;
+    /// Queues a recording made by [`record`](Self::record) again.
+    fn replay(&self, recording: &Self::Recording) -> Result<()>;
     /// Runs the block program `p`: on a GPU one block of as many threads as its kernel takes (at most
     /// 1024), on the CPU its passes one after another.
     fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()>;
