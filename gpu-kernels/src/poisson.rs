@@ -411,9 +411,7 @@ impl<T: Real, A: Operator7<T>> CoarseCycle<T, A> {
             }
         }
     }
-}
 
-impl<T: Real, A: Operator7<T>> CoarseCycle<T, A> {
     /// Level `l` on the way down: `x = 0`, then the coarse solve on the last level, else smoothing, the
     /// residual and its restriction into the next level's right-hand side.
     #[inline(always)]

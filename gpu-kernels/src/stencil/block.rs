@@ -87,21 +87,29 @@ macro_rules! block_kernel {
 mod tests {
     use super::*;
 
-    #[test]
-    fn serial_passes_visit_every_point_of_the_range_once() {
+    /// Runs one pass of `p` over a range inside a 5 x 4 x 3 array and checks every point of it, and only
+    /// those, was visited once.
+    fn visits_the_range_once(p: &impl Passes) {
         let r = LoopRange {
             n: [5, 4, 3],
             begin: [1, 1, 1],
-            end: [4, 3, 2],
+            end: [4, 3, 3],
         };
         let mut seen = [0u32; 60];
-        Serial.pass(&r, |idx| seen[idx.ix()] += 1);
+        p.pass(&r, |idx| seen[idx.ix()] += 1);
         let inside = |i: usize| {
             let (x, y, z) = (i % 5, (i / 5) % 4, i / 20);
-            (1..4).contains(&x) && (1..3).contains(&y) && z == 1
+            (1..4).contains(&x) && (1..3).contains(&y) && (1..3).contains(&z)
         };
         for (i, &s) in seen.iter().enumerate() {
             assert_eq!(s, inside(i) as u32, "array index {i}");
         }
+    }
+
+    #[test]
+    fn passes_visit_every_point_of_the_range_once() {
+        visits_the_range_once(&Serial);
+        // On the host a block is one thread: the strided pass must cover the range alone.
+        visits_the_range_once(&BlockStrided);
     }
 }
