@@ -53,6 +53,11 @@ impl Kernel {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// Whether it reads (u, v) packed in one 8-byte value per node.
+    pub fn packed(self) -> bool {
+        matches!(self, Kernel::Packed | Kernel::Shared)
+    }
+
     /// Whether its threads march with a row queue (then `march` is its unroll factor: 4 to 32 suit it).
     pub fn queued(self) -> bool {
         self != Kernel::Plain
@@ -168,13 +173,19 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     plan: Vec<Face<2>>,
     f: E::Field<f32>,
     g: E::Field<f32>,
-    u: E::Field<f32>,
-    v: E::Field<f32>,
-    uv: E::Field<f32>,
+    velocity: Velocity<E::Field<f32>>,
     c: f32,
     kernel: Kernel,
     site: Loop2D<'e, E>,
     steps: u64,
+}
+
+/// The velocities in the layout the kernel reads, and only that one.
+enum Velocity<F> {
+    /// u and v, one field each.
+    Separate { u: F, v: F },
+    /// (u, v) pairs, two f32 per node of the array shape.
+    Packed(F),
 }
 
 static SOLO: Solo = Solo;
@@ -208,8 +219,9 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             shape = shape.aligned_rows(4, 0.25);
         }
         let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
+        // f, its double buffer and the two velocity components.
         engine.check_fits(
-            (6 * shape.len() * 4) as u64,
+            (4 * shape.len() * 4) as u64,
             &format!("the {nx} x {rows} advection fields"),
         )?;
         // Into the array's interior; velocities zero on the fixed nodes (of the whole grid), so that the
@@ -231,11 +243,19 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             spread(&problem.u, true),
             spread(&problem.v, true),
         );
-        let uv: Vec<f32> = u.iter().zip(&v).flat_map(|(&a, &b)| [a, b]).collect();
         let field = |data: &[f32], s: Shape| -> Result<E::Field<f32>> {
             let mut f = engine.alloc::<f32>(s)?;
             f.upload(data)?;
             Ok(f)
+        };
+        let velocity = if kernel.packed() {
+            let uv: Vec<f32> = u.iter().zip(&v).flat_map(|(&a, &b)| [a, b]).collect();
+            Velocity::Packed(field(&uv, packed)?)
+        } else {
+            Velocity::Separate {
+                u: field(&u, shape)?,
+                v: field(&v, shape)?,
+            }
         };
         Ok(Self {
             engine,
@@ -245,9 +265,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             plan: split.halo_plan(comm.rank()),
             f: field(&f0, shape)?,
             g: field(&f0, shape)?,
-            u: field(&u, shape)?,
-            v: field(&v, shape)?,
-            uv: field(&uv, packed)?,
+            velocity,
             c: problem.c as f32,
             kernel,
             site: Loop2D::new(engine, shape.interior_range())?,
@@ -283,14 +301,24 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         Ok(())
     }
 
+    /// The kernel's arguments; the velocity layout it does not read points at `f` (never read).
     fn args<const K: u32>(&mut self) -> Advect<K> {
-        let uv = self.uv.view().as_ptr() as *const Uv;
+        let f = self.f.view();
+        let (u, v, uv) = match &self.velocity {
+            Velocity::Separate { u, v } => (u.view(), v.view(), f.as_ptr() as *const Uv),
+            Velocity::Packed(uv) => (f, f, uv.view().as_ptr() as *const Uv),
+        };
+        debug_assert_eq!(
+            K & PACKED != 0,
+            matches!(self.velocity, Velocity::Packed(_))
+        );
         Advect {
-            f: self.f.view(),
+            f,
             out: self.g.view_mut(),
-            u: self.u.view(),
-            v: self.v.view(),
-            // SAFETY: the packed field holds two f32 per array point, so it covers every index of `shape`.
+            u,
+            v,
+            // SAFETY: a packed field holds two f32 per array point, so it covers every index of `shape`;
+            // otherwise the kernel does not read it.
             uv: unsafe { FieldRef::from_raw(uv) },
             c: self.c,
         }
