@@ -445,11 +445,13 @@ struct Config {
     fused: bool,
     /// Each preconditioner application replayed as a recorded graph.
     graph: bool,
+    /// The smoother.
+    smoother: Smoother,
 }
 
 /// Each row's speed-up is over the last f64 row above it: the plain f64 one first, the f64 one with
 /// every launch technique just before the mixed one with them.
-const CONFIGS: [Config; 8] = [
+const CONFIGS: [Config; 9] = [
     Config {
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
@@ -457,6 +459,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: false,
         graph: false,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, SoA, tuned",
@@ -465,6 +468,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: false,
         graph: false,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, AoS, tuned",
@@ -473,6 +477,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: false,
         graph: false,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, SoA, fixed",
@@ -481,6 +486,7 @@ const CONFIGS: [Config; 8] = [
         tuned: false,
         fused: false,
         graph: false,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, SoA, tuned, fused",
@@ -489,6 +495,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: true,
         graph: false,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, SoA, tuned, graph",
@@ -497,6 +504,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: false,
         graph: true,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "f64 MG, SoA, tuned, fused, graph",
@@ -505,6 +513,7 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: true,
         graph: true,
+        smoother: Smoother::RedBlack,
     },
     Config {
         name: "mixed, SoA, tuned, fused, graph",
@@ -513,6 +522,16 @@ const CONFIGS: [Config; 8] = [
         tuned: true,
         fused: true,
         graph: true,
+        smoother: Smoother::RedBlack,
+    },
+    Config {
+        name: "mixed, SoA, tuned, Jacobi",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: false,
+        graph: false,
+        smoother: Smoother::Jacobi,
     },
 ];
 
@@ -592,6 +611,7 @@ fn bench_config<E: LoopEngine>(
         layout: config.layout,
         fused_cells: if config.fused { a.fused_cells } else { 0 },
         graph: config.graph,
+        smoother: config.smoother,
         ..Cycle::default()
     };
     let t = Instant::now();
