@@ -1,7 +1,8 @@
 //! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
 //! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, the
-//! coarse levels fused into one block program against the CPU's V-cycle, and a tuned solver solving
-//! twice with the bits of the fixed launch, also with fused levels and recorded graphs.
+//! coarse levels fused into one block program and the finest level stored by colour against the CPU's
+//! V-cycle, and a tuned solver solving twice with the bits of the fixed launch, also with all of those
+//! and recorded graphs.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
@@ -246,10 +247,22 @@ fn fused_coarse_cycle_matches_the_cpu_bit_for_bit() {
                 assert_eq!(fused.fused_from(), Some(1));
                 let want = cpu.precondition(&r).unwrap();
                 assert!(want.iter().any(|&v| v != 0.0));
-                for (name, got) in [
+                let mut runs = vec![
                     ("fused", fused.precondition(&r).unwrap()),
                     ("not fused", plain.precondition(&r).unwrap()),
-                ] {
+                ];
+                if layout == Layout::Soa {
+                    // The finest level stored by colour, on its own and with the fused levels.
+                    for (name, cells) in [("by colour", 0), ("by colour, fused", 4096)] {
+                        let split = Cycle {
+                            colours: true,
+                            ..c(cells)
+                        };
+                        let mut mg = Multigrid::<_, $t>::new(&engine, &p, split).unwrap();
+                        runs.push((name, mg.precondition(&r).unwrap()));
+                    }
+                }
+                for (name, got) in runs {
                     let same = got
                         .iter()
                         .zip(&want)
@@ -314,11 +327,13 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     solver.smooth_finest(3).unwrap();
     let again = solver.solve(1e-10, 300, false, &mut |_, _| {}).unwrap();
     assert_eq!(again.iterations, rep.iterations);
-    // Fused coarse levels and each application replayed as a recorded graph, on the tuned and the
-    // fixed engine: solved twice (the second time from the graph recorded in the first), the same bits.
+    // The finest level by colour, fused coarse levels and each application replayed as a recorded graph,
+    // on the tuned and the fixed engine: solved twice (the second time from the graph recorded in the
+    // first), the same bits.
     let fast = Cycle {
         fused_cells: 4096,
         graph: true,
+        colours: true,
         ..cycle
     };
     fn twice<E: LoopEngine>(mut solver: Solver<E>, want: &[f64], iterations: usize) {

@@ -7,11 +7,14 @@
 use std::time::Instant;
 
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
+use lattice_gpu_kernels::poisson::colours::{
+    CoeffsByColour, ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
+};
 use lattice_gpu_kernels::poisson::{
     CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
     Residual, Restrict, COARSE_MAX_LEVELS,
 };
-use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate3D};
 
 use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
@@ -46,6 +49,10 @@ pub struct Cycle {
     /// on a GPU engine, and replays it: the host queues one launch instead of every kernel. Red-black
     /// only, once every loop is tuned, and never while the levels are timed.
     pub graph: bool,
+    /// Stores the finest level by colour ([`colours`](lattice_gpu_kernels::poisson::colours)): each
+    /// red-black half sweep then moves its own colour's values only (11 values per cell and sweep
+    /// instead of 20). The same bits; red-black smoother and SoA layout only.
+    pub colours: bool,
 }
 
 /// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
@@ -62,6 +69,7 @@ impl Default for Cycle {
             layout: Layout::Soa,
             fused_cells: 0,
             graph: false,
+            colours: false,
         }
     }
 }
@@ -115,6 +123,22 @@ macro_rules! with_operator {
     };
 }
 pub(crate) use with_operator;
+
+/// The coefficients of a level stored by colour (always SoA, each array two halves).
+fn by_colour_view<T>(op: OperatorView<T>) -> CoeffsByColour<T> {
+    match op {
+        OperatorView::Soa(c) => CoeffsByColour {
+            diag: c.diag,
+            xm: c.xm,
+            xp: c.xp,
+            ym: c.ym,
+            yp: c.yp,
+            zm: c.zm,
+            zp: c.zp,
+        },
+        OperatorView::Aos(_) => unreachable!("a level stored by colour has SoA coefficients"),
+    }
+}
 
 impl<F> StencilFields<F> {
     /// Uploads `s` to fields of `shape` on `engine` in `layout`.
@@ -174,6 +198,32 @@ struct Level<F> {
     x: F,
     b: F,
     r: F,
+    /// For a level stored by colour: the natural array its two-half `a`, `x` and `b` stand for (`r`
+    /// stays natural, for the restriction).
+    halves: Option<Halves>,
+}
+
+/// The two-half array of `shape`'s natural array (`[nx / 2, ny, 2 nz]`, no margin).
+fn halves_shape(shape: Shape) -> Result<Shape> {
+    let [nx, ny, nz] = shape.size();
+    Ok(Shape::new_3d([nx / 2, ny, 2 * nz], 0)?)
+}
+
+/// `interior` (x fastest, rounded to `T`) in `shape`'s natural array with zero margins, moved into the
+/// two halves of `halves` (a field of [`halves_shape`]).
+fn by_colour<T: Element>(shape: Shape, halves: Halves, interior: &[f64]) -> Result<Vec<T>> {
+    let natural = shape.embed_map(interior, T::ZERO, T::from_f64)?;
+    let mut out = vec![T::ZERO; natural.len()];
+    let [nx, ny, nz] = halves.n;
+    for k in 0..nz {
+        for j in 0..ny {
+            for i in 0..nx {
+                out[halves.place(i, j, k).1] =
+                    natural[shape.index(i as usize, j as usize, k as usize)];
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The kinds of loop a level runs (each keeps its own site, so an auto-tuning engine tunes each once).
@@ -274,6 +324,11 @@ where
     Convert<T, f64>: GpuEntry,
     CoarseCycle<T>: GpuEntry,
     CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
+    RedBlackByColour<T>: GpuEntry,
+    ResidualByColour<T>: GpuEntry,
+    ProlongAddByColour<T>: GpuEntry,
+    ConvertByColour<f64, T>: GpuEntry,
+    ConvertByColour<T, f64>: GpuEntry,
 {
     /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
     /// allow, when they do not halve `cycle.levels - 1` times.
@@ -291,6 +346,18 @@ where
         finest: &Stencil,
         cycle: Cycle,
     ) -> Result<Self> {
+        if cycle.colours
+            && (cycle.smoother != Smoother::RedBlack
+                || cycle.layout != Layout::Soa
+                || !problem.n[0].is_multiple_of(2))
+        {
+            return Err(Error::Invalid(format!(
+                "storing the finest level by colour needs the red-black smoother, the SoA layout and an \
+                 even number of cells in x (asked: {:?} smoother, {:?} layout, {} cells); drop --colours or \
+                 change those",
+                cycle.smoother, cycle.layout, problem.n[0]
+            )));
+        }
         let (mut n, mut h) = (problem.n, problem.h);
         // The coarse levels' coefficients (the finest level's are the problem's: no copy).
         let mut c = Vec::new();
@@ -304,6 +371,35 @@ where
             let shape = Shape::new_3d(n, 1)?;
             // Engines hand out zeroed fields: nothing to upload.
             let field = || engine.alloc::<T>(shape);
+            if l == 0 && cycle.colours {
+                let halves = Halves {
+                    n: shape.size().map(|v| v as u32),
+                };
+                let two = halves_shape(shape)?;
+                let coeff = |i: usize| -> Result<E::Field<T>> {
+                    let mut f = engine.alloc::<T>(two)?;
+                    f.upload(&by_colour::<T>(shape, halves, &finest[i])?)?;
+                    Ok(f)
+                };
+                let a = StencilFields::Soa([
+                    coeff(0)?,
+                    coeff(1)?,
+                    coeff(2)?,
+                    coeff(3)?,
+                    coeff(4)?,
+                    coeff(5)?,
+                    coeff(6)?,
+                ]);
+                levels.push(Level {
+                    shape,
+                    a,
+                    x: engine.alloc::<T>(two)?,
+                    b: engine.alloc::<T>(two)?,
+                    r: field()?,
+                    halves: Some(halves),
+                });
+                continue;
+            }
             let a = if l == 0 {
                 StencilFields::new(engine, shape, finest, cycle.layout)?
             } else {
@@ -320,21 +416,35 @@ where
                 x: field()?,
                 b: field()?,
                 r: field()?,
+                halves: None,
             });
         }
         let sites = levels
             .iter()
             .map(|lv| {
                 let range = lv.shape.interior_range();
-                let site = || Loop3D::new(engine, range);
+                let site = |range| Loop3D::new(engine, range);
+                // By colour, x is zeroed whole and the smoother runs over one half's interior rows and
+                // planes; the rest runs over the natural range.
+                let (fill, smooth) = match lv.halves {
+                    Some(h) => (
+                        halves_shape(lv.shape)?.interior_range(),
+                        LoopRange {
+                            n: [h.n[0] / 2, h.n[1], h.n[2]],
+                            begin: [0, 1, 1],
+                            end: [h.n[0] / 2, h.n[1] - 1, h.n[2] - 1],
+                        },
+                    ),
+                    None => (range, range),
+                };
                 Ok([
-                    site()?,
-                    site()?,
-                    site()?,
-                    site()?,
-                    site()?,
-                    site()?,
-                    site()?,
+                    site(fill)?,
+                    site(smooth)?,
+                    site(range)?,
+                    site(range)?,
+                    site(range)?,
+                    site(range)?,
+                    site(range)?,
                 ])
             })
             .collect::<Result<Vec<_>>>()?;
@@ -411,7 +521,21 @@ where
                     let order = if up { [1, 0] } else { [0, 1] };
                     for parity in order {
                         let lv = &mut self.levels[l];
-                        let (x, b) = (lv.x.view_mut(), lv.b.view());
+                        let (x, b, halves) = (lv.x.view_mut(), lv.b.view(), lv.halves);
+                        if let Some(halves) = halves {
+                            let a = by_colour_view(op);
+                            let omega = T::ONE;
+                            let rb = RedBlackByColour {
+                                a,
+                                x,
+                                b,
+                                halves,
+                                parity,
+                                omega,
+                            };
+                            self.run(l, Kind::Smooth, &rb)?;
+                            continue;
+                        }
                         with_operator!(op, a => self.run(l, Kind::Smooth, &RedBlack { a, x, b, parity, omega: T::ONE }))?;
                     }
                 }
@@ -442,6 +566,10 @@ where
         let op = self.operator(l);
         let lv = &mut self.levels[l];
         let (x, b, r) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
+        if let Some(halves) = lv.halves {
+            let a = by_colour_view(op);
+            return self.run(l, Kind::Residual, &ResidualByColour { a, x, b, r, halves });
+        }
         with_operator!(op, a => self.run(l, Kind::Residual, &Residual { a, x, b, r }))
     }
 
@@ -461,24 +589,48 @@ where
     fn prolong(&mut self, l: usize) -> Result<()> {
         let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
         let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
-        let prolong = ProlongAdd {
-            e: coarse_levels[0].x.view(),
-            x: fine_levels[l].x.view_mut(),
-            coarse,
-        };
-        self.run(l, Kind::Prolong, &prolong)
+        let (e, x) = (coarse_levels[0].x.view(), fine_levels[l].x.view_mut());
+        if let Some(halves) = fine_levels[l].halves {
+            let prolong = ProlongAddByColour {
+                e,
+                x,
+                halves,
+                coarse,
+            };
+            return self.run(l, Kind::Prolong, &prolong);
+        }
+        self.run(l, Kind::Prolong, &ProlongAdd { e, x, coarse })
     }
 
     /// CG's f64 residual `r` into the finest right-hand side.
     fn convert_in(&mut self, r: &E::Field<f64>) -> Result<()> {
-        let to = self.levels[0].b.view_mut();
-        self.run(0, Kind::ConvertIn, &Convert { from: r.view(), to })
+        let (from, to) = (r.view(), self.levels[0].b.view_mut());
+        if let Some(halves) = self.levels[0].halves {
+            let to_halves = 1;
+            let convert = ConvertByColour {
+                from,
+                to,
+                halves,
+                to_halves,
+            };
+            return self.run(0, Kind::ConvertIn, &convert);
+        }
+        self.run(0, Kind::ConvertIn, &Convert { from, to })
     }
 
     /// The finest iterate into CG's f64 vector `z`.
     fn convert_out(&mut self, z: &mut E::Field<f64>) -> Result<()> {
-        let from = self.levels[0].x.view();
-        let to = z.view_mut();
+        let (from, to) = (self.levels[0].x.view(), z.view_mut());
+        if let Some(halves) = self.levels[0].halves {
+            let to_halves = 0;
+            let convert = ConvertByColour {
+                from,
+                to,
+                halves,
+                to_halves,
+            };
+            return self.run(0, Kind::ConvertOut, &convert);
+        }
         self.run(0, Kind::ConvertOut, &Convert { from, to })
     }
 
@@ -611,17 +763,37 @@ where
     /// Sets the finest level's right-hand side (interior cells, x fastest).
     pub fn set_rhs(&mut self, b: &[f64]) -> Result<()> {
         let lv = &mut self.levels[0];
-        let data: Vec<T> = b.iter().map(|&v| T::from_f64(v)).collect();
-        lv.b.upload(&lv.shape.embed(&data, T::ZERO)?)?;
+        let data = match lv.halves {
+            Some(halves) => by_colour::<T>(lv.shape, halves, b)?,
+            None => lv.shape.embed_map(b, T::ZERO, T::from_f64)?,
+        };
+        lv.b.upload(&data)?;
         Ok(())
     }
 
     /// The finest level's iterate (interior cells, x fastest).
     pub fn solution(&self) -> Result<Vec<f64>> {
         let lv = &self.levels[0];
+        let x = lv.x.download()?;
+        let natural = match lv.halves {
+            Some(halves) => {
+                let [nx, ny, nz] = lv.shape.size();
+                let mut natural = vec![T::ZERO; x.len()];
+                for k in 0..nz {
+                    for j in 0..ny {
+                        for i in 0..nx {
+                            let (_, at) = halves.place(i as u32, j as u32, k as u32);
+                            natural[lv.shape.index(i, j, k)] = x[at];
+                        }
+                    }
+                }
+                natural
+            }
+            None => x,
+        };
         Ok(lv
             .shape
-            .extract(&lv.x.download()?)
+            .extract(&natural)
             .iter()
             .map(|v| v.to_f64())
             .collect())
@@ -698,9 +870,12 @@ where
     pub fn sweep_bytes(&self, l: usize) -> SweepBytes {
         let [nx, ny, nz] = self.level_sizes()[l];
         let needed = (10 * size_of::<T>() * nx * ny * nz) as f64;
-        let sectors = match self.cycle.smoother {
-            Smoother::RedBlack => 2.0 * needed,
-            Smoother::Jacobi => needed,
+        let sectors = match (self.cycle.smoother, self.levels[l].halves) {
+            // By colour a half sweep reads its colour's 7 coefficients, b and x, the other colour's x
+            // (the neighbours) and writes its x: 5.5 values per cell, 11 a sweep.
+            (Smoother::RedBlack, Some(_)) => 1.1 * needed,
+            (Smoother::RedBlack, None) => 2.0 * needed,
+            (Smoother::Jacobi, _) => needed,
         };
         SweepBytes { needed, sectors }
     }
@@ -791,6 +966,11 @@ where
     Convert<T, f64>: GpuEntry,
     CoarseCycle<T>: GpuEntry,
     CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
+    RedBlackByColour<T>: GpuEntry,
+    ResidualByColour<T>: GpuEntry,
+    ProlongAddByColour<T>: GpuEntry,
+    ConvertByColour<f64, T>: GpuEntry,
+    ConvertByColour<T, f64>: GpuEntry,
 {
     /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
     /// leaves the engine.

@@ -188,6 +188,82 @@ fn fused_coarse_levels_give_the_same_bits() {
 }
 
 #[test]
+fn finest_level_by_colour_gives_the_same_bits() {
+    let (p, _) = manufactured([32, 16, 8], 0.5, 1.0);
+    let r: Vec<f64> = (0..p.cells())
+        .map(|k| ((k * 6007) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let c = |colours, fused_cells| Cycle {
+        colours,
+        fused_cells,
+        ..cycle(3, Smoother::RedBlack)
+    };
+    // The finest level is stored by colour (its sweeps move 11 values per cell, not 20).
+    let split = Multigrid::<_, f32>::new(&HostLoopEngine, &p, c(true, 0)).unwrap();
+    let bytes = split.sweep_bytes(0);
+    assert_eq!(bytes.sectors, 1.1 * bytes.needed);
+    // The V-cycle alone, in both precisions, with and without fused coarse levels.
+    for fused in [0, 4096] {
+        let v32 = |c| {
+            Multigrid::<_, f32>::new(&HostLoopEngine, &p, c)
+                .unwrap()
+                .precondition(&r)
+                .unwrap()
+        };
+        let v64 = |c| {
+            Multigrid::<_, f64>::new(&HostLoopEngine, &p, c)
+                .unwrap()
+                .precondition(&r)
+                .unwrap()
+        };
+        for (a, b) in [
+            (v32(c(true, fused)), v32(c(false, fused))),
+            (v64(c(true, fused)), v64(c(false, fused))),
+        ] {
+            assert!(a.iter().any(|&v| v != 0.0));
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "fused {fused}: the V-cycle by colour differs"
+            );
+        }
+    }
+    // A whole solve.
+    let run = |c| {
+        solve(
+            &HostLoopEngine,
+            &p,
+            c,
+            Precision::F32,
+            1e-10,
+            100,
+            false,
+            &mut |_, _| {},
+        )
+        .unwrap()
+    };
+    let ((xc, rc), (xn, rn)) = (run(c(true, 0)), run(c(false, 0)));
+    assert_eq!(rc.iterations, rn.iterations);
+    assert!(xc.iter().zip(&xn).all(|(a, b)| a.to_bits() == b.to_bits()));
+    // Only with what it is built for.
+    for bad in [
+        Cycle {
+            smoother: Smoother::Jacobi,
+            ..c(true, 0)
+        },
+        Cycle {
+            layout: Layout::Aos,
+            ..c(true, 0)
+        },
+    ] {
+        let e = Multigrid::<_, f32>::new(&HostLoopEngine, &p, bad)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("by colour") && e.contains("--colours"), "{e}");
+    }
+}
+
+#[test]
 fn preconditioner_is_symmetric_positive_definite() {
     for smoother in [Smoother::RedBlack, Smoother::Jacobi] {
         let (p, _) = manufactured([8, 8, 4], 1.0, 1.0);

@@ -92,6 +92,10 @@ struct RunArgs {
     /// smoother; once every loop is tuned).
     #[arg(long)]
     graph: bool,
+    /// Store the finest level by colour, so that each red-black half sweep moves its own colour's values
+    /// only (the same bits; red-black smoother and SoA layout only).
+    #[arg(long)]
+    colours: bool,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
     /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -237,6 +241,7 @@ fn run(a: &RunArgs) -> Result<()> {
         },
         fused_cells: a.fused_cells,
         graph: a.graph,
+        colours: a.colours,
         ..Cycle::default()
     };
     let precision = match a.precision {
@@ -447,11 +452,13 @@ struct Config {
     graph: bool,
     /// The smoother.
     smoother: Smoother,
+    /// The finest level stored by colour.
+    colours: bool,
 }
 
-/// Each row's speed-up is over the last f64 row above it: the plain f64 one first, the f64 one with
-/// every launch technique just before the mixed one with them.
-const CONFIGS: [Config; 9] = [
+/// Each row's speed-up is over the last f64 row above it: the plain f64 one first, then each f64 row with
+/// some techniques just before the mixed row with the same ones.
+const CONFIGS: [Config; 12] = [
     Config {
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
@@ -460,6 +467,7 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: false,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
         name: "mixed, SoA, tuned",
@@ -469,6 +477,7 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: false,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
         name: "mixed, AoS, tuned",
@@ -478,6 +487,7 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: false,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
         name: "mixed, SoA, fixed",
@@ -487,6 +497,7 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: false,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
         name: "mixed, SoA, tuned, fused",
@@ -496,6 +507,7 @@ const CONFIGS: [Config; 9] = [
         fused: true,
         graph: false,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
         name: "mixed, SoA, tuned, graph",
@@ -505,24 +517,17 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: true,
         smoother: Smoother::RedBlack,
+        colours: false,
     },
     Config {
-        name: "f64 MG, SoA, tuned, fused, graph",
-        precision: Precision::F64,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: true,
-        graph: true,
-        smoother: Smoother::RedBlack,
-    },
-    Config {
-        name: "mixed, SoA, tuned, fused, graph",
+        name: "mixed, SoA, tuned, by colour",
         precision: Precision::F32,
         layout: Layout::Soa,
         tuned: true,
-        fused: true,
-        graph: true,
+        fused: false,
+        graph: false,
         smoother: Smoother::RedBlack,
+        colours: true,
     },
     Config {
         name: "mixed, SoA, tuned, Jacobi",
@@ -532,6 +537,47 @@ const CONFIGS: [Config; 9] = [
         fused: false,
         graph: false,
         smoother: Smoother::Jacobi,
+        colours: false,
+    },
+    Config {
+        name: "f64 MG, SoA, tuned, fused, graph",
+        precision: Precision::F64,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
+        smoother: Smoother::RedBlack,
+        colours: false,
+    },
+    Config {
+        name: "mixed, SoA, tuned, fused, graph",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
+        smoother: Smoother::RedBlack,
+        colours: false,
+    },
+    Config {
+        name: "f64 MG, everything",
+        precision: Precision::F64,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
+        smoother: Smoother::RedBlack,
+        colours: true,
+    },
+    Config {
+        name: "mixed, everything",
+        precision: Precision::F32,
+        layout: Layout::Soa,
+        tuned: true,
+        fused: true,
+        graph: true,
+        smoother: Smoother::RedBlack,
+        colours: true,
     },
 ];
 
@@ -612,6 +658,7 @@ fn bench_config<E: LoopEngine>(
         fused_cells: if config.fused { a.fused_cells } else { 0 },
         graph: config.graph,
         smoother: config.smoother,
+        colours: config.colours,
         ..Cycle::default()
     };
     let t = Instant::now();

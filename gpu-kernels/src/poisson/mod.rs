@@ -5,6 +5,8 @@
 //! Gauss-Seidel smoothing, restriction (average of the 8 children) and prolongation (the parent's value
 //! added to each child), between cell-centred grids with a margin of 1 and sizes halving level by level.
 
+pub mod colours;
+
 use crate::device::math::Real;
 use crate::stencil::{
     ArrayIndex3D, BlockProgram, FieldMut, FieldRef, LoopRange, Passes, PointUpdate3D,
