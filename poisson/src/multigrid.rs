@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::colours::{
-    CoeffsByColour, ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
+    ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
 };
 use lattice_gpu_kernels::poisson::{
     CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
@@ -123,22 +123,6 @@ macro_rules! with_operator {
     };
 }
 pub(crate) use with_operator;
-
-/// The coefficients of a level stored by colour (always SoA, each array two halves).
-fn by_colour_view<T>(op: OperatorView<T>) -> CoeffsByColour<T> {
-    match op {
-        OperatorView::Soa(c) => CoeffsByColour {
-            diag: c.diag,
-            xm: c.xm,
-            xp: c.xp,
-            ym: c.ym,
-            yp: c.yp,
-            zm: c.zm,
-            zp: c.zp,
-        },
-        OperatorView::Aos(_) => unreachable!("a level stored by colour has SoA coefficients"),
-    }
-}
 
 impl<F> StencilFields<F> {
     /// Uploads `s` to fields of `shape` on `engine` in `layout`.
@@ -522,8 +506,7 @@ where
                     for parity in order {
                         let lv = &mut self.levels[l];
                         let (x, b, halves) = (lv.x.view_mut(), lv.b.view(), lv.halves);
-                        if let Some(halves) = halves {
-                            let a = by_colour_view(op);
+                        if let (Some(halves), OperatorView::Soa(a)) = (halves, op) {
                             let omega = T::ONE;
                             let rb = RedBlackByColour {
                                 a,
@@ -566,8 +549,7 @@ where
         let op = self.operator(l);
         let lv = &mut self.levels[l];
         let (x, b, r) = (lv.x.view(), lv.b.view(), lv.r.view_mut());
-        if let Some(halves) = lv.halves {
-            let a = by_colour_view(op);
+        if let (Some(halves), OperatorView::Soa(a)) = (lv.halves, op) {
             return self.run(l, Kind::Residual, &ResidualByColour { a, x, b, r, halves });
         }
         with_operator!(op, a => self.run(l, Kind::Residual, &Residual { a, x, b, r }))

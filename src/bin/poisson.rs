@@ -456,128 +456,84 @@ struct Config {
     colours: bool,
 }
 
+/// The plain mixed-precision configuration, which the others vary.
+const MIXED: Config = Config {
+    name: "mixed, SoA, tuned",
+    precision: Precision::F32,
+    layout: Layout::Soa,
+    tuned: true,
+    fused: false,
+    graph: false,
+    smoother: Smoother::RedBlack,
+    colours: false,
+};
+
 /// Each row's speed-up is over the last f64 row above it: the plain f64 one first, then each f64 row with
 /// some techniques just before the mixed row with the same ones.
 const CONFIGS: [Config; 12] = [
     Config {
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: false,
-        graph: false,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
-    Config {
-        name: "mixed, SoA, tuned",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: false,
-        graph: false,
-        smoother: Smoother::RedBlack,
-        colours: false,
-    },
+    MIXED,
     Config {
         name: "mixed, AoS, tuned",
-        precision: Precision::F32,
         layout: Layout::Aos,
-        tuned: true,
-        fused: false,
-        graph: false,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, fixed",
-        precision: Precision::F32,
-        layout: Layout::Soa,
         tuned: false,
-        fused: false,
-        graph: false,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, tuned, fused",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
         fused: true,
-        graph: false,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, tuned, graph",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: false,
         graph: true,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, tuned, by colour",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: false,
-        graph: false,
-        smoother: Smoother::RedBlack,
         colours: true,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, tuned, Jacobi",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
-        fused: false,
-        graph: false,
         smoother: Smoother::Jacobi,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "f64 MG, SoA, tuned, fused, graph",
         precision: Precision::F64,
-        layout: Layout::Soa,
-        tuned: true,
         fused: true,
         graph: true,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "mixed, SoA, tuned, fused, graph",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
         fused: true,
         graph: true,
-        smoother: Smoother::RedBlack,
-        colours: false,
+        ..MIXED
     },
     Config {
         name: "f64 MG, everything",
         precision: Precision::F64,
-        layout: Layout::Soa,
-        tuned: true,
         fused: true,
         graph: true,
-        smoother: Smoother::RedBlack,
         colours: true,
+        ..MIXED
     },
     Config {
         name: "mixed, everything",
-        precision: Precision::F32,
-        layout: Layout::Soa,
-        tuned: true,
         fused: true,
         graph: true,
-        smoother: Smoother::RedBlack,
         colours: true,
+        ..MIXED
     },
 ];
 

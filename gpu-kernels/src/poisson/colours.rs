@@ -12,6 +12,7 @@
 //! [`Residual`](super::Residual), [`ProlongAdd`](super::ProlongAdd), [`Convert`](super::Convert)), in
 //! the same order: the results are the same to the bit.
 
+use super::Coeffs;
 use crate::device::math::Real;
 use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
 
@@ -40,48 +41,27 @@ impl Halves {
     }
 }
 
-/// The 7 coefficients by colour, one two-half array each (the colour split of [`Coeffs`](super::Coeffs)).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CoeffsByColour<T> {
-    /// Diagonal.
-    pub diag: FieldRef<T>,
-    /// The x-1 neighbour's coefficient.
-    pub xm: FieldRef<T>,
-    /// The x+1 neighbour's coefficient.
-    pub xp: FieldRef<T>,
-    /// The y-1 neighbour's coefficient.
-    pub ym: FieldRef<T>,
-    /// The y+1 neighbour's coefficient.
-    pub yp: FieldRef<T>,
-    /// The z-1 neighbour's coefficient.
-    pub zm: FieldRef<T>,
-    /// The z+1 neighbour's coefficient.
-    pub zp: FieldRef<T>,
-}
-
-impl<T: Real> CoeffsByColour<T> {
-    /// `(A x)` at the cell at two-half index `own` (parity `p` of its `i`) whose neighbours, of the other
-    /// colour, are around two-half index `other` (the same place in the other half); `row` and `plane`
-    /// are one step in y and z within a half. The terms in [`Coeffs`](super::Coeffs)' order.
-    #[inline(always)]
-    fn apply(
-        &self,
-        x: FieldRef<T>,
-        own: usize,
-        other: usize,
-        p: usize,
-        row: usize,
-        plane: usize,
-    ) -> T {
-        self.diag.get(own) * x.get(own)
-            + self.xm.get(own) * x.get(other + p - 1)
-            + self.xp.get(own) * x.get(other + p)
-            + self.ym.get(own) * x.get(other - row)
-            + self.yp.get(own) * x.get(other + row)
-            + self.zm.get(own) * x.get(other - plane)
-            + self.zp.get(own) * x.get(other + plane)
-    }
+/// `(A x)` at the cell at two-half index `own` (parity `p` of its `i`) whose neighbours, of the other
+/// colour, are around two-half index `other` (the same place in the other half), with the
+/// coefficients `a` stored by colour; `row` and `plane` are one step in y and z within a half. The
+/// terms in [`Coeffs`]' order.
+#[inline(always)]
+fn apply<T: Real>(
+    a: &Coeffs<T>,
+    x: FieldRef<T>,
+    own: usize,
+    other: usize,
+    p: usize,
+    row: usize,
+    plane: usize,
+) -> T {
+    a.diag.get(own) * x.get(own)
+        + a.xm.get(own) * x.get(other + p - 1)
+        + a.xp.get(own) * x.get(other + p)
+        + a.ym.get(own) * x.get(other - row)
+        + a.yp.get(own) * x.get(other + row)
+        + a.zm.get(own) * x.get(other - plane)
+        + a.zp.get(own) * x.get(other + plane)
 }
 
 /// One half sweep of red-black Gauss-Seidel on colour-split fields: runs over one half (`[nx / 2, ny,
@@ -89,8 +69,8 @@ impl<T: Real> CoeffsByColour<T> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RedBlackByColour<T> {
-    /// The operator.
-    pub a: CoeffsByColour<T>,
+    /// The operator, each coefficient array stored by colour.
+    pub a: Coeffs<T>,
     /// The iterate, updated in place.
     pub x: FieldMut<T>,
     /// The right-hand side.
@@ -123,7 +103,7 @@ impl<T: Real> PointUpdate3D for RedBlackByColour<T> {
         let row = (self.halves.n[0] / 2) as usize;
         let plane = row * self.halves.n[1] as usize;
         let x = self.x.as_ref();
-        let r = self.b.get(own) - self.a.apply(x, own, other, p as usize, row, plane);
+        let r = self.b.get(own) - apply(&self.a, x, own, other, p as usize, row, plane);
         self.x
             .set(own, x.get(own) + self.omega * r / self.a.diag.get(own));
     }
@@ -133,8 +113,8 @@ impl<T: Real> PointUpdate3D for RedBlackByColour<T> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ResidualByColour<T> {
-    /// The operator.
-    pub a: CoeffsByColour<T>,
+    /// The operator, each coefficient array stored by colour.
+    pub a: Coeffs<T>,
     /// The iterate.
     pub x: FieldRef<T>,
     /// The right-hand side.
@@ -157,7 +137,7 @@ impl<T: Real> PointUpdate3D for ResidualByColour<T> {
         let row = (self.halves.n[0] / 2) as usize;
         let plane = row * self.halves.n[1] as usize;
         let p = (idx.i() % 2) as usize;
-        let ax = self.a.apply(self.x, own, other, p, row, plane);
+        let ax = apply(&self.a, self.x, own, other, p, row, plane);
         self.r.set(idx.ix(), self.b.get(own) - ax);
     }
 }
