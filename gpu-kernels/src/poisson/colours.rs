@@ -12,7 +12,7 @@
 //! [`Residual`](super::Residual), [`ProlongAdd`](super::ProlongAdd), [`Convert`](super::Convert)), in
 //! the same order: the results are the same to the bit.
 
-use super::Coeffs;
+use super::{parent, Coeffs};
 use crate::device::math::Real;
 use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
 
@@ -163,12 +163,11 @@ impl<T: Real> PointUpdate3D for ProlongAddByColour<T> {
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
-        let parent = |v: u32| v.div_ceil(2);
-        let (nx, ny) = (self.coarse[0] as usize, self.coarse[1] as usize);
-        let p = parent(idx.i()) as usize
-            + nx * (parent(idx.j()) as usize + ny * parent(idx.k()) as usize);
         let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
-        self.x.set(at, self.x.as_ref().get(at) + self.e.get(p));
+        self.x.set(
+            at,
+            self.x.as_ref().get(at) + self.e.get(parent(idx, self.coarse)),
+        );
     }
 }
 

@@ -252,14 +252,21 @@ impl<T: Real> PointUpdate3D for ProlongAdd<T> {
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
-        // Fine cells 2I - 1 and 2I (array coordinates, margin 1) have the parent I.
-        let parent = |v: u32| v.div_ceil(2);
-        let (nx, ny) = (self.coarse[0] as usize, self.coarse[1] as usize);
-        let p = parent(idx.i()) as usize
-            + nx * (parent(idx.j()) as usize + ny * parent(idx.k()) as usize);
         let i = idx.ix();
-        self.x.set(i, self.x.as_ref().get(i) + self.e.get(p));
+        self.x.set(
+            i,
+            self.x.as_ref().get(i) + self.e.get(parent(idx, self.coarse)),
+        );
     }
+}
+
+/// The array index of fine cell `idx`'s parent in a coarse array `coarse` points wide: fine cells
+/// `2I - 1` and `2I` (array coordinates, margin 1) have the parent `I`.
+#[inline(always)]
+pub(crate) fn parent(idx: &ArrayIndex3D, coarse: [u32; 3]) -> usize {
+    let up = |v: u32| v.div_ceil(2) as usize;
+    let (nx, ny) = (coarse[0] as usize, coarse[1] as usize);
+    up(idx.i()) + nx * (up(idx.j()) + ny * up(idx.k()))
 }
 
 /// Sets a field's points to `value`.
