@@ -19,8 +19,10 @@
 #                                  advection  rotation and swirl runs, bad input, and the benchmark of every
 #                                             kernel variant (tuned) against the copy bandwidth
 #                                  poisson    mixed, all-f64 and AoS runs at 256^3, and `poisson bench`
-#                                             (solve times at 128^3 and 256^3, levels against their floors,
-#                                             the finest smoother against the copy bandwidth)
+#                                             (solve times at 128^3 and 256^3 for every technique, levels
+#                                             against their floors, the smoothers against the copy bandwidth)
+#                                  poisson512 `poisson bench` at 512^3: f64 and mixed, plain and with every
+#                                             technique (minutes of set-up: a call of its own)
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #                                All parts together take longer than one 10-minute device call: run them in
 #                                groups, e.g. `run tests lbm`, then `run advection poisson`, `run diffusion`,
@@ -119,6 +121,7 @@ run() {
     [[ $parts == *" lbm "* ]] && lbm_part "$out"
     [[ $parts == *" advection "* ]] && advection_part "$out"
     [[ $parts == *" poisson "* ]] && poisson_part "$out"
+    [[ $parts == *" poisson512 "* ]] && poisson512_part "$out"
     if [ -n "${OUT:-}" ]; then
         tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
         cp "$out"/*.csv "$OUT/" 2>/dev/null
@@ -248,6 +251,16 @@ poisson_part() {
         record "poisson bench" PASS
     else
         record "poisson bench" FAIL
+    fi
+}
+
+poisson512_part() {
+    local out=$1
+    if "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all --csv "$out/poisson-bench-512.csv" \
+        2>&1 | tee "$out/poisson-bench-512.log"; then
+        record "poisson bench 512^3" PASS
+    else
+        record "poisson bench 512^3" FAIL
     fi
 }
 

@@ -136,7 +136,25 @@ fn bad_input_is_refused_with_the_fix() {
         g.to_str().unwrap(),
         ones.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["bench", "--configs", "mixed,nope"],
+            "no configuration `nope`",
+        ),
+        (
+            &[
+                "--engine",
+                "host",
+                "--size",
+                "8",
+                "--colours",
+                "--layout",
+                "aos",
+                "--output",
+                o,
+            ],
+            "needs the red-black smoother, the SoA layout",
+        ),
         (
             &[
                 "--engine", "host", "--size", "8", "--coeffs", c, "--rhs", f, "--output", o,

@@ -133,6 +133,10 @@ struct BenchArgs {
     /// measures the fusion (the others launch every pass).
     #[arg(long, default_value_t = FUSED_CELLS)]
     fused_cells: usize,
+    /// Only these configurations, by key: f64, mixed, aos, fixed, fused, graph, colours, jacobi,
+    /// f64-fused-graph, fused-graph, f64-all, all [default: every one].
+    #[arg(long, value_delimiter = ',')]
+    configs: Vec<String>,
     /// Ignore the tune cache and tune every loop again.
     #[arg(long)]
     retune: bool,
@@ -442,6 +446,8 @@ fn solve_on<E: LoopEngine>(
 /// One configuration of the benchmark.
 #[derive(Clone, Copy)]
 struct Config {
+    /// What `--configs` calls it.
+    key: &'static str,
     name: &'static str,
     precision: Precision,
     layout: Layout,
@@ -458,6 +464,7 @@ struct Config {
 
 /// The plain mixed-precision configuration, which the others vary.
 const MIXED: Config = Config {
+    key: "mixed",
     name: "mixed, SoA, tuned",
     precision: Precision::F32,
     layout: Layout::Soa,
@@ -472,42 +479,50 @@ const MIXED: Config = Config {
 /// some techniques just before the mixed row with the same ones.
 const CONFIGS: [Config; 12] = [
     Config {
+        key: "f64",
         name: "f64 MG, SoA, tuned",
         precision: Precision::F64,
         ..MIXED
     },
     MIXED,
     Config {
+        key: "aos",
         name: "mixed, AoS, tuned",
         layout: Layout::Aos,
         ..MIXED
     },
     Config {
+        key: "fixed",
         name: "mixed, SoA, fixed",
         tuned: false,
         ..MIXED
     },
     Config {
+        key: "fused",
         name: "mixed, SoA, tuned, fused",
         fused: true,
         ..MIXED
     },
     Config {
+        key: "graph",
         name: "mixed, SoA, tuned, graph",
         graph: true,
         ..MIXED
     },
     Config {
+        key: "colours",
         name: "mixed, SoA, tuned, by colour",
         colours: true,
         ..MIXED
     },
     Config {
+        key: "jacobi",
         name: "mixed, SoA, tuned, Jacobi",
         smoother: Smoother::Jacobi,
         ..MIXED
     },
     Config {
+        key: "f64-fused-graph",
         name: "f64 MG, SoA, tuned, fused, graph",
         precision: Precision::F64,
         fused: true,
@@ -515,12 +530,14 @@ const CONFIGS: [Config; 12] = [
         ..MIXED
     },
     Config {
+        key: "fused-graph",
         name: "mixed, SoA, tuned, fused, graph",
         fused: true,
         graph: true,
         ..MIXED
     },
     Config {
+        key: "f64-all",
         name: "f64 MG, everything",
         precision: Precision::F64,
         fused: true,
@@ -529,6 +546,7 @@ const CONFIGS: [Config; 12] = [
         ..MIXED
     },
     Config {
+        key: "all",
         name: "mixed, everything",
         fused: true,
         graph: true,
@@ -703,6 +721,17 @@ fn bench(a: &BenchArgs) -> Result<()> {
             "--repeats and --sweeps must be at least 1".into(),
         ));
     }
+    if let Some(bad) = a
+        .configs
+        .iter()
+        .find(|c| !CONFIGS.iter().any(|k| k.key == c.as_str()))
+    {
+        let keys: Vec<&str> = CONFIGS.iter().map(|k| k.key).collect();
+        return Err(Error::Invalid(format!(
+            "--configs: no configuration `{bad}`; the keys are {}",
+            keys.join(", ")
+        )));
+    }
     let gpu = match Gpu::open(0, lattice_gpu::PTX) {
         Ok(g) => g,
         Err(HostError::NoGpu(why)) => {
@@ -740,6 +769,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
         let depth = a.levels.unwrap_or(max_levels(n).min(6));
         let mut f64_seconds = None;
         for (k, &config) in CONFIGS.iter().enumerate() {
+            if !a.configs.is_empty() && !a.configs.iter().any(|c| c == config.key) {
+                continue;
+            }
             let run = if config.tuned {
                 bench_config(
                     &gpu,
