@@ -18,7 +18,7 @@ use lattice_gpu_kernels::stencil::{
 use super::device::{launch, KernelInfo, LaunchShape};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use super::LoopEngine;
-use crate::error::{CudaContext, Result};
+use crate::error::Result;
 use crate::field::{DeviceField, Element, Shape};
 use crate::gpu::Gpu;
 
@@ -502,7 +502,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     }
 
     fn replay(&self, graph: &cudarc::driver::CudaGraph) -> Result<()> {
-        graph.launch().cuda(|| "launching a recorded graph".into())
+        super::device::replay(graph)
     }
 
     /// Block programs are not tuned: one block, as many threads as the kernel takes.

@@ -326,7 +326,7 @@ impl LoopEngine for DeviceLoopEngine {
     }
 
     fn replay(&self, graph: &CudaGraph) -> Result<()> {
-        graph.launch().cuda(|| "launching a recorded graph".into())
+        replay(graph)
     }
 
     fn run_block<P: BlockProgram + GpuEntry>(&self, p: &P) -> Result<()> {
@@ -358,6 +358,11 @@ pub(crate) fn record(gpu: &Gpu, work: &mut dyn FnMut() -> Result<()>) -> Result<
         graph?.ok_or_else(|| Error::InvalidSize("the graph capture recorded no work".into()))?;
     graph.upload().cuda(|| "uploading a graph".into())?;
     Ok(graph)
+}
+
+/// Queues a graph made by [`record`] on the stream it was recorded from.
+pub(crate) fn replay(graph: &CudaGraph) -> Result<()> {
+    graph.launch().cuda(|| "launching a recorded graph".into())
 }
 
 /// Queues block program `p` as one block of as many threads as its kernel takes (at most 1024).
