@@ -223,6 +223,27 @@ fn block_limits_follow_each_kernels_registers() {
 }
 
 #[test]
+fn device_field_spans_copy_part_of_the_array() {
+    let Some(gpu) = gpu("device_field_spans_copy_part_of_the_array") else {
+        return;
+    };
+    let shape = Shape::new_3d([6, 5, 4], 1).unwrap();
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let mut f = engine.alloc::<f64>(shape).unwrap();
+    let all = random::<f64>(shape.len(), 7);
+    f.upload(&all).unwrap();
+    // One whole array plane, as a decomposed run moves its faces.
+    let plane = shape.size()[0] * shape.size()[1];
+    let (start, fresh) = (2 * plane, random::<f64>(plane, 8));
+    f.upload_span(start, &fresh).unwrap();
+    assert_eq!(f.download_span(start, plane).unwrap(), fresh);
+    let mut want = all;
+    want[start..start + plane].copy_from_slice(&fresh);
+    assert_eq!(f.download().unwrap(), want, "the span spilled over");
+    assert!(f.download_span(shape.len() - 1, 2).is_err());
+}
+
+#[test]
 fn missing_variant_is_a_clear_error() {
     let Some(gpu) = gpu("missing_variant_is_a_clear_error") else {
         return;

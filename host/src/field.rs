@@ -216,6 +216,23 @@ pub trait Field<T: Element> {
     fn upload(&mut self, data: &[T]) -> Result<()>;
     /// The whole array (margins included), after all queued work on it has finished.
     fn download(&self) -> Result<Vec<T>>;
+    /// `len` values from array index `start` on (whole planes of a decomposed run's faces), after all
+    /// queued work on the field has finished.
+    fn download_span(&self, start: usize, len: usize) -> Result<Vec<T>>;
+    /// Overwrites `data.len()` values from array index `start` on, queued after the work before it.
+    fn upload_span(&mut self, start: usize, data: &[T]) -> Result<()>;
+}
+
+fn check_span(shape: &Shape, start: usize, len: usize) -> Result<()> {
+    if start.checked_add(len).is_none_or(|end| end > shape.len()) {
+        return Err(Error::InvalidSize(format!(
+            "values {start}..{} are outside a field of {} = {} values",
+            start.saturating_add(len),
+            fmt_dims(&shape.size()),
+            shape.len()
+        )));
+    }
+    Ok(())
 }
 
 fn check_len(shape: &Shape, got: usize) -> Result<()> {
@@ -270,6 +287,15 @@ impl<T: Element> Field<T> for HostField<T> {
     }
     fn download(&self) -> Result<Vec<T>> {
         Ok(self.data.clone())
+    }
+    fn download_span(&self, start: usize, len: usize) -> Result<Vec<T>> {
+        check_span(&self.shape, start, len)?;
+        Ok(self.data[start..start + len].to_vec())
+    }
+    fn upload_span(&mut self, start: usize, data: &[T]) -> Result<()> {
+        check_span(&self.shape, start, data.len())?;
+        self.data[start..start + data.len()].copy_from_slice(data);
+        Ok(())
     }
 }
 
@@ -330,11 +356,38 @@ impl<T: Element> Field<T> for DeviceField<T> {
             .clone_dtoh(&self.buf)
             .cuda(|| "copying a field from the GPU (a kernel may have failed)".into())
     }
+    fn download_span(&self, start: usize, len: usize) -> Result<Vec<T>> {
+        check_span(&self.shape, start, len)?;
+        self.gpu
+            .stream()
+            .clone_dtoh(&self.buf.slice(start..start + len))
+            .cuda(|| "copying part of a field from the GPU (a kernel may have failed)".into())
+    }
+    fn upload_span(&mut self, start: usize, data: &[T]) -> Result<()> {
+        check_span(&self.shape, start, data.len())?;
+        self.gpu
+            .stream()
+            .memcpy_htod(data, &mut self.buf.slice_mut(start..start + data.len()))
+            .cuda(|| "copying part of a field to the GPU".into())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_copy_part_of_a_host_field_and_refuse_to_run_past_it() {
+        let shape = Shape::new_3d([2, 2, 2], 1).unwrap();
+        let mut f = HostField::<f32>::zeros(shape);
+        f.upload_span(16, &[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(f.download_span(15, 5).unwrap(), [0.0, 1.0, 2.0, 3.0, 0.0]);
+        assert_eq!(f.download().unwrap().iter().sum::<f32>(), 6.0);
+        let len = shape.len();
+        let e = f.download_span(len - 1, 2).unwrap_err().to_string();
+        assert!(e.contains("outside a field"), "{e}");
+        assert!(f.upload_span(usize::MAX, &[1.0]).is_err());
+    }
 
     #[test]
     fn shape_sizes_and_interior_range() {
