@@ -3,7 +3,7 @@
 //! kernel variant that carries the step.
 
 use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{Decomposition, Face};
+use lattice_gpu_host::decomp::{Decomposition, Face, Region};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
@@ -177,7 +177,32 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     c: f32,
     kernel: Kernel,
     site: Loop2D<'e, E>,
+    /// A decomposed run's step in parts (its halo exchange hidden behind the inner rows).
+    parts: Option<Parts<'e, E>>,
     steps: u64,
+}
+
+/// A decomposed step in parts: the rows this rank sends are copied out first, the rows that read no
+/// halo are queued (on a GPU they run while the host exchanges), then the received halo rows go in and
+/// the two rows at each end run. Only the face rows cross to the host, not the whole array.
+struct Parts<'e, E: LoopEngine> {
+    inner: Option<Loop2D<'e, E>>,
+    low: Loop2D<'e, E>,
+    high: Option<Loop2D<'e, E>>,
+    /// The array rows the faces send and receive.
+    sent: Vec<usize>,
+    received: Vec<usize>,
+    /// A host copy of the array, of which only the face rows are kept current.
+    host: Vec<f32>,
+}
+
+/// Which rows a step's loop covers.
+#[derive(Clone, Copy)]
+enum Part {
+    Whole,
+    Inner,
+    Low,
+    High,
 }
 
 /// The velocities in the layout the kernel reads, and only that one.
@@ -257,7 +282,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
                 v: field(&v, shape)?,
             }
         };
-        Ok(Self {
+        Self {
             engine,
             comm,
             size: [nx, rows],
@@ -269,8 +294,48 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             c: problem.c as f32,
             kernel,
             site: Loop2D::new(engine, shape.interior_range())?,
+            parts: None,
             steps: 0,
-        })
+        }
+        .in_parts(&f0)
+    }
+
+    /// Splits a decomposed run's step into parts ([`Parts`]); one rank keeps the whole loop.
+    fn in_parts(mut self, initial: &[f32]) -> Result<Self> {
+        if self.plan.is_empty() {
+            return Ok(self);
+        }
+        let r = self.shape.interior_range();
+        let at = |y0: u32, y1: u32| {
+            let mut q = r;
+            (q.begin[1], q.end[1]) = (y0, y1);
+            Loop2D::new(self.engine, q)
+        };
+        // An output reads the rows up to 2 away: the first and last two read the halo.
+        let (y0, y1) = (r.begin[1], r.end[1]);
+        let low_end = (y0 + 2).min(y1);
+        let high_start = y1.saturating_sub(2).max(low_end);
+        let first = self.shape.first()[1];
+        let rows = |regions: &mut dyn Iterator<Item = Region<2>>| -> Vec<usize> {
+            let mut ys: Vec<usize> = regions
+                .flat_map(|g| g.begin[1]..g.begin[1] + g.size[1])
+                .map(|y| first + y - 2)
+                .collect();
+            ys.sort_unstable();
+            ys.dedup();
+            ys
+        };
+        self.parts = Some(Parts {
+            inner: (high_start > low_end)
+                .then(|| at(low_end, high_start))
+                .transpose()?,
+            low: at(y0, low_end)?,
+            high: (y1 > high_start).then(|| at(high_start, y1)).transpose()?,
+            sent: rows(&mut self.plan.iter().map(|f| f.send)),
+            received: rows(&mut self.plan.iter().map(|f| f.recv)),
+            host: initial.to_vec(),
+        });
+        Ok(self)
     }
 
     /// The array shape (margins and padding included).
@@ -283,9 +348,13 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         self.steps
     }
 
-    /// The loop site (its tuning result, with the auto-tuner).
+    /// The loop site (its tuning result, with the auto-tuner); for a decomposed run, its inner rows'.
     pub fn site(&self) -> &Loop2D<'e, E> {
-        &self.site
+        // A decomposed run's largest loop: its inner rows.
+        match &self.parts {
+            Some(p) => p.inner.as_ref().unwrap_or(&p.low),
+            None => &self.site,
+        }
     }
 
     /// Overwrites the output buffer's interior with NaN (tests: a missed point cannot pass).
@@ -324,41 +393,60 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         }
     }
 
-    /// One time step (queued on a GPU; decomposed runs first exchange rows with the neighbours).
+    /// One time step (queued on a GPU; decomposed runs exchange rows with the neighbours).
     pub fn step(&mut self) -> Result<()> {
-        if !self.plan.is_empty() {
-            // Host buffers: the whole array round-trips (device rows go by NCCL, not through here).
-            let mut host = self.f.download()?;
+        if self.parts.is_none() {
+            self.run(Part::Whole)?;
+        } else {
+            let width = self.shape.size()[0];
             let first = self.shape.first();
             let shape = self.shape;
             let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
-            self.comm.exchange(&self.plan, &mut host, &index)?;
-            self.f.upload(&host)?;
-        }
-        match self.kernel {
-            Kernel::Plain => {
-                let a = self.args::<0>();
-                self.site.run(&a)?
+            let parts = self.parts.as_mut().expect("checked");
+            // Before the inner rows are queued: a download waits for all queued work.
+            for &y in &parts.sent {
+                let row = self.f.download_span(y * width, width)?;
+                parts.host[y * width..(y + 1) * width].copy_from_slice(&row);
             }
-            Kernel::Queue => {
-                let a = self.args::<QUEUE>();
-                self.site.run(&a)?
+            self.run(Part::Inner)?;
+            let parts = self.parts.as_mut().expect("checked");
+            self.comm.exchange(&self.plan, &mut parts.host, &index)?;
+            for &y in &parts.received {
+                self.f
+                    .upload_span(y * width, &parts.host[y * width..(y + 1) * width])?;
             }
-            Kernel::QueueBranchFree => {
-                let a = self.args::<{ QUEUE | BRANCH_FREE }>();
-                self.site.run(&a)?
-            }
-            Kernel::Packed => {
-                let a = self.args::<{ QUEUE | BRANCH_FREE | PACKED }>();
-                self.site.run(&a)?
-            }
-            Kernel::Shared => {
-                let a = self.args::<{ QUEUE | BRANCH_FREE | PACKED | SHARED }>();
-                self.site.run(&a)?
-            }
+            self.run(Part::Low)?;
+            self.run(Part::High)?;
         }
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += 1;
+        Ok(())
+    }
+
+    /// Queues the kernel over `part`'s rows (nothing where the part is empty).
+    fn run(&mut self, part: Part) -> Result<()> {
+        macro_rules! go {
+            ($k:expr) => {{
+                let a = self.args::<{ $k }>();
+                let site = match (part, &mut self.parts) {
+                    (Part::Whole, _) => Some(&mut self.site),
+                    (Part::Inner, Some(p)) => p.inner.as_mut(),
+                    (Part::Low, Some(p)) => Some(&mut p.low),
+                    (Part::High, Some(p)) => p.high.as_mut(),
+                    (_, None) => None,
+                };
+                if let Some(site) = site {
+                    site.run(&a)?;
+                }
+            }};
+        }
+        match self.kernel {
+            Kernel::Plain => go!(0),
+            Kernel::Queue => go!(QUEUE),
+            Kernel::QueueBranchFree => go!(QUEUE | BRANCH_FREE),
+            Kernel::Packed => go!(QUEUE | BRANCH_FREE | PACKED),
+            Kernel::Shared => go!(QUEUE | BRANCH_FREE | PACKED | SHARED),
+        }
         Ok(())
     }
 
