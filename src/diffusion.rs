@@ -11,7 +11,7 @@ use std::f64::consts::PI;
 use std::time::Instant;
 
 use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{Decomposition, Face, Region};
+use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
@@ -225,14 +225,10 @@ where
             q
         };
         let (z0, z1) = (r.begin[2], r.end[2]);
+        // Local z (margin at 0) to the array's plane.
         let planes = |regions: &mut dyn Iterator<Item = Region<3>>| -> Vec<usize> {
-            let mut zs: Vec<usize> = regions
-                .flat_map(|g| g.begin[2]..g.begin[2] + g.size[2])
-                .map(|z| shape.first()[2] + z - 1)
-                .collect();
-            zs.sort_unstable();
-            zs.dedup();
-            zs
+            let z0 = shape.first()[2];
+            layers(regions, 2).iter().map(|z| z0 + z - 1).collect()
         };
         let [nx, ny, _] = shape.size();
         Ok(Self {

@@ -3,7 +3,7 @@
 //! kernel variant that carries the step.
 
 use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{Decomposition, Face, Region};
+use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
@@ -316,14 +316,9 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let low_end = (y0 + 2).min(y1);
         let high_start = y1.saturating_sub(2).max(low_end);
         let first = self.shape.first()[1];
+        // Local y (margins at 0 and 1) to the array's row.
         let rows = |regions: &mut dyn Iterator<Item = Region<2>>| -> Vec<usize> {
-            let mut ys: Vec<usize> = regions
-                .flat_map(|g| g.begin[1]..g.begin[1] + g.size[1])
-                .map(|y| first + y - 2)
-                .collect();
-            ys.sort_unstable();
-            ys.dedup();
-            ys
+            layers(regions, 1).iter().map(|y| first + y - 2).collect()
         };
         self.parts = Some(Parts {
             inner: (high_start > low_end)

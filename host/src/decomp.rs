@@ -49,6 +49,17 @@ impl<const D: usize> Region<D> {
     }
 }
 
+/// The distinct coordinates along `axis` that `regions` cover, in order: the planes (or rows) a halo
+/// plan's faces send or receive.
+pub fn layers<const D: usize>(regions: impl Iterator<Item = Region<D>>, axis: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = regions
+        .flat_map(|r| r.begin[axis]..r.begin[axis] + r.size[axis])
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
 /// Which side of a box along an axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -377,6 +388,17 @@ mod tests {
             }
             assert_eq!(d.neighbour(0, 0, Side::Lower), periodic.then_some(2));
         }
+    }
+
+    #[test]
+    fn layers_are_the_distinct_planes_of_the_faces() {
+        // z split over 3 ranks, the middle one: it sends its first and last plane and receives the
+        // margin planes on both sides.
+        let d = Decomposition::new([4, 3, 9], [1, 1, 3], [1, 1, 1], [false; 3]).unwrap();
+        let plan = d.halo_plan(1);
+        assert_eq!(layers(plan.iter().map(|f| f.send), 2), [1, 3]);
+        assert_eq!(layers(plan.iter().map(|f| f.recv), 2), [0, 4]);
+        assert!(layers(std::iter::empty::<Region<3>>(), 2).is_empty());
     }
 
     #[test]
