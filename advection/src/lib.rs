@@ -5,7 +5,7 @@
 //! - [`solver`]: the checked problem and a run on any loop engine, with its kernel variant.
 //! - [`cases`]: translation, solid-body rotation and a steady swirl, with exact solutions where known.
 //! - [`norms`]: error norms and mass drift.
-//! - [`reference`]: an independent, straightforward f64 implementation for the tests.
+//! - [`reference`](mod@reference): an independent, straightforward f64 implementation for the tests.
 
 pub mod cases;
 pub mod error;

@@ -2,7 +2,7 @@
 //! plan, sums over all ranks, and gathering a field on rank 0.
 //!
 //! Two backends: [`Solo`] (one rank, no transport: its only "neighbour" is itself along a periodic axis)
-//! and, with the `mpi` cargo feature, [`Mpi`] on the MPI library (OpenMPI: `apt install libopenmpi-dev
+//! and, with the `mpi` cargo feature, `Mpi` on the MPI library (OpenMPI: `apt install libopenmpi-dev
 //! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`.
 
 use crate::decomp::{Face, Region, Side};

@@ -7,7 +7,7 @@
 //! - [`cases`]: the lid-driven cavity, Poiseuille channel and Taylor-Green vortex, with their analytic or
 //!   published solutions.
 //! - [`output`]: velocity and density as .npy and VTK, a PNG of the speed, CSV profiles.
-//! - [`reference`]: an independent, naive f64 implementation for the tests.
+//! - [`reference`](mod@reference): an independent, naive f64 implementation for the tests.
 //!
 //! Conventions (lattice units, grid `[nx, ny, nz]`, cell `x + nx (y + ny z)`, velocity order) are those of
 //! `lattice_gpu_kernels::lbm`.

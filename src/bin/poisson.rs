@@ -48,7 +48,7 @@ struct RunArgs {
     /// Cells: N (a cube) or NXxNYxNZ; every axis even enough to halve --levels - 1 times.
     #[arg(long, default_value = "64", value_parser = parse_size3)]
     size: [usize; 3],
-    /// Depth of the manufactured domain [0,1]x[0,1]x[0,depth]: below 1, thin vertical cells (anisotropy).
+    /// Depth of the manufactured domain `[0,1]x[0,1]x[0,depth]`: below 1, thin vertical cells (anisotropy).
     #[arg(long, default_value_t = 1.0)]
     depth: f64,
     /// Vertical variation of the manufactured coefficient: c grows by this factor from bottom to top.

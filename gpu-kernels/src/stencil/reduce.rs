@@ -6,7 +6,7 @@
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
 
-/// The arguments of [`field_dot_f64`](self): `partials[block] = sum over the block's share of a[i] b[i]`.
+/// The arguments of the `field_dot_f64` kernel: `partials[block] = sum over the block's share of a[i] b[i]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FieldDot {
