@@ -115,6 +115,16 @@ run() {
         fi
         cat "$log"
     }
+    # bench NAME LOG COMMAND...: runs a benchmark, its output shown and kept in LOG; PASS when it succeeds.
+    bench() {
+        local name=$1 log=$2
+        shift 2
+        if "$@" 2>&1 | tee "$log"; then
+            record "$name" PASS
+        else
+            record "$name" FAIL
+        fi
+    }
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
@@ -157,18 +167,10 @@ diffusion_part() {
         grep -E "^diffusion|time:|thrpt:" "$out/criterion-$(basename "$b").log"
     done
 
-    if "$BIN/diffusion" bench --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log"; then
-        record "diffusion bench" PASS
-    else
-        record "diffusion bench" FAIL
-    fi
+    bench "diffusion bench" "$out/bench.log" "$BIN/diffusion" bench --csv "$out/bench.csv"
     # Each kernel variant tuned alone, and the tuner's pick among them, side by side.
-    if "$BIN/diffusion" bench --sizes 256,512,8x512x512 --variants plain,zqueue,tiled,auto \
-        --csv "$out/bench-variants.csv" 2>&1 | tee "$out/bench-variants.log"; then
-        record "diffusion bench --variants" PASS
-    else
-        record "diffusion bench --variants" FAIL
-    fi
+    bench "diffusion bench --variants" "$out/bench-variants.log" \
+        "$BIN/diffusion" bench --sizes 256,512,8x512x512 --variants plain,zqueue,tiled,auto --csv "$out/bench-variants.csv"
     echo
     grep -E "^\| " "$out/bench.log"
     echo
@@ -184,11 +186,8 @@ lqcd_part() {
         --antiperiodic-t --output "$out/lqcd"
     expect "lqcd kappa 0.3: clear error" fail "kappa" "$out/lqcd-badkappa.log" \
         "$BIN/lqcd" solve --engine device --kappa 0.3
-    if "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64,48x48x48x96 --csv "$out/lqcd-bench.csv" 2>&1 | tee "$out/lqcd-bench.log"; then
-        record "lqcd bench" PASS
-    else
-        record "lqcd bench" FAIL
-    fi
+    bench "lqcd bench" "$out/lqcd-bench.log" \
+        "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64,48x48x48x96 --csv "$out/lqcd-bench.csv"
     echo
     grep -E "^\| " "$out/lqcd-bench.log"
 }
@@ -212,11 +211,7 @@ lbm_part() {
     expect "lbm 1600^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/lbm-oom.log" \
         "$BIN/lbm" taylor-green --engine device --precision f64 --streaming ab --size 1600 --output "$out/lbm-bad"
     cp "$out"/lbm-cavity/centreline_*.csv "$out/" 2>/dev/null
-    if "$BIN/lbm" bench --csv "$out/lbm-bench.csv" 2>&1 | tee "$out/lbm-bench.log"; then
-        record "lbm bench" PASS
-    else
-        record "lbm bench" FAIL
-    fi
+    bench "lbm bench" "$out/lbm-bench.log" "$BIN/lbm" bench --csv "$out/lbm-bench.csv"
 }
 
 advection_part() {
@@ -227,11 +222,7 @@ advection_part() {
         "$BIN/advection" swirl --size 3000x2000 --steps 500 --kernel shared --png-every 250 --output "$out/adv-swirl"
     expect "advection CFL 1.5: clear error" fail "exceeds 1" "$out/adv-badcfl.log" \
         "$BIN/advection" translation --cfl 1.5 --output "$out/adv-bad"
-    if "$BIN/advection" bench --csv "$out/advection-bench.csv" 2>&1 | tee "$out/advection-bench.log"; then
-        record "advection bench" PASS
-    else
-        record "advection bench" FAIL
-    fi
+    bench "advection bench" "$out/advection-bench.log" "$BIN/advection" bench --csv "$out/advection-bench.csv"
 }
 
 poisson_part() {
@@ -247,21 +238,13 @@ poisson_part() {
     grep -h "set-up\|converged\|^level" "$out"/poisson-256-*.log
     # Mixed vs f64, SoA vs AoS, tuned vs fixed at 128^3 and 256^3; levels against their floors; the
     # finest smoother against the copy bandwidth.
-    if "$BIN/poisson" bench --csv "$out/poisson-bench.csv" 2>&1 | tee "$out/poisson-bench.log"; then
-        record "poisson bench" PASS
-    else
-        record "poisson bench" FAIL
-    fi
+    bench "poisson bench" "$out/poisson-bench.log" "$BIN/poisson" bench --csv "$out/poisson-bench.csv"
 }
 
 poisson512_part() {
     local out=$1
-    if "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all --csv "$out/poisson-bench-512.csv" \
-        2>&1 | tee "$out/poisson-bench-512.log"; then
-        record "poisson bench 512^3" PASS
-    else
-        record "poisson bench 512^3" FAIL
-    fi
+    bench "poisson bench 512^3" "$out/poisson-bench-512.log" \
+        "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all --csv "$out/poisson-bench-512.csv"
 }
 
 profile() {
