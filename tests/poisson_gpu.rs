@@ -15,14 +15,29 @@ use lattice_gpu::host::{
 };
 use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
-use lattice_gpu::poisson::cg::{solve, Precision, Solver};
+use lattice_gpu::poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
-use lattice_gpu::poisson::problem::manufactured;
+use lattice_gpu::poisson::problem::{manufactured, Problem};
 
 mod common;
 use common::{gpu, poison};
+
+/// `p` solved on `engine` to 1e-10 with an f32 preconditioner `c`, at most 300 iterations.
+fn solve_f32<E: LoopEngine>(engine: &E, p: &Problem, c: Cycle) -> (Vec<f64>, Report) {
+    solve(
+        engine,
+        p,
+        c,
+        Precision::F32,
+        1e-10,
+        300,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap()
+}
 
 fn go<E: LoopEngine, U: PointUpdate3D + GpuEntry>(engine: &E, shape: Shape, update: &U) {
     Loop3D::new(engine, shape.interior_range())
@@ -156,29 +171,9 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         smoother: Smoother::RedBlack,
         ..Cycle::default()
     };
-    let (xc, rc) = solve(
-        &HostLoopEngine,
-        &p,
-        cycle,
-        Precision::F32,
-        1e-10,
-        300,
-        false,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let (xc, rc) = solve_f32(&HostLoopEngine, &p, cycle);
     let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
-    let (xg, rg) = solve(
-        &engine,
-        &p,
-        cycle,
-        Precision::F32,
-        1e-10,
-        300,
-        false,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let (xg, rg) = solve_f32(&engine, &p, cycle);
     // The dot products are summed in another order on the GPU: the same iterations within 1.
     assert!(
         rg.iterations.abs_diff(rc.iterations) <= 1,
@@ -197,17 +192,7 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         layout: Layout::Aos,
         ..cycle
     };
-    let (xa, ra) = solve(
-        &engine,
-        &p,
-        aos,
-        Precision::F32,
-        1e-10,
-        300,
-        false,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let (xa, ra) = solve_f32(&engine, &p, aos);
     assert_eq!(ra.iterations, rg.iterations);
     assert!(
         xa.iter().zip(&xg).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -291,17 +276,7 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         ..Cycle::default()
     };
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
-    let (want, rep) = solve(
-        &fixed,
-        &p,
-        cycle,
-        Precision::F32,
-        1e-10,
-        300,
-        false,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let (want, rep) = solve_f32(&fixed, &p, cycle);
     // A small space keeps the tuning short; every point update gives the same bits in any launch.
     let space = TuneSpace::table1()
         .with("block_x", vec![32, 64])

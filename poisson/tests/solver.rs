@@ -7,7 +7,7 @@
 
 use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, Shape};
 use lattice_gpu_kernels::poisson::{ProlongAdd, RedBlack, Residual, Restrict};
-use lattice_gpu_poisson::cg::{solve, Precision};
+use lattice_gpu_poisson::cg::{solve, Precision, Report};
 use lattice_gpu_poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
@@ -18,6 +18,21 @@ fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum();
     let den: f64 = b.iter().map(|y| y * y).sum();
     (num / den).sqrt()
+}
+
+/// `p` solved on the CPU to 1e-10 with an f32 preconditioner `c`, at most 100 iterations.
+fn solve_f32(p: &Problem, c: Cycle) -> (Vec<f64>, Report) {
+    solve(
+        &HostLoopEngine,
+        p,
+        c,
+        Precision::F32,
+        1e-10,
+        100,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap()
 }
 
 fn cycle(levels: usize, smoother: Smoother) -> Cycle {
@@ -108,17 +123,7 @@ fn array_of_structures_gives_the_same_bits() {
             layout,
             ..cycle(3, Smoother::RedBlack)
         };
-        solve(
-            &HostLoopEngine,
-            &p,
-            c,
-            Precision::F32,
-            1e-10,
-            200,
-            false,
-            &mut |_, _| {},
-        )
-        .unwrap()
+        solve_f32(&p, c)
     };
     let ((xs, rs), (xa, ra)) = (run(Layout::Soa), run(Layout::Aos));
     assert_eq!(rs.iterations, ra.iterations);
@@ -166,19 +171,7 @@ fn fused_coarse_levels_give_the_same_bits() {
         ..cycle(4, Smoother::RedBlack)
     };
     let plain = cycle(4, Smoother::RedBlack);
-    let run = |c| {
-        solve(
-            &HostLoopEngine,
-            &p,
-            c,
-            Precision::F32,
-            1e-10,
-            100,
-            false,
-            &mut |_, _| {},
-        )
-        .unwrap()
-    };
+    let run = |c| solve_f32(&p, c);
     let ((xg, rg), (xp, rp)) = (run(c), run(plain));
     assert_eq!(rg.iterations, rp.iterations);
     assert!(xg.iter().zip(&xp).all(|(a, b)| a.to_bits() == b.to_bits()));
@@ -228,19 +221,7 @@ fn finest_level_by_colour_gives_the_same_bits() {
         }
     }
     // A whole solve.
-    let run = |c| {
-        solve(
-            &HostLoopEngine,
-            &p,
-            c,
-            Precision::F32,
-            1e-10,
-            100,
-            false,
-            &mut |_, _| {},
-        )
-        .unwrap()
-    };
+    let run = |c| solve_f32(&p, c);
     let ((xc, rc), (xn, rn)) = (run(c(true, 0)), run(c(false, 0)));
     assert_eq!(rc.iterations, rn.iterations);
     assert!(xc.iter().zip(&xn).all(|(a, b)| a.to_bits() == b.to_bits()));
