@@ -10,8 +10,8 @@
 use std::f64::consts::PI;
 use std::time::Instant;
 
-use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region};
+use lattice_gpu_host::comm::{Communicator, FaceMirror, Solo};
+use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
@@ -205,12 +205,7 @@ struct Overlap<'e, E: LoopEngine, T: Element> {
     inner: Option<Loop3D<'e, E>>,
     low: Loop3D<'e, E>,
     high: Option<Loop3D<'e, E>>,
-    /// The array's planes (z indices) the faces send and receive.
-    sent: Vec<usize>,
-    received: Vec<usize>,
-    /// A host copy of the array, of which only the face planes are kept current.
-    host: Vec<T>,
-    plane: usize,
+    faces: FaceMirror<T>,
 }
 
 impl<'e, E: LoopEngine, T: Element> Overlap<'e, E, T>
@@ -225,12 +220,9 @@ where
             q
         };
         let (z0, z1) = (r.begin[2], r.end[2]);
-        // Local z (margin at 0) to the array's plane.
-        let planes = |regions: &mut dyn Iterator<Item = Region<3>>| -> Vec<usize> {
-            let z0 = shape.first()[2];
-            layers(regions, 2).iter().map(|z| z0 + z - 1).collect()
-        };
         let [nx, ny, _] = shape.size();
+        // Local z (margin at 0) to the array's plane.
+        let plane = |z: usize| shape.first()[2] + z - 1;
         Ok(Self {
             inner: (z1 - z0 > 2)
                 .then(|| Loop3D::new(engine, at(z0 + 1, z1 - 1)))
@@ -239,10 +231,7 @@ where
             high: (z1 - z0 > 1)
                 .then(|| Loop3D::new(engine, at(z1 - 1, z1)))
                 .transpose()?,
-            sent: planes(&mut plan.iter().map(|f| f.send)),
-            received: planes(&mut plan.iter().map(|f| f.recv)),
-            host: initial.to_vec(),
-            plane: nx * ny,
+            faces: FaceMirror::new(plan, 2, plane, nx * ny, initial.to_vec()),
         })
     }
 
@@ -256,19 +245,12 @@ where
         f: &mut E::Field<T>,
         g: &mut E::Field<T>,
     ) -> Result<()> {
-        let n = self.plane;
         // Before the interior is queued: a download waits for all queued work.
-        for &z in &self.sent {
-            let face = f.download_span(z * n, n)?;
-            self.host[z * n..(z + 1) * n].copy_from_slice(&face);
-        }
+        self.faces.copy_out(f)?;
         if let Some(inner) = &mut self.inner {
             inner.run(&problem.update(f, g))?;
         }
-        comm.exchange(plan, &mut self.host, index)?;
-        for &z in &self.received {
-            f.upload_span(z * n, &self.host[z * n..(z + 1) * n])?;
-        }
+        self.faces.exchange_into(comm, plan, index, f)?;
         self.low.run(&problem.update(f, g))?;
         if let Some(high) = &mut self.high {
             high.run(&problem.update(f, g))?;

@@ -2,8 +2,8 @@
 //! velocities (zero on the two outermost nodes of every side, which therefore keep their values), and the
 //! kernel variant that carries the step.
 
-use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region};
+use lattice_gpu_host::comm::{Communicator, FaceMirror, Solo};
+use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
@@ -189,11 +189,7 @@ struct Parts<'e, E: LoopEngine> {
     inner: Option<Loop2D<'e, E>>,
     low: Loop2D<'e, E>,
     high: Option<Loop2D<'e, E>>,
-    /// The array rows the faces send and receive.
-    sent: Vec<usize>,
-    received: Vec<usize>,
-    /// A host copy of the array, of which only the face rows are kept current.
-    host: Vec<f32>,
+    faces: FaceMirror<f32>,
 }
 
 /// Which rows a step's loop covers.
@@ -317,18 +313,14 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let high_start = y1.saturating_sub(2).max(low_end);
         let first = self.shape.first()[1];
         // Local y (margins at 0 and 1) to the array's row.
-        let rows = |regions: &mut dyn Iterator<Item = Region<2>>| -> Vec<usize> {
-            layers(regions, 1).iter().map(|y| first + y - 2).collect()
-        };
+        let row = |y: usize| first + y - 2;
         self.parts = Some(Parts {
             inner: (high_start > low_end)
                 .then(|| at(low_end, high_start))
                 .transpose()?,
             low: at(y0, low_end)?,
             high: (y1 > high_start).then(|| at(high_start, y1)).transpose()?,
-            sent: rows(&mut self.plan.iter().map(|f| f.send)),
-            received: rows(&mut self.plan.iter().map(|f| f.recv)),
-            host: initial.to_vec(),
+            faces: FaceMirror::new(&self.plan, 1, row, self.shape.size()[0], initial.to_vec()),
         });
         Ok(self)
     }
@@ -393,23 +385,17 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         if self.parts.is_none() {
             self.run(Part::Whole)?;
         } else {
-            let width = self.shape.size()[0];
             let first = self.shape.first();
             let shape = self.shape;
             let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
             let parts = self.parts.as_mut().expect("checked");
             // Before the inner rows are queued: a download waits for all queued work.
-            for &y in &parts.sent {
-                let row = self.f.download_span(y * width, width)?;
-                parts.host[y * width..(y + 1) * width].copy_from_slice(&row);
-            }
+            parts.faces.copy_out(&self.f)?;
             self.run(Part::Inner)?;
             let parts = self.parts.as_mut().expect("checked");
-            self.comm.exchange(&self.plan, &mut parts.host, &index)?;
-            for &y in &parts.received {
-                self.f
-                    .upload_span(y * width, &parts.host[y * width..(y + 1) * width])?;
-            }
+            parts
+                .faces
+                .exchange_into(self.comm, &self.plan, &index, &mut self.f)?;
             self.run(Part::Low)?;
             self.run(Part::High)?;
         }

@@ -5,8 +5,9 @@
 //! and, with the `mpi` cargo feature, `Mpi` on the MPI library (OpenMPI: `apt install libopenmpi-dev
 //! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`.
 
-use crate::decomp::{Face, Region, Side};
+use crate::decomp::{layers, Face, Region, Side};
 use crate::error::{Error, Result};
+use crate::field::{Element, Field};
 
 /// Values a communicator moves as raw bytes.
 ///
@@ -48,6 +49,70 @@ pub trait Communicator {
     fn sum(&self, v: f64) -> Result<f64>;
     /// Rank 0 gets every rank's `part` in rank order (others get an empty vector).
     fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>>;
+}
+
+/// A host mirror of a field for halo exchanges that move only its face layers: whole array planes (or
+/// rows) along the split axis, contiguous in the array. The layers a plan sends are copied out of the
+/// field, exchanged on the host, and the layers it receives are copied back in; the rest of the mirror
+/// is never read.
+pub struct FaceMirror<T> {
+    /// The array layers the faces send and receive.
+    sent: Vec<usize>,
+    received: Vec<usize>,
+    /// Values per layer.
+    layer: usize,
+    host: Vec<T>,
+}
+
+impl<T: Element> FaceMirror<T> {
+    /// For `plan`, split along `axis`, on a field holding `whole` (its array, margins included) in layers
+    /// of `layer` values; `at` maps a plan coordinate along `axis` to its array layer. A received layer
+    /// goes back whole: its points outside the plan's regions must keep the values `whole` gave them
+    /// (margins no step writes).
+    pub fn new<const D: usize>(
+        plan: &[Face<D>],
+        axis: usize,
+        at: impl Fn(usize) -> usize,
+        layer: usize,
+        whole: Vec<T>,
+    ) -> Self {
+        let of = |regions: &mut dyn Iterator<Item = Region<D>>| -> Vec<usize> {
+            layers(regions, axis).into_iter().map(&at).collect()
+        };
+        Self {
+            sent: of(&mut plan.iter().map(|f| f.send)),
+            received: of(&mut plan.iter().map(|f| f.recv)),
+            layer,
+            host: whole,
+        }
+    }
+
+    /// Copies the layers the plan sends out of `f`, after all work queued on it.
+    pub fn copy_out(&mut self, f: &impl Field<T>) -> Result<()> {
+        let n = self.layer;
+        for &l in &self.sent {
+            let values = f.download_span(l * n, n)?;
+            self.host[l * n..(l + 1) * n].copy_from_slice(&values);
+        }
+        Ok(())
+    }
+
+    /// Runs `plan` through `comm` on the mirror (`index` maps the plan's local points to array indices)
+    /// and copies the layers it receives into `f`.
+    pub fn exchange_into<C: Communicator, const D: usize>(
+        &mut self,
+        comm: &C,
+        plan: &[Face<D>],
+        index: &dyn Fn([usize; D]) -> usize,
+        f: &mut impl Field<T>,
+    ) -> Result<()> {
+        comm.exchange(plan, &mut self.host, index)?;
+        let n = self.layer;
+        for &l in &self.received {
+            f.upload_span(l * n, &self.host[l * n..(l + 1) * n])?;
+        }
+        Ok(())
+    }
 }
 
 /// The values of `region`, in its point order.
@@ -294,6 +359,39 @@ mod mpi_backend {
 mod tests {
     use super::*;
     use crate::decomp::Decomposition;
+
+    #[test]
+    fn face_mirror_moves_only_the_face_planes() {
+        use crate::field::{HostField, Shape};
+        // One rank, periodic in z: its last plane arrives in the lower margin, its first in the upper.
+        let d = Decomposition::new([2, 2, 4], [1, 1, 1], [1, 1, 1], [false, false, true]).unwrap();
+        let plan = d.halo_plan(0);
+        let shape = Shape::new_3d([2, 2, 4], 1).unwrap();
+        let plane = 16;
+        let values: Vec<f64> = (0..shape.len()).map(|k| k as f64).collect();
+        let mut f = HostField::<f64>::zeros(shape);
+        f.upload(&values).unwrap();
+        let z = |zz: usize| zz; // this shape has no padding: local z is the array plane
+        let mut mirror = FaceMirror::new(&plan, 2, z, plane, vec![f64::NAN; shape.len()]);
+        mirror.copy_out(&f).unwrap();
+        let size = d.local_size(0);
+        let index = |p: [usize; 3]| p[0] + size[0] * (p[1] + size[1] * p[2]);
+        mirror.exchange_into(&Solo, &plan, &index, &mut f).unwrap();
+        let got = f.download().unwrap();
+        let at = |x: usize, y: usize, z: usize| x + 4 * (y + 4 * z);
+        for (x, y) in [(1, 1), (2, 1), (1, 2), (2, 2)] {
+            assert_eq!(got[at(x, y, 0)], values[at(x, y, 4)]);
+            assert_eq!(got[at(x, y, 5)], values[at(x, y, 1)]);
+        }
+        // Interior planes and the margins' untouched points keep their values; nothing NaN came in.
+        for z in 1..5 {
+            assert_eq!(
+                got[z * plane..(z + 1) * plane],
+                values[z * plane..(z + 1) * plane]
+            );
+        }
+        assert!(got.iter().all(|v| !v.is_nan()));
+    }
 
     #[test]
     fn solo_wraps_periodic_axes_and_leaves_walls() {

@@ -772,30 +772,26 @@ fn bench(a: &BenchArgs) -> Result<()> {
             if !a.configs.is_empty() && !a.configs.iter().any(|c| c == config.key) {
                 continue;
             }
+            macro_rules! on {
+                ($engine:expr) => {
+                    bench_config(
+                        &gpu,
+                        $engine,
+                        &p,
+                        &exact,
+                        config,
+                        depth,
+                        a,
+                        copy,
+                        k == LEVELS_OF,
+                    )
+                };
+            }
+            // Two engine types: the call is spelled once, for each.
             let run = if config.tuned {
-                bench_config(
-                    &gpu,
-                    &tuner,
-                    &p,
-                    &exact,
-                    config,
-                    depth,
-                    a,
-                    copy,
-                    k == LEVELS_OF,
-                )
+                on!(&tuner)
             } else {
-                bench_config(
-                    &gpu,
-                    &fixed,
-                    &p,
-                    &exact,
-                    config,
-                    depth,
-                    a,
-                    copy,
-                    k == LEVELS_OF,
-                )
+                on!(&fixed)
             };
             let (solve, sweep, rows) = match run {
                 Ok(r) => r,
