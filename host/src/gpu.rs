@@ -136,7 +136,7 @@ impl Gpu {
 
     /// The kernel `entry` of the loaded module (looked up once, then cached) and the most threads a block
     /// of it may have.
-    fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
+    pub(crate) fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = functions.get(entry) {
             return Ok(f.clone());

@@ -246,9 +246,10 @@ pub(crate) fn launch<F: Copy>(
     range: &LoopRange,
     shape: LaunchShape,
 ) -> Result<()> {
+    // A variant the kernel lacks falls back to the plain entry here, and `config` refuses it by name.
     let entry = kernel.entry(shape.variant).unwrap_or(kernel.name());
-    let cfg = shape.config(range, kernel, block_limit(gpu, kernel, shape.variant)?)?;
-    let function = gpu.function(entry)?;
+    let (function, limit) = gpu.lookup(entry)?;
+    let cfg = shape.config(range, kernel, limit)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
     // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the loop
     // checked the range against the update's radius and the fields' sizes, and `config` sized the
