@@ -246,9 +246,18 @@ pub(crate) fn launch<F: Copy>(
     range: &LoopRange,
     shape: LaunchShape,
 ) -> Result<()> {
-    // A variant the kernel lacks falls back to the plain entry here, and `config` refuses it by name.
-    let entry = kernel.entry(shape.variant).unwrap_or(kernel.name());
+    // A variant the kernel lacks: `config` refuses it by name (checked against the GPU's own limit,
+    // as `block_limit` does).
+    let (entry, has_variant) = match kernel.entry(shape.variant) {
+        Some(e) => (e, true),
+        None => (kernel.name(), false),
+    };
     let (function, limit) = gpu.lookup(entry)?;
+    let limit = if has_variant {
+        limit
+    } else {
+        gpu.max_threads_per_block()
+    };
     let cfg = shape.config(range, kernel, limit)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
     // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the loop
