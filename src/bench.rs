@@ -69,6 +69,11 @@ pub struct BenchRow {
     pub tuned_ms: f64,
     /// Median ms per step with the fixed shape.
     pub fixed_ms: f64,
+    /// Median ms per step with the tuned shape, a batch of steps recorded once and replayed as a graph
+    /// (the GPU's gaps between launches without the host queueing each).
+    pub tuned_graph_ms: f64,
+    /// The same with the fixed shape.
+    pub fixed_graph_ms: f64,
     /// Bytes per step (each point read and written once).
     pub bytes: f64,
     /// Interior points.
@@ -91,6 +96,10 @@ impl BenchRow {
     /// GLUPS of the fixed launch.
     pub fn fixed_glups(&self) -> f64 {
         self.points as f64 / self.fixed_ms / 1e6
+    }
+    /// GLUPS, tuned, steps replayed from a graph.
+    pub fn graph_glups(&self) -> f64 {
+        self.points as f64 / self.tuned_graph_ms / 1e6
     }
 }
 
@@ -117,6 +126,42 @@ where
             Ok(())
         })?;
         times.push(ms / per_batch as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Median ms per step over `batches` event-timed replays of `per_batch` steps (rounded up to even, so
+/// that the fields end where they started) recorded once on `engine`, which must record (a GPU engine).
+#[allow(clippy::too_many_arguments)]
+pub fn time_recorded_steps<E: LoopEngine, T: Element>(
+    gpu: &Gpu,
+    engine: &E,
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    per_batch: usize,
+    batches: usize,
+) -> Result<f64>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let per_batch = per_batch.next_multiple_of(2);
+    let recording = engine
+        .record(&mut || {
+            for _ in 0..per_batch {
+                lp.run(&problem.update(f, g))?;
+                std::mem::swap(f, g);
+            }
+            Ok(())
+        })?
+        .ok_or_else(|| {
+            lattice_gpu_host::Error::NoGpu(format!("{} cannot record a graph", engine.describe()))
+        })?;
+    let mut times = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        times.push(gpu.time_ms(|| engine.replay(&recording))? / per_batch as f64);
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
@@ -174,6 +219,8 @@ where
     let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, 3, 1)?;
     let per_batch = ((20.0 / fixed_ms.max(1e-3)) as usize).clamp(3, 2000);
     let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
+    let fixed_graph_ms =
+        time_recorded_steps(gpu, &fixed, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
 
     let mut rows = Vec::with_capacity(sets.len());
     for &set in sets {
@@ -184,6 +231,8 @@ where
         // Batches of about 20 ms, so event resolution and launch gaps do not matter.
         let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
         let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
+        let tuned_graph_ms =
+            time_recorded_steps(gpu, &tuner, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
         rows.push(BenchRow {
             size,
             precision: T::NAME,
@@ -191,6 +240,8 @@ where
             tuning,
             tuned_ms,
             fixed_ms,
+            tuned_graph_ms,
+            fixed_graph_ms,
             bytes: problem.bytes_per_step::<T>(),
             points: problem.points(),
         });

@@ -1,8 +1,8 @@
 //! The Poisson solver's point updates on the GPU against the CPU engine (the same code: the same bits),
 //! outputs poisoned with NaN first, a whole mixed-precision solve on the GPU against the CPU's, the
-//! coarse levels fused into one block program and the finest level stored by colour against the CPU's
-//! V-cycle, and a tuned solver solving twice with the bits of the fixed launch, also with all of those
-//! and recorded graphs.
+//! coarse levels fused into one block program, the finest level stored by colour and the shuffle
+//! restriction against the CPU's V-cycle, and a tuned solver solving twice with the bits of the fixed
+//! launch, also with all of those and recorded graphs.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
@@ -13,7 +13,9 @@ use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D,
     LoopEngine, Shape,
 };
-use lattice_gpu::kernels::poisson::{Jacobi, ProlongAdd, RedBlack, Residual, Restrict};
+use lattice_gpu::kernels::poisson::{
+    Jacobi, ProlongAdd, RedBlack, Residual, Restrict, RestrictPairs,
+};
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
 use lattice_gpu::poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{
@@ -113,6 +115,20 @@ fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
             fine: shape.size().map(|v| v as u32),
         },
     );
+    // The shuffle restriction runs over two points per coarse cell; a row of 7 cells leaves whole
+    // pairs of threads idle at the end of a block 8 wide.
+    let mut pairs = poisoned(coarse);
+    let pair_range = RestrictPairs::<f32>::range(coarse.size().map(|v| v as u32));
+    Loop3D::new(engine, pair_range)
+        .unwrap()
+        .run(&RestrictPairs {
+            r: r.view(),
+            b: pairs.view_mut(),
+            fine: shape.size().map(|v| v as u32),
+            coarse: coarse.size().map(|v| v as u32),
+        })
+        .unwrap();
+    engine.synchronize().unwrap();
     let mut xf = field(shape, &x0);
     go(
         engine,
@@ -129,6 +145,7 @@ fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
         shape.extract(&rb.download().unwrap()),
         coarse.extract(&cb.download().unwrap()),
         shape.extract(&xf.download().unwrap()),
+        coarse.extract(&pairs.download().unwrap()),
     ]
 }
 
@@ -138,6 +155,10 @@ fn point_updates_match_the_cpu_engine_bit_for_bit() {
         return;
     };
     let want = components(&HostLoopEngine);
+    assert_eq!(
+        want[5], want[3],
+        "the shuffle restriction differs on the CPU"
+    );
     for (bx, by, march) in [(32, 4, 2), (128, 1, 1), (8, 8, 4)] {
         let shape = LaunchShape {
             block_x: bx,
@@ -146,10 +167,15 @@ fn point_updates_match_the_cpu_engine_bit_for_bit() {
             variant: lattice_gpu::host::engine::Variant::Plain,
         };
         let got = components(&DeviceLoopEngine::new(gpu.clone(), shape));
-        for (k, name) in ["residual", "jacobi", "red-black", "restrict", "prolong"]
-            .iter()
-            .enumerate()
-        {
+        let names = [
+            "residual",
+            "jacobi",
+            "red-black",
+            "restrict",
+            "prolong",
+            "shuffle restrict",
+        ];
+        for (k, name) in names.iter().enumerate() {
             for (i, (g, w)) in got[k].iter().zip(&want[k]).enumerate() {
                 assert!(
                     g.to_bits() == w.to_bits(),
@@ -238,9 +264,15 @@ fn fused_coarse_cycle_matches_the_cpu_bit_for_bit() {
                 ];
                 if layout == Layout::Soa {
                     // The finest level stored by colour, on its own and with the fused levels.
-                    for (name, cells) in [("by colour", 0), ("by colour, fused", 4096)] {
+                    // The shuffle restriction on the unfused levels.
+                    for (name, cells, shuffle_restrict) in [
+                        ("by colour", 0, false),
+                        ("by colour, fused", 4096, false),
+                        ("by colour, shuffle restriction", 0, true),
+                    ] {
                         let split = Cycle {
                             colours: true,
+                            shuffle_restrict,
                             ..c(cells)
                         };
                         let mut mg = Multigrid::<_, $t>::new(&engine, &p, split).unwrap();
@@ -309,6 +341,7 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         fused_cells: 4096,
         graph: true,
         colours: true,
+        shuffle_restrict: true,
         ..cycle
     };
     fn twice<E: LoopEngine>(mut solver: Solver<E>, want: &[f64], iterations: usize) {

@@ -65,6 +65,8 @@ const ENTRIES: &[&str] = &[
     "poisson_redblack_f64",
     "poisson_restrict_f32",
     "poisson_restrict_f64",
+    "poisson_restrict_pairs_f32",
+    "poisson_restrict_pairs_f64",
     "poisson_prolong_f32",
     "poisson_prolong_f64",
     "poisson_fill_f32",

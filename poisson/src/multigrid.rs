@@ -12,9 +12,9 @@ use lattice_gpu_kernels::poisson::colours::{
 };
 use lattice_gpu_kernels::poisson::{
     CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
-    Residual, Restrict, COARSE_MAX_LEVELS,
+    Residual, Restrict, RestrictPairs, COARSE_MAX_LEVELS,
 };
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
 use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
@@ -53,6 +53,9 @@ pub struct Cycle {
     /// red-black half sweep then moves its own colour's values only (11 values per cell and sweep
     /// instead of 20). The same bits; red-black smoother and SoA layout only.
     pub colours: bool,
+    /// Restricts with [`RestrictPairs`]: a thread per fine column, unit-stride loads, x pairs added by
+    /// a warp shuffle (the ocean model's shuffle restriction). The same bits.
+    pub shuffle_restrict: bool,
 }
 
 /// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
@@ -70,6 +73,7 @@ impl Default for Cycle {
             fused_cells: 0,
             graph: false,
             colours: false,
+            shuffle_restrict: false,
         }
     }
 }
@@ -303,6 +307,7 @@ where
     RedBlack<T, CoeffsAos<T>>: GpuEntry,
     Residual<T, CoeffsAos<T>>: GpuEntry,
     Restrict<T>: GpuEntry,
+    RestrictPairs<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
     Convert<T, f64>: GpuEntry,
@@ -411,21 +416,18 @@ where
                 // By colour, x is zeroed whole and the smoother runs over one half's interior rows and
                 // planes; the rest runs over the natural range.
                 let (fill, smooth) = match lv.halves {
-                    Some(h) => (
-                        halves_shape(lv.shape)?.interior_range(),
-                        LoopRange {
-                            n: [h.n[0] / 2, h.n[1], h.n[2]],
-                            begin: [0, 1, 1],
-                            end: [h.n[0] / 2, h.n[1] - 1, h.n[2] - 1],
-                        },
-                    ),
+                    Some(h) => (halves_shape(lv.shape)?.interior_range(), h.sweep_range()),
                     None => (range, range),
+                };
+                let restrict = match cycle.shuffle_restrict {
+                    true => RestrictPairs::<T>::range(range.n),
+                    false => range,
                 };
                 Ok([
                     site(fill)?,
                     site(smooth)?,
                     site(range)?,
-                    site(range)?,
+                    site(restrict)?,
                     site(range)?,
                     site(range)?,
                     site(range)?,
@@ -558,13 +560,14 @@ where
     /// Level `l`'s residual restricted to level `l + 1`'s right-hand side.
     fn restrict(&mut self, l: usize) -> Result<()> {
         let fine = self.levels[l].shape.size().map(|v| v as u32);
+        let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
         let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
-        let restrict = Restrict {
-            r: fine_levels[l].r.view(),
-            b: coarse_levels[0].b.view_mut(),
-            fine,
-        };
-        self.run(l + 1, Kind::Restrict, &restrict)
+        let (r, b) = (fine_levels[l].r.view(), coarse_levels[0].b.view_mut());
+        if self.cycle.shuffle_restrict {
+            let pairs = RestrictPairs { r, b, fine, coarse };
+            return self.run(l + 1, Kind::Restrict, &pairs);
+        }
+        self.run(l + 1, Kind::Restrict, &Restrict { r, b, fine })
     }
 
     /// Level `l + 1`'s iterate added to level `l`'s.
@@ -943,6 +946,7 @@ where
     RedBlack<T, CoeffsAos<T>>: GpuEntry,
     Residual<T, CoeffsAos<T>>: GpuEntry,
     Restrict<T>: GpuEntry,
+    RestrictPairs<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
     Convert<T, f64>: GpuEntry,

@@ -181,6 +181,31 @@ fn fused_coarse_levels_give_the_same_bits() {
 }
 
 #[test]
+fn shuffle_restriction_gives_the_same_bits() {
+    // Odd coarse rows (7 cells) so that the pairs of points end mid-row on the CPU as on the GPU.
+    let (p, _) = manufactured([28, 12, 8], 0.5, 1.0);
+    let r: Vec<f64> = (0..p.cells())
+        .map(|k| ((k * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let v = |shuffle_restrict| {
+        let c = Cycle {
+            shuffle_restrict,
+            ..cycle(3, Smoother::RedBlack)
+        };
+        Multigrid::<_, f32>::new(&HostLoopEngine, &p, c)
+            .unwrap()
+            .precondition(&r)
+            .unwrap()
+    };
+    let (pairs, plain) = (v(true), v(false));
+    assert!(plain.iter().any(|&x| x != 0.0));
+    assert!(pairs
+        .iter()
+        .zip(&plain)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+#[test]
 fn finest_level_by_colour_gives_the_same_bits() {
     let (p, _) = manufactured([32, 16, 8], 0.5, 1.0);
     let r: Vec<f64> = (0..p.cells())

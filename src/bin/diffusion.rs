@@ -291,21 +291,22 @@ fn bench(args: &BenchArgs) -> Result<()> {
         }
     }
     let copy_after = gpu.copy_bandwidth(args.copy_bytes, 20)?;
-    let header = "| grid | prec | variants | tuned shape | ms/step | GLUPS | GFLOPS | GB/s | of copy | fixed GLUPS | tuned/fixed | tuning steps | overhead ms |";
+    let header = "| grid | prec | variants | tuned shape | ms/step | GLUPS | GFLOPS | GB/s | of copy | fixed GLUPS | tuned/fixed | tuning steps | overhead ms | graph GLUPS | graph of copy | graph tuned/fixed |";
     let mut table = vec![
         header.to_string(),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
     ];
-    let mut csv = vec!["grid,precision,variants,block_x,block_y,march,variant,ms_per_step,glups,gflops,gbs,copy_gbs,ratio,fixed_glups,speedup,tuning_steps,overhead_ms".to_string()];
+    let mut csv = vec!["grid,precision,variants,block_x,block_y,march,variant,ms_per_step,glups,gflops,gbs,copy_gbs,ratio,fixed_glups,speedup,tuning_steps,overhead_ms,graph_ms_per_step,graph_glups,graph_fixed_ms_per_step,graph_speedup".to_string()];
     for r in &rows {
         let s = r.tuning.best;
         table.push(format!(
-            "| {} | {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} |",
+            "| {} | {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} | {:.1} | {:.0}% | {:.1}x |",
             fmt_dims(&r.size), r.precision, r.variants.label(), s, r.tuned_ms, r.glups(), r.gflops(), r.gbs(),
-            100.0 * r.gbs() / copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms()
+            100.0 * r.gbs() / copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms(),
+            r.graph_glups(), 100.0 * r.gbs() * r.tuned_ms / r.tuned_graph_ms / copy, r.fixed_graph_ms / r.tuned_graph_ms
         ));
         csv.push(format!(
-            "{},{},{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3}",
+            "{},{},{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3},{:.6},{:.3},{:.6},{:.3}",
             fmt_dims(&r.size),
             r.precision,
             r.variants.label(),
@@ -322,7 +323,11 @@ fn bench(args: &BenchArgs) -> Result<()> {
             r.fixed_glups(),
             r.fixed_ms / r.tuned_ms,
             r.tuning.steps,
-            r.tuning.overhead_ms()
+            r.tuning.overhead_ms(),
+            r.tuned_graph_ms,
+            r.graph_glups(),
+            r.fixed_graph_ms,
+            r.fixed_graph_ms / r.tuned_graph_ms
         ));
     }
     println!("\ncopy bandwidth {copy:.1} GB/s before, {copy_after:.1} GB/s after; ratios use the first\n");

@@ -96,6 +96,10 @@ struct RunArgs {
     /// only (the same bits; red-black smoother and SoA layout only).
     #[arg(long)]
     colours: bool,
+    /// Restrict with a thread per fine column (unit-stride loads) and x pairs added by a warp shuffle
+    /// (the same bits).
+    #[arg(long)]
+    shuffle_restrict: bool,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
     /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -133,8 +137,8 @@ struct BenchArgs {
     /// measures the fusion (the others launch every pass).
     #[arg(long, default_value_t = FUSED_CELLS)]
     fused_cells: usize,
-    /// Only these configurations, by key: f64, mixed, aos, fixed, fused, graph, colours, jacobi,
-    /// f64-fused-graph, fused-graph, f64-all, all [default: every one].
+    /// Only these configurations, by key: f64, mixed, aos, fixed, fused, graph, shuffle, f64-colours,
+    /// colours, jacobi, f64-fused-graph, fused-graph, f64-all, all [default: every one].
     #[arg(long, value_delimiter = ',')]
     configs: Vec<String>,
     /// Ignore the tune cache and tune every loop again.
@@ -246,6 +250,7 @@ fn run(a: &RunArgs) -> Result<()> {
         fused_cells: a.fused_cells,
         graph: a.graph,
         colours: a.colours,
+        shuffle_restrict: a.shuffle_restrict,
         ..Cycle::default()
     };
     let precision = match a.precision {
@@ -460,6 +465,8 @@ struct Config {
     smoother: Smoother,
     /// The finest level stored by colour.
     colours: bool,
+    /// The shuffle restriction.
+    shuffle: bool,
 }
 
 /// The plain mixed-precision configuration, which the others vary.
@@ -473,11 +480,12 @@ const MIXED: Config = Config {
     graph: false,
     smoother: Smoother::RedBlack,
     colours: false,
+    shuffle: false,
 };
 
 /// Each row's speed-up is over the last f64 row above it: the plain f64 one first, then each f64 row with
 /// some techniques just before the mixed row with the same ones.
-const CONFIGS: [Config; 12] = [
+const CONFIGS: [Config; 14] = [
     Config {
         key: "f64",
         name: "f64 MG, SoA, tuned",
@@ -507,6 +515,19 @@ const CONFIGS: [Config; 12] = [
         key: "graph",
         name: "mixed, SoA, tuned, graph",
         graph: true,
+        ..MIXED
+    },
+    Config {
+        key: "shuffle",
+        name: "mixed, SoA, tuned, shuffle",
+        shuffle: true,
+        ..MIXED
+    },
+    Config {
+        key: "f64-colours",
+        name: "f64 MG, SoA, tuned, by colour",
+        precision: Precision::F64,
+        colours: true,
         ..MIXED
     },
     Config {
@@ -543,6 +564,7 @@ const CONFIGS: [Config; 12] = [
         fused: true,
         graph: true,
         colours: true,
+        shuffle: true,
         ..MIXED
     },
     Config {
@@ -551,12 +573,13 @@ const CONFIGS: [Config; 12] = [
         fused: true,
         graph: true,
         colours: true,
+        shuffle: true,
         ..MIXED
     },
 ];
 
-/// The configuration whose levels are timed against their bandwidth floors.
-const LEVELS_OF: usize = 1;
+/// The configurations whose levels are timed against their bandwidth floors.
+const LEVELS_OF: [&str; 3] = ["mixed", "f64-all", "all"];
 
 /// One row of the solve table.
 struct SolveRow {
@@ -578,6 +601,7 @@ struct SolveRow {
 /// [`Multigrid::traffic`]: lattice_gpu::poisson::multigrid::Multigrid::traffic
 struct LevelRow {
     size: [usize; 3],
+    config: Config,
     level: usize,
     cells: [usize; 3],
     launches: usize,
@@ -633,6 +657,7 @@ fn bench_config<E: LoopEngine>(
         graph: config.graph,
         smoother: config.smoother,
         colours: config.colours,
+        shuffle_restrict: config.shuffle,
         ..Cycle::default()
     };
     let t = Instant::now();
@@ -692,6 +717,7 @@ fn bench_config<E: LoopEngine>(
         for (l, (t, (_, s))) in solver.traffic().iter().zip(&timed.levels).enumerate() {
             level_rows.push(LevelRow {
                 size: p.n,
+                config,
                 level: l,
                 cells: t.cells,
                 launches: t.launches,
@@ -768,7 +794,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         let (p, exact) = manufactured(n, 1.0, 1.0);
         let depth = a.levels.unwrap_or(max_levels(n).min(6));
         let mut f64_seconds = None;
-        for (k, &config) in CONFIGS.iter().enumerate() {
+        for &config in &CONFIGS {
             if !a.configs.is_empty() && !a.configs.iter().any(|c| c == config.key) {
                 continue;
             }
@@ -783,7 +809,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                         depth,
                         a,
                         copy,
-                        k == LEVELS_OF,
+                        LEVELS_OF.contains(&config.key),
                     )
                 };
             }
@@ -825,18 +851,27 @@ fn bench(a: &BenchArgs) -> Result<()> {
     }
     println!();
     println!(
-        "time per V-cycle on each level ({}, a level-timed solve that waits at each change of level) against \
-         its floor: the bytes its kernels must move at the copy bandwidth",
-        CONFIGS[LEVELS_OF].name
+        "time per V-cycle on each level (a level-timed solve that waits at each change of level, so never a \
+         graph; fused levels timed as their first) against its floor: the bytes its kernels must move at the \
+         copy bandwidth"
     );
     println!(
-        "{:<8} {:>5} {:>12} {:>8} {:>11} {:>11} {:>9} {:>8}",
-        "size", "level", "cells", "launches", "ms/V-cycle", "MB/V-cycle", "floor ms", "of floor"
+        "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11} {:>11} {:>9} {:>8}",
+        "size",
+        "preconditioner",
+        "level",
+        "cells",
+        "launches",
+        "ms/V-cycle",
+        "MB/V-cycle",
+        "floor ms",
+        "of floor"
     );
     for r in &levels {
         println!(
-            "{:<8} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>7.1}%",
+            "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>7.1}%",
             size_name(r.size),
+            r.config.name,
             r.level,
             format!("{}x{}x{}", r.cells[0], r.cells[1], r.cells[2]),
             r.launches,
@@ -887,9 +922,10 @@ fn write_bench_csv(
     sweeps: &[SweepRow],
 ) -> Result<()> {
     let io = |e: IoError| Error::Invalid(e.to_string());
-    // The configuration as three columns (its display name has commas).
+    // The configuration as four columns, its key first (its display name has commas).
     let config = |c: &Config| {
         vec![
+            c.key.into(),
             match c.precision {
                 Precision::F32 => "f32".into(),
                 Precision::F64 => "f64".into(),
@@ -925,7 +961,7 @@ fn write_bench_csv(
         .collect();
     write_csv(
         path,
-        "nx,ny,nz,multigrid_precision,layout,launch,levels,iterations,vcycles,solve_s,s_per_iteration,speedup_over_f64,setup_s,tuning_s,rel_l2_error,copy_gb_per_s",
+        "nx,ny,nz,config,multigrid_precision,layout,launch,levels,iterations,vcycles,solve_s,s_per_iteration,speedup_over_f64,setup_s,tuning_s,rel_l2_error,copy_gb_per_s",
         &rows,
     )
     .map_err(io)?;
@@ -933,6 +969,7 @@ fn write_bench_csv(
         .iter()
         .map(|r| {
             let mut line = dims(r.size);
+            line.extend(config(&r.config));
             line.push(r.level.to_string());
             line.extend(dims(r.cells));
             line.push(r.launches.to_string());
@@ -949,7 +986,7 @@ fn write_bench_csv(
     let level_path = beside(path, "levels");
     write_csv(
         &level_path,
-        "nx,ny,nz,level,level_nx,level_ny,level_nz,launches_per_vcycle,ms_per_vcycle,bytes_per_vcycle,floor_ms,of_floor,copy_gb_per_s",
+        "nx,ny,nz,config,multigrid_precision,layout,launch,level,level_nx,level_ny,level_nz,launches_per_vcycle,ms_per_vcycle,bytes_per_vcycle,floor_ms,of_floor,copy_gb_per_s",
         &rows,
     )
     .map_err(io)?;
@@ -974,7 +1011,7 @@ fn write_bench_csv(
     let sweep_path = beside(path, "smoother");
     write_csv(
         &sweep_path,
-        "nx,ny,nz,multigrid_precision,layout,launch,launch_shape,ms_per_sweep,bytes_needed_per_sweep,gb_per_s,of_copy,sector_gb_per_s,copy_gb_per_s",
+        "nx,ny,nz,config,multigrid_precision,layout,launch,launch_shape,ms_per_sweep,bytes_needed_per_sweep,gb_per_s,of_copy,sector_gb_per_s,copy_gb_per_s",
         &rows,
     )
     .map_err(io)?;

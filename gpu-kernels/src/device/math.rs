@@ -7,9 +7,10 @@
 
 use core::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
-/// A floating-point element type of fields and point updates (f32 or f64).
+/// A floating-point element type of fields and point updates (f32 or f64); values a warp can shuffle.
 pub trait Real:
-    Copy
+    crate::device::warp::Shuffle
+    + Copy
     + Default
     + PartialOrd
     + Send

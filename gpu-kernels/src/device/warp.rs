@@ -44,6 +44,9 @@ pub trait Shuffle: Copy {
     fn shfl_xor(self, lane_mask: u32) -> Self;
     /// The value of lane `lane`: `__shfl_sync`, a broadcast.
     fn shfl_idx(self, lane: u32) -> Self;
+    /// [`shfl_xor`](Self::shfl_xor) among the lanes of `members` only (each of them must call it with
+    /// the same `members`; the other lanes may have exited).
+    fn shfl_xor_among(self, members: u32, lane_mask: u32) -> Self;
 }
 
 macro_rules! shuffle_32 {
@@ -88,6 +91,19 @@ macro_rules! shuffle_32 {
                     self
                 }
             }
+            #[inline(always)]
+            fn shfl_xor_among(self, members: u32, lane_mask: u32) -> Self {
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: every lane of `members` calls it (the caller's contract).
+                unsafe {
+                    return $xor(members, self as _, lane_mask, CLAMP) as _;
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    let _ = (members, lane_mask);
+                    self
+                }
+            }
         }
     };
 }
@@ -112,6 +128,14 @@ impl Shuffle for f64 {
     fn shfl_idx(self, lane: u32) -> Self {
         let (lo, hi) = split(self);
         join(lo.shfl_idx(lane), hi.shfl_idx(lane))
+    }
+    #[inline(always)]
+    fn shfl_xor_among(self, members: u32, lane_mask: u32) -> Self {
+        let (lo, hi) = split(self);
+        join(
+            lo.shfl_xor_among(members, lane_mask),
+            hi.shfl_xor_among(members, lane_mask),
+        )
     }
 }
 
@@ -206,6 +230,23 @@ pub fn sum<T: Shuffle + core::ops::Add<Output = T>>(v: T) -> T {
     }
 }
 
+/// `own` plus the value of the paired lane `lane_id ^ 1`, which calls this too (one shuffle between the
+/// two lanes only, so pairs that exit together may leave the warp early). On the host a warp has one
+/// lane: `partner` computes the other value there and is never called on the GPU. Lane `2m` gets
+/// `own + other`, lane `2m + 1` the same sum in the other order, which is the same number.
+#[inline(always)]
+pub fn pair_sum<T: Shuffle + core::ops::Add<Output = T>>(own: T, partner: impl FnOnce() -> T) -> T {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = partner;
+        own + own.shfl_xor_among(3 << (lane_id() & !1), 1)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        own + partner()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +262,8 @@ mod tests {
         assert!(all(true) && !all(false) && any(true) && !any(false));
         assert_eq!(lane_id(), 0);
         assert_eq!(sum(2.25f64), 2.25);
+        assert_eq!(0.5f32.shfl_xor_among(3, 1), 0.5);
+        assert_eq!(pair_sum(0.25f64, || 2.0), 2.25);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use super::{parent, Coeffs};
 use crate::device::math::Real;
-use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
+use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, LoopRange, PointUpdate3D};
 
 /// Where a field's two colour halves are: the natural array size they stand for.
 #[repr(C)]
@@ -29,6 +29,18 @@ impl Halves {
     #[inline(always)]
     pub fn half(&self) -> usize {
         (self.n[0] / 2) as usize * self.n[1] as usize * self.n[2] as usize
+    }
+
+    /// What [`RedBlackByColour`] runs over: a whole half, interior rows and planes. (Running over only
+    /// the `nx / 2 - 1` interior cells of each row, shifted by the row's parity, so that no warp of a
+    /// row is mostly idle, measured 10% slower in f32 on an H100.)
+    pub fn sweep_range(&self) -> LoopRange {
+        let [nx, ny, nz] = self.n;
+        LoopRange {
+            n: [nx / 2, ny, nz],
+            begin: [0, 1, 1],
+            end: [nx / 2, ny - 1, nz - 1],
+        }
     }
 
     /// The colour of natural cell `(i, j, k)` and its index in the two-half array.
@@ -64,8 +76,8 @@ fn apply<T: Real>(
         + a.zp.get(own) * x.get(other + plane)
 }
 
-/// One half sweep of red-black Gauss-Seidel on colour-split fields: runs over one half (`[nx / 2, ny,
-/// nz]`, interior rows and planes), each point the cell of colour `parity` there, margins skipped.
+/// One half sweep of red-black Gauss-Seidel on colour-split fields: runs over one half
+/// ([`Halves::sweep_range`]), each point the cell of colour `parity` there, margins skipped.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RedBlackByColour<T> {

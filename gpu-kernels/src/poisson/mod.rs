@@ -8,6 +8,7 @@
 pub mod colours;
 
 use crate::device::math::Real;
+use crate::device::warp;
 use crate::stencil::{
     ArrayIndex3D, BlockProgram, FieldMut, FieldRef, LoopRange, Passes, PointUpdate3D,
 };
@@ -223,13 +224,65 @@ impl<T: Real> PointUpdate3D for Restrict<T> {
         let base = (2 * idx.i() - 1) as usize
             + nx * (2 * idx.j() - 1) as usize
             + nxy * (2 * idx.k() - 1) as usize;
-        let r = self.r;
-        let sum = (r.get(base) + r.get(base + 1) + r.get(base + nx) + r.get(base + nx + 1))
-            + (r.get(base + nxy)
-                + r.get(base + nxy + 1)
-                + r.get(base + nxy + nx)
-                + r.get(base + nxy + nx + 1));
+        // Children summed in x pairs first, the order [`RestrictPairs`] can keep.
+        let pair = |at: usize| self.r.get(at) + self.r.get(at + 1);
+        let sum = (pair(base) + pair(base + nx)) + (pair(base + nxy) + pair(base + nxy + nx));
         self.b.set(idx.ix(), T::from_f64(0.125) * sum);
+    }
+}
+
+/// [`Restrict`] with the fine cells loaded coalesced (the ocean model's shuffle restriction): one thread
+/// per fine column of the `2 x 2` block of children in y and z, so a warp's loads are unit-stride, and
+/// each x pair of threads adds its columns with one shuffle; the even thread writes the parent. The same
+/// sums in the same order as [`Restrict`]: the same bits. Runs over [`RestrictPairs::range`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RestrictPairs<T> {
+    /// The fine residual.
+    pub r: FieldRef<T>,
+    /// The coarse right-hand side.
+    pub b: FieldMut<T>,
+    /// The fine array's size.
+    pub fine: [u32; 3],
+    /// The coarse array's size.
+    pub coarse: [u32; 3],
+}
+
+impl<T> RestrictPairs<T> {
+    /// Two points in x per interior coarse cell, starting on an even point (so that the pairs of
+    /// threads of a block, whose x widths are even, are the pairs of children).
+    pub fn range(coarse: [u32; 3]) -> LoopRange {
+        let [nx, ny, nz] = coarse;
+        LoopRange {
+            n: [2 * nx, ny, nz],
+            begin: [2, 1, 1],
+            end: [2 * nx - 2, ny - 1, nz - 1],
+        }
+    }
+}
+
+impl<T: Real> PointUpdate3D for RestrictPairs<T> {
+    type Real = T;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        let (nx, nxy) = (
+            self.fine[0] as usize,
+            self.fine[0] as usize * self.fine[1] as usize,
+        );
+        // Point `i` is the fine column `i - 1`, child of coarse cell `i / 2`.
+        let i = idx.i() as usize;
+        let base = (i - 1) + nx * (2 * idx.j() - 1) as usize + nxy * (2 * idx.k() - 1) as usize;
+        let even = i.is_multiple_of(2);
+        let partner = if even { base + 1 } else { base - 1 };
+        let pair = |o: usize| warp::pair_sum(self.r.get(base + o), || self.r.get(partner + o));
+        let sum = (pair(0) + pair(nx)) + (pair(nxy) + pair(nxy + nx));
+        if even {
+            let [cx, cy, _] = self.coarse;
+            let at = i / 2 + cx as usize * (idx.j() as usize + cy as usize * idx.k() as usize);
+            self.b.set(at, T::from_f64(0.125) * sum);
+        }
     }
 }
 
@@ -518,6 +571,8 @@ crate::kernel3d!(poisson_redblack_f32 => RedBlack<f32>);
 crate::kernel3d!(poisson_redblack_f64 => RedBlack<f64>);
 crate::kernel3d!(poisson_restrict_f32 => Restrict<f32>);
 crate::kernel3d!(poisson_restrict_f64 => Restrict<f64>);
+crate::kernel3d!(poisson_restrict_pairs_f32 => RestrictPairs<f32>);
+crate::kernel3d!(poisson_restrict_pairs_f64 => RestrictPairs<f64>);
 crate::kernel3d!(poisson_prolong_f32 => ProlongAdd<f32>);
 crate::kernel3d!(poisson_prolong_f64 => ProlongAdd<f64>);
 crate::kernel3d!(poisson_fill_f32 => Fill<f32>);
