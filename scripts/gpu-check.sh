@@ -23,6 +23,10 @@
 #                                             against their floors, the smoothers against the copy bandwidth)
 #                                  poisson512 `poisson bench` at 512^3: f64 and mixed, plain and with every
 #                                             technique (minutes of set-up: a call of its own)
+#                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
+#                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
+#                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
+#                                             one-domain GPU run, byte for byte (not in the default set)
 #                                logs go to .gpu-bin/out (with $OUT: its CSVs and logs.tar.gz), a short summary table last.
 #                                All parts together take longer than one 10-minute device call: run them in
 #                                groups, e.g. `run tests lbm`, then `run advection poisson`, `run diffusion`,
@@ -45,6 +49,10 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    # The applications with the `mpi` feature (decomposed runs), for the `mpi` part.
+    mkdir -p "$BIN/mpi"
+    cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
+    cp target/release/diffusion target/release/advection target/release/lbm target/release/lqcd "$BIN/mpi/"
     mkdir -p "$BIN/benches"
     cargo bench --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
@@ -54,7 +62,7 @@ for l in sys.stdin:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/benches/"; done
     # The device call carries at most 64 MiB: stripped and packed, the binaries take about a third.
-    strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* 2>/dev/null || true
+    strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* "$BIN"/mpi/* 2>/dev/null || true
     ls -la "$BIN" "$BIN/tests"
     tar czf "$BIN.tar.gz" -C "$BIN" .
     rm -rf "$BIN" && mkdir -p "$BIN" && mv "$BIN.tar.gz" "$BIN/bundle.tar.gz"
@@ -132,6 +140,14 @@ run() {
     [[ $parts == *" advection "* ]] && advection_part "$out"
     [[ $parts == *" poisson "* ]] && poisson_part "$out"
     [[ $parts == *" poisson512 "* ]] && poisson512_part "$out"
+    if [[ $parts == *" mpi "* ]]; then
+        if LATTICE_GPU_MPI_BIN=$BIN/mpi LATTICE_GPU_MPI_ENGINE=device LATTICE_GPU_REQUIRE_MPI=1 \
+            timeout 400 scripts/mpi-check.sh 2>&1 | tee "$out/mpi-check.log"; then
+            record "decomposed runs on the GPU (mpi-check, $(grep -c PASS "$out/mpi-check.log") checks)" PASS
+        else
+            record "decomposed runs on the GPU (mpi-check)" FAIL
+        fi
+    fi
     if [ -n "${OUT:-}" ]; then
         tar czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.npy' --exclude='*.vtk' --exclude='*.raw' .
         cp "$out"/*.csv "$OUT/" 2>/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The decomposed runs on the CPU engine under MPI (CI has no GPU): `diffusion --mpi` (z split),
+# The decomposed runs under MPI, on the CPU engine in CI (no GPU): `diffusion --mpi` (z split),
 # `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls and a moving lid across
 # the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
@@ -7,10 +7,21 @@
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
 # skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
+#
+# On the GPU machine (no Rust): LATTICE_GPU_MPI_BIN=DIR takes the binaries built with the `mpi` feature
+# from DIR instead of building them (scripts/gpu-check.sh stage puts them in .gpu-bin/mpi), and
+# LATTICE_GPU_MPI_ENGINE=device runs the diffusion, advection and lbm comparisons on the GPU (every rank
+# on GPU 0; the decomposed runs must still write the bytes of the one-domain GPU run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+engine=${LATTICE_GPU_MPI_ENGINE:-host}
+prebuilt=${LATTICE_GPU_MPI_BIN:-}
 
 have_mpi() { command -v mpicc >/dev/null && ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1; }
+if [ -n "$prebuilt" ]; then
+    # Prebuilt binaries need only the MPI runtime.
+    have_mpi() { command -v mpirun >/dev/null; }
+fi
 if ! have_mpi; then
     echo "installing OpenMPI and libclang (apt)"
     packages="openmpi-bin libopenmpi-dev libclang-dev"
@@ -24,13 +35,18 @@ if ! have_mpi; then
     [ "${LATTICE_GPU_REQUIRE_MPI:-0}" = 1 ] && exit 1
     exit 0
 fi
-# The MPI code is compiled only with the feature: lint it here.
-cargo clippy --release --workspace --all-targets --features mpi -- -D warnings
-cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
-bin=$PWD/target/release/diffusion
-adv=$PWD/target/release/advection
-lbm=$PWD/target/release/lbm
-lqcd=$PWD/target/release/lqcd
+if [ -z "$prebuilt" ]; then
+    # The MPI code is compiled only with the feature: lint it here.
+    cargo clippy --release --workspace --all-targets --features mpi -- -D warnings
+    cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
+    prebuilt=target/release
+fi
+prebuilt=$(cd "$prebuilt" && pwd)
+bin=$prebuilt/diffusion
+adv=$prebuilt/advection
+lbm=$prebuilt/lbm
+lqcd=$prebuilt/lqcd
+echo "decomposed runs on the $engine engine"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
@@ -40,10 +56,10 @@ status=0
 for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
     set -- $case
     prec=$1 size=$2
-    "$bin" --engine host --size "$size" --steps 60 --precision "$prec" --output "$work/single-$prec" >/dev/null
+    "$bin" --engine "$engine" --size "$size" --steps 60 --precision "$prec" --output "$work/single-$prec" >/dev/null
     want=$(md5sum <"$work/single-$prec/diffusion.npy")
     for np in 1 2 3; do
-        mpirun_ -np "$np" "$bin" --engine host --mpi --size "$size" --steps 60 --precision "$prec" \
+        mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size "$size" --steps 60 --precision "$prec" \
             --output "$work/mpi$np-$prec" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
         got=$(md5sum <"$work/mpi$np-$prec/diffusion.npy")
         if [ "$got" = "$want" ]; then
@@ -58,10 +74,10 @@ done
 for case in "plain 41x37" "packed 41x37" "packed 19x11"; do
     set -- $case
     kernel=$1 size=$2
-    "$adv" swirl --engine host --size "$size" --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null || status=1
+    "$adv" swirl --engine "$engine" --size "$size" --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null || status=1
     want=$(md5sum <"$work/adv-single/field.npy")
     for np in 1 2 3; do
-        mpirun_ -np "$np" "$adv" swirl --engine host --mpi --size "$size" --steps 30 --kernel "$kernel" \
+        mpirun_ -np "$np" "$adv" swirl --engine "$engine" --mpi --size "$size" --steps 30 --kernel "$kernel" \
             --output "$work/adv$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
         if [ "$(md5sum <"$work/adv$np/field.npy")" = "$want" ]; then
             echo "advection $kernel $size, $np MPI ranks: bit-identical to one domain PASS"
@@ -88,14 +104,14 @@ same_as_single() {
         fi
     done
 }
-same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine host --streaming ab --size 24x20x17 --steps 40
-same_as_single "lbm taylor-green f16" density.npy taylor-green --engine host --streaming ab --precision f16 --size 16x12x13 --steps 30
-same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine host --streaming ab --precision f64 --size 18x18x11 \
+same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine "$engine" --streaming ab --size 24x20x17 --steps 40
+same_as_single "lbm taylor-green f16" density.npy taylor-green --engine "$engine" --streaming ab --precision f16 --size 16x12x13 --steps 30
+same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine "$engine" --streaming ab --precision f64 --size 18x18x11 \
     --closed-z --re 20 --steps 300
 # In place: the odd step writes into the halos, which go back to their planes (odd and even step counts).
-same_as_single "lbm in-place 3-D cavity f64" velocity.npy cavity --engine host --streaming aa --precision f64 \
+same_as_single "lbm in-place 3-D cavity f64" velocity.npy cavity --engine "$engine" --streaming aa --precision f64 \
     --size 18x18x11 --closed-z --re 20 --steps 301
-same_as_single "lbm in-place taylor-green f16" density.npy taylor-green --engine host --streaming aa --precision f16 \
+same_as_single "lbm in-place taylor-green f16" density.npy taylor-green --engine "$engine" --streaming aa --precision f16 \
     --size 16x12x13 --steps 30
 # lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
 # (the sums are grouped differently, so the last bits may differ).

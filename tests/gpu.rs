@@ -12,8 +12,8 @@ use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::{KernelInfo, LoopEngine, TuneSpace, Variant};
 use lattice_gpu::host::{
-    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, HostLoopEngine,
-    LaunchShape, Loop2D, Loop3D, Shape,
+    DeviceAutoTuningLoopEngine, DeviceBuffer, DeviceField, DeviceLoopEngine, Element, Field, Gpu,
+    HostLoopEngine, LaunchShape, Loop2D, Loop3D, Shape,
 };
 use lattice_gpu::kernels::device::math;
 use lattice_gpu::kernels::diffusion::Diffusion3d;
@@ -228,7 +228,7 @@ fn device_field_spans_copy_part_of_the_array() {
         return;
     };
     let shape = Shape::new_3d([6, 5, 4], 1).unwrap();
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut f = engine.alloc::<f64>(shape).unwrap();
     let all = random::<f64>(shape.len(), 7);
     f.upload(&all).unwrap();
@@ -241,6 +241,17 @@ fn device_field_spans_copy_part_of_the_array() {
     want[start..start + plane].copy_from_slice(&fresh);
     assert_eq!(f.download().unwrap(), want, "the span spilled over");
     assert!(f.download_span(shape.len() - 1, 2).is_err());
+    // The same for a plain device array (a decomposed lattice-Boltzmann run moves its planes so).
+    let all = random::<f64>(97, 9);
+    let mut b = DeviceBuffer::from_host(&gpu, &all).unwrap();
+    let fresh = random::<f64>(13, 10);
+    b.upload_span(40, &fresh).unwrap();
+    assert_eq!(b.download_span(40, 13).unwrap(), fresh);
+    let mut want = all;
+    want[40..53].copy_from_slice(&fresh);
+    assert_eq!(b.download().unwrap(), want, "the buffer span spilled over");
+    let e = b.upload_span(90, &fresh).unwrap_err().to_string();
+    assert!(e.contains("outside a GPU array of 97"), "{e}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use cudarc::driver::{
     CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-use crate::error::{CudaContext, Result};
+use crate::error::{CudaContext, Error, Result};
 use crate::gpu::Gpu;
 
 /// An element type device arrays can hold: plain bits, valid as all zeros.
@@ -73,6 +73,35 @@ impl<T: Plain> DeviceBuffer<T> {
             .stream()
             .clone_dtoh(&self.buf)
             .cuda(|| "copying from the GPU (a kernel failed)".into())
+    }
+
+    /// `len` elements from `start` on, copied to the host (waits for queued work).
+    pub fn download_span(&self, start: usize, len: usize) -> Result<Vec<T>> {
+        self.check_span(start, len)?;
+        self.gpu
+            .stream()
+            .clone_dtoh(&self.buf.slice(start..start + len))
+            .cuda(|| "copying part of a GPU array to the host (a kernel may have failed)".into())
+    }
+
+    /// Overwrites `data.len()` elements from `start` on, queued after the work before it.
+    pub fn upload_span(&mut self, start: usize, data: &[T]) -> Result<()> {
+        self.check_span(start, data.len())?;
+        self.gpu
+            .stream()
+            .memcpy_htod(data, &mut self.buf.slice_mut(start..start + data.len()))
+            .cuda(|| "copying part of a GPU array from the host".into())
+    }
+
+    fn check_span(&self, start: usize, len: usize) -> Result<()> {
+        if start.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::InvalidSize(format!(
+                "elements {start}..{} are outside a GPU array of {}",
+                start.saturating_add(len),
+                self.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Copies `other` (same length) into this buffer on the stream.

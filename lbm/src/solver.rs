@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
-use lattice_gpu_host::decomp::{Decomposition, Face, Region, Side};
+use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
 use lattice_gpu_host::{DeviceBuffer, Gpu, HostLoopEngine, LoopEngine, Plain};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
@@ -137,6 +137,9 @@ enum Memory<S: LbmStorage> {
         g: Option<DeviceBuffer<S::Raw>>,
         tags: DeviceBuffer<u8>,
         moments: DeviceBuffer<S::Real>,
+        /// A split run's host copy of `f` for halo exchanges: only the planes the plans touch are ever
+        /// copied in or out (empty until the first exchange).
+        mirror: Vec<S::Raw>,
     },
 }
 
@@ -151,6 +154,11 @@ struct Split {
     /// The in-place odd step writes the populations leaving the slab into the halo planes: these plans
     /// send them back to the plane they belong to, for populations moving down (`c_z = -1`) and up.
     back: [Vec<Face<3>>; 2],
+    /// The local z planes the plans send or receive (the received ones are read too: their wall cells
+    /// keep their values on the way back): all that crosses to the host on a GPU.
+    touched: Vec<usize>,
+    /// The planes the refresh receives, and those the return plans receive.
+    received: [Vec<usize>; 2],
 }
 
 /// The plans that return what the in-place odd step wrote into the halo planes: index 0 for populations
@@ -278,6 +286,18 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             }
             let plan = d.halo_plan(comm.rank());
             let back = return_plans(&plan);
+            let planes = |faces: &mut dyn Iterator<Item = &Face<3>>, sent: bool| {
+                layers(faces.map(|f| if sent { f.send } else { f.recv }), 2)
+            };
+            let returns = || back.iter().flatten();
+            let received = [
+                planes(&mut plan.iter(), false),
+                planes(&mut returns(), false),
+            ];
+            let mut touched = planes(&mut plan.iter().chain(returns()), true);
+            touched.extend(received.iter().flatten());
+            touched.sort_unstable();
+            touched.dedup();
             (
                 local,
                 Some(Split {
@@ -285,6 +305,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     z0,
                     plan,
                     back,
+                    touched,
+                    received,
                 }),
             )
         };
@@ -344,6 +366,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 },
                 tags: DeviceBuffer::from_host(gpu, &tags)?,
                 moments: DeviceBuffer::zeros(gpu, 4 * cells)?,
+                mirror: Vec::new(),
                 gpu: gpu.clone(),
             },
         };
@@ -409,11 +432,23 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         };
         match &mut self.mem {
             Memory::Host { f, .. } => run(f)?,
-            Memory::Device { f, .. } => {
-                // The whole lattice round-trips through the host (device halos go by NCCL, not here).
-                let mut host = f.download()?;
-                run(&mut host)?;
-                f.upload(&host)?;
+            Memory::Device { f, mirror, .. } => {
+                // Only the planes the plans touch cross to the host and back, each population's apart.
+                mirror.resize(Q * cells, S::Raw::default());
+                let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
+                let at = |q: usize, z: usize| q * cells + z * plane;
+                for q in 0..Q {
+                    for &z in &sp.touched {
+                        let values = f.download_span(at(q, z), plane)?;
+                        mirror[at(q, z)..at(q, z) + plane].copy_from_slice(&values);
+                    }
+                }
+                run(mirror)?;
+                for q in 0..Q {
+                    for &z in &sp.received[back as usize] {
+                        f.upload_span(at(q, z), &mirror[at(q, z)..at(q, z) + plane])?;
+                    }
+                }
             }
         }
         Ok(())
