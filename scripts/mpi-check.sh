@@ -113,6 +113,11 @@ same_as_single "lbm in-place 3-D cavity f64" velocity.npy cavity --engine "$engi
     --size 18x18x11 --closed-z --re 20 --steps 301
 same_as_single "lbm in-place taylor-green f16" density.npy taylor-green --engine "$engine" --streaming aa --precision f16 \
     --size 16x12x13 --steps 30
+# 5 planes over 3 ranks: slabs of 2, 2 and 1 planes (no planes without a halo, one plane both first and last).
+same_as_single "lbm taylor-green f32, thin slabs" velocity.npy taylor-green --engine "$engine" --streaming ab \
+    --size 16x12x5 --steps 20
+same_as_single "lbm in-place taylor-green f32, thin slabs" velocity.npy taylor-green --engine "$engine" --streaming aa \
+    --size 16x12x5 --steps 21
 # lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
 # (the sums are grouped differently, so the last bits may differ).
 lqcd_line() { grep -o 'converged in [0-9]* iterations.*|x| = [0-9.]*e[0-9+-]*' "$1" | sed -E 's/\([^)]*\)//; s/(\.[0-9]{9})[0-9]*/\1/'; }

@@ -137,9 +137,6 @@ enum Memory<S: LbmStorage> {
         g: Option<DeviceBuffer<S::Raw>>,
         tags: DeviceBuffer<u8>,
         moments: DeviceBuffer<S::Real>,
-        /// A split run's host copy of `f` for halo exchanges: only the planes the plans touch are ever
-        /// copied in or out (empty until the first exchange).
-        mirror: Vec<S::Raw>,
     },
 }
 
@@ -154,10 +151,12 @@ struct Split {
     /// The in-place odd step writes the populations leaving the slab into the halo planes: these plans
     /// send them back to the plane they belong to, for populations moving down (`c_z = -1`) and up.
     back: [Vec<Face<3>>; 2],
-    /// The local z planes the plans send or receive (the received ones are read too: their wall cells
-    /// keep their values on the way back): all that crosses to the host on a GPU.
-    touched: Vec<usize>,
-    /// The planes the refresh receives, and those the return plans receive.
+    /// The local z planes the refresh sends: copied out before the step's inner planes run.
+    sent: Vec<usize>,
+    /// The planes the return plans send or receive (the received ones are read too: their wall cells
+    /// keep their values).
+    returned: Vec<usize>,
+    /// The planes the refresh receives, and those the return plans receive: copied back in.
     received: [Vec<usize>; 2],
 }
 
@@ -206,6 +205,9 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     mem: Memory<S>,
     comm: C,
     split: Option<Split>,
+    /// A split run's host copy of `f` that the halo plans run on: only the planes they touch are ever
+    /// copied in or out (empty until the first exchange).
+    mirror: Vec<S::Raw>,
 }
 
 impl<S: LbmStorage> Lbm<S> {
@@ -294,10 +296,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 planes(&mut plan.iter(), false),
                 planes(&mut returns(), false),
             ];
-            let mut touched = planes(&mut plan.iter().chain(returns()), true);
-            touched.extend(received.iter().flatten());
-            touched.sort_unstable();
-            touched.dedup();
+            let sent = planes(&mut plan.iter(), true);
+            let mut returned = planes(&mut returns(), true);
+            returned.extend(&received[1]);
+            returned.sort_unstable();
+            returned.dedup();
             (
                 local,
                 Some(Split {
@@ -305,7 +308,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     z0,
                     plan,
                     back,
-                    touched,
+                    sent,
+                    returned,
                     received,
                 }),
             )
@@ -340,6 +344,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             block: 256,
             comm,
             split,
+            mirror: Vec::new(),
         };
         let raw = lbm.encode(|q, n| {
             let (rho, u) = start[n];
@@ -366,7 +371,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 },
                 tags: DeviceBuffer::from_host(gpu, &tags)?,
                 moments: DeviceBuffer::zeros(gpu, 4 * cells)?,
-                mirror: Vec::new(),
                 gpu: gpu.clone(),
             },
         };
@@ -387,8 +391,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
     }
 
-    /// Split runs: refreshes the halo planes of the lattice the next step reads (`back` false), or
-    /// returns what the in-place odd step wrote into them to the planes they belong to (`back` true).
+    /// Split runs: runs the refresh of the halo planes (`back` false), or the return of what the
+    /// in-place odd step wrote into them to the planes they belong to (`back` true), on the mirror.
     fn exchange(&mut self, back: bool) -> Result<()> {
         let Some(sp) = &self.split else {
             return Ok(());
@@ -396,58 +400,57 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let cells = self.geometry.cells();
         let geometry = &self.geometry;
         let index = |p: [usize; 3]| geometry.index(p);
-        let run = |f: &mut [S::Raw]| -> Result<()> {
-            for q in 0..Q {
-                let slot = &mut f[q * cells..(q + 1) * cells];
-                let plan = match (back, C[q][2]) {
-                    (false, _) => {
-                        self.comm.exchange(&sp.plan, slot, &index)?;
-                        continue;
-                    }
-                    (true, -1) => &sp.back[0],
-                    (true, 1) => &sp.back[1],
-                    (true, _) => continue,
-                };
-                // Where the cell upstream of a boundary-plane cell is a wall, nothing streamed in: that
-                // cell bounced the population back itself, and its value must outlast what arrives.
-                let upstream_wall = |p: &[usize; 3]| {
-                    let up = [0, 1, 2].map(|a| {
-                        let n = geometry.dims()[a] as i64;
-                        (p[a] as i64 - C[q][a] as i64).rem_euclid(n) as usize
-                    });
-                    !geometry.is_fluid(geometry.index(up))
-                };
-                let kept: Vec<(usize, S::Raw)> = plan
-                    .iter()
-                    .flat_map(|f| f.recv.points())
-                    .filter(upstream_wall)
-                    .map(|p| (index(p), slot[index(p)]))
-                    .collect();
-                self.comm.exchange(plan, slot, &index)?;
-                for (i, v) in kept {
-                    slot[i] = v;
+        for (q, c) in C.iter().enumerate() {
+            let slot = &mut self.mirror[q * cells..(q + 1) * cells];
+            let plan = match (back, c[2]) {
+                (false, _) => {
+                    self.comm.exchange(&sp.plan, slot, &index)?;
+                    continue;
                 }
+                (true, -1) => &sp.back[0],
+                (true, 1) => &sp.back[1],
+                (true, _) => continue,
+            };
+            // Where the cell upstream of a boundary-plane cell is a wall, nothing streamed in: that
+            // cell bounced the population back itself, and its value must outlast what arrives.
+            let upstream_wall = |p: &[usize; 3]| {
+                let up = [0, 1, 2].map(|a| {
+                    let n = geometry.dims()[a] as i64;
+                    (p[a] as i64 - c[a] as i64).rem_euclid(n) as usize
+                });
+                !geometry.is_fluid(geometry.index(up))
+            };
+            let kept: Vec<(usize, S::Raw)> = plan
+                .iter()
+                .flat_map(|f| f.recv.points())
+                .filter(upstream_wall)
+                .map(|p| (index(p), slot[index(p)]))
+                .collect();
+            self.comm.exchange(plan, slot, &index)?;
+            for (i, v) in kept {
+                slot[i] = v;
             }
-            Ok(())
-        };
-        match &mut self.mem {
-            Memory::Host { f, .. } => run(f)?,
-            Memory::Device { f, mirror, .. } => {
-                // Only the planes the plans touch cross to the host and back, each population's apart.
-                mirror.resize(Q * cells, S::Raw::default());
-                let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
-                let at = |q: usize, z: usize| q * cells + z * plane;
-                for q in 0..Q {
-                    for &z in &sp.touched {
-                        let values = f.download_span(at(q, z), plane)?;
-                        mirror[at(q, z)..at(q, z) + plane].copy_from_slice(&values);
+        }
+        Ok(())
+    }
+
+    /// Copies z planes `planes` of every population between the lattice the next step reads and the
+    /// mirror: out of the lattice (`out`, on a GPU after the work queued before) or back into it.
+    fn copy_planes(&mut self, planes: &[usize], out: bool) -> Result<()> {
+        let cells = self.geometry.cells();
+        let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
+        self.mirror.resize(Q * cells, S::Raw::default());
+        for q in 0..Q {
+            for &z in planes {
+                let at = q * cells + z * plane;
+                let mirror = &mut self.mirror[at..at + plane];
+                match (&mut self.mem, out) {
+                    (Memory::Host { f, .. }, true) => mirror.copy_from_slice(&f[at..at + plane]),
+                    (Memory::Host { f, .. }, false) => f[at..at + plane].copy_from_slice(mirror),
+                    (Memory::Device { f, .. }, true) => {
+                        mirror.copy_from_slice(&f.download_span(at, plane)?)
                     }
-                }
-                run(mirror)?;
-                for q in 0..Q {
-                    for &z in &sp.received[back as usize] {
-                        f.upload_span(at(q, z), &mirror[at(q, z)..at(q, z) + plane])?;
-                    }
+                    (Memory::Device { f, .. }, false) => f.upload_span(at, mirror)?,
                 }
             }
         }
@@ -668,16 +671,75 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 
     /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
-    /// density and velocity that [`moments`](Self::moments) reads.
+    /// density and velocity that [`moments`](Self::moments) reads. A split run copies out the planes
+    /// its neighbours need, queues the planes that read no halo (on a GPU they run while the host
+    /// exchanges), puts the received halos in, then runs its first and last plane.
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
-        // The even in-place step reads only its own cells; the others read the neighbours'.
-        if scheme != Scheme::AaEven {
-            self.exchange(false)?;
-        }
         let step = self.step_args(with_moments);
+        let [first, count] = step.planes;
+        // The even in-place step reads only its own cells; the others read the neighbours'.
+        match &self.split {
+            Some(sp) if scheme != Scheme::AaEven => {
+                let sent = sp.sent.clone();
+                let received = sp.received[0].clone();
+                self.copy_planes(&sent, true)?;
+                if count > 2 {
+                    self.launch(
+                        scheme,
+                        Step {
+                            planes: [first + 1, count - 2],
+                            ..step
+                        },
+                    )?;
+                }
+                self.exchange(false)?;
+                self.copy_planes(&received, false)?;
+                self.launch(
+                    scheme,
+                    Step {
+                        planes: [first, 1],
+                        ..step
+                    },
+                )?;
+                if count > 1 {
+                    self.launch(
+                        scheme,
+                        Step {
+                            planes: [first + count - 1, 1],
+                            ..step
+                        },
+                    )?;
+                }
+            }
+            _ => self.launch(scheme, step)?,
+        }
+        if scheme == Scheme::Ab {
+            match &mut self.mem {
+                Memory::Host { f, g, .. } => std::mem::swap(f, g),
+                Memory::Device { f, g: Some(g), .. } => std::mem::swap(f, g),
+                Memory::Device { g: None, .. } => {}
+            }
+        }
+        if scheme == Scheme::AaOdd {
+            if let Some(sp) = &self.split {
+                let (returned, received) = (sp.returned.clone(), sp.received[1].clone());
+                self.copy_planes(&returned, true)?;
+                self.exchange(true)?;
+                self.copy_planes(&received, false)?;
+            }
+        }
+        self.steps += 1;
+        if with_moments {
+            self.moments_step = Some(self.steps);
+        }
+        Ok(())
+    }
+
+    /// Queues `step` over its planes (on the CPU, runs it).
+    fn launch(&mut self, scheme: Scheme, step: Step<S>) -> Result<()> {
         match &mut self.mem {
-            Memory::Host { f, g, .. } => {
+            Memory::Host { .. } => {
                 let [nx, ny, _] = step.dims;
                 let [z0, nz] = step.planes;
                 let row = |r: u32| {
@@ -699,11 +761,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     .into_par_iter()
                     .with_min_len(min_rows)
                     .for_each(row);
-                if scheme == Scheme::Ab {
-                    std::mem::swap(f, g);
-                }
             }
-            Memory::Device { gpu, f, g, .. } => {
+            Memory::Device { gpu, .. } => {
                 let entry = S::ENTRIES[scheme as usize];
                 let [nx, ny, _] = step.dims;
                 let nz = step.planes[1];
@@ -713,17 +772,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 let grid = [nx.div_ceil(bx), ny.div_ceil(by), nz];
                 // SAFETY: the entry takes one `Step<S>`; its buffers cover the grid.
                 unsafe { gpu.launch_3d_on(gpu.stream(), entry, &step, grid, [bx, by, 1])? };
-                if let Some(g) = g {
-                    std::mem::swap(f, g);
-                }
             }
-        }
-        if scheme == Scheme::AaOdd {
-            self.exchange(true)?;
-        }
-        self.steps += 1;
-        if with_moments {
-            self.moments_step = Some(self.steps);
         }
         Ok(())
     }
