@@ -8,6 +8,8 @@ use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, ValidAsZeroBits};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::stencil::{FieldMut, FieldRef, LoopRange};
 
+use rayon::prelude::*;
+
 use crate::error::{CudaContext, Error, Result};
 use crate::gpu::Gpu;
 
@@ -144,17 +146,18 @@ impl Shape {
 
     /// The whole array for interior values `interior` (x fastest, `nx * ny * nz` of them), with `fill` in
     /// the margins and padding.
-    pub fn embed<T: Copy>(&self, interior: &[T], fill: T) -> Result<Vec<T>> {
+    pub fn embed<T: Copy + Send + Sync>(&self, interior: &[T], fill: T) -> Result<Vec<T>> {
         self.embed_map(interior, fill, |v| v)
     }
 
     /// As [`embed`](Self::embed), each interior value passed through `map` on the way (a conversion
-    /// without an intermediate copy of the field).
-    pub fn embed_map<S: Copy, T: Copy>(
+    /// without an intermediate copy of the field). Array planes are filled in parallel: a set-up of
+    /// hundreds of millions of values is otherwise a long single-threaded pause.
+    pub fn embed_map<S: Copy + Sync, T: Copy + Send + Sync>(
         &self,
         interior: &[S],
         fill: T,
-        map: impl Fn(S) -> T,
+        map: impl Fn(S) -> T + Sync,
     ) -> Result<Vec<T>> {
         let [nx, ny, nz] = self.interior;
         if interior.len() != nx * ny * nz {
@@ -165,15 +168,19 @@ impl Shape {
             )));
         }
         let mut v = vec![fill; self.len()];
-        for k in 0..nz {
+        let plane = self.size[0] * self.size[1];
+        v.par_chunks_mut(plane).enumerate().for_each(|(kk, p)| {
+            let Some(k) = kk.checked_sub(self.first[2]).filter(|&k| k < nz) else {
+                return;
+            };
             for j in 0..ny {
-                let dst = self.index(self.first[0], self.first[1] + j, self.first[2] + k);
+                let dst = self.first[0] + self.size[0] * (self.first[1] + j);
                 let src = nx * (j + ny * k);
-                for (d, &s) in v[dst..dst + nx].iter_mut().zip(&interior[src..src + nx]) {
+                for (d, &s) in p[dst..dst + nx].iter_mut().zip(&interior[src..src + nx]) {
                     *d = map(s);
                 }
             }
-        }
+        });
         Ok(v)
     }
 

@@ -6,6 +6,8 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
+
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::colours::{
     ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
@@ -202,15 +204,26 @@ fn halves_shape(shape: Shape) -> Result<Shape> {
 fn by_colour<T: Element>(shape: Shape, halves: Halves, interior: &[f64]) -> Result<Vec<T>> {
     let natural = shape.embed_map(interior, T::ZERO, T::from_f64)?;
     let mut out = vec![T::ZERO; natural.len()];
-    let [nx, ny, nz] = halves.n;
-    for k in 0..nz {
-        for j in 0..ny {
-            for i in 0..nx {
-                out[halves.place(i, j, k).1] =
-                    natural[shape.index(i as usize, j as usize, k as usize)];
+    let [nx, ny, _] = halves.n;
+    // Plane k of each colour is one contiguous run of its half: the planes fill in parallel.
+    let run = (nx / 2) as usize * ny as usize;
+    let (red, black) = out.split_at_mut(halves.half());
+    red.par_chunks_mut(run)
+        .zip(black.par_chunks_mut(run))
+        .enumerate()
+        .for_each(|(k, (red, black))| {
+            for j in 0..ny {
+                for i in 0..nx {
+                    let (c, at) = halves.place(i, j, k as u32);
+                    let v = natural[shape.index(i as usize, j as usize, k)];
+                    let local = at - c as usize * halves.half() - run * k;
+                    match c {
+                        0 => red[local] = v,
+                        _ => black[local] = v,
+                    }
+                }
             }
-        }
-    }
+        });
     Ok(out)
 }
 
@@ -762,16 +775,19 @@ where
         let x = lv.x.download()?;
         let natural = match lv.halves {
             Some(halves) => {
-                let [nx, ny, nz] = lv.shape.size();
+                let [nx, ny, _] = lv.shape.size();
                 let mut natural = vec![T::ZERO; x.len()];
-                for k in 0..nz {
-                    for j in 0..ny {
-                        for i in 0..nx {
-                            let (_, at) = halves.place(i as u32, j as u32, k as u32);
-                            natural[lv.shape.index(i, j, k)] = x[at];
+                natural
+                    .par_chunks_mut(nx * ny)
+                    .enumerate()
+                    .for_each(|(k, plane)| {
+                        for j in 0..ny {
+                            for i in 0..nx {
+                                let (_, at) = halves.place(i as u32, j as u32, k as u32);
+                                plane[i + nx * j] = x[at];
+                            }
                         }
-                    }
-                }
+                    });
                 natural
             }
             None => x,
