@@ -103,6 +103,29 @@ impl BenchRow {
     }
 }
 
+/// Queues `n` steps, `f` and `g` swapping after each.
+fn queue_steps<E: LoopEngine, T: Element>(
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    n: usize,
+) -> lattice_gpu_host::Result<()>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    for _ in 0..n {
+        lp.run(&problem.update(f, g))?;
+        std::mem::swap(f, g);
+    }
+    Ok(())
+}
+
+fn median(mut ms: Vec<f64>) -> f64 {
+    ms.sort_by(f64::total_cmp);
+    ms[ms.len() / 2]
+}
+
 /// Median ms per step over `batches` event-timed batches of `per_batch` steps.
 pub fn time_steps<E: LoopEngine, T: Element>(
     gpu: &Gpu,
@@ -118,17 +141,10 @@ where
 {
     let mut times = Vec::with_capacity(batches);
     for _ in 0..batches {
-        let ms = gpu.time_ms(|| {
-            for _ in 0..per_batch {
-                lp.run(&problem.update(f, g))?;
-                std::mem::swap(f, g);
-            }
-            Ok(())
-        })?;
+        let ms = gpu.time_ms(|| queue_steps(lp, f, g, problem, per_batch))?;
         times.push(ms / per_batch as f64);
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(median(times))
 }
 
 /// Median ms per step over `batches` event-timed replays of `per_batch` steps (rounded up to even, so
@@ -149,13 +165,7 @@ where
 {
     let per_batch = per_batch.next_multiple_of(2);
     let recording = engine
-        .record(&mut || {
-            for _ in 0..per_batch {
-                lp.run(&problem.update(f, g))?;
-                std::mem::swap(f, g);
-            }
-            Ok(())
-        })?
+        .record(&mut || queue_steps(lp, f, g, problem, per_batch))?
         .ok_or_else(|| {
             lattice_gpu_host::Error::NoGpu(format!("{} cannot record a graph", engine.describe()))
         })?;
@@ -163,8 +173,7 @@ where
     for _ in 0..batches {
         times.push(gpu.time_ms(|| engine.replay(&recording))? / per_batch as f64);
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(median(times))
 }
 
 /// Runs real steps on an auto-tuned loop until its tuning has finished; the result.
