@@ -38,6 +38,24 @@ fn manufactured_problem_converges_and_writes_files() {
     let err = common::number_after(&text, "relative L2 ");
     assert!(err < 5e-3, "{text}");
     assert!(text.contains("level 1: 16x16x8 cells"), "{text}");
+    // By default every technique that applies is on; the Jacobi smoother runs without the red-black
+    // ones, and each can be turned off.
+    assert!(
+        text.contains("RedBlack, finest level by colour, fused coarse levels, graph replay"),
+        "{text}"
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--engine", "host", "--size", "16x16x8"];
+        args.extend(extra);
+        args.extend(["--no-level-times", "--output", out.to_str().unwrap()]);
+        let (ok, text) = poisson(&args);
+        assert!(ok, "{extra:?}: {text}");
+        text
+    };
+    let text = run(&["--smoother", "jacobi"]);
+    assert!(text.contains("Jacobi)"), "{text}");
+    let text = run(&["--colours", "off", "--fused-cells", "0", "--graph", "off"]);
+    assert!(text.contains("RedBlack)"), "{text}");
     // Set-up and solve are timed apart.
     assert!(common::number_after(&text, "set-up: ") >= 0.0, "{text}");
     assert!(

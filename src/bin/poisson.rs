@@ -85,17 +85,18 @@ struct RunArgs {
     #[arg(long)]
     levels: Option<usize>,
     /// Coarse levels of at most this many cells run their part of the V-cycle as one launch (a block
-    /// program) instead of one launch per pass, e.g. 4096 (16^3); 0: never. Red-black smoother only.
-    #[arg(long, default_value_t = 0)]
+    /// program) instead of one launch per pass; 0: never. Red-black smoother only.
+    #[arg(long, default_value_t = FUSED_CELLS)]
     fused_cells: usize,
     /// Record each preconditioner application once as a CUDA graph and replay it (GPU engines, red-black
-    /// smoother; once every loop is tuned).
-    #[arg(long)]
-    graph: bool,
+    /// smoother; once every loop is tuned): `on` (also plain `--graph`) or `off`.
+    #[arg(long, value_enum, default_value_t = Switch::On, num_args = 0..=1, default_missing_value = "on")]
+    graph: Switch,
     /// Store the finest level by colour, so that each red-black half sweep moves its own colour's values
-    /// only (the same bits; red-black smoother and SoA layout only).
-    #[arg(long)]
-    colours: bool,
+    /// only (the same bits): `auto` wherever it applies (red-black smoother, SoA layout, an even number
+    /// of cells in x), `on` (also plain `--colours`) insists, `off`.
+    #[arg(long, value_enum, default_value_t = Switch::Auto, num_args = 0..=1, default_missing_value = "on")]
+    colours: Switch,
     /// Restrict with a thread per fine column (unit-stride loads) and x pairs added by a warp shuffle
     /// (the same bits).
     #[arg(long)]
@@ -148,6 +149,14 @@ struct BenchArgs {
     /// (NAME-levels.csv, NAME-smoother.csv).
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+/// A technique: on, off, or on wherever it applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -248,8 +257,16 @@ fn run(a: &RunArgs) -> Result<()> {
             LayoutArg::Aos => Layout::Aos,
         },
         fused_cells: a.fused_cells,
-        graph: a.graph,
-        colours: a.colours,
+        graph: a.graph != Switch::Off,
+        colours: match a.colours {
+            Switch::On => true,
+            Switch::Off => false,
+            Switch::Auto => {
+                a.smoother == SmootherArg::Rb
+                    && a.layout == LayoutArg::Soa
+                    && p.n[0].is_multiple_of(2)
+            }
+        },
         shuffle_restrict: a.shuffle_restrict,
         ..Cycle::default()
     };
@@ -285,8 +302,22 @@ fn run(a: &RunArgs) -> Result<()> {
         done.built + done.tuning.unwrap_or(0.0),
         done.built
     );
+    // The techniques in use, so that a run says what it timed.
+    let techniques: String = [
+        (cycle.colours, ", finest level by colour"),
+        (done.fused_from.is_some(), ", fused coarse levels"),
+        (
+            cycle.graph && cycle.smoother == Smoother::RedBlack,
+            ", graph replay on a GPU",
+        ),
+        (cycle.shuffle_restrict, ", shuffle restriction"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
     println!(
-        "converged: {} CG iterations in {:.4} s ({:.3} ms per iteration), relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?})",
+        "converged: {} CG iterations in {:.4} s ({:.3} ms per iteration), relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?}{techniques})",
         report.iterations,
         report.seconds,
         1e3 * report.seconds / report.iterations.max(1) as f64,
