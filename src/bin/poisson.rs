@@ -900,7 +900,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     );
     for r in &levels {
         println!(
-            "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>7.1}%",
+            "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>8}",
             size_name(r.size),
             r.config.name,
             r.level,
@@ -909,7 +909,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
             r.ms,
             r.bytes / 1e6,
             r.floor_ms,
-            100.0 * r.floor_ms / r.ms
+            // A fused level's time is its first level's.
+            match r.ms > 0.0 {
+                true => format!("{:.1}%", 100.0 * r.floor_ms / r.ms),
+                false => "fused".into(),
+            }
         );
     }
     println!();
