@@ -260,7 +260,7 @@ poisson_part() {
 poisson512_part() {
     local out=$1
     bench "poisson bench 512^3" "$out/poisson-bench-512.log" \
-        "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all --csv "$out/poisson-bench-512.csv"
+        "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all,f64-all-async,all-async --csv "$out/poisson-bench-512.csv"
 }
 
 profile() {

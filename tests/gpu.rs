@@ -255,6 +255,42 @@ fn device_field_spans_copy_part_of_the_array() {
 }
 
 #[test]
+fn dot_into_leaves_the_sum_on_the_device() {
+    let Some(gpu) = gpu("dot_into_leaves_the_sum_on_the_device") else {
+        return;
+    };
+    let shape = Shape::new_3d([40, 30, 20], 1).unwrap();
+    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let mut a = engine.alloc::<f64>(shape).unwrap();
+    let mut b = engine.alloc::<f64>(shape).unwrap();
+    let (va, vb) = (
+        random::<f64>(shape.len(), 21),
+        random::<f64>(shape.len(), 22),
+    );
+    a.upload(&va).unwrap();
+    b.upload(&vb).unwrap();
+    let want: f64 = va.iter().zip(&vb).map(|(x, y)| x * y).sum();
+    let slots = Shape::new_3d([8, 1, 1], 0).unwrap();
+    let mut out = engine.alloc::<f64>(slots).unwrap();
+    out.upload(&[f64::NAN; 8]).unwrap();
+    // Twice: the kernel's block counter must be back at zero for the second call.
+    engine.dot_into(&a, &b, &mut out, 3).unwrap();
+    engine.dot_into(&a, &a, &mut out, 5).unwrap();
+    let got = out.download().unwrap();
+    let aa: f64 = va.iter().map(|x| x * x).sum();
+    assert!(
+        (got[3] - want).abs() <= 1e-12 * want.abs().max(1.0),
+        "{} vs {want}",
+        got[3]
+    );
+    assert!((got[5] - aa).abs() <= 1e-12 * aa, "{} vs {aa}", got[5]);
+    for k in [0, 1, 2, 4, 6, 7] {
+        assert!(got[k].is_nan(), "slot {k} was written");
+    }
+    assert!(engine.dot_into(&a, &b, &mut out, 8).is_err());
+}
+
+#[test]
 fn missing_variant_is_a_clear_error() {
     let Some(gpu) = gpu("missing_variant_is_a_clear_error") else {
         return;

@@ -56,6 +56,11 @@ fn manufactured_problem_converges_and_writes_files() {
     assert!(text.contains("Jacobi)"), "{text}");
     let text = run(&["--colours", "off", "--fused-cells", "0", "--graph", "off"]);
     assert!(text.contains("RedBlack)"), "{text}");
+    // CG's scalars on the engine: the same iterations as with the host's.
+    let iterations = |text: &str| common::number_after(text, "converged: ");
+    let text = run(&["--cg", "async", "--check-every", "3"]);
+    assert!(text.contains("CG scalars on the engine"), "{text}");
+    assert_eq!(iterations(&text), iterations(&run(&[])), "{text}");
     // Set-up and solve are timed apart.
     assert!(common::number_after(&text, "set-up: ") >= 0.0, "{text}");
     assert!(

@@ -360,6 +360,29 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     twice(on_tuner, &want, rep.iterations);
     let on_fixed = Solver::new(&fixed, &p, fast, Precision::F32).unwrap();
     twice(on_fixed, &want, rep.iterations);
+    // CG's scalars kept on the GPU (read every iteration, and every 4): the same iterations, and the
+    // iterate to the rounding of the dot products' other order.
+    let mut solver = Solver::new(&tuner, &p, fast, Precision::F32).unwrap();
+    solver.tune().unwrap();
+    for every in [1, 4] {
+        let got = solver
+            .solve_async(1e-10, 300, every, &mut |_, _| {})
+            .unwrap();
+        assert!(
+            got.iterations.abs_diff(rep.iterations) <= 1,
+            "every {every}: {} iterations, {} with the host's scalars",
+            got.iterations,
+            rep.iterations
+        );
+        let x = solver.solution().unwrap();
+        let diff = x
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(diff <= 1e-8 * scale, "every {every}: {diff:e}");
+    }
 }
 
 #[test]

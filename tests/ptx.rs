@@ -47,6 +47,7 @@ const ENTRIES: &[&str] = &[
     "poisson_convert_f32_f64",
     "poisson_convert_f64_f64",
     "field_dot_f64",
+    "field_dot_into_f64",
     "poisson_apply_aos_f32",
     "poisson_apply_aos_f64",
     "poisson_residual_aos_f32",

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
-use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgStep, Convert, Fill};
+use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgScalars, CgStep, Convert, Fill};
 
 use crate::multigrid::{
     check_levels, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
@@ -239,8 +239,10 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         self.until_tuned(Some(Site::Fill), Self::fill_x)?;
         self.until_tuned(Some(Site::Copy), Self::copy_b)?;
         self.until_tuned(None, |s| s.op.apply(&s.p, &mut s.q))?;
-        self.until_tuned(Some(Site::Step), |s| s.step(0.0))?;
-        self.until_tuned(Some(Site::Direction), |s| s.direction_with(0.0))?;
+        self.until_tuned(Some(Site::Step), |s| s.step(0.0, CgScalars::HOST))?;
+        self.until_tuned(Some(Site::Direction), |s| {
+            s.direction_with(0.0, CgScalars::HOST)
+        })?;
         let (r, z) = (&self.r, &mut self.z);
         with_mg!(&mut self.mg, m => m.tune(r, z))?;
         self.engine.synchronize()?;
@@ -284,22 +286,28 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         Ok(())
     }
 
-    /// `x += alpha p`, `r -= alpha q`.
-    fn step(&mut self, alpha: f64) -> Result<()> {
+    /// `x += alpha p`, `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]).
+    fn step(&mut self, alpha: f64, scalars: CgScalars) -> Result<()> {
         self.sites[Site::Step as usize].run(&CgStep {
             x: self.x.view_mut(),
             r: self.r.view_mut(),
             p: self.p.view(),
             q: self.q.view(),
             alpha,
+            scalars,
         })?;
         Ok(())
     }
 
-    /// `p = z + beta p`.
-    fn direction_with(&mut self, beta: f64) -> Result<()> {
+    /// `p = z + beta p` (`beta` from `scalars` unless they are [`CgScalars::HOST`]).
+    fn direction_with(&mut self, beta: f64, scalars: CgScalars) -> Result<()> {
         let (p, z) = (self.p.view_mut(), self.z.view());
-        self.sites[Site::Direction as usize].run(&CgDirection { p, z, beta })?;
+        self.sites[Site::Direction as usize].run(&CgDirection {
+            p,
+            z,
+            beta,
+            scalars,
+        })?;
         Ok(())
     }
 
@@ -352,11 +360,13 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
                 );
                 return Err(stalled(what, it, &history, tol));
             }
-            self.step(rz / pq)?;
-            let rel = self.engine.dot(&self.r, &self.r)?.sqrt() / self.b_norm;
+            self.step(rz / pq, CgScalars::HOST)?;
+            let rr = self.engine.dot(&self.r, &self.r)?;
+            let rel = rr.sqrt() / self.b_norm;
             history.push(rel);
             progress(it, rel);
-            if rel < tol {
+            // |r| < tol |b|, squared: the test `solve_async`'s updates make on the engine.
+            if rr < (tol * self.b_norm).powi(2) {
                 return self.report(it, history, vcycles, start);
             }
             if rel < best {
@@ -370,7 +380,94 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             let rz_new = self.engine.dot(&self.r, &self.z)?;
             let beta = rz_new / rz;
             rz = rz_new;
-            self.direction_with(beta)?;
+            self.direction_with(beta, CgScalars::HOST)?;
+        }
+        let what = "the iteration limit was reached".into();
+        Err(stalled(what, max_iter, &history, tol))
+    }
+
+    /// [`solve`](Self::solve) with CG's scalars kept on the engine: each dot product lands in an array
+    /// there ([`LoopEngine::dot_into`]) and the vector updates read their factors from it, so the host
+    /// queues `check_every` iterations at a time and reads the array only then (on a GPU it never
+    /// waits in between). Iterations queued past convergence change nothing (the updates stop once
+    /// `|r|^2` is below `tol^2 |b|^2`), so the iterations, the residuals and, on the CPU, the bits are
+    /// those of `solve`.
+    pub fn solve_async(
+        &mut self,
+        tol: f64,
+        max_iter: usize,
+        check_every: usize,
+        progress: &mut dyn FnMut(usize, f64),
+    ) -> Result<Report> {
+        check_stop(tol, max_iter)?;
+        if check_every == 0 {
+            return Err(Error::Invalid(
+                "the residual must be read every 1 or more iterations".into(),
+            ));
+        }
+        with_mg!(&mut self.mg, m => m.set_timed(false));
+        let start = Instant::now();
+        let mut history = vec![1.0];
+        self.fill_x()?;
+        if self.b_norm == 0.0 {
+            return self.report(0, history, 0, start);
+        }
+        // Iteration k's |r|^2, p.Ap and r.z, in that order.
+        let (rr, pq, rz) = (|k: usize| 3 * k, |k: usize| 3 * k + 1, |k: usize| 3 * k + 2);
+        let mut values = self
+            .engine
+            .alloc::<f64>(Shape::new_3d([3 * (max_iter + 1), 1, 1], 0)?)?;
+        let stop = (tol * self.b_norm).powi(2);
+        let scalars = |v: &E::Field<f64>, num: usize, den: usize, rr: usize| CgScalars {
+            values: v.view(),
+            num: num as u32,
+            den: den as u32,
+            rr: rr as u32,
+            stop,
+        };
+        self.copy_b()?;
+        self.engine.dot_into(&self.r, &self.r, &mut values, rr(0))?;
+        self.precondition()?;
+        self.engine.dot_into(&self.r, &self.z, &mut values, rz(0))?;
+        self.first_direction()?;
+        let (mut best, mut best_at, mut read) = (1.0, 0, 0);
+        for it in 1..=max_iter {
+            self.op.apply(&self.p, &mut self.q)?;
+            self.engine
+                .dot_into(&self.p, &self.q, &mut values, pq(it))?;
+            self.step(0.0, scalars(&values, rz(it - 1), pq(it), rr(it - 1)))?;
+            self.engine
+                .dot_into(&self.r, &self.r, &mut values, rr(it))?;
+            if it % check_every == 0 || it == max_iter {
+                let v = values.download()?;
+                for k in read + 1..=it {
+                    if v[pq(k)].is_nan() || v[pq(k)] <= 0.0 {
+                        let what = format!(
+                            "p.Ap = {:e} is not positive: the operator or preconditioner is not SPD",
+                            v[pq(k)]
+                        );
+                        return Err(stalled(what, k, &history, tol));
+                    }
+                    let rel = v[rr(k)].sqrt() / self.b_norm;
+                    history.push(rel);
+                    progress(k, rel);
+                    // The updates' own test, so that the host stops where they did.
+                    if v[rr(k)] < stop {
+                        return self.report(k, history, k, start);
+                    }
+                    if rel < best {
+                        (best, best_at) = (rel, k);
+                    } else if k - best_at >= 50 || !rel.is_finite() {
+                        let what = "the residual stopped falling".into();
+                        return Err(stalled(what, k, &history, tol));
+                    }
+                }
+                read = it;
+            }
+            self.precondition()?;
+            self.engine
+                .dot_into(&self.r, &self.z, &mut values, rz(it))?;
+            self.direction_with(0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
         }
         let what = "the iteration limit was reached".into();
         Err(stalled(what, max_iter, &history, tol))

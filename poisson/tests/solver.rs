@@ -7,7 +7,7 @@
 
 use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, Shape};
 use lattice_gpu_kernels::poisson::{ProlongAdd, RedBlack, Residual, Restrict};
-use lattice_gpu_poisson::cg::{solve, Precision, Report};
+use lattice_gpu_poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu_poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
@@ -486,4 +486,51 @@ fn bad_input_is_refused_with_the_history() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("sum to zero"), "{e}");
+}
+
+#[test]
+fn scalars_on_the_engine_give_the_iterations_and_bits_of_the_host_ones() {
+    let (p, _) = manufactured([24, 16, 8], 0.5, 1.0);
+    for precision in [Precision::F32, Precision::F64] {
+        let mut solver =
+            Solver::new(&HostLoopEngine, &p, cycle(3, Smoother::RedBlack), precision).unwrap();
+        let want = solver.solve(1e-10, 100, false, &mut |_, _| {}).unwrap();
+        let x_want = solver.solution().unwrap();
+        assert!(want.iterations > 3, "{want:?}");
+        // Reading the residual every iteration, and every 7 (iterations queued past convergence must
+        // change nothing).
+        for every in [1, 7] {
+            let mut seen = Vec::new();
+            let got = solver
+                .solve_async(1e-10, 100, every, &mut |k, r| seen.push((k, r)))
+                .unwrap();
+            assert_eq!(
+                got.iterations, want.iterations,
+                "{precision:?} every {every}"
+            );
+            assert_eq!(got.vcycles, want.vcycles);
+            assert_eq!(got.history, want.history, "{precision:?} every {every}");
+            assert_eq!(seen.len(), want.iterations);
+            let x = solver.solution().unwrap();
+            assert!(
+                x.iter()
+                    .zip(&x_want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{precision:?} every {every}: the iterate differs"
+            );
+        }
+        // The limit, with the history, and a bad reading interval.
+        let e = solver
+            .solve_async(1e-10, 2, 7, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("iteration limit") && e.contains("0: 1.00e0, 2: "),
+            "{e}"
+        );
+        let e = solver
+            .solve_async(1e-10, 10, 0, &mut |_, _| {})
+            .unwrap_err();
+        assert!(e.to_string().contains("every 1 or more"), "{e}");
+    }
 }

@@ -101,6 +101,14 @@ struct RunArgs {
     /// (the same bits).
     #[arg(long)]
     shuffle_restrict: bool,
+    /// How CG's scalars travel: `sync` copies each dot product to the host, which computes the next
+    /// factor; `async` keeps them on the engine (the vector updates read them there) and reads the
+    /// residual every `--check-every` iterations only. The same iterations either way.
+    #[arg(long, value_enum, default_value_t = CgArg::Sync)]
+    cg: CgArg,
+    /// Iterations between the host's reads of the residual with `--cg async`.
+    #[arg(long, default_value_t = 10)]
+    check_every: usize,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
     /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -139,7 +147,8 @@ struct BenchArgs {
     #[arg(long, default_value_t = FUSED_CELLS)]
     fused_cells: usize,
     /// Only these configurations, by key: f64, mixed, aos, fixed, fused, graph, shuffle, f64-colours,
-    /// colours, jacobi, f64-fused-graph, fused-graph, f64-all, all [default: every one].
+    /// colours, jacobi, f64-fused-graph, fused-graph, f64-all, all, f64-all-async, all-async
+    /// [default: every one].
     #[arg(long, value_delimiter = ',')]
     configs: Vec<String>,
     /// Ignore the tune cache and tune every loop again.
@@ -149,6 +158,13 @@ struct BenchArgs {
     /// (NAME-levels.csv, NAME-smoother.csv).
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+/// How CG's scalars travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum CgArg {
+    Sync,
+    Async,
 }
 
 /// A technique: on, off, or on wherever it applies.
@@ -311,6 +327,7 @@ fn run(a: &RunArgs) -> Result<()> {
             ", graph replay on a GPU",
         ),
         (cycle.shuffle_restrict, ", shuffle restriction"),
+        (a.cg == CgArg::Async, ", CG scalars on the engine"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -458,7 +475,10 @@ fn solve_on<E: LoopEngine>(
         bar.set_position(it as u64);
         bar.set_message(format!("residual {r:.2e}"));
     };
-    let result = solver.solve(a.tol, a.max_iter, false, &mut show);
+    let result = match a.cg {
+        CgArg::Sync => solver.solve(a.tol, a.max_iter, false, &mut show),
+        CgArg::Async => solver.solve_async(a.tol, a.max_iter, a.check_every, &mut show),
+    };
     bar.finish_and_clear();
     let report = result?;
     let x = solver.solution()?;
@@ -498,6 +518,8 @@ struct Config {
     colours: bool,
     /// The shuffle restriction.
     shuffle: bool,
+    /// CG's scalars kept on the engine, the residual read every 10 iterations (`--cg async`).
+    cg_async: bool,
 }
 
 /// The plain mixed-precision configuration, which the others vary.
@@ -512,11 +534,12 @@ const MIXED: Config = Config {
     smoother: Smoother::RedBlack,
     colours: false,
     shuffle: false,
+    cg_async: false,
 };
 
 /// Each row's speed-up is over the last f64 row above it: the plain f64 one first, then each f64 row with
 /// some techniques just before the mixed row with the same ones.
-const CONFIGS: [Config; 14] = [
+const CONFIGS: [Config; 16] = [
     Config {
         key: "f64",
         name: "f64 MG, SoA, tuned",
@@ -605,6 +628,27 @@ const CONFIGS: [Config; 14] = [
         graph: true,
         colours: true,
         shuffle: true,
+        ..MIXED
+    },
+    Config {
+        key: "f64-all-async",
+        name: "f64 MG, everything, async",
+        precision: Precision::F64,
+        fused: true,
+        graph: true,
+        colours: true,
+        shuffle: true,
+        cg_async: true,
+        ..MIXED
+    },
+    Config {
+        key: "all-async",
+        name: "mixed, everything, async",
+        fused: true,
+        graph: true,
+        colours: true,
+        shuffle: true,
+        cg_async: true,
         ..MIXED
     },
 ];
@@ -698,10 +742,14 @@ fn bench_config<E: LoopEngine>(
     solver.tune()?;
     let tuning = t.elapsed().as_secs_f64();
     let quiet = &mut |_: usize, _: f64| {};
-    let warm = solver.solve(a.tol, a.max_iter, false, quiet)?;
+    let mut solve = |solver: &mut Solver<E>| match config.cg_async {
+        true => solver.solve_async(a.tol, a.max_iter, 10, quiet),
+        false => solver.solve(a.tol, a.max_iter, false, quiet),
+    };
+    let warm = solve(&mut solver)?;
     let mut times = Vec::with_capacity(a.repeats);
     for _ in 0..a.repeats.max(1) {
-        let r = solver.solve(a.tol, a.max_iter, false, quiet)?;
+        let r = solve(&mut solver)?;
         if r.iterations != warm.iterations {
             eprintln!(
                 "warning: {} at {}: {} iterations, then {}: repeated solves should agree",

@@ -355,8 +355,11 @@ pub struct CgStep {
     pub p: FieldRef<f64>,
     /// `A p`.
     pub q: FieldRef<f64>,
-    /// The step length.
+    /// The step length, as the host computed it; or, from [`CgScalars`] on the engine,
+    /// `r.z / p.q` (and no update once the solve has converged or `p.q` is not positive).
     pub alpha: f64,
+    /// Where the scalars are when the host does not pass them.
+    pub scalars: CgScalars,
 }
 
 impl PointUpdate3D for CgStep {
@@ -365,11 +368,60 @@ impl PointUpdate3D for CgStep {
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
+        let Some(alpha) = self.scalars.factor(self.alpha, true) else {
+            return;
+        };
         let i = idx.ix();
         self.x
-            .set(i, self.x.as_ref().get(i) + self.alpha * self.p.get(i));
+            .set(i, self.x.as_ref().get(i) + alpha * self.p.get(i));
         self.r
-            .set(i, self.r.as_ref().get(i) - self.alpha * self.q.get(i));
+            .set(i, self.r.as_ref().get(i) - alpha * self.q.get(i));
+    }
+}
+
+/// CG's scalars in an f64 array on the engine (asynchronous CG: the dot products land there, see
+/// `LoopEngine::dot_into`, and the vector updates read them, so the host need not wait for any), or
+/// none ([`CgScalars::HOST`]: the host passes each factor).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgScalars {
+    /// The array (null: none).
+    pub values: FieldRef<f64>,
+    /// The factor is `values[num] / values[den]`.
+    pub num: u32,
+    /// See `num`.
+    pub den: u32,
+    /// `|r|^2` of the previous iteration: the solve has converged once it is below `stop`.
+    pub rr: u32,
+    /// `tol^2 |b|^2`.
+    pub stop: f64,
+}
+
+impl CgScalars {
+    /// The host passes the factors.
+    // SAFETY: a null array is never read (`factor` checks).
+    pub const HOST: Self = Self {
+        values: unsafe { FieldRef::from_raw(core::ptr::null()) },
+        num: 0,
+        den: 0,
+        rr: 0,
+        stop: 0.0,
+    };
+
+    /// `given` when the host passes the factors, else `values[num] / values[den]`; `None` (with
+    /// `guard`) once the solve has converged or when the denominator is not positive (a breakdown the
+    /// host reports when it reads the array).
+    #[inline(always)]
+    pub fn factor(&self, given: f64, guard: bool) -> Option<f64> {
+        if self.values.as_ptr().is_null() {
+            return Some(given);
+        }
+        let v = |k: u32| self.values.get(k as usize);
+        let den = v(self.den);
+        if guard && (v(self.rr) < self.stop || den.is_nan() || den <= 0.0) {
+            return None;
+        }
+        Some(v(self.num) / den)
     }
 }
 
@@ -381,8 +433,11 @@ pub struct CgDirection {
     pub p: FieldMut<f64>,
     /// The preconditioned residual.
     pub z: FieldRef<f64>,
-    /// The conjugation factor.
+    /// The conjugation factor, as the host computed it; or, from [`CgScalars`] on the engine, the new
+    /// `r.z` over the previous one.
     pub beta: f64,
+    /// Where the scalars are when the host does not pass them.
+    pub scalars: CgScalars,
 }
 
 impl PointUpdate3D for CgDirection {
@@ -391,9 +446,11 @@ impl PointUpdate3D for CgDirection {
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
+        let Some(beta) = self.scalars.factor(self.beta, false) else {
+            return;
+        };
         let i = idx.ix();
-        self.p
-            .set(i, self.z.get(i) + self.beta * self.p.as_ref().get(i));
+        self.p.set(i, self.z.get(i) + beta * self.p.as_ref().get(i));
     }
 }
 

@@ -20,7 +20,7 @@ pub use loops::{
     device_loop2d, device_loop3d, device_loop3d_tiled, device_loop3d_zqueue, plain_thread,
     tile_shared_bytes, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
 };
-pub use reduce::FieldDot;
+pub use reduce::{FieldDot, FieldDotInto};
 pub use source::{Source3D, Tile, ZQueue, ZQUEUE_MAX_RADIUS};
 
 use crate::device::math::Real;

@@ -518,6 +518,16 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         super::device::device_dot(&self.gpu, a, b)
     }
 
+    fn dot_into(
+        &self,
+        a: &DeviceField<f64>,
+        b: &DeviceField<f64>,
+        out: &mut DeviceField<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        super::device::device_dot_into(&self.gpu, a, b, out, slot)
+    }
+
     fn tuning(site: &AutoTuningInfo) -> Option<&TuningReport> {
         site.report()
     }

@@ -350,6 +350,16 @@ impl LoopEngine for DeviceLoopEngine {
     fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
         device_dot(&self.gpu, a, b)
     }
+
+    fn dot_into(
+        &self,
+        a: &DeviceField<f64>,
+        b: &DeviceField<f64>,
+        out: &mut DeviceField<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        device_dot_into(&self.gpu, a, b, out, slot)
+    }
 }
 
 /// Captures what `work` queues on the GPU's stream as a CUDA graph, instantiated and uploaded.
@@ -390,6 +400,55 @@ pub(crate) fn device_dot(
     a: &DeviceField<f64>,
     b: &DeviceField<f64>,
 ) -> Result<f64> {
+    let (args, blocks, partials) = dot_args(gpu, a, b)?;
+    // SAFETY: `field_dot_f64` takes one `FieldDot`; both fields hold `n` values and `partials` one per
+    // block.
+    unsafe { gpu.launch("field_dot_f64", &args, blocks, DOT_BLOCK)? };
+    Ok(partials.download()?.iter().sum())
+}
+
+/// `dot` into `out[slot]` on the device, queued ([`LoopEngine::dot_into`]).
+pub(crate) fn device_dot_into(
+    gpu: &Arc<Gpu>,
+    a: &DeviceField<f64>,
+    b: &DeviceField<f64>,
+    out: &mut DeviceField<f64>,
+    slot: usize,
+) -> Result<()> {
+    if slot >= out.shape().len() {
+        return Err(Error::InvalidSize(format!(
+            "dot product into value {slot} of a field of {}",
+            out.shape().len()
+        )));
+    }
+    let (dot, blocks, partials) = dot_args(gpu, a, b)?;
+    // Stream-ordered allocations: freed after the kernel, never waited for.
+    let done = crate::buffer::DeviceBuffer::<u32>::zeros(gpu, 1)?;
+    let args = lattice_gpu_kernels::stencil::FieldDotInto {
+        dot,
+        // SAFETY: slot < len (checked above).
+        out: unsafe { out.view_mut().as_ptr().add(slot) },
+        done: done.ptr(),
+    };
+    // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, and `out` one value.
+    unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK)? };
+    drop(partials);
+    Ok(())
+}
+
+const DOT_BLOCK: u32 = 256;
+
+/// The arguments of a dot product of `a` and `b` (checked to have one size), its block count and the
+/// buffer of its partial sums.
+fn dot_args(
+    gpu: &Arc<Gpu>,
+    a: &DeviceField<f64>,
+    b: &DeviceField<f64>,
+) -> Result<(
+    lattice_gpu_kernels::stencil::FieldDot,
+    u32,
+    crate::buffer::DeviceBuffer<f64>,
+)> {
     let n = a.shape().len();
     if b.shape().len() != n {
         return Err(Error::InvalidSize(format!(
@@ -397,8 +456,7 @@ pub(crate) fn device_dot(
             b.shape().len()
         )));
     }
-    const BLOCK: u32 = 256;
-    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, BLOCK));
+    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK));
     let partials = crate::buffer::DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
     let args = lattice_gpu_kernels::stencil::FieldDot {
         a: a.view().as_ptr(),
@@ -406,8 +464,5 @@ pub(crate) fn device_dot(
         n: n as u64,
         partials: partials.ptr(),
     };
-    // SAFETY: `field_dot_f64` takes one `FieldDot`; both fields hold `n` values and `partials` one per
-    // block.
-    unsafe { gpu.launch("field_dot_f64", &args, blocks, BLOCK)? };
-    Ok(partials.download()?.iter().sum())
+    Ok((args, blocks, partials))
 }

@@ -76,6 +76,19 @@ pub trait LoopEngine {
     /// `sum a_i b_i` over two whole f64 fields of one shape, margins included (solvers keep zeros there),
     /// reduced where the fields live; the same grouping every call, so repeated runs agree bit for bit.
     fn dot(&self, a: &Self::Field<f64>, b: &Self::Field<f64>) -> Result<f64>;
+    /// [`dot`](Self::dot) written into value `slot` of `out` where the fields live, queued: on a GPU
+    /// the host does not wait for it (a later kernel reads it there), so a solver's scalars need not
+    /// cross to the host every iteration. The same sum as `dot` on the CPU.
+    fn dot_into(
+        &self,
+        a: &Self::Field<f64>,
+        b: &Self::Field<f64>,
+        out: &mut Self::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        let v = self.dot(a, b)?;
+        out.upload_span(slot, &[v])
+    }
     /// The tuning result kept in a call site's state, for engines that tune.
     fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
         None
