@@ -87,6 +87,69 @@ fn stalled(what: String, iterations: usize, history: &[f64], tolerance: f64) -> 
     }
 }
 
+/// What the host makes of a solve's residuals, whichever way they reach it: the history, the progress
+/// report, and when to stop (converged, broken down, stalled).
+struct Watch<'a> {
+    tol: f64,
+    b_norm: f64,
+    history: Vec<f64>,
+    /// The smallest relative residual so far and its iteration.
+    best: (f64, usize),
+    progress: &'a mut dyn FnMut(usize, f64),
+}
+
+impl<'a> Watch<'a> {
+    fn new(tol: f64, b_norm: f64, progress: &'a mut dyn FnMut(usize, f64)) -> Self {
+        Self {
+            tol,
+            b_norm,
+            history: vec![1.0],
+            best: (1.0, 0),
+            progress,
+        }
+    }
+
+    /// `|r|^2` under which the solve has converged: `|r| < tol |b|`, squared, the test the engine's
+    /// updates make in [`Solver::solve_async`], so that the host stops where they did.
+    fn stop(&self) -> f64 {
+        (self.tol * self.b_norm).powi(2)
+    }
+
+    /// Fails unless iteration `it`'s `p.Ap` is positive.
+    fn check_pq(&self, it: usize, pq: f64) -> Result<()> {
+        if pq.is_nan() || pq <= 0.0 {
+            let what =
+                format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD");
+            return Err(stalled(what, it, &self.history, self.tol));
+        }
+        Ok(())
+    }
+
+    /// Records iteration `it`'s `|r|^2` and reports it; `true` once converged, an error once the
+    /// residual has not fallen for 50 iterations (or is not finite).
+    fn observe(&mut self, it: usize, rr: f64) -> Result<bool> {
+        let rel = rr.sqrt() / self.b_norm;
+        self.history.push(rel);
+        (self.progress)(it, rel);
+        if rr < self.stop() {
+            return Ok(true);
+        }
+        if rel < self.best.0 {
+            self.best = (rel, it);
+        } else if it - self.best.1 >= 50 || !rel.is_finite() {
+            let what = "the residual stopped falling".into();
+            return Err(stalled(what, it, &self.history, self.tol));
+        }
+        Ok(false)
+    }
+
+    /// The error of a solve that ran `max_iter` iterations without converging.
+    fn out_of_iterations(&self, max_iter: usize) -> Error {
+        let what = "the iteration limit was reached".into();
+        stalled(what, max_iter, &self.history, self.tol)
+    }
+}
+
 /// The precision of the multigrid preconditioner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precision {
@@ -340,40 +403,23 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         with_mg!(&mut self.mg, m => m.set_timed(timed));
         let start = Instant::now();
         let mut vcycles = 0;
-        let mut history = vec![1.0];
+        let mut watch = Watch::new(tol, self.b_norm, progress);
         self.fill_x()?;
         if self.b_norm == 0.0 {
-            return self.report(0, history, vcycles, start);
+            return self.report(0, watch.history, vcycles, start);
         }
         self.copy_b()?;
         self.precondition()?;
         vcycles += 1;
         self.first_direction()?;
         let mut rz = self.engine.dot(&self.r, &self.z)?;
-        let (mut best, mut best_at) = (1.0, 0);
         for it in 1..=max_iter {
             self.op.apply(&self.p, &mut self.q)?;
             let pq = self.engine.dot(&self.p, &self.q)?;
-            if pq.is_nan() || pq <= 0.0 {
-                let what = format!(
-                    "p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD"
-                );
-                return Err(stalled(what, it, &history, tol));
-            }
+            watch.check_pq(it, pq)?;
             self.step(rz / pq, CgScalars::HOST)?;
-            let rr = self.engine.dot(&self.r, &self.r)?;
-            let rel = rr.sqrt() / self.b_norm;
-            history.push(rel);
-            progress(it, rel);
-            // |r| < tol |b|, squared: the test `solve_async`'s updates make on the engine.
-            if rr < (tol * self.b_norm).powi(2) {
-                return self.report(it, history, vcycles, start);
-            }
-            if rel < best {
-                (best, best_at) = (rel, it);
-            } else if it - best_at >= 50 || !rel.is_finite() {
-                let what = "the residual stopped falling".into();
-                return Err(stalled(what, it, &history, tol));
+            if watch.observe(it, self.engine.dot(&self.r, &self.r)?)? {
+                return self.report(it, watch.history, vcycles, start);
             }
             self.precondition()?;
             vcycles += 1;
@@ -382,8 +428,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             rz = rz_new;
             self.direction_with(beta, CgScalars::HOST)?;
         }
-        let what = "the iteration limit was reached".into();
-        Err(stalled(what, max_iter, &history, tol))
+        Err(watch.out_of_iterations(max_iter))
     }
 
     /// [`solve`](Self::solve) with CG's scalars kept on the engine: each dot product lands in an array
@@ -407,17 +452,17 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         }
         with_mg!(&mut self.mg, m => m.set_timed(false));
         let start = Instant::now();
-        let mut history = vec![1.0];
+        let mut watch = Watch::new(tol, self.b_norm, progress);
         self.fill_x()?;
         if self.b_norm == 0.0 {
-            return self.report(0, history, 0, start);
+            return self.report(0, watch.history, 0, start);
         }
         // Iteration k's |r|^2, p.Ap and r.z, in that order.
         let (rr, pq, rz) = (|k: usize| 3 * k, |k: usize| 3 * k + 1, |k: usize| 3 * k + 2);
         let mut values = self
             .engine
             .alloc::<f64>(Shape::new_3d([3 * (max_iter + 1), 1, 1], 0)?)?;
-        let stop = (tol * self.b_norm).powi(2);
+        let stop = watch.stop();
         let scalars = |v: &E::Field<f64>, num: usize, den: usize, rr: usize| CgScalars {
             values: v.view(),
             num: num as u32,
@@ -430,7 +475,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         self.precondition()?;
         self.engine.dot_into(&self.r, &self.z, &mut values, rz(0))?;
         self.first_direction()?;
-        let (mut best, mut best_at, mut read) = (1.0, 0, 0);
+        let mut read = 0;
         for it in 1..=max_iter {
             self.op.apply(&self.p, &mut self.q)?;
             self.engine
@@ -441,25 +486,9 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             if it % check_every == 0 || it == max_iter {
                 let v = values.download()?;
                 for k in read + 1..=it {
-                    if v[pq(k)].is_nan() || v[pq(k)] <= 0.0 {
-                        let what = format!(
-                            "p.Ap = {:e} is not positive: the operator or preconditioner is not SPD",
-                            v[pq(k)]
-                        );
-                        return Err(stalled(what, k, &history, tol));
-                    }
-                    let rel = v[rr(k)].sqrt() / self.b_norm;
-                    history.push(rel);
-                    progress(k, rel);
-                    // The updates' own test, so that the host stops where they did.
-                    if v[rr(k)] < stop {
-                        return self.report(k, history, k, start);
-                    }
-                    if rel < best {
-                        (best, best_at) = (rel, k);
-                    } else if k - best_at >= 50 || !rel.is_finite() {
-                        let what = "the residual stopped falling".into();
-                        return Err(stalled(what, k, &history, tol));
+                    watch.check_pq(k, v[pq(k)])?;
+                    if watch.observe(k, v[rr(k)])? {
+                        return self.report(k, watch.history, k, start);
                     }
                 }
                 read = it;
@@ -469,8 +498,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
                 .dot_into(&self.r, &self.z, &mut values, rz(it))?;
             self.direction_with(0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
         }
-        let what = "the iteration limit was reached".into();
-        Err(stalled(what, max_iter, &history, tol))
+        Err(watch.out_of_iterations(max_iter))
     }
 
     fn report(
