@@ -13,8 +13,8 @@ use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgScalars, CgStep, Convert, Fill};
 
 use crate::multigrid::{
-    check_levels, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
-    Preconditioner, StencilFields, SweepBytes, TUNE_RUN_LIMIT,
+    check_levels, run_until_tuned, with_operator, Cycle, Layout, LevelTraffic, Multigrid,
+    OperatorView, Preconditioner, StencilFields, SweepBytes,
 };
 use crate::problem::{Problem, Stencil};
 use crate::{Error, Result};
@@ -322,17 +322,9 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             let site = site.map_or(&s.op.site, |k| &s.sites[k as usize]);
             E::tuning(site.info()).is_some()
         };
-        let mut runs = 0;
-        while !tuned(self) {
-            if runs == TUNE_RUN_LIMIT {
-                return Err(Error::Invalid(format!(
-                    "a conjugate-gradient loop was still tuning after {runs} runs"
-                )));
-            }
-            work(self)?;
-            runs += 1;
-        }
-        Ok(())
+        run_until_tuned(self, tuned, &mut work, || {
+            "a conjugate-gradient loop".into()
+        })
     }
 
     /// `x = 0`.

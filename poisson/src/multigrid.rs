@@ -839,18 +839,11 @@ where
         kind: Kind,
         mut work: impl FnMut(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        let site = |m: &Self| E::tuning(m.sites[l][kind as usize].info()).is_some();
-        let mut runs = 0;
-        while self.engine.tunes() && !site(self) {
-            if runs == TUNE_RUN_LIMIT {
-                return Err(Error::Invalid(format!(
-                    "multigrid level {l}: a loop was still tuning after {runs} runs"
-                )));
-            }
-            work(self)?;
-            runs += 1;
-        }
-        Ok(())
+        let tuned =
+            |m: &Self| !m.engine.tunes() || E::tuning(m.sites[l][kind as usize].info()).is_some();
+        run_until_tuned(self, tuned, &mut work, || {
+            format!("multigrid level {l}: a loop")
+        })
     }
 
     /// `sweeps` smoothing sweeps on the finest level with its current iterate and right-hand side, queued
@@ -950,7 +943,29 @@ where
 
 /// Runs of one loop after which tuning counts as stuck (the tuner needs candidates x repetitions, a few
 /// hundred).
-pub(crate) const TUNE_RUN_LIMIT: usize = 100_000;
+const TUNE_RUN_LIMIT: usize = 100_000;
+
+/// Runs `work` on `state` until `tuned(state)`: an auto-tuning engine tunes a loop on the real work, a
+/// few hundred runs. Fails, naming `what` (the loop), after [`TUNE_RUN_LIMIT`] runs.
+pub(crate) fn run_until_tuned<S>(
+    state: &mut S,
+    tuned: impl Fn(&S) -> bool,
+    work: &mut impl FnMut(&mut S) -> Result<()>,
+    what: impl Fn() -> String,
+) -> Result<()> {
+    let mut runs = 0;
+    while !tuned(state) {
+        if runs == TUNE_RUN_LIMIT {
+            return Err(Error::Invalid(format!(
+                "{} was still tuning after {runs} runs",
+                what()
+            )));
+        }
+        work(state)?;
+        runs += 1;
+    }
+    Ok(())
+}
 
 impl<'e, E: LoopEngine, T: Element> Preconditioner<E> for Multigrid<'e, E, T>
 where
