@@ -16,7 +16,7 @@ use lattice_gpu_kernels::poisson::{
     CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
     Residual, Restrict, RestrictPairs, COARSE_MAX_LEVELS,
 };
-use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{FieldMut, FieldRef, GpuEntry, PointUpdate3D};
 
 use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
@@ -603,33 +603,38 @@ where
     /// CG's f64 residual `r` into the finest right-hand side.
     fn convert_in(&mut self, r: &E::Field<f64>) -> Result<()> {
         let (from, to) = (r.view(), self.levels[0].b.view_mut());
-        if let Some(halves) = self.levels[0].halves {
-            let to_halves = 1;
-            let convert = ConvertByColour {
-                from,
-                to,
-                halves,
-                to_halves,
-            };
-            return self.run(0, Kind::ConvertIn, &convert);
-        }
-        self.run(0, Kind::ConvertIn, &Convert { from, to })
+        self.convert(Kind::ConvertIn, from, to)
     }
 
     /// The finest iterate into CG's f64 vector `z`.
     fn convert_out(&mut self, z: &mut E::Field<f64>) -> Result<()> {
         let (from, to) = (self.levels[0].x.view(), z.view_mut());
+        self.convert(Kind::ConvertOut, from, to)
+    }
+
+    /// `to = from` between CG's precision and the finest level's, through its colour halves when it is
+    /// stored by colour (into them for [`Kind::ConvertIn`], out of them for [`Kind::ConvertOut`]).
+    fn convert<A: Element, B: Element>(
+        &mut self,
+        kind: Kind,
+        from: FieldRef<A>,
+        to: FieldMut<B>,
+    ) -> Result<()>
+    where
+        Convert<A, B>: PointUpdate3D + GpuEntry,
+        ConvertByColour<A, B>: PointUpdate3D + GpuEntry,
+    {
         if let Some(halves) = self.levels[0].halves {
-            let to_halves = 0;
+            let to_halves = matches!(kind, Kind::ConvertIn) as u32;
             let convert = ConvertByColour {
                 from,
                 to,
                 halves,
                 to_halves,
             };
-            return self.run(0, Kind::ConvertOut, &convert);
+            return self.run(0, kind, &convert);
         }
-        self.run(0, Kind::ConvertOut, &Convert { from, to })
+        self.run(0, kind, &Convert { from, to })
     }
 
     /// `z = M^-1 r`'s kernels, queued.
