@@ -1005,9 +1005,11 @@ fn write_bench_csv(
     sweeps: &[SweepRow],
 ) -> Result<()> {
     let io = |e: IoError| Error::Invalid(e.to_string());
-    // The configuration as four columns, its key first (its display name has commas).
-    let config = |c: &Config| {
-        vec![
+    // Each row starts with the grid and the configuration as four columns, its key first (its display
+    // name has commas).
+    let head = |size: [usize; 3], c: &Config| {
+        let mut line = dims(size);
+        line.extend([
             c.key.into(),
             match c.precision {
                 Precision::F32 => "f32".into(),
@@ -1018,13 +1020,13 @@ fn write_bench_csv(
                 Layout::Aos => "aos".into(),
             },
             if c.tuned { "tuned" } else { "fixed" }.into(),
-        ]
+        ]);
+        line
     };
     let rows: Vec<Vec<String>> = solves
         .iter()
         .map(|(r, f64_seconds)| {
-            let mut line = dims(r.size);
-            line.extend(config(&r.config));
+            let mut line = head(r.size, &r.config);
             line.extend([
                 r.levels.to_string(),
                 r.iterations.to_string(),
@@ -1051,8 +1053,7 @@ fn write_bench_csv(
     let rows: Vec<Vec<String>> = levels
         .iter()
         .map(|r| {
-            let mut line = dims(r.size);
-            line.extend(config(&r.config));
+            let mut line = head(r.size, &r.config);
             line.push(r.level.to_string());
             line.extend(dims(r.cells));
             line.push(r.launches.to_string());
@@ -1076,8 +1077,7 @@ fn write_bench_csv(
     let rows: Vec<Vec<String>> = sweeps
         .iter()
         .map(|r| {
-            let mut line = dims(r.size);
-            line.extend(config(&r.config));
+            let mut line = head(r.size, &r.config);
             line.push(format!("\"{}\"", r.launch));
             let gbs = r.needed / (r.ms * 1e-3) / 1e9;
             line.extend(numbers(&[
