@@ -434,14 +434,18 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(())
     }
 
-    /// Copies z planes `planes` of every population between the lattice the next step reads and the
-    /// mirror: out of the lattice (`out`, on a GPU after the work queued before) or back into it.
-    fn copy_planes(&mut self, planes: &[usize], out: bool) -> Result<()> {
+    /// Copies the z planes `planes` picks from a split run's plans, of every population, between the
+    /// lattice the next step reads and the mirror: out of the lattice (`out`, on a GPU after the work
+    /// queued before) or back into it.
+    fn copy_planes(&mut self, planes: fn(&Split) -> &[usize], out: bool) -> Result<()> {
+        let Some(sp) = &self.split else {
+            return Ok(());
+        };
         let cells = self.geometry.cells();
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
         self.mirror.resize(Q * cells, S::Raw::default());
         for q in 0..Q {
-            for &z in planes {
+            for &z in planes(sp) {
                 let at = q * cells + z * plane;
                 let mirror = &mut self.mirror[at..at + plane];
                 match (&mut self.mem, out) {
@@ -680,10 +684,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let [first, count] = step.planes;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
-            Some(sp) if scheme != Scheme::AaEven => {
-                let sent = sp.sent.clone();
-                let received = sp.received[0].clone();
-                self.copy_planes(&sent, true)?;
+            Some(_) if scheme != Scheme::AaEven => {
+                self.copy_planes(|sp| &sp.sent, true)?;
                 if count > 2 {
                     self.launch(
                         scheme,
@@ -694,7 +696,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     )?;
                 }
                 self.exchange(false)?;
-                self.copy_planes(&received, false)?;
+                self.copy_planes(|sp| &sp.received[0], false)?;
                 self.launch(
                     scheme,
                     Step {
@@ -721,13 +723,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 Memory::Device { g: None, .. } => {}
             }
         }
-        if scheme == Scheme::AaOdd {
-            if let Some(sp) = &self.split {
-                let (returned, received) = (sp.returned.clone(), sp.received[1].clone());
-                self.copy_planes(&returned, true)?;
-                self.exchange(true)?;
-                self.copy_planes(&received, false)?;
-            }
+        if scheme == Scheme::AaOdd && self.split.is_some() {
+            self.copy_planes(|sp| &sp.returned, true)?;
+            self.exchange(true)?;
+            self.copy_planes(|sp| &sp.received[1], false)?;
         }
         self.steps += 1;
         if with_moments {
