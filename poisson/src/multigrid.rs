@@ -60,6 +60,14 @@ pub struct Cycle {
     pub shuffle_restrict: bool,
 }
 
+impl Cycle {
+    /// Whether the finest level of `n` cells can be stored by colour ([`Cycle::colours`]): red-black
+    /// smoother, SoA layout and an even number of cells in x.
+    pub fn colours_apply(&self, n: [usize; 3]) -> bool {
+        self.smoother == Smoother::RedBlack && self.layout == Layout::Soa && n[0].is_multiple_of(2)
+    }
+}
+
 /// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
 /// registers allow). Not the default until the fused cycle has been timed on a GPU.
 pub const FUSED_CELLS: usize = 4096;
@@ -348,11 +356,7 @@ where
         finest: &Stencil,
         cycle: Cycle,
     ) -> Result<Self> {
-        if cycle.colours
-            && (cycle.smoother != Smoother::RedBlack
-                || cycle.layout != Layout::Soa
-                || !problem.n[0].is_multiple_of(2))
-        {
+        if cycle.colours && !cycle.colours_apply(problem.n) {
             return Err(Error::Invalid(format!(
                 "storing the finest level by colour needs the red-black smoother, the SoA layout and an \
                  even number of cells in x (asked: {:?} smoother, {:?} layout, {} cells); drop --colours or \

@@ -262,7 +262,7 @@ fn problem(a: &RunArgs) -> Result<(Problem, Option<Vec<f64>>)> {
 fn run(a: &RunArgs) -> Result<()> {
     let (p, exact) = problem(a)?;
     let levels = a.levels.unwrap_or(max_levels(p.n).min(6));
-    let cycle = Cycle {
+    let mut cycle = Cycle {
         levels,
         smoother: match a.smoother {
             SmootherArg::Rb => Smoother::RedBlack,
@@ -274,18 +274,13 @@ fn run(a: &RunArgs) -> Result<()> {
         },
         fused_cells: a.fused_cells,
         graph: a.graph != Switch::Off,
-        colours: match a.colours {
-            Switch::On => true,
-            Switch::Off => false,
-            Switch::Auto => {
-                a.smoother == SmootherArg::Rb
-                    && a.layout == LayoutArg::Soa
-                    && p.n[0].is_multiple_of(2)
-            }
-        },
+        colours: a.colours == Switch::On,
         shuffle_restrict: a.shuffle_restrict,
         ..Cycle::default()
     };
+    if a.colours == Switch::Auto {
+        cycle.colours = cycle.colours_apply(p.n);
+    }
     let precision = match a.precision {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F64 => Precision::F64,
