@@ -168,7 +168,7 @@ diffusion_part() {
         --output "$out/diffusion64"
     expect "diffusion 4096^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/oom.log" \
         "$BIN/diffusion" --size 4096 --precision f64 --engine device
-    for v in zqueue tiled; do
+    for v in zqueue tiled vector; do
         expect "diffusion f32 device engine, $v variant" ok "relative L2 error" "$out/diffusion-$v.log" \
             "$BIN/diffusion" --size 256 --steps 200 --engine device --block 32x4 --march 8 --variant "$v" \
             --output "$out/diffusion-$v"
@@ -186,7 +186,7 @@ diffusion_part() {
     bench "diffusion bench" "$out/bench.log" "$BIN/diffusion" bench --csv "$out/bench.csv"
     # Each kernel variant tuned alone, and the tuner's pick among them, side by side.
     bench "diffusion bench --variants" "$out/bench-variants.log" \
-        "$BIN/diffusion" bench --sizes 256,512,8x512x512 --variants plain,zqueue,tiled,auto --csv "$out/bench-variants.csv"
+        "$BIN/diffusion" bench --sizes 256,512,8x512x512 --variants plain,zqueue,tiled,vector,auto --csv "$out/bench-variants.csv"
     echo
     grep -E "^\| " "$out/bench.log"
     echo

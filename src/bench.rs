@@ -15,7 +15,7 @@ use lattice_gpu_host::{
 use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu_kernels::stencil::GpuEntry;
 
-use crate::diffusion::{Problem, Result};
+use crate::diffusion::{queue_steps, Problem, Result};
 
 /// The kernel variants a benchmark row is tuned over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,12 +35,12 @@ impl VariantSet {
         }
     }
 
-    /// The set named `s` (`auto`, `plain`, `zqueue`, `tiled`).
+    /// The set named `s` (`auto`, `plain`, `zqueue`, `tiled`, `vector`).
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         match s {
             "auto" => Ok(VariantSet::Auto),
             _ => Variant::from_name(s).map(VariantSet::Only).ok_or_else(|| {
-                format!("`{s}` is not a kernel variant: use auto, plain, zqueue or tiled")
+                format!("`{s}` is not a kernel variant: use auto, plain, zqueue, tiled or vector")
             }),
         }
     }
@@ -101,24 +101,6 @@ impl BenchRow {
     pub fn graph_glups(&self) -> f64 {
         self.points as f64 / self.tuned_graph_ms / 1e6
     }
-}
-
-/// Queues `n` steps, `f` and `g` swapping after each.
-fn queue_steps<E: LoopEngine, T: Element>(
-    lp: &mut Loop3D<'_, E>,
-    f: &mut E::Field<T>,
-    g: &mut E::Field<T>,
-    problem: &Problem,
-    n: usize,
-) -> lattice_gpu_host::Result<()>
-where
-    Diffusion3d<T>: GpuEntry,
-{
-    for _ in 0..n {
-        lp.run(&problem.update(f, g))?;
-        std::mem::swap(f, g);
-    }
-    Ok(())
 }
 
 fn median(mut ms: Vec<f64>) -> f64 {
@@ -264,7 +246,7 @@ mod tests {
 
     #[test]
     fn variant_sets_parse_and_name_themselves() {
-        for name in ["auto", "plain", "zqueue", "tiled"] {
+        for name in ["auto", "plain", "zqueue", "tiled", "vector"] {
             assert_eq!(VariantSet::parse(name).unwrap().label(), name);
         }
         assert_eq!(VariantSet::Auto.variants(), Variant::ALL.to_vec());

@@ -102,6 +102,8 @@ pub enum VariantArg {
     Zqueue,
     /// Each xy plane staged in shared memory by the block, the z column in registers.
     Tiled,
+    /// The x-neighbouring points of a 16-byte vector per thread, moved by vector loads and stores.
+    Vector,
 }
 
 impl From<VariantArg> for Variant {
@@ -110,6 +112,7 @@ impl From<VariantArg> for Variant {
             VariantArg::Plain => Variant::Plain,
             VariantArg::Zqueue => Variant::ZQueue,
             VariantArg::Tiled => Variant::Tiled,
+            VariantArg::Vector => Variant::Vector,
         }
     }
 }

@@ -7,10 +7,10 @@ use lattice_gpu::host::engine::emulate::EMULATED_MAX_THREADS;
 use lattice_gpu::host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
 use lattice_gpu::host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
 use lattice_gpu::kernels::diffusion::Diffusion3d;
-use lattice_gpu::kernels::stencil::LoopRange;
 use lattice_gpu::kernels::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
 };
+use lattice_gpu::kernels::stencil::{LoopRange, VECTOR_BYTES};
 use rand::{Rng, SeedableRng};
 
 mod common;
@@ -203,16 +203,22 @@ fn bad_parameters_are_clear_errors() {
 
 /// Runs `update(f, g)` over `range` on the host engine and, for every candidate of the default tuning
 /// space (every variant, every shape), through the launch emulator; each output starts as NaN. Returns
-/// the number of candidates per variant.
+/// the number of candidates per variant, and whether the vector variant's threads could use vector
+/// accesses (rows of whole vectors, the range's first point aligned in both fields), not just fall back.
 fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
     shape: Shape,
     range: LoopRange,
     update: impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
     what: &str,
-) -> [usize; 3] {
+) -> ([usize; 4], bool) {
     let poison = vec![T::from_f64(f64::NAN); shape.len()];
     let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
     let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
+    let [i, j, k] = range.begin.map(|b| b as usize);
+    let first = i + shape.size()[0] * (j + shape.size()[1] * k);
+    let vectors = (shape.size()[0] * std::mem::size_of::<T>()) % VECTOR_BYTES == 0
+        && f.view().vector_aligned(first)
+        && g.view_mut().as_ref().vector_aligned(first);
     f.upload(&random::<T>(shape.len(), 7)).unwrap();
     g.upload(&poison).unwrap();
     Loop3D::new(&HostLoopEngine, range)
@@ -226,7 +232,7 @@ fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>
         &KernelInfo::of3d::<F>(),
         EMULATED_MAX_THREADS,
     );
-    let mut counts = [0; 3];
+    let mut counts = [0; 4];
     for c in candidates {
         counts[c.variant as usize] += 1;
         g.upload(&poison).unwrap();
@@ -239,7 +245,7 @@ fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>
             &format!("{what} {} {c}", T::NAME),
         );
     }
-    counts
+    (counts, vectors)
 }
 
 fn diffusion_variants_emulated<T: Element>()
@@ -250,14 +256,18 @@ where
     let compact = problem.shape::<T>().unwrap();
     let padded = compact.aligned_rows(std::mem::size_of::<T>(), f64::INFINITY);
     assert_ne!(compact, padded);
-    for shape in [compact, padded] {
-        let counts = every_candidate_emulated(
+    // The compact rows are odd (vectors fall back to single columns), the padded ones are whole vectors,
+    // with a partial last vector per row.
+    for (shape, vectors) in [(compact, false), (padded, true)] {
+        let (counts, vectorised) = every_candidate_emulated(
             shape,
             shape.interior_range(),
             |f, g| Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h),
             "diffusion",
         );
-        assert!(counts.iter().all(|&n| n >= 100), "candidates {counts:?}");
+        // (The vector variant's threads take 4 points each in f32: fewer block widths fit.)
+        assert!(counts.iter().all(|&n| n >= 75), "candidates {counts:?}");
+        assert_eq!(vectorised, vectors);
     }
 }
 
@@ -292,8 +302,11 @@ impl StencilUpdate3D for Wide {
     fn input(&self) -> FieldRef<f64> {
         self.f
     }
-    fn update_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) {
-        let v = 0.5 * f.at::<0, 0, 0>(idx)
+    fn output(&self) -> FieldMut<f64> {
+        self.out
+    }
+    fn value_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) -> f64 {
+        0.5 * f.at::<0, 0, 0>(idx)
             + 0.25 * f.at::<2, 0, 0>(idx)
             + 0.125 * f.at::<-2, 0, 0>(idx)
             + 0.0625 * f.at::<-1, 1, 0>(idx)
@@ -305,8 +318,7 @@ impl StencilUpdate3D for Wide {
             + 1.125 * f.at::<0, 0, 1>(idx)
             + 1.0625 * f.at::<0, 0, -1>(idx)
             + 0.875 * f.at::<1, 0, 1>(idx)
-            + 0.625 * f.at::<0, -1, -2>(idx);
-        self.out.set(idx.ix(), v);
+            + 0.625 * f.at::<0, -1, -2>(idx)
     }
 }
 
@@ -314,28 +326,33 @@ impl GpuEntry for Wide {
     const ENTRY: &'static str = "wide";
     const ZQUEUE_ENTRY: Option<&'static str> = Some("wide_zqueue");
     const TILED_ENTRY: Option<&'static str> = Some("wide_tiled");
+    const VECTOR_ENTRY: Option<&'static str> = Some("wide_vector");
 }
 
 #[test]
 fn emulated_variants_of_a_wider_stencil_match_host_engine() {
-    let shape = Shape::new_3d([21, 13, 11], 2).unwrap();
-    // A range that stops short of the interior on some sides, so blocks straddle its edges.
-    let r = shape.interior_range();
-    let range = LoopRange {
-        begin: [r.begin[0] + 1, r.begin[1], r.begin[2] + 2],
-        end: [r.end[0], r.end[1] - 1, r.end[2] - 1],
-        ..r
-    };
-    let counts = every_candidate_emulated(
-        shape,
-        range,
-        |f, g| Wide {
-            f: f.view(),
-            out: g.view_mut(),
-        },
-        "wide stencil",
-    );
-    assert!(counts.iter().all(|&n| n >= 50), "candidates {counts:?}");
+    // Ranges that stop short of the interior on some sides, so blocks straddle their edges; rows of odd
+    // length, then rows of whole vectors starting on an aligned one (the vector variant's vector path).
+    for (interior, shift, vectors) in [([21, 13, 11], 1, false), ([22, 13, 11], 0, true)] {
+        let shape = Shape::new_3d(interior, 2).unwrap();
+        let r = shape.interior_range();
+        let range = LoopRange {
+            begin: [r.begin[0] + shift, r.begin[1], r.begin[2] + 2],
+            end: [r.end[0], r.end[1] - 1, r.end[2] - 1],
+            ..r
+        };
+        let (counts, vectorised) = every_candidate_emulated(
+            shape,
+            range,
+            |f, g| Wide {
+                f: f.view(),
+                out: g.view_mut(),
+            },
+            "wide stencil",
+        );
+        assert!(counts.iter().all(|&n| n >= 50), "candidates {counts:?}");
+        assert_eq!(vectorised, vectors, "{interior:?}");
+    }
 }
 
 #[test]

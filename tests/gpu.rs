@@ -60,7 +60,8 @@ where
     );
     for v in Variant::ALL {
         let n = candidates.iter().filter(|c| c.variant == v).count();
-        assert!(n >= 100, "only {n} {} candidates", v.name());
+        // (The vector variant's threads take 4 points each in f32: fewer block widths fit.)
+        assert!(n >= 75, "only {n} {} candidates", v.name());
     }
     let mut engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut f = engine.alloc::<T>(shape).unwrap();
@@ -160,7 +161,7 @@ where
     for v in Variant::ALL {
         // Few candidates, so that the run ends tuned.
         let space = TuneSpace::table1()
-            .with("block_x", vec![8, 32])
+            .with("block_x", vec![4, 8])
             .with("march", vec![1, 4]);
         let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
             .reps(1)
@@ -195,6 +196,58 @@ fn forced_variant_tuning_runs_that_variant() {
     if let Some(gpu) = gpu("forced_variant_tuning_runs_that_variant") {
         forced_variant_runs_match_host::<f32>(&gpu);
         forced_variant_runs_match_host::<f64>(&gpu);
+    }
+}
+
+/// A run long enough to replay its steps from recorded graphs (batches of 4 between progress reports,
+/// the last step alone, tuning steps before the first batch) ends bit for bit where the host engine's does.
+#[test]
+fn replayed_steps_match_host() {
+    let Some(gpu) = gpu("replayed_steps_match_host") else {
+        return;
+    };
+    let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
+    let input = random::<f32>(problem.points() as usize, 23);
+    let steps = 301;
+    let host = simulate(
+        &HostLoopEngine,
+        &problem,
+        || Ok(input.clone()),
+        steps,
+        |_| {},
+    )
+    .unwrap();
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let tuned = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+        .reps(1)
+        .space(
+            TuneSpace::table1()
+                .with("block_x", vec![4, 8])
+                .with("march", vec![1, 4]),
+        );
+    let mut reports = Vec::new();
+    let runs = [
+        simulate(
+            &fixed,
+            &problem,
+            || Ok(input.clone()),
+            steps,
+            |s| reports.push(s),
+        )
+        .unwrap(),
+        simulate(&tuned, &problem, || Ok(input.clone()), steps, |_| {}).unwrap(),
+    ];
+    assert_eq!(reports, (4..=300).step_by(4).collect::<Vec<_>>());
+    assert!(
+        runs[1].tuning.is_some(),
+        "the tuner finished before the end"
+    );
+    for run in runs {
+        assert!(host
+            .field
+            .iter()
+            .zip(&run.field)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 }
 
@@ -394,8 +447,9 @@ fn tune_cache_makes_the_second_run_start_tuned() {
     let init = problem.sine_mode::<f32>();
     let engine =
         || DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::load(path.clone())).reps(1);
-    // 3 variants x 125 shapes, 1 step each: the runs that tune take 400 steps.
-    let first = simulate(&engine(), &problem, || Ok(init.clone()), 400, |_| {})
+    // 4 variants x 125 shapes, 1 step each: runs of this many steps finish tuning.
+    let tuning_run = 600;
+    let first = simulate(&engine(), &problem, || Ok(init.clone()), tuning_run, |_| {})
         .unwrap()
         .tuning
         .unwrap();
@@ -410,7 +464,7 @@ fn tune_cache_makes_the_second_run_start_tuned() {
         &engine().retune(true),
         &problem,
         || Ok(init.clone()),
-        400,
+        tuning_run,
         |_| {},
     )
     .unwrap()
@@ -439,7 +493,7 @@ fn tune_cache_makes_the_second_run_start_tuned() {
     assert_eq!(all_again.best, retuned.best);
     // A corrupt cache is ignored with a warning, not an error.
     std::fs::write(&path, "garbage\x00\n").unwrap();
-    let again = simulate(&engine(), &problem, || Ok(init.clone()), 400, |_| {})
+    let again = simulate(&engine(), &problem, || Ok(init.clone()), tuning_run, |_| {})
         .unwrap()
         .tuning
         .unwrap();

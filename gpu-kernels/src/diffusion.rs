@@ -7,8 +7,8 @@ use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D, Source3D, 
 /// `fnew = cc f + ce f(x+1) + cw f(x-1) + cn f(y+1) + cs f(y-1) + ct f(z+1) + cb f(z-1)`.
 /// 13 floating-point operations per point (7 multiplies, 6 adds). Rust does not contract `a * b + c`
 /// into an FMA (the PTX says `mul.rn`/`add.rn`), so the GPU and the CPU engine round identically. Written
-/// once, as a [`StencilUpdate3D`], so the z-queue and tiled kernels run the same arithmetic in the same
-/// order on values staged in registers and shared memory.
+/// once, as a [`StencilUpdate3D`], so the z-queue, tiled and vector kernels run the same arithmetic in the
+/// same order on values staged in registers and shared memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Diffusion3d<T> {
@@ -60,19 +60,23 @@ impl<T: Real> StencilUpdate3D for Diffusion3d<T> {
     }
 
     #[inline(always)]
-    fn update_with<S: Source3D<T>>(&self, idx: &ArrayIndex3D, f: &S) {
-        let v = self.cc * f.at::<0, 0, 0>(idx)
+    fn output(&self) -> FieldMut<T> {
+        self.fnew
+    }
+
+    #[inline(always)]
+    fn value_with<S: Source3D<T>>(&self, idx: &ArrayIndex3D, f: &S) -> T {
+        self.cc * f.at::<0, 0, 0>(idx)
             + self.cx * f.at::<1, 0, 0>(idx)
             + self.cx * f.at::<-1, 0, 0>(idx)
             + self.cy * f.at::<0, 1, 0>(idx)
             + self.cy * f.at::<0, -1, 0>(idx)
             + self.cz * f.at::<0, 0, 1>(idx)
-            + self.cz * f.at::<0, 0, -1>(idx);
-        self.fnew.set(idx.ix(), v);
+            + self.cz * f.at::<0, 0, -1>(idx)
     }
 }
 
 crate::kernel3d!(diffusion3d_f32 => Diffusion3d<f32>;
-    zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32);
+    zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32);
 crate::kernel3d!(diffusion3d_f64 => Diffusion3d<f64>;
-    zqueue = diffusion3d_zqueue_f64, tiled = diffusion3d_tiled_f64);
+    zqueue = diffusion3d_zqueue_f64, tiled = diffusion3d_tiled_f64, vector = diffusion3d_vector_f64);

@@ -75,7 +75,7 @@ struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "f32,f64")]
     precision: Vec<Precision>,
     /// Kernel variants to tune over, one row each, comma separated: auto (the tuner picks among all),
-    /// plain, zqueue, tiled (each forced), e.g. `--variants plain,zqueue,tiled,auto`.
+    /// plain, zqueue, tiled, vector (each forced), e.g. `--variants plain,zqueue,vector,auto`.
     #[arg(long, value_delimiter = ',', value_parser = VariantSet::parse, default_value = "auto")]
     variants: Vec<VariantSet>,
     /// GPU ordinal.

@@ -43,6 +43,33 @@ impl<T: Copy> FieldRef<T> {
     }
 }
 
+/// Bytes of the vector loads and stores of [`FieldRef::get_vector`] and [`FieldMut::set_vector`]: the
+/// widest a GPU thread issues (`ld.global.v4.f32`, `ld.global.v2.f64`).
+pub const VECTOR_BYTES: usize = 16;
+
+/// `W` elements as one [`VECTOR_BYTES`]-aligned value, which LLVM moves with one vector instruction.
+#[repr(C, align(16))]
+struct Vector<T, const W: usize>([T; W]);
+
+impl<T: Copy> FieldRef<T> {
+    /// Elements `ix .. ix + W` in one vector load when they are [`VECTOR_BYTES`] (as the vector loop's
+    /// are; other `W` are never run, but compile in its dead arms).
+    ///
+    /// # Safety
+    /// Element `ix` must be [`VECTOR_BYTES`]-aligned ([`vector_aligned`](Self::vector_aligned)).
+    #[inline(always)]
+    pub unsafe fn get_vector<const W: usize>(self, ix: usize) -> [T; W] {
+        // SAFETY: the caller's alignment, `from_raw`'s contract and the range check of the loop.
+        unsafe { (self.0.add(ix) as *const Vector<T, W>).read().0 }
+    }
+
+    /// Whether element `ix` is [`VECTOR_BYTES`]-aligned, as [`get_vector`](Self::get_vector) needs.
+    #[inline(always)]
+    pub fn vector_aligned(self, ix: usize) -> bool {
+        self.0.wrapping_add(ix) as usize % VECTOR_BYTES == 0
+    }
+}
+
 impl<T: Copy> FieldMut<T> {
     /// Wraps an address; as [`FieldRef::from_raw`], for writing.
     ///
@@ -65,6 +92,16 @@ impl<T: Copy> FieldMut<T> {
     pub fn set(self, ix: usize, v: T) {
         // SAFETY: as for `FieldRef::get`.
         unsafe { *self.0.add(ix) = v }
+    }
+
+    /// Stores `v` at `ix .. ix + W`, in one vector store when they are [`VECTOR_BYTES`].
+    ///
+    /// # Safety
+    /// Element `ix` must be [`VECTOR_BYTES`]-aligned.
+    #[inline(always)]
+    pub unsafe fn set_vector<const W: usize>(self, ix: usize, v: [T; W]) {
+        // SAFETY: the caller's alignment, `from_raw`'s contract and the range check of the loop.
+        unsafe { (self.0.add(ix) as *mut Vector<T, W>).write(Vector(v)) }
     }
 
     /// The same field, read-only.

@@ -14,14 +14,15 @@ mod reduce;
 mod source;
 
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
-pub use field::{FieldMut, FieldRef};
+pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{
-    device_loop2d, device_loop3d, device_loop3d_tiled, device_loop3d_zqueue, plain_thread,
-    tile_shared_bytes, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
+    device_loop2d, device_loop3d, device_loop3d_tiled, device_loop3d_vector, device_loop3d_zqueue,
+    plain_thread, tile_shared_bytes, vector_lanes, vector_thread, zqueue_thread, LoopRange,
+    ThreadCoords, TiledThread,
 };
 pub use reduce::{FieldDot, FieldDotInto};
-pub use source::{Source3D, Tile, ZQueue, ZQUEUE_MAX_RADIUS};
+pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
 
 use crate::device::math::Real;
 
@@ -40,20 +41,29 @@ pub trait PointUpdate3D: Copy + Send + Sync {
 }
 
 /// A [`PointUpdate3D`] that reads its stencil input field (the one whose neighbours it reads) only through
-/// a [`Source3D`]. Opting in lets [`kernel3d!`](crate::kernel3d) generate the staged kernel variants (see
-/// [`Variant`]), which keep that field's values in registers and shared memory instead of reloading them;
-/// the update is still written once, in [`update_with`](Self::update_with), and its
-/// [`PointUpdate3D::update`] is `self.update_with(idx, &self.input())` (a [`FieldRef`] is the plain global
-/// source), which the CPU engine and the plain kernel run.
+/// a [`Source3D`] and writes one value per point into its output field. Opting in lets
+/// [`kernel3d!`](crate::kernel3d) generate the staged kernel variants (see [`Variant`]), which keep the
+/// input's values in registers and shared memory instead of reloading them, or compute the points of a
+/// vector per thread with vector loads and stores; the update is still written once, in
+/// [`value_with`](Self::value_with), and its [`PointUpdate3D::update`] is
+/// `self.update_with(idx, &self.input())` (a [`FieldRef`] is the plain global source), which the CPU
+/// engine and the plain kernel run.
 ///
 /// The staged variants assume the input is not written while a loop runs (as every point update already
 /// must, since other threads read it). Reads of other fields the update holds go to memory as usual.
 pub trait StencilUpdate3D: PointUpdate3D {
-    /// The stencil input field: what [`update_with`](Self::update_with)'s source reads.
+    /// The stencil input field: what [`value_with`](Self::value_with)'s source reads.
     fn input(&self) -> FieldRef<Self::Real>;
-    /// Computes the point `idx`, reading the input at offset (DX, DY, DZ) as `src.at::<DX, DY, DZ>(idx)`
-    /// (within [`PointUpdate3D::RADIUS`]).
-    fn update_with<S: Source3D<Self::Real>>(&self, idx: &ArrayIndex3D, src: &S);
+    /// The field the point's value is written to.
+    fn output(&self) -> FieldMut<Self::Real>;
+    /// The new value of the point `idx`, reading the input at offset (DX, DY, DZ) as
+    /// `src.at::<DX, DY, DZ>(idx)` (within [`PointUpdate3D::RADIUS`]).
+    fn value_with<S: Source3D<Self::Real>>(&self, idx: &ArrayIndex3D, src: &S) -> Self::Real;
+    /// Computes the point `idx` from `src` and stores it.
+    #[inline(always)]
+    fn update_with<S: Source3D<Self::Real>>(&self, idx: &ArrayIndex3D, src: &S) {
+        self.output().set(idx.ix(), self.value_with(idx, src));
+    }
 }
 
 /// How a generated 3-D kernel reads the stencil input: the named tuning parameter `variant` (its `u32`
@@ -68,18 +78,28 @@ pub enum Variant {
     /// Each plane's xy tile with its halo staged in shared memory, the column in the z-queue
     /// ([`device_loop3d_tiled`]).
     Tiled = 2,
+    /// The x-neighbouring points of one 16-byte vector per thread (4 in f32, 2 in f64), their columns
+    /// in a register z-queue of vectors, each vector moved by one load or store
+    /// ([`device_loop3d_vector`]).
+    Vector = 3,
 }
 
 impl Variant {
     /// Every variant, in tuning order.
-    pub const ALL: [Variant; 3] = [Variant::Plain, Variant::ZQueue, Variant::Tiled];
+    pub const ALL: [Variant; 4] = [
+        Variant::Plain,
+        Variant::ZQueue,
+        Variant::Tiled,
+        Variant::Vector,
+    ];
 
-    /// `"plain"`, `"zqueue"` or `"tiled"`.
+    /// `"plain"`, `"zqueue"`, `"tiled"` or `"vector"`.
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Plain => "plain",
             Variant::ZQueue => "zqueue",
             Variant::Tiled => "tiled",
+            Variant::Vector => "vector",
         }
     }
 
@@ -89,7 +109,17 @@ impl Variant {
             0 => Some(Variant::Plain),
             1 => Some(Variant::ZQueue),
             2 => Some(Variant::Tiled),
+            3 => Some(Variant::Vector),
             _ => None,
+        }
+    }
+
+    /// Points each thread computes per plane, for elements of `elem_bytes` bytes: [`vector_lanes`] for
+    /// [`Variant::Vector`], else 1.
+    pub const fn points_per_thread(self, elem_bytes: usize) -> u32 {
+        match self {
+            Variant::Vector => vector_lanes(elem_bytes) as u32,
+            _ => 1,
         }
     }
 
@@ -118,6 +148,8 @@ pub trait GpuEntry {
     const ZQUEUE_ENTRY: Option<&'static str> = None;
     /// The entry of the tiled variant, where one was generated.
     const TILED_ENTRY: Option<&'static str> = None;
+    /// The entry of the vector variant, where one was generated.
+    const VECTOR_ENTRY: Option<&'static str> = None;
 
     /// The entry running `variant`, if this type has one.
     fn entry(variant: Variant) -> Option<&'static str> {
@@ -125,6 +157,7 @@ pub trait GpuEntry {
             Variant::Plain => Some(Self::ENTRY),
             Variant::ZQueue => Self::ZQUEUE_ENTRY,
             Variant::Tiled => Self::TILED_ENTRY,
+            Variant::Vector => Self::VECTOR_ENTRY,
         }
     }
 }
@@ -134,9 +167,10 @@ pub trait GpuEntry {
 /// The entry takes `(update: T, range: LoopRange, march: u32)`.
 ///
 /// A [`StencilUpdate3D`] type can have one entry per [`Variant`], named after `;`:
-/// `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>; zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32);`
-/// The tiled entry takes the same parameters and wants the dynamic shared memory of
-/// [`tile_shared_bytes`] at launch (the host engines size it).
+/// `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>; zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32);`
+/// The other entries take the same parameters; the tiled one wants the dynamic shared memory of
+/// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
+/// engines do both).
 #[macro_export]
 macro_rules! kernel3d {
     ($name:ident => $ty:ty) => {
@@ -150,7 +184,7 @@ macro_rules! kernel3d {
             const ENTRY: &'static str = stringify!($name);
         }
     };
-    ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident $(,)?) => {
+    ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
         $crate::kernel! {
             /// Generated kernel entry: runs the point update over the range, marching in z.
             pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
@@ -169,10 +203,17 @@ macro_rules! kernel3d {
                 $crate::stencil::device_loop3d_tiled(&update, &range, march)
             }
         }
+        $crate::kernel! {
+            /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
+            pub unsafe fn $vector(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_vector(&update, &range, march)
+            }
+        }
         impl $crate::stencil::GpuEntry for $ty {
             const ENTRY: &'static str = stringify!($name);
             const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
             const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
+            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
         }
     };
 }

@@ -103,6 +103,123 @@ impl<F: StencilUpdate3D> Source3D<F::Real> for ZQueue<F> {
     }
 }
 
+/// The register queue of a thread computing the `W` x-neighbouring points `(i .. i + W, j)` of one
+/// vector ([`Variant::Vector`](super::Variant)): their columns at planes `k - rz ..= k + rz`, each plane
+/// one vector load; per plane also rows `j - ry ..= j + ry` of the vector, a vector load each, and the
+/// `rx` points left and right of it. Every one of them is loaded whether the update reads it or not:
+/// the loads the update never reads are dead code, which the compiler drops, so the queue costs only
+/// what the update uses. Reads of anything else go to memory.
+///
+/// Element `(i, j, k)` must be [`VECTOR_BYTES`](super::VECTOR_BYTES)-aligned, and so must the start of
+/// every row: the loop checks both and otherwise runs the z-queue loop a column at a time.
+#[derive(Clone, Copy, Debug)]
+pub struct VectorQueue<F: PointUpdate3D, const W: usize> {
+    f: FieldRef<F::Real>,
+    q: [[F::Real; W]; CAP],
+    rows: [[F::Real; W]; CAP],
+    west: [F::Real; MID],
+    east: [F::Real; MID],
+}
+
+impl<F: StencilUpdate3D, const W: usize> VectorQueue<F, W> {
+    const R: [usize; 3] = {
+        let r = F::RADIUS;
+        assert!(
+            r[0] <= ZQUEUE_MAX_RADIUS && r[1] <= ZQUEUE_MAX_RADIUS && r[2] <= ZQUEUE_MAX_RADIUS,
+            "the vector queue holds radii up to ZQUEUE_MAX_RADIUS"
+        );
+        [r[0] as usize, r[1] as usize, r[2] as usize]
+    };
+
+    /// The queue of the vector whose first point is `idx`, loaded from global memory.
+    ///
+    /// # Safety
+    /// Element `idx` and the start of every row must be [`VECTOR_BYTES`](super::VECTOR_BYTES)-aligned.
+    #[inline(always)]
+    pub unsafe fn load(f: &F, idx: &ArrayIndex3D) -> Self {
+        let z = [F::Real::ZERO; W];
+        let mut s = Self {
+            f: f.input(),
+            q: [z; CAP],
+            rows: [z; CAP],
+            west: [F::Real::ZERO; MID],
+            east: [F::Real::ZERO; MID],
+        };
+        let rz = Self::R[2];
+        for d in 0..2 * rz + 1 {
+            // SAFETY: the caller's alignment; planes are whole rows apart.
+            s.q[MID - rz + d] = unsafe { s.f.get_vector(idx.offset(0, 0, d as i32 - rz as i32)) };
+        }
+        s
+    }
+
+    /// Loads the current plane's rows and x neighbours of the vector at `idx`.
+    #[inline(always)]
+    pub fn load_plane(&mut self, idx: &ArrayIndex3D) {
+        let [rx, ry, _] = Self::R;
+        for d in 1..=ry {
+            let d = d as i32;
+            // SAFETY: `load`'s alignment; rows are whole rows apart.
+            self.rows[(MID as i32 - d) as usize] =
+                unsafe { self.f.get_vector(idx.offset(0, -d, 0)) };
+            // SAFETY: as above.
+            self.rows[MID + d as usize] = unsafe { self.f.get_vector(idx.offset(0, d, 0)) };
+        }
+        for d in 0..rx {
+            self.west[d] = self.f.get(idx.offset(-1 - d as i32, 0, 0));
+            self.east[d] = self.f.get(idx.offset((W + d) as i32, 0, 0));
+        }
+    }
+
+    /// Moves the queue one plane up to `next`, the vector's next first point: loads plane `next + rz`.
+    #[inline(always)]
+    pub fn advance(&mut self, next: &ArrayIndex3D) {
+        let rz = Self::R[2];
+        for d in MID - rz..MID + rz {
+            self.q[d] = self.q[d + 1];
+        }
+        // SAFETY: `load`'s alignment; planes are whole rows apart.
+        self.q[MID + rz] = unsafe { self.f.get_vector(next.offset(0, 0, rz as i32)) };
+    }
+
+    /// The source of point `lane` (`0 .. W`) of the vector.
+    #[inline(always)]
+    pub fn lane(&self, lane: usize) -> Lane<'_, F, W> {
+        Lane { queue: self, lane }
+    }
+}
+
+/// One point of a [`VectorQueue`]'s vector, as the [`Source3D`] its update reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Lane<'a, F: PointUpdate3D, const W: usize> {
+    queue: &'a VectorQueue<F, W>,
+    lane: usize,
+}
+
+impl<F: StencilUpdate3D, const W: usize> Source3D<F::Real> for Lane<'_, F, W> {
+    #[inline(always)]
+    fn at<const DX: i32, const DY: i32, const DZ: i32>(&self, idx: &ArrayIndex3D) -> F::Real {
+        let [rx, ry, rz] = VectorQueue::<F, W>::R;
+        let q = self.queue;
+        // The column relative to the vector's first one. The lanes are unrolled, so every condition is
+        // a constant: each read compiles to a register or to one load.
+        let c = DX as isize + self.lane as isize;
+        let (y, z) = (DY.unsigned_abs() as usize, DZ.unsigned_abs() as usize);
+        let inside = c >= 0 && c < W as isize;
+        if inside && DY == 0 && z <= rz {
+            q.q[(MID as i32 + DZ) as usize][c as usize]
+        } else if inside && DZ == 0 && y <= ry {
+            q.rows[(MID as i32 + DY) as usize][c as usize]
+        } else if DY == 0 && DZ == 0 && c < 0 && (-c) as usize <= rx {
+            q.west[(-c - 1) as usize]
+        } else if DY == 0 && DZ == 0 && c >= W as isize && c as usize - W < rx {
+            q.east[c as usize - W]
+        } else {
+            q.f.get(idx.at::<DX, DY, DZ>())
+        }
+    }
+}
+
 /// The 2.5-D tile: the current plane of the block's xy tile with a halo of `F::RADIUS[0..2]`, staged in
 /// shared memory, plus the thread's z-queue. In-plane reads come from the tile, reads along the column
 /// from the queue, anything else (off-column reads in other planes) from global memory.
@@ -193,6 +310,45 @@ mod tests {
             q.advance(&idx);
         }
         assert_eq!(idx.k(), 5);
+    }
+
+    /// Every lane of a vector queue of `W` points at (0, 3, k), rows of 8, against global loads.
+    fn vector_queue_lanes<const W: usize>() {
+        const M: [u32; 3] = [8, 5, 7];
+        #[repr(C, align(16))]
+        struct Aligned([f64; 280]);
+        let value = |p: usize| (p % 8 + 10 * (p / 8 % 5) + 100 * (p / 40)) as f64;
+        let mut a = Aligned(core::array::from_fn(value));
+        let mut out = Aligned([0.0; 280]);
+        // SAFETY: both arrays outlive the test; every index read is inside them.
+        let (f, o) = unsafe {
+            (
+                FieldRef::from_raw(a.0.as_mut_ptr()),
+                FieldMut::from_raw(out.0.as_mut_ptr()),
+            )
+        };
+        let u = Diffusion3d::new(f, o, 1.0, 0.01, [1.0; 3]);
+        let mut first = ArrayIndex3D::new(M);
+        first.set(2, 3, 1);
+        assert!(f.vector_aligned(first.ix()));
+        // SAFETY: aligned, as asserted; rows of 8 f64 keep every row aligned.
+        let mut q = unsafe { VectorQueue::<_, W>::load(&u, &first) };
+        for k in 1..5 {
+            q.load_plane(&first);
+            for lane in 0..W {
+                let mut idx = ArrayIndex3D::new(M);
+                idx.set(2 + lane as u32, 3, k);
+                same_as_global(&q.lane(lane), &f, &idx);
+            }
+            first.next_k();
+            q.advance(&first);
+        }
+    }
+
+    #[test]
+    fn vector_queue_gives_each_lane_its_neighbours() {
+        vector_queue_lanes::<2>();
+        vector_queue_lanes::<4>();
     }
 
     #[test]

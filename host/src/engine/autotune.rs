@@ -198,7 +198,14 @@ pub fn tune_candidates(
         .configs()
         .iter()
         .filter_map(|c| LaunchShape::from_params(c))
-        .filter(|s| fits(s.block_x, e[0], 4) && fits(s.block_y, e[1], 1) && fits(s.march, last, 1))
+        .filter(|s| {
+            fits(
+                s.block_x,
+                e[0].div_ceil(s.variant.points_per_thread(kernel.elem_bytes)),
+                4,
+            ) && fits(s.block_y, e[1], 1)
+                && fits(s.march, last, 1)
+        })
         .filter(|s| s.config(range, kernel, max_threads).is_ok())
         .collect()
 }
@@ -577,13 +584,18 @@ mod tests {
     /// A 3-D kernel with every variant, radius 1, f32; and a 2-D one.
     fn kernels() -> (KernelInfo, KernelInfo) {
         let k3 = KernelInfo {
-            entries: [Some("k3"), Some("k3_zqueue"), Some("k3_tiled")],
+            entries: [
+                Some("k3"),
+                Some("k3_zqueue"),
+                Some("k3_tiled"),
+                Some("k3_vector"),
+            ],
             radius: [1, 1, 1],
             elem_bytes: 4,
             dims: Dims::Three,
         };
         let k2 = KernelInfo {
-            entries: [Some("k2"), None, None],
+            entries: [Some("k2"), None, None, None],
             radius: [1, 1, 0],
             elem_bytes: 4,
             dims: Dims::Two,
@@ -608,12 +620,13 @@ mod tests {
         assert_eq!(space.variants_for(&k2), vec![Variant::Plain]);
         let all = tune_candidates(&space, &r, &k3, 1024);
         let plain = tune_candidates(&TuneSpace::table1(), &r, &k3, 1024);
-        // 150 shapes less the five 128x16 ones (2048 threads), per variant.
+        // 150 shapes less the five 128x16 ones (2048 threads), per variant; the vector variant's
+        // threads take 4 points each (f32), so its 128-wide blocks, 512 points, are left out too.
         assert_eq!(plain.len(), 145);
-        assert_eq!(all.len(), 3 * 145);
+        assert_eq!(all.len(), 3 * 145 + 125);
         for v in Variant::ALL {
             let only = tune_candidates(&space.clone().with_variants(&[v]), &r, &k3, 1024);
-            assert_eq!(only.len(), 145);
+            assert_eq!(only.len(), if v == Variant::Vector { 125 } else { 145 });
             assert!(only.iter().all(|s| s.variant == v));
             assert!(all.iter().filter(|s| s.variant == v).eq(only.iter()));
         }
@@ -690,7 +703,7 @@ mod tests {
         let r = range([8, 8, 8]);
         let key = |v: &[Variant]| tune_key(&k3, v, &r, "f32", "GPU", 1).kernel;
         assert_eq!(key(&[Variant::Plain]), "k3");
-        assert_eq!(key(&Variant::ALL), "k3[plain+zqueue+tiled]");
+        assert_eq!(key(&Variant::ALL), "k3[plain+zqueue+tiled+vector]");
         assert_eq!(key(&[Variant::Tiled]), "k3[tiled]");
         assert_ne!(key(&[Variant::ZQueue]), key(&[Variant::Tiled]));
         let k = tune_key(&k3, &[Variant::Plain], &r, "f32", "GPU", 1);

@@ -116,7 +116,8 @@ impl LaunchShape {
         let e = range.extent();
         let grid = match kernel.dims {
             Dims::Three => (
-                e[0].div_ceil(self.block_x),
+                e[0].div_ceil(self.variant.points_per_thread(kernel.elem_bytes))
+                    .div_ceil(self.block_x),
                 e[1].div_ceil(self.block_y),
                 e[2].div_ceil(self.march),
             ),
@@ -140,7 +141,7 @@ impl LaunchShape {
     }
 }
 
-/// `(32,4)/march=4`, with `/zqueue` or `/tiled` after it for those variants.
+/// `(32,4)/march=4`, with `/zqueue`, `/tiled` or `/vector` after it for those variants.
 impl fmt::Display for LaunchShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -160,7 +161,7 @@ impl fmt::Display for LaunchShape {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelInfo {
     /// The entry of each variant, indexed by `Variant as usize`; `None` where none was generated.
-    pub entries: [Option<&'static str>; 3],
+    pub entries: [Option<&'static str>; 4],
     /// `RADIUS` of the update (z = 0 in 2-D).
     pub radius: [u32; 3],
     /// Bytes per element of the update's precision.
@@ -183,7 +184,7 @@ impl KernelInfo {
     /// The kernel of a 2-D point update (2-D loops have the plain variant only).
     pub fn of2d<F: PointUpdate2D + GpuEntry>() -> Self {
         Self {
-            entries: [Some(F::ENTRY), None, None],
+            entries: [Some(F::ENTRY), None, None, None],
             radius: [F::RADIUS[0], F::RADIUS[1], 0],
             elem_bytes: std::mem::size_of::<F::Real>(),
             dims: Dims::Two,
@@ -215,7 +216,7 @@ impl KernelInfo {
             Variant::Tiled => {
                 tile_shared_bytes([shape.block_x, shape.block_y], self.radius, self.elem_bytes)
             }
-            Variant::Plain | Variant::ZQueue => 0,
+            Variant::Plain | Variant::ZQueue | Variant::Vector => 0,
         }
     }
 }

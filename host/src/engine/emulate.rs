@@ -1,5 +1,5 @@
 //! A GPU launch of a 3-D kernel, run on the CPU: every thread of every block executes the same per-thread
-//! code the generated kernel runs ([`plain_thread`], [`zqueue_thread`], [`TiledThread`]), with the thread
+//! code the generated kernel runs ([`plain_thread`], [`zqueue_thread`], [`TiledThread`], [`vector_thread`]), with the thread
 //! coordinates a launch with the given shape would give it. So the index arithmetic, the z-queue, the
 //! tile staging with its halo and guards, and the double buffering of each variant are checked against
 //! the CPU engine for any launch shape on a machine without a GPU.
@@ -12,8 +12,8 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    plain_thread, zqueue_thread, GpuEntry, LoopRange, StencilUpdate3D, ThreadCoords, TiledThread,
-    Variant,
+    plain_thread, vector_thread, zqueue_thread, GpuEntry, LoopRange, StencilUpdate3D, ThreadCoords,
+    TiledThread, Variant,
 };
 use rayon::prelude::*;
 
@@ -66,6 +66,7 @@ fn block<F: StencilUpdate3D>(
     match shape.variant {
         Variant::Plain => threads.for_each(|c| plain_thread(f, r, march, c)),
         Variant::ZQueue => threads.for_each(|c| zqueue_thread(f, r, march, c)),
+        Variant::Vector => threads.for_each(|c| vector_thread(f, r, march, c)),
         Variant::Tiled => {
             let mut shared = vec![F::Real::from_f64(f64::NAN); tile_len];
             let tile = SharedPtr::from_host_ptr(shared.as_mut_ptr());
