@@ -341,12 +341,16 @@ where
     let mut s = 0;
     while s < steps {
         let settled = !engine.tunes() || E::tuning(step.info()).is_some();
-        if split.is_none() && report_every > 1 && settled && s % report_every == 0 {
-            if batch.is_none() {
-                batch = Some(engine.record(&mut || {
+        if split.is_none()
+            && report_every > 1
+            && settled
+            && s % report_every == 0
+            && batch.is_none()
+        {
+            batch =
+                Some(engine.record(&mut || {
                     queue_steps(&mut step, &mut f, &mut g, problem, report_every)
                 })?);
-            }
         }
         match (&batch, &mut split) {
             (Some(Some(graph)), None) if s % report_every == 0 && s + report_every <= steps => {

@@ -216,7 +216,7 @@ fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>
     let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
     let [i, j, k] = range.begin.map(|b| b as usize);
     let first = i + shape.size()[0] * (j + shape.size()[1] * k);
-    let vectors = (shape.size()[0] * std::mem::size_of::<T>()) % VECTOR_BYTES == 0
+    let vectors = (shape.size()[0] * std::mem::size_of::<T>()).is_multiple_of(VECTOR_BYTES)
         && f.view().vector_aligned(first)
         && g.view_mut().as_ref().vector_aligned(first);
     f.upload(&random::<T>(shape.len(), 7)).unwrap();

@@ -66,7 +66,7 @@ impl<T: Copy> FieldRef<T> {
     /// Whether element `ix` is [`VECTOR_BYTES`]-aligned, as [`get_vector`](Self::get_vector) needs.
     #[inline(always)]
     pub fn vector_aligned(self, ix: usize) -> bool {
-        self.0.wrapping_add(ix) as usize % VECTOR_BYTES == 0
+        (self.0.wrapping_add(ix) as usize).is_multiple_of(VECTOR_BYTES)
     }
 }
 

@@ -206,7 +206,7 @@ fn lanes_thread<F: StencilUpdate3D, const W: usize>(
     let mut first = ArrayIndex3D::new(r.n);
     first.set(i, j, k0);
     let row_bytes = r.n[0] as usize * core::mem::size_of::<F::Real>();
-    let aligned = row_bytes % VECTOR_BYTES == 0
+    let aligned = row_bytes.is_multiple_of(VECTOR_BYTES)
         && f.input().vector_aligned(first.ix())
         && f.output().as_ref().vector_aligned(first.ix());
     if r.end[0] - i < W as u32 || !aligned {
