@@ -8,7 +8,7 @@
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
 use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::engine::TuneSpace;
+use lattice_gpu::host::engine::{TuneSpace, Variant};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Field, HostLoopEngine, LaunchShape, Loop3D,
     LoopEngine, Shape,
@@ -314,7 +314,8 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         .with("block_x", vec![32, 64])
         .with("block_y", vec![1, 4])
         .with("march", vec![1, 2]);
-    let tuner = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::in_memory()).space(space);
+    let tuner =
+        DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).space(space.clone());
     let mut solver = Solver::new(&tuner, &p, cycle, Precision::F32).unwrap();
     solver.tune().unwrap();
     assert!(
@@ -360,6 +361,24 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     twice(on_tuner, &want, rep.iterations);
     let on_fixed = Solver::new(&fixed, &p, fast, Precision::F32).unwrap();
     twice(on_fixed, &want, rep.iterations);
+    // The by-colour sweep's vector variant, forced (kernels without one run their plain variant), with
+    // f32 and f64 preconditioners: the bits of the fixed plain launch.
+    let vector = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+        .space(space)
+        .variants(&[Variant::Vector]);
+    for precision in [Precision::F32, Precision::F64] {
+        let mut plain = Solver::new(&fixed, &p, fast, precision).unwrap();
+        let iterations = plain
+            .solve(1e-10, 300, false, &mut |_, _| {})
+            .unwrap()
+            .iterations;
+        let want = plain.solution().unwrap();
+        let mut on_vector = Solver::new(&vector, &p, fast, precision).unwrap();
+        on_vector.tune().unwrap();
+        let best = on_vector.smoother_tuning().map(|t| t.best);
+        assert_eq!(best.map(|b| b.variant), Some(Variant::Vector), "{best:?}");
+        twice(on_vector, &want, iterations);
+    }
     // CG's scalars kept on the GPU (read every iteration, and every 4): the same iterations, and the
     // iterate to the rounding of the dot products' other order.
     let mut solver = Solver::new(&tuner, &p, fast, Precision::F32).unwrap();

@@ -80,6 +80,8 @@ const ENTRIES: &[&str] = &[
     "poisson_coarse_cycle_aos_f64",
     "poisson_redblack_colours_f32",
     "poisson_redblack_colours_f64",
+    "poisson_redblack_colours_vector_f32",
+    "poisson_redblack_colours_vector_f64",
     "poisson_residual_colours_f32",
     "poisson_residual_colours_f64",
     "poisson_prolong_colours_f32",

@@ -201,20 +201,19 @@ struct Level<F> {
     halves: Option<Halves>,
 }
 
-/// The two-half array of `shape`'s natural array (`[nx / 2, ny, 2 nz]`, no margin).
-fn halves_shape(shape: Shape) -> Result<Shape> {
-    let [nx, ny, nz] = shape.size();
-    Ok(Shape::new_3d([nx / 2, ny, 2 * nz], 0)?)
+/// The two-half array of `halves` ([`Halves::size`], no margin).
+fn halves_shape(halves: Halves) -> Result<Shape> {
+    Ok(Shape::new_3d(halves.size().map(|v| v as usize), 0)?)
 }
 
 /// `interior` (x fastest, rounded to `T`) in `shape`'s natural array with zero margins, moved into the
 /// two halves of `halves` (a field of [`halves_shape`]).
 fn by_colour<T: Element>(shape: Shape, halves: Halves, interior: &[f64]) -> Result<Vec<T>> {
     let natural = shape.embed_map(interior, T::ZERO, T::from_f64)?;
-    let mut out = vec![T::ZERO; natural.len()];
+    let mut out = vec![T::ZERO; 2 * halves.half()];
     let [nx, ny, _] = halves.n;
     // Plane k of each colour is one contiguous run of its half: the planes fill in parallel.
-    let run = (nx / 2) as usize * ny as usize;
+    let run = halves.pitch as usize * ny as usize;
     let (red, black) = out.split_at_mut(halves.half());
     red.par_chunks_mut(run)
         .zip(black.par_chunks_mut(run))
@@ -378,10 +377,8 @@ where
             // Engines hand out zeroed fields: nothing to upload.
             let field = || engine.alloc::<T>(shape);
             if l == 0 && cycle.colours {
-                let halves = Halves {
-                    n: shape.size().map(|v| v as u32),
-                };
-                let two = halves_shape(shape)?;
+                let halves = Halves::new(shape.size().map(|v| v as u32));
+                let two = halves_shape(halves)?;
                 let coeff = |i: usize| -> Result<E::Field<T>> {
                     let mut f = engine.alloc::<T>(two)?;
                     f.upload(&by_colour::<T>(shape, halves, &finest[i])?)?;
@@ -433,7 +430,7 @@ where
                 // By colour, x is zeroed whole and the smoother runs over one half's interior rows and
                 // planes; the rest runs over the natural range.
                 let (fill, smooth) = match lv.halves {
-                    Some(h) => (halves_shape(lv.shape)?.interior_range(), h.sweep_range()),
+                    Some(h) => (halves_shape(h)?.interior_range(), h.sweep_range()),
                     None => (range, range),
                 };
                 let restrict = match cycle.shuffle_restrict {
@@ -784,8 +781,8 @@ where
         let x = lv.x.download()?;
         let natural = match lv.halves {
             Some(halves) => {
-                let [nx, ny, _] = lv.shape.size();
-                let mut natural = vec![T::ZERO; x.len()];
+                let [nx, ny, nz] = lv.shape.size();
+                let mut natural = vec![T::ZERO; nx * ny * nz];
                 natural
                     .par_chunks_mut(nx * ny)
                     .enumerate()

@@ -3,10 +3,13 @@
 //! sweep reads and writes only its colour's values instead of every sector of every array (a sweep
 //! then moves 11 values per cell instead of 20).
 //!
-//! A natural array of size `n = [nx, ny, nz]` (`nx` even) becomes an array of `[nx / 2, ny, 2 nz]`: the
-//! cell `(i, j, k)` of colour `c` sits at `i / 2 + nx / 2 (j + ny k)` in half `c`, which starts at
-//! `nx / 2 ny nz`. Its x neighbours `i - 1` and `i + 1` have the other colour, at `i / 2 - 1 + p` and
-//! `i / 2 + p` (`p = i % 2`); its y and z neighbours sit at the same `i / 2` in the other half.
+//! A natural array of size `n = [nx, ny, nz]` (`nx` even) becomes an array of `[w, ny, 2 nz]`, whose rows
+//! of `w` cells are the `nx / 2` cells of a row of one colour padded to a multiple of
+//! [`HALF_ROW_MULTIPLE`] (so every row starts a 16-byte vector, for the vector sweep): the cell
+//! `(i, j, k)` of colour `c` sits at `i / 2 + w (j + ny k)` in half `c`, which starts at `w ny nz`. Its x
+//! neighbours `i - 1` and `i + 1` have the other colour, at `i / 2 - 1 + p` and `i / 2 + p`
+//! (`p = i % 2`); its y and z neighbours sit at the same `i / 2` in the other half. Padding cells are
+//! never read by a cell of the natural array, nor written.
 //!
 //! The updates do exactly the arithmetic of their natural-layout twins ([`RedBlack`](super::RedBlack),
 //! [`Residual`](super::Residual), [`ProlongAdd`](super::ProlongAdd), [`Convert`](super::Convert)), in
@@ -14,30 +17,51 @@
 
 use super::{parent, Coeffs};
 use crate::device::math::Real;
-use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, LoopRange, PointUpdate3D};
+use crate::stencil::{
+    ArrayIndex3D, FieldMut, FieldRef, LanesUpdate3D, LoopRange, PointUpdate3D, VECTOR_BYTES,
+};
 
-/// Where a field's two colour halves are: the natural array size they stand for.
+/// The rows of a half are padded to a multiple of this many cells: a 16-byte vector of f32 (and two of
+/// f64), so that the vector sweep's loads are aligned on every row.
+pub const HALF_ROW_MULTIPLE: u32 = 4;
+
+/// Where a field's two colour halves are: the natural array size they stand for and their row length.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Halves {
     /// The natural array size (margins included; `n[0]` even).
     pub n: [u32; 3],
+    /// Cells per row of a half: `n[0] / 2` padded to a multiple of [`HALF_ROW_MULTIPLE`].
+    pub pitch: u32,
 }
 
 impl Halves {
-    /// Values in one half.
-    #[inline(always)]
-    pub fn half(&self) -> usize {
-        (self.n[0] / 2) as usize * self.n[1] as usize * self.n[2] as usize
+    /// The halves of a natural array of size `n` (margins included; `n[0]` even).
+    pub fn new(n: [u32; 3]) -> Self {
+        Self {
+            n,
+            pitch: (n[0] / 2).next_multiple_of(HALF_ROW_MULTIPLE),
+        }
     }
 
-    /// What [`RedBlackByColour`] runs over: a whole half, interior rows and planes. (Running over only
-    /// the `nx / 2 - 1` interior cells of each row, shifted by the row's parity, so that no warp of a
-    /// row is mostly idle, measured 10% slower in f32 on an H100.)
+    /// The two-half array's size: `[pitch, ny, 2 nz]`.
+    pub fn size(&self) -> [u32; 3] {
+        [self.pitch, self.n[1], 2 * self.n[2]]
+    }
+
+    /// Values in one half, padding included.
+    #[inline(always)]
+    pub fn half(&self) -> usize {
+        self.pitch as usize * self.n[1] as usize * self.n[2] as usize
+    }
+
+    /// What [`RedBlackByColour`] runs over: the `nx / 2` cells of every interior row and plane of a
+    /// half. (Running over only the `nx / 2 - 1` interior cells of each row, shifted by the row's
+    /// parity, so that no warp of a row is mostly idle, measured 10% slower in f32 on an H100.)
     pub fn sweep_range(&self) -> LoopRange {
         let [nx, ny, nz] = self.n;
         LoopRange {
-            n: [nx / 2, ny, nz],
+            n: [self.pitch, ny, nz],
             begin: [0, 1, 1],
             end: [nx / 2, ny - 1, nz - 1],
         }
@@ -47,16 +71,15 @@ impl Halves {
     #[inline(always)]
     pub fn place(&self, i: u32, j: u32, k: u32) -> (u32, usize) {
         let c = (i + j + k) % 2;
-        let at = (i / 2) as usize
-            + (self.n[0] / 2) as usize * (j as usize + self.n[1] as usize * k as usize);
+        let at =
+            (i / 2) as usize + self.pitch as usize * (j as usize + self.n[1] as usize * k as usize);
         (c, c as usize * self.half() + at)
     }
 }
 
 /// `(A x)` at the cell at two-half index `own` (parity `p` of its `i`) whose neighbours, of the other
 /// colour, are around two-half index `other` (the same place in the other half), with the
-/// coefficients `a` stored by colour; `row` and `plane` are one step in y and z within a half. The
-/// terms in [`Coeffs`]' order.
+/// coefficients `a` stored by colour; `row` and `plane` are one step in y and z within a half.
 #[inline(always)]
 fn apply<T: Real>(
     a: &Coeffs<T>,
@@ -67,13 +90,24 @@ fn apply<T: Real>(
     row: usize,
     plane: usize,
 ) -> T {
-    a.diag.get(own) * x.get(own)
-        + a.xm.get(own) * x.get(other + p - 1)
-        + a.xp.get(own) * x.get(other + p)
-        + a.ym.get(own) * x.get(other - row)
-        + a.yp.get(own) * x.get(other + row)
-        + a.zm.get(own) * x.get(other - plane)
-        + a.zp.get(own) * x.get(other + plane)
+    let c = [a.diag, a.xm, a.xp, a.ym, a.yp, a.zm, a.zp].map(|f| f.get(own));
+    let at = [
+        own,
+        other + p - 1,
+        other + p,
+        other - row,
+        other + row,
+        other - plane,
+        other + plane,
+    ];
+    combine(c, at.map(|i| x.get(i)))
+}
+
+/// `sum c_t x_t`, the terms in [`Coeffs`]' order (diagonal, x-, x+, y-, y+, z-, z+), added left to
+/// right: the one arithmetic of every by-colour operator application, scalar or vector.
+#[inline(always)]
+fn combine<T: Real>(c: [T; 7], x: [T; 7]) -> T {
+    c[0] * x[0] + c[1] * x[1] + c[2] * x[2] + c[3] * x[3] + c[4] * x[4] + c[5] * x[5] + c[6] * x[6]
 }
 
 /// One half sweep of red-black Gauss-Seidel on colour-split fields: runs over one half
@@ -112,12 +146,98 @@ impl<T: Real> PointUpdate3D for RedBlackByColour<T> {
             self.parity as usize * half + idx.ix(),
             (1 - self.parity) as usize * half + idx.ix(),
         );
-        let row = (self.halves.n[0] / 2) as usize;
+        let row = self.halves.pitch as usize;
         let plane = row * self.halves.n[1] as usize;
         let x = self.x.as_ref();
         let r = self.b.get(own) - apply(&self.a, x, own, other, p as usize, row, plane);
         self.x
             .set(own, x.get(own) + self.omega * r / self.a.diag.get(own));
+    }
+}
+
+/// The vector sweep: the `W` cells `own .. own + W` of a half row share the row's parity `p`, so their
+/// x neighbours are the other half's cells `other - 1 + p .. other + W + p`: one vector load of
+/// `other .. other + W` and one scalar load of the cell before it (`p = 0`) or after it (`p = 1`).
+/// Every other array is one vector load at `own` (or `other` one row or plane away). Lanes on the
+/// natural array's x margins, or past its row (padding), keep their values.
+impl<T: Real> LanesUpdate3D for RedBlackByColour<T> {
+    #[inline(always)]
+    fn update_lanes<const W: usize>(&self, idx: &ArrayIndex3D, r: &LoopRange) {
+        let (j, k) = (idx.j(), idx.k());
+        let p = (j + k + self.parity) % 2;
+        let half = self.halves.half();
+        let (own, other) = (
+            self.parity as usize * half + idx.ix(),
+            (1 - self.parity) as usize * half + idx.ix(),
+        );
+        let a = &self.a;
+        // Rows and halves of whole vectors, and every array aligned at `own`: then so is every load.
+        let whole = |cells: usize| (cells * core::mem::size_of::<T>()).is_multiple_of(VECTOR_BYTES);
+        let vectors = whole(self.halves.pitch as usize)
+            && whole(half)
+            && [
+                a.diag,
+                a.xm,
+                a.xp,
+                a.ym,
+                a.yp,
+                a.zm,
+                a.zp,
+                self.b,
+                self.x.as_ref(),
+            ]
+            .iter()
+            .all(|f| f.vector_aligned(own));
+        if !vectors {
+            let mut lane = *idx;
+            for l in 0..W as u32 {
+                if idx.i() + l < r.end[0] {
+                    lane.set(idx.i() + l, j, k);
+                    self.update(&lane);
+                }
+            }
+            return;
+        }
+        let row = self.halves.pitch as usize;
+        let plane = row * self.halves.n[1] as usize;
+        let x = self.x.as_ref();
+        // SAFETY (every vector load and the store): aligned, as checked above; the lanes stay in the
+        // (padded) half row of a cell inside the range.
+        let (c, xo, b, xc, y0, y1, z0, z1) = unsafe {
+            (
+                [a.diag, a.xm, a.xp, a.ym, a.yp, a.zm, a.zp].map(|f| f.get_vector::<W>(own)),
+                x.get_vector::<W>(own),
+                self.b.get_vector::<W>(own),
+                x.get_vector::<W>(other),
+                x.get_vector::<W>(other - row),
+                x.get_vector::<W>(other + row),
+                x.get_vector::<W>(other - plane),
+                x.get_vector::<W>(other + plane),
+            )
+        };
+        let edge = if p == 0 {
+            x.get(other - 1)
+        } else {
+            x.get(other + W)
+        };
+        let nx = self.halves.n[0];
+        let new: [T; W] = core::array::from_fn(|l| {
+            let i = 2 * (idx.i() + l as u32) + p;
+            if i == 0 || i + 1 >= nx {
+                return xo[l];
+            }
+            let (west, east) = match p {
+                0 => (if l == 0 { edge } else { xc[l - 1] }, xc[l]),
+                _ => (xc[l], if l + 1 == W { edge } else { xc[l + 1] }),
+            };
+            let ax = combine(
+                c.map(|v| v[l]),
+                [xo[l], west, east, y0[l], y1[l], z0[l], z1[l]],
+            );
+            xo[l] + self.omega * (b[l] - ax) / c[0][l]
+        });
+        // SAFETY: as above.
+        unsafe { self.x.set_vector(own, new) };
     }
 }
 
@@ -146,7 +266,7 @@ impl<T: Real> PointUpdate3D for ResidualByColour<T> {
         let (c, own) = self.halves.place(idx.i(), idx.j(), idx.k());
         let half = self.halves.half();
         let other = if c == 0 { own + half } else { own - half };
-        let row = (self.halves.n[0] / 2) as usize;
+        let row = self.halves.pitch as usize;
         let plane = row * self.halves.n[1] as usize;
         let p = (idx.i() % 2) as usize;
         let ax = apply(&self.a, self.x, own, other, p, row, plane);
@@ -214,8 +334,10 @@ impl<A: Real, B: Real> PointUpdate3D for ConvertByColour<A, B> {
     }
 }
 
-crate::kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>);
-crate::kernel3d!(poisson_redblack_colours_f64 => RedBlackByColour<f64>);
+crate::kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>;
+    lanes = poisson_redblack_colours_vector_f32);
+crate::kernel3d!(poisson_redblack_colours_f64 => RedBlackByColour<f64>;
+    lanes = poisson_redblack_colours_vector_f64);
 crate::kernel3d!(poisson_residual_colours_f32 => ResidualByColour<f32>);
 crate::kernel3d!(poisson_residual_colours_f64 => ResidualByColour<f64>);
 crate::kernel3d!(poisson_prolong_colours_f32 => ProlongAddByColour<f32>);
@@ -223,3 +345,148 @@ crate::kernel3d!(poisson_prolong_colours_f64 => ProlongAddByColour<f64>);
 crate::kernel3d!(poisson_convert_colours_f64_f32 => ConvertByColour<f64, f32>);
 crate::kernel3d!(poisson_convert_colours_f32_f64 => ConvertByColour<f32, f64>);
 crate::kernel3d!(poisson_convert_colours_f64_f64 => ConvertByColour<f64, f64>);
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::stencil::{lanes_thread, vector_lanes, ThreadCoords};
+
+    /// Values that differ at every index and are away from zero (the diagonal divides).
+    fn value(seed: u32, i: usize) -> f64 {
+        let h = (i as u32 ^ seed).wrapping_mul(2654435761) >> 8;
+        1.0 + (h % 1000) as f64 / 1000.0
+    }
+
+    /// `count` arrays of `len` values of `T` in one 16-byte aligned block, each starting `shift`
+    /// elements past a 16-byte boundary.
+    struct Arrays<T> {
+        _block: Vec<u128>,
+        base: *mut T,
+        stride: usize,
+    }
+
+    impl<T: Real> Arrays<T> {
+        fn new(count: usize, len: usize, shift: usize) -> Self {
+            let stride = (len + shift).next_multiple_of(16);
+            let mut block = std::vec![0u128; count * stride * core::mem::size_of::<T>() / 16 + 1];
+            let base = block.as_mut_ptr() as *mut T;
+            for a in 0..count {
+                for i in 0..len {
+                    // SAFETY: inside the block.
+                    unsafe { *base.add(a * stride + shift + i) = T::from_f64(value(a as u32, i)) };
+                }
+            }
+            Self {
+                _block: block,
+                base: base.wrapping_add(shift),
+                stride,
+            }
+        }
+
+        fn array(&self, a: usize) -> *mut T {
+            self.base.wrapping_add(a * self.stride)
+        }
+    }
+
+    /// Both half sweeps of a grid whose half rows are 7 cells (padded to 8), by the scalar update and by
+    /// the vector loop; 16-byte aligned arrays (the vector path) and arrays one element off (the
+    /// fallback). Returns the iterate of each, and the iterate it started from.
+    fn sweeps<T: Real>(shift: usize) -> [Vec<T>; 3] {
+        let halves = Halves::new([14, 5, 6]);
+        assert_eq!(halves.pitch, 8);
+        let len = 2 * halves.half();
+        let arrays = Arrays::<T>::new(9, len, shift);
+        let x0: Vec<T> = (0..len)
+            .map(|i| unsafe { *arrays.array(8).add(i) })
+            .collect();
+        // SAFETY: every array holds `len` values and outlives the sweeps.
+        let field = |a: usize| unsafe { FieldRef::from_raw(arrays.array(a) as *const T) };
+        let coeffs = Coeffs {
+            diag: field(0),
+            xm: field(1),
+            xp: field(2),
+            ym: field(3),
+            yp: field(4),
+            zm: field(5),
+            zp: field(6),
+        };
+        let r = halves.sweep_range();
+        let run = |vector: bool| -> Vec<T> {
+            let x = arrays.array(8);
+            for i in 0..len {
+                // SAFETY: inside the array.
+                unsafe { *x.add(i) = x0[i] };
+            }
+            for parity in [0, 1] {
+                let rb = RedBlackByColour {
+                    a: coeffs,
+                    // SAFETY: as above.
+                    x: unsafe { FieldMut::from_raw(x) },
+                    b: field(7),
+                    halves,
+                    parity,
+                    omega: T::from_f64(1.1),
+                };
+                let [ex, ey, ez] = r.extent();
+                if vector {
+                    let w = vector_lanes(core::mem::size_of::<T>()) as u32;
+                    let march = 3;
+                    for bz in 0..ez.div_ceil(march) {
+                        for by in 0..ey {
+                            for bx in 0..ex.div_ceil(w) {
+                                let c = ThreadCoords {
+                                    block_idx: [bx, by, bz],
+                                    block_dim: [1, 1],
+                                    thread_idx: [0, 0],
+                                };
+                                lanes_thread(&rb, &r, march, c);
+                            }
+                        }
+                    }
+                } else {
+                    let mut idx = ArrayIndex3D::new(r.n);
+                    for k in r.begin[2]..r.end[2] {
+                        for j in r.begin[1]..r.end[1] {
+                            for i in r.begin[0]..r.end[0] {
+                                idx.set(i, j, k);
+                                rb.update(&idx);
+                            }
+                        }
+                    }
+                }
+            }
+            (0..len).map(|i| unsafe { *x.add(i) }).collect()
+        };
+        [run(false), run(true), x0]
+    }
+
+    fn vector_sweep_gives_the_scalar_bits<T: Real>() {
+        for shift in [0, 1] {
+            let [scalar, vector, start] = sweeps::<T>(shift);
+            let changed = scalar.iter().zip(&start).filter(|(a, b)| a != b).count();
+            // Every interior cell of the natural 14 x 5 x 6 array, and nothing else: 12 x 3 x 4.
+            assert_eq!(changed, 144, "{} shift {shift}", T::NAME);
+            assert!(
+                scalar
+                    .iter()
+                    .zip(&vector)
+                    .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits()),
+                "{} shift {shift}: the vector sweep differs",
+                T::NAME
+            );
+        }
+    }
+
+    #[test]
+    fn vector_sweep_gives_the_scalar_bits_f32() {
+        vector_sweep_gives_the_scalar_bits::<f32>();
+    }
+
+    #[test]
+    fn vector_sweep_gives_the_scalar_bits_f64() {
+        vector_sweep_gives_the_scalar_bits::<f64>();
+    }
+}

@@ -3,8 +3,8 @@
 //! ([`Variant`](super::Variant)): plain, z-queue, tiled and vector.
 
 use super::{
-    ArrayIndex2D, ArrayIndex3D, FieldRef, PointUpdate2D, PointUpdate3D, StencilUpdate3D, Tile,
-    VectorQueue, ZQueue, VECTOR_BYTES,
+    ArrayIndex2D, ArrayIndex3D, FieldRef, LanesUpdate3D, PointUpdate2D, PointUpdate3D,
+    StencilUpdate3D, Tile, VectorQueue, ZQueue, VECTOR_BYTES,
 };
 use crate::device::shared::SharedPtr;
 use crate::device::thread::{
@@ -182,16 +182,16 @@ pub fn device_loop3d_vector<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32
 pub fn vector_thread<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
     // A constant: one arm survives.
     match vector_lanes(core::mem::size_of::<F::Real>()) {
-        8 => lanes_thread::<F, 8>(f, r, march, c),
-        4 => lanes_thread::<F, 4>(f, r, march, c),
-        2 => lanes_thread::<F, 2>(f, r, march, c),
-        _ => lanes_thread::<F, 1>(f, r, march, c),
+        8 => vector_march::<F, 8>(f, r, march, c),
+        4 => vector_march::<F, 4>(f, r, march, c),
+        2 => vector_march::<F, 2>(f, r, march, c),
+        _ => vector_march::<F, 1>(f, r, march, c),
     }
 }
 
 /// [`vector_thread`] with `W` lanes.
 #[inline(always)]
-fn lanes_thread<F: StencilUpdate3D, const W: usize>(
+fn vector_march<F: StencilUpdate3D, const W: usize>(
     f: &F,
     r: &LoopRange,
     march: u32,
@@ -233,6 +233,48 @@ fn lanes_thread<F: StencilUpdate3D, const W: usize>(
         }
         first.next_k();
         queue.advance(&first);
+    }
+}
+
+/// The vector variant of a [`LanesUpdate3D`]: each thread marches the `W` x-neighbouring points of one
+/// 16-byte vector ([`vector_lanes`]) along z, computing them together with
+/// [`LanesUpdate3D::update_lanes`]. Grid x of blocks covers the range's x points divided by the lanes.
+#[inline(always)]
+pub fn device_loop3d_lanes<F: LanesUpdate3D>(f: &F, r: &LoopRange, march: u32) {
+    lanes_thread(f, r, march, ThreadCoords::current())
+}
+
+/// [`device_loop3d_lanes`] for the thread at `c`.
+#[inline(always)]
+pub fn lanes_thread<F: LanesUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
+    // A constant: one arm survives.
+    match vector_lanes(core::mem::size_of::<F::Real>()) {
+        8 => lanes_march::<F, 8>(f, r, march, c),
+        4 => lanes_march::<F, 4>(f, r, march, c),
+        2 => lanes_march::<F, 2>(f, r, march, c),
+        _ => lanes_march::<F, 1>(f, r, march, c),
+    }
+}
+
+/// [`lanes_thread`] with `W` lanes.
+#[inline(always)]
+fn lanes_march<F: LanesUpdate3D, const W: usize>(
+    f: &F,
+    r: &LoopRange,
+    march: u32,
+    c: ThreadCoords,
+) {
+    let (col, j) = c.column(r);
+    let i = r.begin[0] + W as u32 * (col - r.begin[0]);
+    let (k0, k1) = c.slab(r, march);
+    if i >= r.end[0] || j >= r.end[1] || k0 >= k1 {
+        return;
+    }
+    let mut idx = ArrayIndex3D::new(r.n);
+    idx.set(i, j, k0);
+    for _ in k0..k1 {
+        f.update_lanes::<W>(&idx, r);
+        idx.next_k();
     }
 }
 

@@ -17,9 +17,9 @@ pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{
-    device_loop2d, device_loop3d, device_loop3d_tiled, device_loop3d_vector, device_loop3d_zqueue,
-    plain_thread, tile_shared_bytes, vector_lanes, vector_thread, zqueue_thread, LoopRange,
-    ThreadCoords, TiledThread,
+    device_loop2d, device_loop3d, device_loop3d_lanes, device_loop3d_tiled, device_loop3d_vector,
+    device_loop3d_zqueue, lanes_thread, plain_thread, tile_shared_bytes, vector_lanes,
+    vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
 };
 pub use reduce::{FieldDot, FieldDotInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
@@ -66,6 +66,17 @@ pub trait StencilUpdate3D: PointUpdate3D {
     }
 }
 
+/// A [`PointUpdate3D`] that can also compute the `W` x-neighbouring points of one 16-byte vector at once
+/// ([`vector_lanes`] of them: 4 in f32, 2 in f64), with vector loads and stores of its own: updates
+/// whose neighbours are no plain stencil offsets (a red-black sweep on fields stored by colour) get the
+/// vector variant this way. [`kernel3d!`](crate::kernel3d) makes its entry with `lanes = name`.
+pub trait LanesUpdate3D: PointUpdate3D {
+    /// Computes the points `idx, idx + 1, ..., idx + W - 1` of `idx`'s row that lie inside `r` (`idx`
+    /// does); lanes past `r.end[0]` must be left as they are. The same arithmetic as
+    /// [`update`](PointUpdate3D::update) per point, so the result is the same to the bit.
+    fn update_lanes<const W: usize>(&self, idx: &ArrayIndex3D, r: &LoopRange);
+}
+
 /// How a generated 3-D kernel reads the stencil input: the named tuning parameter `variant` (its `u32`
 /// value) of the auto-tuner and the suffix of the kernel's entry names.
 #[repr(u32)]
@@ -78,9 +89,9 @@ pub enum Variant {
     /// Each plane's xy tile with its halo staged in shared memory, the column in the z-queue
     /// ([`device_loop3d_tiled`]).
     Tiled = 2,
-    /// The x-neighbouring points of one 16-byte vector per thread (4 in f32, 2 in f64), their columns
-    /// in a register z-queue of vectors, each vector moved by one load or store
-    /// ([`device_loop3d_vector`]).
+    /// The x-neighbouring points of one 16-byte vector per thread (4 in f32, 2 in f64), each vector
+    /// moved by one load or store: a [`StencilUpdate3D`]'s columns in a register z-queue of vectors
+    /// ([`device_loop3d_vector`]), a [`LanesUpdate3D`]'s own vector update ([`device_loop3d_lanes`]).
     Vector = 3,
 }
 
@@ -170,7 +181,8 @@ pub trait GpuEntry {
 /// `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>; zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32);`
 /// The other entries take the same parameters; the tiled one wants the dynamic shared memory of
 /// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
-/// engines do both).
+/// engines do both). A [`LanesUpdate3D`] type has a vector entry besides the plain one:
+/// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
 #[macro_export]
 macro_rules! kernel3d {
     ($name:ident => $ty:ty) => {
@@ -182,6 +194,24 @@ macro_rules! kernel3d {
         }
         impl $crate::stencil::GpuEntry for $ty {
             const ENTRY: &'static str = stringify!($name);
+        }
+    };
+    ($name:ident => $ty:ty; lanes = $lanes:ident $(,)?) => {
+        $crate::kernel! {
+            /// Generated kernel entry: runs the point update over the range, marching in z.
+            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d(&update, &range, march)
+            }
+        }
+        $crate::kernel! {
+            /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
+            pub unsafe fn $lanes(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_lanes(&update, &range, march)
+            }
+        }
+        impl $crate::stencil::GpuEntry for $ty {
+            const ENTRY: &'static str = stringify!($name);
+            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($lanes));
         }
     };
     ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
