@@ -363,8 +363,9 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     twice(on_fixed, &want, rep.iterations);
     // The by-colour sweep's vector variant, forced (kernels without one run their plain variant), with
     // f32 and f64 preconditioners: the bits of the fixed plain launch.
+    // (Narrow blocks: a vector thread takes 4 of a half row's 17 cells.)
     let vector = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
-        .space(space)
+        .space(space.with("block_x", vec![4, 8]))
         .variants(&[Variant::Vector]);
     for precision in [Precision::F32, Precision::F64] {
         let mut plain = Solver::new(&fixed, &p, fast, precision).unwrap();

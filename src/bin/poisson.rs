@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
+use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement, VariantArg};
 use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
 use lattice_gpu::host::io::IoError;
@@ -154,6 +155,10 @@ struct BenchArgs {
     /// Ignore the tune cache and tune every loop again.
     #[arg(long)]
     retune: bool,
+    /// Kernel variants the tuner may pick, comma separated (kernels without any of them run their
+    /// plain one) [default: every variant].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    variants: Vec<VariantArg>,
     /// Also write the tables as CSV: the solves to this file, the levels and the smoother beside it
     /// (NAME-levels.csv, NAME-smoother.csv).
     #[arg(long)]
@@ -847,7 +852,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
         gpu.name(),
         a.tol
     );
-    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), default_cache()).retune(a.retune);
+    let mut tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), default_cache()).retune(a.retune);
+    if !a.variants.is_empty() {
+        let only: Vec<Variant> = a.variants.iter().map(|&v| v.into()).collect();
+        tuner = tuner.variants(&only);
+    }
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (mut solves, mut sweeps, mut levels) = (Vec::new(), Vec::new(), Vec::new());
     println!(

@@ -161,19 +161,15 @@ impl<T: Real> PointUpdate3D for RedBlackByColour<T> {
 /// Every other array is one vector load at `own` (or `other` one row or plane away). Lanes on the
 /// natural array's x margins, or past its row (padding), keep their values.
 impl<T: Real> LanesUpdate3D for RedBlackByColour<T> {
+    /// Rows and halves of whole vectors, and every array aligned at the cell: then so is every load
+    /// of the column.
     #[inline(always)]
-    fn update_lanes<const W: usize>(&self, idx: &ArrayIndex3D, r: &LoopRange) {
-        let (j, k) = (idx.j(), idx.k());
-        let p = (j + k + self.parity) % 2;
-        let half = self.halves.half();
-        let (own, other) = (
-            self.parity as usize * half + idx.ix(),
-            (1 - self.parity) as usize * half + idx.ix(),
-        );
-        let a = &self.a;
-        // Rows and halves of whole vectors, and every array aligned at `own`: then so is every load.
+    fn lanes_aligned<const W: usize>(&self, idx: &ArrayIndex3D) -> bool {
         let whole = |cells: usize| (cells * core::mem::size_of::<T>()).is_multiple_of(VECTOR_BYTES);
-        let vectors = whole(self.halves.pitch as usize)
+        let half = self.halves.half();
+        let own = self.parity as usize * half + idx.ix();
+        let a = &self.a;
+        whole(self.halves.pitch as usize)
             && whole(half)
             && [
                 a.diag,
@@ -187,22 +183,24 @@ impl<T: Real> LanesUpdate3D for RedBlackByColour<T> {
                 self.x.as_ref(),
             ]
             .iter()
-            .all(|f| f.vector_aligned(own));
-        if !vectors {
-            let mut lane = *idx;
-            for l in 0..W as u32 {
-                if idx.i() + l < r.end[0] {
-                    lane.set(idx.i() + l, j, k);
-                    self.update(&lane);
-                }
-            }
-            return;
-        }
+            .all(|f| f.vector_aligned(own))
+    }
+
+    #[inline(always)]
+    fn update_lanes<const W: usize>(&self, idx: &ArrayIndex3D, _: &LoopRange) {
+        let (j, k) = (idx.j(), idx.k());
+        let p = (j + k + self.parity) % 2;
+        let half = self.halves.half();
+        let (own, other) = (
+            self.parity as usize * half + idx.ix(),
+            (1 - self.parity) as usize * half + idx.ix(),
+        );
+        let a = &self.a;
         let row = self.halves.pitch as usize;
         let plane = row * self.halves.n[1] as usize;
         let x = self.x.as_ref();
-        // SAFETY (every vector load and the store): aligned, as checked above; the lanes stay in the
-        // (padded) half row of a cell inside the range.
+        // SAFETY (every vector load and the store): aligned (`lanes_aligned`, the loop's check); the
+        // lanes stay in the (padded) half row of a cell inside the range.
         let (c, xo, b, xc, y0, y1, z0, z1) = unsafe {
             (
                 [a.diag, a.xm, a.xp, a.ym, a.yp, a.zm, a.zp].map(|f| f.get_vector::<W>(own)),
@@ -416,9 +414,9 @@ mod tests {
         let r = halves.sweep_range();
         let run = |vector: bool| -> Vec<T> {
             let x = arrays.array(8);
-            for i in 0..len {
+            for (i, &v) in x0.iter().enumerate() {
                 // SAFETY: inside the array.
-                unsafe { *x.add(i) = x0[i] };
+                unsafe { *x.add(i) = v };
             }
             for parity in [0, 1] {
                 let rb = RedBlackByColour {

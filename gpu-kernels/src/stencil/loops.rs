@@ -238,7 +238,8 @@ fn vector_march<F: StencilUpdate3D, const W: usize>(
 
 /// The vector variant of a [`LanesUpdate3D`]: each thread marches the `W` x-neighbouring points of one
 /// 16-byte vector ([`vector_lanes`]) along z, computing them together with
-/// [`LanesUpdate3D::update_lanes`]. Grid x of blocks covers the range's x points divided by the lanes.
+/// [`LanesUpdate3D::update_lanes`] (or, where the update's vectors are not aligned, one column at a time
+/// with its point update). Grid x of blocks covers the range's x points divided by the lanes.
 #[inline(always)]
 pub fn device_loop3d_lanes<F: LanesUpdate3D>(f: &F, r: &LoopRange, march: u32) {
     lanes_thread(f, r, march, ThreadCoords::current())
@@ -272,9 +273,20 @@ fn lanes_march<F: LanesUpdate3D, const W: usize>(
     }
     let mut idx = ArrayIndex3D::new(r.n);
     idx.set(i, j, k0);
-    for _ in k0..k1 {
-        f.update_lanes::<W>(&idx, r);
-        idx.next_k();
+    if f.lanes_aligned::<W>(&idx) {
+        for _ in k0..k1 {
+            f.update_lanes::<W>(&idx, r);
+            idx.next_k();
+        }
+        return;
+    }
+    // Column by column, so that the scalar updates' registers are not live together.
+    for p in i..r.end[0].min(i + W as u32) {
+        idx.set(p, j, k0);
+        for _ in k0..k1 {
+            f.update(&idx);
+            idx.next_k();
+        }
     }
 }
 

@@ -71,8 +71,13 @@ pub trait StencilUpdate3D: PointUpdate3D {
 /// whose neighbours are no plain stencil offsets (a red-black sweep on fields stored by colour) get the
 /// vector variant this way. [`kernel3d!`](crate::kernel3d) makes its entry with `lanes = name`.
 pub trait LanesUpdate3D: PointUpdate3D {
+    /// Whether [`update_lanes`](Self::update_lanes) may run at `idx` and at every point above it in z
+    /// (its vector accesses are aligned there); where not, the loop runs
+    /// [`update`](PointUpdate3D::update) a column at a time.
+    fn lanes_aligned<const W: usize>(&self, idx: &ArrayIndex3D) -> bool;
     /// Computes the points `idx, idx + 1, ..., idx + W - 1` of `idx`'s row that lie inside `r` (`idx`
-    /// does); lanes past `r.end[0]` must be left as they are. The same arithmetic as
+    /// does); lanes past `r.end[0]` must be left as they are. Only called where
+    /// [`lanes_aligned`](Self::lanes_aligned) holds. The same arithmetic as
     /// [`update`](PointUpdate3D::update) per point, so the result is the same to the bit.
     fn update_lanes<const W: usize>(&self, idx: &ArrayIndex3D, r: &LoopRange);
 }
