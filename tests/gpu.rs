@@ -305,6 +305,25 @@ fn device_field_spans_copy_part_of_the_array() {
     assert_eq!(b.download().unwrap(), want, "the buffer span spilled over");
     let e = b.upload_span(90, &fresh).unwrap_err().to_string();
     assert!(e.contains("outside a GPU array of 97"), "{e}");
+    // Runs of 5 values 20 apart, 4 of them (one plane of every population of a lattice).
+    let rows = b.download_rows(3, 5, 20, 4).unwrap();
+    let want_rows: Vec<f64> = (0..4)
+        .flat_map(|r| want[3 + 20 * r..8 + 20 * r].to_vec())
+        .collect();
+    assert_eq!(rows, want_rows);
+    let fresh = random::<f64>(20, 11);
+    b.upload_rows(3, 20, &fresh, 5).unwrap();
+    for r in 0..4 {
+        want[3 + 20 * r..8 + 20 * r].copy_from_slice(&fresh[5 * r..5 * r + 5]);
+    }
+    assert_eq!(
+        b.download().unwrap(),
+        want,
+        "the strided copy touched other values"
+    );
+    let e = b.download_rows(3, 5, 20, 5).unwrap_err().to_string();
+    assert!(e.contains("outside a GPU array of 97"), "{e}");
+    assert!(b.download_rows(0, 21, 20, 2).is_err(), "overlapping runs");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
 use crate::error::{CudaContext, Error, Result};
@@ -91,6 +91,113 @@ impl<T: Plain> DeviceBuffer<T> {
             .stream()
             .memcpy_htod(data, &mut self.buf.slice_mut(start..start + data.len()))
             .cuda(|| "copying part of a GPU array from the host".into())
+    }
+
+    /// `rows` runs of `len` elements, `pitch` elements apart from `start` on, gathered into one host
+    /// vector by one strided copy (waits for queued work): e.g. one z plane of every population of a
+    /// structure-of-arrays lattice.
+    pub fn download_rows(
+        &self,
+        start: usize,
+        len: usize,
+        pitch: usize,
+        rows: usize,
+    ) -> Result<Vec<T>> {
+        self.check_rows(start, len, pitch, rows)?;
+        let mut out = vec![T::default(); len * rows];
+        if !out.is_empty() {
+            let copy = self.rows_copy(start, len, pitch, rows, true, out.as_mut_ptr() as *mut _);
+            self.copy_2d(&copy)?;
+        }
+        Ok(out)
+    }
+
+    /// Scatters `data` (`data.len() / len` runs of `len` elements) into runs `pitch` elements apart
+    /// from `start` on, by one strided copy, queued after the work before it (and finished on return).
+    pub fn upload_rows(
+        &mut self,
+        start: usize,
+        pitch: usize,
+        data: &[T],
+        len: usize,
+    ) -> Result<()> {
+        let rows = data.len().checked_div(len).unwrap_or(0);
+        if rows * len != data.len() {
+            return Err(Error::InvalidSize(format!(
+                "{} elements are not whole runs of {len}",
+                data.len()
+            )));
+        }
+        self.check_rows(start, len, pitch, rows)?;
+        if !data.is_empty() {
+            let copy = self.rows_copy(start, len, pitch, rows, false, data.as_ptr() as *mut _);
+            self.copy_2d(&copy)?;
+        }
+        Ok(())
+    }
+
+    fn check_rows(&self, start: usize, len: usize, pitch: usize, rows: usize) -> Result<()> {
+        if rows > 0 && len > pitch {
+            return Err(Error::InvalidSize(format!(
+                "runs of {len} elements overlap at a pitch of {pitch}"
+            )));
+        }
+        let span = match rows {
+            0 => Some(0),
+            _ => (rows - 1)
+                .checked_mul(pitch)
+                .and_then(|v| v.checked_add(len)),
+        };
+        match span {
+            Some(span) => self.check_span(start, span),
+            None => Err(Error::InvalidSize(format!(
+                "{rows} runs {pitch} elements apart are outside a GPU array of {}",
+                self.len()
+            ))),
+        }
+    }
+
+    /// The copy between runs of this buffer and a packed host array at `host`.
+    fn rows_copy(
+        &self,
+        start: usize,
+        len: usize,
+        pitch: usize,
+        rows: usize,
+        to_host: bool,
+        host: *mut std::ffi::c_void,
+    ) -> sys::CUDA_MEMCPY2D {
+        let size = std::mem::size_of::<T>();
+        let device = self.addr() + (start * size) as u64;
+        // SAFETY: an all-zero CUDA_MEMCPY2D is valid (null pointers, offsets 0); the fields used are set.
+        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        let (dev, host_type) = (
+            sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        );
+        if to_host {
+            (c.srcMemoryType, c.srcDevice, c.srcPitch) = (dev, device, pitch * size);
+            (c.dstMemoryType, c.dstHost, c.dstPitch) = (host_type, host, len * size);
+        } else {
+            (c.srcMemoryType, c.srcHost, c.srcPitch) = (host_type, host, len * size);
+            (c.dstMemoryType, c.dstDevice, c.dstPitch) = (dev, device, pitch * size);
+        }
+        (c.WidthInBytes, c.Height) = (len * size, rows);
+        c
+    }
+
+    fn copy_2d(&self, copy: &sys::CUDA_MEMCPY2D) -> Result<()> {
+        let stream = self.gpu.stream();
+        // SAFETY: `copy` stays within this buffer (checked) and a host array of `len * rows` elements
+        // that outlives the call, which waits for the copy to finish.
+        unsafe { sys::cuMemcpy2DAsync_v2(copy, stream.cu_stream()) }
+            .result()
+            .cuda(|| {
+                "a strided copy between the GPU and the host (a kernel may have failed)".into()
+            })?;
+        stream
+            .synchronize()
+            .cuda(|| "finishing a strided copy".into())
     }
 
     fn check_span(&self, start: usize, len: usize) -> Result<()> {

@@ -444,17 +444,33 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let cells = self.geometry.cells();
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
         self.mirror.resize(Q * cells, S::Raw::default());
-        for q in 0..Q {
-            for &z in planes(sp) {
-                let at = q * cells + z * plane;
-                let mirror = &mut self.mirror[at..at + plane];
-                match (&mut self.mem, out) {
-                    (Memory::Host { f, .. }, true) => mirror.copy_from_slice(&f[at..at + plane]),
-                    (Memory::Host { f, .. }, false) => f[at..at + plane].copy_from_slice(mirror),
-                    (Memory::Device { f, .. }, true) => {
-                        mirror.copy_from_slice(&f.download_span(at, plane)?)
+        let at = |q: usize, z: usize| q * cells + z * plane;
+        for &z in planes(sp) {
+            match (&mut self.mem, out) {
+                (Memory::Host { f, .. }, true) => {
+                    for q in 0..Q {
+                        let p = at(q, z)..at(q, z) + plane;
+                        self.mirror[p.clone()].copy_from_slice(&f[p]);
                     }
-                    (Memory::Device { f, .. }, false) => f.upload_span(at, mirror)?,
+                }
+                (Memory::Host { f, .. }, false) => {
+                    for q in 0..Q {
+                        let p = at(q, z)..at(q, z) + plane;
+                        f[p.clone()].copy_from_slice(&self.mirror[p]);
+                    }
+                }
+                // A GPU moves plane `z` of all populations (`cells` apart) in one strided copy.
+                (Memory::Device { f, .. }, true) => {
+                    let rows = f.download_rows(at(0, z), plane, cells, Q)?;
+                    for (q, row) in rows.chunks_exact(plane).enumerate() {
+                        self.mirror[at(q, z)..at(q, z) + plane].copy_from_slice(row);
+                    }
+                }
+                (Memory::Device { f, .. }, false) => {
+                    let rows: Vec<S::Raw> = (0..Q)
+                        .flat_map(|q| self.mirror[at(q, z)..at(q, z) + plane].iter().copied())
+                        .collect();
+                    f.upload_rows(at(0, z), cells, &rows, plane)?;
                 }
             }
         }
