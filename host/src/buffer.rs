@@ -169,21 +169,29 @@ impl<T: Plain> DeviceBuffer<T> {
     ) -> sys::CUDA_MEMCPY2D {
         let size = std::mem::size_of::<T>();
         let device = self.addr() + (start * size) as u64;
-        // SAFETY: an all-zero CUDA_MEMCPY2D is valid (null pointers, offsets 0); the fields used are set.
-        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
         let (dev, host_type) = (
             sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
             sys::CUmemorytype::CU_MEMORYTYPE_HOST,
         );
-        if to_host {
-            (c.srcMemoryType, c.srcDevice, c.srcPitch) = (dev, device, pitch * size);
-            (c.dstMemoryType, c.dstHost, c.dstPitch) = (host_type, host, len * size);
-        } else {
-            (c.srcMemoryType, c.srcHost, c.srcPitch) = (host_type, host, len * size);
-            (c.dstMemoryType, c.dstDevice, c.dstPitch) = (dev, device, pitch * size);
+        let (packed, strided) = (len * size, pitch * size);
+        sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: if to_host { dev } else { host_type },
+            srcHost: if to_host { std::ptr::null() } else { host },
+            srcDevice: if to_host { device } else { 0 },
+            srcArray: std::ptr::null_mut(),
+            srcPitch: if to_host { strided } else { packed },
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: if to_host { host_type } else { dev },
+            dstHost: if to_host { host } else { std::ptr::null_mut() },
+            dstDevice: if to_host { 0 } else { device },
+            dstArray: std::ptr::null_mut(),
+            dstPitch: if to_host { packed } else { strided },
+            WidthInBytes: packed,
+            Height: rows,
         }
-        (c.WidthInBytes, c.Height) = (len * size, rows);
-        c
     }
 
     fn copy_2d(&self, copy: &sys::CUDA_MEMCPY2D) -> Result<()> {
