@@ -321,7 +321,7 @@ fn device_field_spans_copy_part_of_the_array() {
         want,
         "the strided copy touched other values"
     );
-    let e = b.download_rows(3, 5, 20, 5).unwrap_err().to_string();
+    let e = b.download_rows(3, 5, 20, 6).unwrap_err().to_string();
     assert!(e.contains("outside a GPU array of 97"), "{e}");
     assert!(b.download_rows(0, 21, 20, 2).is_err(), "overlapping runs");
 }
