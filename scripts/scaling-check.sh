@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Strong scaling over the GPUs of one host, one MPI rank per GPU: diffusion 512^3 f32 (z split) and the
+# D3Q19 lattice Boltzmann lid-driven cavity at 384^3 f32 (z split), each with 1, 2, ... N ranks, from
+# the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
+# of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
+#
+#   scripts/scaling-check.sh [N]   N: the most ranks (default: every GPU nvidia-smi lists)
+#
+# Logs go to $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion
+# bench`) and a table of rates and parallel efficiency are printed last (efficiency = rate on n GPUs /
+# (n x rate on one)).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=.gpu-bin
+if [ ! -x "$BIN/mpi/diffusion" ] && [ -f "$BIN/bundle.tar.gz" ]; then
+    tar xzf "$BIN/bundle.tar.gz" -C "$BIN"
+fi
+if [ ! -x "$BIN/mpi/diffusion" ] || [ ! -x "$BIN/mpi/lbm" ]; then
+    echo "scaling-check: no $BIN/mpi builds; run scripts/gpu-check.sh stage on a build machine first" >&2
+    exit 1
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+N=${1:-$gpus}
+if [ "$gpus" -lt 1 ] || [ "$N" -gt "$gpus" ]; then
+    echo "scaling-check: $N ranks asked for, $gpus GPUs present" >&2
+    exit 1
+fi
+out=${OUT:-/tmp}/scaling
+mkdir -p "$out"
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/gpus.txt"
+CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/copy.log" 2>&1
+copy=$(grep -o 'copy bandwidth [0-9.]* GB/s' "$out/copy.log" | head -1)
+
+# on_gpus NP COMMAND...: the command on NP ranks, rank r on GPU r.
+on_gpus() {
+    local np=$1
+    shift
+    timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+        bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ "$@"
+}
+
+declare -A rate
+for np in $(seq 1 "$N"); do
+    on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
+        --size 512 --steps 1000 --output "$out/diffusion-$np" >"$out/diffusion-$np.log" 2>&1
+    rate[diffusion,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-$np.log" | head -1 | cut -d' ' -f1)
+    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --size 384 --steps 300 \
+        --output "$out/lbm-$np" >"$out/lbm-$np.log" 2>&1
+    rate[lbm,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-$np.log" | tail -1 | cut -d' ' -f1)
+    rm -rf "$out/diffusion-$np" "$out/lbm-$np"
+done
+
+echo
+echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
+printf '%-26s %5s %12s %11s\n' "run" "GPUs" "rate" "efficiency"
+for app in diffusion lbm; do
+    unit=$([ "$app" = diffusion ] && echo "GLUPS" || echo "MLUPs/s")
+    what=$([ "$app" = diffusion ] && echo "diffusion 512^3 f32" || echo "lbm cavity 384^3 f32")
+    one=${rate[$app,1]:-}
+    for np in $(seq 1 "$N"); do
+        r=${rate[$app,$np]:-}
+        if [ -z "$r" ] || [ -z "$one" ]; then
+            printf '%-26s %5s %12s %11s\n' "$what" "$np" "FAILED" "-"
+            continue
+        fi
+        eff=$(awk -v r="$r" -v o="$one" -v n="$np" 'BEGIN { printf "%.1f%%", 100 * r / (n * o) }')
+        printf '%-26s %5s %12s %11s\n' "$what" "$np" "$r $unit" "$eff"
+    done
+done
