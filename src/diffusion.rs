@@ -258,7 +258,7 @@ where
         &mut self,
         comm: &C,
         plan: &[Face<3>],
-        index: &dyn Fn([usize; 3]) -> usize,
+        index: &impl Fn([usize; 3]) -> usize,
         problem: &Problem,
         f: &mut E::Field<T>,
         g: &mut E::Field<T>,
