@@ -31,14 +31,42 @@ pub enum Placement {
     Host,
 }
 
+/// What MPI launchers and Slurm set to a process's rank among the processes of its node: OpenMPI,
+/// MPICH and Intel MPI, MVAPICH, Slurm, PMI.
+const LOCAL_RANK_VARS: [&str; 5] = [
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "PMI_LOCAL_RANK",
+];
+
+/// The GPU a process runs on when none is named: started by `mpirun` or `srun`, its rank among the
+/// processes of its node modulo the node's GPUs (one process per GPU then spreads over all of them,
+/// instead of every rank sharing GPU 0); otherwise GPU 0.
+pub fn default_gpu() -> usize {
+    let local = LOCAL_RANK_VARS
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok());
+    local_gpu(local, Gpu::probe().ok())
+}
+
+/// [`default_gpu`] for local rank `local` on a node with `gpus` devices.
+fn local_gpu(local: Option<usize>, gpus: Option<usize>) -> usize {
+    match (local, gpus) {
+        (Some(r), Some(n)) if n > 0 => r % n,
+        _ => 0,
+    }
+}
+
 impl Placement {
-    /// The GPU to run on, or `None` for the CPU; `instead` names what runs on the CPU in the notice that
-    /// `Auto` prints when there is no GPU.
+    /// The GPU to run on ([`default_gpu`]), or `None` for the CPU; `instead` names what runs on the CPU
+    /// in the notice that `Auto` prints when there is no GPU.
     pub fn gpu(self, instead: &str) -> Result<Option<Arc<Gpu>>> {
         match self {
             Placement::Host => Ok(None),
-            Placement::Device => Ok(Some(Gpu::open(0, crate::PTX)?)),
-            Placement::Auto => match Gpu::open(0, crate::PTX) {
+            Placement::Device => Ok(Some(Gpu::open(default_gpu(), crate::PTX)?)),
+            Placement::Auto => match Gpu::open(default_gpu(), crate::PTX) {
                 Ok(g) => Ok(Some(g)),
                 Err(Error::NoGpu(why)) => {
                     eprintln!("notice: {why}; running {instead} instead");
@@ -132,9 +160,10 @@ pub struct EngineArgs {
     /// Loop engine [default: autotune with a GPU, host without].
     #[arg(long, value_enum)]
     pub engine: Option<EngineKind>,
-    /// GPU ordinal.
-    #[arg(long, default_value_t = 0)]
-    pub gpu: usize,
+    /// GPU ordinal [default: 0, or under mpirun/srun the process's rank on its node modulo the
+    /// node's GPUs].
+    #[arg(long)]
+    pub gpu: Option<usize>,
     /// Block shape for `--engine device`, as XxY.
     #[arg(long, default_value = "128x1", value_parser = parse_block)]
     pub block: (u32, u32),
@@ -167,8 +196,8 @@ impl EngineArgs {
     pub fn choose(&self) -> Result<Chosen> {
         match self.engine {
             Some(EngineKind::Host) => Ok(Chosen::Host),
-            Some(kind) => Ok(Chosen::Gpu(kind, Gpu::open(self.gpu, crate::PTX)?)),
-            None => match Gpu::open(self.gpu, crate::PTX) {
+            Some(kind) => Ok(Chosen::Gpu(kind, Gpu::open(self.gpu(), crate::PTX)?)),
+            None => match Gpu::open(self.gpu(), crate::PTX) {
                 Ok(gpu) => Ok(Chosen::Gpu(EngineKind::Autotune, gpu)),
                 Err(Error::NoGpu(why)) => {
                     eprintln!("notice: {why}; running on the CPU engine instead");
@@ -177,6 +206,11 @@ impl EngineArgs {
                 Err(e) => Err(e),
             },
         }
+    }
+
+    /// The GPU ordinal: `--gpu`, or [`default_gpu`].
+    pub fn gpu(&self) -> usize {
+        self.gpu.unwrap_or_else(default_gpu)
     }
 
     /// The fixed launch shape of `--engine device`.
@@ -252,4 +286,19 @@ pub fn progress(len: u64, unit: &str) -> ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_spread_over_the_gpus_of_their_node() {
+        assert_eq!(local_gpu(None, Some(4)), 0);
+        assert_eq!(local_gpu(Some(3), Some(4)), 3);
+        assert_eq!(local_gpu(Some(5), Some(4)), 1);
+        // One visible device per rank (CUDA_VISIBLE_DEVICES), or none.
+        assert_eq!(local_gpu(Some(5), Some(1)), 0);
+        assert_eq!(local_gpu(Some(5), None), 0);
+    }
 }
