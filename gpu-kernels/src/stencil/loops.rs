@@ -74,6 +74,17 @@ impl ThreadCoords {
         )
     }
 
+    /// The first point `(i, j, k0)` of this thread's vector of `w` x-neighbouring points and the end
+    /// `k1` of its slab, or `None` when the thread has no points (a launch of the vector variant: grid
+    /// x covers the range's x points divided by `w`).
+    #[inline(always)]
+    fn vector_slab(&self, r: &LoopRange, march: u32, w: u32) -> Option<([u32; 3], u32)> {
+        let (col, j) = self.column(r);
+        let i = r.begin[0] + w * (col - r.begin[0]);
+        let (k0, k1) = self.slab(r, march);
+        (i < r.end[0] && j < r.end[1] && k0 < k1).then_some(([i, j, k0], k1))
+    }
+
     /// The z points `k0..k1` of this thread's block: `march` points from the block's grid z. The grid
     /// must not reach beyond the range in z (the host's launch configuration never does).
     #[inline(always)]
@@ -177,16 +188,23 @@ pub fn device_loop3d_vector<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32
     vector_thread(f, r, march, ThreadCoords::current())
 }
 
+/// Calls `$march::<F, W>(f, r, march, c)` with `W` the [`vector_lanes`] of `F::Real` (a constant:
+/// one arm survives).
+macro_rules! by_lanes {
+    ($march:ident::<$f:ty>($($arg:expr),*)) => {
+        match vector_lanes(core::mem::size_of::<<$f as PointUpdate3D>::Real>()) {
+            8 => $march::<$f, 8>($($arg),*),
+            4 => $march::<$f, 4>($($arg),*),
+            2 => $march::<$f, 2>($($arg),*),
+            _ => $march::<$f, 1>($($arg),*),
+        }
+    };
+}
+
 /// [`device_loop3d_vector`] for the thread at `c`.
 #[inline(always)]
 pub fn vector_thread<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
-    // A constant: one arm survives.
-    match vector_lanes(core::mem::size_of::<F::Real>()) {
-        8 => vector_march::<F, 8>(f, r, march, c),
-        4 => vector_march::<F, 4>(f, r, march, c),
-        2 => vector_march::<F, 2>(f, r, march, c),
-        _ => vector_march::<F, 1>(f, r, march, c),
-    }
+    by_lanes!(vector_march::<F>(f, r, march, c))
 }
 
 /// [`vector_thread`] with `W` lanes.
@@ -197,12 +215,9 @@ fn vector_march<F: StencilUpdate3D, const W: usize>(
     march: u32,
     c: ThreadCoords,
 ) {
-    let (col, j) = c.column(r);
-    let i = r.begin[0] + W as u32 * (col - r.begin[0]);
-    let (k0, k1) = c.slab(r, march);
-    if i >= r.end[0] || j >= r.end[1] || k0 >= k1 {
+    let Some(([i, j, k0], k1)) = c.vector_slab(r, march, W as u32) else {
         return;
-    }
+    };
     let mut first = ArrayIndex3D::new(r.n);
     first.set(i, j, k0);
     let row_bytes = r.n[0] as usize * core::mem::size_of::<F::Real>();
@@ -248,13 +263,7 @@ pub fn device_loop3d_lanes<F: LanesUpdate3D>(f: &F, r: &LoopRange, march: u32) {
 /// [`device_loop3d_lanes`] for the thread at `c`.
 #[inline(always)]
 pub fn lanes_thread<F: LanesUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
-    // A constant: one arm survives.
-    match vector_lanes(core::mem::size_of::<F::Real>()) {
-        8 => lanes_march::<F, 8>(f, r, march, c),
-        4 => lanes_march::<F, 4>(f, r, march, c),
-        2 => lanes_march::<F, 2>(f, r, march, c),
-        _ => lanes_march::<F, 1>(f, r, march, c),
-    }
+    by_lanes!(lanes_march::<F>(f, r, march, c))
 }
 
 /// [`lanes_thread`] with `W` lanes.
@@ -265,12 +274,9 @@ fn lanes_march<F: LanesUpdate3D, const W: usize>(
     march: u32,
     c: ThreadCoords,
 ) {
-    let (col, j) = c.column(r);
-    let i = r.begin[0] + W as u32 * (col - r.begin[0]);
-    let (k0, k1) = c.slab(r, march);
-    if i >= r.end[0] || j >= r.end[1] || k0 >= k1 {
+    let Some(([i, j, k0], k1)) = c.vector_slab(r, march, W as u32) else {
         return;
-    }
+    };
     let mut idx = ArrayIndex3D::new(r.n);
     idx.set(i, j, k0);
     if f.lanes_aligned::<W>(&idx) {
