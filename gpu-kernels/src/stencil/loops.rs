@@ -234,7 +234,8 @@ fn vector_march<F: StencilUpdate3D, const W: usize>(
     let mut queue = unsafe { VectorQueue::<F, W>::load(f, &first) };
     let mut k = k0;
     loop {
-        queue.load_plane(&first);
+        // SAFETY (and `advance` below): `first` is the vector's first point, aligned as checked.
+        unsafe { queue.load_plane(&first) };
         let v: [F::Real; W] = core::array::from_fn(|lane| {
             let mut idx = first;
             idx.set(i + lane as u32, j, k);
@@ -247,7 +248,8 @@ fn vector_march<F: StencilUpdate3D, const W: usize>(
             break;
         }
         first.next_k();
-        queue.advance(&first);
+        // SAFETY: as above.
+        unsafe { queue.advance(&first) };
     }
 }
 

@@ -154,12 +154,16 @@ impl<F: StencilUpdate3D, const W: usize> VectorQueue<F, W> {
     }
 
     /// Loads the current plane's rows and x neighbours of the vector at `idx`.
+    ///
+    /// # Safety
+    /// `idx` must be the first point of the queue's vector in the current plane (aligned, as `load`
+    /// requires).
     #[inline(always)]
-    pub fn load_plane(&mut self, idx: &ArrayIndex3D) {
+    pub unsafe fn load_plane(&mut self, idx: &ArrayIndex3D) {
         let [rx, ry, _] = Self::R;
         for d in 1..=ry {
             let d = d as i32;
-            // SAFETY: `load`'s alignment; rows are whole rows apart.
+            // SAFETY: the caller's alignment; rows are whole rows apart.
             self.rows[(MID as i32 - d) as usize] =
                 unsafe { self.f.get_vector(idx.offset(0, -d, 0)) };
             // SAFETY: as above.
@@ -172,13 +176,16 @@ impl<F: StencilUpdate3D, const W: usize> VectorQueue<F, W> {
     }
 
     /// Moves the queue one plane up to `next`, the vector's next first point: loads plane `next + rz`.
+    ///
+    /// # Safety
+    /// As [`load_plane`](Self::load_plane), for `next`.
     #[inline(always)]
-    pub fn advance(&mut self, next: &ArrayIndex3D) {
+    pub unsafe fn advance(&mut self, next: &ArrayIndex3D) {
         let rz = Self::R[2];
         for d in MID - rz..MID + rz {
             self.q[d] = self.q[d + 1];
         }
-        // SAFETY: `load`'s alignment; planes are whole rows apart.
+        // SAFETY: the caller's alignment; planes are whole rows apart.
         self.q[MID + rz] = unsafe { self.f.get_vector(next.offset(0, 0, rz as i32)) };
     }
 
@@ -334,14 +341,16 @@ mod tests {
         // SAFETY: aligned, as asserted; rows of 8 f64 keep every row aligned.
         let mut q = unsafe { VectorQueue::<_, W>::load(&u, &first) };
         for k in 1..5 {
-            q.load_plane(&first);
+            // SAFETY: `first` moves with the queue's vector.
+            unsafe { q.load_plane(&first) };
             for lane in 0..W {
                 let mut idx = ArrayIndex3D::new(M);
                 idx.set(2 + lane as u32, 3, k);
                 same_as_global(&q.lane(lane), &f, &idx);
             }
             first.next_k();
-            q.advance(&first);
+            // SAFETY: as above.
+            unsafe { q.advance(&first) };
         }
     }
 
