@@ -56,9 +56,8 @@ impl<const D: usize> Region<D> {
     }
 }
 
-/// The points of a [`Region`], axis 0 fastest: stepped like an odometer rather than divided out of a
-/// running count, because halo exchanges walk every point of every face each step (a division per
-/// axis per point cost a 512 x 512 plane about 5 ms).
+/// The points of a [`Region`], axis 0 fastest, stepped like an odometer (no division per axis per
+/// point).
 #[derive(Clone, Debug)]
 pub struct Points<const D: usize> {
     region: Region<D>,
