@@ -158,6 +158,35 @@ struct Split {
     returned: Vec<usize>,
     /// The planes the refresh receives, and those the return plans receive: copied back in.
     received: [Vec<usize>; 2],
+    /// Per population, the cells the return plans receive whose upstream cell is a wall: nothing
+    /// streamed into them, they bounced the population back themselves, so their values must outlast
+    /// what arrives. Found once (the tags do not change), not every step.
+    walled: Vec<Vec<usize>>,
+}
+
+/// [`Split::walled`] of a rank's `local` geometry and return plans.
+fn walled_cells(local: &Geometry, back: &[Vec<Face<3>>; 2]) -> Vec<Vec<usize>> {
+    C.iter()
+        .map(|c| {
+            let plan = match c[2] {
+                -1 => &back[0],
+                1 => &back[1],
+                _ => return Vec::new(),
+            };
+            let upstream_wall = |p: &[usize; 3]| {
+                let up = [0, 1, 2].map(|a| {
+                    let n = local.dims()[a] as i64;
+                    (p[a] as i64 - c[a] as i64).rem_euclid(n) as usize
+                });
+                !local.is_fluid(local.index(up))
+            };
+            plan.iter()
+                .flat_map(|f| f.recv.points())
+                .filter(upstream_wall)
+                .map(|p| local.index(p))
+                .collect()
+        })
+        .collect()
 }
 
 /// The plans that return what the in-place odd step wrote into the halo planes: index 0 for populations
@@ -301,6 +330,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             returned.extend(&received[1]);
             returned.sort_unstable();
             returned.dedup();
+            let walled = walled_cells(&local, &back);
             (
                 local,
                 Some(Split {
@@ -311,6 +341,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     sent,
                     returned,
                     received,
+                    walled,
                 }),
             )
         };
@@ -411,21 +442,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 (true, 1) => &sp.back[1],
                 (true, _) => continue,
             };
-            // Where the cell upstream of a boundary-plane cell is a wall, nothing streamed in: that
-            // cell bounced the population back itself, and its value must outlast what arrives.
-            let upstream_wall = |p: &[usize; 3]| {
-                let up = [0, 1, 2].map(|a| {
-                    let n = geometry.dims()[a] as i64;
-                    (p[a] as i64 - c[a] as i64).rem_euclid(n) as usize
-                });
-                !geometry.is_fluid(geometry.index(up))
-            };
-            let kept: Vec<(usize, S::Raw)> = plan
-                .iter()
-                .flat_map(|f| f.recv.points())
-                .filter(upstream_wall)
-                .map(|p| (index(p), slot[index(p)]))
-                .collect();
+            let kept: Vec<(usize, S::Raw)> = sp.walled[q].iter().map(|&i| (i, slot[i])).collect();
             self.comm.exchange(plan, slot, &index)?;
             for (i, v) in kept {
                 slot[i] = v;
