@@ -15,7 +15,7 @@ use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
 };
 
-use super::device::{launch, KernelInfo, LaunchShape};
+use super::device::{launch, DotScratch, KernelInfo, LaunchShape};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use super::LoopEngine;
 use crate::error::Result;
@@ -255,6 +255,7 @@ pub struct DeviceAutoTuningLoopEngine {
     cache: Mutex<TuneCache>,
     retune: bool,
     reps: usize,
+    dots: DotScratch,
 }
 
 impl DeviceAutoTuningLoopEngine {
@@ -268,6 +269,7 @@ impl DeviceAutoTuningLoopEngine {
             cache: Mutex::new(cache),
             retune: false,
             reps: 3,
+            dots: Default::default(),
         }
     }
 
@@ -522,7 +524,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     }
 
     fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
-        super::device::device_dot(&self.gpu, a, b)
+        super::device::device_dot(&self.gpu, &self.dots, a, b)
     }
 
     fn dot_into(
@@ -532,7 +534,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         out: &mut DeviceField<f64>,
         slot: usize,
     ) -> Result<()> {
-        super::device::device_dot_into(&self.gpu, a, b, out, slot)
+        super::device::device_dot_into(&self.gpu, &self.dots, a, b, out, slot)
     }
 
     fn tuning(site: &AutoTuningInfo) -> Option<&TuningReport> {

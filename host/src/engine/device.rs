@@ -1,7 +1,7 @@
 //! The GPU engine with a fixed launch shape, and the launch itself (shared with the auto-tuner).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
@@ -9,7 +9,7 @@ use lattice_gpu_kernels::stencil::{
 };
 
 use super::LoopEngine;
-use crate::buffer::ByValue;
+use crate::buffer::{ByValue, DeviceBuffer};
 use crate::error::{CudaContext, Error, Result};
 use crate::field::{DeviceField, Element, Field, Shape};
 use crate::gpu::Gpu;
@@ -281,13 +281,18 @@ pub(crate) fn launch<F: Copy>(
 pub struct DeviceLoopEngine {
     gpu: Arc<Gpu>,
     shape: LaunchShape,
+    dots: DotScratch,
 }
 
 impl DeviceLoopEngine {
     /// An engine on `gpu` launching every loop with `shape` (its variant included: a loop whose kernel
     /// lacks that variant fails with a message saying so).
     pub fn new(gpu: Arc<Gpu>, shape: LaunchShape) -> Self {
-        Self { gpu, shape }
+        Self {
+            gpu,
+            shape,
+            dots: DotScratch::default(),
+        }
     }
 
     /// The GPU.
@@ -349,7 +354,7 @@ impl LoopEngine for DeviceLoopEngine {
     }
 
     fn dot(&self, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<f64> {
-        device_dot(&self.gpu, a, b)
+        device_dot(&self.gpu, &self.dots, a, b)
     }
 
     fn dot_into(
@@ -359,7 +364,7 @@ impl LoopEngine for DeviceLoopEngine {
         out: &mut DeviceField<f64>,
         slot: usize,
     ) -> Result<()> {
-        device_dot_into(&self.gpu, a, b, out, slot)
+        device_dot_into(&self.gpu, &self.dots, a, b, out, slot)
     }
 }
 
@@ -394,23 +399,61 @@ pub(crate) fn launch_block<P: BlockProgram + GpuEntry>(gpu: &Gpu, p: &P) -> Resu
     unsafe { gpu.launch(P::ENTRY, p, 1, threads) }
 }
 
+/// The work space of an engine's dot products, kept from call to call: the per-block partial sums and
+/// the block counter of [`device_dot_into`] (its kernel leaves the counter at zero), so that a solver's
+/// dot products allocate and clear nothing per iteration. Reuse is safe: every user is queued on the
+/// GPU's one stream, in order.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DotScratch(Arc<Mutex<Option<DotBuffers>>>);
+
+/// Partial sums and block counter.
+type DotBuffers = (DeviceBuffer<f64>, DeviceBuffer<u32>);
+
+impl DotScratch {
+    /// Runs `f` with partials for at least `blocks` blocks and a zero counter.
+    fn with<R>(
+        &self,
+        gpu: &Arc<Gpu>,
+        blocks: u32,
+        f: impl FnOnce(&DeviceBuffer<f64>, &DeviceBuffer<u32>) -> Result<R>,
+    ) -> Result<R> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (partials, done) = match held.take() {
+            Some((p, d)) if p.len() >= blocks as usize => (p, d),
+            // Dropping the old buffers frees them in stream order, after the kernels using them.
+            _ => (
+                DeviceBuffer::zeros(gpu, blocks as usize)?,
+                DeviceBuffer::zeros(gpu, 1)?,
+            ),
+        };
+        let out = f(&partials, &done);
+        *held = Some((partials, done));
+        out
+    }
+}
+
 /// `sum a_i b_i` of two device fields: one partial sum per block on the GPU (`field_dot_f64`), the
 /// partials added on the host in block order.
 pub(crate) fn device_dot(
     gpu: &Arc<Gpu>,
+    scratch: &DotScratch,
     a: &DeviceField<f64>,
     b: &DeviceField<f64>,
 ) -> Result<f64> {
-    let (args, blocks, partials) = dot_args(gpu, a, b)?;
-    // SAFETY: `field_dot_f64` takes one `FieldDot`; both fields hold `n` values and `partials` one per
-    // block.
-    unsafe { gpu.launch("field_dot_f64", &args, blocks, DOT_BLOCK)? };
-    Ok(partials.download()?.iter().sum())
+    let (blocks, n) = dot_size(gpu, a, b)?;
+    scratch.with(gpu, blocks, |partials, _| {
+        let args = dot_args(a, b, n, partials);
+        // SAFETY: `field_dot_f64` takes one `FieldDot`; both fields hold `n` values and `partials`
+        // at least one per block.
+        unsafe { gpu.launch("field_dot_f64", &args, blocks, DOT_BLOCK)? };
+        Ok(partials.download_span(0, blocks as usize)?.iter().sum())
+    })
 }
 
 /// `dot` into `out[slot]` on the device, queued ([`LoopEngine::dot_into`]).
 pub(crate) fn device_dot_into(
     gpu: &Arc<Gpu>,
+    scratch: &DotScratch,
     a: &DeviceField<f64>,
     b: &DeviceField<f64>,
     out: &mut DeviceField<f64>,
@@ -422,34 +465,24 @@ pub(crate) fn device_dot_into(
             out.shape().len()
         )));
     }
-    let (dot, blocks, partials) = dot_args(gpu, a, b)?;
-    // Stream-ordered allocations: freed after the kernel, never waited for.
-    let done = crate::buffer::DeviceBuffer::<u32>::zeros(gpu, 1)?;
-    let args = lattice_gpu_kernels::stencil::FieldDotInto {
-        dot,
-        // SAFETY: slot < len (checked above).
-        out: unsafe { out.view_mut().as_ptr().add(slot) },
-        done: done.ptr(),
-    };
-    // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, and `out` one value.
-    unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK)? };
-    drop(partials);
-    Ok(())
+    let (blocks, n) = dot_size(gpu, a, b)?;
+    scratch.with(gpu, blocks, |partials, done| {
+        let args = lattice_gpu_kernels::stencil::FieldDotInto {
+            dot: dot_args(a, b, n, partials),
+            // SAFETY: slot < len (checked above).
+            out: unsafe { out.view_mut().as_ptr().add(slot) },
+            done: done.ptr(),
+        };
+        // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `out` one
+        // value and `done` a counter at zero.
+        unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK) }
+    })
 }
 
 const DOT_BLOCK: u32 = 256;
 
-/// The arguments of a dot product of `a` and `b` (checked to have one size), its block count and the
-/// buffer of its partial sums.
-fn dot_args(
-    gpu: &Arc<Gpu>,
-    a: &DeviceField<f64>,
-    b: &DeviceField<f64>,
-) -> Result<(
-    lattice_gpu_kernels::stencil::FieldDot,
-    u32,
-    crate::buffer::DeviceBuffer<f64>,
-)> {
+/// The block count of a dot product of `a` and `b`, and their length (checked to be one).
+fn dot_size(gpu: &Gpu, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<(u32, usize)> {
     let n = a.shape().len();
     if b.shape().len() != n {
         return Err(Error::InvalidSize(format!(
@@ -457,13 +490,20 @@ fn dot_args(
             b.shape().len()
         )));
     }
-    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK));
-    let partials = crate::buffer::DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
-    let args = lattice_gpu_kernels::stencil::FieldDot {
+    Ok(((4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK)), n))
+}
+
+/// The arguments of a dot product of `a` and `b` (`n` values each) into `partials`.
+fn dot_args(
+    a: &DeviceField<f64>,
+    b: &DeviceField<f64>,
+    n: usize,
+    partials: &DeviceBuffer<f64>,
+) -> lattice_gpu_kernels::stencil::FieldDot {
+    lattice_gpu_kernels::stencil::FieldDot {
         a: a.view().as_ptr(),
         b: b.view().as_ptr(),
         n: n as u64,
         partials: partials.ptr(),
-    };
-    Ok((args, blocks, partials))
+    }
 }
