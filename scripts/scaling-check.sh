@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Strong scaling over the GPUs of one host, one MPI rank per GPU: diffusion 512^3 f32 (z split) and the
-# D3Q19 lattice Boltzmann lid-driven cavity at 384^3 f32 (z split), each with 1, 2, ... N ranks, from
+# Strong scaling over the GPUs of one host, one MPI rank per GPU: diffusion 512^3 f32 (z split), the
+# D3Q19 lattice Boltzmann lid-driven cavity at 384^3 f32 (z split) and the advection swirl at 8192^2
+# (y split), each with 1, 2, ... N ranks, from
 # the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
 # of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
 #
@@ -47,23 +48,29 @@ for np in $(seq 1 "$N"); do
     on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --size 384 --steps 300 \
         --output "$out/lbm-$np" >"$out/lbm-$np.log" 2>&1
     rate[lbm,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-$np.log" | tail -1 | cut -d' ' -f1)
-    rm -rf "$out/diffusion-$np" "$out/lbm-$np"
+    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --size 8192x8192 --steps 200 \
+        --output "$out/advection-$np" >"$out/advection-$np.log" 2>&1
+    rate[advection,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-$np.log" | tail -1 | cut -d' ' -f1)
+    rm -rf "$out/diffusion-$np" "$out/lbm-$np" "$out/advection-$np"
 done
 
 echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
-printf '%-26s %5s %12s %11s\n' "run" "GPUs" "rate" "efficiency"
-for app in diffusion lbm; do
-    unit=$([ "$app" = diffusion ] && echo "GLUPS" || echo "MLUPs/s")
-    what=$([ "$app" = diffusion ] && echo "diffusion 512^3 f32" || echo "lbm cavity 384^3 f32")
+printf '%-26s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
+for app in diffusion lbm advection; do
+    case $app in
+        diffusion) unit=GLUPS what="diffusion 512^3 f32" ;;
+        lbm) unit=MLUPs/s what="lbm cavity 384^3 f32" ;;
+        advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
+    esac
     one=${rate[$app,1]:-}
     for np in $(seq 1 "$N"); do
         r=${rate[$app,$np]:-}
         if [ -z "$r" ] || [ -z "$one" ]; then
-            printf '%-26s %5s %12s %11s\n' "$what" "$np" "FAILED" "-"
+            printf '%-26s %5s %16s %11s\n' "$what" "$np" "FAILED" "-"
             continue
         fi
         eff=$(awk -v r="$r" -v o="$one" -v n="$np" 'BEGIN { printf "%.1f%%", 100 * r / (n * o) }')
-        printf '%-26s %5s %12s %11s\n' "$what" "$np" "$r $unit" "$eff"
+        printf '%-26s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
     done
 done
