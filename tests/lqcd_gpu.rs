@@ -91,13 +91,20 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
     let w = WilsonGpu::<T>::new(gpu, &lat, &u, kappa, Recon::R12).unwrap();
     let mut solver = BiCgStab::new(gpu, EvenOdd(w)).unwrap();
     let mut iterations = Vec::new();
-    for variant in Variant::ALL {
+    // Every variant with its nine kernels per iteration, then every one but sync fused into one.
+    let runs = Variant::ALL
+        .map(|v| (v, false))
+        .into_iter()
+        .chain(Variant::ALL.into_iter().skip(1).map(|v| (v, true)));
+    for (variant, fused) in runs {
         let opt = SolveOptions {
             tol,
             max_iter: 500,
             variant,
             check_every: 4,
+            fused,
         };
+        let variant = format!("{variant}{}", if fused { "+fused" } else { "" });
         let mut checks = 0;
         let (x, report, true_res) =
             solve_with(&mut solver, &b, &opt, &mut |_, _| checks += 1).unwrap();
@@ -170,15 +177,22 @@ fn iteration_limit_and_repeated_solves() {
     let w = WilsonGpu::<f64>::new(&gpu, &lat, &u, 0.12, Recon::R18).unwrap();
     let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
     for variant in Variant::ALL {
-        let opt = SolveOptions {
-            tol: 1e-14,
-            max_iter: 3,
-            variant,
-            check_every: 2,
-        };
-        let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
-        assert_eq!(report.status, SolveStatus::MaxIter, "{variant}");
-        assert_eq!(report.iterations, 3, "{variant}");
+        for fused in [false, true] {
+            let opt = SolveOptions {
+                tol: 1e-14,
+                max_iter: 3,
+                variant,
+                check_every: 2,
+                fused,
+            };
+            let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+            assert_eq!(
+                report.status,
+                SolveStatus::MaxIter,
+                "{variant} fused {fused}"
+            );
+            assert_eq!(report.iterations, 3, "{variant} fused {fused}");
+        }
     }
     // A graph captured for one solve serves the next one unchanged.
     let opt = SolveOptions {
@@ -186,6 +200,7 @@ fn iteration_limit_and_repeated_solves() {
         max_iter: 500,
         variant: Variant::Graph,
         check_every: 3,
+        fused: false,
     };
     let first = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
     let second = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();

@@ -312,6 +312,47 @@ impl Gpu {
         unsafe { self.launch_on(self.stream(), entry, args, grid, block) }
     }
 
+    /// The most blocks of `block` threads of kernel `entry` the GPU runs at once: the grid of a
+    /// cooperative launch ([`launch_cooperative`](Self::launch_cooperative)) may not exceed it.
+    pub fn cooperative_blocks(&self, entry: &str, block: u32) -> Result<u32> {
+        let f = self.function(entry)?;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(block, 0, None)
+            .cuda(|| format!("reading the occupancy of kernel {entry}"))?;
+        Ok(per_sm * self.sm_count())
+    }
+
+    /// Launches `entry` on the GPU's stream with `grid` blocks of `block` threads all resident at once
+    /// (`cuLaunchCooperativeKernel`), as a kernel with grid barriers needs.
+    ///
+    /// # Safety
+    /// As for [`launch_on`](Self::launch_on); `grid` at most
+    /// [`cooperative_blocks`](Self::cooperative_blocks).
+    pub unsafe fn launch_cooperative<P: Copy>(
+        &self,
+        entry: &str,
+        args: &P,
+        grid: u32,
+        block: u32,
+    ) -> Result<()> {
+        let f = self.function(entry)?;
+        let a = ByValue(*args);
+        let cfg = LaunchConfig {
+            grid_dim: (grid.max(1), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.stream()
+                .launch_builder(&f)
+                .arg(&a)
+                .launch_cooperative(cfg)
+        }
+        .cuda(|| format!("launching kernel {entry} cooperatively"))?;
+        Ok(())
+    }
+
     /// Enough blocks of `block` threads for `threads` threads.
     pub fn blocks_for(threads: usize, block: u32) -> u32 {
         threads.div_ceil(block as usize).max(1) as u32

@@ -41,6 +41,26 @@ pub trait DeviceOperator<T> {
     fn apply(&self, out: &DeviceBuffer<T>, inp: &DeviceBuffer<T>, halt: *const u32) -> Result<()>;
     /// Floating-point operations of one application (for GFLOPS).
     fn flops(&self) -> u64;
+    /// Queues one whole BiCGStab iteration on `f` as a single kernel, if this operator has one (its
+    /// hopping terms, vector updates and reductions separated by grid barriers); `Ok(false)` if it has
+    /// none, and the solver queues the separate kernels.
+    fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> Result<bool> {
+        let _ = f;
+        Ok(false)
+    }
+}
+
+/// What a fused iteration ([`DeviceOperator::queue_fused_iteration`]) works on: the solver's vectors,
+/// its state, room for `8 * blocks` partial sums and a zeroed grid barrier (two words).
+pub struct FusedVectors<'a, T> {
+    /// `x, r, r0, p, v, s, t`.
+    pub vectors: [&'a DeviceBuffer<T>; 7],
+    /// The solver state ([`BiCgState`]).
+    pub state: *mut BiCgState,
+    /// Partial sums.
+    pub partials: &'a DeviceBuffer<f64>,
+    /// The grid barrier's count and generation.
+    pub barrier: &'a DeviceBuffer<u32>,
 }
 
 /// How the host drives the iterations (Doi's comparison).
@@ -114,6 +134,9 @@ pub struct SolveOptions {
     pub variant: Variant,
     /// Iterations between residual reads (all variants but `sync`, which sees every iteration).
     pub check_every: u32,
+    /// All variants but `sync`: each iteration as one kernel where the operator has one
+    /// ([`DeviceOperator::queue_fused_iteration`]).
+    pub fused: bool,
 }
 
 /// How a solve ended.
@@ -221,6 +244,11 @@ pub struct BiCgStab<T, O> {
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
     graphs: Option<(u32, Vec<CudaGraph>)>,
+    /// The current solve's [`SolveOptions::fused`].
+    fused: bool,
+    /// The fused iteration's partial sums (two halves of up to `4 * SMs` blocks) and grid barrier.
+    fused_partials: DeviceBuffer<f64>,
+    barrier: DeviceBuffer<u32>,
 }
 
 impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<T, O> {
@@ -259,6 +287,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
             events,
             graphs: None,
+            fused: false,
+            fused_partials: DeviceBuffer::zeros(gpu, 8 * 4 * gpu.sm_count() as usize)?,
+            barrier: DeviceBuffer::zeros(gpu, 2)?,
             gpu: gpu.clone(),
             op,
         })
@@ -348,6 +379,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>` and the `Init` stage
     /// (on the host for `sync`, which then waits for it).
     fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
+        self.fused = opt.fused;
         let mut st = BiCgState::new(opt.tol, opt.max_iter);
         self.write_state(&st)?;
         self.done.zero()?;
@@ -363,13 +395,19 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Milliseconds of GPU time per iteration when the GPU never waits for the host: `iterations`
     /// (at most 32) are queued behind a wait kernel and released at once, so the time between the events
     /// around them is the kernels' own time plus the GPU's gaps between them, free of launch overhead.
-    pub fn kernel_ms_per_iteration(&mut self, b: &DeviceBuffer<T>, iterations: u32) -> Result<f64> {
+    pub fn kernel_ms_per_iteration(
+        &mut self,
+        b: &DeviceBuffer<T>,
+        iterations: u32,
+        fused: bool,
+    ) -> Result<f64> {
         let n = iterations.clamp(1, MAX_HELD_ITERATIONS);
         let opt = SolveOptions {
             tol: f64::MIN_POSITIVE,
             max_iter: n + 1,
             variant: Variant::Async,
             check_every: n,
+            fused,
         };
         self.start(b, &opt)?;
         self.released = self.released.wrapping_add(1);
@@ -590,6 +628,19 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Queues one iteration. With `host = Some(state)` (the `sync` variant) the scalars are computed on the
     /// host from dot products copied back after each reduction.
     fn iteration(&mut self, mut host: Option<&mut BiCgState>) -> Result<()> {
+        if host.is_none() && self.fused {
+            let f = FusedVectors {
+                vectors: [
+                    &self.x, &self.r, &self.r0, &self.p, &self.v, &self.s, &self.t,
+                ],
+                state: self.state.ptr(),
+                partials: &self.fused_partials,
+                barrier: &self.barrier,
+            };
+            if self.op.queue_fused_iteration(&f)? {
+                return Ok(());
+            }
+        }
         let halt = self.halt();
         self.op.apply(&self.v, &self.p, halt)?;
         self.reduce(&mut host, Op::Dot, &[&self.v, &self.r0], Stage::Alpha)?;

@@ -5,11 +5,14 @@
 
 use std::sync::Arc;
 
-use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, SolveOptions, SolveReport};
+use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
 use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
-use lattice_gpu_kernels::wilson::{tile_index, Dslash, FLOPS_PER_SITE, TILE};
+use lattice_gpu_kernels::wilson::{
+    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, TILE,
+};
 use num_complex::Complex64;
 
 use crate::gauge::GaugeField;
@@ -48,6 +51,8 @@ impl Recon {
 pub trait WilsonReal: Element + ComplexReal + Default + Unpin {
     /// The hopping-term entry for each link storage.
     fn dslash_entry(recon: Recon) -> &'static str;
+    /// The fused BiCGStab iteration's entry for each link storage.
+    fn fused_entry(recon: Recon) -> &'static str;
 }
 
 macro_rules! wilson_real {
@@ -57,6 +62,12 @@ macro_rules! wilson_real {
                 match recon {
                     Recon::R18 => <Dslash<$t, 9> as GpuEntry>::ENTRY,
                     Recon::R12 => <Dslash<$t, 6> as GpuEntry>::ENTRY,
+                }
+            }
+            fn fused_entry(recon: Recon) -> &'static str {
+                match recon {
+                    Recon::R18 => <FusedIteration<$t, 9> as GpuEntry>::ENTRY,
+                    Recon::R12 => <FusedIteration<$t, 6> as GpuEntry>::ENTRY,
                 }
             }
         }
@@ -265,6 +276,60 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
 
     fn flops(&self) -> u64 {
         2 * self.0.hopping_flops()
+    }
+
+    /// The iteration as one cooperative kernel ([`FusedIteration`]): as many blocks of 256 threads as
+    /// the GPU runs at once, at most one per 256 sites or elements.
+    fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
+        const BLOCK: u32 = 256;
+        let w = &self.0;
+        let n = parity_len(&w.lat);
+        let entry = T::fused_entry(w.recon);
+        let blocks = w
+            .gpu
+            .cooperative_blocks(entry, BLOCK)?
+            .min(Gpu::blocks_for(n, BLOCK))
+            .min((f.partials.len() / 8) as u32);
+        let [nx, ny, nz, nt] = w.lat.dims.map(|d| d as u32);
+        let t_boundary = if w.lat.antiperiodic_t { -1.0 } else { 1.0 };
+        let [x, r, r0, p, v, s, t] = f.vectors.map(|b| b.ptr::<T>());
+        let barrier: *mut u32 = f.barrier.ptr();
+        macro_rules! go {
+            ($r:literal) => {{
+                let args = FusedIteration::<T, $r> {
+                    hop: Dslash {
+                        out: std::ptr::null_mut(),
+                        inp: std::ptr::null(),
+                        gauge: w.gauge.ptr::<T>(),
+                        x: std::ptr::null(),
+                        a: T::ONE,
+                        t_boundary: T::from_f64(t_boundary),
+                        dims: [nx, ny, nz, nt],
+                        parity: 0,
+                        halt: std::ptr::null(),
+                    },
+                    kappa2: T::from_f64(w.kappa * w.kappa),
+                    vec: [x, r, r0, p, v, s, t, w.tmp.ptr::<T>()],
+                    n: n as u32,
+                    state: f.state,
+                    partials: f.partials.ptr(),
+                    barrier: GridBarrier {
+                        count: barrier,
+                        generation: barrier.wrapping_add(1),
+                    },
+                    phases: Phase::ALL.len() as u32,
+                };
+                // SAFETY: the entry takes one `FusedIteration<T, R>`; the vectors and the gauge field
+                // have this lattice's layouts, `partials` room for 8 per block, the barrier's count is
+                // zero between launches, and `blocks` is within what the GPU runs at once.
+                unsafe { w.gpu.launch_cooperative(entry, &args, blocks, BLOCK) }
+            }};
+        }
+        match w.recon {
+            Recon::R18 => go!(9),
+            Recon::R12 => go!(6),
+        }?;
+        Ok(true)
     }
 }
 

@@ -90,6 +90,10 @@ struct SolverArgs {
     /// Iterations between residual reads (and progress lines).
     #[arg(long, default_value_t = 10)]
     check_every: u32,
+    /// Every variant but sync: each iteration as one cooperative kernel (hopping terms, vector updates
+    /// and reductions separated by grid barriers) instead of nine.
+    #[arg(long)]
+    fused: bool,
     /// Antiperiodic boundary in t for the fermions.
     #[arg(long)]
     antiperiodic_t: bool,
@@ -294,6 +298,7 @@ impl Solver {
             max_iter: a.max_iter,
             variant: a.variant,
             check_every: a.check_every,
+            fused: a.fused,
         };
         let mut progress =
             |it: usize, r: f64| println!("  {label} iteration {it:5}  residual {r:.3e}");
@@ -503,7 +508,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "\nsolver (f32, recon 12, {} iterations, reads every {}): time per iteration",
         a.iterations, a.check_every
     );
-    println!("lattice       variant     us/iter  kernels us/iter  vs sync");
+    println!("lattice       variant            us/iter  kernels us/iter  vs sync");
     for &dims in &a.solver {
         let lat = Lattice::new(dims, false)?;
         let u = GaugeField::random(dims, 1);
@@ -512,15 +517,21 @@ fn bench(a: &BenchArgs) -> Result<()> {
         let mut solver = BiCgStab::new(&g, EvenOdd(w))?;
         let b_e = solver.operator().0.upload_parity(&b, 0)?;
         let mut x_e = solver.operator().0.parity_buffer()?;
-        let kernels = solver.kernel_ms_per_iteration(&b_e, 32)? * 1e3;
         let mut sync_us = 0.0;
-        for variant in Variant::ALL {
+        // Each variant as nine kernels per iteration, then (all but sync) as one fused kernel.
+        let runs = Variant::ALL
+            .map(|v| (v, false))
+            .into_iter()
+            .chain(Variant::ALL.into_iter().skip(1).map(|v| (v, true)));
+        for (variant, fused) in runs {
+            let kernels = solver.kernel_ms_per_iteration(&b_e, 32, fused)? * 1e3;
             let opt = SolveOptions {
                 // Unreachable: every variant runs exactly `iterations`.
                 tol: f64::MIN_POSITIVE,
                 max_iter: a.iterations,
                 variant,
                 check_every: a.check_every,
+                fused,
             };
             // Once to capture graphs and warm up, once timed; straight on M_hat with the even half of
             // `b`, so no host packing is timed or repeated.
@@ -531,15 +542,17 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 sync_us = us;
             }
             let name = dims_name(dims);
+            let label = match fused {
+                true => format!("{}+fused", variant.name()),
+                false => variant.name().to_string(),
+            };
             println!(
-                "{name:12} {:10} {us:9.1} {:16.1} {:7.2}x",
-                variant.name(),
+                "{name:12} {label:16} {us:9.1} {:16.1} {:7.2}x",
                 kernels,
                 sync_us / us
             );
             csv.push_str(&format!(
-                "solver,{name},f32,{},{},,,,{}\n",
-                variant.name(),
+                "solver,{name},f32,{label},{},,,,{}\n",
                 us / 1e3,
                 r.iterations
             ));

@@ -2,6 +2,7 @@
 //! runs in the CPU engine: the host behaves as a grid of one block of one thread (one lane per warp).
 
 pub mod atomic;
+pub mod grid;
 pub mod math;
 pub mod shared;
 pub mod thread;

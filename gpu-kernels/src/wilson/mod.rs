@@ -17,5 +17,7 @@
 //!   `conj(row0 x row1)` (exact for SU(3)).
 
 mod dslash;
+mod fused;
 
 pub use dslash::{tile_index, Dslash, FLOPS_PER_SITE, TILE};
+pub use fused::{FusedIteration, Phase};

@@ -1,0 +1,314 @@
+//! One BiCGStab iteration of the even-odd Wilson system `M = 1 - kappa^2 H_eo H_oe` in one kernel: the
+//! four hopping terms, the vector updates and the three reductions of the iteration, separated by
+//! grid barriers ([`GridBarrier`]) instead of kernel boundaries. At small volumes, where each of the
+//! nine kernels of an iteration runs far below one wave and their launches and gaps are most of the
+//! time, one launch per iteration is what overhead hiding alone cannot reach.
+//!
+//! The work is the separate kernels' own: [`Dslash::site`] and [`Blas::element`], in grid-stride loops,
+//! in the order of the host solver's iteration. Each reduction: every block writes its partial sums,
+//! a barrier, then every block adds all partials in the same order and runs [`BiCgState::finish`]
+//! itself, so all blocks hold the same scalars without another barrier; block 0 stores the state at
+//! the end. The reductions alternate between two halves of the partials so that a block racing ahead
+//! into the next reduction cannot overwrite what a slower one is still adding.
+#![allow(clippy::needless_range_loop)]
+
+use super::Dslash;
+use crate::complex::ComplexReal;
+use crate::device::grid::GridBarrier;
+use crate::device::thread::{self, sync_threads};
+use crate::krylov::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
+
+/// The steps of one iteration, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// `tmp = H_oe p` (odd sites).
+    HopP,
+    /// `v = p - kappa^2 H_eo tmp` (even sites): `v = M p`.
+    ApplyP,
+    /// `<v, r0>`: `alpha`.
+    Alpha,
+    /// `s = r - alpha v`.
+    S,
+    /// `tmp = H_oe s`.
+    HopS,
+    /// `t = s - kappa^2 H_eo tmp`: `t = M s`.
+    ApplyS,
+    /// `<t, s>`, `|t|^2`, `|s|^2`: `omega`.
+    Omega,
+    /// `x += alpha p + omega s`, `r = s - omega t`; `<r0, r>`, `|r|^2`: convergence and `beta`.
+    Xr,
+    /// `p = r + beta (p - omega v)`.
+    P,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 9] = [
+        Phase::HopP,
+        Phase::ApplyP,
+        Phase::Alpha,
+        Phase::S,
+        Phase::HopS,
+        Phase::ApplyS,
+        Phase::Omega,
+        Phase::Xr,
+        Phase::P,
+    ];
+
+    /// Phase `k` of [`ALL`](Self::ALL) (the last for `k` beyond it).
+    #[inline(always)]
+    pub const fn at(k: usize) -> Phase {
+        match k {
+            0 => Phase::HopP,
+            1 => Phase::ApplyP,
+            2 => Phase::Alpha,
+            3 => Phase::S,
+            4 => Phase::HopS,
+            5 => Phase::ApplyS,
+            6 => Phase::Omega,
+            7 => Phase::Xr,
+            _ => Phase::P,
+        }
+    }
+
+    /// The scalar step after this phase's reduction, and which half of the partials it uses.
+    pub const fn reduction(self) -> Option<(Stage, usize)> {
+        match self {
+            Phase::Alpha => Some((Stage::Alpha, 0)),
+            Phase::Omega => Some((Stage::Omega, 1)),
+            Phase::Xr => Some((Stage::Beta, 0)),
+            _ => None,
+        }
+    }
+
+    /// Whether the next phase reads values other threads wrote in this one (a barrier after it).
+    pub const fn needs_barrier(self) -> bool {
+        !matches!(self, Phase::P)
+    }
+}
+
+/// What a phase runs.
+enum Work<T, const R: usize> {
+    Sites(Dslash<T, R>),
+    Elements(Op, Blas<T>),
+}
+
+/// The arguments of the fused iteration kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FusedIteration<T, const R: usize> {
+    /// The lattice, gauge field and boundary of the hopping term (its `out`, `inp`, `x`, `a` and
+    /// `parity` are set per phase; `halt` is unused).
+    pub hop: Dslash<T, R>,
+    /// `kappa^2`.
+    pub kappa2: T,
+    /// `x, r, r0, p, v, s, t` (even sites) and `tmp` (odd sites), `n` complex elements each.
+    pub vec: [*mut T; 8],
+    /// Complex elements per vector.
+    pub n: u32,
+    /// The solver state.
+    pub state: *mut BiCgState,
+    /// Partial sums: two halves of `4 * blocks`.
+    pub partials: *mut f64,
+    /// The grid barrier.
+    pub barrier: GridBarrier,
+    /// `Phase::ALL.len()`, passed in so that the kernel's phase loop stays a loop: one copy of the
+    /// hopping term and of the vector code instead of one per phase (which took 255 registers and
+    /// spilled).
+    pub phases: u32,
+}
+
+// SAFETY: every element is written by exactly one thread per phase.
+unsafe impl<T, const R: usize> Send for FusedIteration<T, R> {}
+// SAFETY: as above.
+unsafe impl<T, const R: usize> Sync for FusedIteration<T, R> {}
+
+const X: usize = 0;
+const RES: usize = 1;
+const R0: usize = 2;
+const PV: usize = 3;
+const V: usize = 4;
+const S: usize = 5;
+const TV: usize = 6;
+const TMP: usize = 7;
+
+impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
+    /// The hopping term `out = x + a H inp` on `parity`.
+    fn hop(&self, out: usize, inp: usize, x: Option<usize>, a: T, parity: u32) -> Dslash<T, R> {
+        Dslash {
+            out: self.vec[out],
+            inp: self.vec[inp],
+            x: x.map_or(core::ptr::null(), |x| self.vec[x] as *const T),
+            a,
+            parity,
+            halt: core::ptr::null(),
+            ..self.hop
+        }
+    }
+
+    /// The vector operation `op` on vectors `v`.
+    fn blas(&self, v: &[usize]) -> Blas<T> {
+        let mut ptrs = [core::ptr::null_mut(); 6];
+        for (p, &k) in ptrs.iter_mut().zip(v) {
+            *p = self.vec[k];
+        }
+        Blas {
+            n: self.n,
+            stage: HOST_FINISHES,
+            v: ptrs,
+            state: self.state,
+            partials: self.partials,
+            done: core::ptr::null_mut(),
+        }
+    }
+
+    /// What `phase` runs: a hopping term over the sites, or a vector operation over the elements.
+    #[inline(always)]
+    fn plan(&self, phase: Phase) -> Work<T, R> {
+        let mk2 = -self.kappa2;
+        match phase {
+            Phase::HopP => Work::Sites(self.hop(TMP, PV, None, T::ONE, 1)),
+            Phase::ApplyP => Work::Sites(self.hop(V, TMP, Some(PV), mk2, 0)),
+            Phase::Alpha => Work::Elements(Op::Dot, self.blas(&[V, R0])),
+            Phase::S => Work::Elements(Op::S, self.blas(&[S, RES, V])),
+            Phase::HopS => Work::Sites(self.hop(TMP, S, None, T::ONE, 1)),
+            Phase::ApplyS => Work::Sites(self.hop(TV, TMP, Some(S), mk2, 0)),
+            Phase::Omega => Work::Elements(Op::Dot, self.blas(&[TV, S])),
+            Phase::Xr => Work::Elements(Op::Xr, self.blas(&[X, PV, S, TV, RES, R0])),
+            Phase::P => Work::Elements(Op::P, self.blas(&[PV, RES, V])),
+        }
+    }
+
+    /// The work of `phase` for the sites or elements `first, first + stride, ...`, with the scalars
+    /// `st`; the thread's share of the phase's sums.
+    ///
+    /// # Safety
+    /// The fields must have the layouts of [`crate::wilson`] for this lattice, each `n` elements.
+    #[inline(always)]
+    pub unsafe fn work(&self, phase: Phase, st: &BiCgState, first: usize, stride: usize) -> Sums {
+        let mut acc = [0.0f64; 4];
+        match self.plan(phase) {
+            Work::Sites(d) => {
+                let mut cb = first;
+                while cb < d.half_volume() {
+                    // SAFETY: the caller's layouts; `cb` is inside the half volume.
+                    unsafe { d.site(cb) };
+                    cb += stride;
+                }
+            }
+            Work::Elements(op, b) => {
+                let mut i = first;
+                while i < self.n as usize {
+                    // SAFETY: the caller's lengths; `i < n`.
+                    let s = unsafe { b.element(op, st, i) };
+                    for q in 0..4 {
+                        acc[q] += s[q];
+                    }
+                    i += stride;
+                }
+            }
+        }
+        acc
+    }
+
+    /// One iteration on the GPU: every phase in grid-stride loops, grid barriers between them.
+    ///
+    /// # Safety
+    /// As [`work`](Self::work); launched cooperatively (every block resident) with at most 1024
+    /// threads per block, `partials` holding `8 * blocks` values and the barrier's count at zero.
+    #[inline(always)]
+    pub unsafe fn run(&self) {
+        let mut st = unsafe { *self.state };
+        if st.status != RUNNING {
+            return;
+        }
+        let blocks = thread::grid_dim_x() as usize;
+        let stride = blocks * thread::block_dim_x() as usize;
+        let first = thread::index_1d();
+        let shared = crate::shared_array![f64; 4];
+        for k in 0..self.phases as usize {
+            let phase = Phase::at(k);
+            let sums = unsafe { self.work(phase, &st, first, stride) };
+            if let Some((stage, half)) = phase.reduction() {
+                let part = self.partials.wrapping_add(half * 4 * blocks);
+                let mine = block_sum(sums);
+                if thread::thread_idx_x() == 0 {
+                    let b = thread::block_idx_x() as usize;
+                    for q in 0..4 {
+                        unsafe { *part.add(q * blocks + b) = mine[q] };
+                    }
+                }
+                unsafe { self.barrier.sync() };
+                // Every block adds the partials in the same order: the same scalars everywhere.
+                let mut acc = [0.0f64; 4];
+                let mut b = thread::thread_idx_x() as usize;
+                while b < blocks {
+                    for q in 0..4 {
+                        // Volatile: written by other blocks in this kernel, never through this L1.
+                        acc[q] += unsafe { part.add(q * blocks + b).read_volatile() };
+                    }
+                    b += thread::block_dim_x() as usize;
+                }
+                let all = block_sum(acc);
+                if thread::thread_idx_x() == 0 {
+                    for q in 0..4 {
+                        unsafe { *shared.add(q) = all[q] };
+                    }
+                }
+                sync_threads();
+                let sums = core::array::from_fn(|q| unsafe { *shared.add(q) });
+                sync_threads();
+                st.finish(stage, sums);
+                if st.status != RUNNING {
+                    break;
+                }
+            } else if phase.needs_barrier() {
+                unsafe { self.barrier.sync() };
+            }
+        }
+        if thread::block_idx_x() == 0 && thread::thread_idx_x() == 0 {
+            unsafe { *self.state = st };
+        }
+    }
+
+    /// One iteration on the host, phase after phase over every site and element (one thread): the
+    /// kernel's work and scalar steps in its order, for tests without a GPU.
+    ///
+    /// # Safety
+    /// As [`work`](Self::work).
+    pub unsafe fn emulate(&self) {
+        let mut st = unsafe { *self.state };
+        if st.status != RUNNING {
+            return;
+        }
+        for phase in Phase::ALL {
+            let sums = unsafe { self.work(phase, &st, 0, 1) };
+            if let Some((stage, _)) = phase.reduction() {
+                st.finish(stage, sums);
+                if st.status != RUNNING {
+                    break;
+                }
+            }
+        }
+        unsafe { *self.state = st };
+    }
+}
+
+macro_rules! fused_entry {
+    ($name:ident => $t:ty, $r:literal) => {
+        crate::kernel! {
+            /// Generated kernel entry: one BiCGStab iteration, launched cooperatively.
+            pub unsafe fn $name(f: FusedIteration<$t, $r>) {
+                f.run()
+            }
+        }
+        impl crate::stencil::GpuEntry for FusedIteration<$t, $r> {
+            const ENTRY: &'static str = stringify!($name);
+        }
+    };
+}
+
+fused_entry!(bicg_fused_f32_r18 => f32, 9);
+fused_entry!(bicg_fused_f32_r12 => f32, 6);
+fused_entry!(bicg_fused_f64_r18 => f64, 9);
+fused_entry!(bicg_fused_f64_r12 => f64, 6);
