@@ -15,7 +15,7 @@
 //! [`Residual`](super::Residual), [`ProlongAdd`](super::ProlongAdd), [`Convert`](super::Convert)), in
 //! the same order: the results are the same to the bit.
 
-use super::{parent, Coeffs};
+use super::{combine, parent, Coeffs};
 use crate::device::math::Real;
 use crate::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, LanesUpdate3D, LoopRange, PointUpdate3D, VECTOR_BYTES,
@@ -90,7 +90,7 @@ fn apply<T: Real>(
     row: usize,
     plane: usize,
 ) -> T {
-    let c = [a.diag, a.xm, a.xp, a.ym, a.yp, a.zm, a.zp].map(|f| f.get(own));
+    let c = a.fields().map(|f| f.get(own));
     let at = [
         own,
         other + p - 1,
@@ -101,13 +101,6 @@ fn apply<T: Real>(
         other + plane,
     ];
     combine(c, at.map(|i| x.get(i)))
-}
-
-/// `sum c_t x_t`, the terms in [`Coeffs`]' order (diagonal, x-, x+, y-, y+, z-, z+), added left to
-/// right: the one arithmetic of every by-colour operator application, scalar or vector.
-#[inline(always)]
-fn combine<T: Real>(c: [T; 7], x: [T; 7]) -> T {
-    c[0] * x[0] + c[1] * x[1] + c[2] * x[2] + c[3] * x[3] + c[4] * x[4] + c[5] * x[5] + c[6] * x[6]
 }
 
 /// One half sweep of red-black Gauss-Seidel on colour-split fields: runs over one half
@@ -168,22 +161,11 @@ impl<T: Real> LanesUpdate3D for RedBlackByColour<T> {
         let whole = |cells: usize| (cells * core::mem::size_of::<T>()).is_multiple_of(VECTOR_BYTES);
         let half = self.halves.half();
         let own = self.parity as usize * half + idx.ix();
-        let a = &self.a;
         whole(self.halves.pitch as usize)
             && whole(half)
-            && [
-                a.diag,
-                a.xm,
-                a.xp,
-                a.ym,
-                a.yp,
-                a.zm,
-                a.zp,
-                self.b,
-                self.x.as_ref(),
-            ]
-            .iter()
-            .all(|f| f.vector_aligned(own))
+            && (self.a.fields().iter())
+                .chain([&self.b, &self.x.as_ref()])
+                .all(|f| f.vector_aligned(own))
     }
 
     #[inline(always)]
@@ -203,7 +185,7 @@ impl<T: Real> LanesUpdate3D for RedBlackByColour<T> {
         // lanes stay in the (padded) half row of a cell inside the range.
         let (c, xo, b, xc, y0, y1, z0, z1) = unsafe {
             (
-                [a.diag, a.xm, a.xp, a.ym, a.yp, a.zm, a.zp].map(|f| f.get_vector::<W>(own)),
+                a.fields().map(|f| f.get_vector::<W>(own)),
                 x.get_vector::<W>(own),
                 self.b.get_vector::<W>(own),
                 x.get_vector::<W>(other),

@@ -31,18 +31,37 @@ pub struct CoeffsAos<T> {
     pub c: FieldRef<T>,
 }
 
+/// `sum c_t x_t`, the terms in [`Coeffs`]' order (diagonal, x-, x+, y-, y+, z-, z+), added left to
+/// right: the one arithmetic of every operator application, whatever the layout (natural or by colour,
+/// structure or array of structures, scalar or vector), so that all give the same bits.
+#[inline(always)]
+pub(crate) fn combine<T: Real>(c: [T; 7], x: [T; 7]) -> T {
+    c[0] * x[0] + c[1] * x[1] + c[2] * x[2] + c[3] * x[3] + c[4] * x[4] + c[5] * x[5] + c[6] * x[6]
+}
+
+/// `x` at the cell `idx` and its 6 neighbours, in [`Coeffs`]' order (natural layout).
+#[inline(always)]
+fn neighbours<T: Copy>(x: FieldRef<T>, idx: &ArrayIndex3D) -> [T; 7] {
+    [
+        idx.ix(),
+        idx.at::<-1, 0, 0>(),
+        idx.at::<1, 0, 0>(),
+        idx.at::<0, -1, 0>(),
+        idx.at::<0, 1, 0>(),
+        idx.at::<0, 0, -1>(),
+        idx.at::<0, 0, 1>(),
+    ]
+    .map(|i| x.get(i))
+}
+
 impl<T: Real> Operator7<T> for CoeffsAos<T> {
     #[inline(always)]
     fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
         let i = idx.ix();
-        let c = |k: usize| self.c.get(7 * i + k);
-        c(0) * x.get(i)
-            + c(1) * x.get(idx.at::<-1, 0, 0>())
-            + c(2) * x.get(idx.at::<1, 0, 0>())
-            + c(3) * x.get(idx.at::<0, -1, 0>())
-            + c(4) * x.get(idx.at::<0, 1, 0>())
-            + c(5) * x.get(idx.at::<0, 0, -1>())
-            + c(6) * x.get(idx.at::<0, 0, 1>())
+        combine(
+            core::array::from_fn(|k| self.c.get(7 * i + k)),
+            neighbours(x, idx),
+        )
     }
 
     #[inline(always)]
@@ -80,14 +99,17 @@ impl<T: Real> Operator7<T> for Coeffs<T> {
 
     #[inline(always)]
     fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
-        let i = idx.ix();
-        self.diag.get(i) * x.get(i)
-            + self.xm.get(i) * x.get(idx.at::<-1, 0, 0>())
-            + self.xp.get(i) * x.get(idx.at::<1, 0, 0>())
-            + self.ym.get(i) * x.get(idx.at::<0, -1, 0>())
-            + self.yp.get(i) * x.get(idx.at::<0, 1, 0>())
-            + self.zm.get(i) * x.get(idx.at::<0, 0, -1>())
-            + self.zp.get(i) * x.get(idx.at::<0, 0, 1>())
+        combine(self.fields().map(|f| f.get(idx.ix())), neighbours(x, idx))
+    }
+}
+
+impl<T: Copy> Coeffs<T> {
+    /// The 7 arrays in the terms' order: diagonal, x-, x+, y-, y+, z-, z+.
+    #[inline(always)]
+    pub fn fields(&self) -> [FieldRef<T>; 7] {
+        [
+            self.diag, self.xm, self.xp, self.ym, self.yp, self.zm, self.zp,
+        ]
     }
 }
 
