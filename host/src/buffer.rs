@@ -284,6 +284,24 @@ impl Gpu {
         grid: [u32; 3],
         block: [u32; 3],
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_with(stream, entry, args, grid, block, false) }
+    }
+
+    /// The one launch path: `entry` with one by-value argument, plainly or cooperatively.
+    ///
+    /// # Safety
+    /// As for [`launch_on`](Self::launch_on); a cooperative grid at most
+    /// [`cooperative_blocks`](Self::cooperative_blocks).
+    unsafe fn launch_with<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        entry: &str,
+        args: &P,
+        grid: [u32; 3],
+        block: [u32; 3],
+        cooperative: bool,
+    ) -> Result<()> {
         let f = self.function(entry)?;
         let a = ByValue(*args);
         let cfg = LaunchConfig {
@@ -291,9 +309,19 @@ impl Gpu {
             block_dim: (block[0], block[1], block[2]),
             shared_mem_bytes: 0,
         };
+        let mut launch = stream.launch_builder(&f);
+        launch.arg(&a);
         // SAFETY: the caller's contract.
-        unsafe { stream.launch_builder(&f).arg(&a).launch(cfg) }
-            .cuda(|| format!("launching kernel {entry}"))?;
+        let done = unsafe {
+            match cooperative {
+                true => launch.launch_cooperative(cfg),
+                false => launch.launch(cfg),
+            }
+        };
+        done.cuda(|| match cooperative {
+            true => format!("launching kernel {entry} cooperatively"),
+            false => format!("launching kernel {entry}"),
+        })?;
         Ok(())
     }
 
@@ -335,22 +363,9 @@ impl Gpu {
         grid: u32,
         block: u32,
     ) -> Result<()> {
-        let f = self.function(entry)?;
-        let a = ByValue(*args);
-        let cfg = LaunchConfig {
-            grid_dim: (grid.max(1), 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the caller's contract.
-        unsafe {
-            self.stream()
-                .launch_builder(&f)
-                .arg(&a)
-                .launch_cooperative(cfg)
-        }
-        .cuda(|| format!("launching kernel {entry} cooperatively"))?;
-        Ok(())
+        let (stream, grid) = (self.stream(), [grid.max(1), 1, 1]);
+        // SAFETY: forwarded.
+        unsafe { self.launch_with(stream, entry, args, grid, [block, 1, 1], true) }
     }
 
     /// Enough blocks of `block` threads for `threads` threads.

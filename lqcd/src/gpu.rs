@@ -3,7 +3,7 @@
 //! `M_hat = 1 - kappa^2 H_eo H_oe` for the device BiCGStab, and the full-system solve with its true
 //! residual.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
@@ -139,6 +139,9 @@ pub struct WilsonGpu<T> {
     recon: Recon,
     kappa: f64,
     tmp: DeviceBuffer<T>,
+    /// Blocks of the fused iteration's cooperative launch, found once (an occupancy query per launch
+    /// would cost every iteration host time).
+    fused_blocks: OnceLock<u32>,
 }
 
 impl<T: WilsonReal> WilsonGpu<T> {
@@ -161,6 +164,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
             recon,
             kappa,
             tmp: DeviceBuffer::zeros(gpu, 2 * parity_len(lat))?,
+            fused_blocks: OnceLock::new(),
         })
     }
 
@@ -198,23 +202,11 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         halt: *const u32,
     ) -> Result<()> {
-        let [nx, ny, nz, nt] = self.lat.dims.map(|d| d as u32);
         let x = x.map_or(std::ptr::null(), |b| b.ptr::<T>() as *const T);
-        let t_boundary = if self.lat.antiperiodic_t { -1.0 } else { 1.0 };
         let vh = self.lat.half_volume();
         macro_rules! go {
             ($r:literal) => {{
-                let d = Dslash::<T, $r> {
-                    out: out.ptr(),
-                    inp: inp.ptr::<T>(),
-                    gauge: self.gauge.ptr::<T>(),
-                    x,
-                    a: T::from_f64(a),
-                    t_boundary: T::from_f64(t_boundary),
-                    dims: [nx, ny, nz, nt],
-                    parity: parity as u32,
-                    halt,
-                };
+                let d = self.dslash::<$r>(out.ptr(), inp.ptr(), x, a, parity as u32, halt);
                 // SAFETY: the entry takes one `Dslash<T, R>`; the buffers have this lattice's tiled
                 // layouts (built by this type) and the grid covers exactly `vh` sites.
                 unsafe {
@@ -231,6 +223,30 @@ impl<T: WilsonReal> WilsonGpu<T> {
             Recon::R18 => go!(9),
             Recon::R12 => go!(6),
         }?)
+    }
+
+    /// The kernel arguments of `out = x + a H inp` on the sites of `parity`, for this lattice and gauge
+    /// field.
+    fn dslash<const R: usize>(
+        &self,
+        out: *mut T,
+        inp: *const T,
+        x: *const T,
+        a: f64,
+        parity: u32,
+        halt: *const u32,
+    ) -> Dslash<T, R> {
+        Dslash {
+            out,
+            inp,
+            gauge: self.gauge.ptr::<T>(),
+            x,
+            a: T::from_f64(a),
+            t_boundary: T::from_f64(if self.lat.antiperiodic_t { -1.0 } else { 1.0 }),
+            dims: self.lat.dims.map(|d| d as u32),
+            parity,
+            halt,
+        }
     }
 
     /// Floating-point operations of one hopping term on one parity.
@@ -285,29 +301,25 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
         let w = &self.0;
         let n = parity_len(&w.lat);
         let entry = T::fused_entry(w.recon);
-        let blocks = w
-            .gpu
-            .cooperative_blocks(entry, BLOCK)?
-            .min(Gpu::blocks_for(n, BLOCK))
-            .min((f.partials.len() / 8) as u32);
-        let [nx, ny, nz, nt] = w.lat.dims.map(|d| d as u32);
-        let t_boundary = if w.lat.antiperiodic_t { -1.0 } else { 1.0 };
+        let fitting = match w.fused_blocks.get() {
+            Some(&b) => b,
+            None => {
+                let b = w
+                    .gpu
+                    .cooperative_blocks(entry, BLOCK)?
+                    .min(Gpu::blocks_for(n, BLOCK));
+                *w.fused_blocks.get_or_init(|| b)
+            }
+        };
+        let blocks = fitting.min((f.partials.len() / 8) as u32);
         let [x, r, r0, p, v, s, t] = f.vectors.map(|b| b.ptr::<T>());
         let barrier: *mut u32 = f.barrier.ptr();
         macro_rules! go {
             ($r:literal) => {{
+                let null = std::ptr::null();
                 let args = FusedIteration::<T, $r> {
-                    hop: Dslash {
-                        out: std::ptr::null_mut(),
-                        inp: std::ptr::null(),
-                        gauge: w.gauge.ptr::<T>(),
-                        x: std::ptr::null(),
-                        a: T::ONE,
-                        t_boundary: T::from_f64(t_boundary),
-                        dims: [nx, ny, nz, nt],
-                        parity: 0,
-                        halt: std::ptr::null(),
-                    },
+                    // The phases set the vectors, factor and parity.
+                    hop: w.dslash(std::ptr::null_mut(), null, null, 1.0, 0, std::ptr::null()),
                     kappa2: T::from_f64(w.kappa * w.kappa),
                     vec: [x, r, r0, p, v, s, t, w.tmp.ptr::<T>()],
                     n: n as u32,
