@@ -218,22 +218,19 @@ impl<T: ComplexReal> Blas<T> {
         let st_ = |k: usize, z: Complex<T>| unsafe { T::store(self.v[k], i, z) };
         let c = Complex::<T>::from_f64;
         match op {
-            Op::Dot => {
-                let (a, b) = (ld(0).to_f64(), ld(1).to_f64());
-                let d = a.conj_mul(b);
-                [d.re, d.im, a.norm_sqr(), b.norm_sqr()]
-            }
+            Op::Dot => Self::dot_terms(ld(0), ld(1)),
             Op::S => {
                 st_(0, ld(1) - c(st.alpha) * ld(2));
                 [0.0; 4]
             }
             Op::Xr => {
-                let (p, s, t) = (ld(1), ld(2), ld(3));
+                // Every load before the first store, which they might alias: one memory latency.
+                let (x, p, s, t, r0) = (ld(0), ld(1), ld(2), ld(3), ld(5));
                 let (alpha, omega) = (c(st.alpha), c(st.omega));
-                st_(0, ld(0) + alpha * p + omega * s);
+                st_(0, x + alpha * p + omega * s);
                 let r = s - omega * t;
                 st_(4, r);
-                let (r0, r) = (ld(5).to_f64(), r.to_f64());
+                let (r0, r) = (r0.to_f64(), r.to_f64());
                 let d = r0.conj_mul(r);
                 [d.re, d.im, r.norm_sqr(), 0.0]
             }
@@ -247,6 +244,14 @@ impl<T: ComplexReal> Blas<T> {
                 [0.0, 0.0, (a - b).norm_sqr(), b.norm_sqr()]
             }
         }
+    }
+
+    /// The sums of [`Op::Dot`] for one element pair: `<a, b>`, `|a|^2`, `|b|^2`.
+    #[inline(always)]
+    pub fn dot_terms(a: Complex<T>, b: Complex<T>) -> Sums {
+        let (a, b) = (a.to_f64(), b.to_f64());
+        let d = a.conj_mul(b);
+        [d.re, d.im, a.norm_sqr(), b.norm_sqr()]
     }
 
     /// The GPU body of a vector kernel: a grid-stride loop over the elements, then (for reducing

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
 use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 use lattice_gpu_kernels::krylov::{
     BiCgState, Blas, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V, BREAKDOWN_RHO,
     CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING,
@@ -51,7 +52,7 @@ pub trait DeviceOperator<T> {
 }
 
 /// What a fused iteration ([`DeviceOperator::queue_fused_iteration`]) works on: the solver's vectors,
-/// its state, room for `8 * blocks` partial sums and a zeroed grid barrier (two words).
+/// its state, room for `8 * blocks` partial sums and a grid barrier (one word).
 pub struct FusedVectors<'a, T> {
     /// `x, r, r0, p, v, s, t`.
     pub vectors: [&'a DeviceBuffer<T>; 7],
@@ -59,7 +60,7 @@ pub struct FusedVectors<'a, T> {
     pub state: *mut BiCgState,
     /// Partial sums.
     pub partials: &'a DeviceBuffer<f64>,
-    /// The grid barrier's count and generation.
+    /// The grid barrier's word.
     pub barrier: &'a DeviceBuffer<u32>,
 }
 
@@ -222,7 +223,7 @@ impl Drop for Flag {
 }
 
 /// BiCGStab for one operator: owns the work vectors, the device state and (for `graph`) the captured
-/// graphs, which are reused by later solves with the same `check_every`.
+/// graphs, which are reused by later solves with the same `check_every` and [`SolveOptions::fused`].
 pub struct BiCgStab<T, O> {
     gpu: Arc<Gpu>,
     op: O,
@@ -243,7 +244,7 @@ pub struct BiCgStab<T, O> {
     blocks: u32,
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
-    graphs: Option<(u32, Vec<CudaGraph>)>,
+    graphs: Option<((u32, bool), Vec<CudaGraph>)>,
     /// The current solve's [`SolveOptions::fused`].
     fused: bool,
     /// The fused iteration's partial sums (two halves of up to `4 * SMs` blocks) and grid barrier.
@@ -289,7 +290,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             graphs: None,
             fused: false,
             fused_partials: DeviceBuffer::zeros(gpu, 8 * 4 * gpu.sm_count() as usize)?,
-            barrier: DeviceBuffer::zeros(gpu, 2)?,
+            barrier: DeviceBuffer::zeros(gpu, 1)?,
             gpu: gpu.clone(),
             op,
         })
@@ -434,12 +435,13 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         on_check: &mut dyn FnMut(usize, f64),
     ) -> Result<BiCgState> {
         let k = opt.check_every;
-        if opt.variant == Variant::Graph && self.graphs.as_ref().map(|g| g.0) != Some(k) {
+        let key = (k, self.fused);
+        if opt.variant == Variant::Graph && self.graphs.as_ref().map(|g| g.0) != Some(key) {
             self.graphs = None;
             let graphs = (0..SLOTS)
                 .map(|slot| self.capture(k, slot))
                 .collect::<Result<Vec<_>>>()?;
-            self.graphs = Some((k, graphs));
+            self.graphs = Some((key, graphs));
         }
         let helper = match opt.variant {
             Variant::WaitKernel | Variant::StreamWait => Some(self.spawn_releaser(opt.variant)?),
@@ -788,6 +790,36 @@ pub fn launch_overhead(gpu: &Arc<Gpu>) -> Result<(f64, f64)> {
         Ok(())
     })?;
     Ok((host_us, ms * 1e3 / N as f64))
+}
+
+/// What the fused iteration's structure costs on the GPU, in microseconds, for a grid of `blocks` blocks
+/// of `block` threads: GPU time per empty cooperative launch queued ahead, and per grid barrier.
+pub fn grid_barrier_cost(gpu: &Arc<Gpu>, blocks: u32, block: u32) -> Result<(f64, f64)> {
+    const LAUNCHES: u32 = 32;
+    const BARRIERS: u32 = 64;
+    let word = DeviceBuffer::<u32>::zeros(gpu, 1)?;
+    let flag = Flag::new()?;
+    let mut us = [0.0; 2];
+    for (u, n) in us.iter_mut().zip([0, BARRIERS]) {
+        let run = BarrierRun {
+            barrier: GridBarrier { count: word.ptr() },
+            n,
+        };
+        let release = Signal {
+            flag: flag.ptr(),
+            value: n + 1,
+        };
+        let ms = time_held(gpu, release, || {
+            for _ in 0..LAUNCHES {
+                // SAFETY: the entry takes one `BarrierRun` on a live word of its own; `blocks` is
+                // checked against what the GPU runs at once.
+                unsafe { gpu.launch_cooperative("grid_barriers", &run, blocks, block)? };
+            }
+            Ok(())
+        })?;
+        *u = ms * 1e3 / LAUNCHES as f64;
+    }
+    Ok((us[0], (us[1] - us[0]) / BARRIERS as f64))
 }
 
 /// GPU milliseconds of the work `queue` puts on the GPU's stream, held behind a wait kernel on `sig`

@@ -11,7 +11,7 @@ use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
 use lattice_gpu_kernels::wilson::{
-    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, TILE,
+    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, FUSED_BLOCK, TILE,
 };
 use num_complex::Complex64;
 
@@ -294,10 +294,10 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
         2 * self.0.hopping_flops()
     }
 
-    /// The iteration as one cooperative kernel ([`FusedIteration`]): as many blocks of 256 threads as
-    /// the GPU runs at once, at most one per 256 sites or elements.
+    /// The iteration as one cooperative kernel ([`FusedIteration`]): as many blocks of
+    /// [`FUSED_BLOCK`] threads as the GPU runs at once, at most one per `FUSED_BLOCK` elements.
     fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
-        const BLOCK: u32 = 256;
+        const BLOCK: u32 = FUSED_BLOCK;
         let w = &self.0;
         let n = parity_len(&w.lat);
         let entry = T::fused_entry(w.recon);
@@ -325,15 +325,13 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
                     n: n as u32,
                     state: f.state,
                     partials: f.partials.ptr(),
-                    barrier: GridBarrier {
-                        count: barrier,
-                        generation: barrier.wrapping_add(1),
-                    },
+                    barrier: GridBarrier { count: barrier },
                     phases: Phase::ALL.len() as u32,
                 };
                 // SAFETY: the entry takes one `FusedIteration<T, R>`; the vectors and the gauge field
-                // have this lattice's layouts, `partials` room for 8 per block, the barrier's count is
-                // zero between launches, and `blocks` is within what the GPU runs at once.
+                // have this lattice's layouts, `partials` room for 8 per block, the barrier's word is
+                // this solver's alone (one launch at a time on its stream), and `blocks` is within
+                // what the GPU runs at once.
                 unsafe { w.gpu.launch_cooperative(entry, &args, blocks, BLOCK) }
             }};
         }

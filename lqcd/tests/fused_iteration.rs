@@ -39,7 +39,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
     let bb: f64 = src.iter().map(|v| v.to_f64() * v.to_f64()).sum();
     let mut st = BiCgState::new(tol, 500);
     st.finish(Stage::Init, [0.0, 0.0, bb, 0.0]);
-    let (mut count, mut generation) = (0u32, 0u32);
+    let mut count = 0u32;
     let mut partials = vec![0.0f64; 8];
     let dims_u32 = dims.map(|d| d as u32);
     macro_rules! run {
@@ -61,10 +61,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
                 n: (len / 2) as u32,
                 state: &mut st,
                 partials: partials.as_mut_ptr(),
-                barrier: GridBarrier {
-                    count: &mut count,
-                    generation: &mut generation,
-                },
+                barrier: GridBarrier { count: &mut count },
                 phases: Phase::ALL.len() as u32,
             };
             for _ in 0..500 {

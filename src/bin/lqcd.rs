@@ -9,10 +9,10 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
 use lattice_gpu::host::krylov::{
-    launch_overhead, BiCgStab, SolveOptions, SolveReport, SolveStatus, Variant,
+    grid_barrier_cost, launch_overhead, BiCgStab, SolveOptions, SolveReport, SolveStatus, Variant,
 };
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu::kernels::wilson::FLOPS_PER_SITE;
+use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK};
 use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
@@ -91,7 +91,8 @@ struct SolverArgs {
     #[arg(long, default_value_t = 10)]
     check_every: u32,
     /// Every variant but sync: each iteration as one cooperative kernel (hopping terms, vector updates
-    /// and reductions separated by grid barriers) instead of nine.
+    /// and reductions separated by grid barriers) instead of nine. For small lattices (up to about 8^4
+    /// per GPU; slower from 16^4 on, see `lqcd bench`).
     #[arg(long)]
     fused: bool,
     /// Antiperiodic boundary in t for the fermions.
@@ -504,6 +505,18 @@ fn bench(a: &BenchArgs) -> Result<()> {
         host_us / 1e3,
         gpu_us / 1e3
     ));
+    // What the fused iteration is made of: a cooperative launch and grid barriers (7 per iteration).
+    for blocks in [8, g.sm_count()] {
+        let (launch_us, barrier_us) = grid_barrier_cost(&g, blocks, FUSED_BLOCK)?;
+        println!(
+            "grid of {blocks} blocks of {FUSED_BLOCK}: {launch_us:.2} us of GPU time per empty cooperative launch queued ahead, {barrier_us:.2} us per grid barrier"
+        );
+        csv.push_str(&format!(
+            "cooperative_launch,{blocks} blocks,,,{},,,,\ngrid_barrier,{blocks} blocks,,,{},,,,\n",
+            launch_us / 1e3,
+            barrier_us / 1e3
+        ));
+    }
     println!(
         "\nsolver (f32, recon 12, {} iterations, reads every {}): time per iteration",
         a.iterations, a.check_every

@@ -5,15 +5,15 @@
 use super::atomic::{self, Scope};
 use super::thread::{self, sync_threads};
 
-/// Two device words: the blocks arrived at the current barrier (zero between barriers: the last block
-/// rewinds it) and the barriers completed so far, which the last block to arrive raises.
+/// One device word. Each barrier, block 0 adds `2^31 - (blocks - 1)` and every other block 1: together
+/// exactly `2^31`, so the top bit flips once all have arrived and the word is otherwise as before. A
+/// block waits for the flip of the value its own add returned: one atomic per block and no separate
+/// release step (the scheme of CUDA's cooperative groups), and no reset between barriers or launches.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct GridBarrier {
-    /// Blocks arrived; zero at launch.
+    /// The arrival word; any value at launch.
     pub count: *mut u32,
-    /// Barriers completed (wrapping).
-    pub generation: *mut u32,
 }
 
 impl GridBarrier {
@@ -22,24 +22,22 @@ impl GridBarrier {
     ///
     /// # Safety
     /// Every thread of the grid must call it, as often as the others; all blocks must be resident at
-    /// once (a cooperative launch), or it never returns; the words must be device memory, `count` zero
-    /// at launch.
+    /// once (a cooperative launch), or it never returns; `count` must be device memory that no other
+    /// grid uses at the same time.
     #[inline(always)]
     pub unsafe fn sync(&self) {
+        const FLIP: u32 = 1 << 31;
         sync_threads();
         if thread::thread_idx_x() == 0 {
-            let blocks = thread::grid_dim_x();
-            // Read before arriving: the last block cannot raise it before this block has arrived.
-            let seen = unsafe { self.generation.read_volatile() };
-            atomic::fence_device();
-            let ticket = unsafe { atomic::inc_u32(self.count, blocks - 1, Scope::Device) };
-            if ticket == blocks - 1 {
-                atomic::fence_device();
-                unsafe { atomic::add_u32(self.generation, 1, Scope::Device) };
+            let add = if thread::block_idx_x() == 0 {
+                FLIP - (thread::grid_dim_x() - 1)
             } else {
-                while unsafe { self.generation.read_volatile() } == seen {
-                    pause();
-                }
+                1
+            };
+            atomic::fence_device();
+            let old = unsafe { atomic::add_u32(self.count, add, Scope::Device) };
+            while (unsafe { self.count.read_volatile() } ^ old) & FLIP == 0 {
+                pause();
             }
             atomic::fence_device();
         }
@@ -54,5 +52,25 @@ fn pause() {
     // SAFETY: a scheduling hint, no memory effect.
     unsafe {
         core::arch::asm!("nanosleep.u32 32;", options(nostack, nomem))
+    }
+}
+
+/// Arguments of [`grid_barriers`]: `n` grid barriers in a row and nothing else, so that timing launches
+/// of it with different `n` gives the cost of a barrier and of a cooperative launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BarrierRun {
+    /// The barrier.
+    pub barrier: GridBarrier,
+    /// Barriers per launch.
+    pub n: u32,
+}
+
+crate::kernel! {
+    /// Generated kernel entry: `n` grid barriers; launched cooperatively.
+    pub unsafe fn grid_barriers(a: BarrierRun) {
+        for _ in 0..a.n {
+            unsafe { a.barrier.sync() }
+        }
     }
 }

@@ -82,6 +82,12 @@ fn schedule_fence() {
 /// Sites per tile of the field layouts (a warp's worth).
 pub const TILE: usize = 32;
 
+/// Index of spin-colour component `k` of site `cb` in a tiled spinor field.
+#[inline(always)]
+pub fn component_index(cb: usize, k: usize) -> usize {
+    tile_index(cb, 12) + k * TILE
+}
+
 /// Index of entry 0 of site `cb` in a tiled array of `ncomp` entries per site; entry `k` is `TILE * k`
 /// further on, a compile-time offset, so one address register serves all entries of a site.
 #[inline(always)]
@@ -90,6 +96,20 @@ pub fn tile_index(cb: usize, ncomp: usize) -> usize {
 }
 
 type Link<T> = [[Complex<T>; 3]; 3];
+
+/// Where the hops of one output site read: the checkerboard index of its forward and backward
+/// neighbour in each direction, and the factors of its `t` hops (the boundary's sign where they cross it).
+#[derive(Clone, Copy, Debug)]
+pub struct Neighbours<T> {
+    /// Forward neighbours, by direction.
+    pub fwd: [usize; 4],
+    /// Backward neighbours, by direction.
+    pub bwd: [usize; 4],
+    /// Factor of the forward `t` hop.
+    pub fwd_sign: T,
+    /// Factor of the backward `t` hop.
+    pub bwd_sign: T,
+}
 type Half<T> = [[Complex<T>; 3]; 2];
 
 impl<T: ComplexReal, const R: usize> Dslash<T, R> {
@@ -110,7 +130,33 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
         if !self.halt.is_null() && unsafe { *self.halt } != 0 {
             return;
         }
-        let vh = self.half_volume();
+        let nb = self.neighbours(cb);
+        let mut acc = [Complex::<T>::ZERO; 12];
+        // Literal directions: each call folds to one hop, and the fences keep one direction's loads live
+        // at a time.
+        unsafe {
+            self.hop_at(&mut acc, cb, &nb, 0, true);
+            self.hop_at(&mut acc, cb, &nb, 0, false);
+            schedule_fence();
+            self.hop_at(&mut acc, cb, &nb, 1, true);
+            self.hop_at(&mut acc, cb, &nb, 1, false);
+            schedule_fence();
+            self.hop_at(&mut acc, cb, &nb, 2, true);
+            self.hop_at(&mut acc, cb, &nb, 2, false);
+            schedule_fence();
+            self.hop_at(&mut acc, cb, &nb, 3, true);
+            self.hop_at(&mut acc, cb, &nb, 3, false);
+            schedule_fence();
+        }
+        for (k, &h) in acc.iter().enumerate() {
+            let at = component_index(cb, k);
+            unsafe { self.store(at, h, || self.addend(at)) };
+        }
+    }
+
+    /// The neighbours of output site `cb`, for [`hop_at`](Self::hop_at).
+    #[inline(always)]
+    pub fn neighbours(&self, cb: usize) -> Neighbours<T> {
         let [nx, ny, nz, nt] = self.dims;
         let xh = nx / 2;
         let c = cb as u32;
@@ -122,90 +168,90 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
             |x: u32, y: u32, z: u32, t: u32| (((t * nz + z) * ny + y) * xh + x / 2) as usize;
         let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
         let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
-        let other = self.parity ^ 1;
-
-        let mut acc = [Complex::<T>::ZERO; 12];
-        unsafe {
-            self.hop::<0, true>(
-                &mut acc,
-                vh,
-                self.parity,
-                cb,
+        Neighbours {
+            fwd: [
                 cb_of(up(x, nx), y, z, t),
-                T::ONE,
-            );
-            self.hop::<0, false>(
-                &mut acc,
-                vh,
-                other,
-                cb_of(down(x, nx), y, z, t),
-                cb_of(down(x, nx), y, z, t),
-                T::ONE,
-            );
-            schedule_fence();
-            self.hop::<1, true>(
-                &mut acc,
-                vh,
-                self.parity,
-                cb,
                 cb_of(x, up(y, ny), z, t),
-                T::ONE,
-            );
-            self.hop::<1, false>(
-                &mut acc,
-                vh,
-                other,
-                cb_of(x, down(y, ny), z, t),
-                cb_of(x, down(y, ny), z, t),
-                T::ONE,
-            );
-            schedule_fence();
-            self.hop::<2, true>(
-                &mut acc,
-                vh,
-                self.parity,
-                cb,
                 cb_of(x, y, up(z, nz), t),
-                T::ONE,
-            );
-            self.hop::<2, false>(
-                &mut acc,
-                vh,
-                other,
-                cb_of(x, y, down(z, nz), t),
-                cb_of(x, y, down(z, nz), t),
-                T::ONE,
-            );
-            schedule_fence();
-            let fwd_sign = if t + 1 == nt { self.t_boundary } else { T::ONE };
-            let bwd_sign = if t == 0 { self.t_boundary } else { T::ONE };
-            self.hop::<3, true>(
-                &mut acc,
-                vh,
-                self.parity,
-                cb,
                 cb_of(x, y, z, up(t, nt)),
-                fwd_sign,
-            );
-            self.hop::<3, false>(
-                &mut acc,
-                vh,
-                other,
+            ],
+            bwd: [
+                cb_of(down(x, nx), y, z, t),
+                cb_of(x, down(y, ny), z, t),
+                cb_of(x, y, down(z, nz), t),
                 cb_of(x, y, z, down(t, nt)),
-                cb_of(x, y, z, down(t, nt)),
-                bwd_sign,
-            );
-            schedule_fence();
+            ],
+            fwd_sign: if t + 1 == nt { self.t_boundary } else { T::ONE },
+            bwd_sign: if t == 0 { self.t_boundary } else { T::ONE },
         }
+    }
 
-        let at = tile_index(cb, 12);
-        for (k, h) in acc.iter().enumerate() {
-            let mut v = h.scale(self.a);
-            if !self.x.is_null() {
-                v += unsafe { T::load(self.x, at + k * TILE) };
+    /// Adds the hop of site `cb` in direction `mu` (0..4), forward or backward, to `acc`. With a literal
+    /// direction the match folds away; with a varying one (a warp per direction) it is warp-uniform.
+    ///
+    /// # Safety
+    /// As [`site`](Self::site); `nb` is `neighbours(cb)`.
+    #[inline(always)]
+    pub unsafe fn hop_at(
+        &self,
+        acc: &mut [Complex<T>; 12],
+        cb: usize,
+        nb: &Neighbours<T>,
+        mu: usize,
+        fwd: bool,
+    ) {
+        let vh = self.half_volume();
+        let (p, other) = (self.parity, self.parity ^ 1);
+        let one = T::ONE;
+        unsafe {
+            match (mu, fwd) {
+                (0, true) => self.hop::<0, true>(acc, vh, p, cb, nb.fwd[0], one),
+                (0, false) => self.hop::<0, false>(acc, vh, other, nb.bwd[0], nb.bwd[0], one),
+                (1, true) => self.hop::<1, true>(acc, vh, p, cb, nb.fwd[1], one),
+                (1, false) => self.hop::<1, false>(acc, vh, other, nb.bwd[1], nb.bwd[1], one),
+                (2, true) => self.hop::<2, true>(acc, vh, p, cb, nb.fwd[2], one),
+                (2, false) => self.hop::<2, false>(acc, vh, other, nb.bwd[2], nb.bwd[2], one),
+                (_, true) => self.hop::<3, true>(acc, vh, p, cb, nb.fwd[3], nb.fwd_sign),
+                (_, false) => {
+                    self.hop::<3, false>(acc, vh, other, nb.bwd[3], nb.bwd[3], nb.bwd_sign)
+                }
             }
-            unsafe { T::store(self.out, at + k * TILE, v) };
         }
+    }
+
+    /// The spinor added to the hopping term at element `at` of the output: `x`, or zero.
+    ///
+    /// # Safety
+    /// As [`site`](Self::site), `at` inside the output parity.
+    #[inline(always)]
+    pub unsafe fn addend(&self, at: usize) -> Complex<T> {
+        if self.x.is_null() {
+            Complex::ZERO
+        } else {
+            unsafe { T::load(self.x, at) }
+        }
+    }
+
+    /// Stores `x + a h` (or `a h`) at element `at` of the output, `x` there being what `addend` returns
+    /// ([`addend`](Self::addend), or a value loaded ahead); returns what it stored.
+    ///
+    /// # Safety
+    /// As [`addend`](Self::addend).
+    #[inline(always)]
+    pub unsafe fn store(
+        &self,
+        at: usize,
+        h: Complex<T>,
+        addend: impl FnOnce() -> Complex<T>,
+    ) -> Complex<T> {
+        let mut v = h.scale(self.a);
+        // The addend after the scaling: that order keeps the one-thread-per-site kernel's schedule
+        // (loading it first cut a third of its registers and made it 40-75% slower on the H100).
+        if !self.x.is_null() {
+            v += addend();
+        }
+        unsafe { T::store(self.out, at, v) };
+        v
     }
 
     /// Adds one hop in direction `MU` (forward: `(1 - g) U psi(n + mu)`, backward:

@@ -1,40 +1,41 @@
 //! One BiCGStab iteration of the even-odd Wilson system `M = 1 - kappa^2 H_eo H_oe` in one kernel: the
-//! four hopping terms, the vector updates and the three reductions of the iteration, separated by
+//! four hopping terms, the vector updates and the three reductions of the iteration (two of them on
+//! the output of a hopping term, in the same phase), separated by
 //! grid barriers ([`GridBarrier`]) instead of kernel boundaries. At small volumes, where each of the
 //! nine kernels of an iteration runs far below one wave and their launches and gaps are most of the
 //! time, one launch per iteration is what overhead hiding alone cannot reach.
 //!
-//! The work is the separate kernels' own: [`Dslash::site`] and [`Blas::element`], in grid-stride loops,
-//! in the order of the host solver's iteration. Each reduction: every block writes its partial sums,
+//! The work is the separate kernels' own, in the order of the host solver's iteration: the hops of
+//! [`Dslash::site`], spread a warp per hop (eight threads per site: at these volumes the latency of one
+//! thread's eight hops, not bandwidth, is the time), and [`Blas::element`] in grid-stride loops. Each reduction: every block writes its partial sums,
 //! a barrier, then every block adds all partials in the same order and runs [`BiCgState::finish`]
 //! itself, so all blocks hold the same scalars without another barrier; block 0 stores the state at
 //! the end. The reductions alternate between two halves of the partials so that a block racing ahead
 //! into the next reduction cannot overwrite what a slower one is still adding.
 #![allow(clippy::needless_range_loop)]
 
-use super::Dslash;
-use crate::complex::ComplexReal;
+use super::{component_index, Dslash, TILE};
+use crate::complex::{Complex, ComplexReal};
 use crate::device::grid::GridBarrier;
 use crate::device::thread::{self, sync_threads};
 use crate::krylov::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
+
+/// Threads per block of the fused kernel: a warp for each of the eight hops of a site.
+pub const FUSED_BLOCK: u32 = 8 * TILE as u32;
 
 /// The steps of one iteration, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// `tmp = H_oe p` (odd sites).
     HopP,
-    /// `v = p - kappa^2 H_eo tmp` (even sites): `v = M p`.
+    /// `v = p - kappa^2 H_eo tmp` (even sites): `v = M p`; `<v, r0>`: `alpha`.
     ApplyP,
-    /// `<v, r0>`: `alpha`.
-    Alpha,
     /// `s = r - alpha v`.
     S,
     /// `tmp = H_oe s`.
     HopS,
-    /// `t = s - kappa^2 H_eo tmp`: `t = M s`.
+    /// `t = s - kappa^2 H_eo tmp`: `t = M s`; `<t, s>`, `|t|^2`, `|s|^2`: `omega`.
     ApplyS,
-    /// `<t, s>`, `|t|^2`, `|s|^2`: `omega`.
-    Omega,
     /// `x += alpha p + omega s`, `r = s - omega t`; `<r0, r>`, `|r|^2`: convergence and `beta`.
     Xr,
     /// `p = r + beta (p - omega v)`.
@@ -43,14 +44,12 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in order.
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 7] = [
         Phase::HopP,
         Phase::ApplyP,
-        Phase::Alpha,
         Phase::S,
         Phase::HopS,
         Phase::ApplyS,
-        Phase::Omega,
         Phase::Xr,
         Phase::P,
     ];
@@ -61,12 +60,10 @@ impl Phase {
         match k {
             0 => Phase::HopP,
             1 => Phase::ApplyP,
-            2 => Phase::Alpha,
-            3 => Phase::S,
-            4 => Phase::HopS,
-            5 => Phase::ApplyS,
-            6 => Phase::Omega,
-            7 => Phase::Xr,
+            2 => Phase::S,
+            3 => Phase::HopS,
+            4 => Phase::ApplyS,
+            5 => Phase::Xr,
             _ => Phase::P,
         }
     }
@@ -74,8 +71,8 @@ impl Phase {
     /// The scalar step after this phase's reduction, and which half of the partials it uses.
     pub const fn reduction(self) -> Option<(Stage, usize)> {
         match self {
-            Phase::Alpha => Some((Stage::Alpha, 0)),
-            Phase::Omega => Some((Stage::Omega, 1)),
+            Phase::ApplyP => Some((Stage::Alpha, 0)),
+            Phase::ApplyS => Some((Stage::Omega, 1)),
             Phase::Xr => Some((Stage::Beta, 0)),
             _ => None,
         }
@@ -87,9 +84,10 @@ impl Phase {
     }
 }
 
-/// What a phase runs.
+/// What a phase runs: a hopping term, with the dot product of its output and another vector where the
+/// phase reduces (each element read back by the thread that wrote it), or a vector operation.
 enum Work<T, const R: usize> {
-    Sites(Dslash<T, R>),
+    Sites(Dslash<T, R>, Option<Blas<T>>),
     Elements(Op, Blas<T>),
 }
 
@@ -167,32 +165,64 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
     fn plan(&self, phase: Phase) -> Work<T, R> {
         let mk2 = -self.kappa2;
         match phase {
-            Phase::HopP => Work::Sites(self.hop(TMP, PV, None, T::ONE, 1)),
-            Phase::ApplyP => Work::Sites(self.hop(V, TMP, Some(PV), mk2, 0)),
-            Phase::Alpha => Work::Elements(Op::Dot, self.blas(&[V, R0])),
+            Phase::HopP => Work::Sites(self.hop(TMP, PV, None, T::ONE, 1), None),
+            Phase::ApplyP => Work::Sites(
+                self.hop(V, TMP, Some(PV), mk2, 0),
+                Some(self.blas(&[V, R0])),
+            ),
             Phase::S => Work::Elements(Op::S, self.blas(&[S, RES, V])),
-            Phase::HopS => Work::Sites(self.hop(TMP, S, None, T::ONE, 1)),
-            Phase::ApplyS => Work::Sites(self.hop(TV, TMP, Some(S), mk2, 0)),
-            Phase::Omega => Work::Elements(Op::Dot, self.blas(&[TV, S])),
+            Phase::HopS => Work::Sites(self.hop(TMP, S, None, T::ONE, 1), None),
+            Phase::ApplyS => Work::Sites(
+                self.hop(TV, TMP, Some(S), mk2, 0),
+                Some(self.blas(&[TV, S])),
+            ),
             Phase::Xr => Work::Elements(Op::Xr, self.blas(&[X, PV, S, TV, RES, R0])),
             Phase::P => Work::Elements(Op::P, self.blas(&[PV, RES, V])),
         }
     }
 
-    /// The work of `phase` for the sites or elements `first, first + stride, ...`, with the scalars
-    /// `st`; the thread's share of the phase's sums.
+    /// The work of `phase`: a hopping term ([`hop_by_warps`](Self::hop_by_warps) on the GPU, the same
+    /// sums in the same order site by site on the host), or a vector operation on the elements `first,
+    /// first + stride, ...` with the scalars `st`; returns the thread's share of the phase's sums.
     ///
     /// # Safety
-    /// The fields must have the layouts of [`crate::wilson`] for this lattice, each `n` elements.
+    /// The fields must have the layouts of [`crate::wilson`] for this lattice, each `n` elements; on the
+    /// GPU, blocks of [`FUSED_BLOCK`] threads, every thread of which calls it.
     #[inline(always)]
     pub unsafe fn work(&self, phase: Phase, st: &BiCgState, first: usize, stride: usize) -> Sums {
         let mut acc = [0.0f64; 4];
         match self.plan(phase) {
-            Work::Sites(d) => {
+            #[cfg(target_arch = "nvptx64")]
+            // SAFETY: the caller's layouts and block shape.
+            Work::Sites(d, dot) => acc = unsafe { Self::hop_by_warps(&d, dot) },
+            #[cfg(not(target_arch = "nvptx64"))]
+            Work::Sites(d, dot) => {
                 let mut cb = first;
                 while cb < d.half_volume() {
-                    // SAFETY: the caller's layouts; `cb` is inside the half volume.
-                    unsafe { d.site(cb) };
+                    let nb = d.neighbours(cb);
+                    let mut by_mu = [[Complex::<T>::ZERO; 12]; 4];
+                    for (mu, s) in by_mu.iter_mut().enumerate() {
+                        let (mut f, mut b) = ([Complex::ZERO; 12], [Complex::ZERO; 12]);
+                        // SAFETY: the caller's layouts; `cb` is inside the half volume.
+                        unsafe {
+                            d.hop_at(&mut f, cb, &nb, mu, true);
+                            d.hop_at(&mut b, cb, &nb, mu, false);
+                        }
+                        *s = core::array::from_fn(|k| f[k] + b[k]);
+                    }
+                    for k in 0..12 {
+                        let h = by_mu[0][k] + by_mu[1][k] + by_mu[2][k] + by_mu[3][k];
+                        let at = component_index(cb, k);
+                        // SAFETY: as above.
+                        let v = unsafe { d.store(at, h, || d.addend(at)) };
+                        if let Some(b) = &dot {
+                            // SAFETY: as above.
+                            let s = Blas::dot_terms(v, unsafe { T::load(b.v[1], at) });
+                            for q in 0..4 {
+                                acc[q] += s[q];
+                            }
+                        }
+                    }
                     cb += stride;
                 }
             }
@@ -211,11 +241,84 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
         acc
     }
 
+    /// The hopping term `d` with a warp per hop of a tile of [`TILE`] sites (forward and backward in
+    /// each direction: eight warps, one block), the eight partial sums then added through shared memory,
+    /// forward and backward first, then the directions in order; `dot`, if any, is then reduced over
+    /// the output (the thread's share returned). At the small volumes this kernel is for, a thread per
+    /// site ([`Dslash::site`]) leaves most of the GPU idle and runs eight hops one after another; here
+    /// each thread runs one.
+    ///
+    /// # Safety
+    /// As [`work`](Self::work).
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    unsafe fn hop_by_warps(d: &Dslash<T, R>, dot: Option<Blas<T>>) -> Sums {
+        let mut acc = [0.0f64; 4];
+        // [direction][component][site of the tile], complex; sized for f64.
+        let parts = crate::shared_array![f64; 4 * 12 * TILE * 2] as *mut T;
+        let tid = thread::thread_idx_x() as usize;
+        let (warp, lane) = (tid / 32, tid % 32);
+        let (mu, fwd) = (warp / 2, warp % 2 == 0);
+        // The output components this thread stores (of its own site): `warp`, and `warp + 8` for
+        // the first four warps; coalesced, as the lanes are consecutive sites.
+        let ks = [warp, warp + 8];
+        let nk = if warp < 4 { 2 } else { 1 };
+        let at = |mu: usize, k: usize| (mu * 12 + k) * TILE + lane;
+        let vh = d.half_volume();
+        let mut tile = thread::block_idx_x() as usize;
+        while tile * TILE < vh {
+            let cb = tile * TILE + lane;
+            let live = cb < vh;
+            let mut h = [Complex::<T>::ZERO; 12];
+            if live {
+                // SAFETY: the caller's layouts; `cb` is inside the half volume.
+                unsafe { d.hop_at(&mut h, cb, &d.neighbours(cb), mu, fwd) };
+            }
+            if !fwd {
+                for k in 0..12 {
+                    // SAFETY: inside `parts`; this warp's own entries.
+                    unsafe { T::store(parts, at(mu, k), h[k]) };
+                }
+            }
+            sync_threads();
+            if fwd {
+                for k in 0..12 {
+                    // SAFETY: as above; the backward warp wrote them before the barrier.
+                    unsafe { T::store(parts, at(mu, k), h[k] + T::load(parts, at(mu, k))) };
+                }
+            }
+            sync_threads();
+            if live {
+                for i in 0..nk {
+                    let k = ks[i];
+                    let e = component_index(cb, k);
+                    // SAFETY: inside `parts`, complete after the barrier; `cb` in the half volume.
+                    let v = unsafe {
+                        let s = |mu| T::load(parts, at(mu, k));
+                        d.store(e, s(0) + s(1) + s(2) + s(3), || d.addend(e))
+                    };
+                    if let Some(b) = &dot {
+                        // SAFETY: `e` is inside the vectors.
+                        let s = Blas::dot_terms(v, unsafe { T::load(b.v[1], e) });
+                        for q in 0..4 {
+                            acc[q] += s[q];
+                        }
+                    }
+                }
+            }
+            // The next tile reuses `parts`.
+            sync_threads();
+            tile += thread::grid_dim_x() as usize;
+        }
+        acc
+    }
+
     /// One iteration on the GPU: every phase in grid-stride loops, grid barriers between them.
     ///
     /// # Safety
-    /// As [`work`](Self::work); launched cooperatively (every block resident) with at most 1024
-    /// threads per block, `partials` holding `8 * blocks` values and the barrier's count at zero.
+    /// As [`work`](Self::work); launched cooperatively (every block resident) in blocks of
+    /// [`FUSED_BLOCK`] threads, `partials` holding `8 * blocks` values and the barrier's word this
+    /// grid's alone.
     #[inline(always)]
     pub unsafe fn run(&self) {
         let mut st = unsafe { *self.state };

@@ -19,5 +19,5 @@
 mod dslash;
 mod fused;
 
-pub use dslash::{tile_index, Dslash, FLOPS_PER_SITE, TILE};
-pub use fused::{FusedIteration, Phase};
+pub use dslash::{component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE};
+pub use fused::{FusedIteration, Phase, FUSED_BLOCK};
