@@ -49,9 +49,18 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/tests/"; done
-    # The applications with the `mpi` feature (decomposed runs), for the `mpi` part.
+    # The NCCL tests (the `nccl` feature; libnccl is loaded at run time).
+    cargo test --release --features nccl --test nccl_gpu --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' \
+        | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    # The applications with the `mpi` and `nccl` features (decomposed runs), for the `mpi` part and
+    # scripts/scaling-check.sh.
     mkdir -p "$BIN/mpi"
-    cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
+    cargo build --release --features mpi,nccl --bin diffusion --bin advection --bin lbm --bin lqcd
     cp target/release/diffusion target/release/advection target/release/lbm target/release/lqcd "$BIN/mpi/"
     mkdir -p "$BIN/benches"
     cargo bench --no-run --message-format=json 2>/dev/null \

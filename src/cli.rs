@@ -93,6 +93,10 @@ pub fn exit<E: std::fmt::Display>(result: std::result::Result<(), E>) -> std::pr
 pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; install OpenMPI (apt install \
      libopenmpi-dev openmpi-bin libclang-dev) and build with `cargo build --release --features mpi`";
 
+/// The error for `--halos nccl` in a build without NCCL support.
+pub const NO_NCCL: &str = "--halos nccl: this binary was built without NCCL support; build with \
+     `cargo build --release --features mpi,nccl` (NCCL itself is loaded at run time: libnccl.so.2)";
+
 /// Fails on every rank unless all ranks of `comm` were started with the same command-line options (a
 /// decomposed run with, say, different sizes per rank would exchange halos that do not fit).
 pub fn same_options<C: lattice_gpu_host::comm::Communicator>(

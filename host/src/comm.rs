@@ -3,7 +3,8 @@
 //!
 //! Two backends: [`Solo`] (one rank, no transport: its only "neighbour" is itself along a periodic axis)
 //! and, with the `mpi` cargo feature, `Mpi` on the MPI library (OpenMPI: `apt install libopenmpi-dev
-//! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`.
+//! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`. Device buffers
+//! move between GPUs through NCCL (`crate::nccl`, the `nccl` feature), bootstrapped by these.
 
 use crate::decomp::{layers, Face, Region, Side};
 use crate::error::{Error, Result};
@@ -49,6 +50,8 @@ pub trait Communicator {
     ) -> Result<()>;
     /// The sum of `v` over all ranks, on every rank.
     fn sum(&self, v: f64) -> Result<f64>;
+    /// Every rank gets rank 0's `v` (the same length on every rank).
+    fn broadcast<T: Wire>(&self, v: &mut [T]) -> Result<()>;
     /// Rank 0 gets every rank's `part` in rank order (others get an empty vector).
     fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>>;
 }
@@ -208,6 +211,10 @@ impl Communicator for Solo {
         Ok(v)
     }
 
+    fn broadcast<T: Wire>(&self, _: &mut [T]) -> Result<()> {
+        Ok(())
+    }
+
     fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>> {
         Ok(part.to_vec())
     }
@@ -352,6 +359,11 @@ mod mpi_backend {
             self.world
                 .all_reduce_into(&v, &mut total, SystemOperation::sum());
             Ok(total)
+        }
+
+        fn broadcast<T: Wire>(&self, v: &mut [T]) -> Result<()> {
+            self.world.process_at_rank(0).broadcast_into(bytes_mut(v));
+            Ok(())
         }
 
         fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>> {

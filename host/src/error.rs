@@ -55,6 +55,9 @@ pub enum Error {
     /// A grid, range or launch shape that cannot work.
     #[error("invalid size: {0}")]
     InvalidSize(String),
+    /// A communication library is missing, or one of its calls failed.
+    #[error("communication error: {0}")]
+    Comm(String),
     /// A file could not be read or written.
     #[error(transparent)]
     Io(#[from] crate::io::IoError),

@@ -228,6 +228,11 @@ pub trait Field<T: Element> {
     fn download_span(&self, start: usize, len: usize) -> Result<Vec<T>>;
     /// Overwrites `data.len()` values from array index `start` on, queued after the work before it.
     fn upload_span(&mut self, start: usize, data: &[T]) -> Result<()>;
+    /// The array's address in GPU memory, for libraries that move device memory themselves (NCCL);
+    /// `None` for a field in host memory.
+    fn device_addr(&self) -> Option<u64> {
+        None
+    }
 }
 
 fn check_span(shape: &Shape, start: usize, len: usize) -> Result<()> {
@@ -341,6 +346,9 @@ impl<T: Element> DeviceField<T> {
 impl<T: Element> Field<T> for DeviceField<T> {
     fn shape(&self) -> Shape {
         self.shape
+    }
+    fn device_addr(&self) -> Option<u64> {
+        Some(self.address())
     }
     fn view(&self) -> FieldRef<T> {
         // SAFETY: a device address valid while the field lives; only device kernels dereference it.

@@ -22,6 +22,8 @@ pub mod gpu;
 pub mod io;
 pub mod krylov;
 pub mod lattice;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use buffer::{DeviceBuffer, Plain};
 pub use engine::{

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
-use lattice_gpu::diffusion::{relative_l2, simulate_on, DiffusionError, Problem, Result};
+use lattice_gpu::diffusion::{relative_l2, simulate_on, DiffusionError, Halos, Problem, Result};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
@@ -63,6 +63,17 @@ struct RunArgs {
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    /// How a decomposed run on GPUs moves its halos: `host` (face planes through host memory and MPI)
+    /// or `nccl` (straight between the GPUs, beside the interior's kernels; a build with
+    /// `--features mpi,nccl`).
+    #[arg(long, value_enum, default_value_t = HaloArg::Host)]
+    halos: HaloArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HaloArg {
+    Host,
+    Nccl,
 }
 
 #[derive(Args)]
@@ -138,16 +149,38 @@ fn run_precision<T: Element + npy::NpyElement, C: Communicator>(
 where
     Diffusion3d<T>: GpuEntry,
 {
-    match args.engine.choose()? {
-        Chosen::Host => run_on(&HostLoopEngine, comm, args, problem, out),
+    let chosen = args.engine.choose()?;
+    if args.halos == HaloArg::Nccl && matches!(chosen, Chosen::Host) {
+        return Err(invalid(
+            "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto with a GPU)"
+                .into(),
+        ));
+    }
+    #[cfg(feature = "nccl")]
+    let nccl = match (&chosen, args.halos) {
+        (Chosen::Gpu(_, gpu), HaloArg::Nccl) => {
+            Some(lattice_gpu::host::nccl::Nccl::new(comm, gpu)?)
+        }
+        _ => None,
+    };
+    #[cfg(feature = "nccl")]
+    let halos = nccl.as_ref().map_or(Halos::Host, Halos::Nccl);
+    #[cfg(not(feature = "nccl"))]
+    let halos = match args.halos {
+        HaloArg::Host => Halos::Host,
+        HaloArg::Nccl => return Err(invalid(cli::NO_NCCL.into())),
+    };
+    match chosen {
+        Chosen::Host => run_on(&HostLoopEngine, comm, halos, args, problem, out),
         Chosen::Gpu(EngineKind::Device, gpu) => run_on(
             &DeviceLoopEngine::new(gpu, args.engine.shape()),
             comm,
+            halos,
             args,
             problem,
             out,
         ),
-        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), comm, args, problem, out),
+        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), comm, halos, args, problem, out),
     }
 }
 
@@ -159,6 +192,7 @@ fn zyx(s: [usize; 3]) -> [usize; 3] {
 fn run_on<E: LoopEngine, T: Element + npy::NpyElement, C: Communicator>(
     engine: &E,
     comm: &C,
+    halos: Halos<'_>,
     args: &RunArgs,
     problem: &Problem,
     out: &std::path::Path,
@@ -168,7 +202,14 @@ where
 {
     let lead = comm.rank() == 0;
     if lead && comm.size() > 1 {
-        println!("decomposed along z over {} MPI ranks", comm.size());
+        let through = match halos {
+            Halos::Host => "host memory",
+            _ => "NCCL",
+        };
+        println!(
+            "decomposed along z over {} MPI ranks, halos through {through}",
+            comm.size()
+        );
     }
     lead.then(|| {
         println!(
@@ -191,7 +232,7 @@ where
         Some(path) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
         None => Ok(problem.sine_mode::<T>()),
     };
-    let result = simulate_on(engine, comm, problem, initial, args.steps, |s| {
+    let result = simulate_on(engine, comm, halos, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)
     })?;
     bar.finish_and_clear();

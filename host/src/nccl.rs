@@ -1,0 +1,360 @@
+//! NCCL between GPUs (the `nccl` cargo feature; `libnccl.so.2` is loaded at run time, so builds need no
+//! NCCL): sums over ranks and halo exchanges of device memory, queued on each GPU's stream so that the
+//! host never waits for them. Two ways to make the communicator: one process per GPU started by
+//! `mpirun`/`srun`, with the host [`Communicator`] handing NCCL's unique id from rank 0 to the others
+//! ([`Nccl::new`], the multi-node path), and one process driving several GPUs ([`Nccl::for_gpus`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use cudarc::nccl::{result as nc, sys as ns};
+
+use crate::buffer::{DeviceBuffer, Plain};
+use crate::comm::{Communicator, Wire};
+use crate::decomp::{layers, Face, Region, Side};
+use crate::error::{CudaContext, Error, Result};
+use crate::field::{Element, Field};
+use crate::gpu::Gpu;
+
+/// Checks that NCCL can be loaded, or says how to install it.
+pub fn check_library() -> Result<()> {
+    // SAFETY: only tries to load the shared library.
+    if unsafe { ns::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::Comm(
+            "the NCCL library (libnccl.so.2) was not found; install it (`apt install libnccl2` from \
+             NVIDIA's CUDA repository, or `pip install nvidia-nccl-cu12` and add its `lib` directory to \
+             LD_LIBRARY_PATH), or exchange through MPI on the host instead"
+                .into(),
+        ))
+    }
+}
+
+fn failed(what: &str) -> impl FnOnce(nc::NcclError) -> Error + '_ {
+    move |e| Error::Comm(format!("NCCL failed while {what}: {e:?}"))
+}
+
+/// One rank of an NCCL communicator, on one GPU. Collective: every rank must make the same calls in the
+/// same order.
+pub struct Nccl {
+    comm: ns::ncclComm_t,
+    gpu: Arc<Gpu>,
+    /// Where overlapped exchanges ([`start`](Self::start)) run, beside the GPU's stream.
+    side: Arc<CudaStream>,
+    rank: usize,
+    size: usize,
+}
+
+impl std::fmt::Debug for Nccl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nccl")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("gpu", &self.gpu)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: an NCCL communicator may be used from any thread with its device's context bound, which
+// every call here does first; `&self` calls are serialised by the caller's stream order.
+unsafe impl Send for Nccl {}
+
+impl Nccl {
+    /// This rank's communicator among the ranks of `host`, on `gpu`: rank 0 makes NCCL's unique id and
+    /// `host` broadcasts it (an MPI run: one process per GPU, any number of nodes).
+    pub fn new<C: Communicator>(host: &C, gpu: &Arc<Gpu>) -> Result<Self> {
+        check_library()?;
+        let mut id = [0u8; 128];
+        if host.rank() == 0 {
+            let uid = nc::get_uniqueid().map_err(failed("making the unique id"))?;
+            for (b, c) in id.iter_mut().zip(uid.internal) {
+                *b = c as u8;
+            }
+        }
+        host.broadcast(&mut id)?;
+        let uid = ns::ncclUniqueId {
+            internal: id.map(|b| b as core::ffi::c_char),
+        };
+        bind(gpu)?;
+        let mut comm = std::ptr::null_mut();
+        let (size, rank) = (host.size(), host.rank());
+        // SAFETY: `comm` receives the new communicator; every rank passes the same id and size.
+        unsafe { nc::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
+            .map_err(failed("joining the communicator"))?;
+        Ok(Self {
+            comm,
+            gpu: gpu.clone(),
+            side: side_stream(gpu)?,
+            rank,
+            size,
+        })
+    }
+
+    /// Communicators for several GPUs driven by this process, rank `i` on `gpus[i]` (each on its own
+    /// device).
+    pub fn for_gpus(gpus: &[Arc<Gpu>]) -> Result<Vec<Self>> {
+        check_library()?;
+        let ordinals: Vec<i32> = gpus.iter().map(|g| g.context().ordinal() as i32).collect();
+        let mut comms = vec![std::ptr::null_mut(); gpus.len()];
+        // SAFETY: `comms` has room for one communicator per device listed.
+        unsafe { nc::comm_init_all(comms.as_mut_ptr(), gpus.len() as i32, ordinals.as_ptr()) }
+            .map_err(failed("making the communicators of this process's GPUs"))?;
+        comms
+            .into_iter()
+            .zip(gpus)
+            .enumerate()
+            .map(|(rank, (comm, gpu))| {
+                Ok(Self {
+                    comm,
+                    gpu: gpu.clone(),
+                    side: side_stream(gpu)?,
+                    rank,
+                    size: gpus.len(),
+                })
+            })
+            .collect()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in all.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The GPU this rank runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn stream(&self) -> ns::cudaStream_t {
+        raw(self.gpu.stream())
+    }
+
+    /// Queues the sum of `buf` over all ranks into `buf`, on every rank (dot products and norms).
+    pub fn sum_in_place(&self, buf: &DeviceBuffer<f64>) -> Result<()> {
+        bind(&self.gpu)?;
+        let p = buf.ptr::<core::ffi::c_void>();
+        // SAFETY: `buf` holds `len` f64 on this communicator's device; in place is allowed.
+        unsafe {
+            nc::all_reduce(
+                p,
+                p,
+                buf.len(),
+                ns::ncclDataType_t::ncclFloat64,
+                ns::ncclRedOp_t::ncclSum,
+                self.comm,
+                self.stream(),
+            )
+        }
+        .map_err(failed("summing over the ranks"))?;
+        Ok(())
+    }
+
+    /// Queues one halo exchange on `buf` as a single NCCL group: each `(peer, range)` of `sends` goes to
+    /// `peer`, each of `recvs` is filled from it (element ranges of `buf`; matching sends and receives
+    /// between two ranks must be listed in the same order and be of the same length). A rank may be its
+    /// own peer (a periodic axis that is not split).
+    pub fn exchange<T: Wire + Plain>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+    ) -> Result<()> {
+        for (peer, r) in sends.iter().chain(recvs) {
+            if *peer >= self.size || r.start > r.end || r.end > buf.len() {
+                return Err(Error::InvalidSize(format!(
+                    "a halo exchange names rank {peer} and elements {r:?} of a buffer of {} on a \
+                     communicator of {} ranks",
+                    buf.len(),
+                    self.size
+                )));
+            }
+        }
+        bind(&self.gpu)?;
+        self.queue_exchange(
+            buf.addr(),
+            sends,
+            recvs,
+            std::mem::size_of::<T>(),
+            self.stream(),
+        )
+    }
+
+    /// Starts `halo` on `field` once the work queued so far on the GPU's stream is done, on a stream of
+    /// its own, and returns at once: kernels queued next (the interior, which reads no halo) run beside
+    /// it. [`finish`](Self::finish) makes the GPU's stream wait for it.
+    pub fn start<T: Element>(&self, halo: &LayerHalo, field: &impl Field<T>) -> Result<()> {
+        let Some(base) = field.device_addr() else {
+            return Err(Error::InvalidSize(
+                "an NCCL halo exchange needs its field in GPU memory; run on the GPU engine".into(),
+            ));
+        };
+        let len = field.shape().len();
+        if let Some((_, r)) = halo
+            .sends
+            .iter()
+            .chain(&halo.recvs)
+            .find(|(_, r)| r.end > len)
+        {
+            return Err(Error::InvalidSize(format!(
+                "a halo layer (elements {r:?}) lies outside a field of {len}"
+            )));
+        }
+        self.side
+            .join(self.gpu.stream())
+            .cuda(|| "ordering a halo exchange after the step before it".into())?;
+        let size = std::mem::size_of::<T>();
+        self.queue_exchange(base, &halo.sends, &halo.recvs, size, raw(&self.side))
+    }
+
+    /// Makes the GPU's stream wait for the exchange [`start`](Self::start) queued (before the kernels
+    /// that read the halos); the host does not wait.
+    pub fn finish(&self) -> Result<()> {
+        self.gpu
+            .stream()
+            .join(&self.side)
+            .cuda(|| "waiting for a halo exchange on the GPU".into())
+    }
+
+    /// One NCCL group of sends and receives of element ranges (elements of `size` bytes) of the array
+    /// at `base`, on `stream`.
+    fn queue_exchange(
+        &self,
+        base: u64,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+        size: usize,
+        stream: ns::cudaStream_t,
+    ) -> Result<()> {
+        bind(&self.gpu)?;
+        let u8 = ns::ncclDataType_t::ncclUint8;
+        let at = |r: &Range<usize>| (base + (r.start * size) as u64) as *mut core::ffi::c_void;
+        group(|| {
+            for (peer, r) in sends {
+                // SAFETY: the range is inside the array (checked by the callers), on this device.
+                unsafe { nc::send(at(r), r.len() * size, u8, *peer as i32, self.comm, stream) }
+                    .map_err(failed("queueing a halo send"))?;
+            }
+            for (peer, r) in recvs {
+                // SAFETY: as above.
+                unsafe { nc::recv(at(r), r.len() * size, u8, *peer as i32, self.comm, stream) }
+                    .map_err(failed("queueing a halo receive"))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The halo exchange of a plan split along one axis, as whole array layers (planes of a z split, rows
+/// of a y split: contiguous), each face one NCCL send and one receive straight between the GPUs' arrays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerHalo {
+    sends: Vec<(usize, Range<usize>)>,
+    recvs: Vec<(usize, Range<usize>)>,
+}
+
+impl LayerHalo {
+    /// For `plan` (one rank's [`halo_plan`](crate::decomp::Decomposition::halo_plan)), split along
+    /// `axis` only, on an array of layers of `layer` values; `at` maps a plan coordinate along `axis`
+    /// to its array layer. A received layer is written whole: its points outside the plan's regions
+    /// get the sender's values there, which for the stencils here are the same walls.
+    pub fn new<const D: usize>(
+        plan: &[Face<D>],
+        axis: usize,
+        at: impl Fn(usize) -> usize,
+        layer: usize,
+    ) -> Result<Self> {
+        if let Some(f) = plan.iter().find(|f| f.axis != axis) {
+            return Err(Error::InvalidSize(format!(
+                "an NCCL layer exchange moves one split axis ({axis}); this plan also splits axis {}",
+                f.axis
+            )));
+        }
+        let span = |r: Region<D>| -> Vec<Range<usize>> {
+            layers(std::iter::once(r), axis)
+                .into_iter()
+                .map(|l| at(l) * layer..(at(l) + 1) * layer)
+                .collect()
+        };
+        // NCCL pairs the k-th send to a peer with the peer's k-th receive from this rank. What leaves
+        // from the lower side arrives in the peer's upper margin, so sends go lower side first and
+        // receives upper side first: two ranks on a periodic axis (each the other's neighbour on both
+        // sides) then match.
+        let lower_first = |f: &&Face<D>| f.side != Side::Lower;
+        let mut faces: Vec<&Face<D>> = plan.iter().collect();
+        faces.sort_by_key(lower_first);
+        let sends = faces
+            .iter()
+            .flat_map(|f| span(f.send).into_iter().map(|r| (f.peer, r)))
+            .collect();
+        faces.reverse();
+        let recvs = faces
+            .iter()
+            .flat_map(|f| span(f.recv).into_iter().map(|r| (f.peer, r)))
+            .collect();
+        Ok(Self { sends, recvs })
+    }
+}
+
+/// Runs `queue` (NCCL calls on several communicators) as one NCCL group: how one thread driving several
+/// GPUs ([`Nccl::for_gpus`]) must issue a collective, since each rank's call waits for the others. The
+/// group is closed even when queueing failed, so that NCCL stays usable.
+pub fn group<R>(queue: impl FnOnce() -> Result<R>) -> Result<R> {
+    nc::group_start().map_err(failed("starting a group"))?;
+    let queued = queue();
+    let ended = nc::group_end().map_err(failed("issuing a group"));
+    match (queued, ended) {
+        (Ok(r), Ok(_)) => Ok(r),
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+fn raw(stream: &CudaStream) -> ns::cudaStream_t {
+    stream.cu_stream() as ns::cudaStream_t
+}
+
+fn side_stream(gpu: &Gpu) -> Result<Arc<CudaStream>> {
+    gpu.context()
+        .new_stream()
+        .cuda(|| "creating the halo exchange stream".into())
+}
+
+fn bind(gpu: &Gpu) -> Result<()> {
+    gpu.context()
+        .bind_to_thread()
+        .cuda(|| "binding the GPU's context for NCCL".into())
+}
+
+impl Drop for Nccl {
+    fn drop(&mut self) {
+        // SAFETY: the communicator was made by NCCL and is destroyed once; failure leaves only a leak.
+        let _ = unsafe { nc::comm_destroy(self.comm) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_says_how_to_install_it() {
+        // Where NCCL is installed there is nothing to check; where it is not (CI), the error must name
+        // the library and the ways to install it.
+        if let Err(e) = check_library() {
+            let msg = e.to_string();
+            for part in [
+                "libnccl.so.2",
+                "apt install libnccl2",
+                "pip install nvidia-nccl-cu12",
+            ] {
+                assert!(msg.contains(part), "{msg}");
+            }
+        }
+    }
+}

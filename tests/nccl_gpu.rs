@@ -1,0 +1,158 @@
+//! NCCL on the GPU (the `nccl` feature). One rank: the sum over ranks leaves every value, and a halo
+//! exchange with itself (a periodic axis that is not split) copies its two face layers into the opposite
+//! margins, which were poisoned, and nothing else. Several GPUs of one process (where the machine has
+//! them): sums over ranks against the host's sum, and a ring exchange (each rank's first layer to the
+//! next rank's margin).
+//!
+//! Without a GPU, or without libnccl, each test prints `SKIPPED` and passes; `LATTICE_GPU_REQUIRE_GPU=1`
+//! makes a missing GPU or library a failure.
+#![cfg(feature = "nccl")]
+
+use std::io::Write;
+
+use lattice_gpu::host::comm::Solo;
+use lattice_gpu::host::nccl::{self, Nccl};
+use lattice_gpu::host::{DeviceBuffer, Gpu};
+
+mod common;
+use common::{gpu, poison, random};
+
+/// Whether NCCL loads; otherwise says why the test is skipped (or fails where it is required).
+fn nccl_present(test: &str) -> bool {
+    match nccl::check_library() {
+        Ok(()) => true,
+        Err(e) if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED (no NCCL): {test}: {e}");
+            false
+        }
+        Err(e) => panic!("{test}: NCCL required but not loadable: {e}"),
+    }
+}
+
+/// Layers of `LAYER` values: margin, `INNER` owned layers, margin.
+const LAYER: usize = 96;
+const INNER: usize = 5;
+
+#[test]
+fn one_rank_sums_and_exchanges_with_itself() {
+    let test = "one_rank_sums_and_exchanges_with_itself";
+    let Some(g) = gpu(test) else { return };
+    if !nccl_present(test) {
+        return;
+    }
+    let comm = Nccl::new(&Solo, &g).unwrap();
+    assert_eq!((comm.rank(), comm.size()), (0, 1));
+
+    let v = random::<f64>(1000, 3);
+    let sums = DeviceBuffer::from_host(&g, &v).unwrap();
+    comm.sum_in_place(&sums).unwrap();
+    let got = sums.download().unwrap();
+    assert!(got.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()));
+
+    // Owned layers random, margins poisoned; periodic: the last owned layer fills the low margin and
+    // the first the high one.
+    let n = (INNER + 2) * LAYER;
+    let mut host = random::<f32>(n, 4);
+    host[..LAYER].copy_from_slice(&poison(LAYER));
+    host[n - LAYER..].copy_from_slice(&poison(LAYER));
+    let field = DeviceBuffer::from_host(&g, &host).unwrap();
+    let layer = |k: usize| k * LAYER..(k + 1) * LAYER;
+    comm.exchange(
+        &field,
+        &[(0, layer(INNER)), (0, layer(1))],
+        &[(0, layer(0)), (0, layer(INNER + 1))],
+    )
+    .unwrap();
+    let got = field.download().unwrap();
+    let mut want = host.clone();
+    want.copy_within(layer(INNER), 0);
+    want.copy_within(layer(1), (INNER + 1) * LAYER);
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+
+    // A range outside the buffer is an error naming it, not a fault.
+    let err = comm
+        .exchange(&field, &[(0, n - 10..n + 10)], &[])
+        .unwrap_err();
+    assert!(err.to_string().contains("elements"), "{err}");
+}
+
+#[test]
+fn several_gpus_of_one_process_sum_and_pass_a_ring() {
+    let test = "several_gpus_of_one_process_sum_and_pass_a_ring";
+    let Some(first) = gpu(test) else { return };
+    let count = Gpu::probe().unwrap();
+    if count < 2 {
+        let _ = writeln!(std::io::stderr(), "SKIPPED (one GPU): {test}");
+        return;
+    }
+    if !nccl_present(test) {
+        return;
+    }
+    let mut gpus = vec![first];
+    for k in 1..count {
+        gpus.push(Gpu::open(k, lattice_gpu::PTX).unwrap());
+    }
+    let comms = Nccl::for_gpus(&gpus).unwrap();
+    let values: Vec<Vec<f64>> = (0..count).map(|r| random(777, 10 + r as u64)).collect();
+    let sums: Vec<_> = gpus
+        .iter()
+        .zip(&values)
+        .map(|(g, v)| DeviceBuffer::from_host(g, v).unwrap())
+        .collect();
+    nccl::group(|| {
+        for (c, s) in comms.iter().zip(&sums) {
+            c.sum_in_place(s)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for s in &sums {
+        let got = s.download().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want: f64 = values.iter().map(|v| v[i]).sum();
+            assert!(
+                (g - want).abs() <= 1e-14 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    // Ring: rank r sends its first owned layer to rank r + 1's low margin.
+    let n = (INNER + 2) * LAYER;
+    let layer = |k: usize| k * LAYER..(k + 1) * LAYER;
+    let hosts: Vec<Vec<f32>> = (0..count)
+        .map(|r| {
+            let mut h = random::<f32>(n, 20 + r as u64);
+            h[..LAYER].copy_from_slice(&poison(LAYER));
+            h
+        })
+        .collect();
+    let fields: Vec<_> = gpus
+        .iter()
+        .zip(&hosts)
+        .map(|(g, h)| DeviceBuffer::from_host(g, h).unwrap())
+        .collect();
+    nccl::group(|| {
+        for (r, (c, f)) in comms.iter().zip(&fields).enumerate() {
+            let (next, prev) = ((r + 1) % count, (r + count - 1) % count);
+            c.exchange(f, &[(next, layer(1))], &[(prev, layer(0))])?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for (r, f) in fields.iter().enumerate() {
+        let got = f.download().unwrap();
+        let prev = (r + count - 1) % count;
+        let mut want = hosts[r].clone();
+        want[layer(0)].copy_from_slice(&hosts[prev][layer(1)]);
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rank {r}"
+        );
+    }
+}
