@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use lattice_gpu::host::krylov::{BiCgStab, SolveOptions, SolveStatus, Variant};
+use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
 use lattice_gpu::host::{DeviceBuffer, Gpu};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
@@ -102,7 +102,7 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
             max_iter: 500,
             variant,
             check_every: 4,
-            fused,
+            fused: if fused { Fusion::On } else { Fusion::Off },
         };
         let variant = format!("{variant}{}", if fused { "+fused" } else { "" });
         let mut checks = 0;
@@ -115,6 +115,7 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
             T::NAME
         );
         assert!(checks > 0, "{variant}: no progress reported");
+        assert_eq!(report.fused, fused, "{variant}: fused as asked");
         assert!(
             report.residual <= tol,
             "{variant}: reported residual {:e}",
@@ -177,7 +178,7 @@ fn iteration_limit_and_repeated_solves() {
     let w = WilsonGpu::<f64>::new(&gpu, &lat, &u, 0.12, Recon::R18).unwrap();
     let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
     for variant in Variant::ALL {
-        for fused in [false, true] {
+        for fused in [Fusion::Off, Fusion::On] {
             let opt = SolveOptions {
                 tol: 1e-14,
                 max_iter: 3,
@@ -189,9 +190,9 @@ fn iteration_limit_and_repeated_solves() {
             assert_eq!(
                 report.status,
                 SolveStatus::MaxIter,
-                "{variant} fused {fused}"
+                "{variant} fused {fused:?}"
             );
-            assert_eq!(report.iterations, 3, "{variant} fused {fused}");
+            assert_eq!(report.iterations, 3, "{variant} fused {fused:?}");
         }
     }
     // A graph captured for one solve serves the next one unchanged.
@@ -200,7 +201,7 @@ fn iteration_limit_and_repeated_solves() {
         max_iter: 500,
         variant: Variant::Graph,
         check_every: 3,
-        fused: false,
+        fused: Fusion::Off,
     };
     let first = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
     let second = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
@@ -209,4 +210,34 @@ fn iteration_limit_and_repeated_solves() {
     // Packing sanity on the host side of the test itself.
     let packed = pack_parity::<f64>(&lat, &b.data, 0);
     assert_eq!(packed.len(), 2 * parity_len(&lat));
+}
+
+#[test]
+fn automatic_fusion_where_the_grid_holds_every_site() {
+    let Some(gpu) = gpu("automatic_fusion_where_the_grid_holds_every_site") else {
+        return;
+    };
+    // 4x4x4x8: 8 tiles of sites, one pass of any GPU's cooperative grid; 16^4: 1024 tiles, eight
+    // passes of an H100's (one 256-thread block per SM). sync never fuses.
+    for (dims, variant, want) in [
+        ([4, 4, 4, 8], Variant::Async, true),
+        ([4, 4, 4, 8], Variant::Sync, false),
+        ([16, 16, 16, 16], Variant::Async, false),
+    ] {
+        let lat = Lattice::new(dims, false).unwrap();
+        let u = GaugeField::random(dims, 51);
+        let b = SpinorField::random(dims, 52);
+        let w = WilsonGpu::<f32>::new(&gpu, &lat, &u, 0.12, Recon::R12).unwrap();
+        let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
+        let opt = SolveOptions {
+            tol: 1e-5,
+            max_iter: 2,
+            variant,
+            check_every: 1,
+            fused: Fusion::Auto,
+        };
+        let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        assert_eq!(report.fused, want, "{dims:?} {variant}");
+        assert_eq!(report.iterations, 2, "{dims:?} {variant}");
+    }
 }

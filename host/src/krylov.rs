@@ -49,6 +49,34 @@ pub trait DeviceOperator<T> {
         let _ = f;
         Ok(false)
     }
+    /// Whether the fused iteration is the faster form here ([`Fusion::Auto`]): `false` for an operator
+    /// without one.
+    fn fused_pays(&self) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Whether the solver runs each iteration as one kernel ([`DeviceOperator::queue_fused_iteration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// The separate kernels.
+    Off,
+    /// One kernel, where the operator has one.
+    On,
+    /// One kernel where the operator says it pays ([`DeviceOperator::fused_pays`]).
+    Auto,
+}
+
+impl FromStr for Fusion {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "off" => Ok(Fusion::Off),
+            "on" => Ok(Fusion::On),
+            "auto" => Ok(Fusion::Auto),
+            _ => Err(format!("unknown fusion `{s}`; use auto, on or off")),
+        }
+    }
 }
 
 /// What a fused iteration ([`DeviceOperator::queue_fused_iteration`]) works on: the solver's vectors,
@@ -137,7 +165,7 @@ pub struct SolveOptions {
     pub check_every: u32,
     /// All variants but `sync`: each iteration as one kernel where the operator has one
     /// ([`DeviceOperator::queue_fused_iteration`]).
-    pub fused: bool,
+    pub fused: Fusion,
 }
 
 /// How a solve ended.
@@ -164,6 +192,8 @@ pub struct SolveReport {
     pub history: Vec<(usize, f64)>,
     /// Wall-clock seconds from the first queued kernel to the final synchronisation.
     pub seconds: f64,
+    /// Whether each iteration ran as one kernel ([`SolveOptions::fused`]).
+    pub fused: bool,
 }
 
 const BLOCK: u32 = 256;
@@ -374,13 +404,19 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             residual,
             history,
             seconds,
+            fused: self.fused,
         })
     }
 
     /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>` and the `Init` stage
     /// (on the host for `sync`, which then waits for it).
     fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
-        self.fused = opt.fused;
+        self.fused = opt.variant != Variant::Sync
+            && match opt.fused {
+                Fusion::Off => false,
+                Fusion::On => true,
+                Fusion::Auto => self.op.fused_pays()?,
+            };
         let mut st = BiCgState::new(opt.tol, opt.max_iter);
         self.write_state(&st)?;
         self.done.zero()?;
@@ -408,7 +444,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             max_iter: n + 1,
             variant: Variant::Async,
             check_every: n,
-            fused,
+            fused: if fused { Fusion::On } else { Fusion::Off },
         };
         self.start(b, &opt)?;
         self.released = self.released.wrapping_add(1);

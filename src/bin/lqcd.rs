@@ -9,7 +9,8 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
 use lattice_gpu::host::krylov::{
-    grid_barrier_cost, launch_overhead, BiCgStab, SolveOptions, SolveReport, SolveStatus, Variant,
+    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
+    Variant,
 };
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK};
@@ -91,10 +92,11 @@ struct SolverArgs {
     #[arg(long, default_value_t = 10)]
     check_every: u32,
     /// Every variant but sync: each iteration as one cooperative kernel (hopping terms, vector updates
-    /// and reductions separated by grid barriers) instead of nine. For small lattices (up to about 8^4
-    /// per GPU; slower from 16^4 on, see `lqcd bench`).
-    #[arg(long)]
-    fused: bool,
+    /// and reductions separated by grid barriers) instead of nine: auto (where the GPU holds every
+    /// site at once: about 8^4 and below on an H100, where it is 3x faster; from 16^4 on it is slower,
+    /// see `lqcd bench`), on or off.
+    #[arg(long, default_value = "auto")]
+    fused: Fusion,
     /// Antiperiodic boundary in t for the fermions.
     #[arg(long)]
     antiperiodic_t: bool,
@@ -291,8 +293,13 @@ impl Solver {
         })
     }
 
-    /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual.
-    fn solve(&mut self, b: &SpinorField, label: &str) -> Result<(SpinorField, u32, f64, f64)> {
+    /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual, and whether each
+    /// iteration was one kernel.
+    fn solve(
+        &mut self,
+        b: &SpinorField,
+        label: &str,
+    ) -> Result<(SpinorField, u32, f64, f64, bool)> {
         let a = &self.args;
         let opt = SolveOptions {
             tol: a.tol,
@@ -323,11 +330,17 @@ impl Solver {
                 {
                     progress(it, r);
                 }
-                return Ok((x, solve.iterations as u32, t.elapsed().as_secs_f64(), res));
+                return Ok((
+                    x,
+                    solve.iterations as u32,
+                    t.elapsed().as_secs_f64(),
+                    res,
+                    false,
+                ));
             }
         };
         outcome(&report, a.tol)?;
-        Ok((x, report.iterations, report.seconds, res))
+        Ok((x, report.iterations, report.seconds, res, report.fused))
     }
 
     fn flops_per_iteration(&self) -> f64 {
@@ -372,11 +385,12 @@ fn solve(a: &SolveArgs) -> Result<()> {
     }
     let mut s = Solver::new(&a.solver)?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
-    let (_, it, secs, res) = s.solve(&b, "solve")?;
+    let (_, it, secs, res, fused) = s.solve(&b, "solve")?;
     let gflops = s.flops_per_iteration() * it as f64 / secs / 1e9;
     println!(
-        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration, {gflops:.1} GFLOPS at {} flops/site/hopping term), true residual |b - D x|/|b| = {res:.3e}",
+        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), true residual |b - D x|/|b| = {res:.3e}",
         secs / it.max(1) as f64 * 1e6,
+        if fused { ", one kernel each" } else { "" },
         FLOPS_PER_SITE
     );
     Ok(())
@@ -436,7 +450,7 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
         for colour in 0..3 {
             let b = SpinorField::point_source(s.lat.dims, spin, colour);
             let label = format!("source s={spin} c={colour}");
-            let (x, it, _, res) = s.solve(&b, &label)?;
+            let (x, it, _, res, _) = s.solve(&b, &label)?;
             println!("{label}: {it} iterations, true residual {res:.2e}");
             solutions.push(x);
         }
@@ -549,7 +563,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 max_iter: a.iterations,
                 variant,
                 check_every: a.check_every,
-                fused,
+                fused: if fused { Fusion::On } else { Fusion::Off },
             };
             // Once to capture graphs and warm up, once timed; straight on M_hat with the even half of
             // `b`, so no host packing is timed or repeated.
