@@ -14,4 +14,4 @@ pub mod reference;
 pub mod solver;
 
 pub use error::{Error, Result};
-pub use solver::{Advection, Kernel, Problem};
+pub use solver::{Advection, Halos, Kernel, Problem};

@@ -163,6 +163,21 @@ impl Problem {
     }
 }
 
+/// How a decomposed run moves its halo rows.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Halos<'a> {
+    /// Face rows through host memory and the run's host communicator (any engine).
+    #[default]
+    Host,
+    /// Straight between the GPUs' arrays through NCCL, on a stream beside the inner rows' kernels (GPU
+    /// engines; one communicator rank per host rank).
+    #[cfg(feature = "nccl")]
+    Nccl(&'a lattice_gpu_host::nccl::Nccl),
+    #[doc(hidden)]
+    #[cfg(not(feature = "nccl"))]
+    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
+}
+
 /// A run on engine `E`, decomposed along y over the ranks of `C` (one rank: [`Solo`]).
 pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     engine: &'e E,
@@ -182,14 +197,28 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     steps: u64,
 }
 
-/// A decomposed step in parts: the rows this rank sends are copied out first, the rows that read no
-/// halo are queued (on a GPU they run while the host exchanges), then the received halo rows go in and
-/// the two rows at each end run. Only the face rows cross to the host, not the whole array.
+/// A decomposed step in parts: the exchange starts first (through the host: the rows this rank sends
+/// are copied out; through NCCL: queued on a stream of its own), the rows that read no halo are queued
+/// (on a GPU they run meanwhile), then the received halo rows are in and the two rows at each end run.
+/// Only the face rows move, not the whole array.
 struct Parts<'e, E: LoopEngine> {
     inner: Option<Loop2D<'e, E>>,
     low: Loop2D<'e, E>,
     high: Option<Loop2D<'e, E>>,
-    faces: FaceMirror<f32>,
+    transport: Transport<'e>,
+}
+
+/// Where a [`Parts`] step's halo rows go through. Only the field has halos: a node reads its own
+/// velocities only.
+enum Transport<'a> {
+    Host(FaceMirror<f32>),
+    #[cfg(feature = "nccl")]
+    Nccl(
+        &'a lattice_gpu_host::nccl::Nccl,
+        lattice_gpu_host::nccl::LayerHalo,
+    ),
+    #[cfg(not(feature = "nccl"))]
+    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
 }
 
 /// Which rows a step's loop covers.
@@ -215,17 +244,18 @@ impl<'e, E: LoopEngine> Advection<'e, E> {
     /// Checks `problem`, then that it fits the engine's memory, then uploads it. `aligned` pads rows so
     /// that each row's first node starts a 128-byte line (coalesced loads).
     pub fn new(engine: &'e E, problem: &Problem, kernel: Kernel, aligned: bool) -> Result<Self> {
-        Self::new_on(engine, &SOLO, problem, kernel, aligned)
+        Self::new_on(engine, &SOLO, Halos::Host, problem, kernel, aligned)
     }
 }
 
 impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
     /// [`Advection::new`] on this rank's rows of `problem` (the whole problem, on every rank) split along
-    /// y over the ranks of `comm`, which exchange two rows with each neighbour before every step. The
-    /// result does not depend on the split: every node sees the same values.
+    /// y over the ranks of `comm`, which exchange two rows with each neighbour before every step, the way
+    /// `halos` says. The result does not depend on the split: every node sees the same values.
     pub fn new_on(
         engine: &'e E,
         comm: &'e C,
+        halos: Halos<'e>,
         problem: &Problem,
         kernel: Kernel,
         aligned: bool,
@@ -293,11 +323,12 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             parts: None,
             steps: 0,
         }
-        .in_parts(&f0)
+        .in_parts(&f0, halos)
     }
 
-    /// Splits a decomposed run's step into parts ([`Parts`]); one rank keeps the whole loop.
-    fn in_parts(mut self, initial: &[f32]) -> Result<Self> {
+    /// Splits a decomposed run's step into parts ([`Parts`]) with its halos moved the way `halos` says;
+    /// one rank keeps the whole loop.
+    fn in_parts(mut self, initial: &[f32], halos: Halos<'e>) -> Result<Self> {
         if self.plan.is_empty() {
             return Ok(self);
         }
@@ -314,14 +345,33 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let first = self.shape.first()[1];
         // Local y (margins at 0 and 1) to the array's row.
         let row = |y: usize| first + y - 2;
+        let layer = self.shape.size()[0];
+        let transport = match halos {
+            Halos::Host => {
+                Transport::Host(FaceMirror::new(&self.plan, 1, row, layer, initial.to_vec()))
+            }
+            #[cfg(feature = "nccl")]
+            Halos::Nccl(n) => Transport::Nccl(
+                n,
+                lattice_gpu_host::nccl::LayerHalo::new(&self.plan, 1, row, layer)?,
+            ),
+            #[cfg(not(feature = "nccl"))]
+            Halos::_Unused(_, never) => match never {},
+        };
         self.parts = Some(Parts {
             inner: (high_start > low_end)
                 .then(|| at(low_end, high_start))
                 .transpose()?,
             low: at(y0, low_end)?,
             high: (y1 > high_start).then(|| at(high_start, y1)).transpose()?,
-            faces: FaceMirror::new(&self.plan, 1, row, self.shape.size()[0], initial.to_vec()),
+            transport,
         });
+        // One exchange before the first step: it only writes what the first step's exchange writes
+        // again, and it takes the transports' connection set-up (NCCL connects peers on first use) out
+        // of the steps a caller times.
+        self.start_exchange()?;
+        self.finish_exchange()?;
+        self.synchronize()?;
         Ok(self)
     }
 
@@ -385,22 +435,51 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         if self.parts.is_none() {
             self.run(Part::Whole)?;
         } else {
-            let first = self.shape.first();
-            let shape = self.shape;
-            let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
-            let parts = self.parts.as_mut().expect("checked");
-            // Before the inner rows are queued: a download waits for all queued work.
-            parts.faces.copy_out(&self.f)?;
+            self.start_exchange()?;
             self.run(Part::Inner)?;
-            let parts = self.parts.as_mut().expect("checked");
-            parts
-                .faces
-                .exchange_into(self.comm, &self.plan, &index, &mut self.f)?;
+            self.finish_exchange()?;
             self.run(Part::Low)?;
             self.run(Part::High)?;
         }
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += 1;
+        Ok(())
+    }
+
+    /// Starts the exchange of `f`'s halo rows: called before the inner rows are queued (a download waits
+    /// for all queued work; the NCCL exchange is ordered after the step that wrote `f`).
+    fn start_exchange(&mut self) -> Result<()> {
+        let Some(parts) = &mut self.parts else {
+            return Ok(());
+        };
+        match &mut parts.transport {
+            Transport::Host(faces) => faces.copy_out(&self.f)?,
+            #[cfg(feature = "nccl")]
+            Transport::Nccl(n, rows) => n.start(rows, &self.f)?,
+            #[cfg(not(feature = "nccl"))]
+            Transport::_Unused(_, never) => match *never {},
+        }
+        Ok(())
+    }
+
+    /// Completes the exchange: the halo rows are in `f` (on a GPU: for the work queued next).
+    fn finish_exchange(&mut self) -> Result<()> {
+        let Some(parts) = &mut self.parts else {
+            return Ok(());
+        };
+        match &mut parts.transport {
+            Transport::Host(faces) => {
+                let (shape, first) = (self.shape, self.shape.first());
+                // The plan's local coordinates count the margin of 2.
+                let index =
+                    |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
+                faces.exchange_into(self.comm, &self.plan, &index, &mut self.f)?
+            }
+            #[cfg(feature = "nccl")]
+            Transport::Nccl(n, _) => n.finish()?,
+            #[cfg(not(feature = "nccl"))]
+            Transport::_Unused(_, never) => match *never {},
+        }
         Ok(())
     }
 

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
-use lattice_gpu::advection::{Advection, Error, Kernel, Problem, Result};
+use lattice_gpu::advection::{Advection, Error, Halos, Kernel, Problem, Result};
 use lattice_gpu::cli::{output_dir, parse_dims, progress, Placement};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
@@ -87,6 +87,17 @@ struct Common {
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    /// How a split run on GPUs moves its halo rows: `host` (face rows through host memory and MPI) or
+    /// `nccl` (straight between the GPUs, beside the inner rows' kernels; a build with
+    /// `--features mpi,nccl`).
+    #[arg(long, value_enum, default_value_t = HaloArg::Host)]
+    halos: HaloArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HaloArg {
+    Host,
+    Nccl,
 }
 
 #[derive(Args)]
@@ -228,14 +239,33 @@ fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -
         c: dt / case.h,
     };
     p.check()?;
+    let gpu = c.engine.gpu("on the CPU engine")?;
+    if c.halos == HaloArg::Nccl && gpu.is_none() {
+        return Err(Error::Invalid(
+            "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto with a GPU)"
+                .into(),
+        ));
+    }
+    #[cfg(feature = "nccl")]
+    let nccl = match (&gpu, c.halos) {
+        (Some(gpu), HaloArg::Nccl) => Some(lattice_gpu::host::nccl::Nccl::new(comm, gpu)?),
+        _ => None,
+    };
+    #[cfg(feature = "nccl")]
+    let halos = nccl.as_ref().map_or(Halos::Host, Halos::Nccl);
+    #[cfg(not(feature = "nccl"))]
+    let halos = match c.halos {
+        HaloArg::Host => Halos::Host,
+        HaloArg::Nccl => return Err(Error::Invalid(lattice_gpu::cli::NO_NCCL.into())),
+    };
     // Only rank 0 writes; the others must not race it for the directory.
     let dir = if lead {
         output_dir(&c.output).map_err(Error::Invalid)?
     } else {
         c.output.clone()
     };
-    let out = match (c.engine.gpu("on the CPU engine")?, c.engine) {
-        (None, _) => simulate(&HostLoopEngine, comm, c, &p, steps, &dir)?,
+    let out = match (gpu, c.engine) {
+        (None, _) => simulate(&HostLoopEngine, comm, halos, c, &p, steps, &dir)?,
         (Some(gpu), Placement::Device) => {
             let shape = LaunchShape {
                 block_x: c.block.0,
@@ -243,11 +273,20 @@ fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -
                 march: c.unroll.0.unwrap_or(8),
                 variant: Variant::Plain,
             };
-            simulate(&DeviceLoopEngine::new(gpu, shape), comm, c, &p, steps, &dir)?
+            simulate(
+                &DeviceLoopEngine::new(gpu, shape),
+                comm,
+                halos,
+                c,
+                &p,
+                steps,
+                &dir,
+            )?
         }
         (Some(gpu), _) => simulate(
             &tuner(gpu, c.kernel, c.unroll.0, c.retune),
             comm,
+            halos,
             c,
             &p,
             steps,
@@ -344,6 +383,7 @@ fn write_outputs(
 fn simulate<E: LoopEngine, C: Communicator>(
     engine: &E,
     comm: &C,
+    halos: Halos<'_>,
     c: &Common,
     p: &Problem,
     steps: u64,
@@ -353,10 +393,17 @@ fn simulate<E: LoopEngine, C: Communicator>(
     if lead {
         println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
         if comm.size() > 1 {
-            println!("split along y over {} MPI ranks", comm.size());
+            let through = match halos {
+                Halos::Host => "host memory",
+                _ => "NCCL",
+            };
+            println!(
+                "split along y over {} MPI ranks, halos through {through}",
+                comm.size()
+            );
         }
     }
-    let mut a = Advection::new_on(engine, comm, p, c.kernel, true)?;
+    let mut a = Advection::new_on(engine, comm, halos, p, c.kernel, true)?;
     let bar = progress(steps, "steps");
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
