@@ -70,6 +70,15 @@ for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
         fi
     done
 done
+# Without overlap (the exchange completes before any plane runs): the same bytes (single-f32 is 9x7x5).
+mpirun_ -np 2 "$bin" --engine "$engine" --mpi --no-overlap --size 9x7x5 --steps 60 --precision f32 \
+    --output "$work/noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+if [ "$(md5sum <"$work/noov/diffusion.npy")" = "$(md5sum <"$work/single-f32/diffusion.npy")" ]; then
+    echo "diffusion f32 9x7x5, 2 MPI ranks, no overlap: bit-identical to one domain PASS"
+else
+    echo "diffusion f32 9x7x5, 2 MPI ranks, no overlap: differs from one domain      FAIL"
+    status=1
+fi
 # 19x11 over 3 ranks gives slabs of 4, 4 and 3 rows: no inner rows, and an end part of one row.
 for case in "plain 41x37" "packed 41x37" "packed 19x11"; do
     set -- $case
@@ -108,6 +117,8 @@ same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine "$engin
 same_as_single "lbm taylor-green f16" density.npy taylor-green --engine "$engine" --streaming ab --precision f16 --size 16x12x13 --steps 30
 same_as_single "lbm 3-D cavity f64" velocity.npy cavity --engine "$engine" --streaming ab --precision f64 --size 18x18x11 \
     --closed-z --re 20 --steps 300
+same_as_single "lbm taylor-green f32, no overlap" velocity.npy taylor-green --engine "$engine" --streaming ab \
+    --size 24x20x17 --steps 40 --no-overlap
 # In place: the odd step writes into the halos, which go back to their planes (odd and even step counts).
 same_as_single "lbm in-place 3-D cavity f64" velocity.npy cavity --engine "$engine" --streaming aa --precision f64 \
     --size 18x18x11 --closed-z --re 20 --steps 301
@@ -166,6 +177,38 @@ expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
     -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
 expect_refusal "lbm, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
     -np 3 "$lbm" taylor-green --engine host --mpi --size 16x16x2 --steps 20 --output "$work/bad"
+# Halos through NCCL are for GPU memory: refused on the CPU engine, on every rank.
+expect_refusal "lbm --halos nccl on the CPU engine" "moves GPU memory" \
+    -np 2 "$lbm" taylor-green --engine host --mpi --halos nccl --streaming ab --size 16x16x8 --steps 2 --output "$work/bad"
+# NCCL halos, where this machine has a GPU per rank (builds with the `nccl` feature): two ranks, rank r
+# on GPU r, must write the bytes of the one-domain run.
+gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
+if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
+    # nccl_same NAME FILE BINARY ARGS...: one domain, then 2 ranks on 2 GPUs with --halos nccl.
+    nccl_same() {
+        local name=$1 file=$2 exe=$3
+        shift 3
+        "$exe" "$@" --output "$work/nccl-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
+        mpirun_ -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
+            "$exe" "$@" --mpi --halos nccl --output "$work/nccl2" >"$work/log" 2>&1 || { cat "$work/log"; status=1; return; }
+        if [ "$(md5sum <"$work/nccl2/$file")" = "$(md5sum <"$work/nccl-single/$file")" ]; then
+            echo "$name, 2 GPUs, NCCL halos: bit-identical to one domain PASS"
+        else
+            echo "$name, 2 GPUs, NCCL halos: differs from one domain      FAIL"
+            status=1
+        fi
+    }
+    nccl_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine device --size 21x17x23 --steps 60
+    nccl_same "lbm 3-D cavity f64" velocity.npy "$lbm" cavity --engine device --streaming ab --precision f64 \
+        --size 18x18x11 --closed-z --re 20 --steps 300
+    nccl_same "lbm taylor-green f16" density.npy "$lbm" taylor-green --engine device --streaming ab \
+        --precision f16 --size 16x12x13 --steps 30
+    expect_refusal "lbm --halos nccl with in-place streaming" "two-lattice streaming" \
+        -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
+        "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 2 --output "$work/bad"
+else
+    echo "SKIPPED (NCCL halos): they need the device engine and 2 GPUs ($engine engine, $gpus GPUs here)"
+fi
 # Ranks started with different options (here different step counts) must all refuse, not deadlock.
 expect_refusal "ranks with different options" "started with different options" \
     -np 2 bash -c "exec '$bin' --engine host --mpi --size 8x8x8 --steps \$((5 + OMPI_COMM_WORLD_RANK)) --output '$work/bad'"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Strong scaling over the GPUs of one host, one MPI rank per GPU: diffusion 512^3 f32 (z split; halos
-# through host memory, and through NCCL straight between the GPUs), the D3Q19 lattice Boltzmann lid-driven cavity at 384^3 f32 (z split) and the advection swirl at 8192^2
+# through host memory, and through NCCL straight between the GPUs), the D3Q19 lattice Boltzmann
+# lid-driven cavity at 384^3 f32 (z split; in place with host halos, two-lattice with NCCL halos) and
+# the advection swirl at 8192^2
 # (y split), each with 1, 2, ... N ranks, from
 # the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
 # of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
@@ -49,33 +51,48 @@ for np in $(seq 1 "$N"); do
         --halos nccl --size 512 --steps 1000 --output "$out/diffusion-nccl-$np" \
         >"$out/diffusion-nccl-$np.log" 2>&1
     rate[diffusion-nccl,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-nccl-$np.log" | head -1 | cut -d' ' -f1)
+    on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
+        --halos nccl --no-overlap --size 512 --steps 1000 --output "$out/diffusion-seq-$np" \
+        >"$out/diffusion-seq-$np.log" 2>&1
+    rate[diffusion-seq,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-seq-$np.log" | head -1 | cut -d' ' -f1)
     on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --size 384 --steps 300 \
         --output "$out/lbm-$np" >"$out/lbm-$np.log" 2>&1
     rate[lbm,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-$np.log" | tail -1 | cut -d' ' -f1)
+    # NCCL halos need two-lattice streaming.
+    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl --size 384 \
+        --steps 300 --output "$out/lbm-nccl-$np" >"$out/lbm-nccl-$np.log" 2>&1
+    rate[lbm-nccl,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-nccl-$np.log" | tail -1 | cut -d' ' -f1)
+    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl --no-overlap \
+        --size 384 --steps 300 --output "$out/lbm-seq-$np" >"$out/lbm-seq-$np.log" 2>&1
+    rate[lbm-seq,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-seq-$np.log" | tail -1 | cut -d' ' -f1)
     on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --size 8192x8192 --steps 200 \
         --output "$out/advection-$np" >"$out/advection-$np.log" 2>&1
     rate[advection,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-$np.log" | tail -1 | cut -d' ' -f1)
-    rm -rf "$out/diffusion-$np" "$out/diffusion-nccl-$np" "$out/lbm-$np" "$out/advection-$np"
+    rm -rf "$out/diffusion-$np" "$out/diffusion-nccl-$np" "$out/diffusion-seq-$np" "$out/lbm-$np" \
+        "$out/lbm-nccl-$np" "$out/lbm-seq-$np" "$out/advection-$np"
 done
 
 echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
-printf '%-26s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
-for app in diffusion diffusion-nccl lbm advection; do
+printf '%-30s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
+for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection; do
     case $app in
         diffusion) unit=GLUPS what="diffusion 512^3 f32" ;;
         diffusion-nccl) unit=GLUPS what="diffusion, NCCL halos" ;;
+        diffusion-seq) unit=GLUPS what="diffusion, NCCL, no overlap" ;;
         lbm) unit=MLUPs/s what="lbm cavity 384^3 f32" ;;
+        lbm-nccl) unit=MLUPs/s what="lbm, ab, NCCL halos" ;;
+        lbm-seq) unit=MLUPs/s what="lbm, ab, NCCL, no overlap" ;;
         advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
     esac
     one=${rate[$app,1]:-}
     for np in $(seq 1 "$N"); do
         r=${rate[$app,$np]:-}
         if [ -z "$r" ] || [ -z "$one" ]; then
-            printf '%-26s %5s %16s %11s\n' "$what" "$np" "FAILED" "-"
+            printf '%-30s %5s %16s %11s\n' "$what" "$np" "FAILED" "-"
             continue
         fi
         eff=$(awk -v r="$r" -v o="$one" -v n="$np" 'BEGIN { printf "%.1f%%", 100 * r / (n * o) }')
-        printf '%-26s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
+        printf '%-30s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
     done
 done

@@ -34,6 +34,16 @@ pub enum Halos<'a> {
     _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
 }
 
+/// How a decomposed run exchanges its halos.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange<'a> {
+    /// Through what.
+    pub halos: Halos<'a>,
+    /// Whether the planes that read no halo run during the exchange; `false`: the exchange completes
+    /// before any plane runs (the baseline that overlap is measured against).
+    pub overlap: bool,
+}
+
 /// Where an [`Overlap`] step's halos go through.
 enum Transport<'a, T> {
     Host(FaceMirror<T>),
@@ -223,7 +233,10 @@ where
     simulate_on(
         engine,
         &Solo,
-        Halos::Host,
+        Exchange {
+            halos: Halos::Host,
+            overlap: true,
+        },
         problem,
         initial,
         steps,
@@ -259,6 +272,9 @@ struct Overlap<'e, E: LoopEngine, T: Element> {
     low: Loop3D<'e, E>,
     high: Option<Loop3D<'e, E>>,
     transport: Transport<'e, T>,
+    /// Whether the interior runs during the exchange; `false`: the exchange completes first (the
+    /// baseline overlap is measured against).
+    overlap: bool,
 }
 
 impl<'e, E: LoopEngine, T: Element> Overlap<'e, E, T>
@@ -270,7 +286,7 @@ where
         shape: Shape,
         plan: &[Face<3>],
         initial: &[T],
-        halos: Halos<'e>,
+        exchange: Exchange<'e>,
     ) -> Result<Self> {
         let r = shape.interior_range();
         let at = |z0: u32, z1: u32| {
@@ -290,7 +306,7 @@ where
             high: (z1 - z0 > 1)
                 .then(|| Loop3D::new(engine, at(z1 - 1, z1)))
                 .transpose()?,
-            transport: match halos {
+            transport: match exchange.halos {
                 Halos::Host => {
                     Transport::Host(FaceMirror::new(plan, 2, plane, nx * ny, initial.to_vec()))
                 }
@@ -302,6 +318,7 @@ where
                 #[cfg(not(feature = "nccl"))]
                 Halos::_Unused(_, never) => match never {},
             },
+            overlap: exchange.overlap,
         })
     }
 
@@ -316,10 +333,15 @@ where
         g: &mut E::Field<T>,
     ) -> Result<()> {
         self.start_exchange(f)?;
+        if !self.overlap {
+            self.finish_exchange(comm, plan, index, f)?;
+        }
         if let Some(inner) = &mut self.inner {
             inner.run(&problem.update(f, g))?;
         }
-        self.finish_exchange(comm, plan, index, f)?;
+        if self.overlap {
+            self.finish_exchange(comm, plan, index, f)?;
+        }
         self.low.run(&problem.update(f, g))?;
         if let Some(high) = &mut self.high {
             high.run(&problem.update(f, g))?;
@@ -360,13 +382,13 @@ where
 }
 
 /// [`simulate`] decomposed along z over the ranks of `comm`: each rank runs its slab of planes on its
-/// `engine` and exchanges one plane with each neighbour before every step, the way `halos` says; rank 0
+/// `engine` and exchanges one plane with each neighbour before every step, as `exchange` says; rank 0
 /// gathers the final field (the others return an empty one). The result is bit-identical to one rank's:
 /// every point sees the same values. Every rank calls `initial` (the whole field) and keeps its slab.
 pub fn simulate_on<'e, E: LoopEngine, T: Element, C: Communicator>(
     engine: &'e E,
     comm: &C,
-    halos: Halos<'e>,
+    exchange: Exchange<'e>,
     problem: &Problem,
     initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
@@ -408,7 +430,7 @@ where
     let mut split = if plan.is_empty() {
         None
     } else {
-        Some(Overlap::new(engine, shape, &plan, initial, halos)?)
+        Some(Overlap::new(engine, shape, &plan, initial, exchange)?)
     };
     // Even, so that a recorded batch of steps leaves the fields where it found them.
     let report_every = match (steps / 100).max(1) {

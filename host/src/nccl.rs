@@ -195,7 +195,16 @@ impl Nccl {
                 "an NCCL halo exchange needs its field in GPU memory; run on the GPU engine".into(),
             ));
         };
-        let len = field.shape().len();
+        self.start_at(halo, base, field.shape().len(), std::mem::size_of::<T>())
+    }
+
+    /// [`start`](Self::start) on a buffer of layers rather than a field.
+    pub fn start_on<T: Plain>(&self, halo: &LayerHalo, buf: &DeviceBuffer<T>) -> Result<()> {
+        self.start_at(halo, buf.addr(), buf.len(), std::mem::size_of::<T>())
+    }
+
+    /// [`start`](Self::start) on the array of `len` elements of `size` bytes at `base`.
+    fn start_at(&self, halo: &LayerHalo, base: u64, len: usize, size: usize) -> Result<()> {
         if let Some((_, r)) = halo
             .sends
             .iter()
@@ -209,7 +218,6 @@ impl Nccl {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the step before it".into())?;
-        let size = std::mem::size_of::<T>();
         self.queue_exchange(base, &halo.sends, &halo.recvs, size, raw(&self.side))
     }
 
@@ -300,6 +308,24 @@ impl LayerHalo {
             .collect();
         Ok(Self { sends, recvs })
     }
+
+    /// The same exchange on `copies` arrays laid `stride` elements apart in one buffer (the populations
+    /// of a structure-of-arrays lattice), as one group. Copy by copy, in the same order on every rank,
+    /// so that each rank's k-th send to a peer still meets that peer's k-th receive from it.
+    pub fn repeated(&self, copies: usize, stride: usize) -> Self {
+        let shift = |list: &[(usize, Range<usize>)]| -> Vec<(usize, Range<usize>)> {
+            (0..copies)
+                .flat_map(|k| {
+                    list.iter()
+                        .map(move |(p, r)| (*p, r.start + k * stride..r.end + k * stride))
+                })
+                .collect()
+        };
+        Self {
+            sends: shift(&self.sends),
+            recvs: shift(&self.recvs),
+        }
+    }
 }
 
 /// Runs `queue` (NCCL calls on several communicators) as one NCCL group: how one thread driving several
@@ -341,6 +367,73 @@ impl Drop for Nccl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decomp::Decomposition;
+
+    /// Runs every rank's `halos` on `arrays` as NCCL pairs them: rank r's k-th send to p fills p's k-th
+    /// receive from r.
+    fn pair(halos: &[LayerHalo], arrays: &mut [Vec<u32>]) {
+        let before = arrays.to_vec();
+        for (r, h) in halos.iter().enumerate() {
+            for p in 0..halos.len() {
+                let sent = h.sends.iter().filter(|s| s.0 == p);
+                let got = halos[p].recvs.iter().filter(|q| q.0 == r);
+                assert_eq!(sent.clone().count(), got.clone().count(), "{r} -> {p}");
+                for ((_, s), (_, q)) in sent.zip(got) {
+                    assert_eq!(s.len(), q.len(), "{r} -> {p}: {s:?} into {q:?}");
+                    arrays[p][q.clone()].copy_from_slice(&before[r][s.clone()]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_layers_meet_their_receives_copy_by_copy() {
+        // A periodic z split of 4 x 3 x nz over 2 and 3 ranks, one margin plane per side, and 5 copies
+        // (populations) of each rank's array: every margin plane of every copy must receive the plane
+        // of the same copy that it stands for, and nothing else may change.
+        let (plane, copies) = (12, 5);
+        for (nz, ranks) in [(6, 2), (7, 3)] {
+            let d = Decomposition::new([4, 3, nz], [1, 1, ranks], [0, 0, 1], [true; 3]).unwrap();
+            let owned: Vec<_> = (0..ranks).map(|r| d.owned(r)).collect();
+            let len = |r: usize| (owned[r].size[2] + 2) * plane;
+            let halos: Vec<LayerHalo> = (0..ranks)
+                .map(|r| {
+                    let h = LayerHalo::new(&d.halo_plan(r), 2, |l| l, plane).unwrap();
+                    h.repeated(copies, len(r))
+                })
+                .collect();
+            // Copy k, global plane z, point i: a value that names all three; margins poisoned.
+            let value = |k: usize, z: usize, i: usize| (k * 1000 + z * 100 + i) as u32;
+            let mut arrays: Vec<Vec<u32>> = (0..ranks)
+                .map(|r| {
+                    let (z0, n) = (owned[r].begin[2], owned[r].size[2]);
+                    (0..copies * len(r))
+                        .map(|e| {
+                            let (k, lz, i) = (e / len(r), e % len(r) / plane, e % plane);
+                            if lz == 0 || lz == n + 1 {
+                                u32::MAX
+                            } else {
+                                value(k, z0 + lz - 1, i)
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            pair(&halos, &mut arrays);
+            for r in 0..ranks {
+                let z0 = owned[r].begin[2];
+                for (e, &v) in arrays[r].iter().enumerate() {
+                    let (k, lz, i) = (e / len(r), e % len(r) / plane, e % plane);
+                    let z = (z0 + nz + lz - 1) % nz;
+                    assert_eq!(
+                        v,
+                        value(k, z, i),
+                        "rank {r} of {ranks}, copy {k}, plane {lz}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_missing_library_says_how_to_install_it() {

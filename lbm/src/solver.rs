@@ -237,6 +237,15 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     /// A split run's host copy of `f` that the halo plans run on: only the planes they touch are ever
     /// copied in or out (empty until the first exchange).
     mirror: Vec<S::Raw>,
+    /// Whether a split run's planes that read no halo run during the exchange ([`set_overlap`](Self::set_overlap)).
+    overlap: bool,
+    /// A split run's halo planes of every population straight between the GPUs instead
+    /// ([`exchange_through`](Self::exchange_through)).
+    #[cfg(feature = "nccl")]
+    nccl: Option<(
+        lattice_gpu_host::nccl::Nccl,
+        lattice_gpu_host::nccl::LayerHalo,
+    )>,
 }
 
 impl<S: LbmStorage> Lbm<S> {
@@ -376,6 +385,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             comm,
             split,
             mirror: Vec::new(),
+            overlap: true,
+            #[cfg(feature = "nccl")]
+            nccl: None,
         };
         let raw = lbm.encode(|q, n| {
             let (rho, u) = start[n];
@@ -411,6 +423,65 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// The communicator of the run.
     pub fn comm(&self) -> &C {
         &self.comm
+    }
+
+    /// With `false`, a split run's exchange completes before any plane runs instead of behind the planes
+    /// that read no halo: the baseline that shows what overlap gains (the same results).
+    pub fn set_overlap(&mut self, overlap: bool) {
+        self.overlap = overlap;
+    }
+
+    /// Moves a split run's halo planes through `nccl` (this rank's communicator among the same ranks)
+    /// straight between the GPUs' lattices, on a stream beside the planes that read no halo, instead of
+    /// through host memory. Two-lattice streaming only: the in-place scheme's odd step also returns
+    /// what it wrote into the halo planes, keeping the cells behind walls, which only the host path
+    /// does. One exchange runs at once: it writes only what the next step's exchange writes again, and
+    /// takes NCCL's connection set-up out of the timed steps.
+    #[cfg(feature = "nccl")]
+    pub fn exchange_through(&mut self, nccl: lattice_gpu_host::nccl::Nccl) -> Result<()> {
+        use lattice_gpu_host::nccl::LayerHalo;
+        if self.streaming != Streaming::TwoLattice {
+            return Err(crate::Error::InvalidParameter(
+                "halos through NCCL need two-lattice streaming (--streaming ab); the in-place scheme \
+                 exchanges through host memory"
+                    .into(),
+            ));
+        }
+        let Memory::Device { f, .. } = &self.mem else {
+            return Err(crate::Error::InvalidParameter(
+                "halos through NCCL move GPU memory: run on a GPU engine".into(),
+            ));
+        };
+        let Some(sp) = &self.split else {
+            return Ok(());
+        };
+        let [nx, ny, _] = self.geometry.dims();
+        let cells = self.geometry.cells();
+        let halo = LayerHalo::new(&sp.plan, 2, |z| z, nx * ny)?.repeated(Q, cells);
+        nccl.start_on(&halo, f)?;
+        nccl.finish()?;
+        self.nccl = Some((nccl, halo));
+        self.synchronize()
+    }
+
+    /// Starts the refresh of a split run's halo planes before the planes that read none are queued:
+    /// through NCCL on its own stream, or by copying out the planes the neighbours need.
+    fn start_exchange(&mut self) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let (Some((n, halo)), Memory::Device { f, .. }) = (&self.nccl, &self.mem) {
+            return Ok(n.start_on(halo, f)?);
+        }
+        self.copy_planes(|sp| &sp.sent, true)
+    }
+
+    /// Completes the refresh: the halo planes are in the lattice for the work queued next.
+    fn finish_exchange(&mut self) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let Some((n, _)) = &self.nccl {
+            return Ok(n.finish()?);
+        }
+        self.exchange(false)?;
+        self.copy_planes(|sp| &sp.received[0], false)
     }
 
     /// The z planes this rank updates: all of them on one domain, all but the halo planes when split.
@@ -708,9 +779,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 
     /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
-    /// density and velocity that [`moments`](Self::moments) reads. A split run copies out the planes
-    /// its neighbours need, queues the planes that read no halo (on a GPU they run while the host
-    /// exchanges), puts the received halos in, then runs its first and last plane.
+    /// density and velocity that [`moments`](Self::moments) reads. A split run starts its exchange
+    /// (copies out the planes its neighbours need, or queues the NCCL exchange), queues the planes that
+    /// read no halo (on a GPU they run meanwhile), completes the exchange, then runs its first and last
+    /// plane.
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
         let step = self.step_args(with_moments);
@@ -718,7 +790,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
             Some(_) if scheme != Scheme::AaEven => {
-                self.copy_planes(|sp| &sp.sent, true)?;
+                self.start_exchange()?;
+                if !self.overlap {
+                    self.finish_exchange()?;
+                }
                 if count > 2 {
                     self.launch(
                         scheme,
@@ -728,8 +803,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                         },
                     )?;
                 }
-                self.exchange(false)?;
-                self.copy_planes(|sp| &sp.received[0], false)?;
+                if self.overlap {
+                    self.finish_exchange()?;
+                }
                 self.launch(
                     scheme,
                     Step {

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
-use lattice_gpu::diffusion::{relative_l2, simulate_on, DiffusionError, Halos, Problem, Result};
+use lattice_gpu::diffusion::{
+    relative_l2, simulate_on, DiffusionError, Exchange, Halos, Problem, Result,
+};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
@@ -68,6 +70,10 @@ struct RunArgs {
     /// `--features mpi,nccl`).
     #[arg(long, value_enum, default_value_t = HaloArg::Host)]
     halos: HaloArg,
+    /// A decomposed run exchanges its halos before any plane runs instead of behind the planes that
+    /// read none: the baseline that shows what overlap gains.
+    #[arg(long)]
+    no_overlap: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -207,8 +213,13 @@ where
             _ => "NCCL",
         };
         println!(
-            "decomposed along z over {} MPI ranks, halos through {through}",
-            comm.size()
+            "decomposed along z over {} MPI ranks, halos through {through}{}",
+            comm.size(),
+            if args.no_overlap {
+                ", exchanged before the interior (no overlap)"
+            } else {
+                ", hidden behind the interior"
+            }
         );
     }
     lead.then(|| {
@@ -232,7 +243,11 @@ where
         Some(path) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
         None => Ok(problem.sine_mode::<T>()),
     };
-    let result = simulate_on(engine, comm, halos, problem, initial, args.steps, |s| {
+    let exchange = Exchange {
+        halos,
+        overlap: !args.no_overlap,
+    };
+    let result = simulate_on(engine, comm, exchange, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)
     })?;
     bar.finish_and_clear();
