@@ -96,6 +96,15 @@ for case in "plain 41x37" "packed 41x37" "packed 19x11"; do
         fi
     done
 done
+# Without overlap: the same bytes (adv-single is the last case's, packed 19x11).
+mpirun_ -np 3 "$adv" swirl --engine "$engine" --mpi --no-overlap --size 19x11 --steps 30 --kernel packed \
+    --output "$work/adv-noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+if [ "$(md5sum <"$work/adv-noov/field.npy")" = "$(md5sum <"$work/adv-single/field.npy")" ]; then
+    echo "advection packed 19x11, 3 MPI ranks, no overlap: bit-identical to one domain PASS"
+else
+    echo "advection packed 19x11, 3 MPI ranks, no overlap: differs from one domain      FAIL"
+    status=1
+fi
 # same_as_single NAME FILE ARGS...: lbm ARGS on one domain and over 1, 2, 3 ranks write the same FILE.
 same_as_single() {
     local name=$1 file=$2
@@ -179,7 +188,7 @@ expect_refusal "lbm, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
     -np 3 "$lbm" taylor-green --engine host --mpi --size 16x16x2 --steps 20 --output "$work/bad"
 # Halos through NCCL are for GPU memory: refused on the CPU engine, on every rank.
 expect_refusal "lbm --halos nccl on the CPU engine" "moves GPU memory" \
-    -np 2 "$lbm" taylor-green --engine host --mpi --halos nccl --streaming ab --size 16x16x8 --steps 2 --output "$work/bad"
+    -np 2 "$lbm" taylor-green --engine host --mpi --halos nccl --streaming ab --size 16x16x8 --steps 20 --output "$work/bad"
 # NCCL halos, where this machine has a GPU per rank (builds with the `nccl` feature): two ranks, rank r
 # on GPU r, must write the bytes of the one-domain run.
 gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
@@ -199,13 +208,15 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         fi
     }
     nccl_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine device --size 21x17x23 --steps 60
+    nccl_same "advection packed 41x37" field.npy "$adv" swirl --engine device --size 41x37 --steps 30 \
+        --kernel packed
     nccl_same "lbm 3-D cavity f64" velocity.npy "$lbm" cavity --engine device --streaming ab --precision f64 \
         --size 18x18x11 --closed-z --re 20 --steps 300
     nccl_same "lbm taylor-green f16" density.npy "$lbm" taylor-green --engine device --streaming ab \
         --precision f16 --size 16x12x13 --steps 30
     expect_refusal "lbm --halos nccl with in-place streaming" "two-lattice streaming" \
         -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
-        "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 2 --output "$work/bad"
+        "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 20 --output "$work/bad"
 else
     echo "SKIPPED (NCCL halos): they need the device engine and 2 GPUs ($engine engine, $gpus GPUs here)"
 fi

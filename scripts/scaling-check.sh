@@ -68,14 +68,22 @@ for np in $(seq 1 "$N"); do
     on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --size 8192x8192 --steps 200 \
         --output "$out/advection-$np" >"$out/advection-$np.log" 2>&1
     rate[advection,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-$np.log" | tail -1 | cut -d' ' -f1)
+    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl --size 8192x8192 --steps 200 \
+        --output "$out/advection-nccl-$np" >"$out/advection-nccl-$np.log" 2>&1
+    rate[advection-nccl,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-nccl-$np.log" | tail -1 | cut -d' ' -f1)
+    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl --no-overlap --size 8192x8192 \
+        --steps 200 --output "$out/advection-seq-$np" >"$out/advection-seq-$np.log" 2>&1
+    rate[advection-seq,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-seq-$np.log" | tail -1 | cut -d' ' -f1)
     rm -rf "$out/diffusion-$np" "$out/diffusion-nccl-$np" "$out/diffusion-seq-$np" "$out/lbm-$np" \
-        "$out/lbm-nccl-$np" "$out/lbm-seq-$np" "$out/advection-$np"
+        "$out/lbm-nccl-$np" "$out/lbm-seq-$np" "$out/advection-$np" "$out/advection-nccl-$np" \
+        "$out/advection-seq-$np"
 done
 
 echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
 printf '%-30s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
-for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection; do
+for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection advection-nccl \
+    advection-seq; do
     case $app in
         diffusion) unit=GLUPS what="diffusion 512^3 f32" ;;
         diffusion-nccl) unit=GLUPS what="diffusion, NCCL halos" ;;
@@ -84,6 +92,8 @@ for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection
         lbm-nccl) unit=MLUPs/s what="lbm, ab, NCCL halos" ;;
         lbm-seq) unit=MLUPs/s what="lbm, ab, NCCL, no overlap" ;;
         advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
+        advection-nccl) unit="Gpoints/s" what="advection, NCCL halos" ;;
+        advection-seq) unit="Gpoints/s" what="advection, NCCL, no overlap" ;;
     esac
     one=${rate[$app,1]:-}
     for np in $(seq 1 "$N"); do

@@ -97,6 +97,80 @@ pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; inst
 pub const NO_NCCL: &str = "--halos nccl: this binary was built without NCCL support; build with \
      `cargo build --release --features mpi,nccl` (NCCL itself is loaded at run time: libnccl.so.2)";
 
+/// How a decomposed run exchanges its halos (flattened into each application's options).
+#[derive(Clone, Debug, clap::Args)]
+pub struct HaloArgs {
+    /// How a decomposed run on GPUs moves its halos: `host` (face layers through host memory and MPI)
+    /// or `nccl` (straight between the GPUs, beside the work that reads no halo; a build with
+    /// `--features mpi,nccl`).
+    #[arg(long, value_enum, default_value_t = HaloTransport::Host)]
+    pub halos: HaloTransport,
+    /// A decomposed run exchanges its halos before any layer runs instead of behind the layers that
+    /// read none: the baseline that shows what overlap gains.
+    #[arg(long)]
+    pub no_overlap: bool,
+}
+
+/// `--halos`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HaloTransport {
+    /// Through host memory and MPI.
+    Host,
+    /// Through NCCL, between the GPUs.
+    Nccl,
+}
+
+impl HaloArgs {
+    /// Refuses `--halos nccl` off the GPU (`on_gpu` false) and in a build without NCCL, naming the fix.
+    pub fn check(&self, on_gpu: bool) -> std::result::Result<(), String> {
+        if self.halos == HaloTransport::Host {
+            return Ok(());
+        }
+        if !on_gpu {
+            return Err(
+                "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto \
+                 with a GPU)"
+                    .into(),
+            );
+        }
+        if cfg!(feature = "nccl") {
+            Ok(())
+        } else {
+            Err(NO_NCCL.into())
+        }
+    }
+
+    /// This rank's NCCL communicator among the ranks of `comm`, on `gpu`, where `--halos nccl` asks
+    /// for one ([`check`](Self::check) first).
+    #[cfg(feature = "nccl")]
+    pub fn communicator<C: lattice_gpu_host::comm::Communicator>(
+        &self,
+        comm: &C,
+        gpu: Option<&Arc<Gpu>>,
+    ) -> Result<Option<lattice_gpu_host::nccl::Nccl>> {
+        match (self.halos, gpu) {
+            (HaloTransport::Nccl, Some(gpu)) => {
+                Ok(Some(lattice_gpu_host::nccl::Nccl::new(comm, gpu)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The line rank 0 prints for a run split along `axis` over `ranks` ranks.
+    pub fn describe(&self, axis: char, ranks: usize) -> String {
+        let through = match self.halos {
+            HaloTransport::Host => "host memory",
+            HaloTransport::Nccl => "NCCL",
+        };
+        let when = if self.no_overlap {
+            "exchanged before the interior (no overlap)"
+        } else {
+            "hidden behind the interior"
+        };
+        format!("split along {axis} over {ranks} MPI ranks, halos through {through}, {when}")
+    }
+}
+
 /// Fails on every rank unless all ranks of `comm` were started with the same command-line options (a
 /// decomposed run with, say, different sizes per rank would exchange halos that do not fit).
 pub fn same_options<C: lattice_gpu_host::comm::Communicator>(

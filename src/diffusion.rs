@@ -10,7 +10,8 @@
 use std::f64::consts::PI;
 use std::time::Instant;
 
-use lattice_gpu_host::comm::{Communicator, FaceMirror, Solo};
+pub use lattice_gpu_host::comm::Halos;
+use lattice_gpu_host::comm::{Communicator, LayerExchange, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
@@ -18,21 +19,6 @@ use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
 use lattice_gpu_kernels::stencil::GpuEntry;
-
-/// How a decomposed run moves its halos.
-#[derive(Clone, Copy, Debug, Default)]
-pub enum Halos<'a> {
-    /// Face planes through host memory and the run's host communicator (any engine).
-    #[default]
-    Host,
-    /// Straight between the GPUs' arrays through NCCL, on a stream beside the interior's kernels (GPU
-    /// engines; one communicator rank per host rank).
-    #[cfg(feature = "nccl")]
-    Nccl(&'a lattice_gpu_host::nccl::Nccl),
-    #[doc(hidden)]
-    #[cfg(not(feature = "nccl"))]
-    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
-}
 
 /// How a decomposed run exchanges its halos.
 #[derive(Clone, Copy, Debug)]
@@ -42,18 +28,6 @@ pub struct Exchange<'a> {
     /// Whether the planes that read no halo run during the exchange; `false`: the exchange completes
     /// before any plane runs (the baseline that overlap is measured against).
     pub overlap: bool,
-}
-
-/// Where an [`Overlap`] step's halos go through.
-enum Transport<'a, T> {
-    Host(FaceMirror<T>),
-    #[cfg(feature = "nccl")]
-    Nccl(
-        &'a lattice_gpu_host::nccl::Nccl,
-        lattice_gpu_host::nccl::LayerHalo,
-    ),
-    #[cfg(not(feature = "nccl"))]
-    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
 }
 
 /// Errors of the diffusion application.
@@ -271,7 +245,7 @@ struct Overlap<'e, E: LoopEngine, T: Element> {
     inner: Option<Loop3D<'e, E>>,
     low: Loop3D<'e, E>,
     high: Option<Loop3D<'e, E>>,
-    transport: Transport<'e, T>,
+    transport: LayerExchange<'e, T>,
     /// Whether the interior runs during the exchange; `false`: the exchange completes first (the
     /// baseline overlap is measured against).
     overlap: bool,
@@ -306,18 +280,7 @@ where
             high: (z1 - z0 > 1)
                 .then(|| Loop3D::new(engine, at(z1 - 1, z1)))
                 .transpose()?,
-            transport: match exchange.halos {
-                Halos::Host => {
-                    Transport::Host(FaceMirror::new(plan, 2, plane, nx * ny, initial.to_vec()))
-                }
-                #[cfg(feature = "nccl")]
-                Halos::Nccl(n) => {
-                    let layers = lattice_gpu_host::nccl::LayerHalo::new(plan, 2, plane, nx * ny)?;
-                    Transport::Nccl(n, layers)
-                }
-                #[cfg(not(feature = "nccl"))]
-                Halos::_Unused(_, never) => match never {},
-            },
+            transport: LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?,
             overlap: exchange.overlap,
         })
     }
@@ -332,50 +295,19 @@ where
         f: &mut E::Field<T>,
         g: &mut E::Field<T>,
     ) -> Result<()> {
-        self.start_exchange(f)?;
+        self.transport.start(f)?;
         if !self.overlap {
-            self.finish_exchange(comm, plan, index, f)?;
+            self.transport.finish(comm, plan, index, f)?;
         }
         if let Some(inner) = &mut self.inner {
             inner.run(&problem.update(f, g))?;
         }
         if self.overlap {
-            self.finish_exchange(comm, plan, index, f)?;
+            self.transport.finish(comm, plan, index, f)?;
         }
         self.low.run(&problem.update(f, g))?;
         if let Some(high) = &mut self.high {
             high.run(&problem.update(f, g))?;
-        }
-        Ok(())
-    }
-
-    /// Starts the exchange of `f`'s halos: called before the interior is queued (a download waits for
-    /// all queued work; the NCCL exchange is ordered after the step that wrote `f`).
-    fn start_exchange(&mut self, f: &E::Field<T>) -> Result<()> {
-        match &mut self.transport {
-            Transport::Host(faces) => faces.copy_out(f)?,
-            #[cfg(feature = "nccl")]
-            Transport::Nccl(n, layers) => n.start(layers, f)?,
-            #[cfg(not(feature = "nccl"))]
-            Transport::_Unused(_, never) => match *never {},
-        }
-        Ok(())
-    }
-
-    /// Completes the exchange: the halos are in `f` (on a GPU: for the work queued next).
-    fn finish_exchange<C: Communicator>(
-        &mut self,
-        comm: &C,
-        plan: &[Face<3>],
-        index: &impl Fn([usize; 3]) -> usize,
-        f: &mut E::Field<T>,
-    ) -> Result<()> {
-        match &mut self.transport {
-            Transport::Host(faces) => faces.exchange_into(comm, plan, index, f)?,
-            #[cfg(feature = "nccl")]
-            Transport::Nccl(n, _) => n.finish()?,
-            #[cfg(not(feature = "nccl"))]
-            Transport::_Unused(_, never) => match *never {},
         }
         Ok(())
     }
@@ -445,8 +377,8 @@ where
     // again, and it takes the transports' connection set-up (NCCL connects peers on first use) out of
     // the timed steps.
     if let Some(o) = &mut split {
-        o.start_exchange(&f)?;
-        o.finish_exchange(comm, &plan, &index, &mut f)?;
+        o.transport.start(&f)?;
+        o.transport.finish(comm, &plan, &index, &mut f)?;
     }
     engine.synchronize()?;
     let start = Instant::now();

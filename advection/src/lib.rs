@@ -14,4 +14,5 @@ pub mod reference;
 pub mod solver;
 
 pub use error::{Error, Result};
-pub use solver::{Advection, Halos, Kernel, Problem};
+pub use lattice_gpu_host::comm::Halos;
+pub use solver::{Advection, Kernel, Problem};

@@ -2,7 +2,7 @@
 //! velocities (zero on the two outermost nodes of every side, which therefore keep their values), and the
 //! kernel variant that carries the step.
 
-use lattice_gpu_host::comm::{Communicator, FaceMirror, Solo};
+use lattice_gpu_host::comm::{Communicator, Halos, LayerExchange, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
@@ -163,21 +163,6 @@ impl Problem {
     }
 }
 
-/// How a decomposed run moves its halo rows.
-#[derive(Clone, Copy, Debug, Default)]
-pub enum Halos<'a> {
-    /// Face rows through host memory and the run's host communicator (any engine).
-    #[default]
-    Host,
-    /// Straight between the GPUs' arrays through NCCL, on a stream beside the inner rows' kernels (GPU
-    /// engines; one communicator rank per host rank).
-    #[cfg(feature = "nccl")]
-    Nccl(&'a lattice_gpu_host::nccl::Nccl),
-    #[doc(hidden)]
-    #[cfg(not(feature = "nccl"))]
-    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
-}
-
 /// A run on engine `E`, decomposed along y over the ranks of `C` (one rank: [`Solo`]).
 pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     engine: &'e E,
@@ -194,6 +179,8 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     site: Loop2D<'e, E>,
     /// A decomposed run's step in parts (its halo exchange hidden behind the inner rows).
     parts: Option<Parts<'e, E>>,
+    /// Whether the inner rows run during the exchange ([`set_overlap`](Self::set_overlap)).
+    overlap: bool,
     steps: u64,
 }
 
@@ -205,20 +192,8 @@ struct Parts<'e, E: LoopEngine> {
     inner: Option<Loop2D<'e, E>>,
     low: Loop2D<'e, E>,
     high: Option<Loop2D<'e, E>>,
-    transport: Transport<'e>,
-}
-
-/// Where a [`Parts`] step's halo rows go through. Only the field has halos: a node reads its own
-/// velocities only.
-enum Transport<'a> {
-    Host(FaceMirror<f32>),
-    #[cfg(feature = "nccl")]
-    Nccl(
-        &'a lattice_gpu_host::nccl::Nccl,
-        lattice_gpu_host::nccl::LayerHalo,
-    ),
-    #[cfg(not(feature = "nccl"))]
-    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
+    /// Only the field has halos: a node reads its own velocities only.
+    transport: LayerExchange<'e, f32>,
 }
 
 /// Which rows a step's loop covers.
@@ -321,6 +296,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             kernel,
             site: Loop2D::new(engine, shape.interior_range())?,
             parts: None,
+            overlap: true,
             steps: 0,
         }
         .in_parts(&f0, halos)
@@ -346,18 +322,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         // Local y (margins at 0 and 1) to the array's row.
         let row = |y: usize| first + y - 2;
         let layer = self.shape.size()[0];
-        let transport = match halos {
-            Halos::Host => {
-                Transport::Host(FaceMirror::new(&self.plan, 1, row, layer, initial.to_vec()))
-            }
-            #[cfg(feature = "nccl")]
-            Halos::Nccl(n) => Transport::Nccl(
-                n,
-                lattice_gpu_host::nccl::LayerHalo::new(&self.plan, 1, row, layer)?,
-            ),
-            #[cfg(not(feature = "nccl"))]
-            Halos::_Unused(_, never) => match never {},
-        };
+        let transport = LayerExchange::new(halos, &self.plan, 1, row, layer, initial)?;
         self.parts = Some(Parts {
             inner: (high_start > low_end)
                 .then(|| at(low_end, high_start))
@@ -430,14 +395,25 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         }
     }
 
+    /// With `false`, a decomposed run's exchange completes before any row runs instead of behind the
+    /// inner rows: the baseline that shows what overlap gains (the same results).
+    pub fn set_overlap(&mut self, overlap: bool) {
+        self.overlap = overlap;
+    }
+
     /// One time step (queued on a GPU; decomposed runs exchange rows with the neighbours).
     pub fn step(&mut self) -> Result<()> {
         if self.parts.is_none() {
             self.run(Part::Whole)?;
         } else {
             self.start_exchange()?;
+            if !self.overlap {
+                self.finish_exchange()?;
+            }
             self.run(Part::Inner)?;
-            self.finish_exchange()?;
+            if self.overlap {
+                self.finish_exchange()?;
+            }
             self.run(Part::Low)?;
             self.run(Part::High)?;
         }
@@ -452,14 +428,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let Some(parts) = &mut self.parts else {
             return Ok(());
         };
-        match &mut parts.transport {
-            Transport::Host(faces) => faces.copy_out(&self.f)?,
-            #[cfg(feature = "nccl")]
-            Transport::Nccl(n, rows) => n.start(rows, &self.f)?,
-            #[cfg(not(feature = "nccl"))]
-            Transport::_Unused(_, never) => match *never {},
-        }
-        Ok(())
+        Ok(parts.transport.start(&self.f)?)
     }
 
     /// Completes the exchange: the halo rows are in `f` (on a GPU: for the work queued next).
@@ -467,20 +436,12 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let Some(parts) = &mut self.parts else {
             return Ok(());
         };
-        match &mut parts.transport {
-            Transport::Host(faces) => {
-                let (shape, first) = (self.shape, self.shape.first());
-                // The plan's local coordinates count the margin of 2.
-                let index =
-                    |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
-                faces.exchange_into(self.comm, &self.plan, &index, &mut self.f)?
-            }
-            #[cfg(feature = "nccl")]
-            Transport::Nccl(n, _) => n.finish()?,
-            #[cfg(not(feature = "nccl"))]
-            Transport::_Unused(_, never) => match *never {},
-        }
-        Ok(())
+        let (shape, first) = (self.shape, self.shape.first());
+        // The plan's local coordinates count the margin of 2.
+        let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
+        Ok(parts
+            .transport
+            .finish(self.comm, &self.plan, &index, &mut self.f)?)
     }
 
     /// Queues the kernel over `part`'s rows (nothing where the part is empty).

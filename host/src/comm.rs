@@ -120,6 +120,87 @@ impl<T: Element> FaceMirror<T> {
     }
 }
 
+/// How a decomposed run moves its halo layers.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Halos<'a> {
+    /// Face layers through host memory and the run's host communicator (any engine).
+    #[default]
+    Host,
+    /// Straight between the GPUs' arrays through NCCL, on a stream beside the work that reads no halo
+    /// (GPU engines; one NCCL rank per host rank).
+    #[cfg(feature = "nccl")]
+    Nccl(&'a crate::nccl::Nccl),
+    #[doc(hidden)]
+    #[cfg(not(feature = "nccl"))]
+    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
+}
+
+/// The halo exchange of a field split along one axis, as whole array layers, the way [`Halos`] says, in
+/// two halves: [`start`](Self::start) before the work that reads no halo is queued (on a GPU it runs
+/// meanwhile), [`finish`](Self::finish) before the work that does.
+pub enum LayerExchange<'a, T> {
+    /// Through host memory: the sent layers copied out, exchanged, the received ones copied in.
+    Host(FaceMirror<T>),
+    /// Through NCCL, on the communicator's side stream.
+    #[cfg(feature = "nccl")]
+    Nccl(&'a crate::nccl::Nccl, crate::nccl::LayerHalo),
+    #[doc(hidden)]
+    #[cfg(not(feature = "nccl"))]
+    _Unused(std::marker::PhantomData<&'a ()>, std::convert::Infallible),
+}
+
+impl<'a, T: Element> LayerExchange<'a, T> {
+    /// For `plan`, split along `axis`, on a field holding `whole` (its array, margins included) in layers
+    /// of `layer` values; `at` maps a plan coordinate along `axis` to its array layer (as
+    /// [`FaceMirror::new`]).
+    pub fn new<const D: usize>(
+        halos: Halos<'a>,
+        plan: &[Face<D>],
+        axis: usize,
+        at: impl Fn(usize) -> usize,
+        layer: usize,
+        whole: &[T],
+    ) -> Result<Self> {
+        Ok(match halos {
+            Halos::Host => Self::Host(FaceMirror::new(plan, axis, at, layer, whole.to_vec())),
+            #[cfg(feature = "nccl")]
+            Halos::Nccl(n) => Self::Nccl(n, crate::nccl::LayerHalo::new(plan, axis, at, layer)?),
+            #[cfg(not(feature = "nccl"))]
+            Halos::_Unused(_, never) => match never {},
+        })
+    }
+
+    /// Starts the exchange of `f`'s halos, after the work queued on it (a download waits for it; the
+    /// NCCL exchange is ordered after it).
+    pub fn start(&mut self, f: &impl Field<T>) -> Result<()> {
+        match self {
+            Self::Host(faces) => faces.copy_out(f),
+            #[cfg(feature = "nccl")]
+            Self::Nccl(n, layers) => n.start(layers, f),
+            #[cfg(not(feature = "nccl"))]
+            Self::_Unused(_, never) => match *never {},
+        }
+    }
+
+    /// Completes the exchange through `comm` (the host path runs `plan`, `index` mapping its local
+    /// points): the halos are in `f` for the work queued next.
+    pub fn finish<C: Communicator, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
+        &mut self,
+        comm: &C,
+        plan: &[Face<D>],
+        index: &I,
+        f: &mut impl Field<T>,
+    ) -> Result<()> {
+        match self {
+            Self::Host(faces) => faces.exchange_into(comm, plan, index, f),
+            #[cfg(feature = "nccl")]
+            Self::Nccl(n, _) => n.finish(),
+            #[cfg(not(feature = "nccl"))]
+            Self::_Unused(_, never) => match *never {},
+        }
+    }
+}
+
 /// The values of `region`, in its point order.
 fn pack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
     data: &[T],

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{Advection, Error, Halos, Kernel, Problem, Result};
@@ -87,17 +87,8 @@ struct Common {
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
-    /// How a split run on GPUs moves its halo rows: `host` (face rows through host memory and MPI) or
-    /// `nccl` (straight between the GPUs, beside the inner rows' kernels; a build with
-    /// `--features mpi,nccl`).
-    #[arg(long, value_enum, default_value_t = HaloArg::Host)]
-    halos: HaloArg,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum HaloArg {
-    Host,
-    Nccl,
+    #[command(flatten)]
+    split: lattice_gpu::cli::HaloArgs,
 }
 
 #[derive(Args)]
@@ -240,24 +231,13 @@ fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -
     };
     p.check()?;
     let gpu = c.engine.gpu("on the CPU engine")?;
-    if c.halos == HaloArg::Nccl && gpu.is_none() {
-        return Err(Error::Invalid(
-            "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto with a GPU)"
-                .into(),
-        ));
-    }
+    c.split.check(gpu.is_some()).map_err(Error::Invalid)?;
     #[cfg(feature = "nccl")]
-    let nccl = match (&gpu, c.halos) {
-        (Some(gpu), HaloArg::Nccl) => Some(lattice_gpu::host::nccl::Nccl::new(comm, gpu)?),
-        _ => None,
-    };
+    let nccl = c.split.communicator(comm, gpu.as_ref())?;
     #[cfg(feature = "nccl")]
     let halos = nccl.as_ref().map_or(Halos::Host, Halos::Nccl);
     #[cfg(not(feature = "nccl"))]
-    let halos = match c.halos {
-        HaloArg::Host => Halos::Host,
-        HaloArg::Nccl => return Err(Error::Invalid(lattice_gpu::cli::NO_NCCL.into())),
-    };
+    let halos = Halos::Host;
     // Only rank 0 writes; the others must not race it for the directory.
     let dir = if lead {
         output_dir(&c.output).map_err(Error::Invalid)?
@@ -393,17 +373,11 @@ fn simulate<E: LoopEngine, C: Communicator>(
     if lead {
         println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
         if comm.size() > 1 {
-            let through = match halos {
-                Halos::Host => "host memory",
-                _ => "NCCL",
-            };
-            println!(
-                "split along y over {} MPI ranks, halos through {through}",
-                comm.size()
-            );
+            println!("{}", c.split.describe('y', comm.size()));
         }
     }
     let mut a = Advection::new_on(engine, comm, halos, p, c.kernel, true)?;
+    a.set_overlap(!c.split.no_overlap);
     let bar = progress(steps, "steps");
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

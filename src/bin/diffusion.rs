@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
 use lattice_gpu::diffusion::{
@@ -65,21 +65,8 @@ struct RunArgs {
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
-    /// How a decomposed run on GPUs moves its halos: `host` (face planes through host memory and MPI)
-    /// or `nccl` (straight between the GPUs, beside the interior's kernels; a build with
-    /// `--features mpi,nccl`).
-    #[arg(long, value_enum, default_value_t = HaloArg::Host)]
-    halos: HaloArg,
-    /// A decomposed run exchanges its halos before any plane runs instead of behind the planes that
-    /// read none: the baseline that shows what overlap gains.
-    #[arg(long)]
-    no_overlap: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum HaloArg {
-    Host,
-    Nccl,
+    #[command(flatten)]
+    split: cli::HaloArgs,
 }
 
 #[derive(Args)]
@@ -156,26 +143,17 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     let chosen = args.engine.choose()?;
-    if args.halos == HaloArg::Nccl && matches!(chosen, Chosen::Host) {
-        return Err(invalid(
-            "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto with a GPU)"
-                .into(),
-        ));
-    }
-    #[cfg(feature = "nccl")]
-    let nccl = match (&chosen, args.halos) {
-        (Chosen::Gpu(_, gpu), HaloArg::Nccl) => {
-            Some(lattice_gpu::host::nccl::Nccl::new(comm, gpu)?)
-        }
-        _ => None,
+    let gpu = match &chosen {
+        Chosen::Host => None,
+        Chosen::Gpu(_, gpu) => Some(gpu),
     };
+    args.split.check(gpu.is_some()).map_err(invalid)?;
+    #[cfg(feature = "nccl")]
+    let nccl = args.split.communicator(comm, gpu)?;
     #[cfg(feature = "nccl")]
     let halos = nccl.as_ref().map_or(Halos::Host, Halos::Nccl);
     #[cfg(not(feature = "nccl"))]
-    let halos = match args.halos {
-        HaloArg::Host => Halos::Host,
-        HaloArg::Nccl => return Err(invalid(cli::NO_NCCL.into())),
-    };
+    let halos = Halos::Host;
     match chosen {
         Chosen::Host => run_on(&HostLoopEngine, comm, halos, args, problem, out),
         Chosen::Gpu(EngineKind::Device, gpu) => run_on(
@@ -208,19 +186,7 @@ where
 {
     let lead = comm.rank() == 0;
     if lead && comm.size() > 1 {
-        let through = match halos {
-            Halos::Host => "host memory",
-            _ => "NCCL",
-        };
-        println!(
-            "decomposed along z over {} MPI ranks, halos through {through}{}",
-            comm.size(),
-            if args.no_overlap {
-                ", exchanged before the interior (no overlap)"
-            } else {
-                ", hidden behind the interior"
-            }
-        );
+        println!("{}", args.split.describe('z', comm.size()));
     }
     lead.then(|| {
         println!(
@@ -245,7 +211,7 @@ where
     };
     let exchange = Exchange {
         halos,
-        overlap: !args.no_overlap,
+        overlap: !args.split.no_overlap,
     };
     let result = simulate_on(engine, comm, exchange, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)

@@ -84,21 +84,8 @@ struct Common {
     /// `mpirun -np N`); rank 0 prints and writes. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
-    /// How a split run on GPUs moves its halo planes: `host` (through host memory and MPI) or `nccl`
-    /// (straight between the GPUs, beside the planes that read no halo; `--streaming ab`, a build with
-    /// `--features mpi,nccl`).
-    #[arg(long, value_enum, default_value_t = HaloArg::Host)]
-    halos: HaloArg,
-    /// A split run exchanges its halo planes before any plane runs instead of behind the planes that
-    /// read none: the baseline that shows what overlap gains.
-    #[arg(long)]
-    no_overlap: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum HaloArg {
-    Host,
-    Nccl,
+    #[command(flatten)]
+    split: lattice_gpu::cli::HaloArgs,
 }
 
 impl Common {
@@ -330,30 +317,15 @@ fn make<S: LbmStorage, C: Communicator>(
     lattice_gpu::cli::same_options(&comm).map_err(Error::InvalidParameter)?;
     let d = geometry.dims();
     let lead = comm.rank() == 0;
-    if c.halos == HaloArg::Nccl && !matches!(e, Engine::Device(_)) {
-        return Err(Error::InvalidParameter(
-            "--halos nccl moves GPU memory: run on a GPU engine (--engine device or auto with a GPU)"
-                .into(),
-        ));
-    }
-    #[cfg(not(feature = "nccl"))]
-    if c.halos == HaloArg::Nccl {
-        return Err(Error::InvalidParameter(lattice_gpu::cli::NO_NCCL.into()));
-    }
+    let gpu = match &e {
+        Engine::Host => None,
+        Engine::Device(gpu) => Some(gpu),
+    };
+    c.split
+        .check(gpu.is_some())
+        .map_err(Error::InvalidParameter)?;
     if lead && comm.size() > 1 {
-        let through = match c.halos {
-            HaloArg::Host => "host memory",
-            HaloArg::Nccl => "NCCL",
-        };
-        println!(
-            "split along z over {} MPI ranks, halos through {through}{}",
-            comm.size(),
-            if c.no_overlap {
-                ", exchanged before the interior (no overlap)"
-            } else {
-                ", hidden behind the interior"
-            }
-        );
+        println!("{}", c.split.describe('z', comm.size()));
     }
     lead.then(|| {
         println!(
@@ -375,14 +347,9 @@ fn make<S: LbmStorage, C: Communicator>(
         );
     }
     #[cfg(feature = "nccl")]
-    let nccl = match (&e, c.halos) {
-        (Engine::Device(gpu), HaloArg::Nccl) => {
-            Some(lattice_gpu::host::nccl::Nccl::new(&comm, gpu)?)
-        }
-        _ => None,
-    };
+    let nccl = c.split.communicator(&comm, gpu)?;
     let mut lbm = Lbm::new_on(comm, &e, geometry, params, c.streaming(), init)?;
-    lbm.set_overlap(!c.no_overlap);
+    lbm.set_overlap(!c.split.no_overlap);
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
         lbm.exchange_through(n)?;
