@@ -26,6 +26,10 @@ const ENTRIES: &[&str] = &[
     "dslash_f32_r12",
     "dslash_f64_r18",
     "dslash_f64_r12",
+    "dslash_split_f32_r18",
+    "dslash_split_f32_r12",
+    "dslash_split_f64_r18",
+    "dslash_split_f64_r12",
     "bicg_fused_f32_r18",
     "bicg_fused_f32_r12",
     "bicg_fused_f64_r18",
@@ -110,7 +114,7 @@ const ENTRIES: &[&str] = &[
 /// the vector updates and the solver's scalars in one kernel (run at small volumes, where it is the
 /// launches it saves that count). Everything else must stay in registers.
 fn stack_allowance(entry: &str) -> u32 {
-    if entry.starts_with("dslash_f64_") {
+    if entry.starts_with("dslash_f64_") || entry.starts_with("dslash_split_f64_") {
         32
     } else if entry.starts_with("bicg_fused_") {
         128

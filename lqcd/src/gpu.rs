@@ -11,7 +11,8 @@ use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
 use lattice_gpu_kernels::wilson::{
-    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, FUSED_BLOCK, TILE,
+    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, FUSED_BLOCK, TILE, T_HIGH_EDGE,
+    T_LOW_EDGE, T_SPLIT,
 };
 use num_complex::Complex64;
 
@@ -131,6 +132,139 @@ pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) ->
     out
 }
 
+/// One rank's share of a lattice split along `t`: slices `t0..t0 + nt` of `global`, with a ghost slice
+/// on each side for the hops that cross its `t` edges ([`Dslash::t_split`]). In the tiled layout a
+/// slice of one parity is a whole number of tiles (its `X Y Z / 2` sites a multiple of [`TILE`]), so
+/// each ghost slice is one contiguous range: the upper neighbour's first slice `[0, S)` lands at
+/// `[V, V + S)` after this rank's `V` sites, the lower neighbour's last slice `[V - S, V)` at
+/// `[V + S, V + 2 S)`.
+#[derive(Clone, Copy, Debug)]
+pub struct TSlab {
+    /// The whole lattice.
+    pub global: Lattice,
+    /// First global slice of this rank.
+    pub t0: usize,
+    /// Slices of this rank.
+    pub nt: usize,
+}
+
+impl TSlab {
+    /// `global`'s slices `t0..t0 + nt`; both even (so that local and global parities agree), and a
+    /// slice of one parity a whole number of tiles.
+    pub fn new(global: Lattice, t0: usize, nt: usize) -> Result<Self> {
+        let [x, y, z, t] = global.dims;
+        if nt == 0 || !t0.is_multiple_of(2) || !nt.is_multiple_of(2) || t0 + nt > t {
+            return Err(crate::Error::InvalidParameter(format!(
+                "t slices {t0}..{} of a lattice of {t}: a rank needs an even number of slices \
+                 starting at an even one (even-odd ordering)",
+                t0 + nt
+            )));
+        }
+        if !(x * y * z / 2).is_multiple_of(TILE) {
+            return Err(crate::Error::InvalidParameter(format!(
+                "a t split needs X Y Z / 2 = {} sites per slice and parity to be a multiple of {TILE}",
+                x * y * z / 2
+            )));
+        }
+        Ok(Self { global, t0, nt })
+    }
+
+    /// This rank's lattice (`nt` slices).
+    pub fn local(&self) -> Lattice {
+        let [x, y, z, _] = self.global.dims;
+        Lattice {
+            dims: [x, y, z, self.nt],
+            ..self.global
+        }
+    }
+
+    /// [`Dslash::t_split`] of this rank.
+    pub fn t_split(&self) -> u32 {
+        let low = if self.t0 == 0 { T_LOW_EDGE } else { 0 };
+        let high = if self.t0 + self.nt == self.global.dims[3] {
+            T_HIGH_EDGE
+        } else {
+            0
+        };
+        T_SPLIT | low | high
+    }
+
+    /// Sites of one parity in one slice.
+    pub fn slice_sites(&self) -> usize {
+        let [x, y, z, _] = self.global.dims;
+        x * y * z / 2
+    }
+
+    /// Sites of one parity with the two ghost slices.
+    fn sites(&self) -> usize {
+        self.local().half_volume() + 2 * self.slice_sites()
+    }
+
+    /// Complex elements of one parity's spinor with its ghost slices.
+    pub fn parity_len(&self) -> usize {
+        self.sites().div_ceil(TILE) * TILE * 12
+    }
+
+    /// The global site of each stored site `cb` of `parity` (interior, upper ghost, lower ghost).
+    fn global_sites(&self, parity: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let local = self.local();
+        let (v, s) = (local.half_volume(), self.slice_sites());
+        let t_all = self.global.dims[3];
+        (0..local.volume())
+            .filter(move |&n| local.parity(n) == parity)
+            .flat_map(move |n| {
+                let [x, y, z, t] = local.coords(n);
+                let at = |gt: usize| self.global.index([x, y, z, gt % t_all]);
+                let mut sites = vec![(n / 2, at(self.t0 + t))];
+                // Each ghost slice holds its rank's sites at the same place as this rank's own slice
+                // on that side: the upper neighbour's first slice, the lower one's last.
+                if t == 0 {
+                    sites.push((v + n / 2, at(self.t0 + self.nt)));
+                }
+                if t + 1 == self.nt {
+                    sites.push((n / 2 + 2 * s, at(self.t0 + t_all - 1)));
+                }
+                sites
+            })
+    }
+
+    /// One parity of the global `psi` on this rank, ghost slices filled (as an exchange would).
+    pub fn pack_parity<T: WilsonReal>(&self, psi: &[Complex64], parity: usize) -> Vec<T> {
+        let mut out = vec![T::ZERO; 2 * self.parity_len()];
+        for (cb, g) in self.global_sites(parity) {
+            let at = tile_index(cb, 12);
+            for k in 0..12 {
+                let z = psi[g * 12 + k];
+                out[2 * (at + k * TILE)] = T::from_f64(z.re);
+                out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+            }
+        }
+        out
+    }
+
+    /// This rank's links of the global field `u`, with the ghost slices' after each parity and
+    /// direction (the backward `t` hops of the first slice read the lower ghost's).
+    pub fn pack_gauge<T: WilsonReal>(&self, u: &GaugeField, recon: Recon) -> Vec<T> {
+        let r = recon.entries();
+        let tiles = self.sites().div_ceil(TILE);
+        let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
+        for p in 0..2 {
+            for (cb, g) in self.global_sites(p) {
+                for mu in 0..4 {
+                    let at = (p * 4 + mu) * tiles * r * TILE + tile_index(cb, r);
+                    let link = &u.links[4 * g + mu];
+                    for k in 0..r {
+                        let z = link[(k / 3, k % 3)];
+                        out[2 * (at + k * TILE)] = T::from_f64(z.re);
+                        out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The Wilson-Dirac operator of one gauge field on the GPU.
 pub struct WilsonGpu<T> {
     gpu: Arc<Gpu>,
@@ -246,6 +380,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
             dims: self.lat.dims.map(|d| d as u32),
             parity,
             halt,
+            t_split: 0,
         }
     }
 
@@ -407,28 +542,73 @@ pub fn hopping_on_host<T: WilsonReal>(
     x: Option<&[T]>,
     a: f64,
 ) {
+    hopping_with::<T, false>(lat, 0, gauge, recon, out, parity, inp, x, a)
+}
+
+/// [`hopping_on_host`] on one rank's slab of a `t` split: `inp` and `gauge` with their ghost slices
+/// ([`TSlab::pack_parity`], [`TSlab::pack_gauge`]), `out` and `x` this rank's sites.
+#[allow(clippy::too_many_arguments)]
+pub fn hopping_on_slab<T: WilsonReal>(
+    slab: &TSlab,
+    gauge: &[T],
+    recon: Recon,
+    out: &mut [T],
+    parity: usize,
+    inp: &[T],
+    x: Option<&[T]>,
+    a: f64,
+) {
+    hopping_with::<T, true>(
+        &slab.local(),
+        slab.t_split(),
+        gauge,
+        recon,
+        out,
+        parity,
+        inp,
+        x,
+        a,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn hopping_with<T: WilsonReal, const SPLIT: bool>(
+    lat: &Lattice,
+    t_split: u32,
+    gauge: &[T],
+    recon: Recon,
+    out: &mut [T],
+    parity: usize,
+    inp: &[T],
+    x: Option<&[T]>,
+    a: f64,
+) {
     use rayon::prelude::*;
-    let len = 2 * parity_len(lat);
-    assert!(out.len() == len && inp.len() == len && x.is_none_or(|x| x.len() == len));
     let dims = lat.dims.map(|d| d as u32);
     let t_boundary = T::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 });
-    let x = x.map_or(std::ptr::null(), |x| x.as_ptr());
+    let x_ptr = x.map_or(std::ptr::null(), |x| x.as_ptr());
     let out_ptr = out.as_mut_ptr();
     macro_rules! go {
         ($r:literal) => {{
-            let tiles = lat.half_volume().div_ceil(TILE);
-            assert_eq!(gauge.len(), 2 * 8 * tiles * $r * TILE);
-            let d = Dslash::<T, $r> {
+            let d = Dslash::<T, $r, SPLIT> {
                 out: out_ptr,
                 inp: inp.as_ptr(),
                 gauge: gauge.as_ptr(),
-                x,
+                x: x_ptr,
                 a: T::from_f64(a),
                 t_boundary,
                 dims,
                 parity: parity as u32,
                 halt: std::ptr::null(),
+                t_split,
             };
+            // Reals of the arrays a site may read: the interior (out, x), and with the ghost slices
+            // (inp, and each parity and direction's links).
+            let len = 2 * parity_len(lat);
+            let tiles = d.link_sites().div_ceil(TILE);
+            assert!(out.len() == len && x.is_none_or(|x| x.len() == len));
+            assert_eq!(inp.len(), 2 * tiles * TILE * 12);
+            assert_eq!(gauge.len(), 2 * 8 * tiles * $r * TILE);
             // SAFETY: the slices have the tiled layouts of this lattice (checked lengths), and each site
             // writes only its own 12 entries of `out`.
             (0..lat.half_volume())

@@ -17,7 +17,7 @@ pub const FLOPS_PER_SITE: u64 = 1320;
 /// `u32` it points to is non-zero, the kernel does nothing: a converged solver's queued work becomes free.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Dslash<T, const R: usize> {
+pub struct Dslash<T, const R: usize, const SPLIT: bool = false> {
     /// Output spinor (parity `parity`).
     pub out: *mut T,
     /// Input spinor (the other parity).
@@ -36,12 +36,27 @@ pub struct Dslash<T, const R: usize> {
     pub parity: u32,
     /// Solver status flag, or null.
     pub halt: *const u32,
+    /// With `SPLIT` (a lattice split along `t` over ranks), [`T_SPLIT`] plus [`T_LOW_EDGE`] and
+    /// [`T_HIGH_EDGE`] where this rank's edge is the global boundary: hops across a local `t` edge read
+    /// ghost slices stored after the `half_volume()` sites of `inp` (the upper neighbour's first slice,
+    /// then the lower neighbour's last), backward ones the lower ghost's links, stored likewise after
+    /// each parity and direction's sites ([`Dslash::link_sites`]); only hops across a global edge take
+    /// `t_boundary`. Without `SPLIT` (a compile-time choice, so that the kernel of one lattice keeps its
+    /// registers), `t` wraps on this lattice and this is ignored.
+    pub t_split: u32,
 }
 
+/// [`Dslash::t_split`]: `t` is split over ranks.
+pub const T_SPLIT: u32 = 1;
+/// [`Dslash::t_split`]: this rank's lower `t` edge is the global boundary.
+pub const T_LOW_EDGE: u32 = 2;
+/// [`Dslash::t_split`]: this rank's upper `t` edge is the global boundary.
+pub const T_HIGH_EDGE: u32 = 4;
+
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
-unsafe impl<T, const R: usize> Send for Dslash<T, R> {}
+unsafe impl<T, const R: usize, const S: bool> Send for Dslash<T, R, S> {}
 // SAFETY: as above.
-unsafe impl<T, const R: usize> Sync for Dslash<T, R> {}
+unsafe impl<T, const R: usize, const S: bool> Sync for Dslash<T, R, S> {}
 
 /// `sigma_mu`, the upper-right 2x2 block of `g_mu` (DeGrand-Rossi: every `g_mu` is
 /// `[[0, sigma], [sigma^dag, 0]]`), as one non-zero per row: column `PERM[mu][r]` with phase `PHASE[mu][r]`.
@@ -112,7 +127,7 @@ pub struct Neighbours<T> {
 }
 type Half<T> = [[Complex<T>; 3]; 2];
 
-impl<T: ComplexReal, const R: usize> Dslash<T, R> {
+impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     /// Sites of one parity.
     #[inline(always)]
     pub fn half_volume(&self) -> usize {
@@ -154,6 +169,24 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
         }
     }
 
+    /// Sites of one parity in one `t` slice: a ghost slice of a split lattice.
+    #[inline(always)]
+    pub fn slice_sites(&self) -> usize {
+        let [x, y, z, _] = self.dims;
+        x as usize * y as usize * z as usize / 2
+    }
+
+    /// Sites each parity and direction's links take room for: the half volume, and on a lattice split
+    /// in `t` the two ghost slices after it.
+    #[inline(always)]
+    pub fn link_sites(&self) -> usize {
+        if SPLIT {
+            self.half_volume() + 2 * self.slice_sites()
+        } else {
+            self.half_volume()
+        }
+    }
+
     /// The neighbours of output site `cb`, for [`hop_at`](Self::hop_at).
     #[inline(always)]
     pub fn neighbours(&self, cb: usize) -> Neighbours<T> {
@@ -168,21 +201,40 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
             |x: u32, y: u32, z: u32, t: u32| (((t * nz + z) * ny + y) * xh + x / 2) as usize;
         let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
         let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
+        // Across a local t edge of a split lattice: the ghost slices after the half volume.
+        let ghost = |lower: bool| {
+            self.half_volume() + if lower { self.slice_sites() } else { 0 } + cb_of(x, y, z, 0)
+        };
+        let sign = |edge: bool, global: u32| {
+            if edge && (!SPLIT || self.t_split & global != 0) {
+                self.t_boundary
+            } else {
+                T::ONE
+            }
+        };
         Neighbours {
             fwd: [
                 cb_of(up(x, nx), y, z, t),
                 cb_of(x, up(y, ny), z, t),
                 cb_of(x, y, up(z, nz), t),
-                cb_of(x, y, z, up(t, nt)),
+                if SPLIT && t + 1 == nt {
+                    ghost(false)
+                } else {
+                    cb_of(x, y, z, up(t, nt))
+                },
             ],
             bwd: [
                 cb_of(down(x, nx), y, z, t),
                 cb_of(x, down(y, ny), z, t),
                 cb_of(x, y, down(z, nz), t),
-                cb_of(x, y, z, down(t, nt)),
+                if SPLIT && t == 0 {
+                    ghost(true)
+                } else {
+                    cb_of(x, y, z, down(t, nt))
+                },
             ],
-            fwd_sign: if t + 1 == nt { self.t_boundary } else { T::ONE },
-            bwd_sign: if t == 0 { self.t_boundary } else { T::ONE },
+            fwd_sign: sign(t + 1 == nt, T_HIGH_EDGE),
+            bwd_sign: sign(t == 0, T_LOW_EDGE),
         }
     }
 
@@ -200,20 +252,20 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
         mu: usize,
         fwd: bool,
     ) {
-        let vh = self.half_volume();
+        let sites = self.link_sites();
         let (p, other) = (self.parity, self.parity ^ 1);
         let one = T::ONE;
         unsafe {
             match (mu, fwd) {
-                (0, true) => self.hop::<0, true>(acc, vh, p, cb, nb.fwd[0], one),
-                (0, false) => self.hop::<0, false>(acc, vh, other, nb.bwd[0], nb.bwd[0], one),
-                (1, true) => self.hop::<1, true>(acc, vh, p, cb, nb.fwd[1], one),
-                (1, false) => self.hop::<1, false>(acc, vh, other, nb.bwd[1], nb.bwd[1], one),
-                (2, true) => self.hop::<2, true>(acc, vh, p, cb, nb.fwd[2], one),
-                (2, false) => self.hop::<2, false>(acc, vh, other, nb.bwd[2], nb.bwd[2], one),
-                (_, true) => self.hop::<3, true>(acc, vh, p, cb, nb.fwd[3], nb.fwd_sign),
+                (0, true) => self.hop::<0, true>(acc, sites, p, cb, nb.fwd[0], one),
+                (0, false) => self.hop::<0, false>(acc, sites, other, nb.bwd[0], nb.bwd[0], one),
+                (1, true) => self.hop::<1, true>(acc, sites, p, cb, nb.fwd[1], one),
+                (1, false) => self.hop::<1, false>(acc, sites, other, nb.bwd[1], nb.bwd[1], one),
+                (2, true) => self.hop::<2, true>(acc, sites, p, cb, nb.fwd[2], one),
+                (2, false) => self.hop::<2, false>(acc, sites, other, nb.bwd[2], nb.bwd[2], one),
+                (_, true) => self.hop::<3, true>(acc, sites, p, cb, nb.fwd[3], nb.fwd_sign),
                 (_, false) => {
-                    self.hop::<3, false>(acc, vh, other, nb.bwd[3], nb.bwd[3], nb.bwd_sign)
+                    self.hop::<3, false>(acc, sites, other, nb.bwd[3], nb.bwd[3], nb.bwd_sign)
                 }
             }
         }
@@ -260,7 +312,7 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
     unsafe fn hop<const MU: usize, const FWD: bool>(
         &self,
         acc: &mut [Complex<T>; 12],
-        vh: usize,
+        link_sites: usize,
         link_parity: u32,
         link_cb: usize,
         nb_cb: usize,
@@ -281,7 +333,7 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
             }
         }
         // Row by row, so that only one row of the link is live at a time (f64 registers are scarce).
-        let u = unsafe { self.link(link_parity, MU, link_cb, vh) };
+        let u = unsafe { self.link(link_parity, MU, link_cb, link_sites) };
         let mut w: Half<T> = [[Complex::ZERO; 3]; 2];
         for a in 0..3 {
             for r in 0..2 {
@@ -307,8 +359,8 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
     }
 
     #[inline(always)]
-    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, vh: usize) -> Link<T> {
-        let tiles = vh.div_ceil(TILE);
+    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, sites: usize) -> Link<T> {
+        let tiles = sites.div_ceil(TILE);
         let at = (parity as usize * 4 + mu) * tiles * R * TILE + tile_index(cb, R);
         let e = |k: usize| unsafe { T::load(self.gauge, at + k * TILE) };
         let mut u = [[Complex::ZERO; 3]; 3];
@@ -332,23 +384,27 @@ impl<T: ComplexReal, const R: usize> Dslash<T, R> {
 }
 
 macro_rules! dslash_entry {
-    ($name:ident => $t:ty, $r:literal) => {
+    ($name:ident => $t:ty, $r:literal, $split:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per site of the output parity.
-            pub unsafe fn $name(d: Dslash<$t, $r>) {
+            pub unsafe fn $name(d: Dslash<$t, $r, $split>) {
                 let i = thread::index_1d();
                 if i < d.half_volume() {
                     d.site(i)
                 }
             }
         }
-        impl crate::stencil::GpuEntry for Dslash<$t, $r> {
+        impl crate::stencil::GpuEntry for Dslash<$t, $r, $split> {
             const ENTRY: &'static str = stringify!($name);
         }
     };
 }
 
-dslash_entry!(dslash_f32_r18 => f32, 9);
-dslash_entry!(dslash_f32_r12 => f32, 6);
-dslash_entry!(dslash_f64_r18 => f64, 9);
-dslash_entry!(dslash_f64_r12 => f64, 6);
+dslash_entry!(dslash_f32_r18 => f32, 9, false);
+dslash_entry!(dslash_f32_r12 => f32, 6, false);
+dslash_entry!(dslash_f64_r18 => f64, 9, false);
+dslash_entry!(dslash_f64_r12 => f64, 6, false);
+dslash_entry!(dslash_split_f32_r18 => f32, 9, true);
+dslash_entry!(dslash_split_f32_r12 => f32, 6, true);
+dslash_entry!(dslash_split_f64_r18 => f64, 9, true);
+dslash_entry!(dslash_split_f64_r12 => f64, 6, true);

@@ -19,5 +19,8 @@
 mod dslash;
 mod fused;
 
-pub use dslash::{component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE};
+pub use dslash::{
+    component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE, T_HIGH_EDGE, T_LOW_EDGE,
+    T_SPLIT,
+};
 pub use fused::{FusedIteration, Phase, FUSED_BLOCK};
