@@ -84,13 +84,55 @@ pub fn parity_len(lat: &Lattice) -> usize {
 
 /// One parity of `psi` in the tiled layout, as reals (re, im interleaved).
 pub fn pack_parity<T: WilsonReal>(lat: &Lattice, psi: &[Complex64], parity: usize) -> Vec<T> {
-    let mut out = vec![T::ZERO; 2 * parity_len(lat)];
-    for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
-        let at = tile_index(n / 2, 12);
+    pack_spinor(2 * parity_len(lat), sites_of(lat, parity), psi)
+}
+
+/// The sites of `parity` as (stored site, site of the lattice).
+fn sites_of(lat: &Lattice, parity: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..lat.volume())
+        .filter(move |&n| lat.parity(n) == parity)
+        .map(|n| (n / 2, n))
+}
+
+/// `len` reals holding, for each (stored site, site of `psi`) of `sites`, that site's spinor.
+fn pack_spinor<T: WilsonReal>(
+    len: usize,
+    sites: impl Iterator<Item = (usize, usize)>,
+    psi: &[Complex64],
+) -> Vec<T> {
+    let mut out = vec![T::ZERO; len];
+    for (cb, n) in sites {
+        let at = tile_index(cb, 12);
         for k in 0..12 {
             let z = psi[n * 12 + k];
             out[2 * (at + k * TILE)] = T::from_f64(z.re);
             out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+        }
+    }
+    out
+}
+
+/// The links of `u` with `recon` entries, `tiles` tiles per parity and direction, for each (stored
+/// site, site of `u`) that `sites` gives for a parity.
+fn pack_links<T: WilsonReal, I: Iterator<Item = (usize, usize)>>(
+    tiles: usize,
+    sites: impl Fn(usize) -> I,
+    u: &GaugeField,
+    recon: Recon,
+) -> Vec<T> {
+    let r = recon.entries();
+    let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
+    for p in 0..2 {
+        for (cb, n) in sites(p) {
+            for mu in 0..4 {
+                let at = (p * 4 + mu) * tiles * r * TILE + tile_index(cb, r);
+                let link = &u.links[4 * n + mu];
+                for k in 0..r {
+                    let z = link[(k / 3, k % 3)];
+                    out[2 * (at + k * TILE)] = T::from_f64(z.re);
+                    out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+                }
+            }
         }
     }
     out
@@ -114,22 +156,8 @@ pub fn unpack_parity<T: WilsonReal>(
 
 /// The gauge field in the tiled layout with `recon` entries per link.
 pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) -> Vec<T> {
-    let r = recon.entries();
     let tiles = lat.half_volume().div_ceil(TILE);
-    let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
-    for n in 0..lat.volume() {
-        let p = lat.parity(n);
-        for mu in 0..4 {
-            let at = (p * 4 + mu) * tiles * r * TILE + tile_index(n / 2, r);
-            let link = &u.links[4 * n + mu];
-            for k in 0..r {
-                let z = link[(k / 3, k % 3)];
-                out[2 * (at + k * TILE)] = T::from_f64(z.re);
-                out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
-            }
-        }
-    }
-    out
+    pack_links(tiles, |p| sites_of(lat, p), u, recon)
 }
 
 /// One rank's share of a lattice split along `t`: slices `t0..t0 + nt` of `global`, with a ghost slice
@@ -230,38 +258,14 @@ impl TSlab {
 
     /// One parity of the global `psi` on this rank, ghost slices filled (as an exchange would).
     pub fn pack_parity<T: WilsonReal>(&self, psi: &[Complex64], parity: usize) -> Vec<T> {
-        let mut out = vec![T::ZERO; 2 * self.parity_len()];
-        for (cb, g) in self.global_sites(parity) {
-            let at = tile_index(cb, 12);
-            for k in 0..12 {
-                let z = psi[g * 12 + k];
-                out[2 * (at + k * TILE)] = T::from_f64(z.re);
-                out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
-            }
-        }
-        out
+        pack_spinor(2 * self.parity_len(), self.global_sites(parity), psi)
     }
 
     /// This rank's links of the global field `u`, with the ghost slices' after each parity and
     /// direction (the backward `t` hops of the first slice read the lower ghost's).
     pub fn pack_gauge<T: WilsonReal>(&self, u: &GaugeField, recon: Recon) -> Vec<T> {
-        let r = recon.entries();
         let tiles = self.sites().div_ceil(TILE);
-        let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
-        for p in 0..2 {
-            for (cb, g) in self.global_sites(p) {
-                for mu in 0..4 {
-                    let at = (p * 4 + mu) * tiles * r * TILE + tile_index(cb, r);
-                    let link = &u.links[4 * g + mu];
-                    for k in 0..r {
-                        let z = link[(k / 3, k % 3)];
-                        out[2 * (at + k * TILE)] = T::from_f64(z.re);
-                        out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
-                    }
-                }
-            }
-        }
-        out
+        pack_links(tiles, |p| self.global_sites(p), u, recon)
     }
 }
 
