@@ -11,7 +11,8 @@
 # On the GPU machine (no Rust): LATTICE_GPU_MPI_BIN=DIR takes the binaries built with the `mpi` feature
 # from DIR instead of building them (scripts/gpu-check.sh stage puts them in .gpu-bin/mpi), and
 # LATTICE_GPU_MPI_ENGINE=device runs the diffusion, advection and lbm comparisons on the GPU (every rank
-# on GPU 0; the decomposed runs must still write the bytes of the one-domain GPU run).
+# on GPU 0; the decomposed runs must still write the bytes of the one-domain GPU run), and the lqcd
+# solve split along t over GPU ranks against the one-GPU solve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine=${LATTICE_GPU_MPI_ENGINE:-host}
@@ -219,6 +220,51 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 20 --output "$work/bad"
 else
     echo "SKIPPED (NCCL halos): they need the device engine and 2 GPUs ($engine engine, $gpus GPUs here)"
+fi
+# lqcd on GPUs: the lattice split along t, one slab per rank (all ranks on GPU 0 here, ghosts and sums
+# through host memory), must take the one-GPU solve's iterations and give its |x| to 10 digits; so must
+# 2 GPUs with NCCL (ghosts behind the inner slices, every solver variant) where the machine has them.
+if [ "$engine" = device ]; then
+    gpu_lqcd() {
+        echo "$(grep -o '[0-9]* iterations' "$1" | head -1) $(grep -o '|x| = [0-9.]*e[0-9+-]*' "$1" \
+            | sed -E 's/(\.[0-9]{9})[0-9]*/\1/')"
+    }
+    lqcd_args=(solve --engine device --precision f64 --dims 4x4x8x12 --antiperiodic-t --tol 1e-10)
+    "$lqcd" "${lqcd_args[@]}" >"$work/lqcd-gpu" 2>&1 || true
+    want=$(gpu_lqcd "$work/lqcd-gpu")
+    # lqcd_split NAME NP [mpirun wrapper...] -- OPTIONS...: NP ranks against the one-GPU solve.
+    lqcd_split() {
+        local name=$1 np=$2
+        shift 2
+        local wrap=()
+        while [ "$1" != -- ]; do wrap+=("$1"); shift; done
+        shift
+        mpirun_ -np "$np" "${wrap[@]}" "$lqcd" "${lqcd_args[@]}" --mpi "$@" >"$work/lqcd-split" 2>&1 || true
+        if [ "$want" != " " ] && [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
+            echo "$name: as on one GPU ($want) PASS"
+        else
+            cat "$work/lqcd-gpu" "$work/lqcd-split"
+            echo "$name: differs from one GPU FAIL"
+            status=1
+        fi
+    }
+    lqcd_split "lqcd GPU solve, 2 ranks (t split), host halos, sync" 2 -- --variant sync
+    lqcd_split "lqcd GPU solve, 3 ranks (t split), host halos, async" 3 -- --variant async
+    expect_refusal "lqcd GPU split, graph variant with host halos" "halos nccl" \
+        -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --variant graph
+    expect_refusal "lqcd GPU split, 4 ranks on 6 t slices" "at most 3 GPUs" \
+        -np 4 "$lqcd" solve --engine device --dims 4x4x8x6 --mpi --variant sync
+    if [ "$gpus" -ge 2 ]; then
+        one_gpu_each=(bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _)
+        for variant in sync async graph waitkernel streamwait; do
+            lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, $variant" 2 "${one_gpu_each[@]}" -- \
+                --halos nccl --variant "$variant"
+        done
+        lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, no overlap" 2 "${one_gpu_each[@]}" -- \
+            --halos nccl --no-overlap
+    else
+        echo "SKIPPED (lqcd on 2 GPUs with NCCL): $gpus GPU here"
+    fi
 fi
 # Ranks started with different options (here different step counts) must all refuse, not deadlock.
 expect_refusal "ranks with different options" "started with different options" \

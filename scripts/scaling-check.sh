@@ -3,11 +3,14 @@
 # through host memory, and through NCCL straight between the GPUs), the D3Q19 lattice Boltzmann
 # lid-driven cavity at 384^3 f32 (z split; in place with host halos, two-lattice with NCCL halos) and
 # the advection swirl at 8192^2
-# (y split), each with 1, 2, ... N ranks, from
+# (y split), and the lattice-QCD BiCGStab in f32 at 32^3x64 and 48^3x96 (t split, ghosts and sums through
+# NCCL, each solver variant, and without overlap; one GPU: the unsplit solve), each with 1, 2, ... N
+# ranks, from
 # the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
 # of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
 #
-#   scripts/scaling-check.sh [N]   N: the most ranks (default: every GPU nvidia-smi lists)
+#   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
+#                                          PARTS: stencils and/or lqcd (default both)
 #
 # Logs go to $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion
 # bench`) and a table of rates and parallel efficiency are printed last (efficiency = rate on n GPUs /
@@ -24,6 +27,7 @@ if [ ! -x "$BIN/mpi/diffusion" ] || [ ! -x "$BIN/mpi/lbm" ]; then
 fi
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 N=${1:-$gpus}
+parts=" ${2:-stencils lqcd} "
 if [ "$gpus" -lt 1 ] || [ "$N" -gt "$gpus" ]; then
     echo "scaling-check: $N ranks asked for, $gpus GPUs present" >&2
     exit 1
@@ -44,6 +48,7 @@ on_gpus() {
 
 declare -A rate
 for np in $(seq 1 "$N"); do
+    [[ $parts == *" stencils "* ]] || break
     on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
         --size 512 --steps 1000 --output "$out/diffusion-$np" >"$out/diffusion-$np.log" 2>&1
     rate[diffusion,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-$np.log" | head -1 | cut -d' ' -f1)
@@ -79,11 +84,45 @@ for np in $(seq 1 "$N"); do
         "$out/advection-seq-$np"
 done
 
+lqcd_variants="sync async graph waitkernel streamwait"
+lqcd_sizes="32x32x32x64 48x48x48x96"
+for np in $(seq 1 "$N"); do
+    [[ $parts == *" lqcd "* ]] || break
+    for dims in $lqcd_sizes; do
+        for v in $lqcd_variants seq; do
+            args=(solve --engine device --precision f32 --dims "$dims" --tol 1e-6 --check-every 20)
+            if [ "$v" = seq ]; then
+                # Ghosts exchanged before each hopping term: the baseline of the overlap.
+                [ "$np" -gt 1 ] || continue
+                args+=(--variant async --mpi --halos nccl --no-overlap)
+            elif [ "$np" -gt 1 ]; then
+                args+=(--variant "$v" --mpi --halos nccl)
+            else
+                args+=(--variant "$v")
+            fi
+            log="$out/lqcd-$dims-$v-$np.log"
+            on_gpus "$np" "$BIN/mpi/lqcd" "${args[@]}" >"$log" 2>&1
+            rate[lqcd-$dims-$v,$np]=$(grep -o '[0-9.]* GFLOPS' "$log" | tail -1 | cut -d' ' -f1)
+        done
+    done
+done
+# Without overlap, the baseline is the one-GPU async solve.
+for dims in $lqcd_sizes; do
+    rate[lqcd-$dims-seq,1]=${rate[lqcd-$dims-async,1]:-}
+done
+
 echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
-printf '%-30s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
-for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection advection-nccl \
-    advection-seq; do
+printf '%-38s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
+apps=""
+[[ $parts == *" stencils "* ]] && apps="diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq \
+    advection advection-nccl advection-seq"
+if [[ $parts == *" lqcd "* ]]; then
+    for dims in $lqcd_sizes; do
+        for v in $lqcd_variants seq; do apps="$apps lqcd-$dims-$v"; done
+    done
+fi
+for app in $apps; do
     case $app in
         diffusion) unit=GLUPS what="diffusion 512^3 f32" ;;
         diffusion-nccl) unit=GLUPS what="diffusion, NCCL halos" ;;
@@ -94,15 +133,17 @@ for app in diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq advection
         advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
         advection-nccl) unit="Gpoints/s" what="advection, NCCL halos" ;;
         advection-seq) unit="Gpoints/s" what="advection, NCCL, no overlap" ;;
+        lqcd-*-seq) unit=GFLOPS what="bicgstab ${app:5:-4} f32 no overlap" ;;
+        lqcd-*) unit=GFLOPS what="bicgstab ${app#lqcd-} f32" what=${what/-/ } ;;
     esac
     one=${rate[$app,1]:-}
     for np in $(seq 1 "$N"); do
         r=${rate[$app,$np]:-}
         if [ -z "$r" ] || [ -z "$one" ]; then
-            printf '%-30s %5s %16s %11s\n' "$what" "$np" "FAILED" "-"
+            printf '%-38s %5s %16s %11s\n' "$what" "$np" "FAILED" "-"
             continue
         fi
         eff=$(awk -v r="$r" -v o="$one" -v n="$np" 'BEGIN { printf "%.1f%%", 100 * r / (n * o) }')
-        printf '%-30s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
+        printf '%-38s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
     done
 done

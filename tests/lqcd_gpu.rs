@@ -22,7 +22,7 @@ use lattice_gpu::lqcd::spinor::SpinorField;
 use num_complex::Complex64;
 
 mod common;
-use common::gpu;
+use common::{gpu, split_solve_matches_whole};
 
 fn max_rel_diff(a: &[Complex64], b: &[Complex64]) -> f64 {
     let scale = b.iter().map(|z| z.norm()).fold(0.0, f64::max);
@@ -307,5 +307,34 @@ fn split_dslash_kernel_matches_its_host_run() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
+    use lattice_gpu::host::comm::Solo;
+    use lattice_gpu::host::split::{DeviceRanks, HostStaged};
+    let test = "split_over_one_rank_through_host_memory_solves_as_the_whole_lattice";
+    let Some(gpu) = gpu(test) else { return };
+    let ranks = || Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<f64>>;
+    split_solve_matches_whole(&gpu, &ranks, &[Variant::Sync, Variant::Async], true);
+    // Halos staged through the host wait for the GPU: the variants that queue ahead are refused.
+    let lat = Lattice::new([4, 4, 4, 8], false).unwrap();
+    let u = GaugeField::random(lat.dims, 1);
+    let w = WilsonGpu::<f64>::split(&gpu, &lat, &u, 0.12, Recon::R12, ranks(), true).unwrap();
+    let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
+    for variant in [Variant::Graph, Variant::WaitKernel, Variant::StreamWait] {
+        let opt = SolveOptions {
+            tol: 1e-8,
+            max_iter: 10,
+            variant,
+            check_every: 4,
+            fused: Fusion::Auto,
+        };
+        let b = SpinorField::random(lat.dims, 2);
+        let e = solve_with(&mut solver, &b, &opt, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--halos nccl"), "{variant}: {e}");
     }
 }

@@ -4,6 +4,9 @@
 //! them): sums over ranks against the host's sum, and a ring exchange (each rank's first layer to the
 //! next rank's margin).
 //!
+//! The lattice-QCD solve split along t over one NCCL rank (ghosts exchanged with itself behind the
+//! inner slices, sums through NCCL, every solver variant) gives the whole lattice's solve.
+//!
 //! Without a GPU, or without libnccl, each test prints `SKIPPED` and passes; `LATTICE_GPU_REQUIRE_GPU=1`
 //! makes a missing GPU or library a failure.
 #![cfg(feature = "nccl")]
@@ -15,7 +18,7 @@ use lattice_gpu::host::nccl::{self, Nccl};
 use lattice_gpu::host::{DeviceBuffer, Gpu};
 
 mod common;
-use common::{gpu, poison, random};
+use common::{gpu, poison, random, split_solve_matches_whole};
 
 /// Whether NCCL loads; otherwise says why the test is skipped (or fails where it is required).
 fn nccl_present(test: &str) -> bool {
@@ -155,4 +158,18 @@ fn several_gpus_of_one_process_sum_and_pass_a_ring() {
             "rank {r}"
         );
     }
+}
+
+#[test]
+fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
+    use lattice_gpu::host::krylov::Variant;
+    use lattice_gpu::host::split::DeviceRanks;
+    let test = "lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice";
+    let Some(g) = gpu(test) else { return };
+    if !nccl_present(test) {
+        return;
+    }
+    let ranks = || Box::new(Nccl::new(&Solo, &g).unwrap()) as Box<dyn DeviceRanks<f64>>;
+    split_solve_matches_whole(&g, &ranks, &Variant::ALL, true);
+    split_solve_matches_whole(&g, &ranks, &[Variant::Async], false);
 }

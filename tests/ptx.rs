@@ -44,6 +44,7 @@ const ENTRIES: &[&str] = &[
     "bicg_p_f64",
     "bicg_diffnorm_f32",
     "bicg_diffnorm_f64",
+    "bicg_finish",
     "wait_kernel",
     "stop_kernel",
     "advect_plain",

@@ -165,6 +165,9 @@ fn finite(z: Complex<f64>) -> bool {
 
 /// [`Blas::stage`] of a reduction whose sums the host finishes (the `sync` variant, the true residual).
 pub const HOST_FINISHES: u32 = u32::MAX;
+/// [`Blas::stage`] of a reduction on one rank of a split solve: the last block writes the rank's totals
+/// to [`Blas::sums`], which are summed over the ranks before [`Finish`] applies the stage.
+pub const TOTALS: u32 = u32::MAX - 1;
 
 /// Arguments of the vector kernels: `n` complex elements, up to six vectors, the state and the
 /// per-block partial sums (`4 * blocks` f64, sum `q` of block `b` at `q * blocks + b`).
@@ -184,6 +187,8 @@ pub struct Blas<T> {
     pub partials: *mut f64,
     /// Blocks that finished the reduction so far; zero between kernels (the last block rewinds it).
     pub done: *mut u32,
+    /// With [`TOTALS`]: where the last block writes the four sums.
+    pub sums: *mut f64,
 }
 
 // SAFETY: every element is written by exactly one thread.
@@ -313,9 +318,45 @@ impl<T: ComplexReal> Blas<T> {
         }
         let sums = block_sum(acc);
         if thread::thread_idx_x() == 0 {
-            let mut st = st;
-            st.finish(Stage::from_u32(self.stage), sums);
-            unsafe { *self.state = st };
+            if self.stage == TOTALS {
+                for q in 0..4 {
+                    unsafe { *self.sums.add(q) = sums[q] };
+                }
+            } else {
+                let mut st = st;
+                st.finish(Stage::from_u32(self.stage), sums);
+                unsafe { *self.state = st };
+            }
+        }
+    }
+}
+
+/// Arguments of the one-thread kernel that applies a stage to the state from sums already added up over
+/// the ranks of a split solve ([`TOTALS`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Finish {
+    /// The solver state.
+    pub state: *mut BiCgState,
+    /// The four sums.
+    pub sums: *const f64,
+    /// A [`Stage`] as `u32`.
+    pub stage: u32,
+}
+
+// SAFETY: one thread reads and writes.
+unsafe impl Send for Finish {}
+// SAFETY: as above.
+unsafe impl Sync for Finish {}
+
+crate::kernel! {
+    /// Generated: the stage [`Finish`] names, applied by one thread.
+    pub unsafe fn bicg_finish(f: Finish) {
+        if thread::index_1d() == 0 {
+            let sums = unsafe { [0, 1, 2, 3].map(|q| *f.sums.add(q)) };
+            let mut st = unsafe { *f.state };
+            st.finish(Stage::from_u32(f.stage), sums);
+            unsafe { *f.state = st };
         }
     }
 }

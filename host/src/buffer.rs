@@ -241,6 +241,11 @@ impl<T: Plain> DeviceBuffer<T> {
         p
     }
 
+    /// The stream the buffer's copies are queued on.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        self.gpu.stream()
+    }
+
     /// The device address as a pointer to `U` (kernel argument structs hold typed pointers).
     pub fn ptr<U>(&self) -> *mut U {
         self.addr() as *mut U

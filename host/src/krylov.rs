@@ -20,19 +20,29 @@ use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 use lattice_gpu_kernels::krylov::{
-    BiCgState, Blas, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V, BREAKDOWN_RHO,
-    CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING,
+    BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V,
+    BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TOTALS,
 };
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{CudaContext, Error, Result};
 use crate::field::Element;
 use crate::gpu::Gpu;
+use crate::split::DeviceRanks;
 
 /// A linear operator on complex vectors in GPU memory.
 pub trait DeviceOperator<T> {
     /// Complex elements of the vectors it acts on.
     fn len(&self) -> usize;
+    /// Complex elements each vector is allocated with: `len()` and the room the operator keeps after
+    /// them (the ghost sites of a split lattice).
+    fn storage_len(&self) -> usize {
+        self.len()
+    }
+    /// On one rank of an operator split over GPUs: the ranks, over which every reduction is summed.
+    fn ranks(&self) -> Option<&dyn DeviceRanks<T>> {
+        None
+    }
     /// Whether the vectors are empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -255,6 +265,9 @@ impl Drop for Flag {
 /// BiCGStab for one operator: owns the work vectors, the device state and (for `graph`) the captured
 /// graphs, which are reused by later solves with the same `check_every` and [`SolveOptions::fused`].
 pub struct BiCgStab<T, O> {
+    /// First, so that they go before the operator: NCCL does not free a communicator while a graph
+    /// holding its kernels exists (a split operator's halos and sums), and would wait for ever.
+    graphs: Option<((u32, bool), Vec<CudaGraph>)>,
     gpu: Arc<Gpu>,
     op: O,
     x: DeviceBuffer<T>,
@@ -266,6 +279,8 @@ pub struct BiCgStab<T, O> {
     t: DeviceBuffer<T>,
     state: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
+    /// A split solve's four sums of one reduction, summed over the ranks.
+    sums: DeviceBuffer<f64>,
     done: DeviceBuffer<u32>,
     flag: Flag,
     /// The flag's value after every release queued so far. It only grows (wrapping; the waits compare
@@ -274,7 +289,6 @@ pub struct BiCgStab<T, O> {
     blocks: u32,
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
-    graphs: Option<((u32, bool), Vec<CudaGraph>)>,
     /// The current solve's [`SolveOptions::fused`].
     fused: bool,
     /// The fused iteration's partial sums (two halves of up to `4 * SMs` blocks) and grid barrier.
@@ -285,7 +299,7 @@ pub struct BiCgStab<T, O> {
 impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<T, O> {
     /// Work space for solving with `op`. Checks the memory first.
     pub fn new(gpu: &Arc<Gpu>, op: O) -> Result<Self> {
-        let reals = 2 * op.len();
+        let reals = 2 * op.storage_len();
         gpu.check_fits(
             8 * reals as u64 * std::mem::size_of::<T>() as u64,
             "the BiCGStab work vectors",
@@ -311,6 +325,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             t: vec()?,
             state: DeviceBuffer::zeros(gpu, STATE_WORDS)?,
             partials: DeviceBuffer::zeros(gpu, 4 * blocks as usize)?,
+            sums: DeviceBuffer::zeros(gpu, 4)?,
             done: DeviceBuffer::zeros(gpu, 1)?,
             flag: Flag::new()?,
             released: 0,
@@ -350,6 +365,16 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 "solver options tol = {}, max_iter = {}, check_every = {}: need 0 < tol < 1 and positive counts",
                 opt.tol, opt.max_iter, opt.check_every
             )));
+        }
+        if let Some(ranks) = self.op.ranks() {
+            if ranks.waits_for_gpu() && !matches!(opt.variant, Variant::Sync | Variant::Async) {
+                return Err(Error::InvalidSize(format!(
+                    "the {} variant queues iterations ahead of the GPU, which halos staged through \
+                     host memory cannot (each exchange waits for the GPU); exchange through NCCL \
+                     (--halos nccl), or use the sync or async variant",
+                    opt.variant
+                )));
+            }
         }
         if matches!(opt.variant, Variant::WaitKernel | Variant::StreamWait)
             && opt.check_every > MAX_HELD_ITERATIONS
@@ -411,7 +436,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>` and the `Init` stage
     /// (on the host for `sync`, which then waits for it).
     fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
+        // A split operator's iteration has exchanges and sums over the ranks between its kernels.
         self.fused = opt.variant != Variant::Sync
+            && self.op.ranks().is_none()
             && match opt.fused {
                 Fusion::Off => false,
                 Fusion::On => true,
@@ -699,6 +726,27 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         v: &[&DeviceBuffer<T>],
         stage: Stage,
     ) -> Result<()> {
+        if let Some(ranks) = self.op.ranks() {
+            // One rank of a split solve: this rank's sums, summed over the ranks, then the stage.
+            self.blas(op, v, TOTALS)?;
+            ranks.sum_in_place(&self.sums)?;
+            return match host {
+                Some(st) => {
+                    let s = self.sums.download()?;
+                    st.finish(stage, [s[0], s[1], s[2], s[3]]);
+                    self.write_state(st)
+                }
+                None => {
+                    let args = Finish {
+                        state: self.state.ptr(),
+                        sums: self.sums.ptr(),
+                        stage: stage as u32,
+                    };
+                    // SAFETY: the entry takes one `Finish`; the state and the four sums are live.
+                    unsafe { self.gpu.launch("bicg_finish", &args, 1, 1) }
+                }
+            };
+        }
         match host {
             Some(st) => {
                 self.blas(op, v, HOST_FINISHES)?;
@@ -725,6 +773,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             state: self.state.ptr(),
             partials: self.partials.ptr(),
             done: self.done.ptr(),
+            sums: self.sums.ptr(),
         };
         let name = match op {
             Op::Dot => "bicg_dot",
@@ -783,6 +832,12 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
         // A running state so the kernel is not skipped.
         self.write_state(&BiCgState::new(0.5, 1))?;
+        if let Some(ranks) = self.op.ranks() {
+            self.blas(Op::DiffNorm, &[a, b], TOTALS)?;
+            ranks.sum_in_place(&self.sums)?;
+            let s = self.sums.download()?;
+            return Ok((s[2], s[3]));
+        }
         self.blas(Op::DiffNorm, &[a, b], HOST_FINISHES)?;
         let parts = self.partials.download()?;
         let n = self.blocks as usize;

@@ -7,7 +7,8 @@
 //! - [`lattice`]: [`Loop3D`] and [`Loop2D`], which run a point update over a range on an engine.
 //! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it.
-//! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead.
+//! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead;
+//!   [`split`]: the sums and ghost layers of a solve split over GPUs.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
 //!
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
@@ -24,6 +25,7 @@ pub mod krylov;
 pub mod lattice;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod split;
 
 pub use buffer::{DeviceBuffer, Plain};
 pub use engine::{

@@ -166,16 +166,7 @@ impl Nccl {
         sends: &[(usize, Range<usize>)],
         recvs: &[(usize, Range<usize>)],
     ) -> Result<()> {
-        for (peer, r) in sends.iter().chain(recvs) {
-            if *peer >= self.size || r.start > r.end || r.end > buf.len() {
-                return Err(Error::InvalidSize(format!(
-                    "a halo exchange names rank {peer} and elements {r:?} of a buffer of {} on a \
-                     communicator of {} ranks",
-                    buf.len(),
-                    self.size
-                )));
-            }
-        }
+        self.check_ranges(buf.len(), sends, recvs)?;
         bind(&self.gpu)?;
         self.queue_exchange(
             buf.addr(),
@@ -184,6 +175,48 @@ impl Nccl {
             std::mem::size_of::<T>(),
             self.stream(),
         )
+    }
+
+    /// [`exchange`](Self::exchange) started the way [`start`](Self::start) starts a halo: after the work
+    /// queued so far, on the side stream; [`finish`](Self::finish) completes it.
+    pub fn start_ranges<T: Wire + Plain>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+    ) -> Result<()> {
+        self.check_ranges(buf.len(), sends, recvs)?;
+        bind(&self.gpu)?;
+        self.side
+            .join(self.gpu.stream())
+            .cuda(|| "ordering a halo exchange after the work before it".into())?;
+        self.queue_exchange(
+            buf.addr(),
+            sends,
+            recvs,
+            std::mem::size_of::<T>(),
+            raw(&self.side),
+        )
+    }
+
+    fn check_ranges(
+        &self,
+        len: usize,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+    ) -> Result<()> {
+        match sends
+            .iter()
+            .chain(recvs)
+            .find(|(peer, r)| *peer >= self.size || r.start > r.end || r.end > len)
+        {
+            Some((peer, r)) => Err(Error::InvalidSize(format!(
+                "a halo exchange names rank {peer} and elements {r:?} of a buffer of {len} on a \
+                 communicator of {} ranks",
+                self.size
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Starts `halo` on `field` once the work queued so far on the GPU's stream is done, on a stream of

@@ -6,13 +6,14 @@
 use std::sync::{Arc, OnceLock};
 
 use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
+use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
 use lattice_gpu_kernels::wilson::{
     tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, FUSED_BLOCK, TILE, T_HIGH_EDGE,
-    T_LOW_EDGE, T_SPLIT,
+    T_INNER, T_LOW_EDGE, T_OUTER, T_SPLIT,
 };
 use num_complex::Complex64;
 
@@ -49,9 +50,11 @@ impl Recon {
 }
 
 /// A precision of the Wilson fields (f32 or f64), with its kernels in the embedded PTX.
-pub trait WilsonReal: Element + ComplexReal + Default + Unpin {
-    /// The hopping-term entry for each link storage.
-    fn dslash_entry(recon: Recon) -> &'static str;
+pub trait WilsonReal:
+    Element + ComplexReal + Default + Unpin + lattice_gpu_host::comm::Wire
+{
+    /// The hopping-term entry for each link storage, on one lattice or on a rank's slab of a `t` split.
+    fn dslash_entry(recon: Recon, split: bool) -> &'static str;
     /// The fused BiCGStab iteration's entry for each link storage.
     fn fused_entry(recon: Recon) -> &'static str;
 }
@@ -59,10 +62,12 @@ pub trait WilsonReal: Element + ComplexReal + Default + Unpin {
 macro_rules! wilson_real {
     ($t:ty) => {
         impl WilsonReal for $t {
-            fn dslash_entry(recon: Recon) -> &'static str {
-                match recon {
-                    Recon::R18 => <Dslash<$t, 9> as GpuEntry>::ENTRY,
-                    Recon::R12 => <Dslash<$t, 6> as GpuEntry>::ENTRY,
+            fn dslash_entry(recon: Recon, split: bool) -> &'static str {
+                match (recon, split) {
+                    (Recon::R18, false) => <Dslash<$t, 9> as GpuEntry>::ENTRY,
+                    (Recon::R12, false) => <Dslash<$t, 6> as GpuEntry>::ENTRY,
+                    (Recon::R18, true) => <Dslash<$t, 9, true> as GpuEntry>::ENTRY,
+                    (Recon::R12, true) => <Dslash<$t, 6, true> as GpuEntry>::ENTRY,
                 }
             }
             fn fused_entry(recon: Recon) -> &'static str {
@@ -197,6 +202,42 @@ impl TSlab {
         Ok(Self { global, t0, nt })
     }
 
+    /// Rank `rank`'s slab of `global` split over `ranks` ranks: the `T / 2` pairs of slices dealt out
+    /// as evenly as they go (the first ranks take one pair more).
+    pub fn for_rank(global: Lattice, rank: usize, ranks: usize) -> Result<Self> {
+        let pairs = global.dims[3] / 2;
+        if ranks == 0 || ranks > pairs {
+            return Err(crate::Error::InvalidParameter(format!(
+                "a lattice of T = {} split over {ranks} GPUs: each needs at least 2 t slices (even-odd \
+                 ordering); use at most {pairs} GPUs or a longer lattice",
+                global.dims[3]
+            )));
+        }
+        let (base, extra) = (pairs / ranks, pairs % ranks);
+        let first = rank * base + rank.min(extra);
+        Self::new(global, 2 * first, 2 * (base + usize::from(rank < extra)))
+    }
+
+    /// The ghost exchange of one parity's spinor of rank `rank` of `ranks` (element ranges in reals):
+    /// the first slice goes to the lower neighbour's upper ghost, the last to the upper neighbour's
+    /// lower ghost (`t` is periodic; the sign of the global boundary is the kernel's).
+    pub fn sides(&self, rank: usize, ranks: usize) -> SideLayers {
+        let slice = 24 * self.slice_sites();
+        let v = 24 * self.local().half_volume();
+        SideLayers {
+            lower: Neighbour {
+                peer: (rank + ranks - 1) % ranks,
+                send: 0..slice,
+                recv: v + slice..v + 2 * slice,
+            },
+            upper: Neighbour {
+                peer: (rank + 1) % ranks,
+                send: v - slice..v,
+                recv: v..v + slice,
+            },
+        }
+    }
+
     /// This rank's lattice (`nt` slices).
     pub fn local(&self) -> Lattice {
         let [x, y, z, _] = self.global.dims;
@@ -261,6 +302,19 @@ impl TSlab {
         pack_spinor(2 * self.parity_len(), self.global_sites(parity), psi)
     }
 
+    /// Writes this rank's sites of one parity from the tiled layout (`data`, ghosts after them ignored)
+    /// into the global lexicographic `psi`; the other ranks' sites are left as they are.
+    pub fn unpack_parity<T: WilsonReal>(&self, data: &[T], parity: usize, psi: &mut [Complex64]) {
+        let v = self.local().half_volume();
+        for (cb, n) in self.global_sites(parity).filter(|&(cb, _)| cb < v) {
+            let at = tile_index(cb, 12);
+            for k in 0..12 {
+                let i = 2 * (at + k * TILE);
+                psi[n * 12 + k] = Complex64::new(data[i].to_f64(), data[i + 1].to_f64());
+            }
+        }
+    }
+
     /// This rank's links of the global field `u`, with the ghost slices' after each parity and
     /// direction (the backward `t` hops of the first slice read the lower ghost's).
     pub fn pack_gauge<T: WilsonReal>(&self, u: &GaugeField, recon: Recon) -> Vec<T> {
@@ -269,9 +323,11 @@ impl TSlab {
     }
 }
 
-/// The Wilson-Dirac operator of one gauge field on the GPU.
+/// The Wilson-Dirac operator of one gauge field on the GPU: the whole lattice, or one rank's slab of a
+/// lattice split along `t` over GPUs.
 pub struct WilsonGpu<T> {
     gpu: Arc<Gpu>,
+    /// The lattice this GPU holds (a rank's slab).
     lat: Lattice,
     gauge: DeviceBuffer<T>,
     recon: Recon,
@@ -280,6 +336,17 @@ pub struct WilsonGpu<T> {
     /// Blocks of the fused iteration's cooperative launch, found once (an occupancy query per launch
     /// would cost every iteration host time).
     fused_blocks: OnceLock<u32>,
+    split: Option<Split<T>>,
+}
+
+/// A rank's part of an operator split along `t`.
+struct Split<T> {
+    slab: TSlab,
+    /// One parity's ghost exchange.
+    sides: SideLayers,
+    ranks: Box<dyn DeviceRanks<T>>,
+    /// Whether the inner slices run while the ghosts travel.
+    overlap: bool,
 }
 
 impl<T: WilsonReal> WilsonGpu<T> {
@@ -291,22 +358,82 @@ impl<T: WilsonReal> WilsonGpu<T> {
         kappa: f64,
         recon: Recon,
     ) -> Result<Self> {
-        let tiles = lat.half_volume().div_ceil(TILE);
-        let bytes = (8 * tiles * recon.entries() * TILE * 2 + 2 * parity_len(lat)) as u64
-            * std::mem::size_of::<T>() as u64;
+        let links = pack_gauge::<T>(lat, u, recon);
+        Self::with_links(gpu, *lat, &links, parity_len(lat), kappa, recon, None)
+    }
+
+    /// Rank `ranks.rank()`'s slab of `global` split along `t` over the GPUs of `ranks`
+    /// ([`TSlab::for_rank`]), from the whole field `u`: each hopping term first fills its input's
+    /// ghost slices through `ranks`, with the inner slices running meanwhile if `overlap` (and `ranks`
+    /// does not wait for the GPU).
+    pub fn split(
+        gpu: &Arc<Gpu>,
+        global: &Lattice,
+        u: &GaugeField,
+        kappa: f64,
+        recon: Recon,
+        ranks: Box<dyn DeviceRanks<T>>,
+        overlap: bool,
+    ) -> Result<Self> {
+        let slab = TSlab::for_rank(*global, ranks.rank(), ranks.size())?;
+        let links = slab.pack_gauge::<T>(u, recon);
+        let split = Split {
+            slab,
+            sides: slab.sides(ranks.rank(), ranks.size()),
+            ranks,
+            overlap,
+        };
+        let local = slab.local();
+        let storage = slab.parity_len();
+        let w = Self::with_links(gpu, local, &links, storage, kappa, recon, Some(split))?;
+        // NCCL connects to its peers at their first exchange and first sum: once here, so that no
+        // solver block held behind a wait for the host (waitkernel, streamwait) waits on a connection.
+        if let Some(s) = &w.split {
+            s.ranks.start_layers(&w.tmp, &s.sides)?;
+            s.ranks.finish_layers()?;
+            s.ranks.sum_in_place(&DeviceBuffer::zeros(gpu, 4)?)?;
+            gpu.synchronize()?;
+        }
+        Ok(w)
+    }
+
+    fn with_links(
+        gpu: &Arc<Gpu>,
+        lat: Lattice,
+        links: &[T],
+        storage: usize,
+        kappa: f64,
+        recon: Recon,
+        split: Option<Split<T>>,
+    ) -> Result<Self> {
+        let bytes = (links.len() + 2 * storage) as u64 * std::mem::size_of::<T>() as u64;
         gpu.check_fits(bytes, "the gauge field")?;
         Ok(Self {
             gpu: gpu.clone(),
-            lat: *lat,
-            gauge: DeviceBuffer::from_host(gpu, &pack_gauge::<T>(lat, u, recon))?,
+            lat,
+            gauge: DeviceBuffer::from_host(gpu, links)?,
             recon,
             kappa,
-            tmp: DeviceBuffer::zeros(gpu, 2 * parity_len(lat))?,
+            tmp: DeviceBuffer::zeros(gpu, 2 * storage)?,
             fused_blocks: OnceLock::new(),
+            split,
         })
     }
 
-    /// The lattice.
+    /// This rank's slab, on a split lattice.
+    pub fn slab(&self) -> Option<&TSlab> {
+        self.split.as_ref().map(|s| &s.slab)
+    }
+
+    /// Complex elements a spinor of one parity is stored in (with ghost slices on a split lattice).
+    pub fn storage_len(&self) -> usize {
+        match &self.split {
+            Some(s) => s.slab.parity_len(),
+            None => parity_len(&self.lat),
+        }
+    }
+
+    /// The lattice this GPU holds (a rank's slab on a split lattice).
     pub fn lattice(&self) -> &Lattice {
         &self.lat
     }
@@ -318,19 +445,37 @@ impl<T: WilsonReal> WilsonGpu<T> {
 
     /// A zeroed spinor of one parity.
     pub fn parity_buffer(&self) -> Result<DeviceBuffer<T>> {
-        Ok(DeviceBuffer::zeros(&self.gpu, 2 * parity_len(&self.lat))?)
+        Ok(DeviceBuffer::zeros(&self.gpu, 2 * self.storage_len())?)
     }
 
-    /// Uploads one parity of a lexicographic spinor.
+    /// Uploads one parity of a lexicographic spinor of the whole lattice (this rank's slab of it, on a
+    /// split lattice).
     pub fn upload_parity(&self, psi: &SpinorField, parity: usize) -> Result<DeviceBuffer<T>> {
-        Ok(DeviceBuffer::from_host(
-            &self.gpu,
-            &pack_parity::<T>(&self.lat, &psi.data, parity),
-        )?)
+        let data = match &self.split {
+            Some(s) => s.slab.pack_parity::<T>(&psi.data, parity),
+            None => pack_parity::<T>(&self.lat, &psi.data, parity),
+        };
+        Ok(DeviceBuffer::from_host(&self.gpu, &data)?)
+    }
+
+    /// Writes one parity from the GPU into the whole lattice's `psi` (this rank's sites, on a split
+    /// lattice).
+    pub fn download_parity(
+        &self,
+        buf: &DeviceBuffer<T>,
+        parity: usize,
+        psi: &mut SpinorField,
+    ) -> Result<()> {
+        let data = buf.download()?;
+        match &self.split {
+            Some(s) => s.slab.unpack_parity(&data, parity, &mut psi.data),
+            None => unpack_parity(&self.lat, &data, parity, &mut psi.data),
+        }
+        Ok(())
     }
 
     /// Queues `out = x + a H inp` (or `a H inp` without `x`) on the sites of `parity`; `inp` holds the
-    /// other parity.
+    /// other parity. On a split lattice the ghost slices of `inp` are exchanged first.
     pub fn hopping(
         &self,
         out: &DeviceBuffer<T>,
@@ -340,32 +485,65 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         halt: *const u32,
     ) -> Result<()> {
+        let hop = |t_split| self.launch_hopping(out, parity, inp, x, a, halt, t_split);
+        let Some(s) = &self.split else {
+            return hop(None);
+        };
+        let word = s.slab.t_split();
+        s.ranks.start_layers(inp, &s.sides)?;
+        if s.overlap && !s.ranks.waits_for_gpu() && s.slab.nt > 2 {
+            hop(Some(word | T_INNER))?;
+            s.ranks.finish_layers()?;
+            hop(Some(word | T_OUTER))
+        } else {
+            s.ranks.finish_layers()?;
+            hop(Some(word))
+        }
+    }
+
+    /// Queues the hopping kernel: on the whole lattice (`t_split` none), or with the split kernel's
+    /// [`Dslash::t_split`] word (its sites and edges).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_hopping(
+        &self,
+        out: &DeviceBuffer<T>,
+        parity: usize,
+        inp: &DeviceBuffer<T>,
+        x: Option<&DeviceBuffer<T>>,
+        a: f64,
+        halt: *const u32,
+        t_split: Option<u32>,
+    ) -> Result<()> {
         let x = x.map_or(std::ptr::null(), |b| b.ptr::<T>() as *const T);
-        let vh = self.lat.half_volume();
+        let word = t_split.unwrap_or(0);
         macro_rules! go {
-            ($r:literal) => {{
-                let d = self.dslash::<$r>(out.ptr(), inp.ptr(), x, a, parity as u32, halt);
-                // SAFETY: the entry takes one `Dslash<T, R>`; the buffers have this lattice's tiled
-                // layouts (built by this type) and the grid covers exactly `vh` sites.
+            ($r:literal, $split:literal) => {{
+                let d = self.dslash::<$r, $split>(out.ptr(), inp.ptr(), x, a, parity as u32, halt, word);
+                // SAFETY: the entry takes one `Dslash<T, R, SPLIT>`; the buffers have this lattice's
+                // tiled layouts (built by this type, with ghost slices when split) and the grid covers
+                // exactly the sites the word selects.
                 unsafe {
                     self.gpu.launch(
-                        T::dslash_entry(self.recon),
+                        T::dslash_entry(self.recon, $split),
                         &d,
-                        Gpu::blocks_for(vh, 128),
+                        Gpu::blocks_for(d.threads(), 128),
                         128,
                     )
                 }
             }};
         }
-        Ok(match self.recon {
-            Recon::R18 => go!(9),
-            Recon::R12 => go!(6),
+        Ok(match (self.recon, t_split.is_some()) {
+            (Recon::R18, false) => go!(9, false),
+            (Recon::R12, false) => go!(6, false),
+            (Recon::R18, true) => go!(9, true),
+            (Recon::R12, true) => go!(6, true),
         }?)
     }
 
     /// The kernel arguments of `out = x + a H inp` on the sites of `parity`, for this lattice and gauge
     /// field.
-    fn dslash<const R: usize>(
+    #[allow(clippy::too_many_arguments)]
+    fn dslash<const R: usize, const SPLIT: bool>(
         &self,
         out: *mut T,
         inp: *const T,
@@ -373,7 +551,8 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         parity: u32,
         halt: *const u32,
-    ) -> Dslash<T, R> {
+        t_split: u32,
+    ) -> Dslash<T, R, SPLIT> {
         Dslash {
             out,
             inp,
@@ -384,7 +563,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
             dims: self.lat.dims.map(|d| d as u32),
             parity,
             halt,
-            t_split: 0,
+            t_split,
         }
     }
 
@@ -433,6 +612,14 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
         parity_len(&self.0.lat)
     }
 
+    fn storage_len(&self) -> usize {
+        self.0.storage_len()
+    }
+
+    fn ranks(&self) -> Option<&dyn DeviceRanks<T>> {
+        self.0.split.as_ref().map(|s| &*s.ranks)
+    }
+
     fn apply(
         &self,
         out: &DeviceBuffer<T>,
@@ -453,6 +640,9 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
     /// [`FUSED_BLOCK`] threads as the GPU runs at once, at most one per `FUSED_BLOCK` elements.
     fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
         let w = &self.0;
+        if w.split.is_some() {
+            return Ok(false);
+        }
         let n = parity_len(&w.lat);
         let entry = T::fused_entry(w.recon);
         let blocks = self.fused_blocks()?.min((f.partials.len() / 8) as u32);
@@ -463,7 +653,7 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
                 let null = std::ptr::null();
                 let args = FusedIteration::<T, $r> {
                     // The phases set the vectors, factor and parity.
-                    hop: w.dslash(std::ptr::null_mut(), null, null, 1.0, 0, std::ptr::null()),
+                    hop: w.dslash(std::ptr::null_mut(), null, null, 1.0, 0, std::ptr::null(), 0),
                     kappa2: T::from_f64(w.kappa * w.kappa),
                     vec: [x, r, r0, p, v, s, t, w.tmp.ptr::<T>()],
                     n: n as u32,
@@ -489,6 +679,9 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
     /// When the cooperative grid holds every site's tile at once, so that each hopping phase is one
     /// pass: measured 3.4x faster than nine kernels at 8^4 (one pass), 1.25x slower at 16^4 (eight).
     fn fused_pays(&self) -> lattice_gpu_host::Result<bool> {
+        if self.0.split.is_some() {
+            return Ok(false);
+        }
         let tiles = self.0.lat.half_volume().div_ceil(TILE);
         Ok(tiles <= self.fused_blocks()? as usize)
     }
@@ -497,7 +690,8 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
 /// Solves `D x = b` on the full lattice by even-odd preconditioning: BiCGStab on
 /// `M_hat x_e = b_e + kappa H_eo b_o`, then `x_o = b_o + kappa H_oe x_e`. Returns `x`, the solver's report
 /// and the true relative residual `|b - D x| / |b|`, computed on the GPU. The solver is reused across
-/// solves (its work space and captured graphs).
+/// solves (its work space and captured graphs). On a split lattice every rank passes the whole `b` and
+/// gets its own sites of `x` (the others zero); the residual is the whole lattice's.
 pub fn solve_with<T: WilsonReal>(
     solver: &mut BiCgStab<T, EvenOdd<T>>,
     b: &SpinorField,
@@ -505,7 +699,7 @@ pub fn solve_with<T: WilsonReal>(
     on_check: &mut dyn FnMut(usize, f64),
 ) -> Result<(SpinorField, SolveReport, f64)> {
     let w = &solver.operator().0;
-    let (lat, kappa) = (w.lat, w.kappa);
+    let kappa = w.kappa;
     let b_e = w.upload_parity(b, 0)?;
     let b_o = w.upload_parity(b, 1)?;
     let src = w.parity_buffer()?;
@@ -527,9 +721,10 @@ pub fn solve_with<T: WilsonReal>(
     } else {
         0.0
     };
-    let mut x = SpinorField::zeros(lat.dims);
-    unpack_parity(&lat, &x_e.download()?, 0, &mut x.data);
-    unpack_parity(&lat, &x_o.download()?, 1, &mut x.data);
+    let mut x = SpinorField::zeros(b.dims);
+    let w = &solver.operator().0;
+    w.download_parity(&x_e, 0, &mut x)?;
+    w.download_parity(&x_o, 1, &mut x)?;
     Ok((x, report, true_res))
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -115,10 +116,14 @@ struct SolveArgs {
     /// Seed of the random source.
     #[arg(long, default_value_t = 7)]
     source_seed: u64,
-    /// Split the lattice (t first, then z and y) over the ranks of the MPI job this process belongs to (start it with
-    /// `mpirun -np N`; the CPU reference solver, full lattice); rank 0 prints. Needs `--features mpi`.
+    /// Split the lattice over the ranks of the MPI job this process belongs to (start it with `mpirun -np
+    /// N`): on GPUs along t, one GPU per rank (a rank takes its node-local rank's GPU), even-odd BiCGStab
+    /// with every sum over the ranks; on the CPU engine the reference solver split along t, then z and
+    /// y. Rank 0 prints. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    #[command(flatten)]
+    split: lattice_gpu::cli::HaloArgs,
 }
 
 #[derive(Args)]
@@ -379,40 +384,52 @@ fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
 fn solve(a: &SolveArgs) -> Result<()> {
     if a.mpi {
         #[cfg(feature = "mpi")]
-        return solve_split(a, &lattice_gpu::host::comm::Mpi::init()?);
+        return solve_split(a, Rc::new(lattice_gpu::host::comm::Mpi::init()?));
         #[cfg(not(feature = "mpi"))]
         return Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into()));
     }
     let mut s = Solver::new(&a.solver)?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
-    let (_, it, secs, res, fused) = s.solve(&b, "solve")?;
+    let (x, it, secs, res, fused) = s.solve(&b, "solve")?;
     let gflops = s.flops_per_iteration() * it as f64 / secs / 1e9;
     println!(
-        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), true residual |b - D x|/|b| = {res:.3e}",
+        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
         secs / it.max(1) as f64 * 1e6,
         if fused { ", one kernel each" } else { "" },
-        FLOPS_PER_SITE
+        FLOPS_PER_SITE,
+        norm(&x.data),
     );
     Ok(())
 }
 
-/// `solve --mpi`: the CPU reference BiCGStab on the full lattice, split along t, z and y over the MPI ranks (every
-/// rank makes the same gauge field and source from the seeds).
+fn norm(x: &[num_complex::Complex64]) -> f64 {
+    x.iter().map(|z| z.norm_sqr()).sum::<f64>().sqrt()
+}
+
+/// `solve --mpi`: the lattice split over the MPI ranks (every rank makes the same gauge field and source
+/// from the seeds): on GPUs along t, else the CPU reference along t, z and y.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C) -> Result<()> {
+fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
+    a: &SolveArgs,
+    comm: Rc<C>,
+) -> Result<()> {
     let args = &a.solver;
-    if args.engine != Placement::Host {
-        return Err(Error::InvalidParameter(
-            "--mpi runs the CPU reference split over the ranks; add --engine host (GPU ranks exchange by NCCL, \
-             not built yet)"
-                .into(),
-        ));
-    }
     check(args)?;
-    lattice_gpu::cli::same_options(comm).map_err(Error::InvalidParameter)?;
+    lattice_gpu::cli::same_options(&*comm).map_err(Error::InvalidParameter)?;
+    let gpu = args.engine.gpu("the CPU reference split over the ranks")?;
+    a.split
+        .check(gpu.is_some())
+        .map_err(Error::InvalidParameter)?;
     let lead = comm.rank() == 0;
     let (lat, u) = gauge_field_as(&args.gauge, args.antiperiodic_t, lead)?;
     let b = SpinorField::random(lat.dims, a.source_seed);
+    if let Some(g) = gpu {
+        return match args.precision {
+            Prec::F32 => solve_split_gpu::<f32, C>(a, &comm, &g, &lat, &u, &b),
+            Prec::F64 => solve_split_gpu::<f64, C>(a, &comm, &g, &lat, &u, &b),
+        };
+    }
+    let comm = &*comm;
     let d = lattice_gpu::lqcd::distributed::Distributed::new(comm, &lat, &u)?;
     let t = Instant::now();
     let (x, solve, res) = d.solve(
@@ -423,16 +440,87 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator>(a: &SolveArgs, comm: &C
     )?;
     let x = d.gather(&x)?;
     if lead {
-        let norm: f64 = x.iter().map(|z| z.norm_sqr()).sum::<f64>().sqrt();
         let g = lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size())?;
         println!(
-            "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             comm.size(),
             g[1],
             g[2],
             g[3],
             solve.iterations,
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            norm(&x),
+        );
+    }
+    Ok(())
+}
+
+/// `solve --mpi` on GPUs: this rank's t slab, ghosts and sums through NCCL or host memory.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'static>(
+    a: &SolveArgs,
+    comm: &Rc<C>,
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    b: &SpinorField,
+) -> Result<()> {
+    use lattice_gpu::cli::HaloTransport;
+    use lattice_gpu::host::split::{DeviceRanks, HostStaged};
+    let args = &a.solver;
+    let ranks: Box<dyn DeviceRanks<T>> = match a.split.halos {
+        HaloTransport::Host => Box::new(HostStaged(comm.clone())),
+        #[cfg(feature = "nccl")]
+        HaloTransport::Nccl => Box::new(lattice_gpu::host::nccl::Nccl::new(&**comm, g)?),
+        #[cfg(not(feature = "nccl"))]
+        HaloTransport::Nccl => {
+            return Err(Error::InvalidParameter(lattice_gpu::cli::NO_NCCL.into()))
+        }
+    };
+    let size = comm.size();
+    let w = WilsonGpu::<T>::split(
+        g,
+        lat,
+        u,
+        args.kappa,
+        args.recon,
+        ranks,
+        !a.split.no_overlap,
+    )?;
+    let mut solver = BiCgStab::new(g, EvenOdd(w))?;
+    let lead = comm.rank() == 0;
+    let opt = SolveOptions {
+        tol: args.tol,
+        max_iter: args.max_iter,
+        variant: args.variant,
+        check_every: args.check_every,
+        fused: args.fused,
+    };
+    let mut progress = |it: usize, r: f64| {
+        if lead {
+            println!("  solve iteration {it:5}  residual {r:.3e}");
+        }
+    };
+    let (x, report, res) = solve_with(&mut solver, b, &opt, &mut progress)?;
+    outcome(&report, args.tol)?;
+    // Each rank holds its own sites of x; the norm is summed over the ranks.
+    let x_norm = comm.sum(norm(&x.data).powi(2))?.sqrt();
+    if lead {
+        let it = report.iterations;
+        let secs = report.seconds;
+        let gflops =
+            4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64 * it as f64 / secs / 1e9;
+        let ghosts = match (a.split.halos, a.split.no_overlap) {
+            (HaloTransport::Host, _) => "ghosts through host memory before each hopping term",
+            (HaloTransport::Nccl, true) => {
+                "ghosts through NCCL before each hopping term (no overlap)"
+            }
+            (HaloTransport::Nccl, false) => "ghosts through NCCL behind the inner slices",
+        };
+        println!(
+            "split along t over {size} GPUs, {ghosts} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            args.variant,
+            secs / it.max(1) as f64 * 1e6,
         );
     }
     Ok(())

@@ -102,3 +102,68 @@ pub fn number_after(text: &str, key: &str) -> f64 {
         .and_then(|s| s.trim_end_matches(',').parse().ok())
         .unwrap_or_else(|| panic!("no number after `{key}` in:\n{text}"))
 }
+
+/// A one-rank `t` split of a 4x4x4x8 lattice through `ranks` (each call a new one) against the whole
+/// lattice, for each of `variants`: the same iterations, the same solution to round-off (the sums are
+/// only finished elsewhere), and the same true residual.
+pub fn split_solve_matches_whole(
+    gpu: &Arc<Gpu>,
+    ranks: &dyn Fn() -> Box<dyn lattice_gpu::host::split::DeviceRanks<f64>>,
+    variants: &[lattice_gpu::host::krylov::Variant],
+    overlap: bool,
+) {
+    use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus};
+    use lattice_gpu::lqcd::gpu::{solve_with, EvenOdd, Recon, WilsonGpu};
+    use lattice_gpu::lqcd::{gauge::GaugeField, geometry::Lattice, spinor::SpinorField};
+    let dims = [4, 4, 4, 8];
+    let lat = Lattice::new(dims, true).unwrap();
+    let u = GaugeField::random(dims, 41);
+    let b = SpinorField::random(dims, 42);
+    let kappa = 0.12;
+    for &variant in variants {
+        let opt = SolveOptions {
+            tol: 1e-10,
+            max_iter: 500,
+            variant,
+            check_every: 4,
+            fused: Fusion::Off,
+        };
+        let whole = WilsonGpu::<f64>::new(gpu, &lat, &u, kappa, Recon::R12).unwrap();
+        let mut solver = BiCgStab::new(gpu, EvenOdd(whole)).unwrap();
+        let (want, want_report, want_res) =
+            solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        let split =
+            WilsonGpu::<f64>::split(gpu, &lat, &u, kappa, Recon::R12, ranks(), overlap).unwrap();
+        assert!(split.slab().is_some());
+        let mut solver = BiCgStab::new(gpu, EvenOdd(split)).unwrap();
+        let (got, report, res) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        assert_eq!(report.status, SolveStatus::Converged, "{variant}");
+        assert_eq!(
+            report.iterations, want_report.iterations,
+            "{variant}: iterations"
+        );
+        let scale = want.data.iter().map(|z| z.norm()).fold(0.0, f64::max);
+        let d = got
+            .data
+            .iter()
+            .zip(&want.data)
+            .map(|(a, b)| (a - b).norm())
+            .fold(
+                0.0,
+                |m, d| if d.is_nan() { f64::INFINITY } else { m.max(d) },
+            );
+        assert!(
+            d <= 1e-12 * scale,
+            "{variant}: split solution differs by {d:e} of {scale:e}"
+        );
+        assert!(
+            (res - want_res).abs() <= 1e-3 * want_res && res <= 1e-9,
+            "{variant}: true residual {res:e}, whole lattice {want_res:e}"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "split {variant}: {} iterations, true residual {res:e}",
+            report.iterations
+        );
+    }
+}

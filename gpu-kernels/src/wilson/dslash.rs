@@ -52,6 +52,11 @@ pub const T_SPLIT: u32 = 1;
 pub const T_LOW_EDGE: u32 = 2;
 /// [`Dslash::t_split`]: this rank's upper `t` edge is the global boundary.
 pub const T_HIGH_EDGE: u32 = 4;
+/// [`Dslash::t_split`]: only the sites of the inner slices (`1..T-1`), which read no ghost: they run
+/// while the ghosts are exchanged.
+pub const T_INNER: u32 = 8;
+/// [`Dslash::t_split`]: only the sites of the first and last slices, which read the ghosts.
+pub const T_OUTER: u32 = 16;
 
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
 unsafe impl<T, const R: usize, const S: bool> Send for Dslash<T, R, S> {}
@@ -166,6 +171,37 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         for (k, &h) in acc.iter().enumerate() {
             let at = component_index(cb, k);
             unsafe { self.store(at, h, || self.addend(at)) };
+        }
+    }
+
+    /// Threads a launch needs: one per site of the output parity, or on a split lattice per site of the
+    /// slices [`T_INNER`] or [`T_OUTER`] selects.
+    #[inline(always)]
+    pub fn threads(&self) -> usize {
+        let (v, s) = (self.half_volume(), self.slice_sites());
+        if !SPLIT {
+            v
+        } else if self.t_split & T_INNER != 0 {
+            v - 2 * s
+        } else if self.t_split & T_OUTER != 0 {
+            2 * s
+        } else {
+            v
+        }
+    }
+
+    /// The site thread `i < threads()` computes (slices are consecutive runs of `slice_sites()` sites).
+    #[inline(always)]
+    pub fn site_of(&self, i: usize) -> usize {
+        let (v, s) = (self.half_volume(), self.slice_sites());
+        if !SPLIT {
+            i
+        } else if self.t_split & T_INNER != 0 {
+            s + i
+        } else if self.t_split & T_OUTER != 0 && i >= s {
+            v - 2 * s + i
+        } else {
+            i
         }
     }
 
@@ -386,11 +422,12 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
 macro_rules! dslash_entry {
     ($name:ident => $t:ty, $r:literal, $split:literal) => {
         crate::kernel! {
-            /// Generated kernel entry: one thread per site of the output parity.
+            /// Generated kernel entry: one thread per site of the output parity (or of the slices
+            /// selected).
             pub unsafe fn $name(d: Dslash<$t, $r, $split>) {
                 let i = thread::index_1d();
-                if i < d.half_volume() {
-                    d.site(i)
+                if i < d.threads() {
+                    d.site(d.site_of(i))
                 }
             }
         }

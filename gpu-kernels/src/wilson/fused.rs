@@ -157,6 +157,7 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
             state: self.state,
             partials: self.partials,
             done: core::ptr::null_mut(),
+            sums: core::ptr::null_mut(),
         }
     }
 

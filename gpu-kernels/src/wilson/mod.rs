@@ -20,7 +20,7 @@ mod dslash;
 mod fused;
 
 pub use dslash::{
-    component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE, T_HIGH_EDGE, T_LOW_EDGE,
-    T_SPLIT,
+    component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE, T_HIGH_EDGE, T_INNER,
+    T_LOW_EDGE, T_OUTER, T_SPLIT,
 };
 pub use fused::{FusedIteration, Phase, FUSED_BLOCK};
