@@ -209,6 +209,16 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         fi
     }
     nccl_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine device --size 21x17x23 --steps 60
+    # One process driving both GPUs (--gpus 2: a thread per GPU, one NCCL communicator).
+    "$bin" --engine device --size 21x17x23 --steps 60 --gpus 2 --halos nccl --output "$work/threads2" \
+        >"$work/log" 2>&1 || cat "$work/log"
+    if [ -f "$work/threads2/diffusion.npy" ] \
+        && [ "$(md5sum <"$work/threads2/diffusion.npy")" = "$(md5sum <"$work/nccl-single/diffusion.npy")" ]; then
+        echo "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos: bit-identical to one domain PASS"
+    else
+        echo "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos: differs from one domain FAIL"
+        status=1
+    fi
     nccl_same "advection packed 41x37" field.npy "$adv" swirl --engine device --size 41x37 --steps 30 \
         --kernel packed
     nccl_same "lbm 3-D cavity f64" velocity.npy "$lbm" cavity --engine device --streaming ab --precision f64 \
@@ -262,8 +272,30 @@ if [ "$engine" = device ]; then
         done
         lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, no overlap" 2 "${one_gpu_each[@]}" -- \
             --halos nccl --no-overlap
+        "$lqcd" "${lqcd_args[@]}" --gpus 2 --halos nccl --variant graph >"$work/lqcd-split" 2>&1 || true
+        if [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
+            echo "lqcd GPU solve, --gpus 2 (one process), NCCL, graph: as on one GPU PASS"
+        else
+            cat "$work/lqcd-split"
+            echo "lqcd GPU solve, --gpus 2 (one process), NCCL, graph: differs FAIL"
+            status=1
+        fi
     else
         echo "SKIPPED (lqcd on 2 GPUs with NCCL): $gpus GPU here"
+        # Two NCCL ranks on the one GPU: refused on every rank, naming them, before NCCL starts.
+        expect_refusal "NCCL halos, 2 MPI ranks on one GPU" "run on the same GPU" \
+            -np 2 "$bin" --engine device --mpi --halos nccl --size 8 --steps 2 --output "$work/bad"
+        if "$bin" --engine device --gpus 2 --halos nccl --size 8 --steps 2 --output "$work/bad" \
+            >"$work/log" 2>&1; then
+            echo "NCCL halos, --gpus 2 on one GPU: should fail FAIL"
+            status=1
+        elif grep -q "run on the same GPU" "$work/log"; then
+            echo "NCCL halos, --gpus 2 on one GPU: clear error PASS"
+        else
+            cat "$work/log"
+            echo "NCCL halos, --gpus 2 on one GPU: no clear error FAIL"
+            status=1
+        fi
     fi
 fi
 # Ranks started with different options (here different step counts) must all refuse, not deadlock.

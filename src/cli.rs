@@ -45,10 +45,35 @@ const LOCAL_RANK_VARS: [&str; 5] = [
 /// processes of its node modulo the node's GPUs (one process per GPU then spreads over all of them,
 /// instead of every rank sharing GPU 0); otherwise GPU 0.
 pub fn default_gpu() -> usize {
+    if let Some(g) = THREAD_GPU.get() {
+        return g;
+    }
     let local = LOCAL_RANK_VARS
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok());
     local_gpu(local, Gpu::probe().ok())
+}
+
+thread_local! {
+    /// The GPU of a rank run as a thread of this process ([`on_gpus`]).
+    static THREAD_GPU: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// `--gpus N`: runs `run` on `ranks` threads of this process, rank `r` on GPU `r` (modulo the GPUs
+/// there are: [`default_gpu`] in the thread), each with its rank of a
+/// [`Threads`](lattice_gpu_host::threads::Threads) communicator; the error of the first rank that
+/// failed, if one did.
+pub fn on_gpus<E: Send>(
+    ranks: usize,
+    run: impl Fn(&lattice_gpu_host::threads::Threads) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(), E> {
+    let gpus = Gpu::probe().ok();
+    lattice_gpu_host::threads::run(ranks, |comm| {
+        use lattice_gpu_host::comm::Communicator;
+        THREAD_GPU.set(Some(local_gpu(Some(comm.rank()), gpus)));
+        run(comm)
+    })
+    .map(|_| ())
 }
 
 /// [`default_gpu`] for local rank `local` on a node with `gpus` devices.
@@ -97,7 +122,8 @@ pub const NO_MPI: &str = "--mpi: this binary was built without MPI support; inst
 pub const NO_NCCL: &str = "--halos nccl: this binary was built without NCCL support; build with \
      `cargo build --release --features mpi,nccl` (NCCL itself is loaded at run time: libnccl.so.2)";
 
-/// How a decomposed run exchanges its halos (flattened into each application's options).
+/// How a decomposed run starts its ranks and exchanges its halos (flattened into each application's
+/// options).
 #[derive(Clone, Debug, clap::Args)]
 pub struct HaloArgs {
     /// How a decomposed run on GPUs moves its halos: `host` (face layers through host memory and MPI)
@@ -109,6 +135,11 @@ pub struct HaloArgs {
     /// read none: the baseline that shows what overlap gains.
     #[arg(long)]
     pub no_overlap: bool,
+    /// Split the run over N GPUs driven by this process, one thread per GPU (GPU r for rank r, modulo
+    /// the GPUs there are), instead of over the MPI ranks of `--mpi`; with `--halos nccl`, one NCCL
+    /// communicator of the process's GPUs. On the CPU engine: N threads, each a rank.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus: Option<u32>,
 }
 
 /// `--halos`.
@@ -121,6 +152,18 @@ pub enum HaloTransport {
 }
 
 impl HaloArgs {
+    /// Refuses `--gpus` with `--mpi` (`mpi`): one way of starting the ranks at a time.
+    pub fn check_launch(&self, mpi: bool) -> std::result::Result<(), String> {
+        if mpi && self.gpus.is_some() {
+            return Err(
+                "--gpus runs the ranks as threads of this process and --mpi as MPI \
+                        processes: give one of them"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Refuses `--halos nccl` off the GPU (`on_gpu` false) and in a build without NCCL, naming the fix.
     pub fn check(&self, on_gpu: bool) -> std::result::Result<(), String> {
         if self.halos == HaloTransport::Host {
@@ -167,7 +210,11 @@ impl HaloArgs {
         } else {
             "hidden behind the interior"
         };
-        format!("split along {axis} over {ranks} MPI ranks, halos through {through}, {when}")
+        let ranks = match self.gpus {
+            Some(_) => format!("{ranks} GPU threads of this process"),
+            None => format!("{ranks} MPI ranks"),
+        };
+        format!("split along {axis} over {ranks}, halos through {through}, {when}")
     }
 }
 

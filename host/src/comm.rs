@@ -1,8 +1,8 @@
 //! Communicators between the ranks of a decomposed run: halo exchange along a [`decomp`](crate::decomp)
 //! plan, sums over all ranks, and gathering a field on rank 0.
 //!
-//! Two backends: [`Solo`] (one rank, no transport: its only "neighbour" is itself along a periodic axis)
-//! and, with the `mpi` cargo feature, `Mpi` on the MPI library (OpenMPI: `apt install libopenmpi-dev
+//! Three backends: [`Solo`] (one rank, no transport: its only "neighbour" is itself along a periodic
+//! axis), the threads of one process ([`crate::threads`], one per GPU) and, with the `mpi` cargo feature, `Mpi` on the MPI library (OpenMPI: `apt install libopenmpi-dev
 //! openmpi-bin`), for host buffers, one process per rank started by `mpirun`/`srun`. Device buffers
 //! move between GPUs through NCCL (`crate::nccl`, the `nccl` feature), bootstrapped by these.
 
@@ -202,7 +202,7 @@ impl<'a, T: Element> LayerExchange<'a, T> {
 }
 
 /// The values of `region`, in its point order.
-fn pack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
+pub(crate) fn pack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
     data: &[T],
     region: &Region<D>,
     index: &I,
@@ -232,7 +232,7 @@ fn row<const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
     start..start + n
 }
 
-fn unpack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
+pub(crate) fn unpack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
     data: &mut [T],
     region: &Region<D>,
     values: &[T],

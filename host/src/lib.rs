@@ -6,7 +6,8 @@
 //!   and the persistent tune cache.
 //! - [`lattice`]: [`Loop3D`] and [`Loop2D`], which run a point update over a range on an engine.
 //! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
-//! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it.
+//! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
+//!   ([`threads`]: the ranks as threads of one process).
 //! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead;
 //!   [`split`]: the sums and ghost layers of a solve split over GPUs.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
@@ -26,6 +27,7 @@ pub mod lattice;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod split;
+pub mod threads;
 
 pub use buffer::{DeviceBuffer, Plain};
 pub use engine::{

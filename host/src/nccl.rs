@@ -36,6 +36,39 @@ fn failed(what: &str) -> impl FnOnce(nc::NcclError) -> Error + '_ {
     move |e| Error::Comm(format!("NCCL failed while {what}: {e:?}"))
 }
 
+/// Fails on every rank where two ranks of `host` run on the same GPU (NCCL refuses them only once it
+/// has started, with a message that names no rank), naming them and the fix.
+fn one_gpu_each<C: Communicator>(host: &C, gpu: &Arc<Gpu>) -> Result<()> {
+    let uuid = gpu
+        .context()
+        .uuid()
+        .cuda(|| "reading the GPU's UUID".into())?
+        .bytes
+        .map(|b| b as u8);
+    let all = host.gather(&uuid)?;
+    // Rank 0 finds the first pair and tells every rank: [first rank, second rank] or [0, 0].
+    let mut pair = [0u32; 2];
+    let ids: Vec<&[u8]> = all.chunks(16).collect();
+    'find: for (i, a) in ids.iter().enumerate() {
+        for (j, b) in ids.iter().enumerate().skip(i + 1) {
+            if a == b {
+                pair = [i as u32, j as u32];
+                break 'find;
+            }
+        }
+    }
+    host.broadcast(&mut pair)?;
+    if pair[1] == 0 {
+        return Ok(());
+    }
+    Err(Error::Comm(format!(
+        "ranks {} and {} run on the same GPU, and NCCL needs a GPU of its own for each rank: start \
+         at most as many ranks (or --gpus) per node as it has GPUs, or exchange through host memory \
+         (--halos host)",
+        pair[0], pair[1]
+    )))
+}
+
 /// One rank of an NCCL communicator, on one GPU. Collective: every rank must make the same calls in the
 /// same order.
 pub struct Nccl {
@@ -66,6 +99,7 @@ impl Nccl {
     /// `host` broadcasts it (an MPI run: one process per GPU, any number of nodes).
     pub fn new<C: Communicator>(host: &C, gpu: &Arc<Gpu>) -> Result<Self> {
         check_library()?;
+        one_gpu_each(host, gpu)?;
         let mut id = [0u8; 128];
         if host.rank() == 0 {
             let uid = nc::get_uniqueid().map_err(failed("making the unique id"))?;

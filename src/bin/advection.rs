@@ -207,21 +207,25 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
 }
 
 fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
+    c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
+    if let Some(n) = c.split.gpus {
+        return lattice_gpu::cli::on_gpus(n as usize, |comm| run_case_on(c, &case, title, comm));
+    }
     if !c.mpi {
-        return run_case_on(c, case, title, &Solo);
+        return run_case_on(c, &case, title, &Solo);
     }
     #[cfg(feature = "mpi")]
     {
-        run_case_on(c, case, title, &lattice_gpu::host::comm::Mpi::init()?)
+        run_case_on(c, &case, title, &lattice_gpu::host::comm::Mpi::init()?)
     }
     #[cfg(not(feature = "mpi"))]
     Err(Error::Invalid(lattice_gpu::cli::NO_MPI.into()))
 }
 
-fn run_case_on<C: Communicator>(c: &Common, case: Case, title: &str, comm: &C) -> Result<()> {
+fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) -> Result<()> {
     lattice_gpu::cli::same_options(comm).map_err(Error::Invalid)?;
     let lead = comm.rank() == 0;
-    let (dt, steps) = time_stepping(c, &case)?;
+    let (dt, steps) = time_stepping(c, case)?;
     let p = Problem {
         size: [case.nx, case.ny],
         f0: case.f0.clone(),

@@ -107,6 +107,10 @@ fn invalid(msg: String) -> DiffusionError {
 }
 
 fn run(args: &RunArgs) -> Result<()> {
+    args.split.check_launch(args.mpi).map_err(invalid)?;
+    if let Some(n) = args.split.gpus {
+        return cli::on_gpus(n as usize, |comm| run_with(args, comm));
+    }
     if !args.mpi {
         return run_with(args, &Solo);
     }

@@ -10,6 +10,7 @@ use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
 #[cfg(feature = "mpi")]
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
+use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{Error as HostError, Gpu};
 use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
@@ -641,7 +642,18 @@ fn bench(a: &BenchArgs) -> Result<()> {
 fn dispatch(cli: Cli) -> Result<()> {
     // Each case on one domain or, with --mpi, split over the ranks of the MPI job.
     macro_rules! by_storage {
-        ($f:ident, $a:expr) => {
+        ($f:ident, $a:expr) => {{
+            let split = &$a.common.split;
+            split
+                .check_launch($a.common.mpi)
+                .map_err(Error::InvalidParameter)?;
+            if let Some(n) = split.gpus {
+                return lattice_gpu::cli::on_gpus(n as usize, |c| match $a.common.precision {
+                    Storage::F64 => $f::<f64, Threads>($a, c.clone()),
+                    Storage::F32 => $f::<f32, Threads>($a, c.clone()),
+                    Storage::F16 => $f::<Half, Threads>($a, c.clone()),
+                });
+            }
             match ($a.common.precision, $a.common.mpi) {
                 (Storage::F64, false) => $f::<f64, Solo>($a, Solo),
                 (Storage::F32, false) => $f::<f32, Solo>($a, Solo),
@@ -655,7 +667,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 #[cfg(not(feature = "mpi"))]
                 (_, true) => Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into())),
             }
-        };
+        }};
     }
     match &cli.command {
         Command::Cavity(a) => by_storage!(cavity, a),

@@ -382,6 +382,12 @@ fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
 }
 
 fn solve(a: &SolveArgs) -> Result<()> {
+    a.split
+        .check_launch(a.mpi)
+        .map_err(Error::InvalidParameter)?;
+    if let Some(n) = a.split.gpus {
+        return lattice_gpu::cli::on_gpus(n as usize, |c| solve_split(a, Rc::new(c.clone())));
+    }
     if a.mpi {
         #[cfg(feature = "mpi")]
         return solve_split(a, Rc::new(lattice_gpu::host::comm::Mpi::init()?));
