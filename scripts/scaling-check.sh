@@ -3,9 +3,9 @@
 # through host memory, and through NCCL straight between the GPUs), the D3Q19 lattice Boltzmann
 # lid-driven cavity at 384^3 f32 (z split; in place with host halos, two-lattice with NCCL halos) and
 # the advection swirl at 8192^2
-# (y split), and the lattice-QCD BiCGStab in f32 at 32^3x64 and 48^3x96 (t split, ghosts and sums through
-# NCCL, each solver variant, and without overlap; one GPU: the unsplit solve), each with 1, 2, ... N
-# ranks, from
+# (y split), and the lattice-QCD BiCGStab and its operator M_hat in f32 at 32^3x64 and 48^3x96 (t split,
+# ghosts and sums through NCCL, each solver variant, with and without overlap; one GPU: the unsplit
+# solve: `lqcd solve --bench`), each with 1, 2, ... N ranks, from
 # the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
 # of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
 #
@@ -86,29 +86,32 @@ done
 
 lqcd_variants="sync async graph waitkernel streamwait"
 lqcd_sizes="32x32x32x64 48x48x48x96"
+# gflops LOG WHAT: the GFLOPS on LOG's line that starts with WHAT.
+gflops() { grep "^$2" "$1" | grep -o '[0-9.]* GFLOPS' | head -1 | cut -d' ' -f1; }
 for np in $(seq 1 "$N"); do
     [[ $parts == *" lqcd "* ]] || break
     for dims in $lqcd_sizes; do
-        for v in $lqcd_variants seq; do
-            args=(solve --engine device --precision f32 --dims "$dims" --tol 1e-6 --check-every 20)
-            if [ "$v" = seq ]; then
-                # Ghosts exchanged before each hopping term: the baseline of the overlap.
-                [ "$np" -gt 1 ] || continue
-                args+=(--variant async --mpi --halos nccl --no-overlap)
-            elif [ "$np" -gt 1 ]; then
-                args+=(--variant "$v" --mpi --halos nccl)
+        # Up to 200 iterations of each variant (after an untimed run), and M_hat alone; one GPU:
+        # unsplit. On a hot field the f32 recurrence residual underflows to zero, which ends the run:
+        # after 37 iterations at kappa 0.12, 90 at 0.18 (H100, 32^3x64).
+        args=(solve --engine device --precision f32 --dims "$dims" --kappa 0.18 --bench 200 --check-every 20)
+        for mode in overlap seq; do
+            log="$out/lqcd-$dims-$mode-$np.log"
+            if [ "$np" -eq 1 ]; then
+                [ "$mode" = overlap ] && on_gpus 1 "$BIN/mpi/lqcd" "${args[@]}" >"$log" 2>&1
+                log="$out/lqcd-$dims-overlap-1.log"
+            elif [ "$mode" = overlap ]; then
+                on_gpus "$np" "$BIN/mpi/lqcd" "${args[@]}" --mpi --halos nccl >"$log" 2>&1
             else
-                args+=(--variant "$v")
+                on_gpus "$np" "$BIN/mpi/lqcd" "${args[@]}" --mpi --halos nccl --no-overlap >"$log" 2>&1
             fi
-            log="$out/lqcd-$dims-$v-$np.log"
-            on_gpus "$np" "$BIN/mpi/lqcd" "${args[@]}" >"$log" 2>&1
-            rate[lqcd-$dims-$v,$np]=$(grep -o '[0-9.]* GFLOPS' "$log" | tail -1 | cut -d' ' -f1)
+            tag=$([ "$mode" = seq ] && echo -seq)
+            for v in $lqcd_variants; do
+                rate[lqcd-$dims-$v$tag,$np]=$(gflops "$log" "bench $v:")
+            done
+            rate[mhat-$dims$tag,$np]=$(gflops "$log" "operator M_hat")
         done
     done
-done
-# Without overlap, the baseline is the one-GPU async solve.
-for dims in $lqcd_sizes; do
-    rate[lqcd-$dims-seq,1]=${rate[lqcd-$dims-async,1]:-}
 done
 
 echo
@@ -119,7 +122,8 @@ apps=""
     advection advection-nccl advection-seq"
 if [[ $parts == *" lqcd "* ]]; then
     for dims in $lqcd_sizes; do
-        for v in $lqcd_variants seq; do apps="$apps lqcd-$dims-$v"; done
+        apps="$apps mhat-$dims mhat-$dims-seq"
+        for v in $lqcd_variants; do apps="$apps lqcd-$dims-$v lqcd-$dims-$v-seq"; done
     done
 fi
 for app in $apps; do
@@ -133,7 +137,9 @@ for app in $apps; do
         advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
         advection-nccl) unit="Gpoints/s" what="advection, NCCL halos" ;;
         advection-seq) unit="Gpoints/s" what="advection, NCCL, no overlap" ;;
-        lqcd-*-seq) unit=GFLOPS what="bicgstab ${app:5:-4} f32 no overlap" ;;
+        mhat-*-seq) unit=GFLOPS what="M_hat ${app:5:-4} f32, no overlap" ;;
+        mhat-*) unit=GFLOPS what="M_hat ${app#mhat-} f32" ;;
+        lqcd-*-seq) unit=GFLOPS what="bicgstab ${app:5:-4} f32, no overlap" what=${what/-/ } ;;
         lqcd-*) unit=GFLOPS what="bicgstab ${app#lqcd-} f32" what=${what/-/ } ;;
     esac
     one=${rate[$app,1]:-}

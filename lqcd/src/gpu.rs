@@ -592,6 +592,24 @@ impl<T: WilsonReal> WilsonGpu<T> {
 pub struct EvenOdd<T>(pub WilsonGpu<T>);
 
 impl<T: WilsonReal> EvenOdd<T> {
+    /// GPU milliseconds of one application of `M_hat` to the even part of `psi` (two hopping terms, on
+    /// a split lattice each with its ghost exchange): the mean of `reps` after an untimed one.
+    pub fn time_apply(&self, psi: &SpinorField, reps: u32) -> Result<f64> {
+        let w = &self.0;
+        let inp = w.upload_parity(psi, 0)?;
+        let out = w.parity_buffer()?;
+        let null = std::ptr::null();
+        self.apply(&out, &inp, null)?;
+        let reps = reps.max(1);
+        let ms = w.gpu.time_ms(|| {
+            for _ in 0..reps {
+                self.apply(&out, &inp, null)?;
+            }
+            Ok(())
+        })?;
+        Ok(ms / reps as f64)
+    }
+
     /// Blocks of the fused iteration's cooperative launch: as many as the GPU runs at once, at most one
     /// per [`FUSED_BLOCK`] elements (found once).
     fn fused_blocks(&self) -> lattice_gpu_host::Result<u32> {

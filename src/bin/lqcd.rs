@@ -124,6 +124,11 @@ struct SolveArgs {
     mpi: bool,
     #[command(flatten)]
     split: lattice_gpu::cli::HaloArgs,
+    /// Instead of one solve, time N iterations (the tolerance set out of reach) of every solver variant
+    /// the halos allow, each after an untimed run, and M_hat alone: the strong-scaling figures of a
+    /// split run, and the one-GPU baseline without --mpi/--gpus.
+    #[arg(long, value_name = "N")]
+    bench: Option<u32>,
 }
 
 #[derive(Args)]
@@ -348,6 +353,16 @@ impl Solver {
         Ok((x, report.iterations, report.seconds, res, report.fused))
     }
 
+    /// The summary line of `M_hat`'s time on the GPU, if the solve runs there.
+    fn operator_line(&self, b: &SpinorField) -> Result<Option<String>> {
+        let ms = match &self.gpu {
+            Some(GpuSolver::F32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::F64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            None => return Ok(None),
+        };
+        Ok(Some(operator_line(&self.lat, ms)))
+    }
+
     fn flops_per_iteration(&self) -> f64 {
         // Two M_hat applications, each two hopping terms on half the lattice.
         4.0 * FLOPS_PER_SITE as f64 * self.lat.half_volume() as f64
@@ -382,6 +397,21 @@ fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
 }
 
 fn solve(a: &SolveArgs) -> Result<()> {
+    // --bench sets its own tolerance, out of reach; the one given need not suit the precision.
+    let bench_args;
+    let a = if a.bench.is_some() {
+        bench_args = SolveArgs {
+            solver: SolverArgs {
+                tol: 0.5,
+                ..a.solver.clone()
+            },
+            split: a.split.clone(),
+            ..*a
+        };
+        &bench_args
+    } else {
+        a
+    };
     a.split
         .check_launch(a.mpi)
         .map_err(Error::InvalidParameter)?;
@@ -396,6 +426,19 @@ fn solve(a: &SolveArgs) -> Result<()> {
     }
     let mut s = Solver::new(&a.solver)?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
+    if let Some(n) = a.bench {
+        let c = a.solver.check_every;
+        match &mut s.gpu {
+            Some(GpuSolver::F32(g)) => bench_variants(g, &b, &s.lat, n, c, true)?,
+            Some(GpuSolver::F64(g)) => bench_variants(g, &b, &s.lat, n, c, true)?,
+            None => {
+                return Err(Error::InvalidParameter(
+                    "--bench times the GPU solver: run on a GPU (--engine device)".into(),
+                ))
+            }
+        }
+        return Ok(());
+    }
     let (x, it, secs, res, fused) = s.solve(&b, "solve")?;
     let gflops = s.flops_per_iteration() * it as f64 / secs / 1e9;
     println!(
@@ -405,7 +448,86 @@ fn solve(a: &SolveArgs) -> Result<()> {
         FLOPS_PER_SITE,
         norm(&x.data),
     );
+    if let Some(line) = s.operator_line(&b)? {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// How a split solve fills its ghosts.
+fn ghosts(split: &lattice_gpu::cli::HaloArgs) -> &'static str {
+    use lattice_gpu::cli::HaloTransport;
+    match (split.halos, split.no_overlap) {
+        (HaloTransport::Host, _) => "ghosts through host memory before each hopping term",
+        (HaloTransport::Nccl, true) => "ghosts through NCCL before each hopping term (no overlap)",
+        (HaloTransport::Nccl, false) => "ghosts through NCCL behind the inner slices",
+    }
+}
+
+/// `solve --bench N`: each variant's time per iteration over `n` iterations (after an untimed run that
+/// captures the graphs), on the even-odd system of `b`, then `M_hat` alone; `lead` prints. `lat` is the
+/// whole lattice (the GFLOPS are of all ranks together).
+fn bench_variants<T: WilsonReal>(
+    solver: &mut BiCgStab<T, EvenOdd<T>>,
+    b: &SpinorField,
+    lat: &Lattice,
+    n: u32,
+    check_every: u32,
+    lead: bool,
+) -> Result<()> {
+    use lattice_gpu::host::krylov::DeviceOperator;
+    let src = solver.operator().0.upload_parity(b, 0)?;
+    let mut x = solver.operator().0.parity_buffer()?;
+    let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
+    let flops = 4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64;
+    for variant in Variant::ALL {
+        if staged && !matches!(variant, Variant::Sync | Variant::Async) {
+            continue;
+        }
+        let opt = SolveOptions {
+            tol: f64::MIN_POSITIVE,
+            max_iter: n.max(1),
+            variant,
+            check_every: check_every.min(lattice_gpu::host::krylov::MAX_HELD_ITERATIONS),
+            fused: Fusion::Auto,
+        };
+        solver.solve(&src, &mut x, &opt, &mut |_, _| {})?;
+        let r = solver.solve(&src, &mut x, &opt, &mut |_, _| {})?;
+        if let SolveStatus::Breakdown(what) = r.status {
+            return Err(Error::Breakdown {
+                iteration: r.iterations as usize,
+                what: what.to_string(),
+            });
+        }
+        let per = r.seconds / r.iterations.max(1) as f64;
+        if lead {
+            println!(
+                "bench {variant}: {:.1} us/iteration, {:.1} GFLOPS ({} iterations{})",
+                per * 1e6,
+                flops / per / 1e9,
+                r.iterations,
+                if r.fused { ", one kernel each" } else { "" }
+            );
+        }
+    }
+    let ms = solver.operator().time_apply(b, OPERATOR_REPS)?;
+    if lead {
+        println!("{}", operator_line(lat, ms));
+    }
+    Ok(())
+}
+
+/// Applications of `M_hat` timed for its summary line.
+const OPERATOR_REPS: u32 = 50;
+
+/// What one application of `M_hat` (two hopping terms over half the lattice each) taking `ms` means.
+fn operator_line(lat: &Lattice, ms: f64) -> String {
+    let flops = 2.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64;
+    format!(
+        "operator M_hat (two hopping terms, ghost exchanges included when split): {:.1} us per application, {:.1} GFLOPS",
+        ms * 1e3,
+        flops / ms / 1e6
+    )
 }
 
 fn norm(x: &[num_complex::Complex64]) -> f64 {
@@ -495,6 +617,12 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     )?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     let lead = comm.rank() == 0;
+    if let Some(n) = a.bench {
+        if lead {
+            println!("split along t over {size} GPUs, {}", ghosts(&a.split));
+        }
+        return bench_variants(&mut solver, b, lat, n, args.check_every, lead);
+    }
     let opt = SolveOptions {
         tol: args.tol,
         max_iter: args.max_iter,
@@ -516,18 +644,16 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
         let secs = report.seconds;
         let gflops =
             4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64 * it as f64 / secs / 1e9;
-        let ghosts = match (a.split.halos, a.split.no_overlap) {
-            (HaloTransport::Host, _) => "ghosts through host memory before each hopping term",
-            (HaloTransport::Nccl, true) => {
-                "ghosts through NCCL before each hopping term (no overlap)"
-            }
-            (HaloTransport::Nccl, false) => "ghosts through NCCL behind the inner slices",
-        };
         println!(
-            "split along t over {size} GPUs, {ghosts} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            "split along t over {size} GPUs, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            ghosts(&a.split),
             args.variant,
             secs / it.max(1) as f64 * 1e6,
         );
+    }
+    let ms = solver.operator().time_apply(b, OPERATOR_REPS)?;
+    if lead {
+        println!("{}", operator_line(lat, ms));
     }
     Ok(())
 }
