@@ -11,6 +11,7 @@
 //!   of BiCGStab, for lattice QCD.
 //! - [`lbm`]: the D3Q19 lattice-Boltzmann collide-and-stream body and its kernels.
 //! - [`poisson`]: the multigrid point updates of the variable-coefficient Poisson solver.
+//! - [`vector`]: whole-field vector operations (fill, convert, conjugate gradients' updates).
 //! - [`advection`]: the cubic semi-Lagrangian advection update and its optimised kernels.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
 #![no_std]
@@ -30,6 +31,7 @@ pub mod lbm;
 pub mod poisson;
 pub mod selftest;
 pub mod stencil;
+pub mod vector;
 pub mod wilson;
 
 /// Device panics abort the kernel (`trap`): there is no unwinding and no message on the GPU. Indexing in hot

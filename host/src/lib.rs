@@ -8,6 +8,7 @@
 //! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
 //!   ([`threads`]: the ranks as threads of one process).
+//! - [`cg`]: preconditioned conjugate gradients on any engine's fields, host or device scalars.
 //! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead;
 //!   [`split`]: the sums and ghost layers of a solve split over GPUs.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
@@ -15,6 +16,7 @@
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
 
 pub mod buffer;
+pub mod cg;
 pub mod comm;
 pub mod decomp;
 pub mod engine;

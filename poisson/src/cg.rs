@@ -5,16 +5,16 @@
 //!
 //! [`Solver`] builds everything once (the operator, the multigrid levels, the CG vectors) and then
 //! solves as often as asked, so the set-up, the tuning and the solve can be timed apart; [`solve`] does
-//! all three in one call.
+//! all three in one call. CG itself is the framework's ([`lattice_gpu_host::cg`]): this crate gives it
+//! the operator and the V-cycle.
 
-use std::time::Instant;
-
+use lattice_gpu_host::cg::{Cg, CgProblem, CgReport};
 use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
-use lattice_gpu_kernels::poisson::{Apply, CgDirection, CgScalars, CgStep, Convert, Fill};
+use lattice_gpu_kernels::poisson::Apply;
 
 use crate::multigrid::{
-    check_levels, run_until_tuned, with_operator, Cycle, Layout, LevelTraffic, Multigrid,
-    OperatorView, Preconditioner, StencilFields, SweepBytes,
+    check_levels, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
+    Preconditioner, StencilFields, SweepBytes,
 };
 use crate::problem::{Problem, Stencil};
 use crate::{Error, Result};
@@ -69,85 +69,6 @@ pub struct Report {
     pub vcycles: usize,
     /// Wall-clock seconds of the solve, the engine's work finished (timed levels' waits included).
     pub seconds: f64,
-}
-
-fn stalled(what: String, iterations: usize, history: &[f64], tolerance: f64) -> Error {
-    let shown: Vec<String> = history
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % 10 == 0 || *i + 1 == history.len())
-        .map(|(i, r)| format!("{i}: {r:.2e}"))
-        .collect();
-    Error::NotConverged {
-        what,
-        iterations,
-        residual: history.last().copied().unwrap_or(1.0),
-        tolerance,
-        history: shown.join(", "),
-    }
-}
-
-/// What the host makes of a solve's residuals, whichever way they reach it: the history, the progress
-/// report, and when to stop (converged, broken down, stalled).
-struct Watch<'a> {
-    tol: f64,
-    b_norm: f64,
-    history: Vec<f64>,
-    /// The smallest relative residual so far and its iteration.
-    best: (f64, usize),
-    progress: &'a mut dyn FnMut(usize, f64),
-}
-
-impl<'a> Watch<'a> {
-    fn new(tol: f64, b_norm: f64, progress: &'a mut dyn FnMut(usize, f64)) -> Self {
-        Self {
-            tol,
-            b_norm,
-            history: vec![1.0],
-            best: (1.0, 0),
-            progress,
-        }
-    }
-
-    /// `|r|^2` under which the solve has converged: `|r| < tol |b|`, squared, the test the engine's
-    /// updates make in [`Solver::solve_async`], so that the host stops where they did.
-    fn stop(&self) -> f64 {
-        (self.tol * self.b_norm).powi(2)
-    }
-
-    /// Fails unless iteration `it`'s `p.Ap` is positive.
-    fn check_pq(&self, it: usize, pq: f64) -> Result<()> {
-        if pq.is_nan() || pq <= 0.0 {
-            let what =
-                format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD");
-            return Err(stalled(what, it, &self.history, self.tol));
-        }
-        Ok(())
-    }
-
-    /// Records iteration `it`'s `|r|^2` and reports it; `true` once converged, an error once the
-    /// residual has not fallen for 50 iterations (or is not finite).
-    fn observe(&mut self, it: usize, rr: f64) -> Result<bool> {
-        let rel = rr.sqrt() / self.b_norm;
-        self.history.push(rel);
-        (self.progress)(it, rel);
-        if rr < self.stop() {
-            return Ok(true);
-        }
-        if rel < self.best.0 {
-            self.best = (rel, it);
-        } else if it - self.best.1 >= 50 || !rel.is_finite() {
-            let what = "the residual stopped falling".into();
-            return Err(stalled(what, it, &self.history, self.tol));
-        }
-        Ok(false)
-    }
-
-    /// The error of a solve that ran `max_iter` iterations without converging.
-    fn out_of_iterations(&self, max_iter: usize) -> Error {
-        let what = "the iteration limit was reached".into();
-        stalled(what, max_iter, &self.history, self.tol)
-    }
 }
 
 /// The precision of the multigrid preconditioner.
@@ -205,13 +126,22 @@ macro_rules! with_mg {
     };
 }
 
-/// The kinds of loop CG itself runs over the vectors (each keeps its own site, tuned once).
-#[derive(Clone, Copy)]
-enum Site {
-    Step = 0,
-    Direction = 1,
-    Fill = 2,
-    Copy = 3,
+/// The operator and the V-cycle of a solve, as CG sees them.
+struct Parts<'a, 'e, E: LoopEngine> {
+    op: &'a mut Operator<'e, E>,
+    mg: &'a mut Mg<'e, E>,
+}
+
+impl<E: LoopEngine> CgProblem<E> for Parts<'_, '_, E> {
+    type Error = Error;
+
+    fn apply(&mut self, x: &E::Field<f64>, y: &mut E::Field<f64>) -> Result<()> {
+        self.op.apply(x, y)
+    }
+
+    fn precondition(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+        with_mg!(&mut *self.mg, m => m.apply(r, z))
+    }
 }
 
 /// A problem made ready to solve on an engine: the f64 operator, the multigrid hierarchy and CG's
@@ -221,16 +151,7 @@ pub struct Solver<'e, E: LoopEngine> {
     engine: &'e E,
     op: Operator<'e, E>,
     mg: Mg<'e, E>,
-    /// The right-hand side and its norm.
-    b: E::Field<f64>,
-    b_norm: f64,
-    /// CG's iterate, residual, preconditioned residual, direction and `A p`.
-    x: E::Field<f64>,
-    r: E::Field<f64>,
-    z: E::Field<f64>,
-    p: E::Field<f64>,
-    q: E::Field<f64>,
-    sites: [Loop3D<'e, E>; 4],
+    cg: Cg<'e, E>,
 }
 
 impl<'e, E: LoopEngine> Solver<'e, E> {
@@ -259,23 +180,13 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         };
         drop(stencil);
         let shape = op.shape();
-        let vector = || engine.alloc::<f64>(shape);
-        let mut b = vector()?;
+        let mut b = engine.alloc::<f64>(shape)?;
         b.upload(&shape.embed(&problem.rhs, 0.0)?)?;
-        let b_norm = engine.dot(&b, &b)?.sqrt();
-        let site = || Loop3D::new(engine, shape.interior_range());
         Ok(Self {
             engine,
             op,
             mg,
-            b,
-            b_norm,
-            x: vector()?,
-            r: vector()?,
-            z: vector()?,
-            p: vector()?,
-            q: vector()?,
-            sites: [site()?, site()?, site()?, site()?],
+            cg: Cg::new(engine, b)?,
         })
     }
 
@@ -288,7 +199,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             Precision::F64 => 8,
         };
         let mg: u64 = (0..levels).map(|l| 10 * s * cells(n.map(|v| v >> l))).sum();
-        13 * 8 * cells(n) + mg
+        (Cg::<E>::FIELDS + 7) * 8 * cells(n) + mg
     }
 
     /// Runs every loop of a solve until the engine has tuned it (once each when the tune cache has it;
@@ -298,85 +209,16 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         if !self.engine.tunes() {
             return Ok(());
         }
-        // Whatever these leave in the vectors, a solve overwrites before it reads.
-        self.until_tuned(Some(Site::Fill), Self::fill_x)?;
-        self.until_tuned(Some(Site::Copy), Self::copy_b)?;
-        self.until_tuned(None, |s| s.op.apply(&s.p, &mut s.q))?;
-        self.until_tuned(Some(Site::Step), |s| s.step(0.0, CgScalars::HOST))?;
-        self.until_tuned(Some(Site::Direction), |s| {
-            s.direction_with(0.0, CgScalars::HOST)
-        })?;
-        let (r, z) = (&self.r, &mut self.z);
+        let mut parts = Parts {
+            op: &mut self.op,
+            mg: &mut self.mg,
+        };
+        self.cg
+            .tune(&mut parts, |p| E::tuning(p.op.site.info()).is_some())?;
+        let (r, z) = self.cg.scratch();
         with_mg!(&mut self.mg, m => m.tune(r, z))?;
         self.engine.synchronize()?;
         Ok(())
-    }
-
-    /// Runs `work` until the loop `site` (`None`: the operator's) is tuned.
-    fn until_tuned(
-        &mut self,
-        site: Option<Site>,
-        mut work: impl FnMut(&mut Self) -> Result<()>,
-    ) -> Result<()> {
-        let tuned = |s: &Self| {
-            let site = site.map_or(&s.op.site, |k| &s.sites[k as usize]);
-            E::tuning(site.info()).is_some()
-        };
-        run_until_tuned(self, tuned, &mut work, || {
-            "a conjugate-gradient loop".into()
-        })
-    }
-
-    /// `x = 0`.
-    fn fill_x(&mut self) -> Result<()> {
-        let x = self.x.view_mut();
-        self.sites[Site::Fill as usize].run(&Fill { x, value: 0.0 })?;
-        Ok(())
-    }
-
-    /// `r = b`.
-    fn copy_b(&mut self) -> Result<()> {
-        let (from, to) = (self.b.view(), self.r.view_mut());
-        self.sites[Site::Copy as usize].run(&Convert { from, to })?;
-        Ok(())
-    }
-
-    /// `x += alpha p`, `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]).
-    fn step(&mut self, alpha: f64, scalars: CgScalars) -> Result<()> {
-        self.sites[Site::Step as usize].run(&CgStep {
-            x: self.x.view_mut(),
-            r: self.r.view_mut(),
-            p: self.p.view(),
-            q: self.q.view(),
-            alpha,
-            scalars,
-        })?;
-        Ok(())
-    }
-
-    /// `p = z + beta p` (`beta` from `scalars` unless they are [`CgScalars::HOST`]).
-    fn direction_with(&mut self, beta: f64, scalars: CgScalars) -> Result<()> {
-        let (p, z) = (self.p.view_mut(), self.z.view());
-        self.sites[Site::Direction as usize].run(&CgDirection {
-            p,
-            z,
-            beta,
-            scalars,
-        })?;
-        Ok(())
-    }
-
-    /// `p = z`, a copy rather than `z + 0 p`, so that nothing `p` held (a failed solve's NaN) survives.
-    fn first_direction(&mut self) -> Result<()> {
-        let (from, to) = (self.z.view(), self.p.view_mut());
-        self.sites[Site::Copy as usize].run(&Convert { from, to })?;
-        Ok(())
-    }
-
-    /// `z = M^-1 r`.
-    fn precondition(&mut self) -> Result<()> {
-        let (r, z) = (&self.r, &mut self.z);
-        with_mg!(&mut self.mg, m => m.apply(r, z))
     }
 
     /// Solves by CG from `x = 0` to `|r| / |b| < tol`, reporting each iteration to `progress`; with
@@ -393,42 +235,17 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
     ) -> Result<Report> {
         check_stop(tol, max_iter)?;
         with_mg!(&mut self.mg, m => m.set_timed(timed));
-        let start = Instant::now();
-        let mut vcycles = 0;
-        let mut watch = Watch::new(tol, self.b_norm, progress);
-        self.fill_x()?;
-        if self.b_norm == 0.0 {
-            return self.report(0, watch.history, vcycles, start);
-        }
-        self.copy_b()?;
-        self.precondition()?;
-        vcycles += 1;
-        self.first_direction()?;
-        let mut rz = self.engine.dot(&self.r, &self.z)?;
-        for it in 1..=max_iter {
-            self.op.apply(&self.p, &mut self.q)?;
-            let pq = self.engine.dot(&self.p, &self.q)?;
-            watch.check_pq(it, pq)?;
-            self.step(rz / pq, CgScalars::HOST)?;
-            if watch.observe(it, self.engine.dot(&self.r, &self.r)?)? {
-                return self.report(it, watch.history, vcycles, start);
-            }
-            self.precondition()?;
-            vcycles += 1;
-            let rz_new = self.engine.dot(&self.r, &self.z)?;
-            let beta = rz_new / rz;
-            rz = rz_new;
-            self.direction_with(beta, CgScalars::HOST)?;
-        }
-        Err(watch.out_of_iterations(max_iter))
+        let mut parts = Parts {
+            op: &mut self.op,
+            mg: &mut self.mg,
+        };
+        let r = self.cg.solve(&mut parts, tol, max_iter, progress)?;
+        Ok(self.report(r))
     }
 
-    /// [`solve`](Self::solve) with CG's scalars kept on the engine: each dot product lands in an array
-    /// there ([`LoopEngine::dot_into`]) and the vector updates read their factors from it, so the host
-    /// queues `check_every` iterations at a time and reads the array only then (on a GPU it never
-    /// waits in between). Iterations queued past convergence change nothing (the updates stop once
-    /// `|r|^2` is below `tol^2 |b|^2`), so the iterations, the residuals and, on the CPU, the bits are
-    /// those of `solve`.
+    /// [`solve`](Self::solve) with CG's scalars kept on the engine ([`Cg::solve_async`]): the host queues
+    /// `check_every` iterations at a time and reads the residuals only then (on a GPU it never waits in
+    /// between), with the iterations, the residuals and, on the CPU, the bits of `solve`.
     pub fn solve_async(
         &mut self,
         tol: f64,
@@ -443,76 +260,29 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
             ));
         }
         with_mg!(&mut self.mg, m => m.set_timed(false));
-        let start = Instant::now();
-        let mut watch = Watch::new(tol, self.b_norm, progress);
-        self.fill_x()?;
-        if self.b_norm == 0.0 {
-            return self.report(0, watch.history, 0, start);
-        }
-        // Iteration k's |r|^2, p.Ap and r.z, in that order.
-        let (rr, pq, rz) = (|k: usize| 3 * k, |k: usize| 3 * k + 1, |k: usize| 3 * k + 2);
-        let mut values = self
-            .engine
-            .alloc::<f64>(Shape::new_3d([3 * (max_iter + 1), 1, 1], 0)?)?;
-        let stop = watch.stop();
-        let scalars = |v: &E::Field<f64>, num: usize, den: usize, rr: usize| CgScalars {
-            values: v.view(),
-            num: num as u32,
-            den: den as u32,
-            rr: rr as u32,
-            stop,
+        let mut parts = Parts {
+            op: &mut self.op,
+            mg: &mut self.mg,
         };
-        self.copy_b()?;
-        self.engine.dot_into(&self.r, &self.r, &mut values, rr(0))?;
-        self.precondition()?;
-        self.engine.dot_into(&self.r, &self.z, &mut values, rz(0))?;
-        self.first_direction()?;
-        let mut read = 0;
-        for it in 1..=max_iter {
-            self.op.apply(&self.p, &mut self.q)?;
-            self.engine
-                .dot_into(&self.p, &self.q, &mut values, pq(it))?;
-            self.step(0.0, scalars(&values, rz(it - 1), pq(it), rr(it - 1)))?;
-            self.engine
-                .dot_into(&self.r, &self.r, &mut values, rr(it))?;
-            if it % check_every == 0 || it == max_iter {
-                let v = values.download()?;
-                for k in read + 1..=it {
-                    watch.check_pq(k, v[pq(k)])?;
-                    if watch.observe(k, v[rr(k)])? {
-                        return self.report(k, watch.history, k, start);
-                    }
-                }
-                read = it;
-            }
-            self.precondition()?;
-            self.engine
-                .dot_into(&self.r, &self.z, &mut values, rz(it))?;
-            self.direction_with(0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
-        }
-        Err(watch.out_of_iterations(max_iter))
+        let r = self
+            .cg
+            .solve_async(&mut parts, tol, max_iter, check_every, progress)?;
+        Ok(self.report(r))
     }
 
-    fn report(
-        &self,
-        iterations: usize,
-        history: Vec<f64>,
-        vcycles: usize,
-        start: Instant,
-    ) -> Result<Report> {
-        self.engine.synchronize()?;
-        Ok(Report {
-            iterations,
-            history,
+    fn report(&self, r: CgReport) -> Report {
+        Report {
+            iterations: r.iterations,
+            history: r.history,
             levels: with_mg!(&self.mg, m => m.level_times()),
-            vcycles,
-            seconds: start.elapsed().as_secs_f64(),
-        })
+            vcycles: r.preconditions,
+            seconds: r.seconds,
+        }
     }
 
     /// The last solve's iterate (interior cells, x fastest), fetched from the engine.
     pub fn solution(&self) -> Result<Vec<f64>> {
-        Ok(self.op.shape().extract(&self.x.download()?))
+        Ok(self.op.shape().extract(&self.cg.x().download()?))
     }
 
     /// `sweeps` smoothing sweeps of the multigrid's finest level, queued without waiting: for timing the

@@ -26,5 +26,24 @@ pub enum Error {
     Host(#[from] lattice_gpu_host::Error),
 }
 
+impl From<lattice_gpu_host::cg::Stalled> for Error {
+    fn from(s: lattice_gpu_host::cg::Stalled) -> Self {
+        let shown: Vec<String> = s
+            .history
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 10 == 0 || *i + 1 == s.history.len())
+            .map(|(i, r)| format!("{i}: {r:.2e}"))
+            .collect();
+        Error::NotConverged {
+            what: s.what,
+            iterations: s.iterations,
+            residual: s.history.last().copied().unwrap_or(1.0),
+            tolerance: s.tolerance,
+            history: shown.join(", "),
+        }
+    }
+}
+
 /// Results of the Poisson crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

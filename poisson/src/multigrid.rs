@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use lattice_gpu_host::cg::run_until_tuned;
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::colours::{
     ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
@@ -847,9 +848,12 @@ where
     ) -> Result<()> {
         let tuned =
             |m: &Self| !m.engine.tunes() || E::tuning(m.sites[l][kind as usize].info()).is_some();
-        run_until_tuned(self, tuned, &mut work, || {
-            format!("multigrid level {l}: a loop")
-        })
+        run_until_tuned(
+            self,
+            tuned,
+            &mut work,
+            format!("multigrid level {l}: a loop"),
+        )
     }
 
     /// `sweeps` smoothing sweeps on the finest level with its current iterate and right-hand side, queued
@@ -945,32 +949,6 @@ where
             })
             .collect()
     }
-}
-
-/// Runs of one loop after which tuning counts as stuck (the tuner needs candidates x repetitions, a few
-/// hundred).
-const TUNE_RUN_LIMIT: usize = 100_000;
-
-/// Runs `work` on `state` until `tuned(state)`: an auto-tuning engine tunes a loop on the real work, a
-/// few hundred runs. Fails, naming `what` (the loop), after [`TUNE_RUN_LIMIT`] runs.
-pub(crate) fn run_until_tuned<S>(
-    state: &mut S,
-    tuned: impl Fn(&S) -> bool,
-    work: &mut impl FnMut(&mut S) -> Result<()>,
-    what: impl Fn() -> String,
-) -> Result<()> {
-    let mut runs = 0;
-    while !tuned(state) {
-        if runs == TUNE_RUN_LIMIT {
-            return Err(Error::Invalid(format!(
-                "{} was still tuning after {runs} runs",
-                what()
-            )));
-        }
-        work(state)?;
-        runs += 1;
-    }
-    Ok(())
 }
 
 impl<'e, E: LoopEngine, T: Element> Preconditioner<E> for Multigrid<'e, E, T>

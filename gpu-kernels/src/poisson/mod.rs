@@ -7,6 +7,8 @@
 
 pub mod colours;
 
+pub use crate::vector::{Convert, Fill};
+
 use crate::device::math::Real;
 use crate::device::warp;
 use crate::stencil::{
@@ -344,159 +346,6 @@ pub(crate) fn parent(idx: &ArrayIndex3D, coarse: [u32; 3]) -> usize {
     up(idx.i()) + nx * (up(idx.j()) + ny * up(idx.k()))
 }
 
-/// Sets a field's points to `value`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Fill<T> {
-    /// The field.
-    pub x: FieldMut<T>,
-    /// The value.
-    pub value: T,
-}
-
-impl<T: Real> PointUpdate3D for Fill<T> {
-    type Real = T;
-    const RADIUS: [u32; 3] = [0, 0, 0];
-
-    #[inline(always)]
-    fn update(&self, idx: &ArrayIndex3D) {
-        self.x.set(idx.ix(), self.value);
-    }
-}
-
-/// Conjugate gradients' update of the iterate and the residual in one pass: `x += alpha p`,
-/// `r -= alpha q` (`q = A p`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CgStep {
-    /// The iterate.
-    pub x: FieldMut<f64>,
-    /// The residual.
-    pub r: FieldMut<f64>,
-    /// The search direction.
-    pub p: FieldRef<f64>,
-    /// `A p`.
-    pub q: FieldRef<f64>,
-    /// The step length, as the host computed it; or, from [`CgScalars`] on the engine,
-    /// `r.z / p.q` (and no update once the solve has converged or `p.q` is not positive).
-    pub alpha: f64,
-    /// Where the scalars are when the host does not pass them.
-    pub scalars: CgScalars,
-}
-
-impl PointUpdate3D for CgStep {
-    type Real = f64;
-    const RADIUS: [u32; 3] = [0, 0, 0];
-
-    #[inline(always)]
-    fn update(&self, idx: &ArrayIndex3D) {
-        let Some(alpha) = self.scalars.factor(self.alpha, true) else {
-            return;
-        };
-        let i = idx.ix();
-        self.x
-            .set(i, self.x.as_ref().get(i) + alpha * self.p.get(i));
-        self.r
-            .set(i, self.r.as_ref().get(i) - alpha * self.q.get(i));
-    }
-}
-
-/// CG's scalars in an f64 array on the engine (asynchronous CG: the dot products land there, see
-/// `LoopEngine::dot_into`, and the vector updates read them, so the host need not wait for any), or
-/// none ([`CgScalars::HOST`]: the host passes each factor).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CgScalars {
-    /// The array (null: none).
-    pub values: FieldRef<f64>,
-    /// The factor is `values[num] / values[den]`.
-    pub num: u32,
-    /// See `num`.
-    pub den: u32,
-    /// `|r|^2` of the previous iteration: the solve has converged once it is below `stop`.
-    pub rr: u32,
-    /// `tol^2 |b|^2`.
-    pub stop: f64,
-}
-
-impl CgScalars {
-    /// The host passes the factors.
-    // SAFETY: a null array is never read (`factor` checks).
-    pub const HOST: Self = Self {
-        values: unsafe { FieldRef::from_raw(core::ptr::null()) },
-        num: 0,
-        den: 0,
-        rr: 0,
-        stop: 0.0,
-    };
-
-    /// `given` when the host passes the factors, else `values[num] / values[den]`; `None` (with
-    /// `guard`) once the solve has converged or when the denominator is not positive (a breakdown the
-    /// host reports when it reads the array).
-    #[inline(always)]
-    pub fn factor(&self, given: f64, guard: bool) -> Option<f64> {
-        if self.values.as_ptr().is_null() {
-            return Some(given);
-        }
-        let v = |k: u32| self.values.get(k as usize);
-        let den = v(self.den);
-        if guard && (v(self.rr) < self.stop || den.is_nan() || den <= 0.0) {
-            return None;
-        }
-        Some(v(self.num) / den)
-    }
-}
-
-/// The next search direction: `p = z + beta p`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CgDirection {
-    /// The search direction, updated in place.
-    pub p: FieldMut<f64>,
-    /// The preconditioned residual.
-    pub z: FieldRef<f64>,
-    /// The conjugation factor, as the host computed it; or, from [`CgScalars`] on the engine, the new
-    /// `r.z` over the previous one.
-    pub beta: f64,
-    /// Where the scalars are when the host does not pass them.
-    pub scalars: CgScalars,
-}
-
-impl PointUpdate3D for CgDirection {
-    type Real = f64;
-    const RADIUS: [u32; 3] = [0, 0, 0];
-
-    #[inline(always)]
-    fn update(&self, idx: &ArrayIndex3D) {
-        let Some(beta) = self.scalars.factor(self.beta, false) else {
-            return;
-        };
-        let i = idx.ix();
-        self.p.set(i, self.z.get(i) + beta * self.p.as_ref().get(i));
-    }
-}
-
-/// `to = from` in the other precision (the mixed-precision preconditioner's way in and out).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Convert<A, B> {
-    /// Source.
-    pub from: FieldRef<A>,
-    /// Destination.
-    pub to: FieldMut<B>,
-}
-
-impl<A: Real, B: Real> PointUpdate3D for Convert<A, B> {
-    type Real = B;
-    const RADIUS: [u32; 3] = [0, 0, 0];
-
-    #[inline(always)]
-    fn update(&self, idx: &ArrayIndex3D) {
-        let i = idx.ix();
-        self.to.set(i, B::from_f64(self.from.get(i).to_f64()));
-    }
-}
-
 /// The most levels a [`CoarseCycle`] takes.
 pub const COARSE_MAX_LEVELS: usize = 4;
 
@@ -627,11 +476,6 @@ crate::block_kernel!(poisson_coarse_cycle_f32 => CoarseCycle<f32>);
 crate::block_kernel!(poisson_coarse_cycle_f64 => CoarseCycle<f64>);
 crate::block_kernel!(poisson_coarse_cycle_aos_f32 => CoarseCycle<f32, CoeffsAos<f32>>);
 crate::block_kernel!(poisson_coarse_cycle_aos_f64 => CoarseCycle<f64, CoeffsAos<f64>>);
-crate::kernel3d!(poisson_cg_step_f64 => CgStep);
-crate::kernel3d!(poisson_cg_direction_f64 => CgDirection);
-crate::kernel3d!(poisson_convert_f64_f32 => Convert<f64, f32>);
-crate::kernel3d!(poisson_convert_f32_f64 => Convert<f32, f64>);
-crate::kernel3d!(poisson_convert_f64_f64 => Convert<f64, f64>);
 crate::kernel3d!(poisson_apply_aos_f32 => Apply<f32, CoeffsAos<f32>>);
 crate::kernel3d!(poisson_apply_aos_f64 => Apply<f64, CoeffsAos<f64>>);
 crate::kernel3d!(poisson_residual_aos_f32 => Residual<f32, CoeffsAos<f32>>);
@@ -654,5 +498,3 @@ crate::kernel3d!(poisson_restrict_pairs_f32 => RestrictPairs<f32>);
 crate::kernel3d!(poisson_restrict_pairs_f64 => RestrictPairs<f64>);
 crate::kernel3d!(poisson_prolong_f32 => ProlongAdd<f32>);
 crate::kernel3d!(poisson_prolong_f64 => ProlongAdd<f64>);
-crate::kernel3d!(poisson_fill_f32 => Fill<f32>);
-crate::kernel3d!(poisson_fill_f64 => Fill<f64>);
