@@ -8,7 +8,9 @@
 //! (`rho`, `alpha`, `omega`, `beta`) never leave the GPU except in the `sync` variant. Once the device
 //! state says the solve stopped (converged, limit, breakdown), every queued kernel returns at once, so
 //! iterations queued past convergence cost only their launches and never change the answer: all variants
-//! take the same iterations.
+//! take the same iterations. On one rank of an operator split over GPUs ([`DeviceOperator::ranks`]) each
+//! reduction's last block writes the rank's sums instead, which are summed over the ranks (NCCL on the
+//! stream, or through the host) before a one-thread kernel (or, for `sync`, the host) applies the stage.
 
 use std::collections::VecDeque;
 use std::fmt;

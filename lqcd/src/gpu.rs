@@ -150,8 +150,17 @@ pub fn unpack_parity<T: WilsonReal>(
     parity: usize,
     psi: &mut [Complex64],
 ) {
-    for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
-        let at = tile_index(n / 2, 12);
+    unpack_spinor(sites_of(lat, parity), data, psi)
+}
+
+/// For each (stored site, site of `psi`) of `sites`, that site's spinor from `data` into `psi`.
+fn unpack_spinor<T: WilsonReal>(
+    sites: impl Iterator<Item = (usize, usize)>,
+    data: &[T],
+    psi: &mut [Complex64],
+) {
+    for (cb, n) in sites {
+        let at = tile_index(cb, 12);
         for k in 0..12 {
             let i = 2 * (at + k * TILE);
             psi[n * 12 + k] = Complex64::new(data[i].to_f64(), data[i + 1].to_f64());
@@ -306,13 +315,8 @@ impl TSlab {
     /// into the global lexicographic `psi`; the other ranks' sites are left as they are.
     pub fn unpack_parity<T: WilsonReal>(&self, data: &[T], parity: usize, psi: &mut [Complex64]) {
         let v = self.local().half_volume();
-        for (cb, n) in self.global_sites(parity).filter(|&(cb, _)| cb < v) {
-            let at = tile_index(cb, 12);
-            for k in 0..12 {
-                let i = 2 * (at + k * TILE);
-                psi[n * 12 + k] = Complex64::new(data[i].to_f64(), data[i + 1].to_f64());
-            }
-        }
+        let own = self.global_sites(parity).filter(|&(cb, _)| cb < v);
+        unpack_spinor(own, data, psi)
     }
 
     /// This rank's links of the global field `u`, with the ghost slices' after each parity and
