@@ -7,15 +7,20 @@
 //! The lattice-QCD solve split along t over one NCCL rank (ghosts exchanged with itself behind the
 //! inner slices, sums through NCCL, every solver variant) gives the whole lattice's solve.
 //!
+//! A rank whose partner never joins the communicator stops waiting after its time-out, with an error
+//! that names it, instead of hanging in NCCL's set-up.
+//!
 //! Without a GPU, or without libnccl, each test prints `SKIPPED` and passes; `LATTICE_GPU_REQUIRE_GPU=1`
 //! makes a missing GPU or library a failure.
 #![cfg(feature = "nccl")]
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
-use lattice_gpu::host::comm::Solo;
+use lattice_gpu::host::comm::{Communicator, Solo, Wire};
+use lattice_gpu::host::decomp::Face;
 use lattice_gpu::host::nccl::{self, Nccl};
-use lattice_gpu::host::{DeviceBuffer, Gpu};
+use lattice_gpu::host::{DeviceBuffer, Gpu, Result};
 
 mod common;
 use common::{gpu, poison, random, split_solve_matches_whole};
@@ -172,4 +177,73 @@ fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
     let ranks = || Box::new(Nccl::new(&Solo, &g).unwrap()) as Box<dyn DeviceRanks<f64>>;
     split_solve_matches_whole(&g, &ranks, &Variant::ALL, true);
     split_solve_matches_whole(&g, &ranks, &[Variant::Async], false);
+}
+
+/// Rank 0 of two whose rank 1 met it in the host's collectives (a GPU of its own) but never joins NCCL.
+struct Deserted;
+
+impl Communicator for Deserted {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn size(&self) -> usize {
+        2
+    }
+
+    fn exchange<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
+        &self,
+        _: &[Face<D>],
+        _: &mut [T],
+        _: &I,
+    ) -> Result<()> {
+        unreachable!("NCCL's set-up exchanges nothing through the host")
+    }
+
+    fn sum(&self, v: f64) -> Result<f64> {
+        Ok(2.0 * v)
+    }
+
+    fn broadcast<T: Wire>(&self, _: &mut [T]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Rank 1's part is this rank's with every byte flipped: another GPU's UUID.
+    fn gather<T: Wire>(&self, part: &[T]) -> Result<Vec<T>> {
+        let mut all = part.to_vec();
+        all.extend_from_slice(part);
+        // SAFETY: `Wire` values are plain bytes, any pattern of which is a value.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                all[part.len()..].as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(part),
+            )
+        };
+        bytes.iter_mut().for_each(|b| *b = !*b);
+        Ok(all)
+    }
+}
+
+#[test]
+fn a_rank_left_alone_in_the_setup_stops_waiting_with_an_error() {
+    let test = "a_rank_left_alone_in_the_setup_stops_waiting_with_an_error";
+    let Some(g) = gpu(test) else { return };
+    if !nccl_present(test) {
+        return;
+    }
+    let start = Instant::now();
+    let err = Nccl::new_within(&Deserted, &g, Duration::from_secs(3)).unwrap_err();
+    let waited = start.elapsed();
+    let msg = err.to_string();
+    assert!(msg.contains("rank 0 of 2 waited 3 s"), "{msg}");
+    assert!(msg.contains(nccl::SETUP_TIMEOUT_VAR), "{msg}");
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
+    // The GPU and NCCL still serve a communicator of their own.
+    let solo = Nccl::new(&Solo, &g).unwrap();
+    let sums = DeviceBuffer::from_host(&g, &[1.5f64, -2.0]).unwrap();
+    solo.sum_in_place(&sums).unwrap();
+    assert_eq!(sums.download().unwrap(), vec![1.5, -2.0]);
 }

@@ -5,7 +5,8 @@
 //! ([`Nccl::new`], the multi-node path), and one process driving several GPUs ([`Nccl::for_gpus`]).
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use cudarc::driver::CudaStream;
 use cudarc::nccl::{result as nc, sys as ns};
@@ -97,7 +98,19 @@ unsafe impl Send for Nccl {}
 impl Nccl {
     /// This rank's communicator among the ranks of `host`, on `gpu`: rank 0 makes NCCL's unique id and
     /// `host` broadcasts it (an MPI run: one process per GPU, any number of nodes).
+    ///
+    /// A rank that waits more than [`SETUP_TIMEOUT_VAR`] seconds (two minutes if unset) for the others
+    /// fails, naming the variable.
     pub fn new<C: Communicator>(host: &C, gpu: &Arc<Gpu>) -> Result<Self> {
+        Self::new_within(host, gpu, setup_timeout()?)
+    }
+
+    /// [`new`](Self::new), failing after `timeout` if the other ranks have not all joined.
+    pub fn new_within<C: Communicator>(
+        host: &C,
+        gpu: &Arc<Gpu>,
+        timeout: Duration,
+    ) -> Result<Self> {
         check_library()?;
         one_gpu_each(host, gpu)?;
         let mut id = [0u8; 128];
@@ -111,12 +124,8 @@ impl Nccl {
         let uid = ns::ncclUniqueId {
             internal: id.map(|b| b as core::ffi::c_char),
         };
-        bind(gpu)?;
-        let mut comm = std::ptr::null_mut();
         let (size, rank) = (host.size(), host.rank());
-        // SAFETY: `comm` receives the new communicator; every rank passes the same id and size.
-        unsafe { nc::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
-            .map_err(failed("joining the communicator"))?;
+        let comm = join(gpu, uid, size, rank, timeout)?;
         Ok(Self {
             comm,
             gpu: gpu.clone(),
@@ -405,6 +414,70 @@ pub fn group<R>(queue: impl FnOnce() -> Result<R>) -> Result<R> {
     match (queued, ended) {
         (Ok(r), Ok(_)) => Ok(r),
         (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+/// The environment variable that bounds NCCL's set-up, in seconds.
+pub const SETUP_TIMEOUT_VAR: &str = "LATTICE_NCCL_TIMEOUT";
+
+/// How long a rank waits for the others to join its communicator: [`SETUP_TIMEOUT_VAR`] seconds, or
+/// two minutes (every rank has just met in the host's gather, so only NCCL's own set-up is waited for).
+fn setup_timeout() -> Result<Duration> {
+    match std::env::var(SETUP_TIMEOUT_VAR) {
+        Err(_) => Ok(Duration::from_secs(120)),
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+            _ => Err(Error::Comm(format!(
+                "{SETUP_TIMEOUT_VAR}={v:?} is not a time-out: give a positive number of seconds"
+            ))),
+        },
+    }
+}
+
+/// Joins the communicator of `uid` as `rank` of `size` on `gpu`, or fails after `timeout`: NCCL's
+/// set-up waits for ever for a rank that failed before joining (a thread of `--gpus` whose GPU
+/// refused, a process that died without MPI aborting the others), so it runs on a thread of its own
+/// and this rank stops waiting. That thread stays blocked in NCCL until the process ends, which an
+/// error here is meant to lead to.
+fn join(
+    gpu: &Arc<Gpu>,
+    uid: ns::ncclUniqueId,
+    size: usize,
+    rank: usize,
+    timeout: Duration,
+) -> Result<ns::ncclComm_t> {
+    /// The communicator as an address, to cross threads.
+    struct Made(std::result::Result<usize, Error>);
+    let (tx, rx) = mpsc::channel();
+    let context = gpu.clone();
+    std::thread::Builder::new()
+        .name(format!("nccl-setup-{rank}"))
+        .spawn(move || {
+            let made = bind(&context).and_then(|()| {
+                let mut comm = std::ptr::null_mut();
+                // SAFETY: `comm` receives the new communicator; every rank passes the same id and size.
+                unsafe { nc::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
+                    .map_err(failed("joining the communicator"))?;
+                Ok(comm as usize)
+            });
+            let _ = tx.send(Made(made));
+        })
+        .map_err(|e| Error::Comm(format!("starting NCCL's set-up thread: {e}")))?;
+    match rx.recv_timeout(timeout) {
+        Ok(Made(made)) => {
+            bind(gpu)?;
+            Ok(made? as ns::ncclComm_t)
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Comm(format!(
+            "rank {rank} of {size} waited {:.0} s for the other ranks to join NCCL's communicator: \
+             another rank failed or never started (its error comes first), or NCCL cannot connect \
+             the nodes (check NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO says more); {SETUP_TIMEOUT_VAR} \
+             sets the wait in seconds",
+            timeout.as_secs_f64()
+        ))),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Comm(
+            "NCCL's set-up thread ended without a communicator".into(),
+        )),
     }
 }
 
