@@ -52,6 +52,9 @@ fn manufactured_problem_converges_and_writes_files() {
         assert!(ok, "{extra:?}: {text}");
         text
     };
+    // More smoothing makes a stronger preconditioner: no more iterations, and never none.
+    let smoothed = run(&["--smooth", "4"]);
+    assert!(smoothed.contains("4 sweeps each way"), "{smoothed}");
     let text = run(&["--smoother", "jacobi"]);
     assert!(text.contains("Jacobi)"), "{text}");
     let text = run(&["--colours", "off", "--fused-cells", "0", "--graph", "off"]);
@@ -60,7 +63,10 @@ fn manufactured_problem_converges_and_writes_files() {
     let iterations = |text: &str| common::number_after(text, "converged: ");
     let text = run(&["--cg", "async", "--check-every", "3"]);
     assert!(text.contains("CG scalars on the engine"), "{text}");
-    assert_eq!(iterations(&text), iterations(&run(&[])), "{text}");
+    let default = run(&[]);
+    assert_eq!(iterations(&text), iterations(&default), "{text}");
+    assert!(default.contains("2 sweeps each way"), "{default}");
+    assert!(iterations(&smoothed) <= iterations(&default), "{smoothed}");
     // Set-up and solve are timed apart.
     assert!(common::number_after(&text, "set-up: ") >= 0.0, "{text}");
     assert!(
@@ -126,6 +132,8 @@ fn bench_needs_a_gpu_or_writes_its_tables() {
         "1",
         "--sweeps",
         "2",
+        "--smooth",
+        "1,3",
         "--csv",
         csv.to_str().unwrap(),
     ]);
@@ -137,6 +145,15 @@ fn bench_needs_a_gpu_or_writes_its_tables() {
     for f in ["b.csv", "b-levels.csv", "b-smoother.csv"] {
         assert!(dir.join(f).is_file(), "{f} missing:\n{text}");
     }
+    // Every configuration with each smoothing count (the CSV's 9th column).
+    let solves = std::fs::read_to_string(&csv).unwrap();
+    let smooth: Vec<&str> = solves
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(8).unwrap())
+        .collect();
+    assert!(smooth.contains(&"1") && smooth.contains(&"3"), "{solves}");
+    assert_eq!(smooth.len() % 2, 0, "{solves}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -159,7 +176,13 @@ fn bad_input_is_refused_with_the_fix() {
         g.to_str().unwrap(),
         ones.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &[
+                "--engine", "host", "--size", "8", "--smooth", "0", "--output", o,
+            ],
+            "use --smooth 1 or more",
+        ),
         (
             &["bench", "--configs", "mixed,nope"],
             "no configuration `nope`",

@@ -13,7 +13,7 @@ use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::Apply;
 
 use crate::multigrid::{
-    check_levels, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
+    check_cycle, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
     Preconditioner, StencilFields, SweepBytes,
 };
 use crate::problem::{Problem, Stencil};
@@ -164,7 +164,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         precision: Precision,
     ) -> Result<Self> {
         problem.check()?;
-        check_levels(problem.n, cycle.levels)?;
+        check_cycle(problem.n, &cycle)?;
         engine.check_fits(
             Self::bytes(problem.n, cycle.levels, precision),
             &format!(

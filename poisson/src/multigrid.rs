@@ -282,9 +282,18 @@ pub fn max_levels(n: [usize; 3]) -> usize {
     levels
 }
 
-/// Fails, saying how many levels the sizes allow, unless `n` halves `levels - 1` times.
-pub(crate) fn check_levels(n: [usize; 3], levels: usize) -> Result<()> {
-    let most = max_levels(n);
+/// Fails unless `cycle` smooths at all and `n` halves `cycle.levels - 1` times (saying how many levels
+/// the sizes allow).
+pub(crate) fn check_cycle(n: [usize; 3], cycle: &Cycle) -> Result<()> {
+    if cycle.sweeps == 0 || cycle.coarse_sweeps == 0 {
+        return Err(Error::Invalid(format!(
+            "a V-cycle of {} smoothing sweeps each way and {} on the coarsest level leaves the error \
+             the coarse grid cannot see untouched (the preconditioner is singular): use --smooth 1 or \
+             more",
+            cycle.sweeps, cycle.coarse_sweeps
+        )));
+    }
+    let (most, levels) = (max_levels(n), cycle.levels);
     if levels == 0 || levels > most {
         return Err(Error::Invalid(format!(
             "{levels} levels asked for, but the {}x{}x{} grid halves only to {most} levels (every axis must \
@@ -344,11 +353,11 @@ where
     /// allow, when they do not halve `cycle.levels - 1` times.
     pub fn new(engine: &'e E, problem: &Problem, cycle: Cycle) -> Result<Self> {
         problem.check()?;
-        check_levels(problem.n, cycle.levels)?;
+        check_cycle(problem.n, &cycle)?;
         Self::with_finest(engine, problem, &problem.stencil(), cycle)
     }
 
-    /// [`new`](Self::new) for a problem already checked (with [`check_levels`] too) whose finest
+    /// [`new`](Self::new) for a problem already checked (with [`check_cycle`] too) whose finest
     /// stencil, `finest`, is already built: the solver shares it with the f64 operator.
     pub(crate) fn with_finest(
         engine: &'e E,

@@ -85,6 +85,10 @@ struct RunArgs {
     /// Multigrid levels [default: as many as the size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
+    /// Red-black (or Jacobi) sweeps before and after the coarse correction on every level but the
+    /// coarsest.
+    #[arg(long, default_value_t = 2)]
+    smooth: usize,
     /// Coarse levels of at most this many cells run their part of the V-cycle as one launch (a block
     /// program) instead of one launch per pass; 0: never. Red-black smoother only.
     #[arg(long, default_value_t = FUSED_CELLS)]
@@ -143,6 +147,10 @@ struct BenchArgs {
     /// Multigrid levels [default: as many as each size allows, at most 6].
     #[arg(long)]
     levels: Option<usize>,
+    /// Smoothing sweeps before and after the coarse correction, comma separated: every configuration
+    /// is timed with each.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    smooth: Vec<usize>,
     /// Coarse levels of at most this many cells fused into one launch in the configuration that
     /// measures the fusion (the others launch every pass).
     #[arg(long, default_value_t = FUSED_CELLS)]
@@ -281,6 +289,7 @@ fn run(a: &RunArgs) -> Result<()> {
         graph: a.graph != Switch::Off,
         colours: a.colours == Switch::On,
         shuffle_restrict: a.shuffle_restrict,
+        sweeps: a.smooth,
         ..Cycle::default()
     };
     if a.colours == Switch::Auto {
@@ -334,7 +343,7 @@ fn run(a: &RunArgs) -> Result<()> {
     .map(|(_, name)| *name)
     .collect();
     println!(
-        "converged: {} CG iterations in {:.4} s ({:.3} ms per iteration), relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {:?}{techniques})",
+        "converged: {} CG iterations in {:.4} s ({:.3} ms per iteration), relative residual {:.3e} (f64 CG, {} preconditioner, {levels} levels, {} sweeps each way, {:?}{techniques})",
         report.iterations,
         report.seconds,
         1e3 * report.seconds / report.iterations.max(1) as f64,
@@ -343,6 +352,7 @@ fn run(a: &RunArgs) -> Result<()> {
             Precision::F32 => "f32",
             Precision::F64 => "f64",
         },
+        cycle.sweeps,
         cycle.smoother
     );
     let shown: Vec<String> = report
@@ -661,6 +671,8 @@ struct SolveRow {
     size: [usize; 3],
     config: Config,
     levels: usize,
+    /// Smoothing sweeps each way.
+    smooth: usize,
     iterations: usize,
     vcycles: usize,
     /// Median wall seconds of the timed solves.
@@ -677,6 +689,7 @@ struct SolveRow {
 struct LevelRow {
     size: [usize; 3],
     config: Config,
+    smooth: usize,
     level: usize,
     cells: [usize; 3],
     launches: usize,
@@ -720,13 +733,14 @@ fn bench_config<E: LoopEngine>(
     p: &Problem,
     exact: &[f64],
     config: Config,
-    levels: usize,
+    (levels, smooth): (usize, usize),
     a: &BenchArgs,
     copy: f64,
     timed_levels: bool,
 ) -> Result<(SolveRow, SweepRow, Vec<LevelRow>)> {
     let cycle = Cycle {
         levels,
+        sweeps: smooth,
         layout: config.layout,
         fused_cells: if config.fused { a.fused_cells } else { 0 },
         graph: config.graph,
@@ -767,6 +781,7 @@ fn bench_config<E: LoopEngine>(
         size: p.n,
         config,
         levels,
+        smooth,
         iterations: warm.iterations,
         vcycles: warm.vcycles,
         seconds: times[times.len() / 2],
@@ -797,6 +812,7 @@ fn bench_config<E: LoopEngine>(
             level_rows.push(LevelRow {
                 size: p.n,
                 config,
+                smooth,
                 level: l,
                 cells: t.cells,
                 launches: t.launches,
@@ -860,10 +876,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (mut solves, mut sweeps, mut levels) = (Vec::new(), Vec::new(), Vec::new());
     println!(
-        "{:<8} {:<28} {:>6} {:>6} {:>8} {:>10} {:>8} {:>7} {:>8} {:>8} {:>9}",
+        "{:<8} {:<28} {:>6} {:>6} {:>6} {:>8} {:>10} {:>8} {:>7} {:>8} {:>8} {:>9}",
         "size",
         "preconditioner",
         "levels",
+        "smooth",
         "iters",
         "V-cycles",
         "solve ms",
@@ -873,7 +890,16 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "tuning s",
         "L2 error"
     );
-    for &n in &a.sizes {
+    if a.smooth.contains(&0) {
+        return Err(Error::Invalid(
+            "--smooth: every count of smoothing sweeps must be at least 1".into(),
+        ));
+    }
+    for (&n, &smooth) in a
+        .sizes
+        .iter()
+        .flat_map(|n| a.smooth.iter().map(move |s| (n, s)))
+    {
         let (p, exact) = manufactured(n, 1.0, 1.0);
         let depth = a.levels.unwrap_or(max_levels(n).min(6));
         let mut f64_seconds = None;
@@ -889,7 +915,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                         &p,
                         &exact,
                         config,
-                        depth,
+                        (depth, smooth),
                         a,
                         copy,
                         LEVELS_OF.contains(&config.key),
@@ -914,10 +940,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 f64_seconds = Some(solve.seconds);
             }
             println!(
-                "{:<8} {:<28} {:>6} {:>6} {:>8} {:>10.2} {:>8.3} {:>7} {:>8.2} {:>8.2} {:>9.2e}",
+                "{:<8} {:<28} {:>6} {:>6} {:>6} {:>8} {:>10.2} {:>8.3} {:>7} {:>8.2} {:>8.2} {:>9.2e}",
                 size_name(n),
                 config.name,
                 solve.levels,
+                solve.smooth,
                 solve.iterations,
                 solve.vcycles,
                 1e3 * solve.seconds,
@@ -939,9 +966,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
          copy bandwidth"
     );
     println!(
-        "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11} {:>11} {:>9} {:>8}",
+        "{:<8} {:<28} {:>6} {:>5} {:>12} {:>8} {:>11} {:>11} {:>9} {:>8}",
         "size",
         "preconditioner",
+        "smooth",
         "level",
         "cells",
         "launches",
@@ -952,9 +980,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
     );
     for r in &levels {
         println!(
-            "{:<8} {:<28} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>8}",
+            "{:<8} {:<28} {:>6} {:>5} {:>12} {:>8} {:>11.4} {:>11.2} {:>9.4} {:>8}",
             size_name(r.size),
             r.config.name,
+            r.smooth,
             r.level,
             format!("{}x{}x{}", r.cells[0], r.cells[1], r.cells[2]),
             r.launches,
@@ -1033,6 +1062,7 @@ fn write_bench_csv(
             let mut line = head(r.size, &r.config);
             line.extend([
                 r.levels.to_string(),
+                r.smooth.to_string(),
                 r.iterations.to_string(),
                 r.vcycles.to_string(),
             ]);
@@ -1050,7 +1080,7 @@ fn write_bench_csv(
         .collect();
     write_csv(
         path,
-        "nx,ny,nz,config,multigrid_precision,layout,launch,levels,iterations,vcycles,solve_s,s_per_iteration,speedup_over_f64,setup_s,tuning_s,rel_l2_error,copy_gb_per_s",
+        "nx,ny,nz,config,multigrid_precision,layout,launch,levels,smooth,iterations,vcycles,solve_s,s_per_iteration,speedup_over_f64,setup_s,tuning_s,rel_l2_error,copy_gb_per_s",
         &rows,
     )
     .map_err(io)?;
@@ -1058,6 +1088,7 @@ fn write_bench_csv(
         .iter()
         .map(|r| {
             let mut line = head(r.size, &r.config);
+            line.push(r.smooth.to_string());
             line.push(r.level.to_string());
             line.extend(dims(r.cells));
             line.push(r.launches.to_string());
@@ -1074,7 +1105,7 @@ fn write_bench_csv(
     let level_path = beside(path, "levels");
     write_csv(
         &level_path,
-        "nx,ny,nz,config,multigrid_precision,layout,launch,level,level_nx,level_ny,level_nz,launches_per_vcycle,ms_per_vcycle,bytes_per_vcycle,floor_ms,of_floor,copy_gb_per_s",
+        "nx,ny,nz,config,multigrid_precision,layout,launch,smooth,level,level_nx,level_ny,level_nz,launches_per_vcycle,ms_per_vcycle,bytes_per_vcycle,floor_ms,of_floor,copy_gb_per_s",
         &rows,
     )
     .map_err(io)?;
