@@ -12,9 +12,10 @@
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
 #                                          PARTS: stencils and/or lqcd (default both)
 #
-# Logs go to $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion
-# bench`) and a table of rates and parallel efficiency are printed last (efficiency = rate on n GPUs /
-# (n x rate on one)).
+# Weak scaling: diffusion, LBM and advection with the one-GPU size per GPU (NCCL halos). Logs go to
+# $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion bench`), a
+# table of rates and parallel efficiency (efficiency = rate on n GPUs / (n x rate on one), also as
+# scaling.csv) and the halo exchange bandwidth each NCCL run reported are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.gpu-bin
@@ -34,6 +35,7 @@ if [ "$gpus" -lt 1 ] || [ "$N" -gt "$gpus" ]; then
 fi
 out=${OUT:-/tmp}/scaling
 mkdir -p "$out"
+echo "run,gpus,rate,unit,efficiency_percent" >"$out/scaling.csv"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/gpus.txt"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/copy.log" 2>&1
 copy=$(grep -o 'copy bandwidth [0-9.]* GB/s' "$out/copy.log" | head -1)
@@ -79,9 +81,25 @@ for np in $(seq 1 "$N"); do
     on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl --no-overlap --size 8192x8192 \
         --steps 200 --output "$out/advection-seq-$np" >"$out/advection-seq-$np.log" 2>&1
     rate[advection-seq,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-seq-$np.log" | tail -1 | cut -d' ' -f1)
+    # Weak scaling: the same size per GPU (NCCL halos, overlapped); one GPU is the strong run's.
+    if [ "$np" -eq 1 ]; then
+        for app in diffusion lbm advection; do rate[$app-weak,1]=${rate[$app-nccl,1]:-}; done
+    else
+        on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
+            --halos nccl --size "512x512x$((512 * np))" --steps 1000 --output "$out/diffusion-weak-$np" \
+            >"$out/diffusion-weak-$np.log" 2>&1
+        rate[diffusion-weak,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-weak-$np.log" | head -1 | cut -d' ' -f1)
+        on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl \
+            --size "384x384x$((384 * np))" --steps 300 --output "$out/lbm-weak-$np" >"$out/lbm-weak-$np.log" 2>&1
+        rate[lbm-weak,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-weak-$np.log" | tail -1 | cut -d' ' -f1)
+        on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl \
+            --size "8192x$((8192 * np))" --steps 200 --output "$out/advection-weak-$np" \
+            >"$out/advection-weak-$np.log" 2>&1
+        rate[advection-weak,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-weak-$np.log" | tail -1 | cut -d' ' -f1)
+    fi
     rm -rf "$out/diffusion-$np" "$out/diffusion-nccl-$np" "$out/diffusion-seq-$np" "$out/lbm-$np" \
         "$out/lbm-nccl-$np" "$out/lbm-seq-$np" "$out/advection-$np" "$out/advection-nccl-$np" \
-        "$out/advection-seq-$np"
+        "$out/advection-seq-$np" "$out/diffusion-weak-$np" "$out/lbm-weak-$np" "$out/advection-weak-$np"
 done
 
 lqcd_variants="sync async graph waitkernel streamwait"
@@ -118,8 +136,8 @@ echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
 printf '%-38s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
 apps=""
-[[ $parts == *" stencils "* ]] && apps="diffusion diffusion-nccl diffusion-seq lbm lbm-nccl lbm-seq \
-    advection advection-nccl advection-seq"
+[[ $parts == *" stencils "* ]] && apps="diffusion diffusion-nccl diffusion-seq diffusion-weak lbm \
+    lbm-nccl lbm-seq lbm-weak advection advection-nccl advection-seq advection-weak"
 if [[ $parts == *" lqcd "* ]]; then
     for dims in $lqcd_sizes; do
         apps="$apps mhat-$dims mhat-$dims-seq"
@@ -137,6 +155,9 @@ for app in $apps; do
         advection) unit="Gpoints/s" what="advection swirl 8192^2" ;;
         advection-nccl) unit="Gpoints/s" what="advection, NCCL halos" ;;
         advection-seq) unit="Gpoints/s" what="advection, NCCL, no overlap" ;;
+        diffusion-weak) unit=GLUPS what="diffusion weak, 512^3 per GPU" ;;
+        lbm-weak) unit=MLUPs/s what="lbm weak, 384^3 per GPU" ;;
+        advection-weak) unit="Gpoints/s" what="advection weak, 8192^2 per GPU" ;;
         mhat-*-seq) unit=GFLOPS what="M_hat ${app:5:-4} f32, no overlap" ;;
         mhat-*) unit=GFLOPS what="M_hat ${app#mhat-} f32" ;;
         lqcd-*-seq) unit=GFLOPS what="bicgstab ${app:5:-4} f32, no overlap" what=${what/-/ } ;;
@@ -151,5 +172,15 @@ for app in $apps; do
         fi
         eff=$(awk -v r="$r" -v o="$one" -v n="$np" 'BEGIN { printf "%.1f%%", 100 * r / (n * o) }')
         printf '%-38s %5s %16s %11s\n' "$what" "$np" "$r $unit" "$eff"
+        echo "$app,$np,$r,$unit,${eff%\%}" >>"$out/scaling.csv"
     done
 done
+echo
+echo "halo exchange between the GPUs through NCCL (rank 0, on the exchange stream, peers' waits included;"
+echo "seq: no overlap, the exchange alone):"
+for log in "$out"/{diffusion,lbm,advection}-{nccl,seq,weak}-*.log; do
+    [ -f "$log" ] && [ "${log##*-}" != 1.log ] || continue
+    line=$(grep -o '[0-9.]* MB sent in each, [0-9.]* ms each on the exchange stream: [0-9.]* GB/s' "$log" | head -1)
+    printf '%-28s %s\n' "$(basename "$log" .log)" "${line:-no exchange line}"
+done
+echo "(table as CSV: $out/scaling.csv)"

@@ -184,7 +184,7 @@ impl HaloArgs {
     }
 
     /// This rank's NCCL communicator among the ranks of `comm`, on `gpu`, where `--halos nccl` asks
-    /// for one ([`check`](Self::check) first).
+    /// for one ([`check`](Self::check) first), timing its exchanges for [`exchange_time`].
     #[cfg(feature = "nccl")]
     pub fn communicator<C: lattice_gpu_host::comm::Communicator>(
         &self,
@@ -193,7 +193,9 @@ impl HaloArgs {
     ) -> Result<Option<lattice_gpu_host::nccl::Nccl>> {
         match (self.halos, gpu) {
             (HaloTransport::Nccl, Some(gpu)) => {
-                Ok(Some(lattice_gpu_host::nccl::Nccl::new(comm, gpu)?))
+                let mut nccl = lattice_gpu_host::nccl::Nccl::new(comm, gpu)?;
+                nccl.time_exchanges();
+                Ok(Some(nccl))
             }
             _ => Ok(None),
         }
@@ -216,6 +218,31 @@ impl HaloArgs {
         };
         format!("split along {axis} over {ranks}, halos through {through}, {when}")
     }
+}
+
+/// Prints what a split run's timed halo exchanges through NCCL achieved (`None`: not through NCCL):
+/// the exchange bandwidth between its GPUs.
+#[cfg(feature = "nccl")]
+pub fn print_exchange_time(time: Option<lattice_gpu_host::nccl::ExchangeTime>) {
+    let Some(t) = time else { return };
+    if t.count > 0 {
+        println!(
+            "halo exchange through NCCL (rank 0): {} exchanges after the first, {:.3} MB sent in each, \
+             {:.4} ms each on the exchange stream: {:.1} GB/s sent (as much received)",
+            t.count,
+            t.bytes as f64 / t.count as f64 / 1e6,
+            1e3 * t.seconds / t.count as f64,
+            t.gb_per_s()
+        );
+    }
+}
+
+/// The exchanges `nccl` timed, if there is one ([`print_exchange_time`]).
+#[cfg(feature = "nccl")]
+pub fn exchange_time(
+    nccl: Option<&lattice_gpu_host::nccl::Nccl>,
+) -> Result<Option<lattice_gpu_host::nccl::ExchangeTime>> {
+    Ok(nccl.map(|n| n.exchange_time()).transpose()?.flatten())
 }
 
 /// Fails on every rank unless all ranks of `comm` were started with the same command-line options (a

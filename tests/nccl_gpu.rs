@@ -7,6 +7,8 @@
 //! The lattice-QCD solve split along t over one NCCL rank (ghosts exchanged with itself behind the
 //! inner slices, sums through NCCL, every solver variant) gives the whole lattice's solve.
 //!
+//! Exchanges are timed on request (the exchange bandwidth a split run reports).
+//!
 //! A rank whose partner never joins the communicator stops waiting after its time-out, with an error
 //! that names it, instead of hanging in NCCL's set-up.
 //!
@@ -48,8 +50,10 @@ fn one_rank_sums_and_exchanges_with_itself() {
     if !nccl_present(test) {
         return;
     }
-    let comm = Nccl::new(&Solo, &g).unwrap();
+    let mut comm = Nccl::new(&Solo, &g).unwrap();
     assert_eq!((comm.rank(), comm.size()), (0, 1));
+    assert_eq!(comm.exchange_time().unwrap(), None);
+    comm.time_exchanges();
 
     let v = random::<f64>(1000, 3);
     let sums = DeviceBuffer::from_host(&g, &v).unwrap();
@@ -79,6 +83,16 @@ fn one_rank_sums_and_exchanges_with_itself() {
         .iter()
         .zip(&want)
         .all(|(a, b)| a.to_bits() == b.to_bits()));
+
+    // Started exchanges are timed (the first left out): their count, the bytes they sent, a time.
+    for _ in 0..3 {
+        comm.start_ranges(&field, &[(0, layer(INNER))], &[(0, layer(0))])
+            .unwrap();
+        comm.finish().unwrap();
+    }
+    let t = comm.exchange_time().unwrap().unwrap();
+    assert_eq!((t.count, t.bytes), (2, 2 * 4 * LAYER as u64), "{t:?}");
+    assert!(t.seconds > 0.0 && t.seconds < 1.0, "{t:?}");
 
     // A range outside the buffer is an error naming it, not a fault.
     let err = comm

@@ -4,11 +4,13 @@
 //! `mpirun`/`srun`, with the host [`Communicator`] handing NCCL's unique id from rank 0 to the others
 //! ([`Nccl::new`], the multi-node path), and one process driving several GPUs ([`Nccl::for_gpus`]).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::{result as nc, sys as ns};
 
 use crate::buffer::{DeviceBuffer, Plain};
@@ -79,6 +81,66 @@ pub struct Nccl {
     side: Arc<CudaStream>,
     rank: usize,
     size: usize,
+    /// The exchanges' times, once [`time_exchanges`](Self::time_exchanges) asked for them.
+    timing: Option<RefCell<Timing>>,
+}
+
+/// Exchanges timed on the exchange stream: those still in flight, and the totals of those done.
+#[derive(Default)]
+struct Timing {
+    /// Start and end events of each exchange not yet added up, and the bytes it sent.
+    pending: VecDeque<(CudaEvent, CudaEvent, u64)>,
+    bytes: u64,
+    ms: f64,
+    count: usize,
+    /// Whether the first exchange, which sets up NCCL's connections, has been left out.
+    first_left_out: bool,
+}
+
+impl Timing {
+    /// Adds up the exchanges whose end has passed (all of them with `wait`).
+    fn settle(&mut self, wait: bool) -> Result<()> {
+        while let Some((start, end, _)) = self.pending.front() {
+            if wait {
+                end.synchronize()
+                    .cuda(|| "waiting for a timed halo exchange".into())?;
+            } else if !end.is_complete() {
+                break;
+            }
+            let ms = start
+                .elapsed_ms(end)
+                .cuda(|| "timing a halo exchange".into())?;
+            let (_, _, bytes) = self.pending.pop_front().expect("the front exists");
+            if !self.first_left_out {
+                self.first_left_out = true;
+                continue;
+            }
+            self.ms += ms as f64;
+            self.bytes += bytes;
+            self.count += 1;
+        }
+        Ok(())
+    }
+}
+
+/// What a rank's timed halo exchanges moved ([`Nccl::exchange_time`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExchangeTime {
+    /// Exchanges (after the first).
+    pub count: usize,
+    /// Bytes this rank sent (it received as many from its peers, at the same time, where the split is
+    /// even).
+    pub bytes: u64,
+    /// Seconds their NCCL groups took on the exchange stream, each from its start to its end: the wait
+    /// for the peers to start theirs included.
+    pub seconds: f64,
+}
+
+impl ExchangeTime {
+    /// Bytes sent per second, in GB/s.
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e9
+    }
 }
 
 impl std::fmt::Debug for Nccl {
@@ -132,6 +194,7 @@ impl Nccl {
             side: side_stream(gpu)?,
             rank,
             size,
+            timing: None,
         })
     }
 
@@ -155,6 +218,7 @@ impl Nccl {
                     side: side_stream(gpu)?,
                     rank,
                     size: gpus.len(),
+                    timing: None,
                 })
             })
             .collect()
@@ -163,6 +227,29 @@ impl Nccl {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// Times every exchange started from now on ([`start`](Self::start), [`start_on`](Self::start_on),
+    /// [`start_ranges`](Self::start_ranges)) with events around it on the exchange stream, for
+    /// [`exchange_time`](Self::exchange_time), the first of them left out (NCCL connects two ranks
+    /// in their first exchange). Not for exchanges recorded into a CUDA graph.
+    pub fn time_exchanges(&mut self) {
+        self.timing = Some(RefCell::default());
+    }
+
+    /// The exchanges timed since [`time_exchanges`](Self::time_exchanges) (none without it), once the
+    /// GPU has finished them.
+    pub fn exchange_time(&self) -> Result<Option<ExchangeTime>> {
+        let Some(timing) = &self.timing else {
+            return Ok(None);
+        };
+        let mut t = timing.borrow_mut();
+        t.settle(true)?;
+        Ok(Some(ExchangeTime {
+            count: t.count,
+            bytes: t.bytes,
+            seconds: t.ms / 1e3,
+        }))
     }
 
     /// Ranks in all.
@@ -233,13 +320,44 @@ impl Nccl {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the work before it".into())?;
-        self.queue_exchange(
-            buf.addr(),
-            sends,
-            recvs,
-            std::mem::size_of::<T>(),
-            raw(&self.side),
-        )
+        self.timed(sends, std::mem::size_of::<T>(), || {
+            self.queue_exchange(
+                buf.addr(),
+                sends,
+                recvs,
+                std::mem::size_of::<T>(),
+                raw(&self.side),
+            )
+        })
+    }
+
+    /// Queues `exchange` on the exchange stream, between events when exchanges are timed (`sends`:
+    /// its sends, of elements of `size` bytes).
+    fn timed(
+        &self,
+        sends: &[(usize, Range<usize>)],
+        size: usize,
+        exchange: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let Some(timing) = &self.timing else {
+            return exchange();
+        };
+        let event = || {
+            let e = self
+                .gpu
+                .context()
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .cuda(|| "creating an event".into())?;
+            e.record(&self.side).cuda(|| "recording an event".into())?;
+            Ok::<_, Error>(e)
+        };
+        let start = event()?;
+        exchange()?;
+        let end = event()?;
+        let bytes = sends.iter().map(|(_, r)| (r.len() * size) as u64).sum();
+        let mut t = timing.borrow_mut();
+        t.pending.push_back((start, end, bytes));
+        t.settle(false)
     }
 
     fn check_ranges(
@@ -294,7 +412,9 @@ impl Nccl {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the step before it".into())?;
-        self.queue_exchange(base, &halo.sends, &halo.recvs, size, raw(&self.side))
+        self.timed(&halo.sends, size, || {
+            self.queue_exchange(base, &halo.sends, &halo.recvs, size, raw(&self.side))
+        })
     }
 
     /// Makes the GPU's stream wait for the exchange [`start`](Self::start) queued (before the kernels

@@ -464,6 +464,18 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.synchronize()
     }
 
+    /// What the halo exchanges through NCCL achieved, where [`exchange_through`](Self::exchange_through)
+    /// was given a communicator that times them ([`Nccl::time_exchanges`]).
+    ///
+    /// [`Nccl::time_exchanges`]: lattice_gpu_host::nccl::Nccl::time_exchanges
+    #[cfg(feature = "nccl")]
+    pub fn exchange_time(&self) -> Result<Option<lattice_gpu_host::nccl::ExchangeTime>> {
+        match &self.nccl {
+            Some((n, _)) => Ok(n.exchange_time()?),
+            None => Ok(None),
+        }
+    }
+
     /// Starts the refresh of a split run's halo planes before the planes that read none are queued:
     /// through NCCL on its own stream, or by copying out the planes the neighbours need.
     fn start_exchange(&mut self) -> Result<()> {

@@ -280,6 +280,8 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
     if !lead {
         return Ok(());
     }
+    #[cfg(feature = "nccl")]
+    lattice_gpu::cli::print_exchange_time(lattice_gpu::cli::exchange_time(nccl.as_ref())?);
     let t = dt * steps as f64;
     println!(
         "{title}: {steps} steps of dt {dt:.6e} (t = {t:.6}), CFL {:.4}",

@@ -169,7 +169,12 @@ where
             out,
         ),
         Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), comm, halos, args, problem, out),
+    }?;
+    #[cfg(feature = "nccl")]
+    if comm.rank() == 0 {
+        cli::print_exchange_time(cli::exchange_time(nccl.as_ref())?);
     }
+    Ok(())
 }
 
 /// numpy's axis order for an (nx, ny, nz) grid stored x fastest.

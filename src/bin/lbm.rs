@@ -293,6 +293,8 @@ fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> 
             "{done} steps in {secs:.2} s: {:.0} MLUPs/s",
             cells * done as f64 / secs / 1e6
         );
+        #[cfg(feature = "nccl")]
+        lattice_gpu::cli::print_exchange_time(lbm.exchange_time()?);
     }
     if lead && stop.steps.is_none() {
         eprintln!("warning: not steady after --max-steps {}", stop.max_steps);
