@@ -90,6 +90,8 @@ pub struct Nccl {
 struct Timing {
     /// Start and end events of each exchange not yet added up, and the bytes it sent.
     pending: VecDeque<(CudaEvent, CudaEvent, u64)>,
+    /// Events of exchanges added up, to record again.
+    free: Vec<CudaEvent>,
     bytes: u64,
     ms: f64,
     count: usize,
@@ -110,7 +112,8 @@ impl Timing {
             let ms = start
                 .elapsed_ms(end)
                 .cuda(|| "timing a halo exchange".into())?;
-            let (_, _, bytes) = self.pending.pop_front().expect("the front exists");
+            let (start, end, bytes) = self.pending.pop_front().expect("the front exists");
+            self.free.extend([start, end]);
             if !self.first_left_out {
                 self.first_left_out = true;
                 continue;
@@ -342,22 +345,26 @@ impl Nccl {
         let Some(timing) = &self.timing else {
             return exchange();
         };
-        let event = || {
-            let e = self
-                .gpu
-                .context()
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .cuda(|| "creating an event".into())?;
+        let event = |t: &mut Timing| {
+            let e = match t.free.pop() {
+                Some(e) => e,
+                None => self
+                    .gpu
+                    .context()
+                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .cuda(|| "creating an event".into())?,
+            };
             e.record(&self.side).cuda(|| "recording an event".into())?;
             Ok::<_, Error>(e)
         };
-        let start = event()?;
-        exchange()?;
-        let end = event()?;
-        let bytes = sends.iter().map(|(_, r)| (r.len() * size) as u64).sum();
         let mut t = timing.borrow_mut();
+        t.settle(false)?;
+        let start = event(&mut t)?;
+        exchange()?;
+        let end = event(&mut t)?;
+        let bytes = sends.iter().map(|(_, r)| (r.len() * size) as u64).sum();
         t.pending.push_back((start, end, bytes));
-        t.settle(false)
+        Ok(())
     }
 
     fn check_ranges(
