@@ -93,6 +93,17 @@ impl<T: Plain> DeviceBuffer<T> {
             .cuda(|| "copying part of a GPU array from the host".into())
     }
 
+    /// [`upload_span`](Self::upload_span) through `&self`, for vectors a solver lends out by shared
+    /// reference (a split solve's ghost layers and sums): queued on the buffer's stream, a pageable
+    /// source copied out before the call returns.
+    pub(crate) fn write_span(&self, start: usize, data: &[T]) -> Result<()> {
+        self.check_span(start, data.len())?;
+        let dst = self.addr() + (start * std::mem::size_of::<T>()) as u64;
+        // SAFETY: the range lies inside the buffer (checked), on the stream its work is ordered on.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream().cu_stream()) }
+            .cuda(|| "copying part of a GPU array from the host".into())
+    }
+
     /// `rows` runs of `len` elements, `pitch` elements apart from `start` on, gathered into one host
     /// vector by one strided copy (waits for queued work): e.g. one z plane of every population of a
     /// structure-of-arrays lattice.

@@ -245,7 +245,10 @@ pub(crate) fn unpack<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Size
 }
 
 /// The faces of `axis` in `faces`.
-fn on_axis<const D: usize>(faces: &[Face<D>], axis: usize) -> impl Iterator<Item = &Face<D>> {
+pub(crate) fn on_axis<const D: usize>(
+    faces: &[Face<D>],
+    axis: usize,
+) -> impl Iterator<Item = &Face<D>> {
     faces.iter().filter(move |f| f.axis == axis)
 }
 
@@ -386,13 +389,6 @@ mod mpi_backend {
                     .collect();
                 // A face's message is tagged with the side it arrives on: 2 axis + (0 lower, 1 upper).
                 let tag = |side: Side| 2 * axis as i32 + i32::from(side == Side::Upper);
-                let opposite = |side: Side| {
-                    if side == Side::Lower {
-                        Side::Upper
-                    } else {
-                        Side::Lower
-                    }
-                };
                 mpi::request::scope(|scope| {
                     let mut pending = Vec::new();
                     for ((f, _), buf) in out.iter().zip(inbox.iter_mut()) {
@@ -411,7 +407,7 @@ mod mpi_backend {
                             pending.push(p.immediate_send_with_tag(
                                 scope,
                                 bytes(values),
-                                tag(opposite(f.side)),
+                                tag(f.side.opposite()),
                             ));
                         }
                     }

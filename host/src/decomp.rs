@@ -112,6 +112,16 @@ pub enum Side {
     Upper,
 }
 
+impl Side {
+    /// The other side: where what leaves from this side arrives at the neighbour.
+    pub fn opposite(self) -> Self {
+        match self {
+            Side::Lower => Side::Upper,
+            Side::Upper => Side::Lower,
+        }
+    }
+}
+
 /// One message of a halo exchange, seen from one rank: its interior region `send` goes to `peer`, and
 /// `recv` (a margin region of the same shape) is filled from `peer`'s face on the opposite side (a
 /// communicator matches the two by axis and side).

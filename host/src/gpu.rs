@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    result as cu, sys, CudaContext as Ctx, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    result as cu, sys, CudaContext as Ctx, CudaEvent, CudaFunction, CudaModule, CudaSlice,
+    CudaStream,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -192,17 +193,16 @@ impl Gpu {
             .cuda(|| "waiting for GPU work to finish (a kernel failed)".into())
     }
 
+    /// An event that records a time (for [`CudaEvent::elapsed_ms`]).
+    pub fn timing_event(&self) -> Result<CudaEvent> {
+        self.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .cuda(|| "creating an event".into())
+    }
+
     /// Milliseconds of GPU time the work queued by `work` takes, measured with events on the stream.
     pub fn time_ms(&self, work: impl FnOnce() -> Result<()>) -> Result<f64> {
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = self
-            .ctx
-            .new_event(flags)
-            .cuda(|| "creating an event".into())?;
-        let stop = self
-            .ctx
-            .new_event(flags)
-            .cuda(|| "creating an event".into())?;
+        let (start, stop) = (self.timing_event()?, self.timing_event()?);
         start
             .record(&self.stream)
             .cuda(|| "recording an event".into())?;

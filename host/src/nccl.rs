@@ -300,7 +300,6 @@ impl Nccl {
         recvs: &[(usize, Range<usize>)],
     ) -> Result<()> {
         self.check_ranges(buf.len(), sends, recvs)?;
-        bind(&self.gpu)?;
         self.queue_exchange(
             buf.addr(),
             sends,
@@ -319,40 +318,30 @@ impl Nccl {
         recvs: &[(usize, Range<usize>)],
     ) -> Result<()> {
         self.check_ranges(buf.len(), sends, recvs)?;
-        bind(&self.gpu)?;
+        self.start_exchange(buf.addr(), sends, recvs, std::mem::size_of::<T>())
+    }
+
+    /// Queues the exchange of element ranges (of `size` bytes) of the array at `base` on the exchange
+    /// stream, after the work queued so far on the GPU's stream, between events when exchanges are
+    /// timed.
+    fn start_exchange(
+        &self,
+        base: u64,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+        size: usize,
+    ) -> Result<()> {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the work before it".into())?;
-        self.timed(sends, std::mem::size_of::<T>(), || {
-            self.queue_exchange(
-                buf.addr(),
-                sends,
-                recvs,
-                std::mem::size_of::<T>(),
-                raw(&self.side),
-            )
-        })
-    }
-
-    /// Queues `exchange` on the exchange stream, between events when exchanges are timed (`sends`:
-    /// its sends, of elements of `size` bytes).
-    fn timed(
-        &self,
-        sends: &[(usize, Range<usize>)],
-        size: usize,
-        exchange: impl FnOnce() -> Result<()>,
-    ) -> Result<()> {
+        let exchange = || self.queue_exchange(base, sends, recvs, size, raw(&self.side));
         let Some(timing) = &self.timing else {
             return exchange();
         };
         let event = |t: &mut Timing| {
             let e = match t.free.pop() {
                 Some(e) => e,
-                None => self
-                    .gpu
-                    .context()
-                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .cuda(|| "creating an event".into())?,
+                None => self.gpu.timing_event()?,
             };
             e.record(&self.side).cuda(|| "recording an event".into())?;
             Ok::<_, Error>(e)
@@ -416,12 +405,7 @@ impl Nccl {
                 "a halo layer (elements {r:?}) lies outside a field of {len}"
             )));
         }
-        self.side
-            .join(self.gpu.stream())
-            .cuda(|| "ordering a halo exchange after the step before it".into())?;
-        self.timed(&halo.sends, size, || {
-            self.queue_exchange(base, &halo.sends, &halo.recvs, size, raw(&self.side))
-        })
+        self.start_exchange(base, &halo.sends, &halo.recvs, size)
     }
 
     /// Makes the GPU's stream wait for the exchange [`start`](Self::start) queued (before the kernels

@@ -7,12 +7,10 @@
 use std::ops::Range;
 use std::rc::Rc;
 
-use cudarc::driver::result as cu;
-
 use crate::buffer::{DeviceBuffer, Plain};
 use crate::comm::{Communicator, Wire};
 use crate::decomp::{Face, Region, Side};
-use crate::error::{CudaContext, Result};
+use crate::error::Result;
 
 /// One neighbour's share of a halo exchange: `send` (elements of the vector) goes to `peer`, which
 /// sends back what `recv` is filled with (its layer on the opposite side; the same length).
@@ -104,7 +102,7 @@ impl<C: Communicator, T: Wire + Plain> DeviceRanks<T> for HostStaged<C> {
             .into_iter()
             .map(|v| self.0.sum(v))
             .collect::<Result<Vec<f64>>>()?;
-        write(buf, 0, &sums)
+        buf.write_span(0, &sums)
     }
 
     fn start_layers(&self, buf: &DeviceBuffer<T>, sides: &SideLayers) -> Result<()> {
@@ -117,26 +115,13 @@ impl<C: Communicator, T: Wire + Plain> DeviceRanks<T> for HostStaged<C> {
         let index = |p: [usize; 2]| p[0] + layer * p[1];
         self.0
             .exchange(&self.plan(sides, layer), &mut mirror, &index)?;
-        write(buf, sides.lower.recv.start, &mirror[..layer])?;
-        write(buf, sides.upper.recv.start, &mirror[3 * layer..])
+        buf.write_span(sides.lower.recv.start, &mirror[..layer])?;
+        buf.write_span(sides.upper.recv.start, &mirror[3 * layer..])
     }
 
     fn finish_layers(&self) -> Result<()> {
         Ok(())
     }
-}
-
-/// Copies `data` into `buf` from element `start` on, queued on the buffer's stream (a pageable source is
-/// copied out before the call returns). Through `&`: the solver hands its vectors to the operator so.
-fn write<T: Plain>(buf: &DeviceBuffer<T>, start: usize, data: &[T]) -> Result<()> {
-    assert!(
-        start + data.len() <= buf.len(),
-        "a ghost layer lies outside its vector"
-    );
-    let dst = buf.addr() + (start * std::mem::size_of::<T>()) as u64;
-    // SAFETY: the range lies inside the buffer (checked), on the stream its work is ordered on.
-    unsafe { cu::memcpy_htod_async(dst, data, buf.stream().cu_stream()) }
-        .cuda(|| "copying ghost layers to the GPU".into())
 }
 
 #[cfg(feature = "nccl")]

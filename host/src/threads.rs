@@ -6,7 +6,7 @@
 use std::any::Any;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::comm::{Communicator, Wire};
+use crate::comm::{on_axis, Communicator, Wire};
 use crate::decomp::{Face, Side};
 use crate::error::{Error, Result};
 
@@ -132,21 +132,15 @@ impl Communicator for Threads {
         index: &I,
     ) -> Result<()> {
         for axis in 0..D {
-            let on_axis = || faces.iter().filter(move |f| f.axis == axis);
-            let out: Vec<Message<T>> = on_axis()
+            let out: Vec<Message<T>> = on_axis(faces, axis)
                 .map(|f| Message {
                     peer: f.peer,
-                    // What leaves from one side arrives on the peer's other side.
-                    side: if f.side == Side::Lower {
-                        Side::Upper
-                    } else {
-                        Side::Lower
-                    },
+                    side: f.side.opposite(),
                     values: crate::comm::pack(data, &f.send, index),
                 })
                 .collect();
             let all = self.all_gather(Arc::new(out))?;
-            for f in on_axis() {
+            for f in on_axis(faces, axis) {
                 let from = all[f.peer]
                     .downcast_ref::<Vec<Message<T>>>()
                     .expect("every rank posts the same message type");

@@ -362,11 +362,12 @@ impl Solver {
         };
         Ok(Some(operator_line(&self.lat, ms)))
     }
+}
 
-    fn flops_per_iteration(&self) -> f64 {
-        // Two M_hat applications, each two hopping terms on half the lattice.
-        4.0 * FLOPS_PER_SITE as f64 * self.lat.half_volume() as f64
-    }
+/// Flops of one even-odd BiCGStab iteration on `lat`: two M_hat applications, each two hopping terms
+/// on half the lattice.
+fn flops_per_iteration(lat: &Lattice) -> f64 {
+    4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64
 }
 
 fn make<T: WilsonReal>(
@@ -440,7 +441,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         return Ok(());
     }
     let (x, it, secs, res, fused) = s.solve(&b, "solve")?;
-    let gflops = s.flops_per_iteration() * it as f64 / secs / 1e9;
+    let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
     println!(
         "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
         secs / it.max(1) as f64 * 1e6,
@@ -479,7 +480,7 @@ fn bench_variants<T: WilsonReal>(
     let src = solver.operator().0.upload_parity(b, 0)?;
     let mut x = solver.operator().0.parity_buffer()?;
     let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
-    let flops = 4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64;
+    let flops = flops_per_iteration(lat);
     for variant in Variant::ALL {
         if staged && !matches!(variant, Variant::Sync | Variant::Async) {
             continue;
@@ -642,8 +643,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     if lead {
         let it = report.iterations;
         let secs = report.seconds;
-        let gflops =
-            4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64 * it as f64 / secs / 1e9;
+        let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
         println!(
             "split along t over {size} GPUs, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             ghosts(&a.split),
