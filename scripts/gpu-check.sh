@@ -41,7 +41,8 @@ stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
     cargo build --release --bins
-    cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection target/release/poisson "$BIN/"
+    cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection target/release/poisson \
+        target/release/scaling-plot "$BIN/"
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -110,7 +111,8 @@ run() {
         # A hang (a wait kernel never released) must cost minutes, not the whole device call.
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
             LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" \
-            LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" LATTICE_GPU_POISSON_BIN="$PWD/$BIN/poisson" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" LATTICE_GPU_POISSON_BIN="$PWD/$BIN/poisson" \
+            LATTICE_GPU_SCALING_PLOT_BIN="$PWD/$BIN/scaling-plot" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL

@@ -15,7 +15,8 @@
 # Weak scaling: diffusion, LBM and advection with the one-GPU size per GPU (NCCL halos). Logs go to
 # $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion bench`), a
 # table of rates and parallel efficiency (efficiency = rate on n GPUs / (n x rate on one), also as
-# scaling.csv) and the halo exchange bandwidth each NCCL run reported are printed last.
+# scaling.csv, drawn as scaling.png by scaling-plot) and the halo exchange bandwidth each NCCL run
+# reported are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.gpu-bin
@@ -184,3 +185,11 @@ for log in "$out"/{diffusion,lbm,advection}-{nccl,seq,weak}-*.log; do
     printf '%-28s %s\n' "$(basename "$log" .log)" "${line:-no exchange line}"
 done
 echo "(table as CSV: $out/scaling.csv)"
+# The picture is a convenience: without the binary or with a bad table the numbers above still stand.
+if [ ! -x "$BIN/scaling-plot" ]; then
+    echo "(no picture: $BIN/scaling-plot is missing; run scripts/gpu-check.sh stage again)"
+elif "$BIN/scaling-plot" "$out/scaling.csv" --output "$out/scaling.png" >/dev/null; then
+    echo "(table as PNG: $out/scaling.png)"
+else
+    echo "(no picture: scaling-plot failed with the error above)"
+fi

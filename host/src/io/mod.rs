@@ -1,6 +1,6 @@
-//! Files in and out of a simulation: `.npy` arrays and PNG pictures of 2-D slices.
+//! Files in and out of a simulation: `.npy` arrays, PNG pictures of 2-D slices and line charts.
 //!
-//! Both are standard formats, so fields go straight into NumPy, ParaView or an image viewer and
+//! All are standard formats, so fields go straight into NumPy, ParaView or an image viewer and
 //! initial conditions come straight out of them, with no converter to write or trust.
 //!
 //! Runs are long and jobs get killed, so every file is written through [`write_atomically`]: a
@@ -13,6 +13,7 @@ use std::io::{self, BufWriter, ErrorKind};
 use std::path::{Path, PathBuf};
 
 pub mod npy;
+pub mod plot;
 pub mod png;
 pub mod vtk;
 
