@@ -12,7 +12,7 @@
 # from DIR instead of building them (scripts/gpu-check.sh stage puts them in .gpu-bin/mpi), and
 # LATTICE_GPU_MPI_ENGINE=device runs the diffusion, advection and lbm comparisons on the GPU (every rank
 # on GPU 0; the decomposed runs must still write the bytes of the one-domain GPU run), and the lqcd
-# solve split along t over GPU ranks against the one-GPU solve.
+# solve split into blocks over GPU ranks (along t; z; y and z; z and t) against the one-GPU solve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine=${LATTICE_GPU_MPI_ENGINE:-host}
@@ -165,6 +165,14 @@ else
     echo "lqcd solve, 4 MPI ranks (t and z split): differs     FAIL"
     status=1
 fi
+mpirun_ -np 4 "$lqcd" solve --engine host --mpi --grid 2x2x1 --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1 || true
+if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
+    echo "lqcd solve, 4 MPI ranks (--grid 2x2x1: y and z split): as on one rank PASS"
+else
+    cat "$work/lqcd1" "$work/lqcd4"
+    echo "lqcd solve, 4 MPI ranks (--grid 2x2x1): differs      FAIL"
+    status=1
+fi
 # expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
 # failed) and a rank says why.
 expect_refusal() {
@@ -231,9 +239,10 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
 else
     echo "SKIPPED (NCCL halos): they need the device engine and 2 GPUs ($engine engine, $gpus GPUs here)"
 fi
-# lqcd on GPUs: the lattice split along t, one slab per rank (all ranks on GPU 0 here, ghosts and sums
-# through host memory), must take the one-GPU solve's iterations and give its |x| to 10 digits; so must
-# 2 GPUs with NCCL (ghosts behind the inner slices, every solver variant) where the machine has them.
+# lqcd on GPUs: the lattice split into blocks, one per rank (all ranks on GPU 0 here, ghosts and sums
+# through host memory), along t (the default grid), along z, y and z, or z and t (--grid), must take the
+# one-GPU solve's iterations and give its |x| to 10 digits; so must 2 GPUs with NCCL (ghosts behind the
+# inner sites, every solver variant) where the machine has them.
 if [ "$engine" = device ]; then
     gpu_lqcd() {
         echo "$(grep -o '[0-9]* iterations' "$1" | head -1) $(grep -o '|x| = [0-9.]*e[0-9+-]*' "$1" \
@@ -260,10 +269,17 @@ if [ "$engine" = device ]; then
     }
     lqcd_split "lqcd GPU solve, 2 ranks (t split), host halos, sync" 2 -- --variant sync
     lqcd_split "lqcd GPU solve, 3 ranks (t split), host halos, async" 3 -- --variant async
+    lqcd_split "lqcd GPU solve, 2 ranks (z split), host halos, sync" 2 -- --grid 1x2x1 --variant sync
+    lqcd_split "lqcd GPU solve, 4 ranks (y and z split), host halos, async" 4 -- --grid 2x2x1 \
+        --variant async
+    lqcd_split "lqcd GPU solve, 6 ranks (z and t split), host halos, sync" 6 -- --grid 1x2x3 \
+        --variant sync
     expect_refusal "lqcd GPU split, graph variant with host halos" "halos nccl" \
         -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --variant graph
-    expect_refusal "lqcd GPU split, 4 ranks on 6 t slices" "at most 3 GPUs" \
-        -np 4 "$lqcd" solve --engine device --dims 4x4x8x6 --mpi --variant sync
+    expect_refusal "lqcd GPU split, 4 ranks along 6 t slices" "at most 3 GPUs along t" \
+        -np 4 "$lqcd" solve --engine device --dims 4x4x8x6 --mpi --grid 1x1x4 --variant sync
+    expect_refusal "lqcd GPU split, a grid of 4 ranks on 2" "places 4 ranks, but the run has 2" \
+        -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --grid 1x2x2 --variant sync
     if [ "$gpus" -ge 2 ]; then
         one_gpu_each=(bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _)
         for variant in sync async graph waitkernel streamwait; do
@@ -272,6 +288,8 @@ if [ "$engine" = device ]; then
         done
         lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, no overlap" 2 "${one_gpu_each[@]}" -- \
             --halos nccl --no-overlap
+        lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, z split, async" 2 "${one_gpu_each[@]}" -- \
+            --halos nccl --grid 1x2x1 --variant async
         "$lqcd" "${lqcd_args[@]}" --gpus 2 --halos nccl --variant graph >"$work/lqcd-split" 2>&1 || true
         if [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
             echo "lqcd GPU solve, --gpus 2 (one process), NCCL, graph: as on one GPU PASS"

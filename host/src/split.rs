@@ -1,5 +1,5 @@
-//! One rank's part of a solve split over GPUs along one axis (the lattice-QCD `t` split): the sums of
-//! its reductions over the ranks, and the one-layer halos of its device vectors ("ghosts", stored after
+//! One rank's part of a solve split over GPUs (the lattice-QCD blocks): the sums of its reductions over
+//! the ranks, and the one-layer halos of its device vectors along each cut axis ("ghosts", stored after
 //! the rank's own elements). Two transports behind one trait: NCCL on the GPU's stream (nothing waits
 //! for the host, so every solver variant keeps its queue), or staged through host memory and the run's
 //! host [`Communicator`] (MPI), which waits for the GPU at each call.
@@ -24,7 +24,7 @@ pub struct Neighbour {
     pub recv: Range<usize>,
 }
 
-/// The halo exchange of a vector split along one periodic axis, one layer deep on each side.
+/// The halo exchange of a vector along one periodic axis it is split along, one layer deep on each side.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SideLayers {
     /// Towards lower coordinates: this rank's first layer goes there, its lower ghost comes from there.
@@ -45,9 +45,10 @@ pub trait DeviceRanks<T> {
     fn waits_for_gpu(&self) -> bool;
     /// Queues the sum over the ranks of `buf` into `buf` on every rank.
     fn sum_in_place(&self, buf: &DeviceBuffer<f64>) -> Result<()>;
-    /// Starts filling `buf`'s ghost layers, after the work queued on it; work queued next that reads
-    /// no ghost may run meanwhile. [`finish_layers`](Self::finish_layers) completes it.
-    fn start_layers(&self, buf: &DeviceBuffer<T>, sides: &SideLayers) -> Result<()>;
+    /// Starts filling `buf`'s ghost layers on every axis of `axes`, after the work queued on it; work
+    /// queued next that reads no ghost may run meanwhile. [`finish_layers`](Self::finish_layers)
+    /// completes it.
+    fn start_layers(&self, buf: &DeviceBuffer<T>, axes: &[SideLayers]) -> Result<()>;
     /// Orders the work queued next after the exchange [`start_layers`](Self::start_layers) began.
     fn finish_layers(&self) -> Result<()>;
 }
@@ -105,18 +106,22 @@ impl<C: Communicator, T: Wire + Plain> DeviceRanks<T> for HostStaged<C> {
         buf.write_span(0, &sums)
     }
 
-    fn start_layers(&self, buf: &DeviceBuffer<T>, sides: &SideLayers) -> Result<()> {
-        let layer = sides.lower.send.len();
-        let mut mirror = vec![T::default(); 4 * layer];
-        for (row, r) in [(1, &sides.lower.send), (2, &sides.upper.send)] {
-            mirror[row * layer..(row + 1) * layer]
-                .copy_from_slice(&buf.download_span(r.start, r.len())?);
+    fn start_layers(&self, buf: &DeviceBuffer<T>, axes: &[SideLayers]) -> Result<()> {
+        // Axis by axis: every rank lists its axes in the same order.
+        for sides in axes {
+            let layer = sides.lower.send.len();
+            let mut mirror = vec![T::default(); 4 * layer];
+            for (row, r) in [(1, &sides.lower.send), (2, &sides.upper.send)] {
+                mirror[row * layer..(row + 1) * layer]
+                    .copy_from_slice(&buf.download_span(r.start, r.len())?);
+            }
+            let index = |p: [usize; 2]| p[0] + layer * p[1];
+            self.0
+                .exchange(&self.plan(sides, layer), &mut mirror, &index)?;
+            buf.write_span(sides.lower.recv.start, &mirror[..layer])?;
+            buf.write_span(sides.upper.recv.start, &mirror[3 * layer..])?;
         }
-        let index = |p: [usize; 2]| p[0] + layer * p[1];
-        self.0
-            .exchange(&self.plan(sides, layer), &mut mirror, &index)?;
-        buf.write_span(sides.lower.recv.start, &mirror[..layer])?;
-        buf.write_span(sides.upper.recv.start, &mirror[3 * layer..])
+        Ok(())
     }
 
     fn finish_layers(&self) -> Result<()> {
@@ -142,18 +147,29 @@ impl<T: Wire + Plain> DeviceRanks<T> for crate::nccl::Nccl {
         crate::nccl::Nccl::sum_in_place(self, buf)
     }
 
-    fn start_layers(&self, buf: &DeviceBuffer<T>, sides: &SideLayers) -> Result<()> {
-        // NCCL pairs the k-th send to a peer with that peer's k-th receive from this rank: sends lower
-        // side first, receives upper side first, so that two ranks (each the other's neighbour on both
-        // sides) match.
-        let sends = [
-            (sides.lower.peer, sides.lower.send.clone()),
-            (sides.upper.peer, sides.upper.send.clone()),
-        ];
-        let recvs = [
-            (sides.upper.peer, sides.upper.recv.clone()),
-            (sides.lower.peer, sides.lower.recv.clone()),
-        ];
+    fn start_layers(&self, buf: &DeviceBuffer<T>, axes: &[SideLayers]) -> Result<()> {
+        // NCCL pairs the k-th send to a peer with that peer's k-th receive from this rank: on each
+        // axis sends lower side first, receives upper side first, so that two ranks (each the other's
+        // neighbour on both sides) match; axes in the same order on every rank, and a neighbour on one
+        // axis is no other axis's (or is this rank itself, on an axis of one rank).
+        let sends: Vec<_> = axes
+            .iter()
+            .flat_map(|s| {
+                [
+                    (s.lower.peer, s.lower.send.clone()),
+                    (s.upper.peer, s.upper.send.clone()),
+                ]
+            })
+            .collect();
+        let recvs: Vec<_> = axes
+            .iter()
+            .flat_map(|s| {
+                [
+                    (s.upper.peer, s.upper.recv.clone()),
+                    (s.lower.peer, s.lower.recv.clone()),
+                ]
+            })
+            .collect();
         self.start_ranges(buf, &sends, &recvs)
     }
 

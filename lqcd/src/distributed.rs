@@ -18,23 +18,27 @@ use crate::spinor::{read_site, write_site, SiteSpinor};
 type Packed = [f64; 2 * SPINOR_LEN];
 
 /// The rank grid `[1, py, pz, pt]` for `ranks` ranks on `dims`: t takes the largest factor it can hold
-/// (a plane per rank at least), then z, then y.
-pub fn rank_grid(dims: [usize; 4], ranks: usize) -> Result<[usize; 4]> {
+/// (`planes` planes per rank at least), then z, then y.
+pub fn rank_grid(dims: [usize; 4], ranks: usize, planes: usize) -> Result<[usize; 4]> {
     let mut procs = [1; 4];
     let mut left = ranks;
     for axis in [3, 2, 1] {
         let take = (1..=left)
             .rev()
-            .find(|&f| left.is_multiple_of(f) && f <= dims[axis])
+            .find(|&f| left.is_multiple_of(f) && f * planes <= dims[axis])
             .unwrap_or(1);
         procs[axis] = take;
         left /= take;
     }
     if left != 1 {
         return Err(Error::InvalidParameter(format!(
-            "{ranks} ranks do not split the lattice {}x{}x{}x{} along t, z and y (at most one rank per \
-             site along each); use fewer ranks",
-            dims[0], dims[1], dims[2], dims[3]
+            "{ranks} ranks do not split the lattice {}x{}x{}x{} along t, z and y (at least {planes} \
+             site{} per rank along each); use fewer ranks",
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+            if planes == 1 { "" } else { "s" }
         )));
     }
     Ok(procs)
@@ -57,7 +61,27 @@ impl<'a, C: Communicator> Distributed<'a, C> {
     /// Splits `lat` over the ranks of `comm` ([`rank_grid`]); every rank passes the whole gauge field and
     /// keeps the links of its box and halo. Fails with the fix when the ranks do not fit the lattice.
     pub fn new(comm: &'a C, lat: &'a Lattice, u: &GaugeField) -> Result<Self> {
-        let procs = rank_grid(lat.dims, comm.size())?;
+        Self::on_grid(comm, lat, u, rank_grid(lat.dims, comm.size(), 1)?)
+    }
+
+    /// [`new`](Self::new) on the rank grid `procs` (`[1, py, pz, pt]`, as many ranks as `comm` has).
+    pub fn on_grid(
+        comm: &'a C,
+        lat: &'a Lattice,
+        u: &GaugeField,
+        procs: [usize; 4],
+    ) -> Result<Self> {
+        if procs.iter().product::<usize>() != comm.size() || procs[0] != 1 {
+            return Err(Error::InvalidParameter(format!(
+                "a rank grid of {}x{}x{}x{} for {} ranks: give one rank along x and as many ranks in \
+                 all as the run has",
+                procs[0],
+                procs[1],
+                procs[2],
+                procs[3],
+                comm.size()
+            )));
+        }
         let halo = procs.map(|p| usize::from(p > 1));
         let split = Decomposition::new(lat.dims, procs, halo, [true; 4])
             .map_err(|e| Error::InvalidParameter(e.to_string()))?;
@@ -265,11 +289,16 @@ mod tests {
 
     #[test]
     fn rank_grid_cuts_t_then_z_then_y() {
-        assert_eq!(rank_grid([4, 4, 4, 8], 2).unwrap(), [1, 1, 1, 2]);
-        assert_eq!(rank_grid([4, 4, 4, 8], 16).unwrap(), [1, 1, 2, 8]);
-        assert_eq!(rank_grid([4, 4, 2, 2], 12).unwrap(), [1, 3, 2, 2]);
-        assert_eq!(rank_grid([4, 6, 4, 4], 6).unwrap(), [1, 1, 2, 3]);
-        assert!(rank_grid([2, 2, 2, 2], 16).is_err());
+        assert_eq!(rank_grid([4, 4, 4, 8], 2, 1).unwrap(), [1, 1, 1, 2]);
+        assert_eq!(rank_grid([4, 4, 4, 8], 16, 1).unwrap(), [1, 1, 2, 8]);
+        assert_eq!(rank_grid([4, 4, 2, 2], 12, 1).unwrap(), [1, 3, 2, 2]);
+        assert_eq!(rank_grid([4, 6, 4, 4], 6, 1).unwrap(), [1, 1, 2, 3]);
+        assert!(rank_grid([2, 2, 2, 2], 16, 1).is_err());
+        // Two planes per rank (the GPU's even-odd blocks): 16 ranks on T = 8 take 4 along t.
+        assert_eq!(rank_grid([4, 4, 4, 8], 16, 2).unwrap(), [1, 2, 2, 4]);
+        assert_eq!(rank_grid([4, 4, 4, 8], 4, 2).unwrap(), [1, 1, 1, 4]);
+        let e = rank_grid([4, 4, 4, 8], 128, 2).unwrap_err().to_string();
+        assert!(e.contains("at least 2 sites per rank"), "{e}");
     }
 
     #[test]

@@ -5,15 +5,17 @@
 
 use std::sync::{Arc, OnceLock};
 
+use lattice_gpu_host::decomp::{Decomposition, Side};
 use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
+use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
-    tile_index, Dslash, FusedIteration, Phase, FLOPS_PER_SITE, FUSED_BLOCK, TILE, T_HIGH_EDGE,
-    T_INNER, T_LOW_EDGE, T_OUTER, T_SPLIT,
+    tile_index, Dslash, FusedIteration, PackFaces, Phase, FLOPS_PER_SITE, FUSED_BLOCK, INNER,
+    OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
 };
 use num_complex::Complex64;
 
@@ -53,10 +55,12 @@ impl Recon {
 pub trait WilsonReal:
     Element + ComplexReal + Default + Unpin + lattice_gpu_host::comm::Wire
 {
-    /// The hopping-term entry for each link storage, on one lattice or on a rank's slab of a `t` split.
+    /// The hopping-term entry for each link storage, on one lattice or on a rank's block of a split.
     fn dslash_entry(recon: Recon, split: bool) -> &'static str;
     /// The fused BiCGStab iteration's entry for each link storage.
     fn fused_entry(recon: Recon) -> &'static str;
+    /// The entry that packs a split block's faces.
+    fn pack_entry() -> &'static str;
 }
 
 macro_rules! wilson_real {
@@ -75,6 +79,9 @@ macro_rules! wilson_real {
                     Recon::R18 => <FusedIteration<$t, 9> as GpuEntry>::ENTRY,
                     Recon::R12 => <FusedIteration<$t, 6> as GpuEntry>::ENTRY,
                 }
+            }
+            fn pack_entry() -> &'static str {
+                <PackFaces<$t> as GpuEntry>::ENTRY
             }
         }
     };
@@ -174,164 +181,277 @@ pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) ->
     pack_links(tiles, |p| sites_of(lat, p), u, recon)
 }
 
-/// One rank's share of a lattice split along `t`: slices `t0..t0 + nt` of `global`, with a ghost slice
-/// on each side for the hops that cross its `t` edges ([`Dslash::t_split`]). In the tiled layout a
-/// slice of one parity is a whole number of tiles (its `X Y Z / 2` sites a multiple of [`TILE`]), so
-/// each ghost slice is one contiguous range: the upper neighbour's first slice `[0, S)` lands at
-/// `[V, V + S)` after this rank's `V` sites, the lower neighbour's last slice `[V - S, V)` at
-/// `[V + S, V + 2 S)`.
-#[derive(Clone, Copy, Debug)]
-pub struct TSlab {
-    /// The whole lattice.
-    pub global: Lattice,
-    /// First global slice of this rank.
-    pub t0: usize,
-    /// Slices of this rank.
-    pub nt: usize,
+/// The rank grid `[1, py, pz, pt]` of a GPU split of `dims` over `ranks` ranks: as
+/// [`rank_grid`](crate::distributed::rank_grid) cuts it (t first, then z, then y), with at least 2
+/// sites per rank along a cut axis (even-odd ordering).
+pub fn gpu_grid(dims: [usize; 4], ranks: usize) -> Result<[usize; 4]> {
+    crate::distributed::rank_grid(dims, ranks, 2)
 }
 
-impl TSlab {
-    /// `global`'s slices `t0..t0 + nt`; both even (so that local and global parities agree), and a
-    /// slice of one parity a whole number of tiles.
-    pub fn new(global: Lattice, t0: usize, nt: usize) -> Result<Self> {
-        let [x, y, z, t] = global.dims;
-        if nt == 0 || !t0.is_multiple_of(2) || !nt.is_multiple_of(2) || t0 + nt > t {
-            return Err(crate::Error::InvalidParameter(format!(
-                "t slices {t0}..{} of a lattice of {t}: a rank needs an even number of slices \
-                 starting at an even one (even-odd ordering)",
-                t0 + nt
-            )));
-        }
-        if !(x * y * z / 2).is_multiple_of(TILE) {
-            return Err(crate::Error::InvalidParameter(format!(
-                "a t split needs X Y Z / 2 = {} sites per slice and parity to be a multiple of {TILE}",
-                x * y * z / 2
-            )));
-        }
-        Ok(Self { global, t0, nt })
-    }
+const AXES: [&str; 4] = ["x", "y", "z", "t"];
 
-    /// Rank `rank`'s slab of `global` split over `ranks` ranks: the `T / 2` pairs of slices dealt out
-    /// as evenly as they go (the first ranks take one pair more).
+/// One rank's block of a lattice split over GPUs along `y`, `z` and `t` (the rank grid `grid`, ranks
+/// numbered `y` fastest, as [`Decomposition`] numbers them), with the ghost faces and staging regions of
+/// [`Halo`] after its own sites in each stored parity. Axes are cut where the grid has more than one
+/// rank, and wherever [`cutting`](Self::cutting) adds (a one-rank cut exchanges with itself).
+#[derive(Clone, Debug)]
+pub struct Block {
+    /// The whole lattice.
+    pub global: Lattice,
+    /// Ranks along each axis, `[1, py, pz, pt]`.
+    pub grid: [usize; 4],
+    /// This rank.
+    pub rank: usize,
+    /// First global site along each axis.
+    pub origin: [usize; 4],
+    /// Sites along each axis.
+    pub size: [usize; 4],
+    /// The axes cut, as [`Dslash::split`] flags.
+    cut: u32,
+    /// The pairs of planes, split over the grid: the ranks' boxes and neighbours.
+    pairs: Decomposition<4>,
+}
+
+impl Block {
+    /// Rank `rank`'s block of `global` split over `ranks` GPUs on [`gpu_grid`].
     pub fn for_rank(global: Lattice, rank: usize, ranks: usize) -> Result<Self> {
-        let pairs = global.dims[3] / 2;
-        if ranks == 0 || ranks > pairs {
-            return Err(crate::Error::InvalidParameter(format!(
-                "a lattice of T = {} split over {ranks} GPUs: each needs at least 2 t slices (even-odd \
-                 ordering); use at most {pairs} GPUs or a longer lattice",
-                global.dims[3]
-            )));
-        }
-        let (base, extra) = (pairs / ranks, pairs % ranks);
-        let first = rank * base + rank.min(extra);
-        Self::new(global, 2 * first, 2 * (base + usize::from(rank < extra)))
+        Self::new(global, gpu_grid(global.dims, ranks)?, rank)
     }
 
-    /// The ghost exchange of one parity's spinor of rank `rank` of `ranks` (element ranges in reals):
-    /// the first slice goes to the lower neighbour's upper ghost, the last to the upper neighbour's
-    /// lower ghost (`t` is periodic; the sign of the global boundary is the kernel's).
-    pub fn sides(&self, rank: usize, ranks: usize) -> SideLayers {
-        let slice = 24 * self.slice_sites();
-        let v = 24 * self.local().half_volume();
-        SideLayers {
-            lower: Neighbour {
-                peer: (rank + ranks - 1) % ranks,
-                send: 0..slice,
-                recv: v + slice..v + 2 * slice,
-            },
-            upper: Neighbour {
-                peer: (rank + 1) % ranks,
-                send: v - slice..v,
-                recv: v..v + slice,
-            },
+    /// Rank `rank`'s block of `global` on the rank grid `grid`: each cut axis's pairs of planes (even-odd
+    /// ordering) dealt out as evenly as they go, the first ranks taking one pair more. Fails, naming
+    /// the fix, where `x` is cut, an axis has more ranks than pairs, or a `t` layer of some rank would
+    /// not be whole tiles.
+    pub fn new(global: Lattice, grid: [usize; 4], rank: usize) -> Result<Self> {
+        let dims = global.dims;
+        let bad = |m: String| Err(crate::Error::InvalidParameter(m));
+        if grid[0] != 1 {
+            return bad(
+                "the lattice is never split along x (its sites are the tiles' lanes); \
+                        split it along y, z and t"
+                    .into(),
+            );
+        }
+        for a in 1..4 {
+            if grid[a] == 0 || grid[a] > dims[a] / 2 {
+                return bad(format!(
+                    "{} = {} split over {} GPUs along {}: each needs at least 2 sites along it \
+                     (even-odd ordering); use at most {} GPUs along {} or a longer lattice",
+                    AXES[a].to_uppercase(),
+                    dims[a],
+                    grid[a],
+                    AXES[a],
+                    dims[a] / 2,
+                    AXES[a]
+                ));
+            }
+        }
+        let ranks: usize = grid.iter().product();
+        if rank >= ranks {
+            return bad(format!("rank {rank} of a rank grid of {ranks}"));
+        }
+        let half = [dims[0], dims[1] / 2, dims[2] / 2, dims[3] / 2];
+        let pairs = Decomposition::new(half, grid, [0; 4], [true; 4])
+            .map_err(|e| crate::Error::InvalidParameter(e.to_string()))?;
+        let cut = (1..4)
+            .filter(|&a| grid[a] > 1)
+            .fold(0, |c, a| c | halo::cut_flag(a));
+        let block = Self::of(global, grid, rank, cut, pairs);
+        block.check_tiles()?;
+        Ok(block)
+    }
+
+    fn of(
+        global: Lattice,
+        grid: [usize; 4],
+        rank: usize,
+        cut: u32,
+        pairs: Decomposition<4>,
+    ) -> Self {
+        let own = pairs.owned(rank);
+        let twice = |v: [usize; 4]| [v[0], 2 * v[1], 2 * v[2], 2 * v[3]];
+        Self {
+            global,
+            grid,
+            rank,
+            origin: twice(own.begin),
+            size: twice(own.size),
+            cut,
+            pairs,
         }
     }
 
-    /// This rank's lattice (`nt` slices).
+    /// This block with `axes` (1: `y`, 2: `z`, 3: `t`) cut as well, however many ranks they have: with
+    /// one, the ghosts come from the block's own far side (every exchange to itself).
+    pub fn cutting(self, axes: &[usize]) -> Result<Self> {
+        let cut = axes
+            .iter()
+            .filter(|&&a| (1..4).contains(&a))
+            .fold(self.cut, |c, &a| c | halo::cut_flag(a));
+        let block = Self { cut, ..self };
+        block.check_tiles()?;
+        Ok(block)
+    }
+
+    /// A `t` layer travels from where it is stored: every rank's must be whole tiles.
+    fn check_tiles(&self) -> Result<()> {
+        if self.cut & T_SPLIT == 0 {
+            return Ok(());
+        }
+        for r in 0..self.pairs.ranks() {
+            let size = Self::of(self.global, self.grid, r, self.cut, self.pairs.clone()).size;
+            let layer = size[0] * size[1] * size[2] / 2;
+            if !layer.is_multiple_of(TILE) {
+                return Err(crate::Error::InvalidParameter(format!(
+                    "a t split needs X Y Z / 2 sites per t slice and parity of each rank's block to be \
+                     a multiple of {TILE}, but a block of {}x{}x{} has {layer}; split fewer ways along \
+                     y and z, or use a larger lattice",
+                    size[0], size[1], size[2]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's lattice (its block's sizes; `t` antiperiodic as the whole lattice's).
     pub fn local(&self) -> Lattice {
-        let [x, y, z, _] = self.global.dims;
         Lattice {
-            dims: [x, y, z, self.nt],
+            dims: self.size,
             ..self.global
         }
     }
 
-    /// [`Dslash::t_split`] of this rank.
-    pub fn t_split(&self) -> u32 {
-        let low = if self.t0 == 0 { T_LOW_EDGE } else { 0 };
-        let high = if self.t0 + self.nt == self.global.dims[3] {
+    /// [`Dslash::split`] of this rank: the axes cut, and which `t` edges are the global boundary.
+    pub fn split(&self) -> u32 {
+        let low = if self.origin[3] == 0 { T_LOW_EDGE } else { 0 };
+        let high = if self.origin[3] + self.size[3] == self.global.dims[3] {
             T_HIGH_EDGE
         } else {
             0
         };
-        T_SPLIT | low | high
+        self.cut | low | high
     }
 
-    /// Sites of one parity in one slice.
-    pub fn slice_sites(&self) -> usize {
-        let [x, y, z, _] = self.global.dims;
-        x * y * z / 2
+    /// The stored layout of one parity.
+    pub fn halo(&self) -> Halo {
+        Halo::new(self.size.map(|d| d as u32), self.cut)
     }
 
-    /// Sites of one parity with the two ghost slices.
-    fn sites(&self) -> usize {
-        self.local().half_volume() + 2 * self.slice_sites()
+    /// Whether some site reads no ghost (every cut axis has more than 2 sites): only then can a
+    /// hopping term overlap its exchange.
+    pub fn has_inner_sites(&self) -> bool {
+        (1..4).all(|a| !halo::is_cut(self.cut, a) || self.size[a] > 2)
     }
 
-    /// Complex elements of one parity's spinor with its ghost slices.
+    /// Complex elements of one stored parity (own sites, ghosts and staging).
     pub fn parity_len(&self) -> usize {
-        self.sites().div_ceil(TILE) * TILE * 12
+        self.halo().sites * 12
     }
 
-    /// The global site of each stored site `cb` of `parity` (interior, upper ghost, lower ghost).
-    fn global_sites(&self, parity: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let local = self.local();
-        let (v, s) = (local.half_volume(), self.slice_sites());
-        let t_all = self.global.dims[3];
-        (0..local.volume())
-            .filter(move |&n| local.parity(n) == parity)
-            .flat_map(move |n| {
-                let [x, y, z, t] = local.coords(n);
-                let at = |gt: usize| self.global.index([x, y, z, gt % t_all]);
-                let mut sites = vec![(n / 2, at(self.t0 + t))];
-                // Each ghost slice holds its rank's sites at the same place as this rank's own slice
-                // on that side: the upper neighbour's first slice, the lower one's last.
-                if t == 0 {
-                    sites.push((v + n / 2, at(self.t0 + self.nt)));
+    /// The ghost exchange of one stored parity (element ranges in reals), one entry per cut axis (`t`,
+    /// `z`, `y`): the first layer goes to the lower neighbour's upper ghost, the last to the upper
+    /// neighbour's lower ghost (every axis is periodic; the sign of the global `t` boundary is the
+    /// kernel's). Layers across `z` and `y` leave from their staging, which [`PackFaces`] fills.
+    pub fn sides(&self) -> Vec<SideLayers> {
+        let h = self.halo();
+        let reals = |first: usize, sites: usize| 24 * first..24 * (first + sites);
+        [3, 2, 1]
+            .into_iter()
+            .filter(|&a| halo::is_cut(self.cut, a))
+            .map(|a| {
+                let room = h.room(a);
+                let (first, last) = if a == 3 {
+                    let v = self.local().half_volume();
+                    (0, v - room)
+                } else {
+                    (h.stage[a], h.stage[a] + room)
+                };
+                let peer = |side| {
+                    self.pairs
+                        .neighbour(self.rank, a, side)
+                        .unwrap_or(self.rank)
+                };
+                SideLayers {
+                    lower: Neighbour {
+                        peer: peer(Side::Lower),
+                        send: reals(first, room),
+                        recv: reals(h.ghost[a] + room, room),
+                    },
+                    upper: Neighbour {
+                        peer: peer(Side::Upper),
+                        send: reals(last, room),
+                        recv: reals(h.ghost[a], room),
+                    },
                 }
-                if t + 1 == self.nt {
-                    sites.push((n / 2 + 2 * s, at(self.t0 + t_all - 1)));
-                }
-                sites
             })
+            .collect()
     }
 
-    /// One parity of the global `psi` on this rank, ghost slices filled (as an exchange would).
+    /// The global site of each stored site of `parity` (own sites, then the ghosts of each cut axis).
+    fn global_sites(&self, parity: usize) -> Vec<(usize, usize)> {
+        let local = self.local();
+        let h = self.halo();
+        let dims = self.size.map(|d| d as u32);
+        let global = |c: [usize; 4], axis: usize, step: isize| {
+            let mut g: [usize; 4] = std::array::from_fn(|a| self.origin[a] + c[a]);
+            let n = self.global.dims[axis] as isize;
+            g[axis] = (g[axis] as isize + step).rem_euclid(n) as usize;
+            self.global.index(g)
+        };
+        let mut sites = Vec::new();
+        for n in (0..local.volume()).filter(|&n| local.parity(n) == parity) {
+            let c = local.coords(n);
+            sites.push((n / 2, global(c, 0, 0)));
+            // Each ghost holds its neighbour's layer at the face index of this block's layer beside it.
+            for a in (1..4).filter(|&a| halo::is_cut(self.cut, a)) {
+                let f = halo::face_index(dims, c.map(|v| v as u32), a);
+                if c[a] == 0 {
+                    sites.push((h.ghost[a] + f, global(c, a, self.size[a] as isize)));
+                }
+                if c[a] + 1 == self.size[a] {
+                    sites.push((
+                        h.ghost[a] + h.room(a) + f,
+                        global(c, a, -(self.size[a] as isize)),
+                    ));
+                }
+            }
+        }
+        sites
+    }
+
+    /// One parity of the global `psi` on this rank, ghosts filled (as an exchange would), staging zero.
     pub fn pack_parity<T: WilsonReal>(&self, psi: &[Complex64], parity: usize) -> Vec<T> {
-        pack_spinor(2 * self.parity_len(), self.global_sites(parity), psi)
+        pack_spinor(
+            2 * self.parity_len(),
+            self.global_sites(parity).into_iter(),
+            psi,
+        )
     }
 
-    /// Writes this rank's sites of one parity from the tiled layout (`data`, ghosts after them ignored)
+    /// Writes this rank's sites of one parity from the stored layout (`data`, ghosts after them ignored)
     /// into the global lexicographic `psi`; the other ranks' sites are left as they are.
     pub fn unpack_parity<T: WilsonReal>(&self, data: &[T], parity: usize, psi: &mut [Complex64]) {
         let v = self.local().half_volume();
-        let own = self.global_sites(parity).filter(|&(cb, _)| cb < v);
+        let own = self
+            .global_sites(parity)
+            .into_iter()
+            .filter(|&(cb, _)| cb < v);
         unpack_spinor(own, data, psi)
     }
 
-    /// This rank's links of the global field `u`, with the ghost slices' after each parity and
-    /// direction (the backward `t` hops of the first slice read the lower ghost's).
+    /// This rank's links of the global field `u`, with the ghosts' after each parity and direction's
+    /// own sites (the backward hops across a lower edge read the lower ghost's).
     pub fn pack_gauge<T: WilsonReal>(&self, u: &GaugeField, recon: Recon) -> Vec<T> {
-        let tiles = self.sites().div_ceil(TILE);
-        pack_links(tiles, |p| self.global_sites(p), u, recon)
+        let tiles = self.halo().link_sites / TILE;
+        pack_links(tiles, |p| self.global_sites(p).into_iter(), u, recon)
     }
 }
 
-/// The Wilson-Dirac operator of one gauge field on the GPU: the whole lattice, or one rank's slab of a
-/// lattice split along `t` over GPUs.
+/// The Wilson-Dirac operator of one gauge field on the GPU: the whole lattice, or one rank's block of a
+/// lattice split over GPUs.
 pub struct WilsonGpu<T> {
     gpu: Arc<Gpu>,
-    /// The lattice this GPU holds (a rank's slab).
+    /// The lattice this GPU holds (a rank's block).
     lat: Lattice,
     gauge: DeviceBuffer<T>,
     recon: Recon,
@@ -343,13 +463,13 @@ pub struct WilsonGpu<T> {
     split: Option<Split<T>>,
 }
 
-/// A rank's part of an operator split along `t`.
+/// A rank's part of a split operator.
 struct Split<T> {
-    slab: TSlab,
-    /// One parity's ghost exchange.
-    sides: SideLayers,
+    block: Block,
+    /// One parity's ghost exchange, per cut axis.
+    sides: Vec<SideLayers>,
     ranks: Box<dyn DeviceRanks<T>>,
-    /// Whether the inner slices run while the ghosts travel.
+    /// Whether the sites that read no ghost run while the ghosts travel.
     overlap: bool,
 }
 
@@ -366,35 +486,45 @@ impl<T: WilsonReal> WilsonGpu<T> {
         Self::with_links(gpu, *lat, &links, parity_len(lat), kappa, recon, None)
     }
 
-    /// Rank `ranks.rank()`'s slab of `global` split along `t` over the GPUs of `ranks`
-    /// ([`TSlab::for_rank`]), from the whole field `u`: each hopping term first fills its input's
-    /// ghost slices through `ranks`, with the inner slices running meanwhile if `overlap` (and `ranks`
-    /// does not wait for the GPU).
+    /// This rank's `block` of a lattice split over the GPUs of `ranks` (its rank `block.rank`, of as
+    /// many as the block's grid has), from the whole field `u`: each hopping term first fills its
+    /// input's ghosts through `ranks`, with the sites that read none running meanwhile if `overlap`
+    /// (and `ranks` does not wait for the GPU).
     pub fn split(
         gpu: &Arc<Gpu>,
-        global: &Lattice,
+        block: Block,
         u: &GaugeField,
         kappa: f64,
         recon: Recon,
         ranks: Box<dyn DeviceRanks<T>>,
         overlap: bool,
     ) -> Result<Self> {
-        let slab = TSlab::for_rank(*global, ranks.rank(), ranks.size())?;
-        let links = slab.pack_gauge::<T>(u, recon);
+        let grid: usize = block.grid.iter().product();
+        if ranks.rank() != block.rank || ranks.size() != grid {
+            return Err(crate::Error::InvalidParameter(format!(
+                "the block of rank {} of {grid} on rank {} of {}: build each rank's block with its \
+                 own rank and a grid of as many ranks",
+                block.rank,
+                ranks.rank(),
+                ranks.size()
+            )));
+        }
+        let links = block.pack_gauge::<T>(u, recon);
+        let (local, storage) = (block.local(), block.parity_len());
         let split = Split {
-            slab,
-            sides: slab.sides(ranks.rank(), ranks.size()),
+            sides: block.sides(),
+            block,
             ranks,
             overlap,
         };
-        let local = slab.local();
-        let storage = slab.parity_len();
         let w = Self::with_links(gpu, local, &links, storage, kappa, recon, Some(split))?;
         // NCCL connects to its peers at their first exchange and first sum: once here, so that no
         // solver block held behind a wait for the host (waitkernel, streamwait) waits on a connection.
         if let Some(s) = &w.split {
-            s.ranks.start_layers(&w.tmp, &s.sides)?;
-            s.ranks.finish_layers()?;
+            if !s.sides.is_empty() {
+                s.ranks.start_layers(&w.tmp, &s.sides)?;
+                s.ranks.finish_layers()?;
+            }
             s.ranks.sum_in_place(&DeviceBuffer::zeros(gpu, 4)?)?;
             gpu.synchronize()?;
         }
@@ -424,20 +554,21 @@ impl<T: WilsonReal> WilsonGpu<T> {
         })
     }
 
-    /// This rank's slab, on a split lattice.
-    pub fn slab(&self) -> Option<&TSlab> {
-        self.split.as_ref().map(|s| &s.slab)
+    /// This rank's block, on a split lattice.
+    pub fn block(&self) -> Option<&Block> {
+        self.split.as_ref().map(|s| &s.block)
     }
 
-    /// Complex elements a spinor of one parity is stored in (with ghost slices on a split lattice).
+    /// Complex elements a spinor of one parity is stored in (with ghosts and staging on a split
+    /// lattice).
     pub fn storage_len(&self) -> usize {
         match &self.split {
-            Some(s) => s.slab.parity_len(),
+            Some(s) => s.block.parity_len(),
             None => parity_len(&self.lat),
         }
     }
 
-    /// The lattice this GPU holds (a rank's slab on a split lattice).
+    /// The lattice this GPU holds (a rank's block on a split lattice).
     pub fn lattice(&self) -> &Lattice {
         &self.lat
     }
@@ -452,11 +583,11 @@ impl<T: WilsonReal> WilsonGpu<T> {
         Ok(DeviceBuffer::zeros(&self.gpu, 2 * self.storage_len())?)
     }
 
-    /// Uploads one parity of a lexicographic spinor of the whole lattice (this rank's slab of it, on a
+    /// Uploads one parity of a lexicographic spinor of the whole lattice (this rank's block of it, on a
     /// split lattice).
     pub fn upload_parity(&self, psi: &SpinorField, parity: usize) -> Result<DeviceBuffer<T>> {
         let data = match &self.split {
-            Some(s) => s.slab.pack_parity::<T>(&psi.data, parity),
+            Some(s) => s.block.pack_parity::<T>(&psi.data, parity),
             None => pack_parity::<T>(&self.lat, &psi.data, parity),
         };
         Ok(DeviceBuffer::from_host(&self.gpu, &data)?)
@@ -472,14 +603,14 @@ impl<T: WilsonReal> WilsonGpu<T> {
     ) -> Result<()> {
         let data = buf.download()?;
         match &self.split {
-            Some(s) => s.slab.unpack_parity(&data, parity, &mut psi.data),
+            Some(s) => s.block.unpack_parity(&data, parity, &mut psi.data),
             None => unpack_parity(&self.lat, &data, parity, &mut psi.data),
         }
         Ok(())
     }
 
     /// Queues `out = x + a H inp` (or `a H inp` without `x`) on the sites of `parity`; `inp` holds the
-    /// other parity. On a split lattice the ghost slices of `inp` are exchanged first.
+    /// other parity. On a split lattice the ghosts of `inp` are exchanged first.
     pub fn hopping(
         &self,
         out: &DeviceBuffer<T>,
@@ -489,24 +620,46 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         halt: *const u32,
     ) -> Result<()> {
-        let hop = |t_split| self.launch_hopping(out, parity, inp, x, a, halt, t_split);
+        let hop = |split| self.launch_hopping(out, parity, inp, x, a, halt, split);
         let Some(s) = &self.split else {
             return hop(None);
         };
-        let word = s.slab.t_split();
+        let word = s.block.split();
+        if s.sides.is_empty() {
+            return hop(Some(word));
+        }
+        if word & (Z_SPLIT | Y_SPLIT) != 0 {
+            self.pack_faces(inp, word)?;
+        }
         s.ranks.start_layers(inp, &s.sides)?;
-        if s.overlap && !s.ranks.waits_for_gpu() && s.slab.nt > 2 {
-            hop(Some(word | T_INNER))?;
+        if s.overlap && !s.ranks.waits_for_gpu() && s.block.has_inner_sites() {
+            hop(Some(word | INNER))?;
             s.ranks.finish_layers()?;
-            hop(Some(word | T_OUTER))
+            hop(Some(word | OUTER))
         } else {
             s.ranks.finish_layers()?;
             hop(Some(word))
         }
     }
 
-    /// Queues the hopping kernel: on the whole lattice (`t_split` none), or with the split kernel's
-    /// [`Dslash::t_split`] word (its sites and edges).
+    /// Queues the packing of `buf`'s layers across `z` and `y` into their staging ([`PackFaces`]).
+    fn pack_faces(&self, buf: &DeviceBuffer<T>, split: u32) -> Result<()> {
+        let p = PackFaces {
+            spinor: buf.ptr::<T>(),
+            dims: self.lat.dims.map(|d| d as u32),
+            split,
+        };
+        // SAFETY: the entry takes one `PackFaces<T>`; `buf` is a stored parity of this block (every
+        // spinor of a split operator is allocated with its staging) and the grid covers the faces.
+        unsafe {
+            self.gpu
+                .launch(T::pack_entry(), &p, Gpu::blocks_for(p.threads(), 128), 128)
+        }?;
+        Ok(())
+    }
+
+    /// Queues the hopping kernel: on the whole lattice (`split` none), or with the split kernel's
+    /// [`Dslash::split`] word (its sites and edges).
     #[allow(clippy::too_many_arguments)]
     fn launch_hopping(
         &self,
@@ -516,15 +669,15 @@ impl<T: WilsonReal> WilsonGpu<T> {
         x: Option<&DeviceBuffer<T>>,
         a: f64,
         halt: *const u32,
-        t_split: Option<u32>,
+        split: Option<u32>,
     ) -> Result<()> {
         let x = x.map_or(std::ptr::null(), |b| b.ptr::<T>() as *const T);
-        let word = t_split.unwrap_or(0);
+        let word = split.unwrap_or(0);
         macro_rules! go {
             ($r:literal, $split:literal) => {{
                 let d = self.dslash::<$r, $split>(out.ptr(), inp.ptr(), x, a, parity as u32, halt, word);
                 // SAFETY: the entry takes one `Dslash<T, R, SPLIT>`; the buffers have this lattice's
-                // tiled layouts (built by this type, with ghost slices when split) and the grid covers
+                // tiled layouts (built by this type, with ghosts when split) and the grid covers
                 // exactly the sites the word selects.
                 unsafe {
                     self.gpu.launch(
@@ -536,7 +689,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
                 }
             }};
         }
-        Ok(match (self.recon, t_split.is_some()) {
+        Ok(match (self.recon, split.is_some()) {
             (Recon::R18, false) => go!(9, false),
             (Recon::R12, false) => go!(6, false),
             (Recon::R18, true) => go!(9, true),
@@ -555,7 +708,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         parity: u32,
         halt: *const u32,
-        t_split: u32,
+        split: u32,
     ) -> Dslash<T, R, SPLIT> {
         Dslash {
             out,
@@ -567,7 +720,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
             dims: self.lat.dims.map(|d| d as u32),
             parity,
             halt,
-            t_split,
+            split,
         }
     }
 
@@ -766,11 +919,11 @@ pub fn hopping_on_host<T: WilsonReal>(
     hopping_with::<T, false>(lat, 0, gauge, recon, out, parity, inp, x, a)
 }
 
-/// [`hopping_on_host`] on one rank's slab of a `t` split: `inp` and `gauge` with their ghost slices
-/// ([`TSlab::pack_parity`], [`TSlab::pack_gauge`]), `out` and `x` this rank's sites.
+/// [`hopping_on_host`] on one rank's block of a split: `inp` and `gauge` with their ghosts
+/// ([`Block::pack_parity`], [`Block::pack_gauge`]), `out` and `x` this rank's sites.
 #[allow(clippy::too_many_arguments)]
-pub fn hopping_on_slab<T: WilsonReal>(
-    slab: &TSlab,
+pub fn hopping_on_block<T: WilsonReal>(
+    block: &Block,
     gauge: &[T],
     recon: Recon,
     out: &mut [T],
@@ -779,9 +932,10 @@ pub fn hopping_on_slab<T: WilsonReal>(
     x: Option<&[T]>,
     a: f64,
 ) {
+    assert_eq!(inp.len(), 2 * block.parity_len());
     hopping_with::<T, true>(
-        &slab.local(),
-        slab.t_split(),
+        &block.local(),
+        block.split(),
         gauge,
         recon,
         out,
@@ -792,10 +946,22 @@ pub fn hopping_on_slab<T: WilsonReal>(
     )
 }
 
+/// [`PackFaces`] on the CPU (the GPU kernel's own body): `data` is one stored parity of `block`.
+pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
+    assert_eq!(data.len(), 2 * block.parity_len());
+    let p = PackFaces {
+        spinor: data.as_mut_ptr(),
+        dims: block.size.map(|d| d as u32),
+        split: block.split(),
+    };
+    // SAFETY: `data` is a stored parity of the block (checked length); one site at a time.
+    (0..p.threads()).for_each(|i| unsafe { p.site(i) });
+}
+
 #[allow(clippy::too_many_arguments)]
 fn hopping_with<T: WilsonReal, const SPLIT: bool>(
     lat: &Lattice,
-    t_split: u32,
+    split: u32,
     gauge: &[T],
     recon: Recon,
     out: &mut [T],
@@ -821,14 +987,14 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
                 dims,
                 parity: parity as u32,
                 halt: std::ptr::null(),
-                t_split,
+                split,
             };
-            // Reals of the arrays a site may read: the interior (out, x), and with the ghost slices
-            // (inp, and each parity and direction's links).
+            // Reals of the arrays a site may read: the own sites (out, x), and with the ghosts (inp,
+            // at least, and each parity and direction's links).
             let len = 2 * parity_len(lat);
             let tiles = d.link_sites().div_ceil(TILE);
             assert!(out.len() == len && x.is_none_or(|x| x.len() == len));
-            assert_eq!(inp.len(), 2 * tiles * TILE * 12);
+            assert!(inp.len() >= 2 * tiles * TILE * 12);
             assert_eq!(gauge.len(), 2 * 8 * tiles * $r * TILE);
             // SAFETY: the slices have the tiled layouts of this lattice (checked lengths), and each site
             // writes only its own 12 entries of `out`.

@@ -1,23 +1,44 @@
-//! The hopping term on a lattice split along t (the GPU kernel's body run on the CPU): each rank's slab,
-//! its ghost slices filled as the halo exchange fills them, must give the bits of the whole lattice's
-//! hopping term on its sites, over 1, 2 and 4 ranks, both parities and link storages, periodic and
+//! The hopping term on a lattice split over GPUs into blocks along y, z and t (the GPU kernels' bodies
+//! run on the CPU): each rank's block, its ghosts filled as the halo exchange fills them, must give the
+//! bits of the whole lattice's hopping term on its sites, for grids cutting one, two and three axes
+//! (uneven ones too, and axes cut over one rank), both parities and link storages, periodic and
 //! antiperiodic t (the sign belongs to the global edge only). Outputs are poisoned with NaN first. The
-//! ranks' slabs tile the lattice, the exchange plan moves exactly the ghost slices, and the inner and
+//! blocks tile the lattice, packing and the exchange plan fill exactly the ghosts, and the inner and
 //! outer launches of an overlapped hopping term compute every site once.
 
-use lattice_gpu_kernels::wilson::{Dslash, T_HIGH_EDGE, T_INNER, T_LOW_EDGE, T_OUTER, T_SPLIT};
+use lattice_gpu_kernels::wilson::{
+    Dslash, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
+};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
-    hopping_on_host, hopping_on_slab, pack_gauge, pack_parity, parity_len, unpack_parity, Recon,
-    TSlab,
+    hopping_on_block, hopping_on_host, pack_faces_on_host, pack_gauge, pack_parity, parity_len,
+    unpack_parity, Block, Recon,
 };
 use lattice_gpu_lqcd::spinor::SpinorField;
 use num_complex::Complex64;
 
+/// Rank grids `[1, py, pz, pt]` and the axes cut besides those with more than one rank.
+const GRIDS: [([usize; 4], &[usize]); 8] = [
+    ([1, 1, 1, 1], &[3]),
+    ([1, 1, 1, 1], &[1, 2, 3]),
+    ([1, 1, 1, 2], &[]),
+    ([1, 1, 2, 1], &[]),
+    ([1, 2, 1, 1], &[]),
+    ([1, 1, 2, 2], &[]),
+    ([1, 2, 2, 2], &[]),
+    ([1, 1, 3, 2], &[]),
+];
+
+fn blocks(global: Lattice, grid: [usize; 4], cuts: &[usize]) -> Vec<Block> {
+    (0..grid.iter().product())
+        .map(|r| Block::new(global, grid, r).unwrap().cutting(cuts).unwrap())
+        .collect()
+}
+
 #[test]
-fn slabs_of_a_t_split_give_the_whole_lattices_bits() {
-    let dims = [4, 4, 4, 8];
+fn blocks_of_a_split_give_the_whole_lattices_bits() {
+    let dims = [8, 4, 8, 8];
     let u = GaugeField::random(dims, 21);
     let psi = SpinorField::random(dims, 22);
     let x = SpinorField::random(dims, 23);
@@ -30,43 +51,36 @@ fn slabs_of_a_t_split_give_the_whole_lattices_bits() {
                 let inp = pack_parity::<f64>(&global, &psi.data, 1 - parity);
                 let xp = pack_parity::<f64>(&global, &x.data, parity);
                 let mut whole = vec![f64::NAN; 2 * parity_len(&global)];
-                hopping_on_host(
-                    &global,
-                    &gauge,
-                    recon,
-                    &mut whole,
-                    parity,
-                    &inp,
-                    Some(&xp),
-                    a,
-                );
+                let (g, i, xs) = (&gauge, &inp, Some(&xp[..]));
+                hopping_on_host(&global, g, recon, &mut whole, parity, i, xs, a);
                 let mut want = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
                 unpack_parity(&global, &whole, parity, &mut want);
-                for ranks in [1, 2, 4] {
-                    let nt = dims[3] / ranks;
-                    for rank in 0..ranks {
-                        let slab = TSlab::new(global, rank * nt, nt).unwrap();
-                        let local = slab.local();
+                for (grid, cuts) in GRIDS {
+                    for block in blocks(global, grid, cuts) {
+                        let local = block.local();
                         let n = 2 * parity_len(&local);
-                        let inp = slab.pack_parity::<f64>(&psi.data, 1 - parity);
-                        // The interior of the packed addend: the ghost slices come after it.
-                        let xp = &slab.pack_parity::<f64>(&x.data, parity)[..n];
-                        let gauge = slab.pack_gauge::<f64>(&u, recon);
+                        let inp = block.pack_parity::<f64>(&psi.data, 1 - parity);
+                        // The own sites of the packed addend: the ghosts come after them.
+                        let xp = &block.pack_parity::<f64>(&x.data, parity)[..n];
+                        let gauge = block.pack_gauge::<f64>(&u, recon);
                         let mut out = vec![f64::NAN; n];
-                        hopping_on_slab(&slab, &gauge, recon, &mut out, parity, &inp, Some(xp), a);
-                        let mut got = vec![Complex64::new(f64::NAN, 0.0); 12 * local.volume()];
-                        unpack_parity(&local, &out, parity, &mut got);
+                        let (g, i) = (&gauge, &inp);
+                        hopping_on_block(&block, g, recon, &mut out, parity, i, Some(xp), a);
+                        let mut got = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
+                        block.unpack_parity(&out, parity, &mut got);
                         for site in (0..local.volume()).filter(|&s| local.parity(s) == parity) {
-                            let [sx, sy, sz, st] = local.coords(site);
-                            let g = global.index([sx, sy, sz, rank * nt + st]);
+                            let c = local.coords(site);
+                            let g = global.index(std::array::from_fn(|k| block.origin[k] + c[k]));
                             for k in 0..12 {
-                                let (w, h) = (want[12 * g + k], got[12 * site + k]);
+                                let (w, h) = (want[12 * g + k], got[12 * g + k]);
                                 assert!(
                                     w.re.to_bits() == h.re.to_bits()
                                         && w.im.to_bits() == h.im.to_bits(),
-                                    "antiperiodic {antiperiodic}, recon {}, parity {parity}, rank \
-                                     {rank} of {ranks}, site {site} component {k}: {h} vs {w}",
-                                    recon.name()
+                                    "antiperiodic {antiperiodic}, recon {}, parity {parity}, grid \
+                                     {grid:?} cutting {cuts:?}, rank {}, site {site} component {k}: \
+                                     {h} vs {w}",
+                                    recon.name(),
+                                    block.rank
                                 );
                             }
                         }
@@ -78,115 +92,188 @@ fn slabs_of_a_t_split_give_the_whole_lattices_bits() {
 }
 
 #[test]
-fn slab_edges_and_bad_slabs() {
-    let global = Lattice::new([4, 4, 4, 8], true).unwrap();
-    let edges = |t0, nt| TSlab::new(global, t0, nt).unwrap().t_split();
-    assert_eq!(edges(0, 8), T_SPLIT | T_LOW_EDGE | T_HIGH_EDGE);
-    assert_eq!(edges(0, 4), T_SPLIT | T_LOW_EDGE);
-    assert_eq!(edges(2, 4), T_SPLIT);
-    assert_eq!(edges(4, 4), T_SPLIT | T_HIGH_EDGE);
-    // Odd slices or an odd start break the even-odd order; a slice must be whole tiles.
-    for (t0, nt) in [(0, 3), (1, 2), (6, 4), (0, 0)] {
-        let e = TSlab::new(global, t0, nt).unwrap_err().to_string();
-        assert!(e.contains("even"), "{e}");
-    }
+fn block_edges_and_bad_blocks() {
+    let global = Lattice::new([8, 4, 8, 8], true).unwrap();
+    let split = |grid, rank| Block::new(global, grid, rank).unwrap().split();
+    // One rank: nothing cut, and both t edges are the global boundary.
+    assert_eq!(split([1, 1, 1, 1], 0), T_LOW_EDGE | T_HIGH_EDGE);
+    assert_eq!(split([1, 1, 1, 2], 0), T_SPLIT | T_LOW_EDGE);
+    assert_eq!(split([1, 1, 1, 2], 1), T_SPLIT | T_HIGH_EDGE);
+    assert_eq!(split([1, 1, 1, 4], 1), T_SPLIT);
+    // Ranks y fastest: rank 5 of 2x2x2 is at y 1, z 0, t 1.
+    assert_eq!(
+        split([1, 2, 2, 2], 5),
+        T_SPLIT | Z_SPLIT | Y_SPLIT | T_HIGH_EDGE
+    );
+    let b = Block::new(global, [1, 2, 2, 2], 5).unwrap();
+    assert_eq!((b.origin, b.size), ([0, 2, 0, 4], [8, 2, 4, 4]));
+    assert_eq!(split([1, 1, 2, 1], 1), Z_SPLIT | T_LOW_EDGE | T_HIGH_EDGE);
+    let err = |dims, grid| {
+        let lat = Lattice::new(dims, false).unwrap();
+        Block::new(lat, grid, 0).unwrap_err().to_string()
+    };
+    let e = err([8, 4, 8, 8], [2, 1, 1, 1]);
+    assert!(e.contains("never split along x"), "{e}");
+    let e = err([8, 4, 8, 8], [1, 1, 1, 8]);
+    assert!(e.contains("at most 4 GPUs along t"), "{e}");
+    let e = err([8, 4, 8, 6], [1, 4, 1, 1]);
+    assert!(e.contains("at most 2 GPUs along y"), "{e}");
+    // A t layer of 4x2x4 sites is 16 of one parity: not whole tiles.
+    let e = err([4, 4, 8, 8], [1, 2, 2, 2]);
+    assert!(e.contains("multiple of 32"), "{e}");
+    let e = Block::new(global, [1, 1, 1, 1], 0)
+        .unwrap()
+        .cutting(&[3])
+        .map(|b| b.split());
+    assert_eq!(e.unwrap(), T_SPLIT | T_LOW_EDGE | T_HIGH_EDGE);
     let thin = Lattice::new([2, 2, 2, 8], false).unwrap();
-    let e = TSlab::new(thin, 0, 4).unwrap_err().to_string();
+    let e = Block::new(thin, [1, 1, 1, 1], 0)
+        .unwrap()
+        .cutting(&[3])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("multiple of 32"), "{e}");
 }
 
 #[test]
-fn ranks_slabs_tile_the_lattice_and_their_exchange_fills_the_ghosts() {
-    let dims = [4, 4, 4, 14];
+fn blocks_tile_the_lattice_and_packing_and_the_exchange_fill_the_ghosts() {
+    // Pairs of planes dealt out unevenly: y 4 over 3 ranks, z 5 over 2 and 3, t 6 over 4.
+    let dims = [8, 8, 10, 12];
     let global = Lattice::new(dims, true).unwrap();
     let psi = SpinorField::random(dims, 31);
-    for ranks in 1..=7 {
-        let slabs: Vec<TSlab> = (0..ranks)
-            .map(|r| TSlab::for_rank(global, r, ranks).unwrap())
-            .collect();
-        // Consecutive, even, as even as pairs of slices go (7 pairs over 3 ranks: 3, 2, 2 pairs).
-        let mut t = 0;
-        for s in &slabs {
-            assert_eq!(s.t0, t);
-            assert!(s.nt >= 2 && s.nt.is_multiple_of(2));
-            assert!(s.nt <= 2 * 7usize.div_ceil(ranks) && s.nt >= 2 * (7 / ranks));
-            t += s.nt;
+    for (grid, cuts) in [
+        ([1, 1, 1, 3], &[][..]),
+        ([1, 1, 1, 4], &[]),
+        ([1, 1, 5, 1], &[]),
+        ([1, 3, 1, 1], &[]),
+        ([1, 3, 2, 1], &[]),
+        ([1, 1, 3, 2], &[]),
+        ([1, 2, 2, 3], &[]),
+        ([1, 1, 1, 1], &[1, 2]),
+        ([1, 1, 2, 1], &[1]),
+    ] {
+        let blocks = blocks(global, grid, cuts);
+        // Every site of the lattice in exactly one block, each block even along every axis.
+        let mut owner = vec![0usize; global.volume()];
+        for b in &blocks {
+            assert!(
+                b.origin.iter().chain(&b.size).all(|v| v % 2 == 0),
+                "{grid:?}"
+            );
+            let local = b.local();
+            for n in 0..local.volume() {
+                let c = local.coords(n);
+                owner[global.index(std::array::from_fn(|k| b.origin[k] + c[k]))] += 1;
+            }
         }
-        assert_eq!(t, dims[3]);
+        assert!(
+            owner.iter().all(|&o| o == 1),
+            "{grid:?}: blocks overlap or leave gaps"
+        );
         for parity in 0..2 {
-            // Every rank's own sites, ghosts poisoned; then each send lands in the peer's ghost.
-            let full: Vec<Vec<f64>> = slabs
+            // What every rank must end with: its own sites and ghosts (staging aside).
+            let full: Vec<Vec<f64>> = blocks
                 .iter()
-                .map(|s| s.pack_parity::<f64>(&psi.data, parity))
+                .map(|b| b.pack_parity::<f64>(&psi.data, parity))
                 .collect();
+            // Own sites only, everything else poisoned; then pack, then every send lands in the
+            // peer's ghost.
             let mut got: Vec<Vec<f64>> = full
                 .iter()
-                .zip(&slabs)
-                .map(|(f, s)| {
+                .zip(&blocks)
+                .map(|(f, b)| {
                     let mut g = f.clone();
-                    let own = 24 * s.local().half_volume();
-                    g[own..].fill(f64::NAN);
+                    g[24 * b.local().half_volume()..].fill(f64::NAN);
+                    pack_faces_on_host(b, &mut g);
                     g
                 })
                 .collect();
-            for (r, s) in slabs.iter().enumerate() {
-                let sides = s.sides(r, ranks);
-                for (me, other) in [
-                    (
-                        &sides.lower,
-                        slabs[sides.lower.peer].sides(sides.lower.peer, ranks).upper,
-                    ),
-                    (
-                        &sides.upper,
-                        slabs[sides.upper.peer].sides(sides.upper.peer, ranks).lower,
-                    ),
-                ] {
-                    // What the peer sends towards this rank fills this rank's ghost on that side.
-                    assert_eq!(other.peer, r);
-                    let sent = full[me.peer][other.send.clone()].to_vec();
-                    got[r][me.recv.clone()].copy_from_slice(&sent);
+            let sent = got.clone();
+            for (r, b) in blocks.iter().enumerate() {
+                for (axis, sides) in b.sides().iter().enumerate() {
+                    for (me, theirs) in [(&sides.lower, true), (&sides.upper, false)] {
+                        let peer_sides = &blocks[me.peer].sides()[axis];
+                        // The lower neighbour sends its last layer up, the upper one its first down.
+                        let other = if theirs {
+                            &peer_sides.upper
+                        } else {
+                            &peer_sides.lower
+                        };
+                        assert_eq!(other.peer, r, "{grid:?}: rank {r} axis entry {axis}");
+                        assert_eq!(other.send.len(), me.recv.len());
+                        let data = sent[me.peer][other.send.clone()].to_vec();
+                        got[r][me.recv.clone()].copy_from_slice(&data);
+                    }
                 }
             }
-            for (r, (g, f)) in got.iter().zip(&full).enumerate() {
-                let same = g.iter().zip(f).all(|(a, b)| a.to_bits() == b.to_bits());
+            for (r, (g, (f, b))) in got.iter().zip(full.iter().zip(&blocks)).enumerate() {
+                let upto = 24 * b.halo().link_sites;
+                let same = g[..upto]
+                    .iter()
+                    .zip(&f[..upto])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(
                     same,
-                    "{ranks} ranks, rank {r}, parity {parity}: ghosts differ"
+                    "{grid:?} cutting {cuts:?}, rank {r}, parity {parity}: ghosts differ"
                 );
             }
         }
     }
-    let e = TSlab::for_rank(global, 0, 8).unwrap_err().to_string();
-    assert!(e.contains("at most 7 GPUs"), "{e}");
+    // 12 ranks: t takes 6, z 2; 7 fit no axis with 2 sites each.
+    let b = Block::for_rank(global, 11, 12).unwrap();
+    assert_eq!(
+        (b.grid, b.origin, b.size),
+        ([1, 1, 2, 6], [0, 0, 6, 10], [8, 8, 4, 2])
+    );
+    let e = Block::for_rank(global, 0, 7).unwrap_err().to_string();
+    assert!(e.contains("at least 2 sites per rank"), "{e}");
 }
 
 #[test]
 fn inner_and_outer_launches_compute_each_site_once() {
-    for nt in [2u32, 4, 6] {
-        let d = |word: u32| Dslash::<f64, 6, true> {
-            out: std::ptr::null_mut(),
-            inp: std::ptr::null(),
-            gauge: std::ptr::null(),
-            x: std::ptr::null(),
-            a: 1.0,
-            t_boundary: 1.0,
-            dims: [4, 4, 4, nt],
-            parity: 0,
-            halt: std::ptr::null(),
-            t_split: T_SPLIT | word,
-        };
-        let all: Vec<usize> = (0..d(0).threads()).map(|i| d(0).site_of(i)).collect();
-        assert_eq!(all, (0..d(0).half_volume()).collect::<Vec<_>>());
-        let mut parts: Vec<usize> = [T_INNER, T_OUTER]
-            .into_iter()
-            .flat_map(|w| (0..d(w).threads()).map(move |i| d(w).site_of(i)))
-            .collect();
-        // Only the first and last slices' sites in the outer launch.
-        let s = d(0).slice_sites();
-        assert!((0..d(T_OUTER).threads())
-            .map(|i| d(T_OUTER).site_of(i))
-            .all(|c| c < s || c >= d(0).half_volume() - s));
+    let launch = |dims: [u32; 4], word: u32| Dslash::<f64, 6, true> {
+        out: std::ptr::null_mut(),
+        inp: std::ptr::null(),
+        gauge: std::ptr::null(),
+        x: std::ptr::null(),
+        a: 1.0,
+        t_boundary: 1.0,
+        dims,
+        parity: 0,
+        halt: std::ptr::null(),
+        split: word,
+    };
+    let sites = |d: &Dslash<f64, 6, true>| -> Vec<usize> {
+        (0..d.threads())
+            .map(|i| d.site_of(i))
+            .filter(|&cb| d.computes(cb))
+            .collect()
+    };
+    for (dims, cut) in [
+        ([4, 4, 4, 2], T_SPLIT),
+        ([4, 4, 4, 4], T_SPLIT),
+        ([4, 4, 4, 6], T_SPLIT),
+        ([4, 4, 6, 4], Z_SPLIT),
+        ([4, 6, 4, 4], Y_SPLIT | T_SPLIT),
+        ([4, 4, 4, 4], Y_SPLIT | Z_SPLIT | T_SPLIT),
+        ([4, 2, 4, 4], Y_SPLIT | Z_SPLIT),
+    ] {
+        let all = sites(&launch(dims, cut));
+        let whole = launch(dims, cut);
+        assert_eq!(all, (0..whole.half_volume()).collect::<Vec<_>>());
+        let outer = sites(&launch(dims, cut | OUTER));
+        let mut parts = sites(&launch(dims, cut | INNER));
+        // The outer launch takes the sites on an edge of a cut axis: as many as the inner leaves.
+        let [x, y, z, t] = dims.map(|d| d as usize);
+        let inner_len = |n: usize, axis_cut: bool| if axis_cut { n - 2 } else { n };
+        let inner = x
+            * inner_len(y, cut & Y_SPLIT != 0)
+            * inner_len(z, cut & Z_SPLIT != 0)
+            * inner_len(t, cut & T_SPLIT != 0)
+            / 2;
+        assert_eq!(parts.len(), inner, "{dims:?} {cut}");
+        parts.extend(outer);
         parts.sort_unstable();
-        assert_eq!(parts, all, "nt = {nt}");
+        assert_eq!(parts, all, "{dims:?} {cut}");
     }
 }

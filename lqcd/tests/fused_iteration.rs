@@ -55,7 +55,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
                     dims: dims_u32,
                     parity: 0,
                     halt: std::ptr::null(),
-                    t_split: 0,
+                    split: 0,
                 },
                 kappa2: T::from_f64(kappa * kappa),
                 vec: std::array::from_fn(|k| vec[k].as_mut_ptr()),

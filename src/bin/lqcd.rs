@@ -18,7 +18,7 @@ use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK};
 use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
-use lattice_gpu::lqcd::gpu::{solve_with, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu::lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal};
 use lattice_gpu::lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu::lqcd::spinor::SpinorField;
 use lattice_gpu::lqcd::{pion, reference, Error, Result};
@@ -117,11 +117,16 @@ struct SolveArgs {
     #[arg(long, default_value_t = 7)]
     source_seed: u64,
     /// Split the lattice over the ranks of the MPI job this process belongs to (start it with `mpirun -np
-    /// N`): on GPUs along t, one GPU per rank (a rank takes its node-local rank's GPU), even-odd BiCGStab
-    /// with every sum over the ranks; on the CPU engine the reference solver split along t, then z and
-    /// y. Rank 0 prints. Needs `--features mpi`.
+    /// N`) into blocks along t, then z, then y (see --grid): on GPUs one GPU per rank (a rank takes its
+    /// node-local rank's GPU), even-odd BiCGStab with every sum over the ranks; on the CPU engine the
+    /// reference solver. Rank 0 prints. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    /// The rank grid of a split run (--mpi or --gpus): ranks along y, z and t as `YxZxT` (e.g. 1x2x4),
+    /// their product the number of ranks. Default: t takes the largest factor of the ranks it can hold,
+    /// then z, then y.
+    #[arg(long, value_name = "YxZxT", value_parser = parse_grid)]
+    grid: Option<[usize; 3]>,
     #[command(flatten)]
     split: lattice_gpu::cli::HaloArgs,
     /// Instead of one solve, time N iterations (the tolerance set out of reach) of every solver variant
@@ -168,6 +173,31 @@ fn parse_dims4(s: &str) -> std::result::Result<[usize; 4], String> {
             "lattice `{s}` must be N or XxYxZxT (e.g. 8x8x8x16)"
         )),
     }
+}
+
+fn parse_grid(s: &str) -> std::result::Result<[usize; 3], String> {
+    match lattice_gpu::cli::parse_dims(s)?.as_slice() {
+        [y, z, t] => Ok([*y, *z, *t]),
+        _ => Err(format!(
+            "rank grid `{s}` must be YxZxT, the ranks along y, z and t (e.g. 1x2x4)"
+        )),
+    }
+}
+
+/// The rank grid `[1, py, pz, pt]` of a split run over `ranks` ranks: `--grid`, or `t` first with at
+/// least `planes` sites per rank along a cut axis.
+fn rank_grid(a: &SolveArgs, dims: [usize; 4], ranks: usize, planes: usize) -> Result<[usize; 4]> {
+    let Some([y, z, t]) = a.grid else {
+        return lattice_gpu::lqcd::distributed::rank_grid(dims, ranks, planes);
+    };
+    if y * z * t != ranks {
+        return Err(Error::InvalidParameter(format!(
+            "--grid {y}x{z}x{t} places {} ranks, but the run has {ranks}: give a grid of {ranks} \
+             ranks, or start as many",
+            y * z * t
+        )));
+    }
+    Ok([1, y, z, t])
 }
 
 fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
@@ -416,6 +446,11 @@ fn solve(a: &SolveArgs) -> Result<()> {
     a.split
         .check_launch(a.mpi)
         .map_err(Error::InvalidParameter)?;
+    if a.grid.is_some() && !a.mpi && a.split.gpus.is_none() {
+        return Err(Error::InvalidParameter(
+            "--grid places the ranks of a split run: add --mpi (under mpirun) or --gpus N".into(),
+        ));
+    }
     if let Some(n) = a.split.gpus {
         return lattice_gpu::cli::on_gpus(n as usize, |c| solve_split(a, Rc::new(c.clone())));
     }
@@ -536,7 +571,7 @@ fn norm(x: &[num_complex::Complex64]) -> f64 {
 }
 
 /// `solve --mpi`: the lattice split over the MPI ranks (every rank makes the same gauge field and source
-/// from the seeds): on GPUs along t, else the CPU reference along t, z and y.
+/// from the seeds) into blocks along t, z and y: on GPUs, else the CPU reference.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
     a: &SolveArgs,
@@ -559,7 +594,8 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
         };
     }
     let comm = &*comm;
-    let d = lattice_gpu::lqcd::distributed::Distributed::new(comm, &lat, &u)?;
+    let g = rank_grid(a, lat.dims, comm.size(), 1)?;
+    let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, &lat, &u, g)?;
     let t = Instant::now();
     let (x, solve, res) = d.solve(
         args.kappa,
@@ -569,7 +605,6 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
     )?;
     let x = d.gather(&x)?;
     if lead {
-        let g = lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size())?;
         println!(
             "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             comm.size(),
@@ -584,7 +619,7 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
     Ok(())
 }
 
-/// `solve --mpi` on GPUs: this rank's t slab, ghosts and sums through NCCL or host memory.
+/// `solve --mpi` on GPUs: this rank's block, ghosts and sums through NCCL or host memory.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'static>(
     a: &SolveArgs,
@@ -607,9 +642,15 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
         }
     };
     let size = comm.size();
+    let grid = rank_grid(a, lat.dims, size, 2)?;
+    let block = Block::new(*lat, grid, comm.rank())?;
+    let split = format!(
+        "split over {size} GPUs (y x z x t: {}x{}x{})",
+        grid[1], grid[2], grid[3]
+    );
     let w = WilsonGpu::<T>::split(
         g,
-        lat,
+        block,
         u,
         args.kappa,
         args.recon,
@@ -620,7 +661,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     let lead = comm.rank() == 0;
     if let Some(n) = a.bench {
         if lead {
-            println!("split along t over {size} GPUs, {}", ghosts(&a.split));
+            println!("{split}, {}", ghosts(&a.split));
         }
         return bench_variants(&mut solver, b, lat, n, args.check_every, lead);
     }
@@ -645,7 +686,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
         let secs = report.seconds;
         let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
         println!(
-            "split along t over {size} GPUs, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            "{split}, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             ghosts(&a.split),
             args.variant,
             secs / it.max(1) as f64 * 1e6,

@@ -103,9 +103,10 @@ pub fn number_after(text: &str, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no number after `{key}` in:\n{text}"))
 }
 
-/// A one-rank `t` split of a 4x4x4x8 lattice through `ranks` (each call a new one) against the whole
-/// lattice, for each of `variants`: the same iterations, the same solution to round-off (the sums are
-/// only finished elsewhere), and the same true residual.
+/// One-rank splits of a 4x4x4x8 lattice through `ranks` (each call a new one), cut along t, along z,
+/// and along y, z and t (every ghost from the block's own far side: packing and exchange to itself),
+/// against the whole lattice, for each of `variants`: the same iterations, the same solution to
+/// round-off (the sums are only finished elsewhere), and the same true residual.
 pub fn split_solve_matches_whole(
     gpu: &Arc<Gpu>,
     ranks: &dyn Fn() -> Box<dyn lattice_gpu::host::split::DeviceRanks<f64>>,
@@ -113,14 +114,17 @@ pub fn split_solve_matches_whole(
     overlap: bool,
 ) {
     use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus};
-    use lattice_gpu::lqcd::gpu::{solve_with, EvenOdd, Recon, WilsonGpu};
+    use lattice_gpu::lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu};
     use lattice_gpu::lqcd::{gauge::GaugeField, geometry::Lattice, spinor::SpinorField};
     let dims = [4, 4, 4, 8];
     let lat = Lattice::new(dims, true).unwrap();
     let u = GaugeField::random(dims, 41);
     let b = SpinorField::random(dims, 42);
     let kappa = 0.12;
-    for &variant in variants {
+    for (&variant, cuts) in variants
+        .iter()
+        .flat_map(|v| [&[3][..], &[2], &[1, 2, 3]].map(|c| (v, c)))
+    {
         let opt = SolveOptions {
             tol: 1e-10,
             max_iter: 500,
@@ -132,15 +136,16 @@ pub fn split_solve_matches_whole(
         let mut solver = BiCgStab::new(gpu, EvenOdd(whole)).unwrap();
         let (want, want_report, want_res) =
             solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        let block = Block::new(lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
         let split =
-            WilsonGpu::<f64>::split(gpu, &lat, &u, kappa, Recon::R12, ranks(), overlap).unwrap();
-        assert!(split.slab().is_some());
+            WilsonGpu::<f64>::split(gpu, block, &u, kappa, Recon::R12, ranks(), overlap).unwrap();
+        assert!(split.block().is_some());
         let mut solver = BiCgStab::new(gpu, EvenOdd(split)).unwrap();
         let (got, report, res) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
-        assert_eq!(report.status, SolveStatus::Converged, "{variant}");
+        assert_eq!(report.status, SolveStatus::Converged, "{variant} {cuts:?}");
         assert_eq!(
             report.iterations, want_report.iterations,
-            "{variant}: iterations"
+            "{variant} cutting {cuts:?}: iterations"
         );
         let scale = want.data.iter().map(|z| z.norm()).fold(0.0, f64::max);
         let d = got
@@ -154,15 +159,15 @@ pub fn split_solve_matches_whole(
             );
         assert!(
             d <= 1e-12 * scale,
-            "{variant}: split solution differs by {d:e} of {scale:e}"
+            "{variant} cutting {cuts:?}: split solution differs by {d:e} of {scale:e}"
         );
         assert!(
             (res - want_res).abs() <= 1e-3 * want_res && res <= 1e-9,
-            "{variant}: true residual {res:e}, whole lattice {want_res:e}"
+            "{variant} cutting {cuts:?}: true residual {res:e}, whole lattice {want_res:e}"
         );
         let _ = writeln!(
             std::io::stderr(),
-            "split {variant}: {} iterations, true residual {res:e}",
+            "split {variant} cutting {cuts:?}: {} iterations, true residual {res:e}",
             report.iterations
         );
     }

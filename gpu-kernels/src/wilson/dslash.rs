@@ -2,6 +2,9 @@
 // Spin, colour and row indices run in lock step across several arrays: index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
+use super::halo::{
+    face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, Y_SPLIT, Z_SPLIT,
+};
 use crate::complex::{Complex, ComplexReal};
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -36,27 +39,16 @@ pub struct Dslash<T, const R: usize, const SPLIT: bool = false> {
     pub parity: u32,
     /// Solver status flag, or null.
     pub halt: *const u32,
-    /// With `SPLIT` (a lattice split along `t` over ranks), [`T_SPLIT`] plus [`T_LOW_EDGE`] and
-    /// [`T_HIGH_EDGE`] where this rank's edge is the global boundary: hops across a local `t` edge read
-    /// ghost slices stored after the `half_volume()` sites of `inp` (the upper neighbour's first slice,
-    /// then the lower neighbour's last), backward ones the lower ghost's links, stored likewise after
-    /// each parity and direction's sites ([`Dslash::link_sites`]); only hops across a global edge take
-    /// `t_boundary`. Without `SPLIT` (a compile-time choice, so that the kernel of one lattice keeps its
-    /// registers), `t` wraps on this lattice and this is ignored.
-    pub t_split: u32,
+    /// With `SPLIT` (a rank's block of a lattice split over GPUs, [`super::halo`]): the axes cut
+    /// ([`T_SPLIT`](super::T_SPLIT), [`Z_SPLIT`], [`Y_SPLIT`]), [`T_LOW_EDGE`] and [`T_HIGH_EDGE`]
+    /// where this rank's `t` edge is the global boundary (only hops across a global edge take
+    /// `t_boundary`), and [`INNER`] or [`OUTER`] to compute only the sites that read no ghost or only
+    /// those that do. Hops across a local edge of a cut axis read the ghost faces stored after the
+    /// block's sites, backward ones the ghosts' links ([`Halo`]). Without `SPLIT` (a compile-time
+    /// choice, so that the kernel of one lattice keeps its registers), every axis wraps on this
+    /// lattice and this is ignored.
+    pub split: u32,
 }
-
-/// [`Dslash::t_split`]: `t` is split over ranks.
-pub const T_SPLIT: u32 = 1;
-/// [`Dslash::t_split`]: this rank's lower `t` edge is the global boundary.
-pub const T_LOW_EDGE: u32 = 2;
-/// [`Dslash::t_split`]: this rank's upper `t` edge is the global boundary.
-pub const T_HIGH_EDGE: u32 = 4;
-/// [`Dslash::t_split`]: only the sites of the inner slices (`1..T-1`), which read no ghost: they run
-/// while the ghosts are exchanged.
-pub const T_INNER: u32 = 8;
-/// [`Dslash::t_split`]: only the sites of the first and last slices, which read the ghosts.
-pub const T_OUTER: u32 = 16;
 
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
 unsafe impl<T, const R: usize, const S: bool> Send for Dslash<T, R, S> {}
@@ -129,6 +121,8 @@ pub struct Neighbours<T> {
     pub fwd_sign: T,
     /// Factor of the backward `t` hop.
     pub bwd_sign: T,
+    /// Sites each parity and direction's links take room for ([`Dslash::link_sites`]).
+    pub link_sites: usize,
 }
 type Half<T> = [[Complex<T>; 3]; 2];
 
@@ -174,16 +168,17 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         }
     }
 
-    /// Threads a launch needs: one per site of the output parity, or on a split lattice per site of the
-    /// slices [`T_INNER`] or [`T_OUTER`] selects.
+    /// Threads a launch needs: one per site of the output parity, or on a block cut along `t` alone
+    /// one per site of the slices [`INNER`] or [`OUTER`] selects (cut along `z` or `y` too, one per
+    /// site, and [`computes`](Self::computes) picks).
     #[inline(always)]
     pub fn threads(&self) -> usize {
         let (v, s) = (self.half_volume(), self.slice_sites());
-        if !SPLIT {
+        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) != 0 {
             v
-        } else if self.t_split & T_INNER != 0 {
+        } else if self.split & INNER != 0 {
             v - 2 * s
-        } else if self.t_split & T_OUTER != 0 {
+        } else if self.split & OUTER != 0 {
             2 * s
         } else {
             v
@@ -194,33 +189,59 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     #[inline(always)]
     pub fn site_of(&self, i: usize) -> usize {
         let (v, s) = (self.half_volume(), self.slice_sites());
-        if !SPLIT {
+        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) != 0 {
             i
-        } else if self.t_split & T_INNER != 0 {
+        } else if self.split & INNER != 0 {
             s + i
-        } else if self.t_split & T_OUTER != 0 && i >= s {
+        } else if self.split & OUTER != 0 && i >= s {
             v - 2 * s + i
         } else {
             i
         }
     }
 
-    /// Sites of one parity in one `t` slice: a ghost slice of a split lattice.
+    /// Whether the launch computes site `cb` of [`site_of`](Self::site_of): on a block cut along `z`
+    /// or `y` with [`INNER`] or [`OUTER`], the sites off or on an edge of a cut axis.
+    #[inline(always)]
+    pub fn computes(&self, cb: usize) -> bool {
+        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) == 0 || self.split & (INNER | OUTER) == 0 {
+            return true;
+        }
+        let c = self.coords(cb);
+        // Literal axes: a loop left rolled would put `c` on the stack.
+        let at_edge = |a: usize| is_cut(self.split, a) && (c[a] == 0 || c[a] + 1 == self.dims[a]);
+        let edge = at_edge(1) || at_edge(2) || at_edge(3);
+        edge == (self.split & OUTER != 0)
+    }
+
+    /// Sites of one parity in one `t` slice.
     #[inline(always)]
     pub fn slice_sites(&self) -> usize {
         let [x, y, z, _] = self.dims;
         x as usize * y as usize * z as usize / 2
     }
 
-    /// Sites each parity and direction's links take room for: the half volume, and on a lattice split
-    /// in `t` the two ghost slices after it.
+    /// Sites each parity and direction's links take room for: the half volume, and on a split lattice
+    /// the ghosts after it ([`Halo::link_sites`]).
     #[inline(always)]
     pub fn link_sites(&self) -> usize {
         if SPLIT {
-            self.half_volume() + 2 * self.slice_sites()
+            Halo::new(self.dims, self.split).link_sites
         } else {
             self.half_volume()
         }
+    }
+
+    /// The coordinates `[x, y, z, t]` of output site `cb`.
+    #[inline(always)]
+    fn coords(&self, cb: usize) -> [u32; 4] {
+        let [nx, ny, nz, _] = self.dims;
+        let xh = nx / 2;
+        let c = cb as u32;
+        let (x2, rest) = (c % xh, c / xh);
+        let (y, rest) = (rest % ny, rest / ny);
+        let (z, t) = (rest % nz, rest / nz);
+        [2 * x2 + ((self.parity ^ (y + z + t)) & 1), y, z, t]
     }
 
     /// The neighbours of output site `cb`, for [`hop_at`](Self::hop_at).
@@ -228,21 +249,31 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     pub fn neighbours(&self, cb: usize) -> Neighbours<T> {
         let [nx, ny, nz, nt] = self.dims;
         let xh = nx / 2;
-        let c = cb as u32;
-        let (x2, rest) = (c % xh, c / xh);
-        let (y, rest) = (rest % ny, rest / ny);
-        let (z, t) = (rest % nz, rest / nz);
-        let x = 2 * x2 + ((self.parity ^ (y + z + t)) & 1);
+        let c = self.coords(cb);
+        let [x, y, z, t] = c;
         let cb_of =
             |x: u32, y: u32, z: u32, t: u32| (((t * nz + z) * ny + y) * xh + x / 2) as usize;
         let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
         let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
-        // Across a local t edge of a split lattice: the ghost slices after the half volume.
-        let ghost = |lower: bool| {
-            self.half_volume() + if lower { self.slice_sites() } else { 0 } + cb_of(x, y, z, 0)
+        let halo = if SPLIT {
+            Some(Halo::new(self.dims, self.split))
+        } else {
+            None
+        };
+        // Across a local edge of a cut axis: that axis's upper or lower ghost face.
+        let ghost = |axis: usize, lower: bool| {
+            halo.and_then(|h| {
+                let (at, n) = (c[axis], self.dims[axis]);
+                let edge = if lower { at == 0 } else { at + 1 == n };
+                (edge && is_cut(self.split, axis)).then(|| {
+                    h.ghost[axis]
+                        + if lower { h.room(axis) } else { 0 }
+                        + face_index(self.dims, c, axis)
+                })
+            })
         };
         let sign = |edge: bool, global: u32| {
-            if edge && (!SPLIT || self.t_split & global != 0) {
+            if edge && (!SPLIT || self.split & global != 0) {
                 self.t_boundary
             } else {
                 T::ONE
@@ -251,26 +282,19 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         Neighbours {
             fwd: [
                 cb_of(up(x, nx), y, z, t),
-                cb_of(x, up(y, ny), z, t),
-                cb_of(x, y, up(z, nz), t),
-                if SPLIT && t + 1 == nt {
-                    ghost(false)
-                } else {
-                    cb_of(x, y, z, up(t, nt))
-                },
+                ghost(1, false).unwrap_or_else(|| cb_of(x, up(y, ny), z, t)),
+                ghost(2, false).unwrap_or_else(|| cb_of(x, y, up(z, nz), t)),
+                ghost(3, false).unwrap_or_else(|| cb_of(x, y, z, up(t, nt))),
             ],
             bwd: [
                 cb_of(down(x, nx), y, z, t),
-                cb_of(x, down(y, ny), z, t),
-                cb_of(x, y, down(z, nz), t),
-                if SPLIT && t == 0 {
-                    ghost(true)
-                } else {
-                    cb_of(x, y, z, down(t, nt))
-                },
+                ghost(1, true).unwrap_or_else(|| cb_of(x, down(y, ny), z, t)),
+                ghost(2, true).unwrap_or_else(|| cb_of(x, y, down(z, nz), t)),
+                ghost(3, true).unwrap_or_else(|| cb_of(x, y, z, down(t, nt))),
             ],
             fwd_sign: sign(t + 1 == nt, T_HIGH_EDGE),
             bwd_sign: sign(t == 0, T_LOW_EDGE),
+            link_sites: halo.map_or(self.half_volume(), |h| h.link_sites),
         }
     }
 
@@ -288,7 +312,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         mu: usize,
         fwd: bool,
     ) {
-        let sites = self.link_sites();
+        let sites = nb.link_sites;
         let (p, other) = (self.parity, self.parity ^ 1);
         let one = T::ONE;
         unsafe {
@@ -427,7 +451,10 @@ macro_rules! dslash_entry {
             pub unsafe fn $name(d: Dslash<$t, $r, $split>) {
                 let i = thread::index_1d();
                 if i < d.threads() {
-                    d.site(d.site_of(i))
+                    let cb = d.site_of(i);
+                    if d.computes(cb) {
+                        d.site(cb)
+                    }
                 }
             }
         }
