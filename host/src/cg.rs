@@ -287,15 +287,11 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         max_iter: usize,
         progress: &mut dyn FnMut(usize, f64),
     ) -> Result<CgReport, P::Error> {
-        check_stop(tol, max_iter)?;
-        let start = Instant::now();
+        let (start, mut watch) = match self.begin(tol, max_iter, progress)? {
+            Begun::Zero(report) => return Ok(report),
+            Begun::Running(start, watch) => (start, watch),
+        };
         let mut preconditions = 0;
-        let mut watch = Watch::new(tol, self.b_norm, progress);
-        self.fill_x()?;
-        if self.b_norm == 0.0 {
-            return Ok(self.report(0, watch.history, preconditions, start)?);
-        }
-        self.copy_b()?;
         problem.precondition(&self.r, &mut self.z)?;
         preconditions += 1;
         self.first_direction()?;
@@ -332,19 +328,16 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         check_every: usize,
         progress: &mut dyn FnMut(usize, f64),
     ) -> Result<CgReport, P::Error> {
-        check_stop(tol, max_iter)?;
         if check_every == 0 {
             return Err(Error::InvalidSize(
                 "the residual must be read every 1 or more iterations".into(),
             )
             .into());
         }
-        let start = Instant::now();
-        let mut watch = Watch::new(tol, self.b_norm, progress);
-        self.fill_x()?;
-        if self.b_norm == 0.0 {
-            return Ok(self.report(0, watch.history, 0, start)?);
-        }
+        let (start, mut watch) = match self.begin(tol, max_iter, progress)? {
+            Begun::Zero(report) => return Ok(report),
+            Begun::Running(start, watch) => (start, watch),
+        };
         // Iteration k's |r|^2, p.Ap and r.z, in that order.
         let (rr, pq, rz) = (|k: usize| 3 * k, |k: usize| 3 * k + 1, |k: usize| 3 * k + 2);
         let mut values = self
@@ -358,7 +351,6 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             rr: rr as u32,
             stop,
         };
-        self.copy_b()?;
         self.engine.dot_into(&self.r, &self.r, &mut values, rr(0))?;
         problem.precondition(&self.r, &mut self.z)?;
         self.engine.dot_into(&self.r, &self.z, &mut values, rz(0))?;
@@ -389,6 +381,25 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         Err(watch.out_of_iterations(max_iter).into())
     }
 
+    /// What both drivers do first: check the stop, start the clock, `x = 0`, and `r = b` unless `b` is
+    /// zero (then `x = 0` is the answer, after no iteration).
+    fn begin<'p>(
+        &mut self,
+        tol: f64,
+        max_iter: usize,
+        progress: &'p mut dyn FnMut(usize, f64),
+    ) -> crate::Result<Begun<'p>> {
+        check_stop(tol, max_iter)?;
+        let start = Instant::now();
+        let watch = Watch::new(tol, self.b_norm, progress);
+        self.fill_x()?;
+        if self.b_norm == 0.0 {
+            return Ok(Begun::Zero(self.report(0, watch.history, 0, start)?));
+        }
+        self.copy_b()?;
+        Ok(Begun::Running(start, watch))
+    }
+
     fn report(
         &self,
         iterations: usize,
@@ -404,6 +415,12 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             seconds: start.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// How a solve starts: already answered (a zero right-hand side), or running since an instant.
+enum Begun<'p> {
+    Zero(CgReport),
+    Running(Instant, Watch<'p>),
 }
 
 fn check_stop(tol: f64, max_iter: usize) -> crate::Result<()> {
