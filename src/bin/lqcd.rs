@@ -496,7 +496,7 @@ fn ghosts(split: &lattice_gpu::cli::HaloArgs) -> &'static str {
     match (split.halos, split.no_overlap) {
         (HaloTransport::Host, _) => "ghosts through host memory before each hopping term",
         (HaloTransport::Nccl, true) => "ghosts through NCCL before each hopping term (no overlap)",
-        (HaloTransport::Nccl, false) => "ghosts through NCCL behind the inner slices",
+        (HaloTransport::Nccl, false) => "ghosts through NCCL behind the inner sites",
     }
 }
 
