@@ -23,6 +23,11 @@
 #                                             against their floors, the smoothers against the copy bandwidth)
 #                                  poisson512 `poisson bench` at 512^3: f64 and mixed, plain and with every
 #                                             technique (minutes of set-up: a call of its own)
+#                                  lqcdsplit  what the lqcd GPU split costs on one GPU: BiCGStab and M_hat
+#                                             (f32, 32^3x64 and 48^3x96) unsplit, then split over one rank
+#                                             (NCCL) cutting no axis, t, z, and y, z and t (--cut: ghosts
+#                                             exchanged with itself), with and without overlap (not in the
+#                                             default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
 #                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
 #                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
@@ -147,6 +152,7 @@ run() {
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
+    [[ $parts == *" lqcdsplit "* ]] && lqcdsplit_part "$out"
     [[ $parts == *" lbm "* ]] && lbm_part "$out"
     [[ $parts == *" advection "* ]] && advection_part "$out"
     [[ $parts == *" poisson "* ]] && poisson_part "$out"
@@ -217,6 +223,34 @@ lqcd_part() {
         "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64,48x48x48x96 --csv "$out/lqcd-bench.csv"
     echo
     grep -E "^\| " "$out/lqcd-bench.log"
+}
+
+lqcdsplit_part() {
+    local out=$1 dims cut mode log line
+    # The copy bandwidth of the same call, which the figures are quoted against.
+    "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/lqcdsplit-copy.log" 2>&1
+    grep -o 'copy bandwidth [0-9.]* GB/s' "$out/lqcdsplit-copy.log" | head -1
+    local table=("| lattice | run | M_hat us | BiCGStab us/iteration: sync / async / graph / waitkernel / streamwait |")
+    for dims in 32x32x32x64 48x48x48x96; do
+        for cut in unsplit none t z y,z,t; do
+            for mode in overlap seq; do
+                local args=(solve --engine device --precision f32 --dims "$dims" --kappa 0.18 --bench 200
+                    --check-every 20)
+                [ "$cut" = unsplit ] && [ "$mode" = seq ] && continue
+                [ "$cut" = none ] && [ "$mode" = seq ] && continue
+                [ "$cut" != unsplit ] && args+=(--gpus 1 --halos nccl)
+                [ "$cut" != unsplit ] && [ "$cut" != none ] && args+=(--cut "$cut")
+                [ "$mode" = seq ] && args+=(--no-overlap)
+                log="$out/lqcdsplit-$dims-${cut//,/}-$mode.log"
+                expect "lqcd split bench $dims, cut $cut, $mode" ok "M_hat" "$log" "$BIN/mpi/lqcd" "${args[@]}"
+                line="| $dims | $cut$([ "$mode" = seq ] && echo ", no overlap") |"
+                line="$line $(grep -o '[0-9.]* us per application' "$log" | cut -d' ' -f1) |"
+                line="$line $(grep -o 'bench [a-z]*: [0-9.]* us' "$log" | awk '{print $3}' | paste -sd/ | sed 's|/| / |g') |"
+                table+=("$line")
+            done
+        done
+    done
+    printf '%s\n' "${table[@]}" | tee "$out/lqcdsplit.md"
 }
 
 lbm_part() {

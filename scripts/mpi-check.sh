@@ -274,6 +274,17 @@ if [ "$engine" = device ]; then
         --variant async
     lqcd_split "lqcd GPU solve, 6 ranks (z and t split), host halos, sync" 6 -- --grid 1x2x3 \
         --variant sync
+    lqcd_split "lqcd GPU solve, 1 rank cut along y, z and t (--cut), host halos, async" 1 -- \
+        --cut y,z,t --variant async
+    # NCCL to itself on one GPU: packing, the exchange and the overlapped inner and outer sites.
+    "$lqcd" "${lqcd_args[@]}" --gpus 1 --halos nccl --cut y,z,t --variant graph >"$work/lqcd-split" 2>&1 || true
+    if [ "$want" != " " ] && [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
+        echo "lqcd GPU solve, --gpus 1 --cut y,z,t, NCCL, graph: as on one GPU PASS"
+    else
+        cat "$work/lqcd-gpu" "$work/lqcd-split"
+        echo "lqcd GPU solve, --gpus 1 --cut y,z,t, NCCL, graph: differs FAIL"
+        status=1
+    fi
     expect_refusal "lqcd GPU split, graph variant with host halos" "halos nccl" \
         -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --variant graph
     expect_refusal "lqcd GPU split, 4 ranks along 6 t slices" "at most 3 GPUs along t" \

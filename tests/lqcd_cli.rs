@@ -19,7 +19,23 @@ fn cpu_solve_converges_with_true_residual() {
 
 #[test]
 fn bad_input_is_refused_with_the_fix() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["solve", "--engine", "host", "--grid", "1x2"],
+            "must be YxZxT",
+        ),
+        (
+            &["solve", "--engine", "host", "--grid", "1x1x2"],
+            "add --mpi (under mpirun) or --gpus N",
+        ),
+        (
+            &["solve", "--engine", "host", "--cut", "x"],
+            "give axes y, z and t",
+        ),
+        (
+            &["solve", "--engine", "host", "--gpus", "1", "--cut", "z"],
+            "--cut is for the GPU split",
+        ),
         (&["solve", "--engine", "host", "--dims", "5x4x4x4"], "odd"),
         (
             &["solve", "--engine", "host", "--kappa", "0.3"],

@@ -285,6 +285,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
                         parity: parity as u32,
                         halt: std::ptr::null(),
                         split: block.split(),
+                        sites: std::ptr::null(),
                     };
                     // SAFETY: the entry takes one `Dslash<f64, R, true>`; the buffers have the block's
                     // layouts and the grid covers its half volume.

@@ -14,8 +14,8 @@ use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::stencil::GpuEntry;
 use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
-    tile_index, Dslash, FusedIteration, PackFaces, Phase, FLOPS_PER_SITE, FUSED_BLOCK, INNER,
-    OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
+    edge_order, tile_index, Dslash, FusedIteration, PackFaces, Phase, FLOPS_PER_SITE, FUSED_BLOCK,
+    INNER, OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
 };
 use num_complex::Complex64;
 
@@ -471,6 +471,8 @@ struct Split<T> {
     ranks: Box<dyn DeviceRanks<T>>,
     /// Whether the sites that read no ghost run while the ghosts travel.
     overlap: bool,
+    /// The block's sites, those that read no ghost first ([`Dslash::sites`]).
+    sites: DeviceBuffer<u32>,
 }
 
 impl<T: WilsonReal> WilsonGpu<T> {
@@ -511,11 +513,14 @@ impl<T: WilsonReal> WilsonGpu<T> {
         }
         let links = block.pack_gauge::<T>(u, recon);
         let (local, storage) = (block.local(), block.parity_len());
+        let dims = local.dims.map(|d| d as u32);
+        let order: Vec<u32> = edge_order(dims, block.split()).collect();
         let split = Split {
             sides: block.sides(),
             block,
             ranks,
             overlap,
+            sites: DeviceBuffer::from_host(gpu, &order)?,
         };
         let w = Self::with_links(gpu, local, &links, storage, kappa, recon, Some(split))?;
         // NCCL connects to its peers at their first exchange and first sum: once here, so that no
@@ -721,6 +726,10 @@ impl<T: WilsonReal> WilsonGpu<T> {
             parity,
             halt,
             split,
+            sites: self
+                .split
+                .as_ref()
+                .map_or(std::ptr::null(), |s| s.sites.ptr::<u32>()),
         }
     }
 
@@ -988,6 +997,8 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
                 parity: parity as u32,
                 halt: std::ptr::null(),
                 split,
+                // Every site, in order: no INNER or OUTER selection here.
+                sites: std::ptr::null(),
             };
             // Reals of the arrays a site may read: the own sites (out, x), and with the ghosts (inp,
             // at least, and each parity and direction's links).

@@ -7,7 +7,7 @@
 //! outer launches of an overlapped hopping term compute every site once.
 
 use lattice_gpu_kernels::wilson::{
-    Dslash, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
+    edge_order, Dslash, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
@@ -231,7 +231,7 @@ fn blocks_tile_the_lattice_and_packing_and_the_exchange_fill_the_ghosts() {
 
 #[test]
 fn inner_and_outer_launches_compute_each_site_once() {
-    let launch = |dims: [u32; 4], word: u32| Dslash::<f64, 6, true> {
+    let launch = |dims: [u32; 4], word: u32, order: &[u32]| Dslash::<f64, 6, true> {
         out: std::ptr::null_mut(),
         inp: std::ptr::null(),
         gauge: std::ptr::null(),
@@ -242,12 +242,10 @@ fn inner_and_outer_launches_compute_each_site_once() {
         parity: 0,
         halt: std::ptr::null(),
         split: word,
+        sites: order.as_ptr(),
     };
     let sites = |d: &Dslash<f64, 6, true>| -> Vec<usize> {
-        (0..d.threads())
-            .map(|i| d.site_of(i))
-            .filter(|&cb| d.computes(cb))
-            .collect()
+        (0..d.threads()).map(|i| d.site_of(i)).collect()
     };
     for (dims, cut) in [
         ([4, 4, 4, 2], T_SPLIT),
@@ -257,12 +255,26 @@ fn inner_and_outer_launches_compute_each_site_once() {
         ([4, 6, 4, 4], Y_SPLIT | T_SPLIT),
         ([4, 4, 4, 4], Y_SPLIT | Z_SPLIT | T_SPLIT),
         ([4, 2, 4, 4], Y_SPLIT | Z_SPLIT),
+        ([6, 6, 8, 6], Y_SPLIT | T_SPLIT),
+        ([4, 4, 2, 6], Z_SPLIT | T_SPLIT),
     ] {
-        let all = sites(&launch(dims, cut));
-        let whole = launch(dims, cut);
+        let order: Vec<u32> = edge_order(dims, cut).collect();
+        let launch = |word| launch(dims, word, &order);
+        let all = sites(&launch(cut));
+        let whole = launch(cut);
         assert_eq!(all, (0..whole.half_volume()).collect::<Vec<_>>());
-        let outer = sites(&launch(dims, cut | OUTER));
-        let mut parts = sites(&launch(dims, cut | INNER));
+        let outer = sites(&launch(cut | OUTER));
+        // Every outer site on an edge of a cut axis, every inner one off them.
+        let [nx, ny, nz, _] = dims;
+        let on_edge = |cb: usize| {
+            let c = cb as u32 / (nx / 2);
+            let (y, z, t) = (c % ny, c / ny % nz, c / ny / nz);
+            let edge = |v: u32, n: u32, flag: u32| cut & flag != 0 && (v == 0 || v + 1 == n);
+            edge(y, ny, Y_SPLIT) || edge(z, nz, Z_SPLIT) || edge(t, dims[3], T_SPLIT)
+        };
+        assert!(outer.iter().all(|&cb| on_edge(cb)), "{dims:?} {cut}");
+        assert!(sites(&launch(cut | INNER)).iter().all(|&cb| !on_edge(cb)));
+        let mut parts = sites(&launch(cut | INNER));
         // The outer launch takes the sites on an edge of a cut axis: as many as the inner leaves.
         let [x, y, z, t] = dims.map(|d| d as usize);
         let inner_len = |n: usize, axis_cut: bool| if axis_cut { n - 2 } else { n };

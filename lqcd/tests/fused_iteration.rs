@@ -56,6 +56,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
                     parity: 0,
                     halt: std::ptr::null(),
                     split: 0,
+                    sites: std::ptr::null(),
                 },
                 kappa2: T::from_f64(kappa * kappa),
                 vec: std::array::from_fn(|k| vec[k].as_mut_ptr()),

@@ -14,7 +14,7 @@ use lattice_gpu::host::krylov::{
     Variant,
 };
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK};
+use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
 use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
@@ -127,6 +127,11 @@ struct SolveArgs {
     /// then z, then y.
     #[arg(long, value_name = "YxZxT", value_parser = parse_grid)]
     grid: Option<[usize; 3]>,
+    /// Also cut these axes of a GPU split (a comma list of y, z and t) where the grid has one rank
+    /// along them, the ghosts then coming from the block's own far side: what the split costs,
+    /// measured on one GPU (as QUDA's --partition). The results are unchanged.
+    #[arg(long, value_name = "AXES", value_parser = parse_cut)]
+    cut: Option<[bool; 3]>,
     #[command(flatten)]
     split: lattice_gpu::cli::HaloArgs,
     /// Instead of one solve, time N iterations (the tolerance set out of reach) of every solver variant
@@ -198,6 +203,23 @@ fn rank_grid(a: &SolveArgs, dims: [usize; 4], ranks: usize, planes: usize) -> Re
         )));
     }
     Ok([1, y, z, t])
+}
+
+fn parse_cut(s: &str) -> std::result::Result<[bool; 3], String> {
+    let mut cut = [false; 3];
+    for axis in s.split(',') {
+        match axis.trim() {
+            "y" => cut[0] = true,
+            "z" => cut[1] = true,
+            "t" => cut[2] = true,
+            other => {
+                return Err(format!(
+                    "--cut `{other}`: give axes y, z and t, separated by commas (x is never cut)"
+                ))
+            }
+        }
+    }
+    Ok(cut)
 }
 
 fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
@@ -446,9 +468,9 @@ fn solve(a: &SolveArgs) -> Result<()> {
     a.split
         .check_launch(a.mpi)
         .map_err(Error::InvalidParameter)?;
-    if a.grid.is_some() && !a.mpi && a.split.gpus.is_none() {
+    if (a.grid.is_some() || a.cut.is_some()) && !a.mpi && a.split.gpus.is_none() {
         return Err(Error::InvalidParameter(
-            "--grid places the ranks of a split run: add --mpi (under mpirun) or --gpus N".into(),
+            "--grid and --cut shape a split run: add --mpi (under mpirun) or --gpus N".into(),
         ));
     }
     if let Some(n) = a.split.gpus {
@@ -593,6 +615,11 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
             Prec::F64 => solve_split_gpu::<f64, C>(a, &comm, &g, &lat, &u, &b),
         };
     }
+    if a.cut.is_some() {
+        return Err(Error::InvalidParameter(
+            "--cut is for the GPU split: run it on GPUs (--engine device)".into(),
+        ));
+    }
     let comm = &*comm;
     let g = rank_grid(a, lat.dims, comm.size(), 1)?;
     let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, &lat, &u, g)?;
@@ -643,10 +670,26 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     };
     let size = comm.size();
     let grid = rank_grid(a, lat.dims, size, 2)?;
-    let block = Block::new(*lat, grid, comm.rank())?;
+    let cuts: Vec<usize> = (1..4)
+        .filter(|&axis| a.cut.is_some_and(|c| c[axis - 1]))
+        .collect();
+    let block = Block::new(*lat, grid, comm.rank())?.cutting(&cuts)?;
+    let word = block.split();
+    let cut: Vec<&str> = [(Y_SPLIT, "y"), (Z_SPLIT, "z"), (T_SPLIT, "t")]
+        .into_iter()
+        .filter(|&(flag, _)| word & flag != 0)
+        .map(|(_, axis)| axis)
+        .collect();
     let split = format!(
-        "split over {size} GPUs (y x z x t: {}x{}x{})",
-        grid[1], grid[2], grid[3]
+        "split over {size} GPUs (y x z x t: {}x{}x{}, cut along {})",
+        grid[1],
+        grid[2],
+        grid[3],
+        if cut.is_empty() {
+            "none".to_string()
+        } else {
+            cut.join(", ")
+        }
     );
     let w = WilsonGpu::<T>::split(
         g,

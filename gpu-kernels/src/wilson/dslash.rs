@@ -2,9 +2,7 @@
 // Spin, colour and row indices run in lock step across several arrays: index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
-use super::halo::{
-    face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, Y_SPLIT, Z_SPLIT,
-};
+use super::halo::{face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE};
 use crate::complex::{Complex, ComplexReal};
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -40,14 +38,34 @@ pub struct Dslash<T, const R: usize, const SPLIT: bool = false> {
     /// Solver status flag, or null.
     pub halt: *const u32,
     /// With `SPLIT` (a rank's block of a lattice split over GPUs, [`super::halo`]): the axes cut
-    /// ([`T_SPLIT`](super::T_SPLIT), [`Z_SPLIT`], [`Y_SPLIT`]), [`T_LOW_EDGE`] and [`T_HIGH_EDGE`]
-    /// where this rank's `t` edge is the global boundary (only hops across a global edge take
-    /// `t_boundary`), and [`INNER`] or [`OUTER`] to compute only the sites that read no ghost or only
-    /// those that do. Hops across a local edge of a cut axis read the ghost faces stored after the
-    /// block's sites, backward ones the ghosts' links ([`Halo`]). Without `SPLIT` (a compile-time
-    /// choice, so that the kernel of one lattice keeps its registers), every axis wraps on this
-    /// lattice and this is ignored.
+    /// ([`T_SPLIT`](super::T_SPLIT), [`Z_SPLIT`](super::Z_SPLIT), [`Y_SPLIT`](super::Y_SPLIT)),
+    /// [`T_LOW_EDGE`] and [`T_HIGH_EDGE`] where this rank's `t` edge is the global boundary (only hops
+    /// across a global edge take `t_boundary`), and [`INNER`] or [`OUTER`] to compute only the sites
+    /// that read no ghost or only those that do. Hops across a local edge of a cut axis read the ghost
+    /// faces stored after the block's sites, backward ones the ghosts' links ([`Halo`]). Without
+    /// `SPLIT` (a compile-time choice, so that the kernel of one lattice keeps its registers), every
+    /// axis wraps on this lattice and this is ignored.
     pub split: u32,
+    /// With `SPLIT` and [`INNER`] or [`OUTER`]: the block's sites off the edges of its cut axes, then
+    /// those on an edge ([`edge_order`]), so that each launch's threads take consecutive entries (a
+    /// list: computed in the kernel, the order cost 40 registers). Null otherwise.
+    pub sites: *const u32,
+}
+
+/// The sites `cb` of a block `dims` cut as `split` says, those that read no ghost first (in order),
+/// then those on an edge of a cut axis (in order): [`Dslash::sites`].
+pub fn edge_order(dims: [u32; 4], split: u32) -> impl Iterator<Item = u32> {
+    let [nx, ny, nz, nt] = dims;
+    let on_edge = move |cb: u32| {
+        let r = cb / (nx / 2);
+        let (y, z, t) = (r % ny, r / ny % nz, r / ny / nz);
+        let edge = |a: usize, v: u32, n: u32| is_cut(split, a) && (v == 0 || v + 1 == n);
+        edge(1, y, ny) || edge(2, z, nz) || edge(3, t, nt)
+    };
+    let all = nx * ny * nz * nt / 2;
+    (0..all)
+        .filter(move |&cb| !on_edge(cb))
+        .chain((0..all).filter(move |&cb| on_edge(cb)))
 }
 
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
@@ -126,6 +144,44 @@ pub struct Neighbours<T> {
 }
 type Half<T> = [[Complex<T>; 3]; 2];
 
+/// The sites of a block off the edges of its cut axes: along each axis, the first coordinate and how
+/// many (an uncut axis keeps all its sites).
+struct Edges {
+    lo: [usize; 4],
+    len: [usize; 4],
+}
+
+impl Edges {
+    #[inline(always)]
+    fn new(dims: [u32; 4], split: u32) -> Self {
+        let lo = [0, 1, 2, 3].map(|a| usize::from(a > 0 && is_cut(split, a)));
+        // Literal axes (no loop over a runtime index: these stay in registers).
+        let len = [
+            dims[0] as usize / 2,
+            dims[1] as usize - 2 * lo[1],
+            dims[2] as usize - 2 * lo[2],
+            dims[3] as usize - 2 * lo[3],
+        ];
+        Self { lo, len }
+    }
+
+    /// Sites off every edge.
+    #[inline(always)]
+    fn inner(&self) -> usize {
+        self.len.iter().product()
+    }
+
+    /// Sites on an edge: all the others.
+    #[inline(always)]
+    fn outer(&self) -> usize {
+        let all = self.len[0]
+            * (self.len[1] + 2 * self.lo[1])
+            * (self.len[2] + 2 * self.lo[2])
+            * (self.len[3] + 2 * self.lo[3]);
+        all - self.inner()
+    }
+}
+
 impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     /// Sites of one parity.
     #[inline(always)]
@@ -168,50 +224,35 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         }
     }
 
-    /// Threads a launch needs: one per site of the output parity, or on a block cut along `t` alone
-    /// one per site of the slices [`INNER`] or [`OUTER`] selects (cut along `z` or `y` too, one per
-    /// site, and [`computes`](Self::computes) picks).
+    /// Threads a launch needs: one per site of the output parity, or on a split lattice one per site
+    /// that [`INNER`] or [`OUTER`] selects.
     #[inline(always)]
     pub fn threads(&self) -> usize {
-        let (v, s) = (self.half_volume(), self.slice_sites());
-        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) != 0 {
-            v
-        } else if self.split & INNER != 0 {
-            v - 2 * s
-        } else if self.split & OUTER != 0 {
-            2 * s
+        if !SPLIT || self.split & (INNER | OUTER) == 0 {
+            return self.half_volume();
+        }
+        let e = Edges::new(self.dims, self.split);
+        if self.split & INNER != 0 {
+            e.inner()
         } else {
-            v
+            e.outer()
         }
     }
 
-    /// The site thread `i < threads()` computes (slices are consecutive runs of `slice_sites()` sites).
+    /// The site thread `i < threads()` computes: with [`INNER`] or [`OUTER`], from the block's list
+    /// of sites ([`Dslash::sites`]).
     #[inline(always)]
     pub fn site_of(&self, i: usize) -> usize {
-        let (v, s) = (self.half_volume(), self.slice_sites());
-        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) != 0 {
-            i
-        } else if self.split & INNER != 0 {
-            s + i
-        } else if self.split & OUTER != 0 && i >= s {
-            v - 2 * s + i
+        if !SPLIT || self.split & (INNER | OUTER) == 0 {
+            return i;
+        }
+        let first = if self.split & OUTER != 0 {
+            Edges::new(self.dims, self.split).inner()
         } else {
-            i
-        }
-    }
-
-    /// Whether the launch computes site `cb` of [`site_of`](Self::site_of): on a block cut along `z`
-    /// or `y` with [`INNER`] or [`OUTER`], the sites off or on an edge of a cut axis.
-    #[inline(always)]
-    pub fn computes(&self, cb: usize) -> bool {
-        if !SPLIT || self.split & (Z_SPLIT | Y_SPLIT) == 0 || self.split & (INNER | OUTER) == 0 {
-            return true;
-        }
-        let c = self.coords(cb);
-        // Literal axes: a loop left rolled would put `c` on the stack.
-        let at_edge = |a: usize| is_cut(self.split, a) && (c[a] == 0 || c[a] + 1 == self.dims[a]);
-        let edge = at_edge(1) || at_edge(2) || at_edge(3);
-        edge == (self.split & OUTER != 0)
+            0
+        };
+        // SAFETY: with INNER or OUTER, `sites` lists every site of the block (the field's contract).
+        unsafe { *self.sites.add(first + i) as usize }
     }
 
     /// Sites of one parity in one `t` slice.
@@ -451,10 +492,7 @@ macro_rules! dslash_entry {
             pub unsafe fn $name(d: Dslash<$t, $r, $split>) {
                 let i = thread::index_1d();
                 if i < d.threads() {
-                    let cb = d.site_of(i);
-                    if d.computes(cb) {
-                        d.site(cb)
-                    }
+                    d.site(d.site_of(i))
                 }
             }
         }

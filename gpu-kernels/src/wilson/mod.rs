@@ -20,6 +20,8 @@ mod dslash;
 mod fused;
 pub mod halo;
 
-pub use dslash::{component_index, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE};
+pub use dslash::{
+    component_index, edge_order, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE,
+};
 pub use fused::{FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT};
