@@ -154,25 +154,22 @@ for np in 2 3; do
         status=1
     fi
 done
-# Four ranks on two time slices: the rank grid cuts z too (edges and corners through the halo plan).
+# Four ranks on two time slices: the rank grid cuts z too (edges and corners through the halo plan),
+# or, placed by --grid, y and z.
 mpirun_ -np 1 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd1" 2>&1 || true
 want=$(lqcd_line "$work/lqcd1")
-mpirun_ -np 4 "$lqcd" solve --engine host --mpi --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1 || true
-if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
-    echo "lqcd solve, 4 MPI ranks (t and z split): as on one rank PASS"
-else
-    cat "$work/lqcd1" "$work/lqcd4"
-    echo "lqcd solve, 4 MPI ranks (t and z split): differs     FAIL"
-    status=1
-fi
-mpirun_ -np 4 "$lqcd" solve --engine host --mpi --grid 2x2x1 --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1 || true
-if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
-    echo "lqcd solve, 4 MPI ranks (--grid 2x2x1: y and z split): as on one rank PASS"
-else
-    cat "$work/lqcd1" "$work/lqcd4"
-    echo "lqcd solve, 4 MPI ranks (--grid 2x2x1): differs      FAIL"
-    status=1
-fi
+for grid in "t and z split" "2x2x1"; do
+    args=()
+    [ "$grid" = 2x2x1 ] && args=(--grid 2x2x1) && grid="--grid 2x2x1: y and z split"
+    mpirun_ -np 4 "$lqcd" solve --engine host --mpi "${args[@]}" --dims 4x4x6x2 --tol 1e-10 >"$work/lqcd4" 2>&1 || true
+    if [ -n "$want" ] && [ "$(lqcd_line "$work/lqcd4")" = "$want" ]; then
+        echo "lqcd solve, 4 MPI ranks ($grid): as on one rank PASS"
+    else
+        cat "$work/lqcd1" "$work/lqcd4"
+        echo "lqcd solve, 4 MPI ranks ($grid): differs     FAIL"
+        status=1
+    fi
+done
 # expect_refusal NAME PATTERN COMMAND...: the job fails (mpirun stops the other ranks once one has
 # failed) and a rank says why.
 expect_refusal() {
@@ -251,6 +248,16 @@ if [ "$engine" = device ]; then
     lqcd_args=(solve --engine device --precision f64 --dims 4x4x8x12 --antiperiodic-t --tol 1e-10)
     "$lqcd" "${lqcd_args[@]}" >"$work/lqcd-gpu" 2>&1 || true
     want=$(gpu_lqcd "$work/lqcd-gpu")
+    # same_as_gpu NAME: the split run's log ($work/lqcd-split) against the one-GPU solve.
+    same_as_gpu() {
+        if [ "$want" != " " ] && [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
+            echo "$1: as on one GPU ($want) PASS"
+        else
+            cat "$work/lqcd-gpu" "$work/lqcd-split"
+            echo "$1: differs from one GPU FAIL"
+            status=1
+        fi
+    }
     # lqcd_split NAME NP [mpirun wrapper...] -- OPTIONS...: NP ranks against the one-GPU solve.
     lqcd_split() {
         local name=$1 np=$2
@@ -259,13 +266,7 @@ if [ "$engine" = device ]; then
         while [ "$1" != -- ]; do wrap+=("$1"); shift; done
         shift
         mpirun_ -np "$np" "${wrap[@]}" "$lqcd" "${lqcd_args[@]}" --mpi "$@" >"$work/lqcd-split" 2>&1 || true
-        if [ "$want" != " " ] && [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
-            echo "$name: as on one GPU ($want) PASS"
-        else
-            cat "$work/lqcd-gpu" "$work/lqcd-split"
-            echo "$name: differs from one GPU FAIL"
-            status=1
-        fi
+        same_as_gpu "$name"
     }
     lqcd_split "lqcd GPU solve, 2 ranks (t split), host halos, sync" 2 -- --variant sync
     lqcd_split "lqcd GPU solve, 3 ranks (t split), host halos, async" 3 -- --variant async
@@ -278,13 +279,7 @@ if [ "$engine" = device ]; then
         --cut y,z,t --variant async
     # NCCL to itself on one GPU: packing, the exchange and the overlapped inner and outer sites.
     "$lqcd" "${lqcd_args[@]}" --gpus 1 --halos nccl --cut y,z,t --variant graph >"$work/lqcd-split" 2>&1 || true
-    if [ "$want" != " " ] && [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
-        echo "lqcd GPU solve, --gpus 1 --cut y,z,t, NCCL, graph: as on one GPU PASS"
-    else
-        cat "$work/lqcd-gpu" "$work/lqcd-split"
-        echo "lqcd GPU solve, --gpus 1 --cut y,z,t, NCCL, graph: differs FAIL"
-        status=1
-    fi
+    same_as_gpu "lqcd GPU solve, --gpus 1 --cut y,z,t, NCCL, graph"
     expect_refusal "lqcd GPU split, graph variant with host halos" "halos nccl" \
         -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --variant graph
     expect_refusal "lqcd GPU split, 4 ranks along 6 t slices" "at most 3 GPUs along t" \
@@ -302,13 +297,7 @@ if [ "$engine" = device ]; then
         lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, z split, async" 2 "${one_gpu_each[@]}" -- \
             --halos nccl --grid 1x2x1 --variant async
         "$lqcd" "${lqcd_args[@]}" --gpus 2 --halos nccl --variant graph >"$work/lqcd-split" 2>&1 || true
-        if [ "$(gpu_lqcd "$work/lqcd-split")" = "$want" ]; then
-            echo "lqcd GPU solve, --gpus 2 (one process), NCCL, graph: as on one GPU PASS"
-        else
-            cat "$work/lqcd-split"
-            echo "lqcd GPU solve, --gpus 2 (one process), NCCL, graph: differs FAIL"
-            status=1
-        fi
+        same_as_gpu "lqcd GPU solve, --gpus 2 (one process), NCCL, graph"
     else
         echo "SKIPPED (lqcd on 2 GPUs with NCCL): $gpus GPU here"
         # Two NCCL ranks on the one GPU: refused on every rank, naming them, before NCCL starts.

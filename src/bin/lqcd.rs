@@ -18,7 +18,7 @@ use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT
 use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
-use lattice_gpu::lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu::lqcd::gpu::{gpu_grid, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal};
 use lattice_gpu::lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu::lqcd::spinor::SpinorField;
 use lattice_gpu::lqcd::{pion, reference, Error, Result};
@@ -189,11 +189,15 @@ fn parse_grid(s: &str) -> std::result::Result<[usize; 3], String> {
     }
 }
 
-/// The rank grid `[1, py, pz, pt]` of a split run over `ranks` ranks: `--grid`, or `t` first with at
-/// least `planes` sites per rank along a cut axis.
-fn rank_grid(a: &SolveArgs, dims: [usize; 4], ranks: usize, planes: usize) -> Result<[usize; 4]> {
+/// The rank grid `[1, py, pz, pt]` of a split run over `ranks` ranks: `--grid`, or the engine's
+/// `default`.
+fn rank_grid(
+    a: &SolveArgs,
+    ranks: usize,
+    default: impl FnOnce() -> lattice_gpu::lqcd::Result<[usize; 4]>,
+) -> Result<[usize; 4]> {
     let Some([y, z, t]) = a.grid else {
-        return lattice_gpu::lqcd::distributed::rank_grid(dims, ranks, planes);
+        return default();
     };
     if y * z * t != ranks {
         return Err(Error::InvalidParameter(format!(
@@ -621,7 +625,9 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
         ));
     }
     let comm = &*comm;
-    let g = rank_grid(a, lat.dims, comm.size(), 1)?;
+    let g = rank_grid(a, comm.size(), || {
+        lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size(), 1)
+    })?;
     let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, &lat, &u, g)?;
     let t = Instant::now();
     let (x, solve, res) = d.solve(
@@ -669,7 +675,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
         }
     };
     let size = comm.size();
-    let grid = rank_grid(a, lat.dims, size, 2)?;
+    let grid = rank_grid(a, size, || gpu_grid(lat.dims, size))?;
     let cuts: Vec<usize> = (1..4)
         .filter(|&axis| a.cut.is_some_and(|c| c[axis - 1]))
         .collect();

@@ -255,13 +255,6 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         unsafe { *self.sites.add(first + i) as usize }
     }
 
-    /// Sites of one parity in one `t` slice.
-    #[inline(always)]
-    pub fn slice_sites(&self) -> usize {
-        let [x, y, z, _] = self.dims;
-        x as usize * y as usize * z as usize / 2
-    }
-
     /// Sites each parity and direction's links take room for: the half volume, and on a split lattice
     /// the ghosts after it ([`Halo::link_sites`]).
     #[inline(always)]

@@ -178,6 +178,18 @@ pub(crate) mod test_support {
         dir
     }
 
+    /// Decodes a PNG that must be 8-bit RGB: width, height and RGB bytes.
+    pub(crate) fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
+        let decoder = png::Decoder::new(fs::File::open(path).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        assert_eq!(info.bit_depth, png::BitDepth::Eight);
+        buf.truncate(info.buffer_size());
+        (info.width, info.height, buf)
+    }
+
     /// The sorted file names in `dir`.
     pub(crate) fn entries(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)

@@ -6,10 +6,9 @@
 //! comes from a 5 × 7 bitmap font compiled into the code: no font files to find, install or ship.
 //! The canvas is y down, as PNG rows are; a chart maps its data y up.
 
-use std::io;
 use std::path::Path;
 
-use super::{write_atomically, IoError};
+use super::IoError;
 
 /// An RGB colour.
 pub type Rgb = [u8; 3];
@@ -400,46 +399,14 @@ impl Canvas {
         text_width(text, scale.max(1))
     }
 
-    /// Writes the canvas as an RGB PNG, atomically ([`write_atomically`]).
+    /// Writes the canvas as an RGB PNG, atomically ([`super::png::write_rgb`]).
     ///
     /// Fails with [`IoError::Png`] for an empty canvas and [`IoError::Write`] if the file cannot
     /// be written.
     pub fn write_png(&self, path: &Path) -> Result<(), IoError> {
-        let too_large = || IoError::Png {
-            path: path.to_path_buf(),
-            problem: format!(
-                "a {} × {} picture is too large for PNG",
-                self.width, self.height
-            ),
-        };
-        if self.width == 0 || self.height == 0 {
-            return Err(IoError::Png {
-                path: path.to_path_buf(),
-                problem: format!(
-                    "a {} × {} picture is empty; width and height must both be at least 1",
-                    self.width, self.height
-                ),
-            });
-        }
-        let width = u32::try_from(self.width).map_err(|_| too_large())?;
-        let height = u32::try_from(self.height).map_err(|_| too_large())?;
-        write_atomically(path, |out| {
-            let mut encoder = ::png::Encoder::new(out, width, height);
-            encoder.set_color(::png::ColorType::Rgb);
-            encoder.set_depth(::png::BitDepth::Eight);
-            let mut writer = encoder.write_header().map_err(into_io)?;
-            writer.write_image_data(&self.rgb).map_err(into_io)?;
-            writer.finish().map_err(into_io)
+        super::png::write_rgb(path, self.width, self.height, |stream| {
+            stream.write_all(&self.rgb)
         })
-    }
-}
-
-/// The png crate's errors as I/O errors; with the size checked beforehand only genuine I/O
-/// errors are expected.
-fn into_io(err: ::png::EncodingError) -> io::Error {
-    match err {
-        ::png::EncodingError::IoError(err) => err,
-        other => io::Error::other(other),
     }
 }
 
@@ -820,19 +787,9 @@ fn min_gap(ticks: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::{self, File};
+    use std::fs;
 
-    use crate::io::test_support::{entries, scratch_dir};
-
-    fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
-        let decoder = png::Decoder::new(File::open(path).unwrap());
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        assert_eq!(info.color_type, png::ColorType::Rgb);
-        buf.truncate(info.buffer_size());
-        (info.width, info.height, buf)
-    }
+    use crate::io::test_support::{decode, entries, scratch_dir};
 
     const RED: Rgb = [214, 39, 40];
 

@@ -123,11 +123,7 @@ pub fn write_png_scaled(
         path: path.to_path_buf(),
         problem,
     };
-    if width == 0 || height == 0 {
-        return Err(bad(format!(
-            "a {width} × {height} picture is empty; width and height must both be at least 1"
-        )));
-    }
+    check_not_empty(path, width, height)?;
     if width.checked_mul(height) != Some(data.len()) {
         return Err(bad(format!(
             "{} values cannot fill a {width} × {height} picture, which needs {}; pass the \
@@ -153,10 +149,6 @@ pub fn write_png_scaled(
         .div_ceil(shorter)
         .min(MAX_SCALED_SIDE / longer)
         .max(1);
-    let too_large = || bad(format!("a {width} × {height} picture is too large for PNG"));
-    let png_width = u32::try_from(width * scale).map_err(|_| too_large())?;
-    let png_height = u32::try_from(height * scale).map_err(|_| too_large())?;
-
     let color = |v: f64| {
         if !v.is_finite() {
             NON_FINITE_COLOR
@@ -171,12 +163,7 @@ pub fn write_png_scaled(
         }
     };
 
-    write_atomically(path, |out| {
-        let mut encoder = ::png::Encoder::new(out, png_width, png_height);
-        encoder.set_color(::png::ColorType::Rgb);
-        encoder.set_depth(::png::BitDepth::Eight);
-        let mut writer = encoder.write_header().map_err(into_io)?;
-        let mut stream = writer.stream_writer().map_err(into_io)?;
+    write_rgb(path, width * scale, height * scale, |stream| {
         let mut pixels = Vec::with_capacity(width * scale * 3);
         // PNG rows run top to bottom; ours bottom to top.
         for row in data.chunks_exact(width).rev() {
@@ -188,9 +175,49 @@ pub fn write_png_scaled(
                 }
             }
             for _ in 0..scale {
-                io::Write::write_all(&mut stream, &pixels)?;
+                stream.write_all(&pixels)?;
             }
         }
+        Ok(())
+    })
+}
+
+/// Fails with [`IoError::Png`] for a picture with no pixels.
+fn check_not_empty(path: &Path, width: usize, height: usize) -> Result<(), IoError> {
+    if width == 0 || height == 0 {
+        return Err(IoError::Png {
+            path: path.to_path_buf(),
+            problem: format!(
+                "a {width} × {height} picture is empty; width and height must both be at least 1"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Writes an 8-bit RGB PNG of `width` × `height` pixels atomically ([`write_atomically`]), `rows`
+/// writing its pixels row by row, top first. Fails with [`IoError::Png`] for an empty picture or
+/// one too large for PNG, and [`IoError::Write`] if the file cannot be written.
+pub(crate) fn write_rgb(
+    path: &Path,
+    width: usize,
+    height: usize,
+    rows: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> Result<(), IoError> {
+    check_not_empty(path, width, height)?;
+    let too_large = || IoError::Png {
+        path: path.to_path_buf(),
+        problem: format!("a {width} × {height} picture is too large for PNG"),
+    };
+    let png_width = u32::try_from(width).map_err(|_| too_large())?;
+    let png_height = u32::try_from(height).map_err(|_| too_large())?;
+    write_atomically(path, |out| {
+        let mut encoder = ::png::Encoder::new(out, png_width, png_height);
+        encoder.set_color(::png::ColorType::Rgb);
+        encoder.set_depth(::png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(into_io)?;
+        let mut stream = writer.stream_writer().map_err(into_io)?;
+        rows(&mut stream)?;
         stream.finish().map_err(into_io)?;
         writer.finish().map_err(into_io)
     })
@@ -219,21 +246,9 @@ fn into_io(err: ::png::EncodingError) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::{self, File};
+    use std::fs;
 
-    use crate::io::test_support::scratch_dir;
-
-    /// Decodes a PNG: width, height and RGB bytes.
-    fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
-        let decoder = png::Decoder::new(File::open(path).unwrap());
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        assert_eq!(info.color_type, png::ColorType::Rgb);
-        assert_eq!(info.bit_depth, png::BitDepth::Eight);
-        buf.truncate(info.buffer_size());
-        (info.width, info.height, buf)
-    }
+    use crate::io::test_support::{decode, scratch_dir};
 
     fn pixel(rgb: &[u8], width: u32, x: u32, y_from_top: u32) -> [u8; 3] {
         let i = 3 * (y_from_top * width + x) as usize;
