@@ -14,9 +14,10 @@ use lattice_gpu::host::{
     LoopEngine, Shape,
 };
 use lattice_gpu::kernels::poisson::{
-    Jacobi, ProlongAdd, RedBlack, Residual, Restrict, RestrictPairs,
+    Apply, Jacobi, ProlongAdd, RedBlack, Residual, Restrict, RestrictPairs,
 };
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
+use lattice_gpu::kernels::vector::{CgScalars, CgStep};
 use lattice_gpu::poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
@@ -309,7 +310,23 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     };
     let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (want, rep) = solve_f32(&fixed, &p, cycle);
-    // A small space keeps the tuning short; every point update gives the same bits in any launch.
+    // Every point update gives the same bits in any launch, but CG's dot products are summed by the
+    // loops that write their operands, block by block: another launch adds them in another order.
+    fn near(x: &[f64], want: &[f64], what: &str) {
+        let diff = x
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(
+            diff <= 1e-8 * scale,
+            "{what}: {diff:e} from the fixed launch's"
+        );
+    }
+    let close = |x: &[f64], what: &str| near(x, &want, what);
+    let bits = |x: &[f64], y: &[f64]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
+    // A small space keeps the tuning short.
     let space = TuneSpace::table1()
         .with("block_x", vec![32, 64])
         .with("block_y", vec![1, 4])
@@ -322,14 +339,18 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         solver.smoother_tuning().is_some(),
         "the smoother was not tuned"
     );
+    let mut tuned = Vec::new();
     for timed in [false, true] {
         let got = solver.solve(1e-10, 300, timed, &mut |_, _| {}).unwrap();
         assert_eq!(got.iterations, rep.iterations, "timed: {timed}");
         let x = solver.solution().unwrap();
+        close(&x, &format!("timed: {timed}"));
+        // Timing the levels changes no launch: the same bits.
         assert!(
-            x.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-            "timed: {timed}: the tuned solve differs from the fixed launch's"
+            tuned.is_empty() || bits(&x, &tuned),
+            "the timed solve differs"
         );
+        tuned = x;
     }
     // The smoother alone runs (and leaves the next solve unchanged).
     solver.smooth_finest(3).unwrap();
@@ -337,7 +358,7 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
     assert_eq!(again.iterations, rep.iterations);
     // The finest level by colour, fused coarse levels and each application replayed as a recorded graph,
     // on the tuned and the fixed engine: solved twice (the second time from the graph recorded in the
-    // first), the same bits.
+    // first), the same bits each time; on the fixed engine, the plain solve's bits.
     let fast = Cycle {
         fused_cells: 4096,
         graph: true,
@@ -345,24 +366,34 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         shuffle_restrict: true,
         ..cycle
     };
-    fn twice<E: LoopEngine>(mut solver: Solver<E>, want: &[f64], iterations: usize) {
+    fn twice<E: LoopEngine>(mut solver: Solver<E>, iterations: usize) -> Vec<f64> {
+        let mut first: Vec<f64> = Vec::new();
         for round in 0..2 {
             let got = solver.solve(1e-10, 300, false, &mut |_, _| {}).unwrap();
             assert_eq!(got.iterations, iterations, "round {round}");
             let x = solver.solution().unwrap();
             assert!(
-                x.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "round {round}: the fused, recorded solve differs"
+                first.is_empty()
+                    || x.iter()
+                        .zip(&first)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "round {round}: the fused, recorded solve differs from the first"
             );
+            first = x;
         }
+        first
     }
     let mut on_tuner = Solver::new(&tuner, &p, fast, Precision::F32).unwrap();
     on_tuner.tune().unwrap();
-    twice(on_tuner, &want, rep.iterations);
+    close(&twice(on_tuner, rep.iterations), "fused, recorded, tuned");
     let on_fixed = Solver::new(&fixed, &p, fast, Precision::F32).unwrap();
-    twice(on_fixed, &want, rep.iterations);
+    let x = twice(on_fixed, rep.iterations);
+    assert!(
+        bits(&x, &want),
+        "the fused, recorded solve differs from the plain one"
+    );
     // The by-colour sweep's vector variant, forced (kernels without one run their plain variant), with
-    // f32 and f64 preconditioners: the bits of the fixed plain launch.
+    // f32 and f64 preconditioners: the fixed plain launch's solution, to the dot products' rounding.
     // (Narrow blocks: a vector thread takes 4 of a half row's 17 cells.)
     let vector = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
         .space(space.with("block_x", vec![4, 8]))
@@ -378,7 +409,11 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
         on_vector.tune().unwrap();
         let best = on_vector.smoother_tuning().map(|t| t.best);
         assert_eq!(best.map(|b| b.variant), Some(Variant::Vector), "{best:?}");
-        twice(on_vector, &want, iterations);
+        near(
+            &twice(on_vector, iterations),
+            &want,
+            &format!("{precision:?} vector"),
+        );
     }
     // CG's scalars kept on the GPU (read every iteration, and every 4): the same iterations, and the
     // iterate to the rounding of the dot products' other order.
@@ -394,14 +429,7 @@ fn tuned_solver_repeats_with_the_bits_of_the_fixed_launch() {
             got.iterations,
             rep.iterations
         );
-        let x = solver.solution().unwrap();
-        let diff = x
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
-        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        assert!(diff <= 1e-8 * scale, "every {every}: {diff:e}");
+        close(&solver.solution().unwrap(), &format!("every {every}"));
     }
 }
 
@@ -436,6 +464,183 @@ fn device_dot_matches_the_host() {
         (host - want).abs() < 1e-10 * want.abs().max(1.0),
         "{host} vs {want}"
     );
+}
+
+/// The operator's `y = A x` with `x.y`, and CG's step with the new `r.r`, each summed in its own loop
+/// on the GPU (fixed launches of 2-D blocks and long marches, and the tuner), against `A x` from the 7
+/// arrays (the kernel reads 4 of them: the symmetric operator's) and sums over the downloaded fields in
+/// f64 on the host. Outputs and sums poisoned first; a block of half a warp and a plain run of a
+/// summing kernel are refused by name.
+#[test]
+fn summing_loops_match_f64_host_sums() {
+    let Some(gpu) = gpu("summing_loops_match_f64_host_sums") else {
+        return;
+    };
+    let n = [45, 23, 37];
+    let (p, _) = manufactured(n, 0.5, 4.0);
+    let st = p.stencil();
+    let shape = Shape::new_3d(n, 1).unwrap();
+    let x0 = common::random::<f64>(p.cells(), 11);
+    // A x from every coefficient array, in the order of the cells' neighbours.
+    let at = |v: &[f64], q: [i64; 3]| {
+        let inside = (0..3).all(|a| q[a] >= 0 && q[a] < n[a] as i64);
+        let [i, j, k] = q.map(|c| c as usize);
+        if inside {
+            v[i + n[0] * (j + n[1] * k)]
+        } else {
+            0.0
+        }
+    };
+    let want_y: Vec<f64> = (0..p.cells())
+        .map(|c| {
+            let q = [c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1])].map(|v| v as i64);
+            let nb = |a: usize, d: i64| {
+                let mut m = q;
+                m[a] += d;
+                at(&x0, m)
+            };
+            st[0][c] * x0[c]
+                + st[1][c] * nb(0, -1)
+                + st[2][c] * nb(0, 1)
+                + st[3][c] * nb(1, -1)
+                + st[4][c] * nb(1, 1)
+                + st[5][c] * nb(2, -1)
+                + st[6][c] * nb(2, 1)
+        })
+        .collect();
+    let want_xy: f64 = x0.iter().zip(&want_y).map(|(a, b)| a * b).sum();
+    let close = |got: f64, want: f64, scale: f64, what: &str| {
+        assert!(
+            (got - want).abs() <= 1e-12 * scale,
+            "{what}: {got} against {want}"
+        );
+    };
+    let y_scale = want_y.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let xy_scale: f64 = x0.iter().zip(&want_y).map(|(a, b)| (a * b).abs()).sum();
+    let (p0, q0, r0, xs0) = (
+        common::random::<f64>(p.cells(), 12),
+        common::random::<f64>(p.cells(), 13),
+        common::random::<f64>(p.cells(), 14),
+        common::random::<f64>(p.cells(), 15),
+    );
+    let alpha = 0.37;
+    let want_r: Vec<f64> = r0.iter().zip(&q0).map(|(r, q)| r - alpha * q).collect();
+    let want_rr: f64 = want_r.iter().map(|r| r * r).sum();
+    let rr_scale = want_rr;
+
+    fn check<E: LoopEngine>(
+        engine: &E,
+        what: &str,
+        inputs: (&Shape, &lattice_gpu::poisson::problem::Stencil, [&[f64]; 5]),
+        wants: (&[f64], f64, &[f64], f64),
+        check: &dyn Fn(f64, f64, f64, &str),
+        scales: (f64, f64, f64),
+    ) {
+        let (&shape, st, [x0, p0, q0, r0, xs0]) = inputs;
+        let (want_y, want_xy, want_r, want_rr) = wants;
+        let field = |v: &[f64]| upload::<E, f64>(engine, shape, v).unwrap();
+        let mut sums = engine
+            .alloc::<f64>(Shape::new_3d([3, 1, 1], 0).unwrap())
+            .unwrap();
+        sums.upload(&poison::<f64>(3)).unwrap();
+        let a = StencilFields::new::<E, f64>(engine, shape, st, Layout::Soa).unwrap();
+        let OperatorView::Soa(c) = a.view::<f64>() else {
+            unreachable!("asked for structure of arrays")
+        };
+        let x = field(x0);
+        let mut y = engine.alloc::<f64>(shape).unwrap();
+        y.upload(&poison::<f64>(shape.len())).unwrap();
+        let mut apply = Loop3D::new(engine, shape.interior_range()).unwrap();
+        let update = Apply {
+            a: c,
+            x: x.view(),
+            y: y.view_mut(),
+        };
+        // A tuner times its candidates over many runs, then runs the best; the last run's sum stands.
+        while engine.tunes() && E::tuning(apply.info()).is_none() {
+            apply.run_sum(&update, &mut sums, 1).unwrap();
+        }
+        apply.run_sum(&update, &mut sums, 1).unwrap();
+        let (mut xs, mut r) = (field(xs0), field(r0));
+        let (pf, qf) = (field(p0), field(q0));
+        let mut step = Loop3D::new(engine, shape.interior_range()).unwrap();
+        step.run_sum(
+            &CgStep {
+                x: xs.view_mut(),
+                r: r.view_mut(),
+                p: pf.view(),
+                q: qf.view(),
+                alpha: 0.37,
+                scalars: CgScalars::HOST,
+            },
+            &mut sums,
+            2,
+        )
+        .unwrap();
+        engine.synchronize().unwrap();
+        let got = sums.download().unwrap();
+        assert!(got[0].is_nan(), "{what}: value 0 was written");
+        let (y_scale, xy_scale, rr_scale) = scales;
+        for (g, w) in shape.extract(&y.download().unwrap()).iter().zip(want_y) {
+            check(*g, *w, y_scale, &format!("{what}: A x"));
+        }
+        check(got[1], want_xy, xy_scale, &format!("{what}: x.Ax"));
+        for (g, w) in shape.extract(&r.download().unwrap()).iter().zip(want_r) {
+            check(*g, *w, 1.0, &format!("{what}: r"));
+        }
+        check(got[2], want_rr, rr_scale, &format!("{what}: r.r"));
+    }
+
+    let inputs = (&shape, &st, [&x0[..], &p0, &q0, &r0, &xs0]);
+    let wants = (&want_y[..], want_xy, &want_r[..], want_rr);
+    let scales = (y_scale, xy_scale, rr_scale);
+    check(&HostLoopEngine, "CPU", inputs, wants, &close, scales);
+    for (bx, by, march) in [(128, 1, 1), (32, 4, 3), (8, 8, 37), (64, 16, 2)] {
+        let shape_ = LaunchShape {
+            block_x: bx,
+            block_y: by,
+            march,
+            variant: Variant::Plain,
+        };
+        let engine = DeviceLoopEngine::new(gpu.clone(), shape_);
+        check(&engine, &shape_.to_string(), inputs, wants, &close, scales);
+    }
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory());
+    check(&tuner, "tuned", inputs, wants, &close, scales);
+
+    let half = DeviceLoopEngine::new(
+        gpu.clone(),
+        LaunchShape {
+            block_x: 16,
+            block_y: 1,
+            march: 1,
+            variant: Variant::Plain,
+        },
+    );
+    let mut sums = half
+        .alloc::<f64>(Shape::new_3d([1, 1, 1], 0).unwrap())
+        .unwrap();
+    let x = upload::<_, f64>(&half, shape, &x0).unwrap();
+    let mut y = half.alloc::<f64>(shape).unwrap();
+    let a = StencilFields::new::<_, f64>(&half, shape, &st, Layout::Soa).unwrap();
+    let OperatorView::Soa(c) = a.view::<f64>() else {
+        unreachable!("asked for structure of arrays")
+    };
+    let update = Apply {
+        a: c,
+        x: x.view(),
+        y: y.view_mut(),
+    };
+    let mut apply = Loop3D::new(&half, shape.interior_range()).unwrap();
+    let e = apply
+        .run_sum(&update, &mut sums, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("multiple of 32 threads"), "{e}");
+    let fixed = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let mut plain = Loop3D::new(&fixed, shape.interior_range()).unwrap();
+    let e = plain.run(&update).unwrap_err().to_string();
+    assert!(e.contains("sums its terms") && e.contains("run_sum"), "{e}");
 }
 
 fn upload_host(shape: Shape, data: &[f64]) -> lattice_gpu::host::HostField<f64> {

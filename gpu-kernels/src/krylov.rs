@@ -362,13 +362,15 @@ crate::kernel! {
 }
 
 /// Sums four f64 over the block (valid in thread 0): warp shuffles, then one value per warp through
-/// shared memory. Every thread of the block must call it.
+/// shared memory. Every thread of the block must call it, and the block (of any shape) must be whole
+/// warps.
 #[inline(always)]
 pub fn block_sum(v: Sums) -> Sums {
     let shared = crate::shared_array![f64; 4 * 32];
     let lane = warp::lane_id() as usize;
-    let w = thread::thread_idx_x() as usize / 32;
-    let warps = (thread::block_dim_x() as usize).div_ceil(32);
+    let w = thread::thread_rank_in_block() as usize / 32;
+    let threads = thread::block_dim_x() * thread::block_dim_y() * thread::block_dim_z();
+    let warps = (threads as usize).div_ceil(32);
     let mut out = [0.0; 4];
     for q in 0..4 {
         let s = warp::sum(v[q]);

@@ -3,7 +3,7 @@
 //! an array on the engine so that the host need not wait for any dot product.
 
 use crate::device::math::Real;
-use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
+use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D, SumUpdate3D};
 
 /// Sets a field's points to `value`.
 #[repr(C)]
@@ -26,7 +26,7 @@ impl<T: Real> PointUpdate3D for Fill<T> {
 }
 
 /// Conjugate gradients' update of the iterate and the residual in one pass: `x += alpha p`,
-/// `r -= alpha q` (`q = A p`).
+/// `r -= alpha q` (`q = A p`), summing the new `r.r` in the same loop.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CgStep {
@@ -51,14 +51,24 @@ impl PointUpdate3D for CgStep {
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
-        let Some(alpha) = self.scalars.factor(self.alpha, true) else {
-            return;
-        };
+        self.update_term(idx);
+    }
+}
+
+impl SumUpdate3D for CgStep {
+    /// `r.r` after the update (of the unchanged `r` where the scalars stop it, so the sum stays true).
+    #[inline(always)]
+    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
         let i = idx.ix();
+        let r = self.r.as_ref().get(i);
+        let Some(alpha) = self.scalars.factor(self.alpha, true) else {
+            return r * r;
+        };
         self.x
             .set(i, self.x.as_ref().get(i) + alpha * self.p.get(i));
-        self.r
-            .set(i, self.r.as_ref().get(i) - alpha * self.q.get(i));
+        let r = r - alpha * self.q.get(i);
+        self.r.set(i, r);
+        r * r
     }
 }
 
@@ -158,10 +168,44 @@ impl<A: Real, B: Real> PointUpdate3D for Convert<A, B> {
     }
 }
 
-crate::kernel3d!(cg_step_f64 => CgStep);
+/// `to = from` in f64, summing `to.with` in the same loop: a preconditioner's result into CG's
+/// precision with CG's `r.z`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ConvertDot<A> {
+    /// Source.
+    pub from: FieldRef<A>,
+    /// Destination.
+    pub to: FieldMut<f64>,
+    /// The other factor of each term.
+    pub with: FieldRef<f64>,
+}
+
+impl<A: Real> PointUpdate3D for ConvertDot<A> {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.update_term(idx);
+    }
+}
+
+impl<A: Real> SumUpdate3D for ConvertDot<A> {
+    #[inline(always)]
+    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
+        let i = idx.ix();
+        let v = self.from.get(i).to_f64();
+        self.to.set(i, v);
+        v * self.with.get(i)
+    }
+}
+
+crate::kernel3d_sum!(cg_step_f64 => CgStep);
+crate::kernel3d_sum!(convert_dot_f32 => ConvertDot<f32>);
+crate::kernel3d_sum!(convert_dot_f64 => ConvertDot<f64>);
 crate::kernel3d!(cg_direction_f64 => CgDirection);
 crate::kernel3d!(convert_f64_f32 => Convert<f64, f32>);
-crate::kernel3d!(convert_f32_f64 => Convert<f32, f64>);
 crate::kernel3d!(convert_f64_f64 => Convert<f64, f64>);
 crate::kernel3d!(fill_f32 => Fill<f32>);
 crate::kernel3d!(fill_f64 => Fill<f64>);

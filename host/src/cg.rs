@@ -19,11 +19,24 @@ use crate::lattice::Loop3D;
 pub trait CgProblem<E: LoopEngine> {
     /// The problem's error, which carries the engine's and a stalled solve's.
     type Error: From<Error> + From<Stalled>;
-    /// `y = A x`.
-    fn apply(&mut self, x: &E::Field<f64>, y: &mut E::Field<f64>) -> Result<(), Self::Error>;
-    /// `z = M^-1 r`.
-    fn precondition(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>)
-        -> Result<(), Self::Error>;
+    /// `y = A x`, and `x.y` into value `slot` of `sums`, queued where the engine keeps its fields (as
+    /// [`LoopEngine::dot_into`]; summed in the operator's own loop where the problem can:
+    /// [`Loop3D::run_sum`]).
+    fn apply(
+        &mut self,
+        x: &E::Field<f64>,
+        y: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<(), Self::Error>;
+    /// `z = M^-1 r`, and `r.z` into value `slot` of `sums` (as in [`apply`](Self::apply)).
+    fn precondition(
+        &mut self,
+        r: &E::Field<f64>,
+        z: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<(), Self::Error>;
 }
 
 /// A solve that stopped without converging: why, after how many iterations, and `|r| / |b|` after each
@@ -213,7 +226,8 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             &mut Self::copy_b,
             "CG's copy",
         )?;
-        let step = &mut |s: &mut Self| s.step(0.0, CgScalars::HOST);
+        let mut sums = self.engine.alloc::<f64>(Shape::new_3d([1, 1, 1], 0)?)?;
+        let step = &mut |s: &mut Self| s.step(0.0, CgScalars::HOST, &mut sums, 0);
         run_until_tuned(self, |s| tuned(s, Site::Step), step, "CG's step")?;
         let direction = &mut |s: &mut Self| s.direction_with(0.0, CgScalars::HOST);
         run_until_tuned(
@@ -225,7 +239,7 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         let mut runs = 0;
         while !apply_tuned(problem) {
             check_runs(runs, "the operator")?;
-            problem.apply(&self.p, &mut self.q)?;
+            problem.apply(&self.p, &mut self.q, &mut sums, 0)?;
             runs += 1;
         }
         Ok(())
@@ -245,17 +259,24 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         Ok(())
     }
 
-    /// `x += alpha p`, `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]).
-    fn step(&mut self, alpha: f64, scalars: CgScalars) -> crate::Result<()> {
-        self.sites[Site::Step as usize].run(&CgStep {
+    /// `x += alpha p`, `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]),
+    /// and the new `r.r` into value `slot` of `sums`.
+    fn step(
+        &mut self,
+        alpha: f64,
+        scalars: CgScalars,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> crate::Result<()> {
+        let step = CgStep {
             x: self.x.view_mut(),
             r: self.r.view_mut(),
             p: self.p.view(),
             q: self.q.view(),
             alpha,
             scalars,
-        })?;
-        Ok(())
+        };
+        self.sites[Site::Step as usize].run_sum(&step, sums, slot)
     }
 
     /// `p = z + beta p` (`beta` from `scalars` unless they are [`CgScalars::HOST`]).
@@ -291,22 +312,27 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             Begun::Zero(report) => return Ok(report),
             Begun::Running(start, watch) => (start, watch),
         };
+        // p.Ap, r.r and r.z, where the loops that sum them leave them.
+        let mut sums = self.engine.alloc::<f64>(Shape::new_3d([3, 1, 1], 0)?)?;
+        let value = |sums: &E::Field<f64>, slot| -> crate::Result<f64> {
+            Ok(sums.download_span(slot, 1)?[0])
+        };
         let mut preconditions = 0;
-        problem.precondition(&self.r, &mut self.z)?;
+        problem.precondition(&self.r, &mut self.z, &mut sums, 2)?;
         preconditions += 1;
         self.first_direction()?;
-        let mut rz = self.engine.dot(&self.r, &self.z)?;
+        let mut rz = value(&sums, 2)?;
         for it in 1..=max_iter {
-            problem.apply(&self.p, &mut self.q)?;
-            let pq = self.engine.dot(&self.p, &self.q)?;
+            problem.apply(&self.p, &mut self.q, &mut sums, 0)?;
+            let pq = value(&sums, 0)?;
             watch.check_pq(it, pq)?;
-            self.step(rz / pq, CgScalars::HOST)?;
-            if watch.observe(it, self.engine.dot(&self.r, &self.r)?)? {
+            self.step(rz / pq, CgScalars::HOST, &mut sums, 1)?;
+            if watch.observe(it, value(&sums, 1)?)? {
                 return Ok(self.report(it, watch.history, preconditions, start)?);
             }
-            problem.precondition(&self.r, &mut self.z)?;
+            problem.precondition(&self.r, &mut self.z, &mut sums, 2)?;
             preconditions += 1;
-            let rz_new = self.engine.dot(&self.r, &self.z)?;
+            let rz_new = value(&sums, 2)?;
             let beta = rz_new / rz;
             rz = rz_new;
             self.direction_with(beta, CgScalars::HOST)?;
@@ -352,17 +378,13 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             stop,
         };
         self.engine.dot_into(&self.r, &self.r, &mut values, rr(0))?;
-        problem.precondition(&self.r, &mut self.z)?;
-        self.engine.dot_into(&self.r, &self.z, &mut values, rz(0))?;
+        problem.precondition(&self.r, &mut self.z, &mut values, rz(0))?;
         self.first_direction()?;
         let mut read = 0;
         for it in 1..=max_iter {
-            problem.apply(&self.p, &mut self.q)?;
-            self.engine
-                .dot_into(&self.p, &self.q, &mut values, pq(it))?;
-            self.step(0.0, scalars(&values, rz(it - 1), pq(it), rr(it - 1)))?;
-            self.engine
-                .dot_into(&self.r, &self.r, &mut values, rr(it))?;
+            problem.apply(&self.p, &mut self.q, &mut values, pq(it))?;
+            let step = scalars(&values, rz(it - 1), pq(it), rr(it - 1));
+            self.step(0.0, step, &mut values, rr(it))?;
             if it % check_every == 0 || it == max_iter {
                 let v = values.download()?;
                 for k in read + 1..=it {
@@ -373,9 +395,7 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
                 }
                 read = it;
             }
-            problem.precondition(&self.r, &mut self.z)?;
-            self.engine
-                .dot_into(&self.r, &self.z, &mut values, rz(it))?;
+            problem.precondition(&self.r, &mut self.z, &mut values, rz(it))?;
             self.direction_with(0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
         }
         Err(watch.out_of_iterations(max_iter).into())
@@ -478,7 +498,13 @@ mod tests {
     impl CgProblem<HostLoopEngine> for Tridiagonal {
         type Error = TestError;
 
-        fn apply(&mut self, x: &HostField<f64>, y: &mut HostField<f64>) -> Result<(), TestError> {
+        fn apply(
+            &mut self,
+            x: &HostField<f64>,
+            y: &mut HostField<f64>,
+            sums: &mut HostField<f64>,
+            slot: usize,
+        ) -> Result<(), TestError> {
             let v = self.shape.extract(&x.download()?);
             let n = v.len();
             let at = |i: isize| {
@@ -491,16 +517,23 @@ mod tests {
             let out: Vec<f64> = (0..n as isize)
                 .map(|i| self.d * at(i) - at(i - 1) - at(i + 1))
                 .collect();
-            Ok(y.upload(&self.shape.embed(&out, 0.0)?)?)
+            y.upload(&self.shape.embed(&out, 0.0)?)?;
+            let xy = v.iter().zip(&out).map(|(a, b)| a * b).sum();
+            Ok(sums.upload_span(slot, &[xy])?)
         }
 
         fn precondition(
             &mut self,
             r: &HostField<f64>,
             z: &mut HostField<f64>,
+            sums: &mut HostField<f64>,
+            slot: usize,
         ) -> Result<(), TestError> {
-            let v: Vec<f64> = r.download()?.iter().map(|x| x / self.d).collect();
-            Ok(z.upload(&v)?)
+            let r = r.download()?;
+            let v: Vec<f64> = r.iter().map(|x| x / self.d).collect();
+            z.upload(&v)?;
+            let rz = r.iter().zip(&v).map(|(a, b)| a * b).sum();
+            Ok(sums.upload_span(slot, &[rz])?)
         }
     }
 

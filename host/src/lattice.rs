@@ -1,7 +1,9 @@
 //! `Loop3D` and `Loop2D`: a range of points and an engine, run with a point update. One per call site,
 //! because each keeps its engine's per-site state (the auto-tuner's [`AutoTuningInfo`](crate::AutoTuningInfo)).
 
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{
+    GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
+};
 
 use crate::engine::LoopEngine;
 use crate::error::{Error, Result};
@@ -50,6 +52,19 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
     pub fn run<F: PointUpdate3D + GpuEntry>(&mut self, update: &F) -> Result<()> {
         check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
         self.engine.run3d(&self.range, update, &mut self.site)
+    }
+
+    /// Runs `update` over the range and writes the sum of its terms into value `slot` of `out`, queued
+    /// (a dot product fused into the loop: [`SumUpdate3D`]).
+    pub fn run_sum<F: SumUpdate3D + GpuEntry>(
+        &mut self,
+        update: &F,
+        out: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        self.engine
+            .run3d_sum(&self.range, update, &mut self.site, out, slot)
     }
 
     /// The range.

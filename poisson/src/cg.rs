@@ -48,10 +48,16 @@ impl<'e, E: LoopEngine> Operator<'e, E> {
         self.shape
     }
 
-    /// `y = A x` on the engine.
-    pub fn apply(&mut self, x: &E::Field<f64>, y: &mut E::Field<f64>) -> Result<()> {
+    /// `y = A x` on the engine, and `x.y` into value `slot` of `sums` (summed in the same loop).
+    pub fn apply(
+        &mut self,
+        x: &E::Field<f64>,
+        y: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
         let (x, y) = (x.view(), y.view_mut());
-        with_operator!(self.a.view(), a => self.site.run(&Apply { a, x, y }))?;
+        with_operator!(self.a.view(), a => self.site.run_sum(&Apply { a, x, y }, sums, slot))?;
         Ok(())
     }
 }
@@ -135,12 +141,24 @@ struct Parts<'a, 'e, E: LoopEngine> {
 impl<E: LoopEngine> CgProblem<E> for Parts<'_, '_, E> {
     type Error = Error;
 
-    fn apply(&mut self, x: &E::Field<f64>, y: &mut E::Field<f64>) -> Result<()> {
-        self.op.apply(x, y)
+    fn apply(
+        &mut self,
+        x: &E::Field<f64>,
+        y: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        self.op.apply(x, y, sums, slot)
     }
 
-    fn precondition(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
-        with_mg!(&mut *self.mg, m => m.apply(r, z))
+    fn precondition(
+        &mut self,
+        r: &E::Field<f64>,
+        z: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        with_mg!(&mut *self.mg, m => m.apply(r, z, sums, slot))
     }
 }
 
@@ -320,7 +338,7 @@ mod tests {
         Element, HostField, HostLoopEngine, LaunchShape, LoopRange, PointUpdate2D, PointUpdate3D,
         TuningReport,
     };
-    use lattice_gpu_kernels::stencil::{BlockProgram, GpuEntry};
+    use lattice_gpu_kernels::stencil::{BlockProgram, GpuEntry, SumUpdate3D};
 
     use super::*;
     use crate::multigrid::Smoother;
@@ -380,6 +398,17 @@ mod tests {
         ) -> lattice_gpu_host::Result<()> {
             self.count(site);
             HostLoopEngine.run3d(range, f, &mut ())
+        }
+        fn run3d_sum<F: SumUpdate3D + GpuEntry>(
+            &self,
+            range: &LoopRange,
+            f: &F,
+            site: &mut FakeSite,
+            out: &mut HostField<f64>,
+            slot: usize,
+        ) -> lattice_gpu_host::Result<()> {
+            self.count(site);
+            HostLoopEngine.run3d_sum(range, f, &mut (), out, slot)
         }
         fn run2d<F: PointUpdate2D + GpuEntry>(
             &self,

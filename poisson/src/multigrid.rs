@@ -11,13 +11,14 @@ use rayon::prelude::*;
 use lattice_gpu_host::cg::run_until_tuned;
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::colours::{
-    ConvertByColour, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
+    ConvertByColour, FromColoursDot, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
 };
 use lattice_gpu_kernels::poisson::{
     CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
     Residual, Restrict, RestrictPairs, COARSE_MAX_LEVELS,
 };
-use lattice_gpu_kernels::stencil::{FieldMut, FieldRef, GpuEntry, PointUpdate3D};
+use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D, SumUpdate3D};
+use lattice_gpu_kernels::vector::ConvertDot;
 
 use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
@@ -258,15 +259,22 @@ pub struct Multigrid<'e, E: LoopEngine, T: Element> {
     timed: bool,
     /// The level whose work is in flight and when it began (while timed).
     mark: Option<(usize, Instant)>,
-    /// The recorded application ([`Cycle::graph`]) and the addresses of the `r` and `z` it reads and
-    /// writes.
-    recording: Option<([usize; 2], E::Recording)>,
+    /// The recorded application up to the finest iterate ([`Cycle::graph`]) and the address of the `r`
+    /// it reads.
+    recording: Option<(usize, E::Recording)>,
 }
 
 /// What conjugate gradients needs of a preconditioner on engine `E`.
 pub trait Preconditioner<E: LoopEngine> {
-    /// `z = M^-1 r`, with `r` and `z` f64 fields of the problem's shape (margin 1) on the engine.
-    fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()>;
+    /// `z = M^-1 r`, with `r` and `z` f64 fields of the problem's shape (margin 1) on the engine, and
+    /// `r.z` into value `slot` of `sums` (queued there, as `LoopEngine::dot_into`).
+    fn apply(
+        &mut self,
+        r: &E::Field<f64>,
+        z: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()>;
     /// The cells of each level and the seconds spent on it (zero unless timed).
     fn level_times(&self) -> Vec<([usize; 3], f64)>;
 }
@@ -318,8 +326,9 @@ pub struct LevelTraffic {
 /// The bytes one smoothing sweep of a level moves ([`Multigrid::sweep_bytes`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SweepBytes {
-    /// What a sweep must move: every cell's 7 coefficients, right-hand side and iterate read and the
-    /// iterate written once, `10 size_of::<T>()` per cell (neighbours from cache).
+    /// What a sweep must move: every cell's coefficients (4 arrays of the symmetric operator's 7 in the
+    /// natural SoA layout, all 7 by colour or in AoS), right-hand side and iterate read and the iterate
+    /// written once, `7` or `10 size_of::<T>()` per cell (neighbours from cache).
     pub needed: f64,
     /// What the kernels stream from DRAM: a red-black sweep is two kernels that each update one colour,
     /// but both colours share every 32-byte sector, so each kernel moves the whole arrays (twice
@@ -340,14 +349,14 @@ where
     RestrictPairs<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
-    Convert<T, f64>: GpuEntry,
+    ConvertDot<T>: GpuEntry,
     CoarseCycle<T>: GpuEntry,
     CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
     RedBlackByColour<T>: GpuEntry,
     ResidualByColour<T>: GpuEntry,
     ProlongAddByColour<T>: GpuEntry,
     ConvertByColour<f64, T>: GpuEntry,
-    ConvertByColour<T, f64>: GpuEntry,
+    FromColoursDot<T>: GpuEntry,
 {
     /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
     /// allow, when they do not halve `cycle.levels - 1` times.
@@ -518,6 +527,19 @@ where
         Ok(self.sites[l][kind as usize].run(update)?)
     }
 
+    /// [`run`](Self::run) for a summing update, its sum into value `slot` of `sums`.
+    fn run_sum<U: SumUpdate3D + GpuEntry>(
+        &mut self,
+        l: usize,
+        kind: Kind,
+        update: &U,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        self.switch_to(Some(l))?;
+        Ok(self.sites[l][kind as usize].run_sum(update, sums, slot)?)
+    }
+
     fn operator(&self, l: usize) -> OperatorView<T> {
         self.levels[l].a.view()
     }
@@ -611,32 +633,13 @@ where
         self.run(l, Kind::Prolong, &ProlongAdd { e, x, coarse })
     }
 
-    /// CG's f64 residual `r` into the finest right-hand side.
+    /// CG's f64 residual `r` into the finest right-hand side (into its colour halves when it is stored
+    /// by colour).
     fn convert_in(&mut self, r: &E::Field<f64>) -> Result<()> {
         let (from, to) = (r.view(), self.levels[0].b.view_mut());
-        self.convert(Kind::ConvertIn, from, to)
-    }
-
-    /// The finest iterate into CG's f64 vector `z`.
-    fn convert_out(&mut self, z: &mut E::Field<f64>) -> Result<()> {
-        let (from, to) = (self.levels[0].x.view(), z.view_mut());
-        self.convert(Kind::ConvertOut, from, to)
-    }
-
-    /// `to = from` between CG's precision and the finest level's, through its colour halves when it is
-    /// stored by colour (into them for [`Kind::ConvertIn`], out of them for [`Kind::ConvertOut`]).
-    fn convert<A: Element, B: Element>(
-        &mut self,
-        kind: Kind,
-        from: FieldRef<A>,
-        to: FieldMut<B>,
-    ) -> Result<()>
-    where
-        Convert<A, B>: PointUpdate3D + GpuEntry,
-        ConvertByColour<A, B>: PointUpdate3D + GpuEntry,
-    {
+        let kind = Kind::ConvertIn;
         if let Some(halves) = self.levels[0].halves {
-            let to_halves = matches!(kind, Kind::ConvertIn) as u32;
+            let to_halves = 1;
             let convert = ConvertByColour {
                 from,
                 to,
@@ -648,11 +651,33 @@ where
         self.run(0, kind, &Convert { from, to })
     }
 
-    /// `z = M^-1 r`'s kernels, queued.
-    fn queue_apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+    /// The finest iterate into CG's f64 vector `z` (out of its colour halves when it is stored by
+    /// colour), with `r.z` into value `slot` of `sums`: CG's next dot product, summed as `z` is written.
+    fn convert_out(
+        &mut self,
+        r: &E::Field<f64>,
+        z: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        let (from, to, with) = (self.levels[0].x.view(), z.view_mut(), r.view());
+        let kind = Kind::ConvertOut;
+        if let Some(halves) = self.levels[0].halves {
+            let convert = FromColoursDot {
+                from,
+                to,
+                with,
+                halves,
+            };
+            return self.run_sum(0, kind, &convert, sums, slot);
+        }
+        self.run_sum(0, kind, &ConvertDot { from, to, with }, sums, slot)
+    }
+
+    /// `M^-1 r`'s kernels up to the finest iterate, queued.
+    fn queue_apply(&mut self, r: &E::Field<f64>) -> Result<()> {
         self.convert_in(r)?;
-        self.cycle_kernels()?;
-        self.convert_out(z)
+        self.cycle_kernels()
     }
 
     /// The loops an application runs: per level and kind, the fused levels' block program aside.
@@ -845,7 +870,8 @@ where
             }
         }
         self.until_tuned(0, Kind::ConvertIn, |m| m.convert_in(r))?;
-        self.until_tuned(0, Kind::ConvertOut, |m| m.convert_out(z))?;
+        let mut sums = self.engine.alloc::<f64>(Shape::new_3d([1, 1, 1], 0)?)?;
+        self.until_tuned(0, Kind::ConvertOut, |m| m.convert_out(r, z, &mut sums, 0))?;
         self.switch_to(None)
     }
 
@@ -882,7 +908,7 @@ where
     /// model is [`SweepBytes`]'s).
     pub fn sweep_bytes(&self, l: usize) -> SweepBytes {
         let [nx, ny, nz] = self.level_sizes()[l];
-        let needed = (10 * size_of::<T>() * nx * ny * nz) as f64;
+        let needed = self.values(l) * (size_of::<T>() * nx * ny * nz) as f64;
         let sectors = match (self.cycle.smoother, self.levels[l].halves) {
             // By colour a half sweep reads its colour's 7 coefficients, b and x, the other colour's x
             // (the neighbours) and writes its x: 5.5 values per cell, 11 a sweep.
@@ -893,19 +919,32 @@ where
         SweepBytes { needed, sectors }
     }
 
+    /// The values per cell a sweep or residual of level `l` must move: the coefficients it reads, `b`
+    /// and `x` read, one value written. In the natural SoA layout the kernels read 4 of the 7
+    /// coefficient arrays (a symmetric operator's `-1` coefficients are its neighbours' `+1` ones); by
+    /// colour and in AoS they read all 7.
+    fn values(&self, l: usize) -> f64 {
+        match (&self.levels[l].a, self.levels[l].halves) {
+            (StencilFields::Soa(_), None) => 7.0,
+            _ => 10.0,
+        }
+    }
+
     /// Each level's launches and bytes per V-cycle. With `s = size_of::<T>()` and `N` the level's cells
     /// (`N_f` the finer level's, `N_c` the coarser one's), each datum counted once per kernel that needs it
     /// (stencil neighbours come from cache):
     ///
     /// - zeroing the iterate: `s N` written, 1 launch;
-    /// - each smoothing sweep (`2 sweeps` on all but the coarsest, `coarse_sweeps` there): `10 s N`
-    ///   ([`SweepBytes::needed`]), 2 launches red-black, 1 Jacobi;
-    /// - the residual (all but the coarsest): 7 coefficients, `x` and `b` read, `r` written: `10 s N`,
+    /// - each smoothing sweep (`2 sweeps` on all but the coarsest, `coarse_sweeps` there): `v s N`
+    ///   ([`SweepBytes::needed`]; `v` = 7 in the natural SoA layout, 10 by colour or in AoS: see
+    ///   `values`), 2 launches red-black, 1 Jacobi;
+    /// - the residual (all but the coarsest): the coefficients, `x` and `b` read, `r` written: `v s N`,
     ///   1 launch;
     /// - restriction into the level (all but the finest): `s (N_f + N)`, 1 launch;
     /// - prolongation into the level (all but the coarsest): the coarse iterate read, the level's read
     ///   and written: `s (N_c + 2 N)`, 1 launch;
-    /// - on the finest, the conversions from and to CG's f64 vectors: `2 (8 + s) N`, 2 launches.
+    /// - on the finest, the conversions from and to CG's f64 vectors, the way out reading CG's `r` for
+    ///   `r.z`: `(24 + 2 s) N`, 2 launches.
     ///
     /// The levels' time is charged the same way ([`timed`](Self::timed)): restriction to the coarse
     /// level, prolongation to the fine one.
@@ -931,10 +970,11 @@ where
                     2 * self.cycle.sweeps
                 };
                 let mut launches = 1 + per_sweep * sweeps;
-                let mut bytes = s * n + sweeps as f64 * 10.0 * s * n;
+                let v = self.values(l);
+                let mut bytes = s * n + sweeps as f64 * v * s * n;
                 if l < last {
                     launches += 2;
-                    bytes += 10.0 * s * n + s * (cells[l + 1] + 2.0 * n);
+                    bytes += v * s * n + s * (cells[l + 1] + 2.0 * n);
                 }
                 if l > 0 {
                     launches += 1;
@@ -942,7 +982,7 @@ where
                 }
                 if l == 0 {
                     launches += 2;
-                    bytes += 2.0 * (8.0 + s) * n;
+                    bytes += (24.0 + 2.0 * s) * n;
                 }
                 // The fused levels' passes are one launch, counted on the first of them.
                 if l > fused {
@@ -973,25 +1013,33 @@ where
     RestrictPairs<T>: GpuEntry,
     ProlongAdd<T>: GpuEntry,
     Convert<f64, T>: GpuEntry,
-    Convert<T, f64>: GpuEntry,
+    ConvertDot<T>: GpuEntry,
     CoarseCycle<T>: GpuEntry,
     CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
     RedBlackByColour<T>: GpuEntry,
     ResidualByColour<T>: GpuEntry,
     ProlongAddByColour<T>: GpuEntry,
     ConvertByColour<f64, T>: GpuEntry,
-    ConvertByColour<T, f64>: GpuEntry,
+    FromColoursDot<T>: GpuEntry,
 {
-    /// `r` converted into the finest right-hand side, one V-cycle, the result converted back: nothing
-    /// leaves the engine.
-    fn apply(&mut self, r: &E::Field<f64>, z: &mut E::Field<f64>) -> Result<()> {
+    /// `r` converted into the finest right-hand side, one V-cycle, the result converted back with
+    /// `r.z`: nothing leaves the engine. A recorded graph holds all but the last conversion, whose sum
+    /// goes to a new place each time.
+    fn apply(
+        &mut self,
+        r: &E::Field<f64>,
+        z: &mut E::Field<f64>,
+        sums: &mut E::Field<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        let mut replayed = false;
         if self.recordable() {
-            let key = [r.view().as_ptr() as usize, z.view_mut().as_ptr() as usize];
+            let key = r.view().as_ptr() as usize;
             if self.recording.as_ref().map(|(k, _)| *k) != Some(key) {
                 let engine = self.engine;
                 // Queueing fails only where the engine does.
                 let recorded = engine.record(&mut || {
-                    self.queue_apply(r, z).map_err(|e| match e {
+                    self.queue_apply(r).map_err(|e| match e {
                         Error::Host(h) => h,
                         other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
                     })
@@ -999,10 +1047,14 @@ where
                 self.recording = recorded.map(|g| (key, g));
             }
             if let Some((_, graph)) = &self.recording {
-                return Ok(self.engine.replay(graph)?);
+                self.engine.replay(graph)?;
+                replayed = true;
             }
         }
-        self.queue_apply(r, z)?;
+        if !replayed {
+            self.queue_apply(r)?;
+        }
+        self.convert_out(r, z, sums, slot)?;
         self.switch_to(None)
     }
 
@@ -1030,15 +1082,23 @@ mod tests {
         };
         let mg = Multigrid::<_, f32>::new(&HostLoopEngine, &p, cycle).unwrap();
         let t = mg.traffic();
-        // Finest, 512 cells of 4 bytes: zeroing 1, 4 sweeps of 10, residual 10, prolongation 2 (+ the
-        // 64 coarse values), conversions 2 (8 + 4) per cell; fill + 8 half sweeps + 4 launches.
+        // Finest, 512 cells of 4 bytes: zeroing 1, 4 sweeps of 7 (4 of the 7 coefficient arrays, b, x
+        // and x written), residual 7, prolongation 2 (+ the 64 coarse values), conversions 8 + 4 in,
+        // 4 + 8 + 8 out (with r.z) per cell; fill + 8 half sweeps + 4 launches.
         assert_eq!(t[0].launches, 13);
-        assert_eq!(t[0].bytes, 4.0 * 512.0 * 53.0 + 4.0 * 64.0 + 24.0 * 512.0);
+        assert_eq!(t[0].bytes, 4.0 * 512.0 * 38.0 + 4.0 * 64.0 + 32.0 * 512.0);
         // Coarsest, 64 cells: zeroing, 40 sweeps, the restriction from 512 cells; 1 + 80 + 1 launches.
         assert_eq!(t[1].launches, 82);
-        assert_eq!(t[1].bytes, 4.0 * 64.0 * 401.0 + 4.0 * (512.0 + 64.0));
+        assert_eq!(t[1].bytes, 4.0 * 64.0 * 281.0 + 4.0 * (512.0 + 64.0));
         let s = mg.sweep_bytes(0);
-        assert_eq!((s.needed, s.sectors), (40.0 * 512.0, 80.0 * 512.0));
+        assert_eq!((s.needed, s.sectors), (28.0 * 512.0, 56.0 * 512.0));
+        // In AoS a cell's 7 coefficients are one record, read whole: 10 values a sweep.
+        let aos = Cycle {
+            layout: Layout::Aos,
+            ..cycle
+        };
+        let aos = Multigrid::<_, f32>::new(&HostLoopEngine, &p, aos).unwrap();
+        assert_eq!(aos.sweep_bytes(0).needed, 40.0 * 512.0);
         // Fused, the coarsest level's passes are one launch after its restriction; the bytes stay.
         let cycle = Cycle {
             levels: 2,

@@ -999,8 +999,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
     }
     println!();
     println!(
-        "finest smoother alone, {} sweeps: GB/s of the 10 values per cell a sweep must move (7 coefficients, \
-         b and x read, x written); red-black's two half sweeps each stream whole sectors, twice that",
+        "finest smoother alone, {} sweeps: GB/s of the values per cell a sweep must move (the coefficients: \
+         4 of the symmetric operator's 7 arrays in the natural SoA layout, all 7 by colour or in AoS; b and x \
+         read, x written); red-black's two half sweeps each stream whole sectors (by colour: 1.1x)",
         a.sweeps
     );
     println!(

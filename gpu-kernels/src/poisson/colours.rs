@@ -18,7 +18,8 @@
 use super::{combine, parent, Coeffs};
 use crate::device::math::Real;
 use crate::stencil::{
-    ArrayIndex3D, FieldMut, FieldRef, LanesUpdate3D, LoopRange, PointUpdate3D, VECTOR_BYTES,
+    ArrayIndex3D, FieldMut, FieldRef, LanesUpdate3D, LoopRange, PointUpdate3D, SumUpdate3D,
+    VECTOR_BYTES,
 };
 
 /// The rows of a half are padded to a multiple of this many cells: a 16-byte vector of f32 (and two of
@@ -314,6 +315,42 @@ impl<A: Real, B: Real> PointUpdate3D for ConvertByColour<A, B> {
     }
 }
 
+/// The finest iterate out of its colour halves into CG's f64 `to`, summing `to.with` (CG's `r.z`) in
+/// the same loop: runs over the natural range, converting as [`ConvertByColour`] does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FromColoursDot<A> {
+    /// The halves.
+    pub from: FieldRef<A>,
+    /// The natural-layout destination.
+    pub to: FieldMut<f64>,
+    /// The other factor of each term (natural layout).
+    pub with: FieldRef<f64>,
+    /// The natural array the halves stand for.
+    pub halves: Halves,
+}
+
+impl<A: Real> PointUpdate3D for FromColoursDot<A> {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [0, 0, 0];
+
+    #[inline(always)]
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.update_term(idx);
+    }
+}
+
+impl<A: Real> SumUpdate3D for FromColoursDot<A> {
+    #[inline(always)]
+    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
+        let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
+        let i = idx.ix();
+        let v = self.from.get(at).to_f64();
+        self.to.set(i, v);
+        v * self.with.get(i)
+    }
+}
+
 crate::kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>;
     lanes = poisson_redblack_colours_vector_f32);
 crate::kernel3d!(poisson_redblack_colours_f64 => RedBlackByColour<f64>;
@@ -323,8 +360,9 @@ crate::kernel3d!(poisson_residual_colours_f64 => ResidualByColour<f64>);
 crate::kernel3d!(poisson_prolong_colours_f32 => ProlongAddByColour<f32>);
 crate::kernel3d!(poisson_prolong_colours_f64 => ProlongAddByColour<f64>);
 crate::kernel3d!(poisson_convert_colours_f64_f32 => ConvertByColour<f64, f32>);
-crate::kernel3d!(poisson_convert_colours_f32_f64 => ConvertByColour<f32, f64>);
 crate::kernel3d!(poisson_convert_colours_f64_f64 => ConvertByColour<f64, f64>);
+crate::kernel3d_sum!(poisson_from_colours_dot_f32 => FromColoursDot<f32>);
+crate::kernel3d_sum!(poisson_from_colours_dot_f64 => FromColoursDot<f64>);
 
 #[cfg(test)]
 mod tests {

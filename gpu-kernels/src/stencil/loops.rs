@@ -4,7 +4,7 @@
 
 use super::{
     ArrayIndex2D, ArrayIndex3D, FieldRef, LanesUpdate3D, PointUpdate2D, PointUpdate3D,
-    StencilUpdate3D, Tile, VectorQueue, ZQueue, VECTOR_BYTES,
+    StencilUpdate3D, SumInto, SumUpdate3D, Tile, VectorQueue, ZQueue, VECTOR_BYTES,
 };
 use crate::device::shared::SharedPtr;
 use crate::device::thread::{
@@ -120,6 +120,38 @@ pub fn plain_thread<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32, c: Threa
         f.update(&idx);
         idx.next_k();
     }
+}
+
+/// [`device_loop3d`] for a [`SumUpdate3D`]: the thread's terms added up as it marches, then the
+/// block's and the grid's sums into `sum.out` ([`SumInto::finish`]). Threads outside the range take
+/// part with nothing, since the whole block reduces.
+///
+/// # Safety
+/// As [`SumInto::finish`]; the block must be whole warps.
+#[inline(always)]
+pub unsafe fn device_sum3d<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, sum: &SumInto) {
+    let mine = sum_thread(f, r, march, ThreadCoords::current());
+    // SAFETY: the caller's contract.
+    unsafe { sum.finish(mine) }
+}
+
+/// The terms of the thread at `c` of a summing loop ([`device_sum3d`]), its points computed: the plain
+/// loop's points, in z order.
+#[inline(always)]
+pub fn sum_thread<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) -> f64 {
+    let (i, j) = c.column(r);
+    let mut acc = 0.0;
+    if i >= r.end[0] || j >= r.end[1] {
+        return acc;
+    }
+    let (k0, k1) = c.slab(r, march);
+    let mut idx = ArrayIndex3D::new(r.n);
+    idx.set(i, j, k0);
+    for _ in k0..k1 {
+        acc += f.update_term(&idx);
+        idx.next_k();
+    }
+    acc
 }
 
 /// As [`device_loop3d`], with the thread's input column in a register [`ZQueue`]: each step loads one new

@@ -18,10 +18,10 @@ pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{
     device_loop2d, device_loop3d, device_loop3d_lanes, device_loop3d_tiled, device_loop3d_vector,
-    device_loop3d_zqueue, lanes_thread, plain_thread, tile_shared_bytes, vector_lanes,
-    vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
+    device_loop3d_zqueue, device_sum3d, lanes_thread, plain_thread, sum_thread, tile_shared_bytes,
+    vector_lanes, vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
 };
-pub use reduce::{FieldDot, FieldDotInto};
+pub use reduce::{FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
 
 use crate::device::math::Real;
@@ -38,6 +38,17 @@ pub trait PointUpdate3D: Copy + Send + Sync {
     const RADIUS: [u32; 3] = [1, 1, 1];
     /// Computes the point `idx`.
     fn update(&self, idx: &ArrayIndex3D);
+}
+
+/// A [`PointUpdate3D`] that also adds a term per point to one f64 sum over the range: a dot product
+/// fused into the loop that writes (or reads) its operands, so that the operands are not read again
+/// (the ocean-model report's kernel fusion; conjugate gradients' `p.Ap` and `r.r`). The engines' summing
+/// loop (`run3d_sum`) leaves the sum in a value where the fields live; its kernel, made by
+/// [`kernel3d_sum!`](crate::kernel3d_sum), needs blocks of whole warps. The update is written once, in
+/// [`update_term`](Self::update_term); [`PointUpdate3D::update`] is `self.update_term(idx);`.
+pub trait SumUpdate3D: PointUpdate3D {
+    /// Computes the point `idx` and returns its term of the sum.
+    fn update_term(&self, idx: &ArrayIndex3D) -> f64;
 }
 
 /// A [`PointUpdate3D`] that reads its stencil input field (the one whose neighbours it reads) only through
@@ -166,6 +177,8 @@ pub trait GpuEntry {
     const TILED_ENTRY: Option<&'static str> = None;
     /// The entry of the vector variant, where one was generated.
     const VECTOR_ENTRY: Option<&'static str> = None;
+    /// Whether the entries sum a [`SumUpdate3D`]'s terms (they then take a [`SumInto`] after the march).
+    const SUMS: bool = false;
 
     /// The entry running `variant`, if this type has one.
     fn entry(variant: Variant) -> Option<&'static str> {
@@ -249,6 +262,32 @@ macro_rules! kernel3d {
             const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
             const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
             const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
+        }
+    };
+}
+
+/// Makes the GPU kernel that runs a [`SumUpdate3D`] type over a range and sums its terms: the plain loop
+/// of [`kernel3d!`](crate::kernel3d), then the block's and grid's sums ([`device_sum3d`]).
+/// `kernel3d_sum!(cg_step_f64 => CgStep);` The entry takes `(update: T, range: LoopRange, march: u32,
+/// sum: SumInto)`.
+#[macro_export]
+macro_rules! kernel3d_sum {
+    ($name:ident => $ty:ty) => {
+        $crate::kernel! {
+            /// Generated kernel entry: runs the point update over the range, marching in z, and sums
+            /// its terms into `sum.out`.
+            pub unsafe fn $name(
+                update: $ty,
+                range: $crate::stencil::LoopRange,
+                march: u32,
+                sum: $crate::stencil::SumInto,
+            ) {
+                $crate::stencil::device_sum3d(&update, &range, march, &sum)
+            }
+        }
+        impl $crate::stencil::GpuEntry for $ty {
+            const ENTRY: &'static str = stringify!($name);
+            const SUMS: bool = true;
         }
     };
 }

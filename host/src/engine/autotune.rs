@@ -12,10 +12,10 @@
 use std::sync::{Arc, Mutex};
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D, Variant,
 };
 
-use super::device::{launch, DotScratch, KernelInfo, LaunchShape};
+use super::device::{launch, DotScratch, KernelInfo, LaunchShape, SumTarget};
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use super::LoopEngine;
 use crate::error::Result;
@@ -319,8 +319,9 @@ impl DeviceAutoTuningLoopEngine {
 
     /// Whether this GPU can launch `kernel` with `shape` (its block within the variant's limit).
     fn fits(&self, kernel: &KernelInfo, shape: LaunchShape) -> bool {
-        super::device::block_limit(&self.gpu, kernel, shape.variant)
-            .is_ok_and(|max| shape.threads() <= max)
+        kernel.allows(&shape)
+            && super::device::block_limit(&self.gpu, kernel, shape.variant)
+                .is_ok_and(|max| shape.threads() <= max)
     }
 
     fn warn_cache(cache: &mut TuneCache) {
@@ -397,19 +398,20 @@ impl DeviceAutoTuningLoopEngine {
         r: &LoopRange,
         f: &F,
         info: &mut AutoTuningInfo,
+        sum: Option<SumTarget>,
     ) -> Result<()> {
         if matches!(info.state, State::Untuned) {
             info.state = self.start(kernel, precision, r);
         }
         let t = match &mut info.state {
-            State::Tuned(rep) => return launch(&self.gpu, kernel, f, r, rep.best),
+            State::Tuned(rep) => return launch(&self.gpu, kernel, f, r, rep.best, sum),
             State::Tuning(t) => t,
             State::Untuned => unreachable!("tuning state was just set"),
         };
         let c = t.step % t.candidates.len();
         let ms = self
             .gpu
-            .time_ms(|| launch(&self.gpu, kernel, f, r, t.candidates[c]))?;
+            .time_ms(|| launch(&self.gpu, kernel, f, r, t.candidates[c], sum))?;
         t.times[c].push(ms);
         t.total_ms += ms;
         t.step += 1;
@@ -487,7 +489,20 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
         let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
-        self.run(&KernelInfo::of3d::<F>(), precision, r, f, info)
+        self.run(&KernelInfo::of3d::<F>(), precision, r, f, info, None)
+    }
+
+    fn run3d_sum<F: SumUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        info: &mut AutoTuningInfo,
+        out: &mut DeviceField<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
+        let sum = SumTarget::new(&self.dots, out, slot)?;
+        self.run(&KernelInfo::of3d::<F>(), precision, r, f, info, Some(sum))
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(
@@ -497,7 +512,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
         let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
-        self.run(&KernelInfo::of2d::<F>(), precision, r, f, info)
+        self.run(&KernelInfo::of2d::<F>(), precision, r, f, info, None)
     }
 
     type Recording = cudarc::driver::CudaGraph;
@@ -595,12 +610,14 @@ mod tests {
             radius: [1, 1, 1],
             elem_bytes: 4,
             dims: Dims::Three,
+            sums: false,
         };
         let k2 = KernelInfo {
             entries: [Some("k2"), None, None, None],
             radius: [1, 1, 0],
             elem_bytes: 4,
             dims: Dims::Two,
+            sums: false,
         };
         (k3, k2)
     }
@@ -679,6 +696,19 @@ mod tests {
         };
         let e = big.config(&r, &wide, 1024).unwrap_err().to_string();
         assert!(e.contains("shared memory"), "{e}");
+        // A summing kernel reduces over whole warps: (16,2) is one, (16,1) half of one.
+        let sums = KernelInfo { sums: true, ..k3 };
+        let half = LaunchShape {
+            block_x: 16,
+            block_y: 1,
+            ..shape
+        };
+        assert!(LaunchShape { block_y: 2, ..half }
+            .config(&r, &sums, 1024)
+            .is_ok());
+        let e = half.config(&r, &sums, 1024).unwrap_err().to_string();
+        assert!(e.contains("multiple of 32 threads"), "{e}");
+        assert!(half.config(&r, &k3, 1024).is_ok());
     }
 
     #[test]

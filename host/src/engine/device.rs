@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
-    tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, Variant,
+    tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumInto,
+    SumUpdate3D, Variant,
 };
 
 use super::LoopEngine;
@@ -84,6 +85,13 @@ impl LaunchShape {
         kernel: &KernelInfo,
         max_threads: u32,
     ) -> Result<LaunchConfig> {
+        if !kernel.allows(self) {
+            return Err(Error::InvalidSize(format!(
+                "launch shape {self} is not valid for kernel {}: a summing loop reduces over whole \
+                 warps, so its blocks must have a multiple of 32 threads; use a block such as (32,1)",
+                kernel.name()
+            )));
+        }
         if self.block_x == 0 || self.block_y == 0 || self.march == 0 || self.threads() > max_threads
         {
             return Err(Error::InvalidSize(format!(
@@ -168,6 +176,8 @@ pub struct KernelInfo {
     pub elem_bytes: usize,
     /// 2-D or 3-D loop.
     pub dims: Dims,
+    /// Whether the kernel sums its update's terms ([`GpuEntry::SUMS`]).
+    pub sums: bool,
 }
 
 impl KernelInfo {
@@ -178,6 +188,7 @@ impl KernelInfo {
             radius: F::RADIUS,
             elem_bytes: std::mem::size_of::<F::Real>(),
             dims: Dims::Three,
+            sums: F::SUMS,
         }
     }
 
@@ -188,6 +199,7 @@ impl KernelInfo {
             radius: [F::RADIUS[0], F::RADIUS[1], 0],
             elem_bytes: std::mem::size_of::<F::Real>(),
             dims: Dims::Two,
+            sums: F::SUMS,
         }
     }
 
@@ -199,6 +211,12 @@ impl KernelInfo {
     /// The entry running `variant`, if there is one.
     pub fn entry(&self, variant: Variant) -> Option<&'static str> {
         self.entries[variant as usize]
+    }
+
+    /// Whether `shape` suits the kernel beyond the GPU's limits: a summing kernel's blocks must be whole
+    /// warps (its block reduction shuffles over full warps).
+    pub fn allows(&self, shape: &LaunchShape) -> bool {
+        !self.sums || shape.threads().is_multiple_of(32)
     }
 
     /// The variants this kernel has.
@@ -239,14 +257,50 @@ pub(crate) fn block_limit(gpu: &Gpu, kernel: &KernelInfo, variant: Variant) -> R
     }
 }
 
-/// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream.
+/// Where a summing loop's total goes: one f64 on the GPU, through the engine's partial sums.
+#[derive(Clone, Copy)]
+pub(crate) struct SumTarget<'a> {
+    pub(crate) scratch: &'a DotScratch,
+    pub(crate) out: *mut f64,
+}
+
+impl<'a> SumTarget<'a> {
+    /// Value `slot` of `out` (checked), through `scratch`.
+    pub(crate) fn new(
+        scratch: &'a DotScratch,
+        out: &mut DeviceField<f64>,
+        slot: usize,
+    ) -> Result<Self> {
+        if slot >= out.shape().len() {
+            return Err(Error::InvalidSize(format!(
+                "a sum into value {slot} of a field of {}",
+                out.shape().len()
+            )));
+        }
+        // SAFETY: slot < len (checked above).
+        let out = unsafe { out.view_mut().as_ptr().add(slot) };
+        Ok(Self { scratch, out })
+    }
+}
+
+/// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream; a
+/// summing kernel's total into `sum` (which it must have, and no other kernel may).
 pub(crate) fn launch<F: Copy>(
-    gpu: &Gpu,
+    gpu: &Arc<Gpu>,
     kernel: &KernelInfo,
     update: &F,
     range: &LoopRange,
     shape: LaunchShape,
+    sum: Option<SumTarget>,
 ) -> Result<()> {
+    if kernel.sums != sum.is_some() {
+        return Err(Error::InvalidSize(format!(
+            "kernel {} {} its terms: run it with {}",
+            kernel.name(),
+            if kernel.sums { "sums" } else { "does not sum" },
+            if kernel.sums { "run_sum" } else { "run" }
+        )));
+    }
     // A variant the kernel lacks: `config` refuses it by name (checked against the GPU's own limit,
     // as `block_limit` does).
     let (entry, has_variant) = match kernel.entry(shape.variant) {
@@ -261,19 +315,43 @@ pub(crate) fn launch<F: Copy>(
     };
     let cfg = shape.config(range, kernel, limit)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
-    // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the loop
-    // checked the range against the update's radius and the fields' sizes, and `config` sized the
-    // dynamic shared memory a tiled entry indexes.
-    unsafe {
-        gpu.stream()
-            .launch_builder(&function)
-            .arg(&u)
-            .arg(&r)
-            .arg(&m)
-            .launch(cfg)
-    }
-    .cuda(|| format!("launching kernel {entry} with {shape}"))?;
-    Ok(())
+    let what = || format!("launching kernel {entry} with {shape}");
+    let Some(sum) = sum else {
+        // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the
+        // loop checked the range against the update's radius and the fields' sizes, and `config`
+        // sized the dynamic shared memory a tiled entry indexes.
+        return unsafe {
+            gpu.stream()
+                .launch_builder(&function)
+                .arg(&u)
+                .arg(&r)
+                .arg(&m)
+                .launch(cfg)
+        }
+        .cuda(what)
+        .map(drop);
+    };
+    let (gx, gy, gz) = cfg.grid_dim;
+    sum.scratch.with(gpu, gx * gy * gz, |partials, done| {
+        let s = ByValue(SumInto {
+            partials: partials.ptr(),
+            out: sum.out,
+            done: done.ptr(),
+        });
+        // SAFETY: as above, and a summing entry takes a `SumInto` after them: partials for every
+        // block of the grid, one value and a counter at zero.
+        unsafe {
+            gpu.stream()
+                .launch_builder(&function)
+                .arg(&u)
+                .arg(&r)
+                .arg(&m)
+                .arg(&s)
+                .launch(cfg)
+        }
+        .cuda(what)
+        .map(drop)
+    })
 }
 
 /// Runs point updates on the GPU with one fixed launch shape.
@@ -328,11 +406,30 @@ impl LoopEngine for DeviceLoopEngine {
     }
 
     fn run3d<F: PointUpdate3D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
-        launch(&self.gpu, &KernelInfo::of3d::<F>(), f, r, self.shape)
+        launch(&self.gpu, &KernelInfo::of3d::<F>(), f, r, self.shape, None)
+    }
+
+    fn run3d_sum<F: SumUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        _: &mut (),
+        out: &mut DeviceField<f64>,
+        slot: usize,
+    ) -> Result<()> {
+        let sum = SumTarget::new(&self.dots, out, slot)?;
+        launch(
+            &self.gpu,
+            &KernelInfo::of3d::<F>(),
+            f,
+            r,
+            self.shape,
+            Some(sum),
+        )
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
-        launch(&self.gpu, &KernelInfo::of2d::<F>(), f, r, self.shape)
+        launch(&self.gpu, &KernelInfo::of2d::<F>(), f, r, self.shape, None)
     }
 
     type Recording = CudaGraph;
@@ -459,21 +556,18 @@ pub(crate) fn device_dot_into(
     out: &mut DeviceField<f64>,
     slot: usize,
 ) -> Result<()> {
-    if slot >= out.shape().len() {
-        return Err(Error::InvalidSize(format!(
-            "dot product into value {slot} of a field of {}",
-            out.shape().len()
-        )));
-    }
+    let target = SumTarget::new(scratch, out, slot)?;
     let (blocks, n) = dot_size(gpu, a, b)?;
     scratch.with(gpu, blocks, |partials, done| {
         let args = lattice_gpu_kernels::stencil::FieldDotInto {
             dot: dot_args(a, b, n, partials),
-            // SAFETY: slot < len (checked above).
-            out: unsafe { out.view_mut().as_ptr().add(slot) },
-            done: done.ptr(),
+            sum: SumInto {
+                partials: partials.ptr(),
+                out: target.out,
+                done: done.ptr(),
+            },
         };
-        // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `out` one
+        // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `sum.out` one
         // value and `done` a counter at zero.
         unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK) }
     })

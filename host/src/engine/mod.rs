@@ -25,7 +25,7 @@ pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
 };
 
 use crate::error::Result;
@@ -52,6 +52,17 @@ pub trait LoopEngine {
         range: &LoopRange,
         f: &F,
         site: &mut Self::Site,
+    ) -> Result<()>;
+    /// Runs `f` at every point of `range` and writes the sum of its terms into value `slot` of `out`
+    /// where the fields live, queued (as [`dot_into`](Self::dot_into)): the same launch (on the CPU:
+    /// any run) gives the same bits.
+    fn run3d_sum<F: SumUpdate3D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        site: &mut Self::Site,
+        out: &mut Self::Field<f64>,
+        slot: usize,
     ) -> Result<()>;
     /// Runs `f` at every point of the 2-D `range`.
     fn run2d<F: PointUpdate2D + GpuEntry>(
