@@ -639,14 +639,7 @@ where
         let (from, to) = (r.view(), self.levels[0].b.view_mut());
         let kind = Kind::ConvertIn;
         if let Some(halves) = self.levels[0].halves {
-            let to_halves = 1;
-            let convert = ConvertByColour {
-                from,
-                to,
-                halves,
-                to_halves,
-            };
-            return self.run(0, kind, &convert);
+            return self.run(0, kind, &ConvertByColour { from, to, halves });
         }
         self.run(0, kind, &Convert { from, to })
     }

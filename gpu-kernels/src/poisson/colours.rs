@@ -284,19 +284,18 @@ impl<T: Real> PointUpdate3D for ProlongAddByColour<T> {
     }
 }
 
-/// A natural-layout field converted into colour halves (`to_halves`) or back: runs over the natural
-/// range, converting each value `A -> B` as [`Convert`](super::Convert) does.
+/// A natural-layout field converted into colour halves (CG's residual into the finest right-hand
+/// side; the way back is [`FromColoursDot`]): runs over the natural range, converting each value
+/// `A -> B` as [`Convert`](super::Convert) does.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ConvertByColour<A, B> {
-    /// The source.
+    /// The natural-layout source.
     pub from: FieldRef<A>,
-    /// The destination.
+    /// The halves.
     pub to: FieldMut<B>,
     /// The natural array the halves stand for.
     pub halves: Halves,
-    /// 1: natural to halves; 0: halves to natural.
-    pub to_halves: u32,
 }
 
 impl<A: Real, B: Real> PointUpdate3D for ConvertByColour<A, B> {
@@ -306,17 +305,13 @@ impl<A: Real, B: Real> PointUpdate3D for ConvertByColour<A, B> {
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
         let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
-        let (src, dst) = if self.to_halves != 0 {
-            (idx.ix(), at)
-        } else {
-            (at, idx.ix())
-        };
-        self.to.set(dst, B::from_f64(self.from.get(src).to_f64()));
+        self.to
+            .set(at, B::from_f64(self.from.get(idx.ix()).to_f64()));
     }
 }
 
 /// The finest iterate out of its colour halves into CG's f64 `to`, summing `to.with` (CG's `r.z`) in
-/// the same loop: runs over the natural range, converting as [`ConvertByColour`] does.
+/// the same loop: runs over the natural range, the way back of [`ConvertByColour`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FromColoursDot<A> {

@@ -116,20 +116,28 @@ impl SumInto {
     }
 }
 
-/// The arguments of the `field_dot_into_f64` kernel: the dot product into `sum.out` on the device.
+/// The arguments of the `field_dot_into_f64` kernel: the dot product into `*out` on the device (a
+/// [`SumInto`] of the dot's partials).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FieldDotInto {
-    /// The arrays and their length (the partials are `sum`'s).
+    /// The arrays, their length and one partial per block.
     pub dot: FieldDot,
     /// Where the sum goes.
-    pub sum: SumInto,
+    pub out: *mut f64,
+    /// Blocks finished so far: zero before the launch, and again after it.
+    pub done: *mut u32,
 }
 
 crate::kernel! {
-    /// Generated kernel entry: the dot product in `*sum.out` (every thread of the block takes part).
+    /// Generated kernel entry: the dot product in `*out` (every thread of the block takes part).
     pub unsafe fn field_dot_into_f64(d: FieldDotInto) {
         let stride = thread::grid_dim_x() as u64 * thread::block_dim_x() as u64;
-        d.sum.finish(d.dot.share(thread::index_1d() as u64, stride));
+        let sum = SumInto {
+            partials: d.dot.partials,
+            out: d.out,
+            done: d.done,
+        };
+        sum.finish(d.dot.share(thread::index_1d() as u64, stride));
     }
 }

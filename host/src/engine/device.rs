@@ -561,13 +561,10 @@ pub(crate) fn device_dot_into(
     scratch.with(gpu, blocks, |partials, done| {
         let args = lattice_gpu_kernels::stencil::FieldDotInto {
             dot: dot_args(a, b, n, partials),
-            sum: SumInto {
-                partials: partials.ptr(),
-                out: target.out,
-                done: done.ptr(),
-            },
+            out: target.out,
+            done: done.ptr(),
         };
-        // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `sum.out` one
+        // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `out` one
         // value and `done` a counter at zero.
         unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK) }
     })
