@@ -18,9 +18,10 @@
 #                                             Taylor-Green in f16), bad input, and the MLUPs/s benchmark
 #                                  advection  rotation and swirl runs, bad input, and the benchmark of every
 #                                             kernel variant (tuned) against the copy bandwidth
-#                                  poisson    mixed, all-f64 and AoS runs at 256^3, and `poisson bench`
+#                                  poisson    mixed, all-f64 and AoS runs at 256^3, `poisson bench`
 #                                             (solve times at 128^3 and 256^3 for every technique, levels
 #                                             against their floors, the smoothers against the copy bandwidth)
+#                                             and every technique at 256^3 with 1 to 4 smoothing sweeps
 #                                  poisson512 `poisson bench` at 512^3: f64 and mixed, plain and with every
 #                                             technique (minutes of set-up: a call of its own)
 #                                  lqcdsplit  what the lqcd GPU split costs on one GPU: BiCGStab and M_hat
@@ -300,6 +301,10 @@ poisson_part() {
     # Mixed vs f64, SoA vs AoS, tuned vs fixed at 128^3 and 256^3; levels against their floors; the
     # finest smoother against the copy bandwidth.
     bench "poisson bench" "$out/poisson-bench.log" "$BIN/poisson" bench --csv "$out/poisson-bench.csv"
+    # Every technique, 1 to 4 smoothing sweeps each way: mixed against all-f64 at equal V-cycles (the
+    # same iterations) and between the fastest of each.
+    bench "poisson bench, sweeps" "$out/poisson-smooth.log" \
+        "$BIN/poisson" bench --sizes 256 --smooth 1,2,3,4 --configs f64-all,all --csv "$out/poisson-smooth.csv"
 }
 
 poisson512_part() {

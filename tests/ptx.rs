@@ -54,6 +54,7 @@ const ENTRIES: &[&str] = &[
     "advect_queue_bf_packed_shared",
     "cg_step_f64",
     "cg_direction_f64",
+    "cg_finish_f64",
     "convert_f64_f32",
     "convert_f64_f64",
     "convert_dot_f32",

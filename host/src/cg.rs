@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
-use lattice_gpu_kernels::vector::{CgDirection, CgScalars, CgStep, Convert, Fill};
+use lattice_gpu_kernels::vector::{
+    CgDirection, CgFinish, CgIterate, CgScalars, CgStep, Convert, Fill,
+};
 
 use crate::engine::LoopEngine;
 use crate::error::Error;
@@ -139,6 +141,9 @@ impl<'a> Watch<'a> {
     }
 }
 
+/// A step of length zero with the host's scalars: for runs that only tune.
+const HOST_ZERO: (f64, CgScalars) = (0.0, CgScalars::HOST);
+
 /// The kinds of loop CG itself runs over the vectors (each keeps its own site, tuned once).
 #[derive(Clone, Copy)]
 enum Site {
@@ -146,6 +151,7 @@ enum Site {
     Direction = 1,
     Fill = 2,
     Copy = 3,
+    Finish = 4,
 }
 
 /// CG's vectors on an engine for one right-hand side: built once, then [`solve`](Self::solve) (or
@@ -161,7 +167,7 @@ pub struct Cg<'e, E: LoopEngine> {
     z: E::Field<f64>,
     p: E::Field<f64>,
     q: E::Field<f64>,
-    sites: [Loop3D<'e, E>; 4],
+    sites: [Loop3D<'e, E>; 5],
 }
 
 impl<'e, E: LoopEngine> Cg<'e, E> {
@@ -180,7 +186,7 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
             z: vector()?,
             p: vector()?,
             q: vector()?,
-            sites: [site()?, site()?, site()?, site()?],
+            sites: [site()?, site()?, site()?, site()?, site()?],
         })
     }
 
@@ -229,13 +235,15 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         let mut sums = self.engine.alloc::<f64>(Shape::new_3d([1, 1, 1], 0)?)?;
         let step = &mut |s: &mut Self| s.step(0.0, CgScalars::HOST, &mut sums, 0);
         run_until_tuned(self, |s| tuned(s, Site::Step), step, "CG's step")?;
-        let direction = &mut |s: &mut Self| s.direction_with(0.0, CgScalars::HOST);
+        let direction = &mut |s: &mut Self| s.direction(HOST_ZERO, 0.0, CgScalars::HOST);
         run_until_tuned(
             self,
             |s| tuned(s, Site::Direction),
             direction,
             "CG's direction",
         )?;
+        let finish = &mut |s: &mut Self| s.finish(HOST_ZERO);
+        run_until_tuned(self, |s| tuned(s, Site::Finish), finish, "CG's finish")?;
         let mut runs = 0;
         while !apply_tuned(problem) {
             check_runs(runs, "the operator")?;
@@ -259,8 +267,9 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         Ok(())
     }
 
-    /// `x += alpha p`, `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]),
-    /// and the new `r.r` into value `slot` of `sums`.
+    /// `r -= alpha q` (`alpha` from `scalars` unless they are [`CgScalars::HOST`]), and the new `r.r`
+    /// into value `slot` of `sums`. The iterate follows in [`direction`](Self::direction) or
+    /// [`finish`](Self::finish), with the same `(alpha, scalars)`.
     fn step(
         &mut self,
         alpha: f64,
@@ -269,9 +278,7 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         slot: usize,
     ) -> crate::Result<()> {
         let step = CgStep {
-            x: self.x.view_mut(),
             r: self.r.view_mut(),
-            p: self.p.view(),
             q: self.q.view(),
             alpha,
             scalars,
@@ -279,14 +286,36 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         self.sites[Site::Step as usize].run_sum(&step, sums, slot)
     }
 
-    /// `p = z + beta p` (`beta` from `scalars` unless they are [`CgScalars::HOST`]).
-    fn direction_with(&mut self, beta: f64, scalars: CgScalars) -> crate::Result<()> {
-        let (p, z) = (self.p.view_mut(), self.z.view());
+    /// The last step's `x += alpha p` (`step`: its length and scalars, as given to
+    /// [`step`](Self::step)), then `p = z + beta p` (`beta` from `scalars` unless they are
+    /// [`CgScalars::HOST`]).
+    fn direction(
+        &mut self,
+        (alpha, step): (f64, CgScalars),
+        beta: f64,
+        scalars: CgScalars,
+    ) -> crate::Result<()> {
+        let x = self.x.view_mut();
         self.sites[Site::Direction as usize].run(&CgDirection {
-            p,
-            z,
+            step: CgIterate {
+                x,
+                alpha,
+                scalars: step,
+            },
+            p: self.p.view_mut(),
+            z: self.z.view(),
             beta,
             scalars,
+        })?;
+        Ok(())
+    }
+
+    /// The last step's `x += alpha p` where no direction follows it (the solve ends).
+    fn finish(&mut self, (alpha, scalars): (f64, CgScalars)) -> crate::Result<()> {
+        let x = self.x.view_mut();
+        self.sites[Site::Finish as usize].run(&CgFinish {
+            step: CgIterate { x, alpha, scalars },
+            p: self.p.view(),
         })?;
         Ok(())
     }
@@ -322,21 +351,27 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         preconditions += 1;
         self.first_direction()?;
         let mut rz = value(&sums, 2)?;
+        let mut step = HOST_ZERO;
         for it in 1..=max_iter {
             problem.apply(&self.p, &mut self.q, &mut sums, 0)?;
             let pq = value(&sums, 0)?;
             watch.check_pq(it, pq)?;
-            self.step(rz / pq, CgScalars::HOST, &mut sums, 1)?;
-            if watch.observe(it, value(&sums, 1)?)? {
+            step = (rz / pq, CgScalars::HOST);
+            self.step(step.0, step.1, &mut sums, 1)?;
+            if self.ends::<P::Error>(&mut watch, it, value(&sums, 1)?, step)? {
                 return Ok(self.report(it, watch.history, preconditions, start)?);
+            }
+            if it == max_iter {
+                break;
             }
             problem.precondition(&self.r, &mut self.z, &mut sums, 2)?;
             preconditions += 1;
             let rz_new = value(&sums, 2)?;
             let beta = rz_new / rz;
             rz = rz_new;
-            self.direction_with(beta, CgScalars::HOST)?;
+            self.direction(step, beta, CgScalars::HOST)?;
         }
+        self.finish(step)?;
         Err(watch.out_of_iterations(max_iter).into())
     }
 
@@ -383,22 +418,47 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         let mut read = 0;
         for it in 1..=max_iter {
             problem.apply(&self.p, &mut self.q, &mut values, pq(it))?;
-            let step = scalars(&values, rz(it - 1), pq(it), rr(it - 1));
-            self.step(0.0, step, &mut values, rr(it))?;
+            let step = (0.0, scalars(&values, rz(it - 1), pq(it), rr(it - 1)));
+            self.step(step.0, step.1, &mut values, rr(it))?;
             if it % check_every == 0 || it == max_iter {
                 let v = values.download()?;
                 for k in read + 1..=it {
                     watch.check_pq(k, v[pq(k)])?;
-                    if watch.observe(k, v[rr(k)])? {
+                    // Steps before `it` have had their directions, which updated the iterate.
+                    let ended = match k == it {
+                        true => self.ends::<P::Error>(&mut watch, k, v[rr(k)], step)?,
+                        false => watch.observe(k, v[rr(k)])?,
+                    };
+                    if ended {
                         return Ok(self.report(k, watch.history, k, start)?);
                     }
                 }
                 read = it;
             }
+            if it == max_iter {
+                self.finish(step)?;
+                break;
+            }
             problem.precondition(&self.r, &mut self.z, &mut values, rz(it))?;
-            self.direction_with(0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
+            self.direction(step, 0.0, scalars(&values, rz(it), rz(it - 1), rr(it)))?;
         }
         Err(watch.out_of_iterations(max_iter).into())
+    }
+
+    /// Records step `it`'s `|r|^2` ([`Watch::observe`]); when that ends the solve (converged, or
+    /// stalled), first adds the step to the iterate, since no direction will.
+    fn ends<R: From<Error> + From<Stalled>>(
+        &mut self,
+        watch: &mut Watch,
+        it: usize,
+        rr: f64,
+        step: (f64, CgScalars),
+    ) -> Result<bool, R> {
+        let seen = watch.observe(it, rr);
+        if !matches!(seen, Ok(false)) {
+            self.finish(step)?;
+        }
+        Ok(seen?)
     }
 
     /// What both drivers do first: check the stop, start the clock, `x = 0`, and `r = b` unless `b` is

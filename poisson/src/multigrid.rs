@@ -70,6 +70,9 @@ impl Cycle {
     }
 }
 
+/// The default [`Cycle::coarse_sweeps`].
+pub const COARSE_SWEEPS: usize = 40;
+
 /// A [`Cycle::fused_cells`] to fuse with: 16^3 cells (about 11 per thread of the block the SoA program's
 /// registers allow). Not the default until the fused cycle has been timed on a GPU.
 pub const FUSED_CELLS: usize = 4096;
@@ -80,7 +83,7 @@ impl Default for Cycle {
             levels: 4,
             smoother: Smoother::RedBlack,
             sweeps: 2,
-            coarse_sweeps: 40,
+            coarse_sweeps: COARSE_SWEEPS,
             layout: Layout::Soa,
             fused_cells: 0,
             graph: false,

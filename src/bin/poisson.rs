@@ -21,7 +21,9 @@ use lattice_gpu::host::{
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
 use lattice_gpu::poisson::cg::{Precision, Report, Solver};
-use lattice_gpu::poisson::multigrid::{max_levels, Cycle, Layout, Smoother, FUSED_CELLS};
+use lattice_gpu::poisson::multigrid::{
+    max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
+};
 use lattice_gpu::poisson::problem::{manufactured, Problem, Walls};
 use lattice_gpu::poisson::{Error, Result};
 
@@ -89,6 +91,9 @@ struct RunArgs {
     /// coarsest.
     #[arg(long, default_value_t = 2)]
     smooth: usize,
+    /// Red-black (or Jacobi) sweeps on the coarsest level (its solve).
+    #[arg(long, default_value_t = COARSE_SWEEPS)]
+    coarse_sweeps: usize,
     /// Coarse levels of at most this many cells run their part of the V-cycle as one launch (a block
     /// program) instead of one launch per pass; 0: never. Red-black smoother only.
     #[arg(long, default_value_t = FUSED_CELLS)]
@@ -144,9 +149,13 @@ struct BenchArgs {
     /// CG iteration limit.
     #[arg(long, default_value_t = 500)]
     max_iter: usize,
-    /// Multigrid levels [default: as many as each size allows, at most 6].
-    #[arg(long)]
-    levels: Option<usize>,
+    /// Multigrid levels, comma separated: every configuration is timed with each [default: as many as
+    /// each size allows, at most 6].
+    #[arg(long, value_delimiter = ',')]
+    levels: Vec<usize>,
+    /// Red-black sweeps on the coarsest level (its solve).
+    #[arg(long, default_value_t = COARSE_SWEEPS)]
+    coarse_sweeps: usize,
     /// Smoothing sweeps before and after the coarse correction, comma separated: every configuration
     /// is timed with each.
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -290,7 +299,7 @@ fn run(a: &RunArgs) -> Result<()> {
         colours: a.colours == Switch::On,
         shuffle_restrict: a.shuffle_restrict,
         sweeps: a.smooth,
-        ..Cycle::default()
+        coarse_sweeps: a.coarse_sweeps,
     };
     if a.colours == Switch::Auto {
         cycle.colours = cycle.colours_apply(p.n);
@@ -747,7 +756,7 @@ fn bench_config<E: LoopEngine>(
         smoother: config.smoother,
         colours: config.colours,
         shuffle_restrict: config.shuffle,
-        ..Cycle::default()
+        coarse_sweeps: a.coarse_sweeps,
     };
     let t = Instant::now();
     let mut solver = Solver::new(engine, p, cycle, config.precision)?;
@@ -895,13 +904,17 @@ fn bench(a: &BenchArgs) -> Result<()> {
             "--smooth: every count of smoothing sweeps must be at least 1".into(),
         ));
     }
-    for (&n, &smooth) in a
-        .sizes
-        .iter()
-        .flat_map(|n| a.smooth.iter().map(move |s| (n, s)))
-    {
+    let runs = a.sizes.iter().flat_map(|&n| {
+        let depths = match a.levels.is_empty() {
+            true => vec![max_levels(n).min(6)],
+            false => a.levels.clone(),
+        };
+        depths
+            .into_iter()
+            .flat_map(move |d| a.smooth.iter().map(move |&s| (n, d, s)))
+    });
+    for (n, depth, smooth) in runs {
         let (p, exact) = manufactured(n, 1.0, 1.0);
-        let depth = a.levels.unwrap_or(max_levels(n).min(6));
         let mut f64_seconds = None;
         for &config in &CONFIGS {
             if !a.configs.is_empty() && !a.configs.iter().any(|c| c == config.key) {

@@ -340,9 +340,10 @@ impl<A: Real> SumUpdate3D for FromColoursDot<A> {
     fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
         let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
         let i = idx.ix();
-        let v = self.from.get(at).to_f64();
+        // Both loads before the store (as in `CgStep`).
+        let (v, with) = (self.from.get(at).to_f64(), self.with.get(i));
         self.to.set(i, v);
-        v * self.with.get(i)
+        v * with
     }
 }
 

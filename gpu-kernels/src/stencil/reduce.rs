@@ -1,13 +1,15 @@
 //! Sums reduced on the device: every thread sums its share, the block sums its threads (warp shuffles,
 //! then one value per warp), and each block leaves one partial sum, which the host adds
-//! (`field_dot_f64`) or the last block to finish adds into a value on the device ([`SumInto`]: the
+//! (`field_dot_f64`) or the last blocks to finish add, group by group, into a value on the device ([`SumInto`]: the
 //! engines' `dot_into`, and the summing loops of [`SumUpdate3D`](super::SumUpdate3D)). Margins hold
 //! zeros in the fields the dot products serve, so whole arrays can be summed.
 
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::atomic::{self, Scope};
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
-use crate::device::thread::{self, sync_threads};
+use crate::device::thread;
+#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
+use crate::device::warp::{self, Shuffle, WARP_SIZE};
 
 /// The arguments of the `field_dot_f64` kernel: `partials[block] = sum over the block's share of a[i] b[i]`.
 #[repr(C)]
@@ -53,67 +55,122 @@ crate::kernel! {
     }
 }
 
-/// Where a sum reduced on the device goes: `*out`, written by the last block to finish, which adds the
-/// blocks' partials in block order (so a solver can read it in a later kernel without the host waiting
-/// for it, and the same launch gives the same bits every time).
+/// Where a sum reduced on the device goes: `*out`, written by the last block to finish (so a solver can
+/// read it in a later kernel without the host waiting for it). The blocks count off in groups of
+/// [`SUM_GROUP`]: the last block of a group adds its group's partials, the last group to finish adds
+/// the groups' sums. A grid of many small blocks then takes its tickets on many counters instead of
+/// one, whose atomics the L2 serialises (one counter for 65536 blocks cost 0.4 ms on an H100, longer
+/// than the loop's work). The order of the additions is fixed, so the same launch gives the same bits
+/// every time.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SumInto {
-    /// One partial sum per block.
+    /// One partial sum per block, then one per group ([`SumInto::scratch`]).
     pub partials: *mut f64,
     /// Where the sum goes.
     pub out: *mut f64,
-    /// Blocks finished so far: zero before the launch, and again after it (the last block rewinds it).
+    /// Groups finished so far, then blocks finished so far in each group: zero before the launch, and
+    /// again after it (the last to finish rewinds each).
     pub done: *mut u32,
 }
 
+/// Blocks per group of a [`SumInto`].
+pub const SUM_GROUP: u32 = 64;
+
 impl SumInto {
-    /// Adds `mine`, this thread's share, to the sum: the block's total becomes its partial, and the
-    /// last block of the grid writes their sum. Every thread of the block must call it (the block in
-    /// whole warps).
+    /// The partial sums and the counters a grid of `blocks` blocks needs.
+    pub const fn scratch(blocks: u32) -> (usize, usize) {
+        let groups = blocks.div_ceil(SUM_GROUP) as usize;
+        (blocks as usize + groups, 1 + groups)
+    }
+
+    /// Adds `mine`, this thread's share, to the sum: the block's total becomes its partial, the last
+    /// block of its group adds the group's partials, and the last group's writes their sum. Every
+    /// thread of the block must call it (the block in whole warps).
     ///
     /// # Safety
-    /// `partials` must hold one value per block of the grid, `out` one value, `done` a counter at zero.
+    /// `partials` and `done` must be as long as [`SumInto::scratch`] says for the grid, the counters at
+    /// zero; `out` one value.
     #[inline(always)]
     pub unsafe fn finish(&self, mine: f64) {
-        let total = crate::krylov::block_sum([mine, 0.0, 0.0, 0.0]);
         let blocks = thread::grid_dim_x() * thread::grid_dim_y() * thread::grid_dim_z();
         let block = thread::block_idx_x()
             + thread::grid_dim_x()
                 * (thread::block_idx_y() + thread::grid_dim_y() * thread::block_idx_z());
-        let last = crate::shared_array![u32; 1];
-        let first = thread::thread_rank_in_block() == 0;
-        if first {
-            // SAFETY: one partial per block (the caller's contract).
-            unsafe { *self.partials.add(block as usize) = total[0] };
-            // Publish the partial, then take a ticket: the block with the last one sees them all.
-            atomic::fence_device();
-            // SAFETY: `done` is a counter (the caller's contract).
-            let ticket = unsafe { atomic::inc_u32(self.done, blocks - 1, Scope::Device) };
-            // SAFETY: thread 0 alone writes the block's flag.
-            unsafe { *last = (ticket == blocks - 1) as u32 };
-        }
-        sync_threads();
-        // SAFETY: written before the barrier.
-        if unsafe { *last } == 0 {
+        let (group, groups) = (block / SUM_GROUP, blocks.div_ceil(SUM_GROUP));
+        let start = group * SUM_GROUP;
+        let members = (blocks - start).min(SUM_GROUP);
+        let total = crate::krylov::block_sum([mine, 0.0, 0.0, 0.0])[0];
+        // Warp 0 alone goes on (it holds the block's total): the other warps leave at once, rather
+        // than wait at a barrier while it takes its tickets, so the block's place frees sooner.
+        if thread::thread_rank_in_block() >= WARP_SIZE {
             return;
         }
-        atomic::fence_device();
-        let threads = thread::block_dim_x() * thread::block_dim_y() * thread::block_dim_z();
-        let mut acc = 0.0;
-        let mut b = thread::thread_rank_in_block();
-        while b < blocks {
-            // Volatile: written by other blocks in this kernel, never through this SM's L1.
-            // SAFETY: b < blocks.
-            acc += unsafe { self.partials.add(b as usize).read_volatile() };
-            b += threads;
-        }
-        let sum = crate::krylov::block_sum([acc, 0.0, 0.0, 0.0]);
-        if first {
-            // SAFETY: one value (the caller's contract).
-            unsafe { *self.out = sum[0] };
+        // SAFETY: a partial per block and per group, a counter per group and one for the groups (the
+        // caller's contract).
+        unsafe {
+            let counter = self.done.add(1 + group as usize);
+            if !publish(self.partials.add(block as usize), total, counter, members) {
+                return;
+            }
+            let total = add_up(self.partials.add(start as usize), members);
+            if !publish(
+                self.partials.add((blocks + group) as usize),
+                total,
+                self.done,
+                groups,
+            ) {
+                return;
+            }
+            let sum = add_up(self.partials.add(blocks as usize), groups);
+            if warp::lane_id() == 0 {
+                *self.out = sum;
+            }
         }
     }
+}
+
+/// In a block's first warp: lane 0 stores the block's `value` at `at`, then takes a ticket on
+/// `counter`, one of `count`: true, in every lane, for the block that took the last one (which then
+/// sees every value stored before a ticket).
+///
+/// # Safety
+/// `at` one value, `counter` a counter that the `count` blocks taking tickets on it rewind.
+#[inline(always)]
+unsafe fn publish(at: *mut f64, value: f64, counter: *mut u32, count: u32) -> bool {
+    let mut ticket = 0;
+    if warp::lane_id() == 0 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            *at = value;
+            // Publish the value, then take the ticket.
+            atomic::fence_device();
+            ticket = atomic::inc_u32(counter, count - 1, Scope::Device);
+        }
+    }
+    let last = ticket.shfl_idx(0) == count - 1;
+    if last {
+        atomic::fence_device();
+    }
+    last
+}
+
+/// In a block's first warp: the sum of the `n` values from `from`, stored by other blocks of this
+/// kernel, in an order fixed by `n` (in every lane).
+///
+/// # Safety
+/// `from` must hold `n` values.
+#[inline(always)]
+unsafe fn add_up(from: *const f64, n: u32) -> f64 {
+    let mut acc = 0.0;
+    let mut b = warp::lane_id();
+    while b < n {
+        // Volatile: written by other blocks in this kernel, never through this SM's L1.
+        // SAFETY: b < n.
+        acc += unsafe { from.add(b as usize).read_volatile() };
+        b += WARP_SIZE;
+    }
+    warp::sum(acc)
 }
 
 /// The arguments of the `field_dot_into_f64` kernel: the dot product into `*out` on the device (a
@@ -121,11 +178,11 @@ impl SumInto {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FieldDotInto {
-    /// The arrays, their length and one partial per block.
+    /// The arrays, their length and the partials ([`SumInto::partials`]).
     pub dot: FieldDot,
     /// Where the sum goes.
     pub out: *mut f64,
-    /// Blocks finished so far: zero before the launch, and again after it.
+    /// The counters ([`SumInto::done`]).
     pub done: *mut u32,
 }
 

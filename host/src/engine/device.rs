@@ -338,8 +338,8 @@ pub(crate) fn launch<F: Copy>(
             out: sum.out,
             done: done.ptr(),
         });
-        // SAFETY: as above, and a summing entry takes a `SumInto` after them: partials for every
-        // block of the grid, one value and a counter at zero.
+        // SAFETY: as above, and a summing entry takes a `SumInto` after them: partials and counters
+        // at zero for the grid (`DotScratch::with`), and one value.
         unsafe {
             gpu.stream()
                 .launch_builder(&function)
@@ -496,18 +496,18 @@ pub(crate) fn launch_block<P: BlockProgram + GpuEntry>(gpu: &Gpu, p: &P) -> Resu
     unsafe { gpu.launch(P::ENTRY, p, 1, threads) }
 }
 
-/// The work space of an engine's dot products, kept from call to call: the per-block partial sums and
-/// the block counter of [`device_dot_into`] (its kernel leaves the counter at zero), so that a solver's
-/// dot products allocate and clear nothing per iteration. Reuse is safe: every user is queued on the
-/// GPU's one stream, in order.
+/// The work space of an engine's dot products, kept from call to call: the partial sums and the block
+/// counters of a [`SumInto`] (its kernel leaves the counters at zero), so that a solver's dot products
+/// allocate and clear nothing per iteration. Reuse is safe: every user is queued on the GPU's one
+/// stream, in order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DotScratch(Arc<Mutex<Option<DotBuffers>>>);
 
-/// Partial sums and block counter.
+/// Partial sums and block counters.
 type DotBuffers = (DeviceBuffer<f64>, DeviceBuffer<u32>);
 
 impl DotScratch {
-    /// Runs `f` with partials for at least `blocks` blocks and a zero counter.
+    /// Runs `f` with the partials and zero counters of a [`SumInto`] over `blocks` blocks.
     fn with<R>(
         &self,
         gpu: &Arc<Gpu>,
@@ -515,12 +515,13 @@ impl DotScratch {
         f: impl FnOnce(&DeviceBuffer<f64>, &DeviceBuffer<u32>) -> Result<R>,
     ) -> Result<R> {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (values, counters) = SumInto::scratch(blocks);
         let (partials, done) = match held.take() {
-            Some((p, d)) if p.len() >= blocks as usize => (p, d),
+            Some((p, d)) if p.len() >= values && d.len() >= counters => (p, d),
             // Dropping the old buffers frees them in stream order, after the kernels using them.
             _ => (
-                DeviceBuffer::zeros(gpu, blocks as usize)?,
-                DeviceBuffer::zeros(gpu, 1)?,
+                DeviceBuffer::zeros(gpu, values)?,
+                DeviceBuffer::zeros(gpu, counters)?,
             ),
         };
         let out = f(&partials, &done);
@@ -565,7 +566,7 @@ pub(crate) fn device_dot_into(
             done: done.ptr(),
         };
         // SAFETY: `field_dot_into_f64` takes one `FieldDotInto`: as in `device_dot`, `out` one
-        // value and `done` a counter at zero.
+        // value, and the partials and counters of a `SumInto` over `blocks` (`DotScratch::with`).
         unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK) }
     })
 }
