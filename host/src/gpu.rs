@@ -202,6 +202,13 @@ impl Gpu {
 
     /// Milliseconds of GPU time the work queued by `work` takes, measured with events on the stream.
     pub fn time_ms(&self, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+        self.timed(work)?.ms()
+    }
+
+    /// The work queued by `work` between two events on the stream, without waiting for it: its time
+    /// is read later ([`Timed::ms`]), so that the GPU never idles between timed kernels (a kernel
+    /// started on an idle GPU can time unlike one in a stream of work).
+    pub fn timed(&self, work: impl FnOnce() -> Result<()>) -> Result<Timed> {
         let (start, stop) = (self.timing_event()?, self.timing_event()?);
         start
             .record(&self.stream)
@@ -209,9 +216,7 @@ impl Gpu {
         work()?;
         stop.record(&self.stream)
             .cuda(|| "recording an event".into())?;
-        Ok(start
-            .elapsed_ms(&stop)
-            .cuda(|| "timing GPU work (a kernel failed)".into())? as f64)
+        Ok(Timed { start, stop })
     }
 
     /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written), the median of `reps`
@@ -255,4 +260,20 @@ pub fn ptx_entries(ptx: &str) -> impl Iterator<Item = &str> {
         let name = l.trim().strip_prefix(".visible .entry ")?;
         Some(name.trim_end_matches('(').trim())
     })
+}
+
+/// Queued work between two events ([`Gpu::timed`]).
+pub struct Timed {
+    start: CudaEvent,
+    stop: CudaEvent,
+}
+
+impl Timed {
+    /// Milliseconds between the events, once the work has run (waits for it).
+    pub fn ms(&self) -> Result<f64> {
+        Ok(self
+            .start
+            .elapsed_ms(&self.stop)
+            .cuda(|| "timing GPU work (a kernel failed)".into())? as f64)
+    }
 }

@@ -14,6 +14,17 @@ use crate::field::{Element, Field, HostField, Shape};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostLoopEngine;
 
+/// Visits the points of plane `k` of `r` in order, x fastest.
+fn plane(r: &LoopRange, k: u32, mut point: impl FnMut(&ArrayIndex3D)) {
+    let mut idx = ArrayIndex3D::new(r.n);
+    for j in r.begin[1]..r.end[1] {
+        for i in r.begin[0]..r.end[0] {
+            idx.set(i, j, k);
+            point(&idx);
+        }
+    }
+}
+
 impl LoopEngine for HostLoopEngine {
     type Field<T: Element> = HostField<T>;
     type Site = ();
@@ -38,15 +49,9 @@ impl LoopEngine for HostLoopEngine {
     }
 
     fn run3d<F: PointUpdate3D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
-        (r.begin[2]..r.end[2]).into_par_iter().for_each(|k| {
-            let mut idx = ArrayIndex3D::new(r.n);
-            for j in r.begin[1]..r.end[1] {
-                for i in r.begin[0]..r.end[0] {
-                    idx.set(i, j, k);
-                    f.update(&idx);
-                }
-            }
-        });
+        (r.begin[2]..r.end[2])
+            .into_par_iter()
+            .for_each(|k| plane(r, k, |idx| f.update(idx)));
         Ok(())
     }
 
@@ -62,14 +67,8 @@ impl LoopEngine for HostLoopEngine {
         let planes: Vec<f64> = (r.begin[2]..r.end[2])
             .into_par_iter()
             .map(|k| {
-                let mut idx = ArrayIndex3D::new(r.n);
                 let mut acc = 0.0;
-                for j in r.begin[1]..r.end[1] {
-                    for i in r.begin[0]..r.end[0] {
-                        idx.set(i, j, k);
-                        acc += f.update_term(&idx);
-                    }
-                }
+                plane(r, k, |idx| acc += f.update_term(idx));
                 acc
             })
             .collect();
