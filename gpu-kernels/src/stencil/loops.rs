@@ -109,18 +109,30 @@ pub fn device_loop3d<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32) {
 /// [`device_loop3d`] for the thread at `c`.
 #[inline(always)]
 pub fn plain_thread<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
-    let (i, j) = c.column(r);
-    if i >= r.end[0] || j >= r.end[1] {
-        return;
-    }
-    let (k0, k1) = c.slab(r, march);
-    let mut idx = ArrayIndex3D::new(r.n);
-    idx.set(i, j, k0);
-    for _ in k0..k1 {
-        f.update(&idx);
-        idx.next_k();
-    }
+    walk_column!(r, march, c, idx => f.update(&idx), outside return);
 }
+
+/// Runs `$point` (an expression of `$idx`, an [`ArrayIndex3D`]) at the points of the thread at `$c`'s
+/// column in `$r`, in z order; a thread outside the range runs `$outside` (a `return`). A macro, not a
+/// function taking a closure: through a closure the compiler allocated some kernels' registers
+/// differently.
+macro_rules! walk_column {
+    ($r:expr, $march:expr, $c:expr, $idx:ident => $point:expr, outside $outside:expr) => {{
+        let (r, c) = ($r, $c);
+        let (i, j) = c.column(r);
+        if i >= r.end[0] || j >= r.end[1] {
+            $outside;
+        }
+        let (k0, k1) = c.slab(r, $march);
+        let mut $idx = ArrayIndex3D::new(r.n);
+        $idx.set(i, j, k0);
+        for _ in k0..k1 {
+            $point;
+            $idx.next_k();
+        }
+    }};
+}
+use walk_column;
 
 /// [`device_loop3d`] for a [`SumUpdate3D`]: the thread's terms added up as it marches, then the
 /// block's and the grid's sums into `sum.out` ([`SumInto::finish`]). Threads outside the range take
@@ -139,18 +151,8 @@ pub unsafe fn device_sum3d<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, sum
 /// loop's points, in z order.
 #[inline(always)]
 pub fn sum_thread<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) -> f64 {
-    let (i, j) = c.column(r);
     let mut acc = 0.0;
-    if i >= r.end[0] || j >= r.end[1] {
-        return acc;
-    }
-    let (k0, k1) = c.slab(r, march);
-    let mut idx = ArrayIndex3D::new(r.n);
-    idx.set(i, j, k0);
-    for _ in k0..k1 {
-        acc += f.update_term(&idx);
-        idx.next_k();
-    }
+    walk_column!(r, march, c, idx => acc += f.update_term(&idx), outside return acc);
     acc
 }
 
