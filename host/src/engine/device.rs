@@ -499,12 +499,20 @@ pub(crate) fn launch_block<P: BlockProgram + GpuEntry>(gpu: &Gpu, p: &P) -> Resu
 /// The work space of an engine's dot products, kept from call to call: the partial sums and the block
 /// counters of a [`SumInto`] (its kernel leaves the counters at zero), so that a solver's dot products
 /// allocate and clear nothing per iteration. Reuse is safe: every user is queued on the GPU's one
-/// stream, in order.
+/// stream, in order. Buffers a larger launch outgrows are kept until the engine goes, not freed: a
+/// CUDA graph that recorded a kernel using them still holds their addresses.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct DotScratch(Arc<Mutex<Option<DotBuffers>>>);
+pub(crate) struct DotScratch(Arc<Mutex<Scratch>>);
 
 /// Partial sums and block counters.
 type DotBuffers = (DeviceBuffer<f64>, DeviceBuffer<u32>);
+
+/// The buffers in use and those outgrown.
+#[derive(Debug, Default)]
+struct Scratch {
+    now: Option<DotBuffers>,
+    outgrown: Vec<DotBuffers>,
+}
 
 impl DotScratch {
     /// Runs `f` with the partials and zero counters of a [`SumInto`] over `blocks` blocks.
@@ -516,16 +524,18 @@ impl DotScratch {
     ) -> Result<R> {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (values, counters) = SumInto::scratch(blocks);
-        let (partials, done) = match held.take() {
+        let (partials, done) = match held.now.take() {
             Some((p, d)) if p.len() >= values && d.len() >= counters => (p, d),
-            // Dropping the old buffers frees them in stream order, after the kernels using them.
-            _ => (
-                DeviceBuffer::zeros(gpu, values)?,
-                DeviceBuffer::zeros(gpu, counters)?,
-            ),
+            old => {
+                held.outgrown.extend(old);
+                (
+                    DeviceBuffer::zeros(gpu, values)?,
+                    DeviceBuffer::zeros(gpu, counters)?,
+                )
+            }
         };
         let out = f(&partials, &done);
-        *held = Some((partials, done));
+        held.now = Some((partials, done));
         out
     }
 }
