@@ -1,8 +1,9 @@
 //! Sums reduced on the device: every thread sums its share, the block sums its threads (warp shuffles,
 //! then one value per warp), and each block leaves one partial sum, which the host adds
-//! (`field_dot_f64`) or the last blocks to finish add, group by group, into a value on the device ([`SumInto`]: the
-//! engines' `dot_into`, and the summing loops of [`SumUpdate3D`](super::SumUpdate3D)). Margins hold
-//! zeros in the fields the dot products serve, so whole arrays can be summed.
+//! (`field_dot_f64`) or the last blocks to finish add, group by group, into a value on the device
+//! ([`SumInto`]: the engines' `dot_into`, and the summing loops of
+//! [`SumUpdate3D`](super::SumUpdate3D)). Margins hold zeros in the fields the dot products serve, so
+//! whole arrays can be summed.
 
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::atomic::{self, Scope};
