@@ -425,9 +425,10 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
                 for k in read + 1..=it {
                     watch.check_pq(k, v[pq(k)])?;
                     // Steps before `it` have had their directions, which updated the iterate.
-                    let ended = match k == it {
-                        true => self.ends::<P::Error>(&mut watch, k, v[rr(k)], step)?,
-                        false => watch.observe(k, v[rr(k)])?,
+                    let ended = if k == it {
+                        self.ends::<P::Error>(&mut watch, k, v[rr(k)], step)?
+                    } else {
+                        watch.observe(k, v[rr(k)])?
                     };
                     if ended {
                         return Ok(self.report(k, watch.history, k, start)?);

@@ -45,5 +45,18 @@ impl From<lattice_gpu_host::cg::Stalled> for Error {
     }
 }
 
+/// For code that answers in the host runtime's error type (work queued inside
+/// [`LoopEngine::record`](lattice_gpu_host::LoopEngine::record) or
+/// [`Gpu::time_ms`](lattice_gpu_host::Gpu::time_ms)): a host error comes back as it was, anything else
+/// keeps its message.
+impl From<Error> for lattice_gpu_host::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Host(h) => h,
+            other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+        }
+    }
+}
+
 /// Results of the Poisson crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

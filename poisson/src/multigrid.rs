@@ -1034,12 +1034,7 @@ where
             if self.recording.as_ref().map(|(k, _)| *k) != Some(key) {
                 let engine = self.engine;
                 // Queueing fails only where the engine does.
-                let recorded = engine.record(&mut || {
-                    self.queue_apply(r).map_err(|e| match e {
-                        Error::Host(h) => h,
-                        other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
-                    })
-                })?;
+                let recorded = engine.record(&mut || Ok(self.queue_apply(r)?))?;
                 self.recording = recorded.map(|g| (key, g));
             }
             if let Some((_, graph)) = &self.recording {

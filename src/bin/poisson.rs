@@ -726,13 +726,6 @@ fn size_name(n: [usize; 3]) -> String {
     }
 }
 
-fn to_host(e: Error) -> HostError {
-    match e {
-        Error::Host(h) => h,
-        other => HostError::InvalidSize(other.to_string()),
-    }
-}
-
 /// Builds, tunes and times one configuration on `engine`: set-up, tuning, an untimed solve, the median
 /// of `--repeats` solves, the finest smoother alone, and (with `levels`) a level-timed solve.
 #[allow(clippy::too_many_arguments)]
@@ -801,7 +794,7 @@ fn bench_config<E: LoopEngine>(
     // The smoother on the state the last solve left (finite, not trivial), after one untimed sweep.
     solver.smooth_finest(1)?;
     let sweeps = a.sweeps.max(1);
-    let ms = gpu.time_ms(|| solver.smooth_finest(sweeps).map_err(to_host))? / sweeps as f64;
+    let ms = gpu.time_ms(|| Ok(solver.smooth_finest(sweeps)?))? / sweeps as f64;
     let bytes = solver.sweep_bytes();
     let sweep = SweepRow {
         size: p.n,

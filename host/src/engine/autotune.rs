@@ -319,11 +319,11 @@ impl DeviceAutoTuningLoopEngine {
             .collect()
     }
 
-    /// Whether this GPU can launch `kernel` with `shape` (its block within the variant's limit).
+    /// Whether this GPU can launch `kernel` with `shape` (its block within the variant's limit; what
+    /// else a shape needs, `LaunchShape::config` checks).
     fn fits(&self, kernel: &KernelInfo, shape: LaunchShape) -> bool {
-        kernel.allows(&shape)
-            && super::device::block_limit(&self.gpu, kernel, shape.variant)
-                .is_ok_and(|max| shape.threads() <= max)
+        super::device::block_limit(&self.gpu, kernel, shape.variant)
+            .is_ok_and(|max| shape.threads() <= max)
     }
 
     fn warn_cache(cache: &mut TuneCache) {

@@ -315,42 +315,32 @@ pub(crate) fn launch<F: Copy>(
     };
     let cfg = shape.config(range, kernel, limit)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
-    let what = || format!("launching kernel {entry} with {shape}");
-    let Some(sum) = sum else {
-        // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, the
-        // loop checked the range against the update's radius and the fields' sizes, and `config`
-        // sized the dynamic shared memory a tiled entry indexes.
-        return unsafe {
-            gpu.stream()
-                .launch_builder(&function)
-                .arg(&u)
-                .arg(&r)
-                .arg(&m)
-                .launch(cfg)
+    let queue = |sum: Option<&ByValue<SumInto>>| {
+        let stream = gpu.stream();
+        let mut args = stream.launch_builder(&function);
+        args.arg(&u).arg(&r).arg(&m);
+        if let Some(s) = sum {
+            args.arg(s);
         }
-        .cuda(what)
-        .map(drop);
+        // SAFETY: every generated entry takes (update, range, march) with exactly these layouts, and
+        // a summing entry (the only one given a sum) a `SumInto` after them; the loop checked the
+        // range against the update's radius and the fields' sizes, `config` sized the dynamic shared
+        // memory a tiled entry indexes, and a sum's partials and counters (at zero) are the grid's
+        // (`DotScratch::with`).
+        unsafe { args.launch(cfg) }
+            .cuda(|| format!("launching kernel {entry} with {shape}"))
+            .map(drop)
+    };
+    let Some(sum) = sum else {
+        return queue(None);
     };
     let (gx, gy, gz) = cfg.grid_dim;
     sum.scratch.with(gpu, gx * gy * gz, |partials, done| {
-        let s = ByValue(SumInto {
+        queue(Some(&ByValue(SumInto {
             partials: partials.ptr(),
             out: sum.out,
             done: done.ptr(),
-        });
-        // SAFETY: as above, and a summing entry takes a `SumInto` after them: partials and counters
-        // at zero for the grid (`DotScratch::with`), and one value.
-        unsafe {
-            gpu.stream()
-                .launch_builder(&function)
-                .arg(&u)
-                .arg(&r)
-                .arg(&m)
-                .arg(&s)
-                .launch(cfg)
-        }
-        .cuda(what)
-        .map(drop)
+        })))
     })
 }
 
