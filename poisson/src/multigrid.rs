@@ -225,7 +225,8 @@ fn by_colour<T: Element>(shape: Shape, halves: Halves, interior: &[f64]) -> Resu
         .enumerate()
         .for_each(|(k, (red, black))| {
             for j in 0..ny {
-                for i in 0..nx {
+                // The x margins have no slots (zero, as the natural array's are).
+                for i in 1..nx - 1 {
                     let (c, at) = halves.place(i, j, k as u32);
                     let v = natural[shape.index(i as usize, j as usize, k)];
                     let local = at - c as usize * halves.half() - run * k;
@@ -819,7 +820,7 @@ where
                     .enumerate()
                     .for_each(|(k, plane)| {
                         for j in 0..ny {
-                            for i in 0..nx {
+                            for i in 1..nx - 1 {
                                 let (_, at) = halves.place(i as u32, j as u32, k as u32);
                                 plane[i + nx * j] = x[at];
                             }

@@ -44,12 +44,71 @@ impl<T: Copy> FieldRef<T> {
 }
 
 /// Bytes of the vector loads and stores of [`FieldRef::get_vector`] and [`FieldMut::set_vector`]: the
-/// widest a GPU thread issues (`ld.global.v4.f32`, `ld.global.v2.f64`).
+/// widest a GPU thread issues (`ld.global.v4.b32`, `ld.global.v2.b64`).
 pub const VECTOR_BYTES: usize = 16;
 
-/// `W` elements as one [`VECTOR_BYTES`]-aligned value, which LLVM moves with one vector instruction.
+/// `W` elements as one [`VECTOR_BYTES`]-aligned value, moved with one vector instruction.
 #[repr(C, align(16))]
 struct Vector<T, const W: usize>([T; W]);
+
+/// The [`VECTOR_BYTES`] at `p` as `[T; W]`. On the GPU one `ld.global.v4.b32` (or `.v2.b64`) in
+/// inline PTX: LLVM splits a plain vector load whose lanes are used apart into scalar and 2-wide
+/// loads (the red-black sweep by colour issued 36 load instructions where 12 do), each touching a
+/// whole sector per thread; the assembly cannot be split.
+///
+/// # Safety
+/// `p` must be valid for the read, [`VECTOR_BYTES`]-aligned, and in global memory on the GPU.
+#[inline(always)]
+unsafe fn load_vector<T: Copy, const W: usize>(p: *const T) -> [T; W] {
+    #[cfg(target_arch = "nvptx64")]
+    if core::mem::size_of::<[T; W]>() == VECTOR_BYTES {
+        // SAFETY (both arms): the caller's contract; `[T; W]` has the 16 bytes loaded.
+        unsafe {
+            if core::mem::size_of::<T>() == 8 {
+                let (a, b): (u64, u64);
+                core::arch::asm!("ld.global.v2.b64 {{{a}, {b}}}, [{p}];",
+                    a = out(reg64) a, b = out(reg64) b, p = in(reg64) p,
+                    options(pure, readonly, nostack, preserves_flags));
+                return core::mem::transmute_copy(&[a, b]);
+            }
+            let (a, b, c, d): (u32, u32, u32, u32);
+            core::arch::asm!("ld.global.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+                a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+                p = in(reg64) p, options(pure, readonly, nostack, preserves_flags));
+            return core::mem::transmute_copy(&[a, b, c, d]);
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (p as *const Vector<T, W>).read().0 }
+}
+
+/// Stores `v` at `p`: on the GPU one `st.global.v4.b32` (or `.v2.b64`), as [`load_vector`] loads.
+///
+/// # Safety
+/// As [`load_vector`], for a write.
+#[inline(always)]
+unsafe fn store_vector<T: Copy, const W: usize>(p: *mut T, v: [T; W]) {
+    #[cfg(target_arch = "nvptx64")]
+    if core::mem::size_of::<[T; W]>() == VECTOR_BYTES {
+        // SAFETY (both arms): the caller's contract; `[T; W]` has the 16 bytes stored.
+        unsafe {
+            if core::mem::size_of::<T>() == 8 {
+                let [a, b]: [u64; 2] = core::mem::transmute_copy(&v);
+                core::arch::asm!("st.global.v2.b64 [{p}], {{{a}, {b}}};",
+                    a = in(reg64) a, b = in(reg64) b, p = in(reg64) p,
+                    options(nostack, preserves_flags));
+                return;
+            }
+            let [a, b, c, d]: [u32; 4] = core::mem::transmute_copy(&v);
+            core::arch::asm!("st.global.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
+                a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, d = in(reg32) d,
+                p = in(reg64) p, options(nostack, preserves_flags));
+            return;
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (p as *mut Vector<T, W>).write(Vector(v)) }
+}
 
 impl<T: Copy> FieldRef<T> {
     /// Elements `ix .. ix + W` in one vector load when they are [`VECTOR_BYTES`] (as the vector loop's
@@ -60,7 +119,7 @@ impl<T: Copy> FieldRef<T> {
     #[inline(always)]
     pub unsafe fn get_vector<const W: usize>(self, ix: usize) -> [T; W] {
         // SAFETY: the caller's alignment, `from_raw`'s contract and the range check of the loop.
-        unsafe { (self.0.add(ix) as *const Vector<T, W>).read().0 }
+        unsafe { load_vector(self.0.add(ix)) }
     }
 
     /// Whether element `ix` is [`VECTOR_BYTES`]-aligned, as [`get_vector`](Self::get_vector) needs.
@@ -101,7 +160,7 @@ impl<T: Copy> FieldMut<T> {
     #[inline(always)]
     pub unsafe fn set_vector<const W: usize>(self, ix: usize, v: [T; W]) {
         // SAFETY: the caller's alignment, `from_raw`'s contract and the range check of the loop.
-        unsafe { (self.0.add(ix) as *mut Vector<T, W>).write(Vector(v)) }
+        unsafe { store_vector(self.0.add(ix), v) }
     }
 
     /// The same field, read-only.
