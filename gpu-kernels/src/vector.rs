@@ -53,18 +53,23 @@ impl PointUpdate3D for CgStep {
 }
 
 impl SumUpdate3D for CgStep {
+    /// `r` and `q`.
+    type Loads = (f64, f64);
+
+    #[inline(always)]
+    fn load(&self, idx: &ArrayIndex3D) -> (f64, f64) {
+        let i = idx.ix();
+        (self.r.as_ref().get(i), self.q.get(i))
+    }
+
     /// `r.r` after the update (of the unchanged `r` where the scalars stop it, so the sum stays true).
     #[inline(always)]
-    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
-        let i = idx.ix();
-        // Both loads before the store: the compiler cannot tell the fields apart, so a load after a
-        // store would wait for the loads the store needs (two memory latencies a point).
-        let (r, q) = (self.r.as_ref().get(i), self.q.get(i));
+    fn store_term(&self, idx: &ArrayIndex3D, (r, q): (f64, f64)) -> f64 {
         let Some(alpha) = self.scalars.factor(self.alpha, true) else {
             return r * r;
         };
         let r = r - alpha * q;
-        self.r.set(i, r);
+        self.r.set(idx.ix(), r);
         r * r
     }
 }
@@ -243,12 +248,18 @@ impl<A: Real> PointUpdate3D for ConvertDot<A> {
 }
 
 impl<A: Real> SumUpdate3D for ConvertDot<A> {
+    /// The value (in f64) and its factor.
+    type Loads = (f64, f64);
+
     #[inline(always)]
-    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
+    fn load(&self, idx: &ArrayIndex3D) -> (f64, f64) {
         let i = idx.ix();
-        // Both loads before the store (as in `CgStep`).
-        let (v, with) = (self.from.get(i).to_f64(), self.with.get(i));
-        self.to.set(i, v);
+        (self.from.get(i).to_f64(), self.with.get(i))
+    }
+
+    #[inline(always)]
+    fn store_term(&self, idx: &ArrayIndex3D, (v, with): (f64, f64)) -> f64 {
+        self.to.set(idx.ix(), v);
         v * with
     }
 }

@@ -342,13 +342,18 @@ impl<A: Real> PointUpdate3D for FromColoursDot<A> {
 }
 
 impl<A: Real> SumUpdate3D for FromColoursDot<A> {
+    /// The value (in f64) and its factor.
+    type Loads = (f64, f64);
+
     #[inline(always)]
-    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
+    fn load(&self, idx: &ArrayIndex3D) -> (f64, f64) {
         let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
-        let i = idx.ix();
-        // Both loads before the store (as in `CgStep`).
-        let (v, with) = (self.from.get(at).to_f64(), self.with.get(i));
-        self.to.set(i, v);
+        (self.from.get(at).to_f64(), self.with.get(idx.ix()))
+    }
+
+    #[inline(always)]
+    fn store_term(&self, idx: &ArrayIndex3D, (v, with): (f64, f64)) -> f64 {
+        self.to.set(idx.ix(), v);
         v * with
     }
 }

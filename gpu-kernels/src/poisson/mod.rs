@@ -16,11 +16,16 @@ use crate::stencil::{
 };
 
 /// A 7-point operator as the point updates read it: `(A x)` at a point and its diagonal.
-pub trait Operator7<T>: Copy + Send + Sync {
-    /// `(A x)` at `idx`.
-    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T;
+pub trait Operator7<T: Real>: Copy + Send + Sync {
+    /// The 7 coefficients at `idx`, in [`Coeffs`]' order (diagonal, x-, x+, y-, y+, z-, z+).
+    fn coefficients(&self, idx: &ArrayIndex3D) -> [T; 7];
     /// The diagonal at array index `i`.
     fn diag(&self, i: usize) -> T;
+    /// `(A x)` at `idx`.
+    #[inline(always)]
+    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+        combine(self.coefficients(idx), neighbours(x, idx))
+    }
 }
 
 /// The 7 coefficients of every cell in one array, cell after cell (array of structures: `7 i + k` for
@@ -58,12 +63,9 @@ fn neighbours<T: Copy>(x: FieldRef<T>, idx: &ArrayIndex3D) -> [T; 7] {
 
 impl<T: Real> Operator7<T> for CoeffsAos<T> {
     #[inline(always)]
-    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+    fn coefficients(&self, idx: &ArrayIndex3D) -> [T; 7] {
         let i = idx.ix();
-        combine(
-            core::array::from_fn(|k| self.c.get(7 * i + k)),
-            neighbours(x, idx),
-        )
+        core::array::from_fn(|k| self.c.get(7 * i + k))
     }
 
     #[inline(always)]
@@ -104,9 +106,9 @@ impl<T: Real> Operator7<T> for Coeffs<T> {
     /// `+1` (zero in the margin, as at a wall): read there, from the cache its neighbouring threads
     /// filled, it takes 3 of the 7 arrays off the traffic of every application.
     #[inline(always)]
-    fn apply(&self, x: FieldRef<T>, idx: &ArrayIndex3D) -> T {
+    fn coefficients(&self, idx: &ArrayIndex3D) -> [T; 7] {
         let i = idx.ix();
-        let c = [
+        [
             self.diag.get(i),
             self.xp.get(idx.at::<-1, 0, 0>()),
             self.xp.get(i),
@@ -114,8 +116,7 @@ impl<T: Real> Operator7<T> for Coeffs<T> {
             self.yp.get(i),
             self.zp.get(idx.at::<0, 0, -1>()),
             self.zp.get(i),
-        ];
-        combine(c, neighbours(x, idx))
+        ]
     }
 }
 
@@ -151,14 +152,19 @@ impl<T: Real, A: Operator7<T>> PointUpdate3D for Apply<T, A> {
 }
 
 impl<T: Real, A: Operator7<T>> SumUpdate3D for Apply<T, A> {
+    /// The coefficients and `x` at the cell and its neighbours.
+    type Loads = ([T; 7], [T; 7]);
+
     #[inline(always)]
-    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
-        let i = idx.ix();
-        let y = self.a.apply(self.x, idx);
-        // The term before the store: `y` may alias `x` as far as the compiler knows.
-        let term = (self.x.get(i) * y).to_f64();
-        self.y.set(i, y);
-        term
+    fn load(&self, idx: &ArrayIndex3D) -> Self::Loads {
+        (self.a.coefficients(idx), neighbours(self.x, idx))
+    }
+
+    #[inline(always)]
+    fn store_term(&self, idx: &ArrayIndex3D, (c, x): Self::Loads) -> f64 {
+        let y = combine(c, x);
+        self.y.set(idx.ix(), y);
+        (x[0] * y).to_f64()
     }
 }
 

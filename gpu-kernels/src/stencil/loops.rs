@@ -109,30 +109,18 @@ pub fn device_loop3d<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32) {
 /// [`device_loop3d`] for the thread at `c`.
 #[inline(always)]
 pub fn plain_thread<F: PointUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) {
-    walk_column!(r, march, c, idx => f.update(&idx), outside return);
+    let (i, j) = c.column(r);
+    if i >= r.end[0] || j >= r.end[1] {
+        return;
+    }
+    let (k0, k1) = c.slab(r, march);
+    let mut idx = ArrayIndex3D::new(r.n);
+    idx.set(i, j, k0);
+    for _ in k0..k1 {
+        f.update(&idx);
+        idx.next_k();
+    }
 }
-
-/// Runs `$point` (an expression of `$idx`, an [`ArrayIndex3D`]) at the points of the thread at `$c`'s
-/// column in `$r`, in z order; a thread outside the range runs `$outside` (a `return`). A macro, not a
-/// function taking a closure: through a closure the compiler allocated some kernels' registers
-/// differently.
-macro_rules! walk_column {
-    ($r:expr, $march:expr, $c:expr, $idx:ident => $point:expr, outside $outside:expr) => {{
-        let (r, c) = ($r, $c);
-        let (i, j) = c.column(r);
-        if i >= r.end[0] || j >= r.end[1] {
-            $outside;
-        }
-        let (k0, k1) = c.slab(r, $march);
-        let mut $idx = ArrayIndex3D::new(r.n);
-        $idx.set(i, j, k0);
-        for _ in k0..k1 {
-            $point;
-            $idx.next_k();
-        }
-    }};
-}
-use walk_column;
 
 /// [`device_loop3d`] for a [`SumUpdate3D`]: the thread's terms added up as it marches, then the
 /// block's and the grid's sums into `sum.out` ([`SumInto::finish`]). Threads outside the range take
@@ -148,12 +136,27 @@ pub unsafe fn device_sum3d<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, sum
 }
 
 /// The terms of the thread at `c` of a summing loop ([`device_sum3d`]), its points computed: the plain
-/// loop's points, in z order.
+/// loop's points, in z order, each point's loads issued before the previous point's store
+/// ([`SumUpdate3D`]).
 #[inline(always)]
 pub fn sum_thread<F: SumUpdate3D>(f: &F, r: &LoopRange, march: u32, c: ThreadCoords) -> f64 {
+    let (i, j) = c.column(r);
+    let (k0, k1) = c.slab(r, march);
+    if i >= r.end[0] || j >= r.end[1] || k0 >= k1 {
+        return 0.0;
+    }
+    let mut idx = ArrayIndex3D::new(r.n);
+    idx.set(i, j, k0);
+    let mut loads = f.load(&idx);
     let mut acc = 0.0;
-    walk_column!(r, march, c, idx => acc += f.update_term(&idx), outside return acc);
-    acc
+    for _ in k0 + 1..k1 {
+        let mut next = idx;
+        next.next_k();
+        let ahead = f.load(&next);
+        acc += f.store_term(&idx, loads);
+        (idx, loads) = (next, ahead);
+    }
+    acc + f.store_term(&idx, loads)
 }
 
 /// As [`device_loop3d`], with the thread's input column in a register [`ZQueue`]: each step loads one new
@@ -520,5 +523,105 @@ pub fn device_loop2d<F: PointUpdate2D>(f: &F, r: &LoopRange, march: u32) {
     for _ in j0..j1 {
         f.update(&idx);
         idx.next_j();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::stencil::{FieldMut, FieldRef};
+    use crate::vector::{CgScalars, CgStep};
+
+    /// Every thread of launches of several shapes and marches (slabs that end inside a march, threads
+    /// past the range) runs the pipelined summing loop of `r -= alpha q`: every point of the range is
+    /// updated once, nothing else, and the threads' terms add up to the new `|r|^2`, all against
+    /// a plain f64 loop over the range.
+    #[test]
+    fn the_summing_loop_updates_each_point_once_and_sums_its_terms() {
+        let n = [7, 6, 9];
+        let r = LoopRange {
+            n,
+            begin: [1, 1, 1],
+            end: [6, 5, 8],
+        };
+        let len = (n[0] * n[1] * n[2]) as usize;
+        let q: Vec<f64> = (0..len)
+            .map(|i| ((i * 7919) % 31) as f64 / 8.0 - 2.0)
+            .collect();
+        let r0: Vec<f64> = (0..len)
+            .map(|i| ((i * 104729) % 17) as f64 / 4.0 - 2.0)
+            .collect();
+        let alpha = 0.375;
+        let inside = |i: usize| {
+            let (x, y, z) = (
+                i as u32 % n[0],
+                i as u32 / n[0] % n[1],
+                i as u32 / (n[0] * n[1]),
+            );
+            (0..3).all(|a| [x, y, z][a] >= r.begin[a] && [x, y, z][a] < r.end[a])
+        };
+        let want: Vec<f64> = (0..len)
+            .map(|i| {
+                if inside(i) {
+                    r0[i] - alpha * q[i]
+                } else {
+                    r0[i]
+                }
+            })
+            .collect();
+        let want_sum: f64 = (0..len)
+            .filter(|&i| inside(i))
+            .map(|i| want[i] * want[i])
+            .sum();
+        for (block, march) in [
+            ([4, 2], 1),
+            ([2, 3], 2),
+            ([8, 1], 3),
+            ([1, 1], 7),
+            ([3, 2], 16),
+        ] {
+            let mut rv = r0.clone();
+            // SAFETY: both vectors outlive the loop and hold every index of `n`.
+            let step = CgStep {
+                r: unsafe { FieldMut::from_raw(rv.as_mut_ptr()) },
+                q: unsafe { FieldRef::from_raw(q.as_ptr()) },
+                alpha,
+                scalars: CgScalars::HOST,
+            };
+            let e = r.extent();
+            let grid = [
+                e[0].div_ceil(block[0]) + 1,
+                e[1].div_ceil(block[1]),
+                e[2].div_ceil(march),
+            ];
+            let mut sum = 0.0;
+            for bz in 0..grid[2] {
+                for by in 0..grid[1] {
+                    for bx in 0..grid[0] {
+                        for ty in 0..block[1] {
+                            for tx in 0..block[0] {
+                                let c = ThreadCoords {
+                                    block_idx: [bx, by, bz],
+                                    block_dim: block,
+                                    thread_idx: [tx, ty],
+                                };
+                                sum += sum_thread(&step, &r, march, c);
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(
+                rv.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-15),
+                "{block:?}/march={march}: the points differ"
+            );
+            assert!(
+                (sum - want_sum).abs() < 1e-12 * want_sum,
+                "{block:?}/march={march}: sum {sum} against {want_sum}"
+            );
+        }
     }
 }

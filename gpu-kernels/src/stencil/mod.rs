@@ -44,11 +44,26 @@ pub trait PointUpdate3D: Copy + Send + Sync {
 /// fused into the loop that writes (or reads) its operands, so that the operands are not read again
 /// (the ocean-model report's kernel fusion; conjugate gradients' `p.Ap` and `r.r`). The engines' summing
 /// loop (`run3d_sum`) leaves the sum in a value where the fields live; its kernel, made by
-/// [`kernel3d_sum!`](crate::kernel3d_sum), needs blocks of whole warps. The update is written once, in
-/// [`update_term`](Self::update_term); [`PointUpdate3D::update`] is `self.update_term(idx);`.
+/// [`kernel3d_sum!`](crate::kernel3d_sum), needs blocks of whole warps.
+///
+/// The update is written in two halves, [`load`](Self::load) and [`store_term`](Self::store_term), so
+/// that the GPU loop can load a thread's next point before it stores this one: the compiler cannot
+/// tell the fields apart and would otherwise wait for every store before the next loads (a thread
+/// would keep one point's bytes in flight, too few for the memory). That order is legal because no
+/// point reads what another point writes (other threads may run it at any time).
+/// [`PointUpdate3D::update`] is `self.update_term(idx);`.
 pub trait SumUpdate3D: PointUpdate3D {
-    /// Computes the point `idx` and returns its term of the sum.
-    fn update_term(&self, idx: &ArrayIndex3D) -> f64;
+    /// What the point's update reads from memory.
+    type Loads: Copy;
+    /// Loads what the point `idx` reads, and nothing more.
+    fn load(&self, idx: &ArrayIndex3D) -> Self::Loads;
+    /// Computes the point `idx` from its loads, stores it and returns its term of the sum.
+    fn store_term(&self, idx: &ArrayIndex3D, loads: Self::Loads) -> f64;
+    /// The whole point: [`load`](Self::load), then [`store_term`](Self::store_term).
+    #[inline(always)]
+    fn update_term(&self, idx: &ArrayIndex3D) -> f64 {
+        self.store_term(idx, self.load(idx))
+    }
 }
 
 /// A [`PointUpdate3D`] that reads its stencil input field (the one whose neighbours it reads) only through
