@@ -92,9 +92,9 @@ impl Halves {
     }
 }
 
-/// `(A x)` at natural cell `i`, at two-half index `own`, whose neighbours, of the other colour, are
-/// around two-half index `other` (the same slot in the other half), with the coefficients `a` stored
-/// by colour; `row` and `plane` are one step in y and z within a half.
+/// `(A x)` at the cell of natural x index `i`, at two-half index `own` of the halves `h`, whose
+/// neighbours, of the other colour, are around two-half index `other` (the same slot in the other
+/// half), with the coefficients `a` stored by colour.
 #[inline(always)]
 fn apply<T: Real>(
     a: &Coeffs<T>,
