@@ -332,7 +332,7 @@ fn dot_into_leaves_the_sum_on_the_device() {
         return;
     };
     let shape = Shape::new_3d([40, 30, 20], 1).unwrap();
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut a = engine.alloc::<f64>(shape).unwrap();
     let mut b = engine.alloc::<f64>(shape).unwrap();
     let (va, vb) = (
@@ -368,7 +368,7 @@ fn missing_variant_is_a_clear_error() {
         return;
     };
     let shape = Shape::new_2d([64, 64], 1).unwrap();
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED.with_variant(Variant::Tiled));
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED.with_variant(Variant::Tiled));
     let f = engine.alloc::<f32>(shape).unwrap();
     let mut g = engine.alloc::<f32>(shape).unwrap();
     let err = Loop2D::new(&engine, shape.interior_range())
@@ -438,7 +438,7 @@ fn device_sine_decay_matches_the_scheme() {
     };
     let problem = Problem::new([64, 48, 40], 0.1, None).unwrap();
     let steps = 300;
-    let tuner = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::in_memory()).reps(1);
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(1);
     let out = simulate(
         &tuner,
         &problem,

@@ -86,7 +86,7 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
     let Some(gpu) = gpu("every_scheme_and_precision_matches_the_cpu_engine") else {
         return;
     };
-    let e = Engine::Device(gpu);
+    let e = Engine::Device(gpu.clone());
     for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
         for collision in [Collision::Bgk, Collision::Trt { magic: 0.25 }] {
             gpu_matches_cpu::<f64>(&e, streaming, collision);
@@ -105,7 +105,7 @@ fn half_storage_decays_taylor_green_at_the_analytic_rate() {
     let p = Params::bgk(0.8);
     let init = cases::taylor_green(dims, 0.03).unwrap();
     let mut lbm = Lbm::<Half>::new(
-        &Engine::Device(gpu),
+        &Engine::Device(gpu.clone()),
         Geometry::periodic(dims).unwrap(),
         p,
         Streaming::InPlace,
@@ -129,7 +129,7 @@ fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
     let Some(gpu) = gpu("a_grid_too_large_for_the_gpu_is_refused_before_allocating") else {
         return;
     };
-    let e = Engine::Device(gpu);
+    let e = Engine::Device(gpu.clone());
     let err = Lbm::<f64>::check_fits(&e, [1600; 3], Streaming::TwoLattice).unwrap_err();
     assert!(
         matches!(err, Error::Host(HostError::OutOfDeviceMemory { .. })),

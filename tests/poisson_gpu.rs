@@ -199,7 +199,7 @@ fn mixed_solve_on_the_gpu_matches_the_cpu() {
         ..Cycle::default()
     };
     let (xc, rc) = solve_f32(&HostLoopEngine, &p, cycle);
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (xg, rg) = solve_f32(&engine, &p, cycle);
     // The dot products are summed in another order on the GPU: the same iterations within 1.
     assert!(
@@ -242,7 +242,7 @@ fn fused_coarse_cycle_matches_the_cpu_bit_for_bit() {
     };
     let (p, _) = manufactured([32, 32, 16], 0.5, 1.0);
     let r: Vec<f64> = common::random(p.cells(), 41);
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     for layout in [Layout::Soa, Layout::Aos] {
         let c = |fused_cells| Cycle {
             levels: 4,
@@ -445,7 +445,7 @@ fn device_dot_matches_the_host() {
         common::random::<f64>(shape.len(), 9),
     );
     let want: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-    let engine = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let (mut fa, mut fb) = (
         engine.alloc::<f64>(shape).unwrap(),
         engine.alloc::<f64>(shape).unwrap(),
@@ -632,7 +632,7 @@ fn summing_loops_match_f64_host_sums() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("multiple of 32 threads"), "{e}");
-    let fixed = DeviceLoopEngine::new(gpu, LaunchShape::FIXED);
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     let mut plain = Loop3D::new(&fixed, shape.interior_range()).unwrap();
     let e = plain.run(&update).unwrap_err().to_string();
     assert!(e.contains("sums its terms") && e.contains("run_sum"), "{e}");

@@ -2,18 +2,38 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use lattice_gpu::host::{Element, Error, Gpu, Shape};
 use lattice_gpu::kernels::device::math::Real;
 use lattice_gpu::kernels::stencil::LoopRange;
 use rand::{Rng, SeedableRng};
 
+/// The GPU for one test, held alone: the tests of a binary that use the GPU take turns (a test's
+/// wait kernel spins until its host thread releases it, and another test's host thread blocked on a
+/// device-wide wait for it while the first waits for that one's work hung `cargo test` now and then).
+pub struct GpuTurn {
+    gpu: Arc<Gpu>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for GpuTurn {
+    type Target = Arc<Gpu>;
+
+    fn deref(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
 /// The GPU, or `None` after printing `SKIPPED (no GPU): test: why` when there is none; with
 /// `LATTICE_GPU_REQUIRE_GPU=1` (set by scripts/gpu-check.sh) a missing GPU fails the test instead.
-pub fn gpu(test: &str) -> Option<Arc<Gpu>> {
+/// Held until the test drops it ([`GpuTurn`]).
+pub fn gpu(test: &str) -> Option<GpuTurn> {
+    static TURN: Mutex<()> = Mutex::new(());
+    // A test that panicked with its turn leaves the lock poisoned; the next may still go.
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     match Gpu::open(0, lattice_gpu::PTX) {
-        Ok(g) => Some(g),
+        Ok(gpu) => Some(GpuTurn { gpu, _turn: turn }),
         Err(Error::NoGpu(why))
             if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>
         {
