@@ -368,7 +368,8 @@ fn missing_variant_is_a_clear_error() {
         return;
     };
     let shape = Shape::new_2d([64, 64], 1).unwrap();
-    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED.with_variant(Variant::Tiled));
+    let engine =
+        DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED.with_variant(Variant::Tiled));
     let f = engine.alloc::<f32>(shape).unwrap();
     let mut g = engine.alloc::<f32>(shape).unwrap();
     let err = Loop2D::new(&engine, shape.interior_range())
