@@ -113,7 +113,7 @@ fn several_gpus_of_one_process_sum_and_pass_a_ring() {
     if !nccl_present(test) {
         return;
     }
-    let mut gpus = vec![first];
+    let mut gpus = vec![first.clone()];
     for k in 1..count {
         gpus.push(Gpu::open(k, lattice_gpu::PTX).unwrap());
     }
