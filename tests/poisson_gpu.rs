@@ -114,6 +114,7 @@ fn components<E: LoopEngine>(engine: &E) -> Vec<Vec<f32>> {
             r: r.view(),
             b: cb.view_mut(),
             fine: shape.size().map(|v| v as u32),
+            coarse: coarse.size().map(|v| v as u32),
         },
     );
     // The shuffle restriction runs over two points per coarse cell; a row of 7 cells leaves whole

@@ -53,9 +53,10 @@ pub struct Cycle {
     /// on a GPU engine, and replays it: the host queues one launch instead of every kernel. Red-black
     /// only, once every loop is tuned, and never while the levels are timed.
     pub graph: bool,
-    /// Stores the finest level by colour ([`colours`](lattice_gpu_kernels::poisson::colours)): each
-    /// red-black half sweep then moves its own colour's values only (11 values per cell and sweep
-    /// instead of 20). The same bits; red-black smoother and SoA layout only.
+    /// Stores the finest level by colour ([`colours`](lattice_gpu_kernels::poisson::colours)), and the
+    /// next unless it is fused or the coarsest ([`COLOUR_LEVELS`]): each red-black half sweep then moves
+    /// its own colour's values only (11 values per cell and sweep instead of 20). The same bits;
+    /// red-black smoother and SoA layout only.
     pub colours: bool,
     /// Restricts with [`RestrictPairs`]: a thread per fine column, unit-stride loads, x pairs added by
     /// a warp shuffle (the ocean model's shuffle restriction). The same bits.
@@ -283,6 +284,43 @@ pub trait Preconditioner<E: LoopEngine> {
     fn level_times(&self) -> Vec<([usize; 3], f64)>;
 }
 
+/// The first level of the fused coarse end of a cycle whose levels have `sizes` cells
+/// ([`Multigrid::fused_from`]).
+fn fused_from(sizes: &[[usize; 3]], cycle: &Cycle) -> Option<usize> {
+    if cycle.smoother != Smoother::RedBlack || cycle.fused_cells == 0 {
+        return None;
+    }
+    let last = sizes.len() - 1;
+    let small = sizes
+        .iter()
+        .position(|n| n.iter().product::<usize>() <= cycle.fused_cells)?;
+    Some(
+        small
+            .max(1)
+            .max((last + 1).saturating_sub(COARSE_MAX_LEVELS)),
+    )
+    .filter(|&from| from <= last)
+}
+
+/// The most levels stored by colour ([`Cycle::colours`]): the finest and the next. (The next level,
+/// an eighth of the finest, was latency-bound in the natural layout, its f32 sweeps at 40% of their
+/// floor; the levels below are launch-bound or fused.)
+pub const COLOUR_LEVELS: usize = 2;
+
+/// How many of the finest levels of a cycle whose levels have `sizes` cells are stored by colour: with
+/// [`Cycle::colours`], up to [`COLOUR_LEVELS`] of them, each with an even number of cells in x, and
+/// below the finest, neither the coarsest nor fused.
+fn colour_levels(sizes: &[[usize; 3]], cycle: &Cycle) -> usize {
+    if !cycle.colours {
+        return 0;
+    }
+    let unfused = fused_from(sizes, cycle).unwrap_or(sizes.len());
+    let below = unfused.min(sizes.len() - 1).max(1);
+    (0..COLOUR_LEVELS.min(below))
+        .take_while(|&l| sizes[l][0].is_multiple_of(2))
+        .count()
+}
+
 /// The number of levels `n` allows: halving while every axis stays even and at least 2.
 pub fn max_levels(n: [usize; 3]) -> usize {
     let mut m = n;
@@ -359,6 +397,8 @@ where
     RedBlackByColour<T>: GpuEntry,
     ResidualByColour<T>: GpuEntry,
     ProlongAddByColour<T>: GpuEntry,
+    ProlongAddByColour<T, Halves>: GpuEntry,
+    Restrict<T, Halves>: GpuEntry,
     ConvertByColour<f64, T>: GpuEntry,
     FromColoursDot<T>: GpuEntry,
 {
@@ -387,6 +427,8 @@ where
             )));
         }
         let (mut n, mut h) = (problem.n, problem.h);
+        let sizes: Vec<[usize; 3]> = (0..cycle.levels).map(|l| n.map(|v| v >> l)).collect();
+        let by_colour_levels = colour_levels(&sizes, &cycle);
         // The coarse levels' coefficients (the finest level's are the problem's: no copy).
         let mut c = Vec::new();
         let mut levels = Vec::with_capacity(cycle.levels);
@@ -399,12 +441,20 @@ where
             let shape = Shape::new_3d(n, 1)?;
             // Engines hand out zeroed fields: nothing to upload.
             let field = || engine.alloc::<T>(shape);
-            if l == 0 && cycle.colours {
+            if l < by_colour_levels {
+                let coarse;
+                let st = match l {
+                    0 => finest,
+                    _ => {
+                        coarse = stencil(n, h, &c, problem.walls);
+                        &coarse
+                    }
+                };
                 let halves = Halves::new(shape.size().map(|v| v as u32));
                 let two = halves_shape(halves)?;
                 let coeff = |i: usize| -> Result<E::Field<T>> {
                     let mut f = engine.alloc::<T>(two)?;
-                    f.upload(&by_colour::<T>(shape, halves, &finest[i])?)?;
+                    f.upload(&by_colour::<T>(shape, halves, &st[i])?)?;
                     Ok(f)
                 };
                 let a = StencilFields::Soa([
@@ -456,9 +506,11 @@ where
                     Some(h) => (halves_shape(h)?.interior_range(), h.sweep_range()),
                     None => (range, range),
                 };
-                let restrict = match cycle.shuffle_restrict {
-                    true => RestrictPairs::<T>::range(range.n),
-                    false => range,
+                // Into a level by colour the restriction is the plain one (the shuffle one writes
+                // natural arrays).
+                let restrict = match (cycle.shuffle_restrict, lv.halves) {
+                    (true, None) => RestrictPairs::<T>::range(range.n),
+                    _ => range,
                 };
                 Ok([
                     site(fill)?,
@@ -613,11 +665,20 @@ where
         let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
         let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
         let (r, b) = (fine_levels[l].r.view(), coarse_levels[0].b.view_mut());
+        if let Some(halves) = coarse_levels[0].halves {
+            let restrict = Restrict {
+                r,
+                b,
+                fine,
+                coarse: halves,
+            };
+            return self.run(l + 1, Kind::Restrict, &restrict);
+        }
         if self.cycle.shuffle_restrict {
             let pairs = RestrictPairs { r, b, fine, coarse };
             return self.run(l + 1, Kind::Restrict, &pairs);
         }
-        self.run(l + 1, Kind::Restrict, &Restrict { r, b, fine })
+        self.run(l + 1, Kind::Restrict, &Restrict { r, b, fine, coarse })
     }
 
     /// Level `l + 1`'s iterate added to level `l`'s.
@@ -625,14 +686,26 @@ where
         let coarse = self.levels[l + 1].shape.size().map(|v| v as u32);
         let (fine_levels, coarse_levels) = self.levels.split_at_mut(l + 1);
         let (e, x) = (coarse_levels[0].x.view(), fine_levels[l].x.view_mut());
-        if let Some(halves) = fine_levels[l].halves {
-            let prolong = ProlongAddByColour {
-                e,
-                x,
-                halves,
-                coarse,
-            };
-            return self.run(l, Kind::Prolong, &prolong);
+        match (fine_levels[l].halves, coarse_levels[0].halves) {
+            (Some(halves), Some(by_colour)) => {
+                let prolong = ProlongAddByColour {
+                    e,
+                    x,
+                    halves,
+                    coarse: by_colour,
+                };
+                return self.run(l, Kind::Prolong, &prolong);
+            }
+            (Some(halves), None) => {
+                let prolong = ProlongAddByColour {
+                    e,
+                    x,
+                    halves,
+                    coarse,
+                };
+                return self.run(l, Kind::Prolong, &prolong);
+            }
+            _ => {}
         }
         self.run(l, Kind::Prolong, &ProlongAdd { e, x, coarse })
     }
@@ -706,20 +779,7 @@ where
 
     /// The first level of the fused coarse end of the cycle ([`Cycle::fused_cells`]), if any.
     pub fn fused_from(&self) -> Option<usize> {
-        if self.cycle.smoother != Smoother::RedBlack || self.cycle.fused_cells == 0 {
-            return None;
-        }
-        let last = self.levels.len() - 1;
-        let small = self
-            .level_sizes()
-            .iter()
-            .position(|n| n.iter().product::<usize>() <= self.cycle.fused_cells)?;
-        Some(
-            small
-                .max(1)
-                .max((last + 1).saturating_sub(COARSE_MAX_LEVELS)),
-        )
-        .filter(|&from| from <= last)
+        fused_from(&self.level_sizes(), &self.cycle)
     }
 
     /// Levels `from..` of the cycle as one block program.
@@ -1016,6 +1076,8 @@ where
     RedBlackByColour<T>: GpuEntry,
     ResidualByColour<T>: GpuEntry,
     ProlongAddByColour<T>: GpuEntry,
+    ProlongAddByColour<T, Halves>: GpuEntry,
+    Restrict<T, Halves>: GpuEntry,
     ConvertByColour<f64, T>: GpuEntry,
     FromColoursDot<T>: GpuEntry,
 {

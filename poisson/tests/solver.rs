@@ -216,10 +216,18 @@ fn finest_level_by_colour_gives_the_same_bits() {
         fused_cells,
         ..cycle(3, Smoother::RedBlack)
     };
-    // The finest level is stored by colour (its sweeps move 11 values per cell, not 20).
+    // The finest level and the next are stored by colour (their sweeps move 11 values per cell, not
+    // 20); the coarsest is not, nor the fused levels.
     let split = Multigrid::<_, f32>::new(&HostLoopEngine, &p, c(true, 0)).unwrap();
-    let bytes = split.sweep_bytes(0);
-    assert_eq!(bytes.sectors, 1.1 * bytes.needed);
+    for l in [0, 1] {
+        let bytes = split.sweep_bytes(l);
+        assert_eq!(bytes.sectors, 1.1 * bytes.needed, "level {l}");
+    }
+    let natural = split.sweep_bytes(2);
+    assert_eq!(natural.sectors, 2.0 * natural.needed);
+    let fused = Multigrid::<_, f32>::new(&HostLoopEngine, &p, c(true, 4096)).unwrap();
+    let level1 = fused.sweep_bytes(1);
+    assert_eq!(level1.sectors, 2.0 * level1.needed);
     // The V-cycle alone, in both precisions, with and without fused coarse levels.
     for fused in [0, 4096] {
         let v32 = |c| {
@@ -411,6 +419,7 @@ fn point_updates_match_plain_loops() {
             r: fine.view(),
             b: cb.view_mut(),
             fine: shape.size().map(|v| v as u32),
+            coarse: coarse_shape.size().map(|v| v as u32),
         })
         .unwrap();
     let got = coarse_shape.extract(&cb.download().unwrap());

@@ -102,9 +102,10 @@ struct RunArgs {
     /// smoother; once every loop is tuned): `on` (also plain `--graph`) or `off`.
     #[arg(long, value_enum, default_value_t = Switch::On, num_args = 0..=1, default_missing_value = "on")]
     graph: Switch,
-    /// Store the finest level by colour, so that each red-black half sweep moves its own colour's values
-    /// only (the same bits): `auto` wherever it applies (red-black smoother, SoA layout, an even number
-    /// of cells in x), `on` (also plain `--colours`) insists, `off`.
+    /// Store the finest level by colour (and the next, unless it is fused or the coarsest), so that each
+    /// red-black half sweep moves its own colour's values only (the same bits): `auto` wherever it
+    /// applies (red-black smoother, SoA layout, an even number of cells in x), `on` (also plain
+    /// `--colours`) insists, `off`.
     #[arg(long, value_enum, default_value_t = Switch::Auto, num_args = 0..=1, default_missing_value = "on")]
     colours: Switch,
     /// Restrict with a thread per fine column (unit-stride loads) and x pairs added by a warp shuffle

@@ -1,4 +1,4 @@
-//! The finest multigrid level stored by colour: every field of cells `(i + j + k) % 2 == c` (array
+//! The finest multigrid levels stored by colour: every field of cells `(i + j + k) % 2 == c` (array
 //! coordinates, margins included) packed into half `c` of a two-half array, so that a red-black half
 //! sweep reads and writes only its colour's values instead of every sector of every array (a sweep
 //! then moves 11 values per cell instead of 20).
@@ -21,7 +21,7 @@
 //! [`Residual`](super::Residual), [`ProlongAdd`](super::ProlongAdd), [`Convert`](super::Convert)), in
 //! the same order: the results are the same to the bit.
 
-use super::{combine, parent, Coeffs};
+use super::{combine, parent_cell, CellIndex, Coeffs};
 use crate::device::math::Real;
 use crate::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, LanesUpdate3D, LoopRange, PointUpdate3D, SumUpdate3D,
@@ -262,31 +262,30 @@ impl<T: Real> PointUpdate3D for ResidualByColour<T> {
 }
 
 /// Adds the coarse correction to a colour-split fine iterate (as [`ProlongAdd`](super::ProlongAdd)):
-/// runs over the fine natural range; the coarse array (natural layout) is `coarse` points wide.
+/// runs over the fine natural range; `coarse` places the coarse cells (a natural array's size, or
+/// the coarse level's halves).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ProlongAddByColour<T> {
+pub struct ProlongAddByColour<T, C = [u32; 3]> {
     /// The coarse correction.
     pub e: FieldRef<T>,
     /// The fine iterate, by colour.
     pub x: FieldMut<T>,
     /// The fine natural array the halves stand for.
     pub halves: Halves,
-    /// The coarse array's size.
-    pub coarse: [u32; 3],
+    /// Where the coarse cells sit.
+    pub coarse: C,
 }
 
-impl<T: Real> PointUpdate3D for ProlongAddByColour<T> {
+impl<T: Real, C: CellIndex> PointUpdate3D for ProlongAddByColour<T, C> {
     type Real = T;
     const RADIUS: [u32; 3] = [0, 0, 0];
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
         let (_, at) = self.halves.place(idx.i(), idx.j(), idx.k());
-        self.x.set(
-            at,
-            self.x.as_ref().get(at) + self.e.get(parent(idx, self.coarse)),
-        );
+        let e = self.e.get(self.coarse.index_of(parent_cell(idx)));
+        self.x.set(at, self.x.as_ref().get(at) + e);
     }
 }
 
@@ -366,6 +365,8 @@ crate::kernel3d!(poisson_residual_colours_f32 => ResidualByColour<f32>);
 crate::kernel3d!(poisson_residual_colours_f64 => ResidualByColour<f64>);
 crate::kernel3d!(poisson_prolong_colours_f32 => ProlongAddByColour<f32>);
 crate::kernel3d!(poisson_prolong_colours_f64 => ProlongAddByColour<f64>);
+crate::kernel3d!(poisson_prolong_colours_colours_f32 => ProlongAddByColour<f32, Halves>);
+crate::kernel3d!(poisson_prolong_colours_colours_f64 => ProlongAddByColour<f64, Halves>);
 crate::kernel3d!(poisson_convert_colours_f64_f32 => ConvertByColour<f64, f32>);
 crate::kernel3d!(poisson_convert_colours_f64_f64 => ConvertByColour<f64, f64>);
 crate::kernel3d_sum!(poisson_from_colours_dot_f32 => FromColoursDot<f32>);

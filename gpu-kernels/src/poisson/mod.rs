@@ -253,38 +253,66 @@ impl<T: Real, A: Operator7<T>> PointUpdate3D for RedBlack<T, A> {
     }
 }
 
+/// Where a level's cells sit in its arrays: a natural array of this size (margins included), or
+/// colour halves ([`colours::Halves`]).
+pub trait CellIndex: Copy + Send + Sync {
+    /// The array index of cell `[i, j, k]` (array coordinates; by colour, not on an x margin).
+    fn index_of(&self, cell: [u32; 3]) -> usize;
+}
+
+impl CellIndex for [u32; 3] {
+    #[inline(always)]
+    fn index_of(&self, [i, j, k]: [u32; 3]) -> usize {
+        i as usize + self[0] as usize * (j as usize + self[1] as usize * k as usize)
+    }
+}
+
+impl CellIndex for colours::Halves {
+    #[inline(always)]
+    fn index_of(&self, [i, j, k]: [u32; 3]) -> usize {
+        self.place(i, j, k).1
+    }
+}
+
 /// The coarse right-hand side: the average of the 8 fine children's residuals. Runs over the coarse
-/// grid; the fine array is `fine` points wide (margins included), and coarse cell `(i, j, k)` (array
-/// coordinates, margin 1) has the fine children `2i - 1 + {0, 1}` on each axis.
+/// grid's natural range, writing where `coarse` places the cell; the fine array (natural) is `fine`
+/// points wide (margins included), and coarse cell `(i, j, k)` (array coordinates, margin 1) has the
+/// fine children `2i - 1 + {0, 1}` on each axis.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Restrict<T> {
+pub struct Restrict<T, C = [u32; 3]> {
     /// The fine residual.
     pub r: FieldRef<T>,
     /// The coarse right-hand side.
     pub b: FieldMut<T>,
     /// The fine array's size.
     pub fine: [u32; 3],
+    /// Where the coarse cells sit.
+    pub coarse: C,
 }
 
-impl<T: Real> PointUpdate3D for Restrict<T> {
+impl<T: Real, C: CellIndex> PointUpdate3D for Restrict<T, C> {
     type Real = T;
     const RADIUS: [u32; 3] = [0, 0, 0];
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
-        let (nx, nxy) = (
-            self.fine[0] as usize,
-            self.fine[0] as usize * self.fine[1] as usize,
-        );
-        let base = (2 * idx.i() - 1) as usize
-            + nx * (2 * idx.j() - 1) as usize
-            + nxy * (2 * idx.k() - 1) as usize;
-        // Children summed in x pairs first, the order [`RestrictPairs`] can keep.
-        let pair = |at: usize| self.r.get(at) + self.r.get(at + 1);
-        let sum = (pair(base) + pair(base + nx)) + (pair(base + nxy) + pair(base + nxy + nx));
-        self.b.set(idx.ix(), T::from_f64(0.125) * sum);
+        let at = self.coarse.index_of([idx.i(), idx.j(), idx.k()]);
+        self.b.set(at, children_mean(self.r, self.fine, idx));
     }
+}
+
+/// The average of the 8 fine children (in `r`, an array `fine` points wide) of coarse cell `idx`,
+/// summed in x pairs first, the order [`RestrictPairs`] can keep.
+#[inline(always)]
+pub(crate) fn children_mean<T: Real>(r: FieldRef<T>, fine: [u32; 3], idx: &ArrayIndex3D) -> T {
+    let (nx, nxy) = (fine[0] as usize, fine[0] as usize * fine[1] as usize);
+    let base = (2 * idx.i() - 1) as usize
+        + nx * (2 * idx.j() - 1) as usize
+        + nxy * (2 * idx.k() - 1) as usize;
+    let pair = |at: usize| r.get(at) + r.get(at + 1);
+    let sum = (pair(base) + pair(base + nx)) + (pair(base + nxy) + pair(base + nxy + nx));
+    T::from_f64(0.125) * sum
 }
 
 /// [`Restrict`] with the fine cells loaded coalesced (the ocean model's shuffle restriction): one thread
@@ -373,9 +401,15 @@ impl<T: Real> PointUpdate3D for ProlongAdd<T> {
 /// `2I - 1` and `2I` (array coordinates, margin 1) have the parent `I`.
 #[inline(always)]
 pub(crate) fn parent(idx: &ArrayIndex3D, coarse: [u32; 3]) -> usize {
-    let up = |v: u32| v.div_ceil(2) as usize;
+    let [i, j, k] = parent_cell(idx);
     let (nx, ny) = (coarse[0] as usize, coarse[1] as usize);
-    up(idx.i()) + nx * (up(idx.j()) + ny * up(idx.k()))
+    i as usize + nx * (j as usize + ny * k as usize)
+}
+
+/// The coarse cell (array coordinates) of fine cell `idx`'s parent ([`parent`]).
+#[inline(always)]
+pub(crate) fn parent_cell(idx: &ArrayIndex3D) -> [u32; 3] {
+    [idx.i(), idx.j(), idx.k()].map(|v| v.div_ceil(2))
 }
 
 /// The most levels a [`CoarseCycle`] takes.
@@ -460,6 +494,7 @@ impl<T: Real, A: Operator7<T>> CoarseCycle<T, A> {
             r: lv.r.as_ref(),
             b: coarse.b,
             fine: lv.range.n,
+            coarse: coarse.range.n,
         };
         p.pass(&coarse.range, |idx| restrict.update(idx));
     }
@@ -524,6 +559,8 @@ crate::kernel3d!(poisson_redblack_f32 => RedBlack<f32>);
 crate::kernel3d!(poisson_redblack_f64 => RedBlack<f64>);
 crate::kernel3d!(poisson_restrict_f32 => Restrict<f32>);
 crate::kernel3d!(poisson_restrict_f64 => Restrict<f64>);
+crate::kernel3d!(poisson_restrict_colours_f32 => Restrict<f32, colours::Halves>);
+crate::kernel3d!(poisson_restrict_colours_f64 => Restrict<f64, colours::Halves>);
 crate::kernel3d!(poisson_restrict_pairs_f32 => RestrictPairs<f32>);
 crate::kernel3d!(poisson_restrict_pairs_f64 => RestrictPairs<f64>);
 crate::kernel3d!(poisson_prolong_f32 => ProlongAdd<f32>);
