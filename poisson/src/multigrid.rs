@@ -441,15 +441,15 @@ where
             let shape = Shape::new_3d(n, 1)?;
             // Engines hand out zeroed fields: nothing to upload.
             let field = || engine.alloc::<T>(shape);
+            let coarse;
+            let st = match l {
+                0 => finest,
+                _ => {
+                    coarse = stencil(n, h, &c, problem.walls);
+                    &coarse
+                }
+            };
             if l < by_colour_levels {
-                let coarse;
-                let st = match l {
-                    0 => finest,
-                    _ => {
-                        coarse = stencil(n, h, &c, problem.walls);
-                        &coarse
-                    }
-                };
                 let halves = Halves::new(shape.size().map(|v| v as u32));
                 let two = halves_shape(halves)?;
                 let coeff = |i: usize| -> Result<E::Field<T>> {
@@ -476,19 +476,9 @@ where
                 });
                 continue;
             }
-            let a = if l == 0 {
-                StencilFields::new(engine, shape, finest, cycle.layout)?
-            } else {
-                StencilFields::new(
-                    engine,
-                    shape,
-                    &stencil(n, h, &c, problem.walls),
-                    cycle.layout,
-                )?
-            };
             levels.push(Level {
                 shape,
-                a,
+                a: StencilFields::new(engine, shape, st, cycle.layout)?,
                 x: field()?,
                 b: field()?,
                 r: field()?,
@@ -688,13 +678,13 @@ where
         let (e, x) = (coarse_levels[0].x.view(), fine_levels[l].x.view_mut());
         match (fine_levels[l].halves, coarse_levels[0].halves) {
             (Some(halves), Some(by_colour)) => {
-                let prolong = ProlongAddByColour {
+                let from_colours = ProlongAddByColour {
                     e,
                     x,
                     halves,
                     coarse: by_colour,
                 };
-                return self.run(l, Kind::Prolong, &prolong);
+                self.run(l, Kind::Prolong, &from_colours)
             }
             (Some(halves), None) => {
                 let prolong = ProlongAddByColour {
@@ -703,11 +693,10 @@ where
                     halves,
                     coarse,
                 };
-                return self.run(l, Kind::Prolong, &prolong);
+                self.run(l, Kind::Prolong, &prolong)
             }
-            _ => {}
+            _ => self.run(l, Kind::Prolong, &ProlongAdd { e, x, coarse }),
         }
-        self.run(l, Kind::Prolong, &ProlongAdd { e, x, coarse })
     }
 
     /// CG's f64 residual `r` into the finest right-hand side (into its colour halves when it is stored
