@@ -198,14 +198,21 @@ expect_refusal "lbm --halos nccl on the CPU engine" "moves GPU memory" \
 # NCCL halos, where this machine has a GPU per rank (builds with the `nccl` feature): two ranks, rank r
 # on GPU r, must write the bytes of the one-domain run.
 gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
+# An mpirun wrapper that shows each rank only its own GPU, as some batch systems start them.
+one_gpu_each=(bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _)
 if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
-    # nccl_same NAME FILE BINARY ARGS...: one domain, then 2 ranks on 2 GPUs with --halos nccl.
+    # nccl_same NAME FILE [mpirun wrapper...] -- BINARY ARGS...: one domain, then 2 ranks on 2 GPUs
+    # with --halos nccl (rank r picks GPU r).
     nccl_same() {
-        local name=$1 file=$2 exe=$3
-        shift 3
+        local name=$1 file=$2
+        shift 2
+        local wrap=()
+        while [ "$1" != -- ]; do wrap+=("$1"); shift; done
+        local exe=$2
+        shift 2
         "$exe" "$@" --output "$work/nccl-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
-        mpirun_ -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
-            "$exe" "$@" --mpi --halos nccl --output "$work/nccl2" >"$work/log" 2>&1 || { cat "$work/log"; status=1; return; }
+        mpirun_ -np 2 "${wrap[@]}" "$exe" "$@" --mpi --halos nccl --output "$work/nccl2" >"$work/log" 2>&1 \
+            || { cat "$work/log"; status=1; return; }
         if [ "$(md5sum <"$work/nccl2/$file")" = "$(md5sum <"$work/nccl-single/$file")" ]; then
             echo "$name, 2 GPUs, NCCL halos: bit-identical to one domain PASS"
         else
@@ -213,7 +220,9 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
             status=1
         fi
     }
-    nccl_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine device --size 21x17x23 --steps 60
+    nccl_same "diffusion f32 21x17x23" diffusion.npy -- "$bin" --engine device --size 21x17x23 --steps 60
+    nccl_same "diffusion f32 21x17x23, each rank seeing one GPU" diffusion.npy "${one_gpu_each[@]}" -- \
+        "$bin" --engine device --size 21x17x23 --steps 60
     # One process driving both GPUs (--gpus 2: a thread per GPU, one NCCL communicator).
     "$bin" --engine device --size 21x17x23 --steps 60 --gpus 2 --halos nccl --output "$work/threads2" \
         >"$work/log" 2>&1 || cat "$work/log"
@@ -224,15 +233,14 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         echo "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos: differs from one domain FAIL"
         status=1
     fi
-    nccl_same "advection packed 41x37" field.npy "$adv" swirl --engine device --size 41x37 --steps 30 \
+    nccl_same "advection packed 41x37" field.npy -- "$adv" swirl --engine device --size 41x37 --steps 30 \
         --kernel packed
-    nccl_same "lbm 3-D cavity f64" velocity.npy "$lbm" cavity --engine device --streaming ab --precision f64 \
+    nccl_same "lbm 3-D cavity f64" velocity.npy -- "$lbm" cavity --engine device --streaming ab --precision f64 \
         --size 18x18x11 --closed-z --re 20 --steps 300
-    nccl_same "lbm taylor-green f16" density.npy "$lbm" taylor-green --engine device --streaming ab \
+    nccl_same "lbm taylor-green f16" density.npy -- "$lbm" taylor-green --engine device --streaming ab \
         --precision f16 --size 16x12x13 --steps 30
     expect_refusal "lbm --halos nccl with in-place streaming" "two-lattice streaming" \
-        -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
-        "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 20 --output "$work/bad"
+        -np 2 "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 20 --output "$work/bad"
 else
     echo "SKIPPED (NCCL halos): they need the device engine and 2 GPUs ($engine engine, $gpus GPUs here)"
 fi
@@ -287,14 +295,11 @@ if [ "$engine" = device ]; then
     expect_refusal "lqcd GPU split, a grid of 4 ranks on 2" "places 4 ranks, but the run has 2" \
         -np 2 "$lqcd" "${lqcd_args[@]}" --mpi --grid 1x2x2 --variant sync
     if [ "$gpus" -ge 2 ]; then
-        one_gpu_each=(bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _)
         for variant in sync async graph waitkernel streamwait; do
-            lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, $variant" 2 "${one_gpu_each[@]}" -- \
-                --halos nccl --variant "$variant"
+            lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, $variant" 2 -- --halos nccl --variant "$variant"
         done
-        lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, no overlap" 2 "${one_gpu_each[@]}" -- \
-            --halos nccl --no-overlap
-        lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, z split, async" 2 "${one_gpu_each[@]}" -- \
+        lqcd_split "lqcd GPU solve, 2 GPUs, NCCL, no overlap" 2 -- --halos nccl --no-overlap
+        lqcd_split "lqcd GPU solve, 2 GPUs each seeing one, NCCL, z split, async" 2 "${one_gpu_each[@]}" -- \
             --halos nccl --grid 1x2x1 --variant async
         "$lqcd" "${lqcd_args[@]}" --gpus 2 --halos nccl --variant graph >"$work/lqcd-split" 2>&1 || true
         same_as_gpu "lqcd GPU solve, --gpus 2 (one process), NCCL, graph"

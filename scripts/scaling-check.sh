@@ -6,8 +6,9 @@
 # (y split), and the lattice-QCD BiCGStab and its operator M_hat in f32 at 32^3x64 and 48^3x96 (t split,
 # ghosts and sums through NCCL, each solver variant, with and without overlap; one GPU: the unsplit
 # solve: `lqcd solve --bench`), each with 1, 2, ... N ranks, from
-# the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Each rank sees only the GPU
-# of its local rank (CUDA_VISIBLE_DEVICES), so the applications' GPU 0 is a different device per rank.
+# the `mpi` builds that `scripts/gpu-check.sh stage` packs (carry .gpu-bin). Every rank sees every GPU
+# and the applications take GPU (local rank) themselves, as a user's `mpirun` gets it; NCCL logs at INFO,
+# so the summary can say which transport (P2P over NVLink, or SHM through host memory) it chose.
 #
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
 #                                          PARTS: stencils and/or lqcd (default both)
@@ -41,12 +42,11 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$o
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/copy.log" 2>&1
 copy=$(grep -o 'copy bandwidth [0-9.]* GB/s' "$out/copy.log" | head -1)
 
-# on_gpus NP COMMAND...: the command on NP ranks, rank r on GPU r.
+# on_gpus NP COMMAND...: the command on NP ranks; rank r picks GPU r.
 on_gpus() {
     local np=$1
     shift
-    timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" \
-        bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ "$@"
+    NCCL_DEBUG=${NCCL_DEBUG:-INFO} timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"
 }
 
 declare -A rate
@@ -183,6 +183,12 @@ for log in "$out"/{diffusion,lbm,advection}-{nccl,seq,weak}-*.log; do
     [ -f "$log" ] && [ "${log##*-}" != 1.log ] || continue
     line=$(grep -o '[0-9.]* MB sent in each, [0-9.]* ms each on the exchange stream: [0-9.]* GB/s' "$log" | head -1)
     printf '%-28s %s\n' "$(basename "$log" .log)" "${line:-no exchange line}"
+done
+echo "NCCL's transports between the ranks (from its INFO log):"
+for log in "$out"/*-nccl-*.log "$out"/lqcd-*-overlap-*.log; do
+    [ -f "$log" ] && [ "${log##*-}" != 1.log ] || continue
+    via=$(grep -o ' via [A-Za-z0-9/_]*' "$log" | sort -u | paste -sd, | sed 's/^ //')
+    printf '%-28s %s\n' "$(basename "$log" .log)" "${via:-none logged}"
 done
 echo "(table as CSV: $out/scaling.csv)"
 # The picture is a convenience: without the binary or with a bad table the numbers above still stand.

@@ -596,9 +596,15 @@ fn raw(stream: &CudaStream) -> ns::cudaStream_t {
     stream.cu_stream() as ns::cudaStream_t
 }
 
+/// The exchange stream, at the device's greatest priority: its NCCL kernels need a few SMs while the
+/// interior kernel queued next fills all of them, and a stream of equal priority would get them only as
+/// the interior's last wave drains, leaving the exchange unhidden.
 fn side_stream(gpu: &Gpu) -> Result<Arc<CudaStream>> {
+    bind(gpu)?;
+    let (_, greatest) = cudarc::driver::result::stream::get_priority_range()
+        .cuda(|| "reading the stream priorities".into())?;
     gpu.context()
-        .new_stream()
+        .new_stream_with_priority(greatest)
         .cuda(|| "creating the halo exchange stream".into())
 }
 
