@@ -13,11 +13,12 @@
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
 #                                          PARTS: stencils and/or lqcd (default both)
 #
-# Weak scaling: diffusion, LBM and advection with the one-GPU size per GPU (NCCL halos). Logs go to
-# $OUT/scaling (or /tmp/scaling); GPU 0's device-to-device copy bandwidth (from `diffusion bench`), a
-# table of rates and parallel efficiency (efficiency = rate on n GPUs / (n x rate on one), also as
-# scaling.csv, drawn as scaling.png by scaling-plot) and the halo exchange bandwidth each NCCL run
-# reported are printed last.
+# Weak scaling: diffusion, LBM and advection with the one-GPU size per GPU (NCCL halos). Runs write
+# under /tmp/scaling; with $OUT set, its logs, the table and the picture are packed after every run into
+# $OUT/scaling.tar.gz (one file, so that a call cut short still returns them). GPU 0's device-to-device
+# copy bandwidth (from `diffusion bench`), a table of rates and parallel efficiency (efficiency = rate
+# on n GPUs / (n x rate on one), also as scaling.csv, drawn as scaling.png by scaling-plot) and the halo
+# exchange bandwidth each NCCL run reported are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.gpu-bin
@@ -35,20 +36,36 @@ if [ "$gpus" -lt 1 ] || [ "$N" -gt "$gpus" ]; then
     echo "scaling-check: $N ranks asked for, $gpus GPUs present" >&2
     exit 1
 fi
-out=${OUT:-/tmp}/scaling
-mkdir -p "$out"
+out=/tmp/scaling
+rm -rf "$out" && mkdir -p "$out"
+# publish: the logs, table and picture so far into $OUT/scaling.tar.gz, if $OUT is set.
+publish() {
+    [ -n "${OUT:-}" ] || return 0
+    (cd "$out" && tar czf "$OUT/scaling.tar.gz" -- *.log *.txt *.csv *.png 2>/dev/null)
+    return 0
+}
 echo "run,gpus,rate,unit,efficiency_percent" >"$out/scaling.csv"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/gpus.txt"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/copy.log" 2>&1
 copy=$(grep -o 'copy bandwidth [0-9.]* GB/s' "$out/copy.log" | head -1)
 
+# Each run's duration goes to the terminal as it ends (fd 3), its output to its log: a call cut short
+# by the device's time limit still shows how far it got and what each run cost.
+exec 3>&1
 # on_gpus NP COMMAND...: the command on NP ranks; rank r picks GPU r.
 on_gpus() {
-    local np=$1
+    local np=$1 t0=$SECONDS rc
     shift
-    NCCL_DEBUG=${NCCL_DEBUG:-INFO} timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$np" "$@"
+    NCCL_DEBUG=${NCCL_DEBUG:-INFO} timeout 240 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@"
+    rc=$?
+    publish
+    echo "$(date +%T) $np rank(s), $((SECONDS - t0)) s, exit $rc: $(basename "$1") ${*:2:6}" >&3
+    return $rc
 }
 
+# The advection runs: the launch shape the bench tunes at 8192^2 (packed kernel), and steps enough
+# (0.8 s on one H100) that the progress bar's synchronisations, every 1% of the run, cost little.
+adv=(swirl --engine device --block 32x4 --unroll 4 --mpi --steps 2000)
 declare -A rate
 for np in $(seq 1 "$N"); do
     [[ $parts == *" stencils "* ]] || break
@@ -73,14 +90,14 @@ for np in $(seq 1 "$N"); do
     on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl --no-overlap \
         --size 384 --steps 300 --output "$out/lbm-seq-$np" >"$out/lbm-seq-$np.log" 2>&1
     rate[lbm-seq,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-seq-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --size 8192x8192 --steps 200 \
+    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --size 8192x8192 \
         --output "$out/advection-$np" >"$out/advection-$np.log" 2>&1
     rate[advection,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl --size 8192x8192 --steps 200 \
+    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl --size 8192x8192 \
         --output "$out/advection-nccl-$np" >"$out/advection-nccl-$np.log" 2>&1
     rate[advection-nccl,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-nccl-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl --no-overlap --size 8192x8192 \
-        --steps 200 --output "$out/advection-seq-$np" >"$out/advection-seq-$np.log" 2>&1
+    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl --no-overlap --size 8192x8192 \
+        --output "$out/advection-seq-$np" >"$out/advection-seq-$np.log" 2>&1
     rate[advection-seq,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-seq-$np.log" | tail -1 | cut -d' ' -f1)
     # Weak scaling: the same size per GPU (NCCL halos, overlapped); one GPU is the strong run's.
     if [ "$np" -eq 1 ]; then
@@ -93,8 +110,8 @@ for np in $(seq 1 "$N"); do
         on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl \
             --size "384x384x$((384 * np))" --steps 300 --output "$out/lbm-weak-$np" >"$out/lbm-weak-$np.log" 2>&1
         rate[lbm-weak,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-weak-$np.log" | tail -1 | cut -d' ' -f1)
-        on_gpus "$np" "$BIN/mpi/advection" swirl --engine device --mpi --halos nccl \
-            --size "8192x$((8192 * np))" --steps 200 --output "$out/advection-weak-$np" \
+        on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl \
+            --size "8192x$((8192 * np))" --output "$out/advection-weak-$np" \
             >"$out/advection-weak-$np.log" 2>&1
         rate[advection-weak,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-weak-$np.log" | tail -1 | cut -d' ' -f1)
     fi
@@ -199,3 +216,4 @@ elif "$BIN/scaling-plot" "$out/scaling.csv" --output "$out/scaling.png" >/dev/nu
 else
     echo "(no picture: scaling-plot failed with the error above)"
 fi
+publish
