@@ -1,6 +1,7 @@
 //! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
 //! storage precision and streaming scheme on an odd-sized box with every kind of cell, GPU outputs
-//! poisoned with NaN before each step; the f16 physics on the GPU; and a grid too large for the GPU.
+//! poisoned with NaN before each step; the block-size tuning (which steps at every size it tries); the
+//! f16 physics on the GPU; and a grid too large for the GPU.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
@@ -8,6 +9,7 @@
 use lattice_gpu::host::Error as HostError;
 use lattice_gpu::kernels::lbm::{tag, Half, Q};
 use lattice_gpu::lbm::cases;
+use lattice_gpu::lbm::solver::{TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu::lbm::{Collision, Engine, Error, Geometry, Lbm, LbmStorage, Params, Streaming};
 use rand::{Rng, SeedableRng};
 
@@ -93,6 +95,64 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
             gpu_matches_cpu::<f32>(&e, streaming, collision);
             gpu_matches_cpu::<Half>(&e, streaming, collision);
         }
+    }
+}
+
+/// The block-size tuning runs real steps at every size it tries: after it, the GPU run must still
+/// hold the CPU engine's populations bit for bit, and it must keep one of the sizes it tried.
+#[test]
+fn tuning_the_block_size_changes_no_bit() {
+    let Some(gpu) = gpu("tuning_the_block_size_changes_no_bit") else {
+        return;
+    };
+    let g = geometry();
+    let p = Params {
+        tau: 0.7,
+        collision: Collision::Trt { magic: 0.25 },
+        force: [2e-5, 0.0, -1e-5],
+        wall_velocity: [0.05, 0.0, 0.0],
+    };
+    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+        let make = |e: &Engine| {
+            Lbm::<f32>::new(e, g.clone(), p, streaming, |n| {
+                (
+                    1.0 + 1e-3 * (n % 7) as f64,
+                    [1e-3 * (n % 5) as f64, 0.0, 0.0],
+                )
+            })
+            .unwrap()
+        };
+        let (mut dev, mut host) = (make(&Engine::Device(gpu.clone())), make(&Engine::Host));
+        dev.poison_outputs().unwrap();
+        let t = dev.tune_block().unwrap().expect("a GPU run tunes");
+        assert!(
+            TUNE_BLOCKS.contains(&t.block) && t.block == dev.block(),
+            "{t:?}"
+        );
+        assert!(
+            t.steps > 0 && t.steps % TUNE_STEPS == 0 && t.ms_per_step > 0.0,
+            "{t:?}"
+        );
+        assert_eq!(dev.steps(), t.steps);
+        dev.run(2).unwrap();
+        host.run(t.steps + 2).unwrap();
+        let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
+        let what = streaming.name();
+        for q in 0..Q {
+            for n in (0..g.cells()).filter(|&n| g.is_fluid(n)) {
+                let i = q * g.cells() + n;
+                assert!(
+                    pd[i].to_bits() == ph[i].to_bits(),
+                    "{what} after tuning, q {q} cell {n}: GPU {} CPU {}",
+                    pd[i],
+                    ph[i]
+                );
+            }
+        }
+        assert!(
+            dev.moments().unwrap().max_speed() > 1e-4,
+            "{what}: the flow moves"
+        );
     }
 }
 

@@ -23,4 +23,4 @@ pub mod solver;
 pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use params::{Collision, Params};
-pub use solver::{Engine, Lbm, LbmStorage, Moments, Streaming};
+pub use solver::{BlockTuning, Engine, Lbm, LbmStorage, Moments, Streaming};

@@ -140,6 +140,23 @@ enum Memory<S: LbmStorage> {
     },
 }
 
+/// The threads per block [`Lbm::tune_block`] tries.
+pub const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
+
+/// Steps [`Lbm::tune_block`] runs at each block size (the last four timed).
+pub const TUNE_STEPS: u64 = 6;
+
+/// What [`Lbm::tune_block`] chose.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockTuning {
+    /// Threads per block now in use.
+    pub block: u32,
+    /// Its milliseconds per step.
+    pub ms_per_step: f64,
+    /// Steps of the run the tuning took.
+    pub steps: u64,
+}
+
 /// A run decomposed along z: this rank's planes and the halo plan of one plane per side.
 struct Split {
     /// The whole grid.
@@ -618,6 +635,49 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// Threads per block of the GPU kernels.
     pub fn block(&self) -> u32 {
         self.block
+    }
+
+    /// Times [`TUNE_STEPS`] real steps of the run at each of [`TUNE_BLOCKS`] the kernels allow and
+    /// keeps the fastest; nothing on the CPU (`None`). The best size depends on the precision, the
+    /// streaming and the lattice (128 to 1024 threads from 128^3 to 384^3 on an H100), and the results
+    /// do not: each cell's update is the same whatever the launch.
+    pub fn tune_block(&mut self) -> Result<Option<BlockTuning>> {
+        let Some(gpu) = self.gpu().cloned() else {
+            return Ok(None);
+        };
+        let mut best = BlockTuning {
+            block: self.block,
+            ms_per_step: f64::INFINITY,
+            steps: 0,
+        };
+        for block in TUNE_BLOCKS {
+            if self.set_block(block).is_err() {
+                continue;
+            }
+            // Two steps settle the new launch; an even count keeps in-place streaming's odd and even
+            // steps in balance.
+            self.step(false)?;
+            self.step(false)?;
+            let mut failed = None;
+            let ms = gpu.time_ms(|| {
+                for _ in 2..TUNE_STEPS {
+                    if let Err(e) = self.step(false) {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                Ok(())
+            })? / (TUNE_STEPS - 2) as f64;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            best.steps += TUNE_STEPS;
+            if ms < best.ms_per_step {
+                (best.block, best.ms_per_step) = (block, ms);
+            }
+        }
+        self.set_block(best.block)?;
+        Ok(Some(best))
     }
 
     /// The geometry.

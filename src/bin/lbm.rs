@@ -15,6 +15,7 @@ use lattice_gpu::host::{Error as HostError, Gpu};
 use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
 use lattice_gpu::lbm::output::{numbers, write_csv, write_fields};
+use lattice_gpu::lbm::solver::{TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu::lbm::{
     Collision, Engine, Error, Geometry, Lbm, LbmStorage, Moments, Params, Result, Streaming,
 };
@@ -226,6 +227,9 @@ fn out_dir(c: &Common, lead: bool) -> Result<PathBuf> {
     }
 }
 
+/// The fewest steps a run must have for [`advance`] to tune its block size on the first ones.
+const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
+
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
 /// moments.
 fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> Result<Moments> {
@@ -246,6 +250,20 @@ fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> 
     let mut stepping = Duration::ZERO;
     let mut before: Option<Moments> = None;
     let mut done = 0;
+    // The block size is tuned on the run's first steps where they are few against the whole run.
+    if total >= TUNE_AT_LEAST {
+        let start = Instant::now();
+        if let Some(t) = lbm.tune_block()? {
+            done = t.steps;
+            if lead {
+                println!(
+                    "blocks of {} threads ({:.3} ms per step; tuned on the first {} steps)",
+                    t.block, t.ms_per_step, t.steps
+                );
+            }
+        }
+        stepping += start.elapsed();
+    }
     while done < total {
         let n = stop.check_every.min(total - done);
         let start = Instant::now();
@@ -524,23 +542,7 @@ fn bench_one<S: LbmStorage>(
         cases::taylor_green(dims, 0.02)?,
     )?;
     let cells = (n * n * n) as f64;
-    let mut best = (0u32, f64::INFINITY);
-    for block in [128u32, 256, 512, 1024] {
-        if lbm.set_block(block).is_err() {
-            continue;
-        }
-        lbm.run(4)?;
-        let ms = gpu.time_ms(|| {
-            for _ in 0..10 {
-                lbm.step(false).map_err(to_host)?;
-            }
-            Ok(())
-        })? / 10.0;
-        if ms < best.1 {
-            best = (block, ms);
-        }
-    }
-    lbm.set_block(best.0)?;
+    lbm.tune_block()?;
     // Even step counts keep the in-place lattice in the same phase.
     let timed = steps + steps % 2;
     let ms = gpu.time_ms(|| {
@@ -564,7 +566,7 @@ fn bench_one<S: LbmStorage>(
         size: n,
         storage: S::NAME,
         streaming: streaming.name(),
-        block: best.0,
+        block: lbm.block(),
         mlups,
         bytes,
         gbs,
