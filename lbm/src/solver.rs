@@ -651,7 +651,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             steps: 0,
         };
         for block in TUNE_BLOCKS {
-            if self.set_block(block).is_err() {
+            // Every rank must take the same steps (a split run exchanges halos at each): a size is
+            // tried only where all ranks' GPUs can run it.
+            let here = self.set_block(block).is_ok();
+            if self.comm.sum(f64::from(u8::from(here)))? != self.comm.size() as f64 {
                 continue;
             }
             // Two steps settle the new launch; an even count keeps in-place streaming's odd and even
