@@ -15,5 +15,17 @@ pub enum Error {
     Io(#[from] lattice_gpu_host::io::IoError),
 }
 
+/// For code that answers in the host runtime's error type (work timed by
+/// [`Gpu::time_ms`](lattice_gpu_host::Gpu::time_ms)): a host error comes back as it was, anything else
+/// keeps its message.
+impl From<Error> for lattice_gpu_host::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Host(h) => h,
+            other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+        }
+    }
+}
+
 /// Results of the lattice-Boltzmann crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -547,7 +547,7 @@ fn bench_one<S: LbmStorage>(
     let timed = steps + steps % 2;
     let ms = gpu.time_ms(|| {
         for _ in 0..timed {
-            lbm.step(false).map_err(to_host)?;
+            lbm.step(false)?;
         }
         Ok(())
     })? / timed as f64;
@@ -573,13 +573,6 @@ fn bench_one<S: LbmStorage>(
         of_copy: gbs / copy,
         mem_per_cell: Lbm::<S>::bytes_per_cell(streaming),
     })
-}
-
-fn to_host(e: Error) -> HostError {
-    match e {
-        Error::Host(h) => h,
-        other => HostError::InvalidSize(other.to_string()),
-    }
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {

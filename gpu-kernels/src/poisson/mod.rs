@@ -305,7 +305,7 @@ impl<T: Real, C: CellIndex> PointUpdate3D for Restrict<T, C> {
 /// The average of the 8 fine children (in `r`, an array `fine` points wide) of coarse cell `idx`,
 /// summed in x pairs first, the order [`RestrictPairs`] can keep.
 #[inline(always)]
-pub(crate) fn children_mean<T: Real>(r: FieldRef<T>, fine: [u32; 3], idx: &ArrayIndex3D) -> T {
+fn children_mean<T: Real>(r: FieldRef<T>, fine: [u32; 3], idx: &ArrayIndex3D) -> T {
     let (nx, nxy) = (fine[0] as usize, fine[0] as usize * fine[1] as usize);
     let base = (2 * idx.i() - 1) as usize
         + nx * (2 * idx.j() - 1) as usize
@@ -390,23 +390,13 @@ impl<T: Real> PointUpdate3D for ProlongAdd<T> {
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {
         let i = idx.ix();
-        self.x.set(
-            i,
-            self.x.as_ref().get(i) + self.e.get(parent(idx, self.coarse)),
-        );
+        let e = self.e.get(self.coarse.index_of(parent_cell(idx)));
+        self.x.set(i, self.x.as_ref().get(i) + e);
     }
 }
 
-/// The array index of fine cell `idx`'s parent in a coarse array `coarse` points wide: fine cells
-/// `2I - 1` and `2I` (array coordinates, margin 1) have the parent `I`.
-#[inline(always)]
-pub(crate) fn parent(idx: &ArrayIndex3D, coarse: [u32; 3]) -> usize {
-    let [i, j, k] = parent_cell(idx);
-    let (nx, ny) = (coarse[0] as usize, coarse[1] as usize);
-    i as usize + nx * (j as usize + ny * k as usize)
-}
-
-/// The coarse cell (array coordinates) of fine cell `idx`'s parent ([`parent`]).
+/// The coarse cell (array coordinates) of fine cell `idx`'s parent: fine cells `2I - 1` and `2I`
+/// (array coordinates, margin 1) have the parent `I`.
 #[inline(always)]
 pub(crate) fn parent_cell(idx: &ArrayIndex3D) -> [u32; 3] {
     [idx.i(), idx.j(), idx.k()].map(|v| v.div_ceil(2))
