@@ -78,15 +78,9 @@ fn bad_parameters() {
     );
     fails_with(
         &[
-            "--engine",
-            "host",
-            "--size",
-            "8",
-            "--kappa=-1",
-            "--output",
-            o,
+            "--engine", "host", "--size", "8", "--kappa", "-1", "--output", o,
         ],
-        "kappa",
+        "kappa = -1 is not a positive diffusivity",
     );
     fails_with(&["--engine", "gpu", "--output", o], "invalid value 'gpu'");
     fails_with(

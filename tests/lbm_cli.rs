@@ -1,6 +1,6 @@
 //! The `lbm` binary on the CPU: a small run of each case leaves its files and its measurement; bad input
-//! (tau at 1/2, a lid above Mach 0.3, an unknown case, a grid too large) ends in a clear message and exit
-//! code 1, never a panic, and leaves no output file behind.
+//! (tau at 1/2, a lid above Mach 0.3 or moving backwards, an unknown case, a grid too large) ends in a
+//! clear message and exit code 1, never a panic, and leaves no output file behind.
 
 use std::path::{Path, PathBuf};
 
@@ -96,7 +96,7 @@ fn cases_run_and_write_their_files() {
 fn bad_input_is_refused_with_the_fix() {
     let dir = temp_dir("bad");
     let out = dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &[
                 "taylor-green",
@@ -114,6 +114,12 @@ fn bad_input_is_refused_with_the_fix() {
                 "cavity", "--engine", "host", "--lid", "0.3", "--output", out,
             ],
             "Mach 0.3",
+        ),
+        (
+            &[
+                "cavity", "--engine", "host", "--lid", "-1e-1", "--output", out,
+            ],
+            "lid speed -0.1 must be positive",
         ),
         (
             &[

@@ -24,6 +24,12 @@ pub fn cavity(
             "the Reynolds number {re} must be positive"
         )));
     }
+    // The centreline profiles and Ghia's table are for a lid moving along +x.
+    if !(lid.is_finite() && lid > 0.0) {
+        return Err(Error::InvalidParameter(format!(
+            "the lid speed {lid} must be positive (the lid moves along +x); 0.1 is usual"
+        )));
+    }
     let length = (dims[0] - 2) as f64;
     let params = Params {
         tau: Params::tau_for_viscosity(lid * length / re),

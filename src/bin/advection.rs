@@ -53,13 +53,13 @@ struct Common {
     #[arg(long)]
     steps: Option<u64>,
     /// Revolutions (rotation only; replaces --steps).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     revolutions: Option<f64>,
     /// CFL number of the largest velocity, which sets dt.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.5)]
     cfl: f64,
     /// Time step instead of --cfl.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     dt: Option<f64>,
     /// Kernel variant: plain, queue, branch-free, packed, shared (each adds one technique).
     #[arg(long, default_value = "packed", value_parser = parse_kernel)]
@@ -111,7 +111,7 @@ struct FileArgs {
     #[arg(long)]
     velocity: PathBuf,
     /// Node spacing.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     h: f64,
 }
 

@@ -45,10 +45,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     steps: usize,
     /// Diffusivity.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.1)]
     kappa: f64,
     /// Time step [default: 0.1 h^2 / kappa; must satisfy kappa dt / h^2 <= 1/6].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     dt: Option<f64>,
     /// Precision of fields and arithmetic.
     #[arg(long, value_enum, default_value_t = Precision::F32)]

@@ -74,7 +74,7 @@ struct Common {
     #[arg(long, value_enum, default_value_t = CollisionArg::Trt)]
     collision: CollisionArg,
     /// TRT magic parameter (3/16: exact halfway walls for Poiseuille flow; 1/4: most stable).
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.25)]
     magic: f64,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
@@ -112,7 +112,7 @@ struct Stop {
     #[arg(long)]
     steps: Option<u64>,
     /// Stop when no velocity changes by more than this fraction of the largest speed between checks.
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1e-5)]
     steady: f64,
     /// Steps between steadiness checks (and progress updates).
     #[arg(long, default_value_t = 1000)]
@@ -135,13 +135,18 @@ struct CavityArgs {
     #[arg(long)]
     closed_z: bool,
     /// Reynolds number U L / nu (L: fluid cells across in x).
-    #[arg(long, default_value_t = 100.0, conflicts_with = "tau")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value_t = 100.0,
+        conflicts_with = "tau"
+    )]
     re: f64,
     /// Relaxation time instead of --re (the Reynolds number then follows from it).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     tau: Option<f64>,
     /// Lid speed in lattice units (at most 0.17, Mach 0.3).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.1)]
     lid: f64,
 }
 
@@ -158,10 +163,10 @@ struct PoiseuilleArgs {
     #[arg(long, default_value = "4x4", value_parser = parse_pair)]
     extent: (usize, usize),
     /// Relaxation time.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.8)]
     tau: f64,
     /// Body force along x.
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1e-6)]
     force: f64,
 }
 
@@ -173,10 +178,10 @@ struct TaylorGreenArgs {
     #[arg(long, default_value = "128x128x2", value_parser = parse_size3)]
     size: [usize; 3],
     /// Relaxation time.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.8)]
     tau: f64,
     /// Initial velocity amplitude.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.02)]
     u0: f64,
     /// Steps.
     #[arg(long, default_value_t = 4000)]

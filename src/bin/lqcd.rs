@@ -75,7 +75,7 @@ struct SolverArgs {
     #[command(flatten)]
     gauge: GaugeArgs,
     /// Hopping parameter, 0 < kappa < 0.25.
-    #[arg(long, default_value_t = 0.12)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.12)]
     kappa: f64,
     /// Precision of the GPU solve.
     #[arg(long, value_enum, default_value_t = Prec::F64)]
@@ -84,7 +84,7 @@ struct SolverArgs {
     #[arg(long, default_value = "async")]
     variant: Variant,
     /// Relative residual to reach.
-    #[arg(long, default_value_t = 1e-10)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]
     tol: f64,
     /// Iteration limit.
     #[arg(long, default_value_t = 2000)]

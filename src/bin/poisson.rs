@@ -52,10 +52,10 @@ struct RunArgs {
     #[arg(long, default_value = "64", value_parser = parse_size3)]
     size: [usize; 3],
     /// Depth of the manufactured domain `[0,1]x[0,1]x[0,depth]`: below 1, thin vertical cells (anisotropy).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     depth: f64,
     /// Vertical variation of the manufactured coefficient: c grows by this factor from bottom to top.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     vertical: f64,
     /// Coefficient c per cell, .npy of shape (nz, ny, nx) (with --rhs; replaces the manufactured case).
     #[arg(long, requires = "rhs")]
@@ -70,7 +70,7 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = WallsArg::Dirichlet)]
     walls: WallsArg,
     /// Relative residual to reach.
-    #[arg(long, default_value_t = 1e-10)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]
     tol: f64,
     /// CG iteration limit.
     #[arg(long, default_value_t = 500)]
@@ -145,7 +145,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 20)]
     sweeps: usize,
     /// Relative residual to reach.
-    #[arg(long, default_value_t = 1e-10)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]
     tol: f64,
     /// CG iteration limit.
     #[arg(long, default_value_t = 500)]
