@@ -316,12 +316,12 @@ pub struct EngineArgs {
     /// node's GPUs].
     #[arg(long)]
     pub gpu: Option<usize>,
-    /// Block shape for `--engine device`, as XxY.
-    #[arg(long, default_value = "128x1", value_parser = parse_block)]
-    pub block: (u32, u32),
-    /// Points each thread marches along the last axis, for `--engine device`.
-    #[arg(long, default_value_t = 2)]
-    pub march: u32,
+    /// Block shape for `--engine device`, as XxY [default: 128x1].
+    #[arg(long, value_parser = parse_block)]
+    pub block: Option<(u32, u32)>,
+    /// Points each thread marches along the last axis, for `--engine device` [default: 2].
+    #[arg(long)]
+    pub march: Option<u32>,
     /// Kernel variant: the one `--engine device` launches [default: plain], or the only one
     /// `--engine autotune` tunes [default: every variant, chosen with the block shape].
     #[arg(long, value_enum)]
@@ -360,6 +360,20 @@ impl EngineArgs {
         }
     }
 
+    /// Fails, naming the fix, where a launch option would be ignored: `--block` and `--march` fix the
+    /// launch of `--engine device` only (the tuner picks its own; the CPU has none).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.engine != Some(EngineKind::Device) && (self.block.is_some() || self.march.is_some())
+        {
+            return Err(
+                "--block and --march fix the launch shape of --engine device; add \
+                        --engine device, or leave them out for the auto-tuner to choose"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The GPU ordinal: `--gpu`, or [`default_gpu`].
     pub fn gpu(&self) -> usize {
         self.gpu.unwrap_or_else(default_gpu)
@@ -368,9 +382,9 @@ impl EngineArgs {
     /// The fixed launch shape of `--engine device`.
     pub fn shape(&self) -> LaunchShape {
         LaunchShape {
-            block_x: self.block.0,
-            block_y: self.block.1,
-            march: self.march,
+            block_x: self.block.map_or(128, |b| b.0),
+            block_y: self.block.map_or(1, |b| b.1),
+            march: self.march.unwrap_or(2),
             variant: self.variant.map_or(Variant::Plain, Variant::from),
         }
     }
@@ -389,7 +403,8 @@ impl EngineArgs {
     }
 }
 
-fn parse_block(s: &str) -> std::result::Result<(u32, u32), String> {
+/// Parses a block shape `XxY` of positive numbers.
+pub fn parse_block(s: &str) -> std::result::Result<(u32, u32), String> {
     let dims = parse_dims(s)?;
     match dims.as_slice() {
         [x, y] if *x > 0 && *y > 0 => Ok((*x as u32, *y as u32)),

@@ -339,6 +339,17 @@ where
     HostLoopEngine.check_fits(2 * shape.bytes::<T>(), &what)?;
     let global = initial()?;
     let plane = problem.size[0] * problem.size[1];
+    // A NaN or infinity would run every step and be written out as the result.
+    if let Some(i) = global.iter().position(|v| !v.to_f64().is_finite()) {
+        let nx = problem.size[0];
+        return Err(DiffusionError::Invalid(format!(
+            "the initial field is {} at point (x, y, z) = ({}, {}, {}); give finite values",
+            global[i].to_f64(),
+            i % nx,
+            i % plane / nx,
+            i / plane
+        )));
+    }
     let slab = &global[plane * own.begin[2]..plane * (own.begin[2] + own.size[2])];
     let initial = shape.embed(slab, T::ZERO)?;
     drop(global);

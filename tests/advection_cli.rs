@@ -66,7 +66,13 @@ fn bad_input_is_refused_with_the_fix() {
         uv.to_str().unwrap(),
         wrong.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "swirl", "--engine", "host", "--block", "32x4", "--output", o,
+            ],
+            "--block fixes the launch shape of --engine device",
+        ),
         (
             &[
                 "translation",

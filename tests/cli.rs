@@ -84,6 +84,10 @@ fn bad_parameters() {
     );
     fails_with(&["--engine", "gpu", "--output", o], "invalid value 'gpu'");
     fails_with(
+        &["--size", "8", "--march", "4", "--output", o],
+        "fix the launch shape of --engine device",
+    );
+    fails_with(
         &["--engine", "host", "--size", "100000", "--output", o],
         "memory",
     );
@@ -109,6 +113,10 @@ fn bad_input_files() {
     .unwrap();
     std::fs::write(dir.join("short.npy"), npy("<f8", "(4, 4, 4)", &[0u8; 100])).unwrap();
     std::fs::write(dir.join("junk.npy"), b"not a numpy file at all").unwrap();
+    let mut values = vec![0.5f64; 64];
+    values[3 * 16 + 2 * 4 + 1] = f64::NAN;
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("nan.npy"), npy("<f8", "(4, 4, 4)", &bytes)).unwrap();
     let base = [
         "--engine", "host", "--size", "4", "--steps", "2", "--output", o, "--input",
     ];
@@ -127,6 +135,7 @@ fn bad_input_files() {
     check("ints.npy", "integer");
     check("short.npy", "truncated");
     check("junk.npy", "not a valid .npy");
+    check("nan.npy", "NaN at point (x, y, z) = (1, 2, 3)");
     check("missing.npy", "cannot read");
     assert_no_outputs(&out);
     let _ = std::fs::remove_dir_all(&dir);

@@ -176,7 +176,7 @@ fn bad_input_is_refused_with_the_fix() {
         g.to_str().unwrap(),
         ones.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &[
                 "--engine", "host", "--size", "8", "--smooth", "0", "--output", o,
@@ -225,6 +225,19 @@ fn bad_input_is_refused_with_the_fix() {
                 "--engine", "host", "--size", "8", "--coeffs", ones, "--rhs", g, "--output", o,
             ],
             "does not match --size",
+        ),
+        (
+            &[
+                "--engine", "host", "--size", "8", "--walls", "neumann", "--output", o,
+            ],
+            "required arguments were not provided",
+        ),
+        (
+            &[
+                "--engine", "host", "--size", "8", "--coeffs", ones, "--rhs", f, "--depth", "0.5",
+                "--output", o,
+            ],
+            "'--coeffs <COEFFS>' cannot be used with '--depth <DEPTH>'",
         ),
         (
             &[

@@ -67,6 +67,13 @@ fn fmt_history(h: &[(usize, f64)]) -> String {
         .join(", ")
 }
 
+/// A file the host's I/O layer could not read or write (it names the file and the fix).
+impl From<lattice_gpu_host::io::IoError> for Error {
+    fn from(e: lattice_gpu_host::io::IoError) -> Self {
+        Error::Host(e.into())
+    }
+}
+
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
 

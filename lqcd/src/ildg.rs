@@ -14,11 +14,11 @@
 //! Reading never trusts the file: every length is checked against the file's real size before
 //! anything is allocated, and every problem comes back as [`Error::GaugeFile`] naming it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 
+use lattice_gpu_host::io::write_atomically;
 use num_complex::Complex64;
 
 use crate::error::{Error, Result};
@@ -309,7 +309,7 @@ fn lime_header(
 }
 
 /// Writes one LIME record (header, data, zero padding to 8 bytes) to `w`.
-pub fn write_lime_record<W: Write>(
+pub fn write_lime_record<W: Write + ?Sized>(
     w: &mut W,
     kind: &str,
     data: &[u8],
@@ -328,13 +328,13 @@ pub fn write_lime_record<W: Write>(
 
 /// Writes `records` as one LIME message to `path`, atomically (temporary file, then rename).
 pub fn write_lime_file(path: &Path, records: &[LimeRecord]) -> Result<()> {
-    atomic_write(path, |w| {
+    Ok(write_atomically(path, |w| {
         let last = records.len().saturating_sub(1);
         for (i, r) in records.iter().enumerate() {
             write_lime_record(w, &r.kind, &r.data, i == 0, i == last)?;
         }
         Ok(())
-    })
+    })?)
 }
 
 /// Lists the records of a LIME file (type, offsets, lengths, flags) without reading their data.
@@ -556,7 +556,7 @@ fn write_ildg_impl(
     let data_len = (volume * site_len) as u64;
     let format_xml = ildg_format_xml(dims, precision);
 
-    atomic_write(path, |w| {
+    Ok(write_atomically(path, |w| {
         write_lime_record(w, "ildg-format", format_xml.as_bytes(), true, false)?;
         w.write_all(&lime_header("ildg-binary-data", data_len, false, false)?)?;
         let mut checksum = ScidacChecksum::default();
@@ -578,7 +578,7 @@ fn write_ildg_impl(
             write_lime_record(w, "ildg-data-lfn", lfn.as_bytes(), false, true)?;
         }
         Ok(())
-    })
+    })?)
 }
 
 fn encode_site(site_links: &[Complex64], precision: Precision, out: &mut [u8]) {
@@ -889,65 +889,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// Removes the temporary file unless the write completed, so a failed write leaves nothing.
-struct TempGuard {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for TempGuard {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Writes through `body` to a fresh temporary file next to `path`, syncs it and renames it onto
-/// `path`: readers never see a half-written configuration, and a crash or error leaves any old
-/// file intact.
-fn atomic_write(
-    path: &Path,
-    body: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
-) -> Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().ok_or_else(|| {
-        Error::InvalidParameter(format!(
-            "{}: not a file path (it has no file name); give the path of the file to write",
-            path.display()
-        ))
-    })?;
-    // The temporary must be in the same directory, or the rename could cross file systems.
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = dir.join(format!(
-        ".{}.{}-{}.tmp",
-        name.to_string_lossy(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    let mut guard = TempGuard {
-        path: tmp.clone(),
-        keep: false,
-    };
-    let mut w = BufWriter::with_capacity(IO_BUFFER, file);
-    body(&mut w).map_err(io_err(&tmp))?;
-    let file = w.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
-    // Sync before the rename, or a crash could leave the new name pointing at unwritten blocks.
-    file.sync_all().map_err(io_err(&tmp))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    guard.keep = true;
-    Ok(())
 }
 
 #[cfg(test)]

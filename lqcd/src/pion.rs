@@ -2,11 +2,12 @@
 //! the same in every gamma basis (gamma_5 hermiticity turns the pion's trace into this sum of squares), so
 //! other codes can check it.
 
+use lattice_gpu_host::io::write_atomically;
 use std::path::Path;
 
 use crate::geometry::Lattice;
 use crate::spinor::SpinorField;
-use crate::{Error, Result};
+use crate::Result;
 
 /// `C(t)` from the 12 solutions (one per source spin and colour at the origin).
 pub fn correlator(lat: &Lattice, solutions: &[SpinorField]) -> Vec<f64> {
@@ -49,14 +50,5 @@ pub fn write_csv(path: &Path, c: &[f64], meff: &[f64]) -> Result<()> {
             None => text.push_str(&format!("{t},{v:.16e},\n")),
         }
     }
-    let tmp = path.with_extension("csv.tmp");
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    Ok(write_atomically(path, |w| w.write_all(text.as_bytes()))?)
 }

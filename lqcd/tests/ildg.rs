@@ -473,10 +473,13 @@ fn failed_writes_leave_nothing_behind() {
     ));
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
     let missing = dir.file("no-such-dir").join("conf.ildg");
-    assert!(matches!(
-        write_ildg(&missing, dims, &links, Precision::F64),
-        Err(Error::Io { .. })
-    ));
+    let e = write_ildg(&missing, dims, &links, Precision::F64).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Host(_)), "{msg}");
+    assert!(
+        msg.starts_with("cannot write") && msg.contains("no-such-dir does not exist"),
+        "{msg}"
+    );
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 }
 

@@ -68,9 +68,9 @@ struct Common {
     /// tuned and cached, `device` with `--block` and `--unroll` as given, or the CPU.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
-    /// Block shape XxY for --engine device.
-    #[arg(long, default_value = "128x1", value_parser = parse_block)]
-    block: (u32, u32),
+    /// Block shape XxY for --engine device [default: 128x1].
+    #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
+    block: Option<(u32, u32)>,
     /// Points per thread (the unroll factor): `auto` (tuned; 8 for --engine device) or a number.
     #[arg(long, default_value = "auto", value_parser = parse_unroll)]
     unroll: Unroll,
@@ -135,13 +135,6 @@ fn parse_size2(s: &str) -> std::result::Result<[usize; 2], String> {
         _ => Err(format!(
             "size `{s}` must be N or NXxNY (e.g. 4096 or 3000x2000)"
         )),
-    }
-}
-
-fn parse_block(s: &str) -> std::result::Result<(u32, u32), String> {
-    match parse_dims(s)?.as_slice() {
-        [x, y] => Ok((*x as u32, *y as u32)),
-        _ => Err(format!("block `{s}` must be XxY (e.g. 128x1)")),
     }
 }
 
@@ -234,6 +227,13 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
         c: dt / case.h,
     };
     p.check()?;
+    if c.block.is_some() && c.engine != Placement::Device {
+        return Err(Error::Invalid(
+            "--block fixes the launch shape of --engine device; add --engine device, or leave it \
+             out for the auto-tuner to choose"
+                .into(),
+        ));
+    }
     let gpu = c.engine.gpu("on the CPU engine")?;
     c.split.check(gpu.is_some()).map_err(Error::Invalid)?;
     #[cfg(feature = "nccl")]
@@ -252,8 +252,8 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
         (None, _) => simulate(&HostLoopEngine, comm, halos, c, &p, steps, &dir)?,
         (Some(gpu), Placement::Device) => {
             let shape = LaunchShape {
-                block_x: c.block.0,
-                block_y: c.block.1,
+                block_x: c.block.map_or(128, |b| b.0),
+                block_y: c.block.map_or(1, |b| b.1),
                 march: c.unroll.0.unwrap_or(8),
                 variant: Variant::Plain,
             };

@@ -124,6 +124,7 @@ fn run(args: &RunArgs) -> Result<()> {
 
 fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
     cli::same_options(comm).map_err(invalid)?;
+    args.engine.check().map_err(invalid)?;
     let problem = Problem::new(args.size, args.kappa, args.dt)?;
     // Only rank 0 writes; the others must not race it for the directory.
     let out = if comm.rank() == 0 {

@@ -901,10 +901,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         }
     }
     if let Some(path) = &a.csv {
-        std::fs::write(path, csv).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
+        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
     }
     Ok(())
 }

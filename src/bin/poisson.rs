@@ -52,10 +52,20 @@ struct RunArgs {
     #[arg(long, default_value = "64", value_parser = parse_size3)]
     size: [usize; 3],
     /// Depth of the manufactured domain `[0,1]x[0,1]x[0,depth]`: below 1, thin vertical cells (anisotropy).
-    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value_t = 1.0,
+        conflicts_with = "coeffs"
+    )]
     depth: f64,
     /// Vertical variation of the manufactured coefficient: c grows by this factor from bottom to top.
-    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        default_value_t = 1.0,
+        conflicts_with = "coeffs"
+    )]
     vertical: f64,
     /// Coefficient c per cell, .npy of shape (nz, ny, nx) (with --rhs; replaces the manufactured case).
     #[arg(long, requires = "rhs")]
@@ -64,10 +74,10 @@ struct RunArgs {
     #[arg(long, requires = "coeffs")]
     rhs: Option<PathBuf>,
     /// Cell size hx,hy,hz for --coeffs/--rhs.
-    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 1.0, 1.0])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 1.0, 1.0], requires = "coeffs")]
     spacing: Vec<f64>,
     /// Boundary condition on the walls (--coeffs/--rhs).
-    #[arg(long, value_enum, default_value_t = WallsArg::Dirichlet)]
+    #[arg(long, value_enum, default_value_t = WallsArg::Dirichlet, requires = "coeffs")]
     walls: WallsArg,
     /// Relative residual to reach.
     #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]

@@ -38,15 +38,14 @@
 //! and renames it over the cache file. The rename is atomic, so readers only
 //! ever see a complete file; for a given key the last writer wins.
 
+use crate::io::{write_atomically, IoError};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// First line of every tune-cache file; any other first line makes the whole
 /// file be ignored (and rewritten on the next insert).
@@ -60,9 +59,6 @@ const FIELDS: usize = 7;
 
 /// Environment variable overriding the cache file path.
 const ENV_VAR: &str = "LATTICE_GPU_TUNE_CACHE";
-
-/// Distinguishes temporary files written by one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Identifies one tuned call: kernel, problem size, precision, GPU and PTX build.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -510,48 +506,25 @@ fn serialize(entries: &Entries) -> String {
     out
 }
 
-/// Replaces the file at `path` by `contents` atomically: writes a uniquely
-/// named temporary file in the same directory (created if needed), flushes it
-/// to disk and renames it over `path`. The temporary file is removed on error.
+/// Replaces the file at `path` by `contents` atomically ([`write_atomically`]), creating its
+/// directory if needed.
 fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let file_name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("tune-cache path `{}` has no file name", path.display()),
-        )
-    })?;
     if let Some(parent) = path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
     {
         fs::create_dir_all(parent)?;
     }
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.subsec_nanos());
-    let mut temp_name = OsString::from(".");
-    temp_name.push(file_name);
-    temp_name.push(format!(
-        ".{}.{}.{nanos}.tmp",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let temp_path = path.with_file_name(temp_name);
-
-    let written = fs::File::create_new(&temp_path).and_then(|mut file| {
-        file.write_all(contents)?;
-        file.sync_all()
-    });
-    let renamed = written.and_then(|()| fs::rename(&temp_path, path));
-    if renamed.is_err() {
-        let _ = fs::remove_file(&temp_path);
-    }
-    renamed
+    write_atomically(path, |w| w.write_all(contents)).map_err(|e| match e {
+        IoError::Write { source, .. } => source,
+        other => io::Error::other(other.to_string()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     /// A fresh directory under the system temp dir, removed on drop.
     struct TempDir(PathBuf);

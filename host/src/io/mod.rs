@@ -11,6 +11,8 @@
 use std::fs::{self, File};
 use std::io::{self, BufWriter, ErrorKind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod npy;
 pub mod plot;
@@ -91,7 +93,7 @@ pub(crate) fn shape_repr(shape: &[usize]) -> String {
 }
 
 /// Writes `path` so that it never exists half-written: `write` fills a temporary file
-/// `.{file_name}.tmp.{pid}` in the same directory, which is flushed to disk and then renamed
+/// `.{file_name}.{pid}.{n}.{ns}.tmp` in the same directory, which is flushed to disk and then renamed
 /// over `path`.
 ///
 /// On any error the temporary file is removed, `path` is left as it was, and the error is
@@ -127,10 +129,17 @@ pub fn write_atomically(
         };
         return Err(fail(io::Error::new(ErrorKind::NotFound, problem)));
     }
+    // Unique per writer: threads of one process (one per GPU) and ranks on other hosts sharing the
+    // directory (same pid, different clock) may write the same file at once, such as the tune cache.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
     let temp = dir.join(format!(
-        ".{}.tmp.{}",
+        ".{}.{}.{}.{nanos}.tmp",
         file_name.to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
     ));
     if let Err(source) = write_file(&temp, write).and_then(|()| fs::rename(&temp, path)) {
         // Best effort: the original error is the one worth reporting.
@@ -147,7 +156,8 @@ fn write_file(
     temp: &Path,
     write: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut out = BufWriter::new(File::create(temp)?);
+    // Large writes (a gauge configuration, a 3-D field) go out in few system calls.
+    let mut out = BufWriter::with_capacity(1 << 20, File::create_new(temp)?);
     write(&mut out)?;
     let file = out.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()
