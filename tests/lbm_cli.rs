@@ -96,7 +96,7 @@ fn cases_run_and_write_their_files() {
 fn bad_input_is_refused_with_the_fix() {
     let dir = temp_dir("bad");
     let out = dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &[
                 "taylor-green",
@@ -120,6 +120,18 @@ fn bad_input_is_refused_with_the_fix() {
                 "cavity", "--engine", "host", "--lid", "-1e-1", "--output", out,
             ],
             "lid speed -0.1 must be positive",
+        ),
+        (
+            &[
+                "cavity",
+                "--engine",
+                "host",
+                "--max-steps",
+                "0",
+                "--output",
+                out,
+            ],
+            "--max-steps and --check-every must be at least 1",
         ),
         (
             &[

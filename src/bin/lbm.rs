@@ -238,12 +238,13 @@ const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
 /// moments.
 fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> Result<Moments> {
-    if stop.check_every == 0 || stop.steady.is_nan() || stop.steady <= 0.0 {
+    let total = stop.steps.unwrap_or(stop.max_steps);
+    if total == 0 || stop.check_every == 0 || stop.steady.is_nan() || stop.steady <= 0.0 {
         return Err(Error::InvalidParameter(
-            "--check-every must be at least 1 and --steady positive".into(),
+            "--steps, --max-steps and --check-every must be at least 1 and --steady positive"
+                .into(),
         ));
     }
-    let total = stop.steps.unwrap_or(stop.max_steps);
     let lead = lbm.comm().rank() == 0;
     let bar = progress(total, "steps");
     if !lead {
