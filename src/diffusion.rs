@@ -189,6 +189,8 @@ pub struct RunOutput<T> {
     pub seconds: f64,
     /// The auto-tuner's result, when the engine tunes.
     pub tuning: Option<TuningReport>,
+    /// (steps timed, steps needed) when the run ended before the tuner had timed every candidate.
+    pub tuning_unfinished: Option<(usize, usize)>,
 }
 
 /// Runs `steps` steps from the interior field `initial` makes (x fastest; the walls are 0) on `engine`.
@@ -430,14 +432,16 @@ where
     }
     engine.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
+    // A decomposed run reports the interior's tuning (its largest loop).
+    let site = match &split {
+        Some(o) => o.inner.as_ref().unwrap_or(&o.low).info(),
+        None => step.info(),
+    };
     Ok(RunOutput {
         field: comm.gather(&shape.extract(&f.download()?))?,
         seconds,
-        // A decomposed run reports the interior's tuning (its largest loop).
-        tuning: match &split {
-            Some(o) => E::tuning(o.inner.as_ref().unwrap_or(&o.low).info()).cloned(),
-            None => E::tuning(step.info()).cloned(),
-        },
+        tuning: E::tuning(site).cloned(),
+        tuning_unfinished: E::tuning_progress(site),
     })
 }
 

@@ -122,6 +122,12 @@ where
     let report = dev.tuning.expect("the tuner finished within the run");
     assert_eq!(report.steps, tuning_steps);
     assert!(!report.from_cache && report.best_ms > 0.0);
+    assert_eq!(dev.tuning_unfinished, None);
+    // A run too short to time every candidate says how far the tuner got (the app's notice).
+    let fresh = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(2);
+    let short = simulate(&fresh, &problem, || Ok(input.clone()), 5, |_| {}).unwrap();
+    assert!(short.tuning.is_none());
+    assert_eq!(short.tuning_unfinished, Some((5, tuning_steps)));
     let same = host
         .field
         .iter()

@@ -560,6 +560,10 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         site.report()
     }
 
+    fn tuning_progress(site: &AutoTuningInfo) -> Option<(usize, usize)> {
+        site.progress()
+    }
+
     fn tunes(&self) -> bool {
         true
     }

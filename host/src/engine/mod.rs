@@ -104,6 +104,10 @@ pub trait LoopEngine {
     fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
         None
     }
+    /// (steps timed, steps needed) while a call site's tuning is under way, for engines that tune.
+    fn tuning_progress(_site: &Self::Site) -> Option<(usize, usize)> {
+        None
+    }
     /// Whether the engine tunes its launches (then [`tuning`](Self::tuning) reports once a site is tuned).
     fn tunes(&self) -> bool {
         false
