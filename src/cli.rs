@@ -444,6 +444,17 @@ pub fn output_dir(dir: &Path) -> std::result::Result<PathBuf, String> {
     Ok(dir.to_path_buf())
 }
 
+/// The notice for a run that ended while the auto-tuner, `done` of its `needed` trial steps in, was
+/// still timing launch shapes.
+pub fn unfinished_tuning(done: usize, needed: usize) -> String {
+    format!(
+        "notice: the auto-tuner had timed {done} of its {needed} trial steps when the run ended, so the \
+         rate above includes slow trial shapes and nothing went into the tune cache; run at least \
+         {needed} steps once (later runs of this size take the cached shape), or fix a launch with \
+         --engine device"
+    )
+}
+
 /// A progress bar of `len` steps with a throughput field; hidden when stderr is not a terminal.
 pub fn progress(len: u64, unit: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);

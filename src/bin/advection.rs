@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{Advection, Error, Halos, Kernel, Problem, Result};
-use lattice_gpu::cli::{output_dir, parse_dims, progress, Placement};
+use lattice_gpu::cli::{output_dir, parse_dims, progress, unfinished_tuning, Placement};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
@@ -452,6 +452,9 @@ fn simulate<E: LoopEngine, C: Communicator>(
         },
         points * a.steps() as f64 / secs / 1e9
     );
+    if let Some((done, needed)) = E::tuning_progress(a.site().info()) {
+        println!("{}", unfinished_tuning(done, needed));
+    }
     Ok(field)
 }
 

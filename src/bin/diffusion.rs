@@ -243,12 +243,7 @@ where
         2 * std::mem::size_of::<T>()
     );
     if let Some((done, needed)) = result.tuning_unfinished {
-        println!(
-            "notice: the auto-tuner had timed {done} of its {needed} trial steps when the run ended, so \
-             the rate above includes slow trial shapes and nothing went into the tune cache; run at least \
-             {needed} steps once (later runs of this size take the cached shape), or fix a launch with \
-             --engine device"
-        );
+        println!("{}", cli::unfinished_tuning(done, needed));
     }
     if let Some(t) = &result.tuning {
         if t.from_cache {
