@@ -94,5 +94,14 @@ fn corrupt_and_missing_gauge_files_are_refused() {
         dir.join("missing.lime").to_str().unwrap(),
     ]);
     assert!(!ok && text.contains("missing.lime"), "{text}");
+    // The file sets the lattice: a --dims beside it would be overridden, so it is refused.
+    let (ok, text) = lqcd(&[
+        "plaquette",
+        "--gauge",
+        good.to_str().unwrap(),
+        "--dims",
+        "4x4x4x8",
+    ]);
+    assert!(!ok && text.contains("cannot be used with"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

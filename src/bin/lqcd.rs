@@ -48,13 +48,13 @@ enum Command {
 #[derive(Args, Clone)]
 struct GaugeArgs {
     /// Lattice X x Y x Z x T (all even), e.g. 8x8x8x16, or one number for N^4.
-    #[arg(long, default_value = "8x8x8x16", value_parser = parse_dims4)]
+    #[arg(long, default_value = "8x8x8x16", value_parser = parse_dims4, conflicts_with = "gauge")]
     dims: [usize; 4],
-    /// Gauge configuration file (ILDG/LIME); its dimensions replace --dims.
+    /// Gauge configuration file (ILDG/LIME); the lattice has its dimensions (no --dims).
     #[arg(long)]
     gauge: Option<PathBuf>,
-    /// Seed of the random (Haar) gauge field used without --gauge.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the random (Haar) gauge field, made when there is no --gauge.
+    #[arg(long, default_value_t = 1, conflicts_with = "gauge")]
     seed: u64,
     /// Project the links of a loaded file onto SU(3) instead of refusing a file whose links are not.
     #[arg(long)]
