@@ -29,6 +29,10 @@
 #                                             (NCCL) cutting no axis, t, z, and y, z and t (--cut: ghosts
 #                                             exchanged with itself), with and without overlap (not in the
 #                                             default set)
+#                                  stencilsplit what the split costs diffusion (512^3, 512x512x256) and
+#                                             LBM (384^3, two-lattice) on one GPU: unsplit, then cut over one
+#                                             rank (--cut) with host and NCCL halos, NCCL with and without
+#                                             overlap (not in the default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
 #                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
 #                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
@@ -154,6 +158,7 @@ run() {
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
     [[ $parts == *" lqcdsplit "* ]] && lqcdsplit_part "$out"
+    [[ $parts == *" stencilsplit "* ]] && stencilsplit_part "$out"
     [[ $parts == *" lbm "* ]] && lbm_part "$out"
     [[ $parts == *" advection "* ]] && advection_part "$out"
     [[ $parts == *" poisson "* ]] && poisson_part "$out"
@@ -252,6 +257,38 @@ lqcdsplit_part() {
         done
     done
     printf '%s\n' "${table[@]}" | tee "$out/lqcdsplit.md"
+}
+
+stencilsplit_part() {
+    local out=$1 size run log line
+    "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/stencilsplit-copy.log" 2>&1
+    grep -o 'copy bandwidth [0-9.]* GB/s' "$out/stencilsplit-copy.log" | head -1
+    local table=("| application, size | run | rate |")
+    for size in 512 512x512x256; do
+        for run in unsplit "cut, host halos" "cut, NCCL" "cut, NCCL, no overlap"; do
+            local args=(--engine device --block 32x4 --march 4 --variant vector --size "$size" --steps 2000
+                --output "$out/stencilsplit-d")
+            case $run in
+                "cut, host halos") args+=(--gpus 1 --cut) ;;
+                "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
+                "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
+            esac
+            log="$out/stencilsplit-diffusion-$size-${run//[ ,]/}.log"
+            expect "diffusion $size, $run" ok "GLUPS" "$log" "$BIN/mpi/diffusion" "${args[@]}"
+            table+=("| diffusion f32 $size | $run | $(grep -o '[0-9.]* GLUPS' "$log" | head -1) |")
+        done
+    done
+    for run in unsplit "cut, NCCL" "cut, NCCL, no overlap"; do
+        local args=(cavity --engine device --streaming ab --size 384 --steps 300 --output "$out/stencilsplit-l")
+        case $run in
+            "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
+            "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
+        esac
+        log="$out/stencilsplit-lbm-${run//[ ,]/}.log"
+        expect "lbm 384^3 ab, $run" ok "MLUPs/s" "$log" "$BIN/mpi/lbm" "${args[@]}"
+        table+=("| lbm f32 ab 384^3 | $run | $(grep -o '[0-9]* MLUPs/s' "$log" | tail -1) |")
+    done
+    printf '%s\n' "${table[@]}" | tee "$out/stencilsplit.md"
 }
 
 lbm_part() {

@@ -164,6 +164,18 @@ impl HaloArgs {
         Ok(())
     }
 
+    /// Refuses `--cut` (one rank splitting its steps as a decomposed run does) outside a decomposed
+    /// launch: the flag says what the split costs on the ranks of `--mpi` or `--gpus`.
+    pub fn check_cut(&self, cut: bool, mpi: bool) -> std::result::Result<(), String> {
+        if cut && !mpi && self.gpus.is_none() {
+            return Err(
+                "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Refuses `--halos nccl` off the GPU (`on_gpu` false) and in a build without NCCL, naming the fix.
     pub fn check(&self, on_gpu: bool) -> std::result::Result<(), String> {
         if self.halos == HaloTransport::Host {
@@ -212,9 +224,10 @@ impl HaloArgs {
         } else {
             "hidden behind the interior"
         };
+        let s = if ranks == 1 { "" } else { "s" };
         let ranks = match self.gpus {
-            Some(_) => format!("{ranks} GPU threads of this process"),
-            None => format!("{ranks} MPI ranks"),
+            Some(_) => format!("{ranks} GPU thread{s} of this process"),
+            None => format!("{ranks} MPI rank{s}"),
         };
         format!("split along {axis} over {ranks}, halos through {through}, {when}")
     }

@@ -91,6 +91,10 @@ fn bad_parameters() {
         &["--engine", "host", "--size", "100000", "--output", o],
         "memory",
     );
+    fails_with(
+        &["--engine", "host", "--size", "8", "--cut", "--output", o],
+        "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N",
+    );
     assert_no_outputs(&dir);
     let _ = std::fs::remove_dir_all(&dir);
 }

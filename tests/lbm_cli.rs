@@ -96,7 +96,7 @@ fn cases_run_and_write_their_files() {
 fn bad_input_is_refused_with_the_fix() {
     let dir = temp_dir("bad");
     let out = dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &[
                 "taylor-green",
@@ -152,6 +152,10 @@ fn bad_input_is_refused_with_the_fix() {
             "memory",
         ),
         (&["vortex-street"], "unrecognized subcommand"),
+        (
+            &["taylor-green", "--engine", "host", "--cut", "--output", out],
+            "--cut splits the steps of a decomposed run",
+        ),
     ];
     for (args, want) in cases {
         let (ok, text) = lbm(args);

@@ -4,6 +4,9 @@
 //! them): sums over ranks against the host's sum, and a ring exchange (each rank's first layer to the
 //! next rank's margin).
 //!
+//! Diffusion and LBM steps cut over one NCCL rank (boundary planes, and the exchange of what they
+//! wrote, on the exchange's stream beside the interior) give the whole grid's steps, bit for bit.
+//!
 //! The lattice-QCD solve split along t over one NCCL rank (ghosts exchanged with itself behind the
 //! inner slices, sums through NCCL, every solver variant) gives the whole lattice's solve.
 //!
@@ -17,12 +20,20 @@
 #![cfg(feature = "nccl")]
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lattice_gpu::host::comm::{Communicator, Solo, Wire};
+use lattice_gpu::diffusion::{simulate, simulate_on, Exchange, Problem};
+use lattice_gpu::host::comm::{Communicator, Halos, Solo, Wire};
 use lattice_gpu::host::decomp::Face;
+use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::engine::{LoopEngine, TuneSpace};
 use lattice_gpu::host::nccl::{self, Nccl};
-use lattice_gpu::host::{DeviceBuffer, Gpu, Result};
+use lattice_gpu::host::{
+    DeviceAutoTuningLoopEngine, DeviceBuffer, DeviceLoopEngine, Gpu, LaunchShape, Result,
+};
+use lattice_gpu::kernels::lbm::tag;
+use lattice_gpu::lbm::{Collision, Engine, Geometry, Lbm, Moments, Params, Streaming};
 
 mod common;
 use common::{gpu, poison, random, split_solve_matches_whole};
@@ -191,6 +202,110 @@ fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
     let ranks = || Box::new(Nccl::new(&Solo, &g).unwrap()) as Box<dyn DeviceRanks<f64>>;
     split_solve_matches_whole(&g, &ranks, &Variant::ALL, true);
     split_solve_matches_whole(&g, &ranks, &[Variant::Async], false);
+}
+
+/// Diffusion cut over one NCCL rank on `engine`: its field after `steps` from `input`.
+fn diffusion_cut<E: LoopEngine>(
+    engine: &E,
+    g: &Arc<Gpu>,
+    problem: &Problem,
+    input: &[f32],
+    steps: usize,
+    overlap: bool,
+) -> Vec<f32> {
+    let n = Nccl::new(&Solo, g).unwrap();
+    let exchange = Exchange {
+        halos: Halos::Nccl(&n),
+        overlap,
+        cut: true,
+    };
+    simulate_on(
+        engine,
+        &Solo,
+        exchange,
+        problem,
+        || Ok(input.to_vec()),
+        steps,
+        |_| {},
+    )
+    .unwrap()
+    .field
+}
+
+#[test]
+fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
+    let test = "steps_cut_over_one_nccl_rank_equal_the_whole_grids";
+    let Some(g) = gpu(test) else { return };
+    if !nccl_present(test) {
+        return;
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // Diffusion: the boundary planes on the exchange's stream beside the interior, with a fixed
+    // launch and under the tuner (whose candidates are timed on that stream too).
+    let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
+    let input = random::<f32>(problem.points() as usize, 21);
+    let steps = 40;
+    let fixed = DeviceLoopEngine::new(g.clone(), LaunchShape::FIXED);
+    let want = simulate(&fixed, &problem, || Ok(input.clone()), steps, |_| {})
+        .unwrap()
+        .field;
+    let space = TuneSpace::table1()
+        .with("block_x", vec![4, 8])
+        .with("march", vec![1, 4]);
+    let tuner = DeviceAutoTuningLoopEngine::new(g.clone(), TuneCache::in_memory())
+        .reps(1)
+        .space(space);
+    for overlap in [true, false] {
+        let got = diffusion_cut(&fixed, &g, &problem, &input, steps, overlap);
+        assert_eq!(bits(&got), bits(&want), "diffusion, overlap {overlap}");
+    }
+    let got = diffusion_cut(&tuner, &g, &problem, &input, steps, true);
+    assert_eq!(bits(&got), bits(&want), "diffusion under the tuner");
+
+    // LBM, periodic along z: the halo planes go through NCCL to the rank itself.
+    let mut geometry = Geometry::channel([13, 11, 9]).unwrap();
+    geometry.set([6, 5, 4], tag::WALL);
+    geometry.mark_near_walls();
+    let p = Params {
+        tau: 0.62,
+        collision: Collision::Trt { magic: 0.25 },
+        force: [3e-5, -1e-5, 2e-5],
+        wall_velocity: [0.0; 3],
+    };
+    let init = |n: usize| {
+        let s = (n as f64 * 0.37).sin();
+        (1.0 + 0.01 * s, [0.02 * s, -0.01 * s, 0.015 * s])
+    };
+    let e = Engine::Device(g.clone());
+    let ab = Streaming::TwoLattice;
+    for overlap in [true, false] {
+        let mut whole = Lbm::<f32>::new(&e, geometry.clone(), p, ab, init).unwrap();
+        let mut cut = Lbm::<f32>::new_cut_on(Solo, &e, geometry.clone(), p, ab, init).unwrap();
+        cut.exchange_through(Nccl::new(&Solo, &g).unwrap()).unwrap();
+        cut.set_overlap(overlap);
+        for step in 1..=6 {
+            whole.poison_outputs().unwrap();
+            cut.poison_outputs().unwrap();
+            whole.step(true).unwrap();
+            cut.step(true).unwrap();
+            let (got, want) = (cut.moments().unwrap(), whole.moments().unwrap());
+            assert!(want.rho.iter().all(|r| r.is_finite()));
+            let moments = |m: &Moments| {
+                let u = m.u.iter().flatten().copied();
+                m.rho
+                    .iter()
+                    .copied()
+                    .chain(u)
+                    .map(f64::to_bits)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                moments(&got),
+                moments(&want),
+                "LBM, overlap {overlap}, step {step}"
+            );
+        }
+    }
 }
 
 /// Rank 0 of two whose rank 1 met it in the host's collectives (a GPU of its own) but never joins NCCL.

@@ -170,6 +170,28 @@ impl<'a, T: Element> LayerExchange<'a, T> {
         })
     }
 
+    /// Whether [`beside`](Self::beside) runs work beside the GPU's stream (NCCL, which has a stream
+    /// of its own) rather than in order (host memory).
+    pub fn runs_beside(&self) -> bool {
+        !matches!(self, Self::Host(_))
+    }
+
+    /// Runs `work`, whose kernels go beside the GPU's stream where the exchange has a stream of its
+    /// own ([`Nccl::beside`](crate::nccl::Nccl::beside)): a step's boundary, ahead of the exchange
+    /// of what it writes, both during the interior.
+    pub fn beside<R, E: From<Error>>(
+        &self,
+        work: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        match self {
+            Self::Host(_) => work(),
+            #[cfg(feature = "nccl")]
+            Self::Nccl(n, _) => n.beside(work),
+            #[cfg(not(feature = "nccl"))]
+            Self::_Unused(_, never) => match *never {},
+        }
+    }
+
     /// Starts the exchange of `f`'s halos, after the work queued on it (a download waits for it; the
     /// NCCL exchange is ordered after it).
     pub fn start(&mut self, f: &impl Field<T>) -> Result<()> {

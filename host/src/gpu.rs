@@ -20,6 +20,8 @@ use crate::error::{CudaContext, Error, Result};
 pub struct Gpu {
     ctx: Arc<Ctx>,
     stream: Arc<CudaStream>,
+    /// Where kernels go instead of `stream` while [`beside`](Self::beside) runs.
+    beside: Mutex<Option<Arc<CudaStream>>>,
     module: Arc<CudaModule>,
     /// Every kernel with the most threads its blocks may have (read once: the register use fixes it).
     functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
@@ -96,6 +98,7 @@ impl Gpu {
         Ok(Arc::new(Self {
             ctx,
             stream,
+            beside: Mutex::new(None),
             module,
             functions: Mutex::new(functions),
             name,
@@ -133,6 +136,29 @@ impl Gpu {
     /// The stream all of this GPU's work goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Runs `work` with the loops' kernels it queues (and the events that time them) on `stream`
+    /// instead of the GPU's own: a decomposed step's boundary beside its interior. Copies stay on the
+    /// GPU's stream; the caller orders `stream` against it.
+    pub fn beside<R>(&self, stream: &Arc<CudaStream>, work: impl FnOnce() -> R) -> R {
+        let before = self.redirect(Some(stream.clone()));
+        let r = work();
+        self.redirect(before);
+        r
+    }
+
+    /// Sets where kernels go, returning where they went.
+    fn redirect(&self, to: Option<Arc<CudaStream>>) -> Option<Arc<CudaStream>> {
+        let mut at = self.beside.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *at, to)
+    }
+
+    /// The stream a loop's kernel queued now goes to: the GPU's, or the one [`beside`](Self::beside)
+    /// gave.
+    pub fn launch_stream(&self) -> Arc<CudaStream> {
+        let at = self.beside.lock().unwrap_or_else(|e| e.into_inner());
+        at.as_ref().unwrap_or(&self.stream).clone()
     }
 
     /// The kernel `entry` of the loaded module (looked up once, then cached) and the most threads a block
@@ -205,17 +231,16 @@ impl Gpu {
         self.timed(work)?.ms()
     }
 
-    /// The work queued by `work` between two events on the stream, without waiting for it: its time
-    /// is read later ([`Timed::ms`]), so that the GPU never idles between timed kernels (a kernel
-    /// started on an idle GPU can time unlike one in a stream of work).
+    /// The work queued by `work` between two events on the stream kernels go to
+    /// ([`launch_stream`](Self::launch_stream)), without waiting for it: its time is read later
+    /// ([`Timed::ms`]), so that the GPU never idles between timed kernels (a kernel started on an
+    /// idle GPU can time unlike one in a stream of work).
     pub fn timed(&self, work: impl FnOnce() -> Result<()>) -> Result<Timed> {
         let (start, stop) = (self.timing_event()?, self.timing_event()?);
-        start
-            .record(&self.stream)
-            .cuda(|| "recording an event".into())?;
+        let stream = self.launch_stream();
+        start.record(&stream).cuda(|| "recording an event".into())?;
         work()?;
-        stop.record(&self.stream)
-            .cuda(|| "recording an event".into())?;
+        stop.record(&stream).cuda(|| "recording an event".into())?;
         Ok(Timed { start, stop })
     }
 

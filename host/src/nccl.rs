@@ -334,6 +334,9 @@ impl Nccl {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the work before it".into())?;
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
         let exchange = || self.queue_exchange(base, sends, recvs, size, raw(&self.side));
         let Some(timing) = &self.timing else {
             return exchange();
@@ -406,6 +409,20 @@ impl Nccl {
             )));
         }
         self.start_exchange(base, &halo.sends, &halo.recvs, size)
+    }
+
+    /// Runs `work` with the loops' kernels it queues on the exchange stream, after the work queued so
+    /// far on the GPU's stream ([`Gpu::beside`]): a decomposed step's boundary layers, which then run
+    /// beside the interior queued next on the GPU's stream, and before the exchange of what they
+    /// wrote ([`start`](Self::start)); [`finish`](Self::finish) joins both back.
+    pub fn beside<R, E: From<Error>>(
+        &self,
+        work: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        self.side
+            .join(self.gpu.stream())
+            .cuda(|| "ordering a step's boundary after the work before it".into())?;
+        self.gpu.beside(&self.side, work)
     }
 
     /// Makes the GPU's stream wait for the exchange [`start`](Self::start) queued (before the kernels

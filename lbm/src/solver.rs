@@ -256,6 +256,9 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     mirror: Vec<S::Raw>,
     /// Whether a split run's planes that read no halo run during the exchange ([`set_overlap`](Self::set_overlap)).
     overlap: bool,
+    /// Whether the halo planes of `f` hold the neighbours' planes of the step before (an overlapped
+    /// NCCL step exchanges what it wrote; the others exchange what they read, first).
+    halos_current: bool,
     /// A split run's halo planes of every population straight between the GPUs instead
     /// ([`exchange_through`](Self::exchange_through)).
     #[cfg(feature = "nccl")]
@@ -321,9 +324,35 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         streaming: Streaming,
         init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
     ) -> Result<Self> {
+        Self::build(comm, false, engine, geometry, params, streaming, init)
+    }
+
+    /// [`new_on`](Self::new_on), split even on one rank, whose halo planes then come from itself (z
+    /// wraps): what the split costs on one GPU, and the split path where there is one GPU to run it.
+    pub fn new_cut_on(
+        comm: C,
+        engine: &Engine,
+        geometry: Geometry,
+        params: Params,
+        streaming: Streaming,
+        init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+    ) -> Result<Self> {
+        Self::build(comm, true, engine, geometry, params, streaming, init)
+    }
+
+    /// [`new_on`](Self::new_on); one rank splits its lattice where `cut` says so.
+    fn build(
+        comm: C,
+        cut: bool,
+        engine: &Engine,
+        geometry: Geometry,
+        params: Params,
+        streaming: Streaming,
+        init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+    ) -> Result<Self> {
         params.check()?;
         let [nx, ny, nz] = geometry.dims();
-        let (local, split) = if comm.size() == 1 {
+        let (local, split) = if comm.size() == 1 && !cut {
             (geometry, None)
         } else {
             // z wraps in the kernels, so the split is periodic along z.
@@ -405,6 +434,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             overlap: true,
             #[cfg(feature = "nccl")]
             nccl: None,
+            halos_current: false,
         };
         let raw = lbm.encode(|q, n| {
             let (rho, u) = start[n];
@@ -478,6 +508,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         nccl.start_on(&halo, f)?;
         nccl.finish()?;
         self.nccl = Some((nccl, halo));
+        self.halos_current = true;
         self.synchronize()
     }
 
@@ -857,7 +888,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let [first, count] = step.planes;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
+            Some(_) if scheme != Scheme::AaEven && self.overlap && self.nccl_beside() => {
+                self.step_beside(scheme, step)?;
+            }
             Some(_) if scheme != Scheme::AaEven => {
+                self.halos_current = false;
                 self.start_exchange()?;
                 if !self.overlap {
                     self.finish_exchange()?;
@@ -912,9 +947,59 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(())
     }
 
+    /// Whether a split step can run its boundary beside its interior: halos through NCCL.
+    fn nccl_beside(&self) -> bool {
+        #[cfg(feature = "nccl")]
+        return self.nccl.is_some();
+        #[cfg(not(feature = "nccl"))]
+        false
+    }
+
+    /// An overlapped split step through NCCL (two-lattice): the first and the last plane on the
+    /// exchange's stream, then the exchange of what they wrote there, both beside the interior planes
+    /// on the GPU's stream, as diffusion's split step (Shimokawabe et al.).
+    fn step_beside(&mut self, scheme: Scheme, step: Step<S>) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let (Some((n, halo)), Memory::Device { f, g: Some(g), .. }) = (&self.nccl, &self.mem) {
+            if !self.halos_current {
+                n.start_on(halo, f)?;
+            }
+            let [first, count] = step.planes;
+            let plane = |z| Step {
+                planes: [z, 1],
+                ..step
+            };
+            n.beside(|| {
+                self.launch(scheme, plane(first))?;
+                match count {
+                    1 => Ok(()),
+                    _ => self.launch(scheme, plane(first + count - 1)),
+                }
+            })?;
+            n.start_on(halo, g)?;
+            if count > 2 {
+                self.launch(
+                    scheme,
+                    Step {
+                        planes: [first + 1, count - 2],
+                        ..step
+                    },
+                )?;
+            }
+            n.finish()?;
+            self.halos_current = true;
+            return Ok(());
+        }
+        let _ = (scheme, step);
+        Err(crate::Error::InvalidParameter(
+            "a step beside the interior needs two-lattice streaming on a GPU with halos through NCCL"
+                .into(),
+        ))
+    }
+
     /// Queues `step` over its planes (on the CPU, runs it).
-    fn launch(&mut self, scheme: Scheme, step: Step<S>) -> Result<()> {
-        match &mut self.mem {
+    fn launch(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
+        match &self.mem {
             Memory::Host { .. } => {
                 let [nx, ny, _] = step.dims;
                 let [z0, nz] = step.planes;
@@ -947,7 +1032,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 let by = (self.block / bx).min(ny).max(1);
                 let grid = [nx.div_ceil(bx), ny.div_ceil(by), nz];
                 // SAFETY: the entry takes one `Step<S>`; its buffers cover the grid.
-                unsafe { gpu.launch_3d_on(gpu.stream(), entry, &step, grid, [bx, by, 1])? };
+                unsafe { gpu.launch_3d_on(&gpu.launch_stream(), entry, &step, grid, [bx, by, 1])? };
             }
         }
         Ok(())

@@ -68,6 +68,10 @@ struct RunArgs {
     mpi: bool,
     #[command(flatten)]
     split: cli::HaloArgs,
+    /// Split the steps of a single rank as a decomposed run does (the boundary planes apart from the
+    /// interior; beside it with `--halos nccl`): what the split costs on one GPU. With --mpi or --gpus.
+    #[arg(long)]
+    cut: bool,
 }
 
 #[derive(Args)]
@@ -109,6 +113,7 @@ fn invalid(msg: String) -> DiffusionError {
 
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
+    args.split.check_cut(args.cut, args.mpi).map_err(invalid)?;
     if let Some(n) = args.split.gpus {
         return cli::on_gpus(n as usize, |comm| run_with(args, comm));
     }
@@ -196,7 +201,7 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     let lead = comm.rank() == 0;
-    if lead && comm.size() > 1 {
+    if lead && (comm.size() > 1 || args.cut) {
         println!("{}", args.split.describe('z', comm.size()));
     }
     lead.then(|| {
@@ -223,6 +228,7 @@ where
     let exchange = Exchange {
         halos,
         overlap: !args.split.no_overlap,
+        cut: args.cut,
     };
     let result = simulate_on(engine, comm, exchange, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)

@@ -88,6 +88,11 @@ struct Common {
     mpi: bool,
     #[command(flatten)]
     split: lattice_gpu::cli::HaloArgs,
+    /// Split the lattice of a single rank as a decomposed run does (halo planes from itself, the
+    /// boundary planes apart from the inner ones; beside them with `--halos nccl`): what the split
+    /// costs on one GPU. With --mpi or --gpus.
+    #[arg(long)]
+    cut: bool,
 }
 
 impl Common {
@@ -356,7 +361,7 @@ fn make<S: LbmStorage, C: Communicator>(
     c.split
         .check(gpu.is_some())
         .map_err(Error::InvalidParameter)?;
-    if lead && comm.size() > 1 {
+    if lead && (comm.size() > 1 || c.cut) {
         println!("{}", c.split.describe('z', comm.size()));
     }
     lead.then(|| {
@@ -380,7 +385,10 @@ fn make<S: LbmStorage, C: Communicator>(
     }
     #[cfg(feature = "nccl")]
     let nccl = c.split.communicator(&comm, gpu)?;
-    let mut lbm = Lbm::new_on(comm, &e, geometry, params, c.streaming(), init)?;
+    let mut lbm = match c.cut {
+        true => Lbm::new_cut_on(comm, &e, geometry, params, c.streaming(), init)?,
+        false => Lbm::new_on(comm, &e, geometry, params, c.streaming(), init)?,
+    };
     lbm.set_overlap(!c.split.no_overlap);
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
@@ -654,6 +662,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             let split = &$a.common.split;
             split
                 .check_launch($a.common.mpi)
+                .and_then(|()| split.check_cut($a.common.cut, $a.common.mpi))
                 .map_err(Error::InvalidParameter)?;
             if let Some(n) = split.gpus {
                 return lattice_gpu::cli::on_gpus(n as usize, |c| match $a.common.precision {

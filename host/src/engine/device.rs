@@ -283,8 +283,9 @@ impl<'a> SumTarget<'a> {
     }
 }
 
-/// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream; a
-/// summing kernel's total into `sum` (which it must have, and no other kernel may).
+/// Queues the entry of `shape`'s variant of `kernel` for `update` over `range` on the GPU's stream (or
+/// the one [`Gpu::beside`] gave); a summing kernel's total into `sum` (which it must have, and no
+/// other kernel may).
 pub(crate) fn launch<F: Copy>(
     gpu: &Arc<Gpu>,
     kernel: &KernelInfo,
@@ -315,8 +316,16 @@ pub(crate) fn launch<F: Copy>(
     };
     let cfg = shape.config(range, kernel, limit)?;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
+    let stream = gpu.launch_stream();
+    if sum.is_some() && !Arc::ptr_eq(&stream, gpu.stream()) {
+        // Its partials and counters are reused in the order of the GPU's one stream.
+        return Err(Error::InvalidSize(format!(
+            "kernel {} sums its terms, which only the GPU's own stream may run: run it outside \
+             Gpu::beside",
+            kernel.name()
+        )));
+    }
     let queue = |sum: Option<&ByValue<SumInto>>| {
-        let stream = gpu.stream();
         let mut args = stream.launch_builder(&function);
         args.arg(&u).arg(&r).arg(&m);
         if let Some(s) = sum {
