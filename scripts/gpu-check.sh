@@ -29,10 +29,11 @@
 #                                             (NCCL) cutting no axis, t, z, and y, z and t (--cut: ghosts
 #                                             exchanged with itself), with and without overlap (not in the
 #                                             default set)
-#                                  stencilsplit what the split costs diffusion (512^3, 512x512x256) and
-#                                             LBM (384^3, two-lattice) on one GPU: unsplit, then cut over one
-#                                             rank (--cut) with host and NCCL halos, NCCL with and without
-#                                             overlap (not in the default set)
+#                                  stencilsplit what the split costs diffusion (512^3, 512x512x256), LBM
+#                                             (384^3, two-lattice) and advection (8192^2, 8192x4096) on one
+#                                             GPU: unsplit, then cut over one rank (--cut) with host
+#                                             (diffusion) and NCCL halos, with and without overlap (not in
+#                                             the default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
 #                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
 #                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
@@ -59,8 +60,9 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
-        | while read -r exe; do cp "$exe" "$BIN/tests/"; done
-    # The NCCL tests (the `nccl` feature; libnccl is loaded at run time).
+        | grep -v '/nccl_gpu-' | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    # The NCCL tests (the `nccl` feature; libnccl is loaded at run time). Without the feature the file
+    # holds none, and that binary's log would take the name: left out above.
     cargo test --release --features nccl --test nccl_gpu --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -287,6 +289,19 @@ stencilsplit_part() {
         log="$out/stencilsplit-lbm-${run//[ ,]/}.log"
         expect "lbm 384^3 ab, $run" ok "MLUPs/s" "$log" "$BIN/mpi/lbm" "${args[@]}"
         table+=("| lbm f32 ab 384^3 | $run | $(grep -o '[0-9]* MLUPs/s' "$log" | tail -1) |")
+    done
+    for size in 8192x8192 8192x4096; do
+        for run in unsplit "cut, NCCL" "cut, NCCL, no overlap"; do
+            local args=(swirl --engine device --block 32x4 --unroll 4 --steps 2000 --size "$size"
+                --output "$out/stencilsplit-a")
+            case $run in
+                "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
+                "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
+            esac
+            log="$out/stencilsplit-advection-$size-${run//[ ,]/}.log"
+            expect "advection $size, $run" ok "G points/s" "$log" "$BIN/mpi/advection" "${args[@]}"
+            table+=("| advection swirl $size | $run | $(grep -o '[0-9.]* G points/s' "$log" | tail -1) |")
+        done
     done
     printf '%s\n' "${table[@]}" | tee "$out/stencilsplit.md"
 }

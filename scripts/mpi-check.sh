@@ -139,8 +139,8 @@ same_as_single "lbm taylor-green f32, thin slabs" velocity.npy taylor-green --en
     --size 16x12x5 --steps 20
 same_as_single "lbm in-place taylor-green f32, thin slabs" velocity.npy taylor-green --engine "$engine" --streaming aa \
     --size 16x12x5 --steps 21
-# --cut: one rank splits its steps as a decomposed run does (halo planes from itself where z wraps);
-# on a GPU through NCCL too, the boundary planes and their exchange beside the interior.
+# --cut: one rank splits its steps as a decomposed run does (halo layers from itself where the axis
+# wraps); on a GPU through NCCL too, the boundary layers and their exchange beside the interior.
 cut_same() {
     local name=$1 file=$2 exe=$3 halos
     shift 3
@@ -159,6 +159,8 @@ cut_same() {
 cut_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine "$engine" --size 21x17x23 --steps 60
 cut_same "lbm taylor-green f32" velocity.npy "$lbm" taylor-green --engine "$engine" --streaming ab \
     --size 24x20x17 --steps 40
+cut_same "advection packed 41x37" field.npy "$adv" swirl --engine "$engine" --size 41x37 --steps 30 \
+    --kernel packed
 # lqcd: BiCGStab with the dot products summed over the ranks; the same iterations and |x| to 10 digits
 # (the sums are grouped differently, so the last bits may differ).
 lqcd_line() { grep -o 'converged in [0-9]* iterations.*|x| = [0-9.]*e[0-9+-]*' "$1" | sed -E 's/\([^)]*\)//; s/(\.[0-9]{9})[0-9]*/\1/'; }

@@ -66,7 +66,7 @@ fn bad_input_is_refused_with_the_fix() {
         uv.to_str().unwrap(),
         wrong.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &[
                 "swirl", "--engine", "host", "--block", "32x4", "--output", o,
@@ -126,6 +126,10 @@ fn bad_input_is_refused_with_the_fix() {
                 "swirl", "--engine", "host", "--kernel", "fastest", "--output", o,
             ],
             "unknown kernel",
+        ),
+        (
+            &["swirl", "--engine", "host", "--cut", "--output", o],
+            "--cut splits the steps of a decomposed run",
         ),
     ];
     for (args, want) in cases {

@@ -4,8 +4,8 @@
 //! them): sums over ranks against the host's sum, and a ring exchange (each rank's first layer to the
 //! next rank's margin).
 //!
-//! Diffusion and LBM steps cut over one NCCL rank (boundary planes, and the exchange of what they
-//! wrote, on the exchange's stream beside the interior) give the whole grid's steps, bit for bit.
+//! Diffusion, advection and LBM steps cut over one NCCL rank (boundary layers, and the exchange of
+//! what they wrote, on the exchange's stream beside the interior) give the whole grid's, bit for bit.
 //!
 //! The lattice-QCD solve split along t over one NCCL rank (ghosts exchanged with itself behind the
 //! inner slices, sums through NCCL, every solver variant) gives the whole lattice's solve.
@@ -23,6 +23,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lattice_gpu::advection::{cases, Advection, Kernel, Problem as AdvectionProblem};
 use lattice_gpu::diffusion::{simulate, simulate_on, Exchange, Problem};
 use lattice_gpu::host::comm::{Communicator, Halos, Solo, Wire};
 use lattice_gpu::host::decomp::Face;
@@ -261,6 +262,45 @@ fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
     }
     let got = diffusion_cut(&tuner, &g, &problem, &input, steps, true);
     assert_eq!(bits(&got), bits(&want), "diffusion under the tuner");
+
+    // Advection (y has walls: the exchange moves nothing), every output poisoned before its step.
+    let case = cases::swirl(61, 45);
+    let p = AdvectionProblem {
+        size: [61, 45],
+        f0: case
+            .f0
+            .iter()
+            .zip(random::<f64>(61 * 45, 5))
+            .map(|(f, n)| f + 0.01 * n)
+            .collect(),
+        c: 0.9
+            / case
+                .u
+                .iter()
+                .chain(&case.v)
+                .fold(0.0f64, |m, w| m.max(w.abs())),
+        u: case.u,
+        v: case.v,
+    };
+    let mut whole = Advection::new(&fixed, &p, Kernel::Packed, true).unwrap();
+    let n = Nccl::new(&Solo, &g).unwrap();
+    for _ in 0..12 {
+        whole.step().unwrap();
+    }
+    let want = whole.field().unwrap();
+    for overlap in [true, false] {
+        let mut cut =
+            Advection::new_cut_on(&fixed, &Solo, Halos::Nccl(&n), &p, Kernel::Packed, true)
+                .unwrap();
+        cut.set_overlap(overlap);
+        for _ in 0..12 {
+            cut.poison_output().unwrap();
+            cut.step().unwrap();
+        }
+        let got = cut.field().unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "advection, overlap {overlap}");
+    }
 
     // LBM, periodic along z: the halo planes go through NCCL to the rank itself.
     let mut geometry = Geometry::channel([13, 11, 9]).unwrap();

@@ -184,25 +184,15 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     steps: u64,
 }
 
-/// A decomposed step in parts: the exchange starts first (through the host: the rows this rank sends
-/// are copied out; through NCCL: queued on a stream of its own), the rows that read no halo are queued
-/// (on a GPU they run meanwhile), then the received halo rows are in and the two rows at each end run.
-/// Only the face rows move, not the whole array.
+/// A decomposed step in parts ([`Advection::step_in`]): the rows that read no halo, and the two rows
+/// at each end that do, with the exchange hidden behind the former. Only the face rows move, not the
+/// whole array.
 struct Parts<'e, E: LoopEngine> {
     inner: Option<Loop2D<'e, E>>,
     low: Loop2D<'e, E>,
     high: Option<Loop2D<'e, E>>,
     /// Only the field has halos: a node reads its own velocities only.
     transport: LayerExchange<'e, f32>,
-}
-
-/// Which rows a step's loop covers.
-#[derive(Clone, Copy)]
-enum Part {
-    Whole,
-    Inner,
-    Low,
-    High,
 }
 
 /// The velocities in the layout the kernel reads, and only that one.
@@ -234,6 +224,32 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         problem: &Problem,
         kernel: Kernel,
         aligned: bool,
+    ) -> Result<Self> {
+        Self::build(engine, comm, halos, problem, kernel, aligned, false)
+    }
+
+    /// [`new_on`](Self::new_on), its steps in parts even on one rank (halo rows exchanged with nothing:
+    /// y has walls): what the split costs on one GPU, and the split path where there is one GPU to run it.
+    pub fn new_cut_on(
+        engine: &'e E,
+        comm: &'e C,
+        halos: Halos<'e>,
+        problem: &Problem,
+        kernel: Kernel,
+        aligned: bool,
+    ) -> Result<Self> {
+        Self::build(engine, comm, halos, problem, kernel, aligned, true)
+    }
+
+    /// [`new_on`](Self::new_on); one rank steps in parts where `cut` says so.
+    fn build(
+        engine: &'e E,
+        comm: &'e C,
+        halos: Halos<'e>,
+        problem: &Problem,
+        kernel: Kernel,
+        aligned: bool,
+        cut: bool,
     ) -> Result<Self> {
         problem.check()?;
         let [nx, ny] = problem.size;
@@ -299,13 +315,13 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             overlap: true,
             steps: 0,
         }
-        .in_parts(&f0, halos)
+        .in_parts(&f0, halos, cut)
     }
 
     /// Splits a decomposed run's step into parts ([`Parts`]) with its halos moved the way `halos` says;
-    /// one rank keeps the whole loop.
-    fn in_parts(mut self, initial: &[f32], halos: Halos<'e>) -> Result<Self> {
-        if self.plan.is_empty() {
+    /// one rank keeps the whole loop unless `cut`.
+    fn in_parts(mut self, initial: &[f32], halos: Halos<'e>, cut: bool) -> Result<Self> {
+        if self.plan.is_empty() && !cut {
             return Ok(self);
         }
         let r = self.shape.interior_range();
@@ -323,19 +339,20 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let row = |y: usize| first + y - 2;
         let layer = self.shape.size()[0];
         let transport = LayerExchange::new(halos, &self.plan, 1, row, layer, initial)?;
-        self.parts = Some(Parts {
+        let mut parts = Parts {
             inner: (high_start > low_end)
                 .then(|| at(low_end, high_start))
                 .transpose()?,
             low: at(y0, low_end)?,
             high: (y1 > high_start).then(|| at(high_start, y1)).transpose()?,
             transport,
-        });
+        };
         // One exchange before the first step: it only writes what the first step's exchange writes
-        // again, and it takes the transports' connection set-up (NCCL connects peers on first use) out
-        // of the steps a caller times.
-        self.start_exchange()?;
-        self.finish_exchange()?;
+        // again (and the halos an overlapped NCCL step reads), and it takes the transports' connection
+        // set-up (NCCL connects peers on first use) out of the steps a caller times.
+        parts.transport.start(&self.f)?;
+        self.finish_exchange(&mut parts, false)?;
+        self.parts = Some(parts);
         self.synchronize()?;
         Ok(self)
     }
@@ -403,61 +420,72 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
 
     /// One time step (queued on a GPU; decomposed runs exchange rows with the neighbours).
     pub fn step(&mut self) -> Result<()> {
-        if self.parts.is_none() {
-            self.run(Part::Whole)?;
-        } else {
-            self.start_exchange()?;
-            if !self.overlap {
-                self.finish_exchange()?;
+        match self.parts.take() {
+            None => self.run(None)?,
+            Some(mut parts) => {
+                let stepped = self.step_in(&mut parts);
+                self.parts = Some(parts);
+                stepped?;
             }
-            self.run(Part::Inner)?;
-            if self.overlap {
-                self.finish_exchange()?;
-            }
-            self.run(Part::Low)?;
-            self.run(Part::High)?;
         }
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += 1;
         Ok(())
     }
 
-    /// Starts the exchange of `f`'s halo rows: called before the inner rows are queued (a download waits
-    /// for all queued work; the NCCL exchange is ordered after the step that wrote `f`).
-    fn start_exchange(&mut self) -> Result<()> {
-        let Some(parts) = &mut self.parts else {
-            return Ok(());
-        };
-        Ok(parts.transport.start(&self.f)?)
+    /// A decomposed step over `p`'s rows. Through NCCL, overlapped: the two rows at each end on the
+    /// exchange's stream, then the exchange of what they wrote, both beside the inner rows (`f`'s halo
+    /// rows came with the step before). Otherwise the exchange of `f`'s rows starts first (through the
+    /// host: the rows this rank sends are copied out), the inner rows are queued (on a GPU they run
+    /// meanwhile), then the received rows are in and the rows at each end run.
+    fn step_in(&mut self, p: &mut Parts<'e, E>) -> Result<()> {
+        if self.overlap && p.transport.runs_beside() {
+            let (low, high) = (&mut p.low, &mut p.high);
+            p.transport.beside(|| {
+                self.run(Some(low))?;
+                high.as_mut().map_or(Ok(()), |h| self.run(Some(h)))
+            })?;
+            p.transport.start(&self.g)?;
+            if let Some(inner) = &mut p.inner {
+                self.run(Some(inner))?;
+            }
+            return self.finish_exchange(p, true);
+        }
+        p.transport.start(&self.f)?;
+        if !self.overlap {
+            self.finish_exchange(p, false)?;
+        }
+        if let Some(inner) = &mut p.inner {
+            self.run(Some(inner))?;
+        }
+        if self.overlap {
+            self.finish_exchange(p, false)?;
+        }
+        self.run(Some(&mut p.low))?;
+        match &mut p.high {
+            Some(high) => self.run(Some(high)),
+            None => Ok(()),
+        }
     }
 
-    /// Completes the exchange: the halo rows are in `f` (on a GPU: for the work queued next).
-    fn finish_exchange(&mut self) -> Result<()> {
-        let Some(parts) = &mut self.parts else {
-            return Ok(());
-        };
+    /// Completes the exchange `p` started: the halo rows are in `f` (`into_g`: in `g`; on a GPU: for
+    /// the work queued next).
+    fn finish_exchange(&mut self, p: &mut Parts<'e, E>, into_g: bool) -> Result<()> {
         let (shape, first) = (self.shape, self.shape.first());
         // The plan's local coordinates count the margin of 2.
         let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
-        Ok(parts
-            .transport
-            .finish(self.comm, &self.plan, &index, &mut self.f)?)
+        let f = if into_g { &mut self.g } else { &mut self.f };
+        Ok(p.transport.finish(self.comm, &self.plan, &index, f)?)
     }
 
-    /// Queues the kernel over `part`'s rows (nothing where the part is empty).
-    fn run(&mut self, part: Part) -> Result<()> {
+    /// Queues the kernel over `site`'s rows (`None`: the whole grid, one rank's loop).
+    fn run(&mut self, site: Option<&mut Loop2D<'e, E>>) -> Result<()> {
         macro_rules! go {
             ($k:expr) => {{
                 let a = self.args::<{ $k }>();
-                let site = match (part, &mut self.parts) {
-                    (Part::Whole, _) => Some(&mut self.site),
-                    (Part::Inner, Some(p)) => p.inner.as_mut(),
-                    (Part::Low, Some(p)) => Some(&mut p.low),
-                    (Part::High, Some(p)) => p.high.as_mut(),
-                    (_, None) => None,
-                };
-                if let Some(site) = site {
-                    site.run(&a)?;
+                match site {
+                    Some(site) => site.run(&a)?,
+                    None => self.site.run(&a)?,
                 }
             }};
         }

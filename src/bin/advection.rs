@@ -89,6 +89,11 @@ struct Common {
     mpi: bool,
     #[command(flatten)]
     split: lattice_gpu::cli::HaloArgs,
+    /// Step a single rank in parts as a decomposed run does (the two rows at each end apart from the
+    /// inner rows; beside them with `--halos nccl`): what the split costs on one GPU. With --mpi or
+    /// --gpus.
+    #[arg(long)]
+    cut: bool,
 }
 
 #[derive(Args)]
@@ -200,7 +205,10 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
 }
 
 fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
-    c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
+    c.split
+        .check_launch(c.mpi)
+        .and_then(|()| c.split.check_cut(c.cut, c.mpi))
+        .map_err(Error::Invalid)?;
     if let Some(n) = c.split.gpus {
         return lattice_gpu::cli::on_gpus(n as usize, |comm| run_case_on(c, &case, title, comm));
     }
@@ -378,11 +386,14 @@ fn simulate<E: LoopEngine, C: Communicator>(
     let lead = comm.rank() == 0;
     if lead {
         println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
-        if comm.size() > 1 {
+        if comm.size() > 1 || c.cut {
             println!("{}", c.split.describe('y', comm.size()));
         }
     }
-    let mut a = Advection::new_on(engine, comm, halos, p, c.kernel, true)?;
+    let mut a = match c.cut {
+        true => Advection::new_cut_on(engine, comm, halos, p, c.kernel, true)?,
+        false => Advection::new_on(engine, comm, halos, p, c.kernel, true)?,
+    };
     a.set_overlap(!c.split.no_overlap);
     let bar = progress(steps, "steps");
     if !lead {
