@@ -262,45 +262,37 @@ lqcdsplit_part() {
 }
 
 stencilsplit_part() {
-    local out=$1 size run log line
+    local out=$1 size run
     "$BIN/diffusion" bench --sizes 32 --precision f32 >"$out/stencilsplit-copy.log" 2>&1
     grep -o 'copy bandwidth [0-9.]* GB/s' "$out/stencilsplit-copy.log" | head -1
     local table=("| application, size | run | rate |")
-    for size in 512 512x512x256; do
-        for run in unsplit "cut, host halos" "cut, NCCL" "cut, NCCL, no overlap"; do
-            local args=(--engine device --block 32x4 --march 4 --variant vector --size "$size" --steps 2000
-                --output "$out/stencilsplit-d")
-            case $run in
-                "cut, host halos") args+=(--gpus 1 --cut) ;;
-                "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
-                "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
-            esac
-            log="$out/stencilsplit-diffusion-$size-${run//[ ,]/}.log"
-            expect "diffusion $size, $run" ok "GLUPS" "$log" "$BIN/mpi/diffusion" "${args[@]}"
-            table+=("| diffusion f32 $size | $run | $(grep -o '[0-9.]* GLUPS' "$log" | head -1) |")
-        done
-    done
-    for run in unsplit "cut, NCCL" "cut, NCCL, no overlap"; do
-        local args=(cavity --engine device --streaming ab --size 384 --steps 300 --output "$out/stencilsplit-l")
+    # row APP SIZE RUN UNIT ARGS...: APP with ARGS and RUN's options; its last rate in UNIT to the table.
+    row() {
+        local app=$1 size=$2 run=$3 unit=$4 log
+        shift 4
+        local args=("$@" --output "$out/stencilsplit-$app")
         case $run in
+            "cut, host halos") args+=(--gpus 1 --cut) ;;
             "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
             "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
         esac
-        log="$out/stencilsplit-lbm-${run//[ ,]/}.log"
-        expect "lbm 384^3 ab, $run" ok "MLUPs/s" "$log" "$BIN/mpi/lbm" "${args[@]}"
-        table+=("| lbm f32 ab 384^3 | $run | $(grep -o '[0-9]* MLUPs/s' "$log" | tail -1) |")
+        log="$out/stencilsplit-$app-$size-${run//[ ,]/}.log"
+        expect "$app $size, $run" ok "$unit" "$log" "$BIN/mpi/$app" "${args[@]}"
+        table+=("| $app $size | $run | $(grep -o "[0-9.]* $unit" "$log" | tail -1) |")
+    }
+    for size in 512 512x512x256; do
+        for run in unsplit "cut, host halos" "cut, NCCL" "cut, NCCL, no overlap"; do
+            row diffusion "$size" "$run" GLUPS --engine device --block 32x4 --march 4 --variant vector \
+                --size "$size" --steps 2000
+        done
+    done
+    for run in unsplit "cut, NCCL" "cut, NCCL, no overlap"; do
+        row lbm 384 "$run" MLUPs/s cavity --engine device --streaming ab --size 384 --steps 300
     done
     for size in 8192x8192 8192x4096; do
         for run in unsplit "cut, NCCL" "cut, NCCL, no overlap"; do
-            local args=(swirl --engine device --block 32x4 --unroll 4 --steps 2000 --size "$size"
-                --output "$out/stencilsplit-a")
-            case $run in
-                "cut, NCCL") args+=(--gpus 1 --cut --halos nccl) ;;
-                "cut, NCCL, no overlap") args+=(--gpus 1 --cut --halos nccl --no-overlap) ;;
-            esac
-            log="$out/stencilsplit-advection-$size-${run//[ ,]/}.log"
-            expect "advection $size, $run" ok "G points/s" "$log" "$BIN/mpi/advection" "${args[@]}"
-            table+=("| advection swirl $size | $run | $(grep -o '[0-9.]* G points/s' "$log" | tail -1) |")
+            row advection "$size" "$run" "G points/s" swirl --engine device --block 32x4 --unroll 4 \
+                --steps 2000 --size "$size"
         done
     done
     printf '%s\n' "${table[@]}" | tee "$out/stencilsplit.md"

@@ -289,9 +289,16 @@ fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
     }
     let want = whole.field().unwrap();
     for overlap in [true, false] {
-        let mut cut =
-            Advection::new_cut_on(&fixed, &Solo, Halos::Nccl(&n), &p, Kernel::Packed, true)
-                .unwrap();
+        let mut cut = Advection::new_on_cut(
+            &fixed,
+            &Solo,
+            Halos::Nccl(&n),
+            &p,
+            Kernel::Packed,
+            true,
+            true,
+        )
+        .unwrap();
         cut.set_overlap(overlap);
         for _ in 0..12 {
             cut.poison_output().unwrap();
@@ -320,7 +327,8 @@ fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
     let ab = Streaming::TwoLattice;
     for overlap in [true, false] {
         let mut whole = Lbm::<f32>::new(&e, geometry.clone(), p, ab, init).unwrap();
-        let mut cut = Lbm::<f32>::new_cut_on(Solo, &e, geometry.clone(), p, ab, init).unwrap();
+        let mut cut =
+            Lbm::<f32>::new_on_cut(Solo, true, &e, geometry.clone(), p, ab, init).unwrap();
         cut.exchange_through(Nccl::new(&Solo, &g).unwrap()).unwrap();
         cut.set_overlap(overlap);
         for step in 1..=6 {

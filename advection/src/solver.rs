@@ -225,24 +225,13 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         kernel: Kernel,
         aligned: bool,
     ) -> Result<Self> {
-        Self::build(engine, comm, halos, problem, kernel, aligned, false)
+        Self::new_on_cut(engine, comm, halos, problem, kernel, aligned, false)
     }
 
-    /// [`new_on`](Self::new_on), its steps in parts even on one rank (halo rows exchanged with nothing:
-    /// y has walls): what the split costs on one GPU, and the split path where there is one GPU to run it.
-    pub fn new_cut_on(
-        engine: &'e E,
-        comm: &'e C,
-        halos: Halos<'e>,
-        problem: &Problem,
-        kernel: Kernel,
-        aligned: bool,
-    ) -> Result<Self> {
-        Self::build(engine, comm, halos, problem, kernel, aligned, true)
-    }
-
-    /// [`new_on`](Self::new_on); one rank steps in parts where `cut` says so.
-    fn build(
+    /// [`new_on`](Self::new_on), stepping even one rank in parts where `cut` says so (halo rows
+    /// exchanged with nothing: y has walls): what the split costs on one GPU, and the split path where
+    /// there is one GPU to run it.
+    pub fn new_on_cut(
         engine: &'e E,
         comm: &'e C,
         halos: Halos<'e>,

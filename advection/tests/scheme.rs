@@ -89,7 +89,7 @@ fn steps_cut_on_one_rank_equal_the_whole_grids() {
         for overlap in [true, false] {
             let engine = HostLoopEngine;
             let mut a =
-                Advection::new_cut_on(&engine, &Solo, Halos::Host, &p, Kernel::Packed, true)
+                Advection::new_on_cut(&engine, &Solo, Halos::Host, &p, Kernel::Packed, true, true)
                     .unwrap();
             a.set_overlap(overlap);
             for _ in 0..12 {

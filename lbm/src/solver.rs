@@ -324,24 +324,13 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         streaming: Streaming,
         init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
     ) -> Result<Self> {
-        Self::build(comm, false, engine, geometry, params, streaming, init)
+        Self::new_on_cut(comm, false, engine, geometry, params, streaming, init)
     }
 
-    /// [`new_on`](Self::new_on), split even on one rank, whose halo planes then come from itself (z
-    /// wraps): what the split costs on one GPU, and the split path where there is one GPU to run it.
-    pub fn new_cut_on(
-        comm: C,
-        engine: &Engine,
-        geometry: Geometry,
-        params: Params,
-        streaming: Streaming,
-        init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
-    ) -> Result<Self> {
-        Self::build(comm, true, engine, geometry, params, streaming, init)
-    }
-
-    /// [`new_on`](Self::new_on); one rank splits its lattice where `cut` says so.
-    fn build(
+    /// [`new_on`](Self::new_on), splitting even one rank's lattice where `cut` says so (its halo
+    /// planes then come from itself, z wrapping): what the split costs on one GPU, and the split path
+    /// where there is one GPU to run it.
+    pub fn new_on_cut(
         comm: C,
         cut: bool,
         engine: &Engine,

@@ -176,7 +176,7 @@ fn a_lattice_cut_on_one_rank_steps_as_the_whole_bit_for_bit() {
         assert!(want.u.iter().any(|u| u[2] != 0.0));
         for overlap in [true, false] {
             let mut cut =
-                Lbm::<f32>::new_cut_on(Solo, &Engine::Host, g.clone(), p, streaming, varied)
+                Lbm::<f32>::new_on_cut(Solo, true, &Engine::Host, g.clone(), p, streaming, varied)
                     .unwrap();
             cut.set_overlap(overlap);
             cut.run(7).unwrap();

@@ -390,10 +390,7 @@ fn simulate<E: LoopEngine, C: Communicator>(
             println!("{}", c.split.describe('y', comm.size()));
         }
     }
-    let mut a = match c.cut {
-        true => Advection::new_cut_on(engine, comm, halos, p, c.kernel, true)?,
-        false => Advection::new_on(engine, comm, halos, p, c.kernel, true)?,
-    };
+    let mut a = Advection::new_on_cut(engine, comm, halos, p, c.kernel, true, c.cut)?;
     a.set_overlap(!c.split.no_overlap);
     let bar = progress(steps, "steps");
     if !lead {

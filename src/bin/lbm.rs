@@ -385,10 +385,7 @@ fn make<S: LbmStorage, C: Communicator>(
     }
     #[cfg(feature = "nccl")]
     let nccl = c.split.communicator(&comm, gpu)?;
-    let mut lbm = match c.cut {
-        true => Lbm::new_cut_on(comm, &e, geometry, params, c.streaming(), init)?,
-        false => Lbm::new_on(comm, &e, geometry, params, c.streaming(), init)?,
-    };
+    let mut lbm = Lbm::new_on_cut(comm, c.cut, &e, geometry, params, c.streaming(), init)?;
     lbm.set_overlap(!c.split.no_overlap);
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
