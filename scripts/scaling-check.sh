@@ -13,6 +13,9 @@
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
 #                                          PARTS: stencils and/or lqcd (default both)
 #
+# Where the N GPUs' time goes: each rank's part of diffusion, LBM and advection on one GPU, whole and
+# cut as a rank of N steps it (--cut), against N GPUs' rate per GPU.
+#
 # Weak scaling: diffusion, LBM and advection with the one-GPU size per GPU (NCCL halos). Runs write
 # under /tmp/scaling; with $OUT set, its logs, the table and the picture are packed after every run into
 # $OUT/scaling.tar.gz (one file, so that a call cut short still returns them). GPU 0's device-to-device
@@ -67,6 +70,22 @@ on_gpus() {
 # (0.8 s on one H100) that the progress bar's synchronisations, every 1% of the run, cost little.
 adv=(swirl --engine device --block 32x4 --unroll 4 --mpi --steps 2000)
 declare -A rate
+# cut_part APP SIZE UNIT ARGS...: APP at SIZE on one GPU, whole and then --cut with NCCL halos; the
+# rates go to rate[APP-part,1] and rate[APP-cut,1], printed after the scaling table.
+cut_part() {
+    local app=$1 size=$2 unit=$3 how
+    shift 3
+    for how in part cut; do
+        local extra=()
+        [ "$how" = cut ] && extra=(--halos nccl --cut)
+        on_gpus 1 "$BIN/mpi/$app" "$@" "${extra[@]}" --size "$size" --output "$out/$app-$how" \
+            >"$out/$app-$how-1.log" 2>&1
+        rate[$app-$how,1]=$(grep -o "[0-9.]* $unit" "$out/$app-$how-1.log" | tail -1 | cut -d' ' -f1)
+        rm -rf "${out:?}/$app-$how"
+    done
+    size_of[$app]=$size
+}
+declare -A size_of
 for np in $(seq 1 "$N"); do
     [[ $parts == *" stencils "* ]] || break
     on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
@@ -102,6 +121,16 @@ for np in $(seq 1 "$N"); do
     # Weak scaling: the same size per GPU (NCCL halos, overlapped); one GPU is the strong run's.
     if [ "$np" -eq 1 ]; then
         for app in diffusion lbm advection; do rate[$app-weak,1]=${rate[$app-nccl,1]:-}; done
+        # Where N GPUs' time goes, measured on one: each rank's part (1/N of the strong size) whole,
+        # then cut as a rank of N steps it (--cut: boundary layers and their exchange, with NCCL
+        # halos from nothing, beside the interior).
+        if [ "$N" -gt 1 ]; then
+            part=(diffusion "512x512x$((512 / N))" GLUPS --engine device --block 32x4 --march 4
+                --variant vector --mpi --steps 1000)
+            cut_part "${part[@]}"
+            cut_part lbm "384x384x$((384 / N))" MLUPs/s cavity --engine device --mpi --streaming ab --steps 300
+            cut_part advection "8192x$((8192 / N))" "G points/s" "${adv[@]}"
+        fi
     else
         on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
             --halos nccl --size "512x512x$((512 * np))" --steps 1000 --output "$out/diffusion-weak-$np" \
@@ -207,6 +236,21 @@ for log in "$out"/*-nccl-*.log "$out"/lqcd-*-overlap-*.log; do
     via=$(grep -o ' via [A-Za-z0-9/_]*' "$log" | sort -u | paste -sd, | sed 's/^ //')
     printf '%-28s %s\n' "$(basename "$log" .log)" "${via:-none logged}"
 done
+if [ -n "${size_of[diffusion]:-}" ]; then
+    echo "each rank's part on one GPU, whole and cut as a rank of $N steps it (NCCL halos from nothing,"
+    echo "overlapped); the cut's rate against the whole part's, and $N GPUs' rate per GPU against the cut's:"
+    for app in diffusion lbm advection; do
+        whole=${rate[$app-part,1]:-} cut=${rate[$app-cut,1]:-} all=${rate[$app-nccl,$N]:-}
+        if [ -z "$whole" ] || [ -z "$cut" ]; then
+            printf '%-10s %-16s %s\n' "$app" "${size_of[$app]}" FAILED
+            continue
+        fi
+        printf '%-10s %-16s whole %-10s cut %-10s (%s)   %s GPUs per GPU: %s\n' "$app" "${size_of[$app]}" \
+            "$whole" "$cut" "$(awk -v c="$cut" -v w="$whole" 'BEGIN { printf "%.1f%%", 100 * c / w }')" \
+            "$N" "$([ -n "$all" ] && awk -v a="$all" -v c="$cut" -v n="$N" \
+                'BEGIN { printf "%.4g (%.1f%% of the cut)", a / n, 100 * a / (n * c) }' || echo FAILED)"
+    done
+fi
 echo "(table as CSV: $out/scaling.csv)"
 # The picture is a convenience: without the binary or with a bad table the numbers above still stand.
 if [ ! -x "$BIN/scaling-plot" ]; then
