@@ -870,11 +870,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// density and velocity that [`moments`](Self::moments) reads. A split run starts its exchange
     /// (copies out the planes its neighbours need, or queues the NCCL exchange), queues the planes that
     /// read no halo (on a GPU they run meanwhile), completes the exchange, then runs its first and last
-    /// plane.
+    /// plane; through NCCL, overlapped, those two planes come first, beside the others
+    /// ([`step_beside`](Self::step_beside)).
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
         let step = self.step_args(with_moments);
-        let [first, count] = step.planes;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
             Some(_) if scheme != Scheme::AaEven && self.overlap && self.nccl_beside() => {
@@ -886,34 +886,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 if !self.overlap {
                     self.finish_exchange()?;
                 }
-                if count > 2 {
-                    self.launch(
-                        scheme,
-                        Step {
-                            planes: [first + 1, count - 2],
-                            ..step
-                        },
-                    )?;
-                }
+                self.launch_inner(scheme, step)?;
                 if self.overlap {
                     self.finish_exchange()?;
                 }
-                self.launch(
-                    scheme,
-                    Step {
-                        planes: [first, 1],
-                        ..step
-                    },
-                )?;
-                if count > 1 {
-                    self.launch(
-                        scheme,
-                        Step {
-                            planes: [first + count - 1, 1],
-                            ..step
-                        },
-                    )?;
-                }
+                self.launch_ends(scheme, step)?;
             }
             _ => self.launch(scheme, step)?,
         }
@@ -953,28 +930,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             if !self.halos_current {
                 n.start_on(halo, f)?;
             }
-            let [first, count] = step.planes;
-            let plane = |z| Step {
-                planes: [z, 1],
-                ..step
-            };
-            n.beside(|| {
-                self.launch(scheme, plane(first))?;
-                match count {
-                    1 => Ok(()),
-                    _ => self.launch(scheme, plane(first + count - 1)),
-                }
-            })?;
+            n.beside(|| self.launch_ends(scheme, step))?;
             n.start_on(halo, g)?;
-            if count > 2 {
-                self.launch(
-                    scheme,
-                    Step {
-                        planes: [first + 1, count - 2],
-                        ..step
-                    },
-                )?;
-            }
+            self.launch_inner(scheme, step)?;
             n.finish()?;
             self.halos_current = true;
             return Ok(());
@@ -984,6 +942,43 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             "a step beside the interior needs two-lattice streaming on a GPU with halos through NCCL"
                 .into(),
         ))
+    }
+
+    /// Queues `step`'s first and last plane (its one plane, where it has one).
+    fn launch_ends(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
+        let [first, count] = step.planes;
+        self.launch(
+            scheme,
+            Step {
+                planes: [first, 1],
+                ..step
+            },
+        )?;
+        if count > 1 {
+            self.launch(
+                scheme,
+                Step {
+                    planes: [first + count - 1, 1],
+                    ..step
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Queues `step`'s planes between its first and its last.
+    fn launch_inner(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
+        let [first, count] = step.planes;
+        if count > 2 {
+            self.launch(
+                scheme,
+                Step {
+                    planes: [first + 1, count - 2],
+                    ..step
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// Queues `step` over its planes (on the CPU, runs it).
