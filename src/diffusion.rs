@@ -249,10 +249,10 @@ where
 /// this rank sends are copied out), the interior is queued (on a GPU it runs meanwhile), then the
 /// received halos are in and the boundary planes run. Only the face planes move, not the whole array.
 struct Overlap<'e, E: LoopEngine, T: Element> {
-    /// Loops over the planes that read no halo, and over the first and the last plane.
+    /// Loops over the planes that read no halo, and over the first and (where it is another) the last
+    /// plane.
     inner: Option<Loop3D<'e, E>>,
-    low: Loop3D<'e, E>,
-    high: Option<Loop3D<'e, E>>,
+    ends: Vec<Loop3D<'e, E>>,
     transport: LayerExchange<'e, T>,
     /// Whether the interior runs during the exchange; `false`: the exchange completes first (the
     /// baseline overlap is measured against).
@@ -280,14 +280,15 @@ where
         let [nx, ny, _] = shape.size();
         // Local z (margin at 0) to the array's plane.
         let plane = |z: usize| shape.first()[2] + z - 1;
+        let mut ends = vec![Loop3D::new(engine, at(z0, z0 + 1))?];
+        if z1 - z0 > 1 {
+            ends.push(Loop3D::new(engine, at(z1 - 1, z1))?);
+        }
         Ok(Self {
             inner: (z1 - z0 > 2)
                 .then(|| Loop3D::new(engine, at(z0 + 1, z1 - 1)))
                 .transpose()?,
-            low: Loop3D::new(engine, at(z0, z0 + 1))?,
-            high: (z1 - z0 > 1)
-                .then(|| Loop3D::new(engine, at(z1 - 1, z1)))
-                .transpose()?,
+            ends,
             transport: LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?,
             overlap: exchange.overlap,
         })
@@ -305,11 +306,10 @@ where
     ) -> Result<()> {
         if self.overlap && self.transport.runs_beside() {
             // `f`'s halos came with the step before (or the exchange before the first).
-            let (low, high) = (&mut self.low, &mut self.high);
+            let ends = &mut self.ends;
             self.transport.beside(|| {
-                low.run(&problem.update(f, g))?;
-                high.as_mut()
-                    .map_or(Ok(()), |h| h.run(&problem.update(f, g)))
+                ends.iter_mut()
+                    .try_for_each(|e| e.run(&problem.update(f, g)))
             })?;
             self.transport.start(g)?;
             if let Some(inner) = &mut self.inner {
@@ -327,9 +327,8 @@ where
         if self.overlap {
             self.transport.finish(comm, plan, index, f)?;
         }
-        self.low.run(&problem.update(f, g))?;
-        if let Some(high) = &mut self.high {
-            high.run(&problem.update(f, g))?;
+        for end in &mut self.ends {
+            end.run(&problem.update(f, g))?;
         }
         Ok(())
     }
@@ -454,7 +453,7 @@ where
     let seconds = start.elapsed().as_secs_f64();
     // A decomposed run reports the interior's tuning (its largest loop).
     let site = match &split {
-        Some(o) => o.inner.as_ref().unwrap_or(&o.low).info(),
+        Some(o) => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
         None => step.info(),
     };
     Ok(RunOutput {

@@ -189,8 +189,8 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
 /// whole array.
 struct Parts<'e, E: LoopEngine> {
     inner: Option<Loop2D<'e, E>>,
-    low: Loop2D<'e, E>,
-    high: Option<Loop2D<'e, E>>,
+    /// The rows at the low end and, where any are left, those at the high end.
+    ends: Vec<Loop2D<'e, E>>,
     /// Only the field has halos: a node reads its own velocities only.
     transport: LayerExchange<'e, f32>,
 }
@@ -328,12 +328,15 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let row = |y: usize| first + y - 2;
         let layer = self.shape.size()[0];
         let transport = LayerExchange::new(halos, &self.plan, 1, row, layer, initial)?;
+        let mut ends = vec![at(y0, low_end)?];
+        if y1 > high_start {
+            ends.push(at(high_start, y1)?);
+        }
         let mut parts = Parts {
             inner: (high_start > low_end)
                 .then(|| at(low_end, high_start))
                 .transpose()?,
-            low: at(y0, low_end)?,
-            high: (y1 > high_start).then(|| at(high_start, y1)).transpose()?,
+            ends,
             transport,
         };
         // One exchange before the first step: it only writes what the first step's exchange writes
@@ -360,7 +363,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
     pub fn site(&self) -> &Loop2D<'e, E> {
         // A decomposed run's largest loop: its inner rows.
         match &self.parts {
-            Some(p) => p.inner.as_ref().unwrap_or(&p.low),
+            Some(p) => p.inner.as_ref().unwrap_or(&p.ends[0]),
             None => &self.site,
         }
     }
@@ -429,32 +432,21 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
     /// meanwhile), then the received rows are in and the rows at each end run.
     fn step_in(&mut self, p: &mut Parts<'e, E>) -> Result<()> {
         if self.overlap && p.transport.runs_beside() {
-            let (low, high) = (&mut p.low, &mut p.high);
-            p.transport.beside(|| {
-                self.run(Some(low))?;
-                high.as_mut().map_or(Ok(()), |h| self.run(Some(h)))
-            })?;
+            let ends = &mut p.ends;
+            p.transport.beside(|| self.run_each(ends))?;
             p.transport.start(&self.g)?;
-            if let Some(inner) = &mut p.inner {
-                self.run(Some(inner))?;
-            }
+            self.run_each(&mut p.inner)?;
             return self.finish_exchange(p, true);
         }
         p.transport.start(&self.f)?;
         if !self.overlap {
             self.finish_exchange(p, false)?;
         }
-        if let Some(inner) = &mut p.inner {
-            self.run(Some(inner))?;
-        }
+        self.run_each(&mut p.inner)?;
         if self.overlap {
             self.finish_exchange(p, false)?;
         }
-        self.run(Some(&mut p.low))?;
-        match &mut p.high {
-            Some(high) => self.run(Some(high)),
-            None => Ok(()),
-        }
+        self.run_each(&mut p.ends)
     }
 
     /// Completes the exchange `p` started: the halo rows are in `f` (`into_g`: in `g`; on a GPU: for
@@ -465,6 +457,14 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let index = |p: [usize; 2]| shape.index(first[0] + p[0] - 2, first[1] + p[1] - 2, 0);
         let f = if into_g { &mut self.g } else { &mut self.f };
         Ok(p.transport.finish(self.comm, &self.plan, &index, f)?)
+    }
+
+    /// Queues the kernel over the rows of each of `loops`.
+    fn run_each<'l>(&mut self, loops: impl IntoIterator<Item = &'l mut Loop2D<'e, E>>) -> Result<()>
+    where
+        'e: 'l,
+    {
+        loops.into_iter().try_for_each(|l| self.run(Some(l)))
     }
 
     /// Queues the kernel over `site`'s rows (`None`: the whole grid, one rank's loop).
