@@ -11,7 +11,9 @@
 # so the summary can say which transport (P2P over NVLink, or SHM through host memory) it chose.
 #
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
-#                                          PARTS: stencils and/or lqcd (default both)
+#                                          PARTS: any of diffusion, lbm, advection, lqcd, or stencils
+#                                          (the first three); default all. Where a call's time is
+#                                          limited, split the parts over calls.
 #
 # Where the N GPUs' time goes: each rank's part of diffusion, LBM and advection on one GPU, whole and
 # cut as a rank of N steps it (--cut), against N GPUs' rate per GPU.
@@ -35,6 +37,9 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 N=${1:-$gpus}
 parts=" ${2:-stencils lqcd} "
+parts=${parts/ stencils / diffusion lbm advection }
+# want PART: whether PARTS names it.
+want() { [[ $parts == *" $1 "* ]]; }
 if [ "$gpus" -lt 1 ] || [ "$N" -gt "$gpus" ]; then
     echo "scaling-check: $N ranks asked for, $gpus GPUs present" >&2
     exit 1
@@ -68,56 +73,45 @@ on_gpus() {
 
 # The advection runs: the launch shape the bench tunes at 8192^2 (packed kernel), and steps enough
 # (0.8 s on one H100) that the progress bar's synchronisations, every 1% of the run, cost little.
-adv=(swirl --engine device --block 32x4 --unroll 4 --mpi --steps 2000)
-declare -A rate
+dif=(diffusion --engine device --block 32x4 --march 4 --variant vector --mpi --steps 1000)
+lbm=(lbm cavity --engine device --mpi --steps 300)
+adv=(advection swirl --engine device --block 32x4 --unroll 4 --mpi --steps 2000)
+declare -A rate size_of
+# timed NAME NP UNIT APP ARGS...: $BIN/mpi/APP on NP ranks, logged to NAME-NP.log, its output under
+# $out removed after; the last rate in UNIT it prints goes to rate[NAME,NP].
+timed() {
+    local name=$1 np=$2 unit=$3
+    shift 3
+    on_gpus "$np" "$BIN/mpi/$1" "${@:2}" --output "$out/$name-$np" >"$out/$name-$np.log" 2>&1
+    rate[$name,$np]=$(grep -o "[0-9.]* $unit" "$out/$name-$np.log" | tail -1 | cut -d' ' -f1)
+    rm -rf "${out:?}/$name-$np"
+}
 # cut_part APP SIZE UNIT ARGS...: APP at SIZE on one GPU, whole and then --cut with NCCL halos; the
 # rates go to rate[APP-part,1] and rate[APP-cut,1], printed after the scaling table.
 cut_part() {
-    local app=$1 size=$2 unit=$3 how
+    local app=$1 size=$2 unit=$3
     shift 3
-    for how in part cut; do
-        local extra=()
-        [ "$how" = cut ] && extra=(--halos nccl --cut)
-        on_gpus 1 "$BIN/mpi/$app" "$@" "${extra[@]}" --size "$size" --output "$out/$app-$how" \
-            >"$out/$app-$how-1.log" 2>&1
-        rate[$app-$how,1]=$(grep -o "[0-9.]* $unit" "$out/$app-$how-1.log" | tail -1 | cut -d' ' -f1)
-        rm -rf "${out:?}/$app-$how"
-    done
+    timed "$app-part" 1 "$unit" "$@" --size "$size"
+    timed "$app-cut" 1 "$unit" "$@" --halos nccl --cut --size "$size"
     size_of[$app]=$size
 }
-declare -A size_of
 for np in $(seq 1 "$N"); do
-    [[ $parts == *" stencils "* ]] || break
-    on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
-        --size 512 --steps 1000 --output "$out/diffusion-$np" >"$out/diffusion-$np.log" 2>&1
-    rate[diffusion,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-$np.log" | head -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
-        --halos nccl --size 512 --steps 1000 --output "$out/diffusion-nccl-$np" \
-        >"$out/diffusion-nccl-$np.log" 2>&1
-    rate[diffusion-nccl,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-nccl-$np.log" | head -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
-        --halos nccl --no-overlap --size 512 --steps 1000 --output "$out/diffusion-seq-$np" \
-        >"$out/diffusion-seq-$np.log" 2>&1
-    rate[diffusion-seq,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-seq-$np.log" | head -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --size 384 --steps 300 \
-        --output "$out/lbm-$np" >"$out/lbm-$np.log" 2>&1
-    rate[lbm,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-$np.log" | tail -1 | cut -d' ' -f1)
-    # NCCL halos need two-lattice streaming.
-    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl --size 384 \
-        --steps 300 --output "$out/lbm-nccl-$np" >"$out/lbm-nccl-$np.log" 2>&1
-    rate[lbm-nccl,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-nccl-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl --no-overlap \
-        --size 384 --steps 300 --output "$out/lbm-seq-$np" >"$out/lbm-seq-$np.log" 2>&1
-    rate[lbm-seq,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-seq-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --size 8192x8192 \
-        --output "$out/advection-$np" >"$out/advection-$np.log" 2>&1
-    rate[advection,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl --size 8192x8192 \
-        --output "$out/advection-nccl-$np" >"$out/advection-nccl-$np.log" 2>&1
-    rate[advection-nccl,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-nccl-$np.log" | tail -1 | cut -d' ' -f1)
-    on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl --no-overlap --size 8192x8192 \
-        --output "$out/advection-seq-$np" >"$out/advection-seq-$np.log" 2>&1
-    rate[advection-seq,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-seq-$np.log" | tail -1 | cut -d' ' -f1)
+    if want diffusion; then
+        timed diffusion "$np" GLUPS "${dif[@]}" --size 512
+        timed diffusion-nccl "$np" GLUPS "${dif[@]}" --halos nccl --size 512
+        timed diffusion-seq "$np" GLUPS "${dif[@]}" --halos nccl --no-overlap --size 512
+    fi
+    if want lbm; then
+        timed lbm "$np" MLUPs/s "${lbm[@]}" --size 384
+        # NCCL halos need two-lattice streaming.
+        timed lbm-nccl "$np" MLUPs/s "${lbm[@]}" --streaming ab --halos nccl --size 384
+        timed lbm-seq "$np" MLUPs/s "${lbm[@]}" --streaming ab --halos nccl --no-overlap --size 384
+    fi
+    if want advection; then
+        timed advection "$np" "G points/s" "${adv[@]}" --size 8192x8192
+        timed advection-nccl "$np" "G points/s" "${adv[@]}" --halos nccl --size 8192x8192
+        timed advection-seq "$np" "G points/s" "${adv[@]}" --halos nccl --no-overlap --size 8192x8192
+    fi
     # Weak scaling: the same size per GPU (NCCL halos, overlapped); one GPU is the strong run's.
     if [ "$np" -eq 1 ]; then
         for app in diffusion lbm advection; do rate[$app-weak,1]=${rate[$app-nccl,1]:-}; done
@@ -125,28 +119,18 @@ for np in $(seq 1 "$N"); do
         # then cut as a rank of N steps it (--cut: boundary layers and their exchange, with NCCL
         # halos from nothing, beside the interior).
         if [ "$N" -gt 1 ]; then
-            part=(diffusion "512x512x$((512 / N))" GLUPS --engine device --block 32x4 --march 4
-                --variant vector --mpi --steps 1000)
-            cut_part "${part[@]}"
-            cut_part lbm "384x384x$((384 / N))" MLUPs/s cavity --engine device --mpi --streaming ab --steps 300
-            cut_part advection "8192x$((8192 / N))" "G points/s" "${adv[@]}"
+            want diffusion && cut_part diffusion "512x512x$((512 / N))" GLUPS "${dif[@]}"
+            want lbm && cut_part lbm "384x384x$((384 / N))" MLUPs/s "${lbm[@]}" --streaming ab
+            want advection && cut_part advection "8192x$((8192 / N))" "G points/s" "${adv[@]}"
         fi
     else
-        on_gpus "$np" "$BIN/mpi/diffusion" --engine device --block 32x4 --march 4 --variant vector --mpi \
-            --halos nccl --size "512x512x$((512 * np))" --steps 1000 --output "$out/diffusion-weak-$np" \
-            >"$out/diffusion-weak-$np.log" 2>&1
-        rate[diffusion-weak,$np]=$(grep -o '[0-9.]* GLUPS' "$out/diffusion-weak-$np.log" | head -1 | cut -d' ' -f1)
-        on_gpus "$np" "$BIN/mpi/lbm" cavity --engine device --mpi --streaming ab --halos nccl \
-            --size "384x384x$((384 * np))" --steps 300 --output "$out/lbm-weak-$np" >"$out/lbm-weak-$np.log" 2>&1
-        rate[lbm-weak,$np]=$(grep -o '[0-9]* MLUPs/s' "$out/lbm-weak-$np.log" | tail -1 | cut -d' ' -f1)
-        on_gpus "$np" "$BIN/mpi/advection" "${adv[@]}" --halos nccl \
-            --size "8192x$((8192 * np))" --output "$out/advection-weak-$np" \
-            >"$out/advection-weak-$np.log" 2>&1
-        rate[advection-weak,$np]=$(grep -o '[0-9.]* G points/s' "$out/advection-weak-$np.log" | tail -1 | cut -d' ' -f1)
+        want diffusion && timed diffusion-weak "$np" GLUPS "${dif[@]}" --halos nccl \
+            --size "512x512x$((512 * np))"
+        want lbm && timed lbm-weak "$np" MLUPs/s "${lbm[@]}" --streaming ab --halos nccl \
+            --size "384x384x$((384 * np))"
+        want advection && timed advection-weak "$np" "G points/s" "${adv[@]}" --halos nccl \
+            --size "8192x$((8192 * np))"
     fi
-    rm -rf "$out/diffusion-$np" "$out/diffusion-nccl-$np" "$out/diffusion-seq-$np" "$out/lbm-$np" \
-        "$out/lbm-nccl-$np" "$out/lbm-seq-$np" "$out/advection-$np" "$out/advection-nccl-$np" \
-        "$out/advection-seq-$np" "$out/diffusion-weak-$np" "$out/lbm-weak-$np" "$out/advection-weak-$np"
 done
 
 lqcd_variants="sync async graph waitkernel streamwait"
@@ -154,7 +138,7 @@ lqcd_sizes="32x32x32x64 48x48x48x96"
 # gflops LOG WHAT: the GFLOPS on LOG's line that starts with WHAT.
 gflops() { grep "^$2" "$1" | grep -o '[0-9.]* GFLOPS' | head -1 | cut -d' ' -f1; }
 for np in $(seq 1 "$N"); do
-    [[ $parts == *" lqcd "* ]] || break
+    want lqcd || break
     for dims in $lqcd_sizes; do
         # Up to 200 iterations of each variant (after an untimed run), and M_hat alone; one GPU:
         # unsplit. On a hot field the f32 recurrence residual underflows to zero, which ends the run:
@@ -183,9 +167,10 @@ echo
 echo "strong scaling, one rank per GPU ($(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs); GPU 0 ${copy:-copy bandwidth not measured}):"
 printf '%-38s %5s %16s %11s\n' "run" "GPUs" "rate" "efficiency"
 apps=""
-[[ $parts == *" stencils "* ]] && apps="diffusion diffusion-nccl diffusion-seq diffusion-weak lbm \
-    lbm-nccl lbm-seq lbm-weak advection advection-nccl advection-seq advection-weak"
-if [[ $parts == *" lqcd "* ]]; then
+for app in diffusion lbm advection; do
+    want $app && apps="$apps $app $app-nccl $app-seq $app-weak"
+done
+if want lqcd; then
     for dims in $lqcd_sizes; do
         apps="$apps mhat-$dims mhat-$dims-seq"
         for v in $lqcd_variants; do apps="$apps lqcd-$dims-$v lqcd-$dims-$v-seq"; done
@@ -236,10 +221,11 @@ for log in "$out"/*-nccl-*.log "$out"/lqcd-*-overlap-*.log; do
     via=$(grep -o ' via [A-Za-z0-9/_]*' "$log" | sort -u | paste -sd, | sed 's/^ //')
     printf '%-28s %s\n' "$(basename "$log" .log)" "${via:-none logged}"
 done
-if [ -n "${size_of[diffusion]:-}" ]; then
+if [ "${#size_of[@]}" -gt 0 ]; then
     echo "each rank's part on one GPU, whole and cut as a rank of $N steps it (NCCL halos from nothing,"
     echo "overlapped); the cut's rate against the whole part's, and $N GPUs' rate per GPU against the cut's:"
     for app in diffusion lbm advection; do
+        want $app || continue
         whole=${rate[$app-part,1]:-} cut=${rate[$app-cut,1]:-} all=${rate[$app-nccl,$N]:-}
         if [ -z "$whole" ] || [ -z "$cut" ]; then
             printf '%-10s %-16s %s\n' "$app" "${size_of[$app]}" FAILED
