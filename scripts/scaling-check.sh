@@ -221,7 +221,7 @@ for log in "$out"/*-nccl-*.log "$out"/lqcd-*-overlap-*.log; do
     via=$(grep -o ' via [A-Za-z0-9/_]*' "$log" | sort -u | paste -sd, | sed 's/^ //')
     printf '%-28s %s\n' "$(basename "$log" .log)" "${via:-none logged}"
 done
-if [ "${#size_of[@]}" -gt 0 ]; then
+if [ -n "${size_of[*]:-}" ]; then
     echo "each rank's part on one GPU, whole and cut as a rank of $N steps it (NCCL halos from nothing,"
     echo "overlapped); the cut's rate against the whole part's, and $N GPUs' rate per GPU against the cut's:"
     for app in diffusion lbm advection; do
