@@ -8,6 +8,7 @@
 //! The initial field of every case is a Gaussian hill `exp(-r^2 / w^2)` of width `w = 0.08 L`, where `r` is
 //! the distance to the hill's centre; its maximum, 1, is at the centre.
 
+use rayon::prelude::*;
 use std::f64::consts::PI;
 use std::fmt;
 
@@ -73,8 +74,9 @@ fn geometry(nx: usize, ny: usize) -> (f64, f64, f64) {
 }
 
 /// `g(x_i, y_j)` on every node, x fastest.
-fn sample(nx: usize, ny: usize, h: f64, g: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+fn sample(nx: usize, ny: usize, h: f64, g: impl Fn(f64, f64) -> f64 + Sync) -> Vec<f64> {
     (0..nx * ny)
+        .into_par_iter()
         .map(|k| g((k % nx) as f64 * h, (k / nx) as f64 * h))
         .collect()
 }
@@ -187,7 +189,7 @@ pub fn swirl(nx: usize, ny: usize) -> Case {
 
 /// The largest |u| and |v| over the nodes (for picking dt from a CFL number).
 pub fn max_speed(u: &[f64], v: &[f64]) -> (f64, f64) {
-    let max_abs = |s: &[f64]| s.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+    let max_abs = |s: &[f64]| s.par_iter().map(|x| x.abs()).reduce(|| 0.0, f64::max);
     (max_abs(u), max_abs(v))
 }
 

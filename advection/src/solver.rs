@@ -9,6 +9,8 @@ use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
 use lattice_gpu_kernels::stencil::FieldRef;
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// The kernel variants, each adding one of the paper's techniques to the one before.
@@ -108,7 +110,7 @@ impl Problem {
                     data.len()
                 )));
             }
-            if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+            if let Some(i) = data.par_iter().position_first(|x| !x.is_finite()) {
                 return Err(Error::Invalid(format!(
                     "the {name} is {} at node ({}, {}); give finite values",
                     data[i],
@@ -140,19 +142,21 @@ impl Problem {
     /// value, node index, and which velocity.
     pub fn max_courant(&self) -> (f64, usize, &'static str) {
         let [nx, ny] = self.size;
-        let mut best = (0.0, 0, "u");
-        for j in 2..ny.saturating_sub(2) {
-            for i in 2..nx.saturating_sub(2) {
-                let k = i + nx * j;
-                for (w, axis) in [(self.u[k], "u"), (self.v[k], "v")] {
-                    let a = w.abs() * self.c;
-                    if a > best.0 {
-                        best = (a, k, axis);
-                    }
-                }
+        // In parallel, keeping what a scan in node order (u before v) keeps: the first of the largest.
+        let first_largest = |a: (f64, usize, &'static str), b: (f64, usize, &'static str)| {
+            if b.0 > a.0 || (b.0 == a.0 && (b.1, b.2) < (a.1, a.2)) {
+                b
+            } else {
+                a
             }
-        }
-        best
+        };
+        (2..ny.saturating_sub(2))
+            .into_par_iter()
+            .flat_map_iter(|j| (2..nx.saturating_sub(2)).map(move |i| i + nx * j))
+            .flat_map_iter(|k| [(self.u[k], k, "u"), (self.v[k], k, "v")])
+            .map(|(w, k, axis)| (w.abs() * self.c, k, axis))
+            .filter(|best| !best.0.is_nan())
+            .reduce(|| (0.0, 0, "u"), first_largest)
     }
 
     /// Whether node `k` is one of the two outermost of a side (those keep their values).
@@ -247,7 +251,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let (y0, rows) = (own.begin[1], own.size[1]);
         let mut shape = Shape::new_2d([nx, rows], 2)?;
         if aligned {
-            shape = shape.aligned_rows(4, 0.25);
+            shape = shape.aligned_rows(4, 1.25);
         }
         let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
         // f, its double buffer and the two velocity components.
@@ -259,14 +263,19 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         // kernels keep those nodes' values without a branch (s = 0 gives the node's own value exactly).
         let spread = |data: &[f64], velocity: bool| {
             let mut a = vec![0.0f32; shape.len()];
-            for j in 0..rows {
-                for i in 0..nx {
-                    let k = i + nx * (y0 + j);
-                    if !(velocity && problem.is_fixed(k)) {
-                        a[shape.index(i + 2, j + 2, 0)] = data[k] as f32;
+            let [x0, y_first, _] = shape.first();
+            a.par_chunks_mut(shape.size()[0])
+                .skip(y_first)
+                .take(rows)
+                .enumerate()
+                .for_each(|(j, row)| {
+                    for i in 0..nx {
+                        let k = i + nx * (y0 + j);
+                        if !(velocity && problem.is_fixed(k)) {
+                            row[x0 + i] = data[k] as f32;
+                        }
                     }
-                }
-            }
+                });
             a
         };
         let (f0, u, v) = (
@@ -368,13 +377,19 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         }
     }
 
+    /// The array index of this rank's node (i, j): rows may be padded in front (`aligned`).
+    fn node(&self, i: usize, j: usize) -> usize {
+        let [x0, y0, _] = self.shape.first();
+        self.shape.index(x0 + i, y0 + j, 0)
+    }
+
     /// Overwrites the output buffer's interior with NaN (tests: a missed point cannot pass).
     pub fn poison_output(&mut self) -> Result<()> {
         let mut data = self.g.download()?;
         let [nx, ny] = self.size;
         for j in 0..ny {
             for i in 0..nx {
-                data[self.shape.index(i + 2, j + 2, 0)] = f32::NAN;
+                data[self.node(i, j)] = f32::NAN;
             }
         }
         self.g.upload(&data)?;
@@ -498,7 +513,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let data = self.f.download()?;
         let [nx, rows] = self.size;
         let mine: Vec<f32> = (0..nx * rows)
-            .map(|k| data[self.shape.index(k % nx + 2, k / nx + 2, 0)])
+            .map(|k| data[self.node(k % nx, k / nx)])
             .collect();
         Ok(self
             .comm

@@ -79,6 +79,30 @@ fn update_matches_the_reference_on_random_flows() {
 }
 
 #[test]
+fn rows_padded_to_128_bytes_step_as_unpadded_ones() {
+    // 150 nodes a row: with `aligned` each row's first node starts a 128-byte line (32 f32 in), which
+    // moves every node of the arrays; 20 steps with poisoned outputs, padded against unpadded.
+    let p = random_problem(150, 41, 4, 0.9);
+    let engine = HostLoopEngine;
+    let run = |aligned: bool| {
+        let mut a = Advection::new(&engine, &p, Kernel::Packed, aligned).unwrap();
+        for _ in 0..20 {
+            a.poison_output().unwrap();
+            a.step().unwrap();
+        }
+        (a.shape(), a.field().unwrap())
+    };
+    let (padded, got) = run(true);
+    let (plain, want) = run(false);
+    assert_eq!((padded.first()[0], padded.size()[0] % 32), (32, 0));
+    assert_eq!(plain.first()[0], 2);
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
+    let n = norms(&got, &run_reference(&p, 20));
+    assert!(n.relative < 1e-5, "relative L2 {:e}", n.relative);
+}
+
+#[test]
 fn steps_cut_on_one_rank_equal_the_whole_grids() {
     // The decomposed step in parts (two rows at each end apart from the inner rows) on one rank, with
     // the exchange behind the inner rows and before them; 19x11 also leaves no inner rows.

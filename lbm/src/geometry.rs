@@ -2,6 +2,7 @@
 //! wall cells at their ends are periodic.
 
 use lattice_gpu_kernels::lbm::{tag, C};
+use rayon::prelude::*;
 
 use crate::{Error, Result};
 
@@ -133,22 +134,28 @@ impl Geometry {
         let wrap =
             |v: usize, d: i32, len: usize| (v as i64 + d as i64).rem_euclid(len as i64) as usize;
         let mut marked = self.tags.clone();
-        for z in 0..nz {
-            for y in 0..ny {
-                for x in 0..nx {
-                    let n = self.index([x, y, z]);
-                    if !self.is_fluid(n) {
-                        continue;
+        marked
+            .par_chunks_mut(nx * ny)
+            .enumerate()
+            .for_each(|(z, plane)| {
+                for y in 0..ny {
+                    for x in 0..nx {
+                        let n = self.index([x, y, z]);
+                        if !self.is_fluid(n) {
+                            continue;
+                        }
+                        let near = C.iter().any(|c| {
+                            let m = self.index([
+                                wrap(x, c[0], nx),
+                                wrap(y, c[1], ny),
+                                wrap(z, c[2], nz),
+                            ]);
+                            !self.is_fluid(m)
+                        });
+                        plane[x + nx * y] = if near { tag::NEAR_WALL } else { tag::FLUID };
                     }
-                    let near = C.iter().any(|c| {
-                        let m =
-                            self.index([wrap(x, c[0], nx), wrap(y, c[1], ny), wrap(z, c[2], nz)]);
-                        !self.is_fluid(m)
-                    });
-                    marked[n] = if near { tag::NEAR_WALL } else { tag::FLUID };
                 }
-            }
-        }
+            });
         self.tags = marked;
     }
 }

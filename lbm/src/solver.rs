@@ -75,6 +75,38 @@ lbm_storage!(f32, f32, f32::NAN);
 lbm_storage!(f64, f64, f64::NAN);
 lbm_storage!(Half, u16, 0x7e00);
 
+/// The post-collision deviations `post(cell)` of every population as stored (`Q * cells`, a slot per
+/// population): the in-place lattice keeps a cell's population `q` in slot `opposite(q)` between the
+/// odd and the even step. Cells go in runs, each written to its range of every slot, so that `post`
+/// runs once per cell (an equilibrium for each of 19 slots took most of a 384^3 run's set-up).
+fn encode<S: LbmStorage>(
+    cells: usize,
+    streaming: Streaming,
+    post: impl Fn(usize) -> [f64; Q] + Sync,
+) -> Vec<S::Raw> {
+    const RUN: usize = 4096;
+    let mut raw = vec![S::Raw::default(); Q * cells];
+    let mut runs: Vec<Vec<&mut [S::Raw]>> = (0..cells.div_ceil(RUN))
+        .map(|_| Vec::with_capacity(Q))
+        .collect();
+    for slot in raw.chunks_mut(cells.max(1)) {
+        for (run, part) in runs.iter_mut().zip(slot.chunks_mut(RUN)) {
+            run.push(part);
+        }
+    }
+    let order: [usize; Q] = core::array::from_fn(|slot| streaming.population_in(slot));
+    runs.into_par_iter().enumerate().for_each(|(r, mut slots)| {
+        for i in 0..slots[0].len() {
+            let values = post(r * RUN + i);
+            for (part, &q) in slots.iter_mut().zip(&order) {
+                // SAFETY: `part` holds more than `i` elements with the bits of `S`.
+                unsafe { S::store(part.as_mut_ptr() as *mut S, i, S::Real::from_f64(values[q])) };
+            }
+        }
+    });
+    raw
+}
+
 /// Where a run executes.
 #[derive(Clone, Debug)]
 pub enum Engine {
@@ -400,10 +432,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 n % plane + plane * gz
             }
         };
-        let start: Vec<(f64, [f64; 3])> = (0..cells)
-            .into_par_iter()
-            .map(|n| init(global_cell(n)))
-            .collect();
+        let raw = encode::<S>(cells, streaming, |n| {
+            let (rho, u) = init(global_cell(n));
+            equilibrium(rho - 1.0, u)
+        });
         let mut lbm = Self {
             mem: Memory::Host {
                 f: Vec::new(),
@@ -425,11 +457,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             nccl: None,
             halos_current: false,
         };
-        let raw = lbm.encode(|q, n| {
-            let (rho, u) = start[n];
-            equilibrium(rho - 1.0, u)[q]
-        });
-        drop(start);
         let tags = lbm.geometry.tags().to_vec();
         lbm.mem = match engine {
             Engine::Host => Memory::Host {
@@ -719,25 +746,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
     }
 
-    /// The post-collision deviation `post(q, n)` of every population as stored: the in-place lattice
-    /// keeps cell `n`'s population `q` in slot `opposite(q)` between the odd and the even step.
-    fn encode(&self, post: impl Fn(usize, usize) -> f64 + Sync) -> Vec<S::Raw> {
-        let cells = self.geometry.cells();
-        let streaming = self.streaming;
-        let mut raw = vec![S::Raw::default(); Q * cells];
-        raw.par_chunks_mut(cells)
-            .enumerate()
-            .for_each(|(slot, chunk)| {
-                let q = streaming.population_in(slot);
-                let ptr = chunk.as_mut_ptr() as *mut S;
-                for n in 0..cells {
-                    // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
-                    unsafe { S::store(ptr, n, S::Real::from_f64(post(q, n))) };
-                }
-            });
-        raw
-    }
-
     /// Replaces the state by the post-collision deviations `f_q - w_q` in `post` (`19 * cells`, structure
     /// of arrays), as if a step had just ended. Only at an even step count in place (where the lattice
     /// holds exactly that).
@@ -746,7 +754,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.check_len(post.len())?;
         self.need_even("set the populations")?;
         let cells = self.geometry.cells();
-        let raw = self.encode(|q, n| post[q * cells + n]);
+        let raw = encode::<S>(cells, self.streaming, |n| {
+            core::array::from_fn(|q| post[q * cells + n])
+        });
         match &mut self.mem {
             Memory::Host { f, .. } => *f = raw,
             Memory::Device { f, .. } => f.upload(&raw)?,
@@ -1048,20 +1058,23 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             ));
         }
         let cells = self.geometry.cells();
+        // In parallel: at 384^3 these are 226 M values, read back at every check.
         let m: Vec<f64> = match &self.mem {
-            Memory::Host { moments, .. } => moments.iter().map(|v| v.to_f64()).collect(),
+            Memory::Host { moments, .. } => moments.par_iter().map(|v| v.to_f64()).collect(),
             Memory::Device { moments, .. } => {
-                moments.download()?.iter().map(|v| v.to_f64()).collect()
+                moments.download()?.par_iter().map(|v| v.to_f64()).collect()
             }
         };
         // This rank's planes (no halo), walls zero; then, split, all ranks' on rank 0 (z order).
         let [z0, planes] = self.planes().map(|v| v as usize);
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
         let mine = z0 * plane..(z0 + planes) * plane;
+        let geometry = &self.geometry;
         let pick = |c: usize| -> Vec<f64> {
             mine.clone()
+                .into_par_iter()
                 .map(|n| {
-                    if self.geometry.is_fluid(n) {
+                    if geometry.is_fluid(n) {
                         m[c * cells + n]
                     } else {
                         0.0
@@ -1079,6 +1092,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(Moments {
             dims,
             u: (0..gathered[0].len())
+                .into_par_iter()
                 .map(|n| [gathered[1][n], gathered[2][n], gathered[3][n]])
                 .collect(),
             rho: gathered.into_iter().next().unwrap_or_default(),
