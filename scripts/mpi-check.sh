@@ -80,8 +80,9 @@ else
     echo "diffusion f32 9x7x5, 2 MPI ranks, no overlap: differs from one domain      FAIL"
     status=1
 fi
-# 19x11 over 3 ranks gives slabs of 4, 4 and 3 rows: no inner rows, and an end part of one row.
-for case in "plain 41x37" "packed 41x37" "packed 19x11"; do
+# 150 nodes a row are wide enough for 128-byte row padding (each row's interior 32 f32 in). 19x11 over 3
+# ranks gives slabs of 4, 4 and 3 rows: no inner rows, and an end part of one row.
+for case in "plain 41x37" "packed 41x37" "packed 150x41" "packed 19x11"; do
     set -- $case
     kernel=$1 size=$2
     "$adv" swirl --engine "$engine" --size "$size" --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null || status=1
