@@ -8,7 +8,6 @@ use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
 use lattice_gpu_kernels::stencil::FieldRef;
-
 use rayon::prelude::*;
 
 use crate::{Error, Result};
