@@ -64,6 +64,16 @@ impl Kernel {
         self != Kernel::Plain
     }
 
+    /// Whether to run this kernel on rows padded so that each row's first node starts a 128-byte line
+    /// (the `aligned` of [`Advection::new`]): padding speeds up the kernels that march columns in
+    /// registers and slows the plain and shared ones (measured on an H100: docs/BENCHMARKS.md).
+    pub fn pads_rows(self) -> bool {
+        matches!(
+            self,
+            Kernel::Queue | Kernel::QueueBranchFree | Kernel::Packed
+        )
+    }
+
     /// The auto-tuner's space for this kernel: the paper's block shapes, and as `march` the points per
     /// thread (the unroll factor 4..32 for the queue kernels).
     pub fn tune_space(self) -> TuneSpace {
@@ -210,7 +220,7 @@ static SOLO: Solo = Solo;
 
 impl<'e, E: LoopEngine> Advection<'e, E> {
     /// Checks `problem`, then that it fits the engine's memory, then uploads it. `aligned` pads rows so
-    /// that each row's first node starts a 128-byte line (coalesced loads).
+    /// that each row's first node starts a 128-byte line ([`Kernel::pads_rows`]: where that pays).
     pub fn new(engine: &'e E, problem: &Problem, kernel: Kernel, aligned: bool) -> Result<Self> {
         Self::new_on(engine, &SOLO, Halos::Host, problem, kernel, aligned)
     }

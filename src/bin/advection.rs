@@ -390,7 +390,15 @@ fn simulate<E: LoopEngine, C: Communicator>(
             println!("{}", c.split.describe('y', comm.size()));
         }
     }
-    let mut a = Advection::new_on_cut(engine, comm, halos, p, c.kernel, true, c.cut)?;
+    let mut a = Advection::new_on_cut(
+        engine,
+        comm,
+        halos,
+        p,
+        c.kernel,
+        c.kernel.pads_rows(),
+        c.cut,
+    )?;
     a.set_overlap(!c.split.no_overlap);
     let bar = progress(steps, "steps");
     if !lead {
@@ -571,12 +579,10 @@ fn bench(b: &BenchArgs) -> Result<()> {
                 shape.to_string(),
             ))
         })?;
-        // Each technique added in turn, then the packed kernel without row alignment (the aligned,
-        // coalesced loads taken away again).
-        let runs = Kernel::ALL
-            .map(|k| (k, true))
+        // Each technique added in turn, then each again on rows without 128-byte padding.
+        let runs = [true, false]
             .into_iter()
-            .chain([(Kernel::Packed, false)]);
+            .flat_map(|aligned| Kernel::ALL.map(|k| (k, aligned)));
         for (kernel, aligned) in runs {
             let label = format!(
                 "{}{}, tuned",
