@@ -1058,24 +1058,22 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             ));
         }
         let cells = self.geometry.cells();
-        // In parallel: at 384^3 these are 226 M values, read back at every check.
-        let m: Vec<f64> = match &self.mem {
-            Memory::Host { moments, .. } => moments.par_iter().map(|v| v.to_f64()).collect(),
-            Memory::Device { moments, .. } => {
-                moments.download()?.par_iter().map(|v| v.to_f64()).collect()
-            }
+        let m: std::borrow::Cow<[S::Real]> = match &self.mem {
+            Memory::Host { moments, .. } => moments.into(),
+            Memory::Device { moments, .. } => moments.download()?.into(),
         };
         // This rank's planes (no halo), walls zero; then, split, all ranks' on rank 0 (z order).
         let [z0, planes] = self.planes().map(|v| v as usize);
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
         let mine = z0 * plane..(z0 + planes) * plane;
         let geometry = &self.geometry;
+        // In parallel: at 384^3 these are 226 M values, read back at every check.
         let pick = |c: usize| -> Vec<f64> {
             mine.clone()
                 .into_par_iter()
                 .map(|n| {
                     if geometry.is_fluid(n) {
-                        m[c * cells + n]
+                        m[c * cells + n].to_f64()
                     } else {
                         0.0
                     }
