@@ -302,8 +302,10 @@ if [ "$engine" = device ]; then
     lqcd_split "lqcd GPU solve, 2 ranks (t split), host halos, sync" 2 -- --variant sync
     lqcd_split "lqcd GPU solve, 3 ranks (t split), host halos, async" 3 -- --variant async
     lqcd_split "lqcd GPU solve, 2 ranks (z split), host halos, sync" 2 -- --grid 1x2x1 --variant sync
-    lqcd_split "lqcd GPU solve, 4 ranks (y and z split), host halos, async" 4 -- --grid 2x2x1 \
-        --variant async
+    # One iteration a block: every iteration a point where ranks reading their state at different
+    # times could stop apart (they must not: the last collective calls would go unmatched, a hang).
+    lqcd_split "lqcd GPU solve, 4 ranks (y and z split), host halos, async, one-iteration blocks" 4 -- \
+        --grid 2x2x1 --variant async --check-every 1
     lqcd_split "lqcd GPU solve, 6 ranks (z and t split), host halos, sync" 6 -- --grid 1x2x3 \
         --variant sync
     lqcd_split "lqcd GPU solve, 1 rank cut along y, z and t (--cut), host halos, async" 1 -- \

@@ -9,6 +9,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
+use lattice_gpu::host::split::{DeviceRanks, HostStaged, SideLayers};
+use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{DeviceBuffer, Gpu};
 use lattice_gpu::kernels::wilson::{Dslash, PackFaces};
 use lattice_gpu::lqcd::gauge::GaugeField;
@@ -337,7 +339,6 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
 #[test]
 fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
     use lattice_gpu::host::comm::Solo;
-    use lattice_gpu::host::split::{DeviceRanks, HostStaged};
     let test = "split_over_one_rank_through_host_memory_solves_as_the_whole_lattice";
     let Some(gpu) = gpu(test) else { return };
     let ranks = || Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<f64>>;
@@ -361,5 +362,106 @@ fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--halos nccl"), "{variant}: {e}");
+    }
+}
+
+/// Host-staged halos and sums that leave the GPU busy for a while after each call (a copy of 1 GB
+/// queued behind it), so the end of a block runs well after the host has queued it.
+struct Lagging {
+    ranks: HostStaged<Threads>,
+    from: DeviceBuffer<f64>,
+    to: std::cell::RefCell<DeviceBuffer<f64>>,
+}
+
+impl Lagging {
+    fn lag(&self) -> lattice_gpu::host::Result<()> {
+        self.to.borrow_mut().copy_from(&self.from)
+    }
+}
+
+impl DeviceRanks<f64> for Lagging {
+    fn rank(&self) -> usize {
+        DeviceRanks::<f64>::rank(&self.ranks)
+    }
+    fn size(&self) -> usize {
+        DeviceRanks::<f64>::size(&self.ranks)
+    }
+    fn waits_for_gpu(&self) -> bool {
+        true
+    }
+    fn sum_in_place(&self, buf: &DeviceBuffer<f64>) -> lattice_gpu::host::Result<()> {
+        DeviceRanks::<f64>::sum_in_place(&self.ranks, buf)?;
+        self.lag()
+    }
+    fn start_layers(
+        &self,
+        buf: &DeviceBuffer<f64>,
+        axes: &[SideLayers],
+    ) -> lattice_gpu::host::Result<()> {
+        self.ranks.start_layers(buf, axes)?;
+        self.lag()
+    }
+    fn finish_layers(&self) -> lattice_gpu::host::Result<()> {
+        DeviceRanks::<f64>::finish_layers(&self.ranks)
+    }
+}
+
+#[test]
+fn split_ranks_stop_after_the_same_block_whenever_each_reads_its_state() {
+    use lattice_gpu::host::comm::Communicator;
+    let test = "split_ranks_stop_after_the_same_block_whenever_each_reads_its_state";
+    let Some(turn) = gpu(test) else { return };
+    let lat = Lattice::new([4, 4, 4, 8], true).unwrap();
+    let u = GaugeField::random(lat.dims, 5);
+    let b = SpinorField::random(lat.dims, 6);
+    // Ten one-iteration blocks: the solve stops on the device at the tenth, in the second slot.
+    let opt = SolveOptions {
+        tol: 1e-14,
+        max_iter: 10,
+        variant: Variant::Async,
+        check_every: 1,
+        fused: Fusion::Off,
+    };
+    let whole = WilsonGpu::<f64>::new(&turn, &lat, &u, 0.12, Recon::R12).unwrap();
+    let mut solver = BiCgStab::new(&turn, EvenOdd(whole)).unwrap();
+    let (_, want, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+    // Two ranks along t on this GPU, each with its own stream. The end of each block runs late on both
+    // (`Lagging`), so a rank that polls a block just queued finds it running. Rank 0 waits for its GPU
+    // at every read and so finds the next block done; rank 1 does not. Had they polled, rank 0 would
+    // read the tenth block as soon as it queued it and stop, and rank 1 one block later, its last
+    // collective calls unmatched.
+    let reports = lattice_gpu::host::threads::run(2, |comm| -> Result<_, String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let g = Gpu::open(0, lattice_gpu::PTX).map_err(|e| err(&e))?;
+        let lag = 1 << 27;
+        let ranks = Box::new(Lagging {
+            ranks: HostStaged(std::rc::Rc::new(comm.clone())),
+            from: DeviceBuffer::zeros(&g, lag).map_err(|e| err(&e))?,
+            to: DeviceBuffer::zeros(&g, lag).map_err(|e| err(&e))?.into(),
+        });
+        let block = Block::new(lat, [1, 1, 1, 2], comm.rank()).map_err(|e| err(&e))?;
+        let w = WilsonGpu::<f64>::split(&g, block, &u, 0.12, Recon::R12, ranks, true)
+            .map_err(|e| err(&e))?;
+        let mut solver = BiCgStab::new(&g, EvenOdd(w)).map_err(|e| err(&e))?;
+        let lead = comm.rank() == 0;
+        let mut on_check = |_: usize, _: f64| {
+            if lead {
+                let _ = g.synchronize();
+            }
+        };
+        let (_, report, _) =
+            solve_with(&mut solver, &b, &opt, &mut on_check).map_err(|e| err(&e))?;
+        Ok(report)
+    })
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    for (rank, r) in reports.iter().enumerate() {
+        assert_eq!(r.status, SolveStatus::MaxIter, "rank {rank}");
+        assert_eq!(r.iterations, want.iterations, "rank {rank}");
+        assert!(
+            (r.residual - want.residual).abs() <= 1e-9 * want.residual,
+            "rank {rank}: residual {:e}, whole lattice {:e}",
+            r.residual,
+            want.residual
+        );
     }
 }

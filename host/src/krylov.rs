@@ -512,21 +512,27 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             Variant::WaitKernel | Variant::StreamWait => Some(self.spawn_releaser(opt.variant)?),
             _ => None,
         };
+        // Ranks of a split solve must stop after the same block, for each block queues collective calls
+        // (exchanges, sums): a rank may read a block early only if every rank does, so they read a
+        // block only when both slots are taken, never as soon as its event happens to have passed.
+        let poll = self.op.ranks().is_none();
         let mut pending: VecDeque<usize> = VecDeque::new();
         let mut block = 0u32;
         // The device stops itself at max_iter; one more block covers the iterations already queued.
         let blocks = opt.max_iter.div_ceil(k) + 1;
         let result = (|| -> Result<()> {
             while block < blocks {
-                // Read every block already done, waiting only for the oldest when both slots are taken.
+                // Read every block already done (on one rank), waiting only for the oldest when both
+                // slots are taken.
                 while let Some(&s) = pending.front() {
                     if pending.len() == SLOTS {
                         self.events[s]
                             .synchronize()
                             .cuda(|| "waiting for the solver (a kernel failed)".into())?;
-                    } else if !self.events[s]
-                        .try_is_complete()
-                        .cuda(|| "polling the solver (a kernel failed)".into())?
+                    } else if !poll
+                        || !self.events[s]
+                            .try_is_complete()
+                            .cuda(|| "polling the solver (a kernel failed)".into())?
                     {
                         break;
                     }

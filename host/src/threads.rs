@@ -27,6 +27,8 @@ struct Round {
     number: u64,
     /// The first rank that failed: the others' collective calls fail instead of waiting for it.
     stopped: Option<usize>,
+    /// The first rank that finished well: a collective call still waiting for it can never complete.
+    finished: Option<usize>,
 }
 
 /// One rank of a run's threads. Collective: every rank must make the same calls in the same order.
@@ -67,6 +69,12 @@ impl Threads {
                     self.board.size
                 )));
             }
+            if let Some(r) = round.finished {
+                return Err(mismatch(format!(
+                    "rank {r} finished while rank {} still made a collective call",
+                    self.rank
+                )));
+            }
             round = self
                 .board
                 .turn
@@ -102,11 +110,33 @@ impl Threads {
         Ok(all)
     }
 
-    fn stop(&self) {
+    /// Marks this rank failed (`ok` false) or finished well, waking the ranks waiting for it.
+    fn leave(&self, ok: bool) {
         let mut round = self.lock();
-        round.stopped.get_or_insert(self.rank);
+        if ok {
+            round.finished.get_or_insert(self.rank);
+        } else {
+            round.stopped.get_or_insert(self.rank);
+        }
         self.board.turn.notify_all();
     }
+}
+
+/// The error of ranks whose collective calls differ (a bug in the caller), with what showed it.
+fn mismatch(what: String) -> Error {
+    Error::Comm(format!(
+        "{what}: the ranks made different collective calls, which every rank must make alike"
+    ))
+}
+
+/// Rank `from`'s post as the `T` this rank posted in the same call.
+fn post_as<T: 'static>(post: &Post, from: usize) -> Result<&T> {
+    post.downcast_ref::<T>().ok_or_else(|| {
+        mismatch(format!(
+            "rank {from} posted something else than {} in the same round",
+            std::any::type_name::<T>()
+        ))
+    })
 }
 
 /// One message of an exchange: to `peer`, arriving on its side `side`.
@@ -141,9 +171,7 @@ impl Communicator for Threads {
                 .collect();
             let all = self.all_gather(Arc::new(out))?;
             for f in on_axis(faces, axis) {
-                let from = all[f.peer]
-                    .downcast_ref::<Vec<Message<T>>>()
-                    .expect("every rank posts the same message type");
+                let from = post_as::<Vec<Message<T>>>(&all[f.peer], f.peer)?;
                 if let Some(m) = from
                     .iter()
                     .find(|m| m.peer == self.rank && m.side == f.side)
@@ -157,18 +185,17 @@ impl Communicator for Threads {
 
     fn sum(&self, v: f64) -> Result<f64> {
         // In rank order on every rank: the same bits everywhere.
-        Ok(self
-            .all_gather(Arc::new(v))?
-            .iter()
-            .map(|p| *p.downcast_ref::<f64>().expect("every rank posts an f64"))
-            .sum())
+        let all = self.all_gather(Arc::new(v))?;
+        let mut total = 0.0;
+        for (rank, p) in all.iter().enumerate() {
+            total += *post_as::<f64>(p, rank)?;
+        }
+        Ok(total)
     }
 
     fn broadcast<T: Wire>(&self, v: &mut [T]) -> Result<()> {
         let all = self.all_gather(Arc::new(v.to_vec()))?;
-        let first = all[0]
-            .downcast_ref::<Vec<T>>()
-            .expect("every rank posts the same type");
+        let first = post_as::<Vec<T>>(&all[0], 0)?;
         if first.len() != v.len() {
             return Err(Error::Comm(format!(
                 "a broadcast of {} values from rank 0 to a buffer of {} on rank {}",
@@ -186,15 +213,11 @@ impl Communicator for Threads {
         if self.rank != 0 {
             return Ok(Vec::new());
         }
-        Ok(all
-            .iter()
-            .flat_map(|p| {
-                p.downcast_ref::<Vec<T>>()
-                    .expect("every rank posts the same type")
-                    .iter()
-                    .copied()
-            })
-            .collect())
+        let mut whole = Vec::new();
+        for (rank, p) in all.iter().enumerate() {
+            whole.extend_from_slice(post_as::<Vec<T>>(p, rank)?);
+        }
+        Ok(whole)
     }
 }
 
@@ -213,13 +236,11 @@ pub fn run<R: Send, E: Send>(
         }),
         turn: Condvar::new(),
     });
-    /// Marks its rank stopped unless the rank finished well (also while a panic unwinds).
+    /// Marks its rank finished well or stopped (also while a panic unwinds).
     struct Guard<'a>(&'a Threads, bool);
     impl Drop for Guard<'_> {
         fn drop(&mut self) {
-            if !self.1 {
-                self.0.stop();
-            }
+            self.0.leave(self.1);
         }
     }
     let results: Vec<std::thread::Result<std::result::Result<R, E>>> = std::thread::scope(|s| {
@@ -347,5 +368,36 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e, "rank 1's own problem");
+    }
+
+    #[test]
+    fn ranks_making_different_calls_get_an_error_not_a_hang() {
+        // One sum more on rank 2: it waits for ranks that finished.
+        let e = run(3, |c| -> Result<()> {
+            c.sum(1.0)?;
+            if c.rank() == 2 {
+                c.sum(2.0)?;
+            }
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("finished while rank 2 still made a collective call")
+                && e.contains("different collective calls"),
+            "{e}"
+        );
+        // A sum against a broadcast: the posts differ in type.
+        let e = run(2, |c| -> Result<()> {
+            if c.rank() == 0 {
+                c.sum(1.0)?;
+            } else {
+                c.broadcast(&mut [1u8; 4])?;
+            }
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("posted something else than"), "{e}");
     }
 }
