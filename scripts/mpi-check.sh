@@ -51,6 +51,16 @@ echo "decomposed runs on the $engine engine"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
+# same_bytes NAME GOT WANT: the run's file holds the bytes of the one-domain run's (a missing file never
+# does).
+same_bytes() {
+    if [ -f "$2" ] && [ -f "$3" ] && [ "$(md5sum <"$2")" = "$(md5sum <"$3")" ]; then
+        echo "$1: bit-identical to one domain PASS"
+    else
+        echo "$1: differs from one domain FAIL"
+        status=1
+    fi
+}
 
 status=0
 # 9x7x5 over 3 ranks gives slabs of 2, 2 and 1 planes: no interior loop, one boundary plane.
@@ -58,70 +68,47 @@ for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
     set -- $case
     prec=$1 size=$2
     "$bin" --engine "$engine" --size "$size" --steps 60 --precision "$prec" --output "$work/single-$prec" >/dev/null
-    want=$(md5sum <"$work/single-$prec/diffusion.npy")
     for np in 1 2 3; do
         mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size "$size" --steps 60 --precision "$prec" \
             --output "$work/mpi$np-$prec" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
-        got=$(md5sum <"$work/mpi$np-$prec/diffusion.npy")
-        if [ "$got" = "$want" ]; then
-            echo "diffusion $prec $size, $np MPI ranks: bit-identical to one domain  PASS"
-        else
-            echo "diffusion $prec $size, $np MPI ranks: differs from one domain       FAIL"
-            status=1
-        fi
+        same_bytes "diffusion $prec $size, $np MPI ranks" "$work/mpi$np-$prec/diffusion.npy" \
+            "$work/single-$prec/diffusion.npy"
     done
 done
 # Without overlap (the exchange completes before any plane runs): the same bytes (single-f32 is 9x7x5).
 mpirun_ -np 2 "$bin" --engine "$engine" --mpi --no-overlap --size 9x7x5 --steps 60 --precision f32 \
     --output "$work/noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
-if [ "$(md5sum <"$work/noov/diffusion.npy")" = "$(md5sum <"$work/single-f32/diffusion.npy")" ]; then
-    echo "diffusion f32 9x7x5, 2 MPI ranks, no overlap: bit-identical to one domain PASS"
-else
-    echo "diffusion f32 9x7x5, 2 MPI ranks, no overlap: differs from one domain      FAIL"
-    status=1
-fi
+same_bytes "diffusion f32 9x7x5, 2 MPI ranks, no overlap" "$work/noov/diffusion.npy" \
+    "$work/single-f32/diffusion.npy"
 # 150 nodes a row are wide enough for 128-byte row padding (each row's interior 32 f32 in). 19x11 over 3
 # ranks gives slabs of 4, 4 and 3 rows: no inner rows, and an end part of one row.
 for case in "plain 41x37" "packed 41x37" "packed 150x41" "packed 19x11"; do
     set -- $case
     kernel=$1 size=$2
+    rm -rf "$work/adv-single"
     "$adv" swirl --engine "$engine" --size "$size" --steps 30 --kernel "$kernel" --output "$work/adv-single" >/dev/null || status=1
-    want=$(md5sum <"$work/adv-single/field.npy")
     for np in 1 2 3; do
+        rm -rf "$work/adv$np"
         mpirun_ -np "$np" "$adv" swirl --engine "$engine" --mpi --size "$size" --steps 30 --kernel "$kernel" \
             --output "$work/adv$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
-        if [ "$(md5sum <"$work/adv$np/field.npy")" = "$want" ]; then
-            echo "advection $kernel $size, $np MPI ranks: bit-identical to one domain PASS"
-        else
-            echo "advection $kernel $size, $np MPI ranks: differs from one domain      FAIL"
-            status=1
-        fi
+        same_bytes "advection $kernel $size, $np MPI ranks" "$work/adv$np/field.npy" "$work/adv-single/field.npy"
     done
 done
 # Without overlap: the same bytes (adv-single is the last case's, packed 19x11).
 mpirun_ -np 3 "$adv" swirl --engine "$engine" --mpi --no-overlap --size 19x11 --steps 30 --kernel packed \
     --output "$work/adv-noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
-if [ "$(md5sum <"$work/adv-noov/field.npy")" = "$(md5sum <"$work/adv-single/field.npy")" ]; then
-    echo "advection packed 19x11, 3 MPI ranks, no overlap: bit-identical to one domain PASS"
-else
-    echo "advection packed 19x11, 3 MPI ranks, no overlap: differs from one domain      FAIL"
-    status=1
-fi
+same_bytes "advection packed 19x11, 3 MPI ranks, no overlap" "$work/adv-noov/field.npy" \
+    "$work/adv-single/field.npy"
 # same_as_single NAME FILE ARGS...: lbm ARGS on one domain and over 1, 2, 3 ranks write the same FILE.
 same_as_single() {
     local name=$1 file=$2
     shift 2
+    rm -rf "$work/lbm-single"
     "$lbm" "$@" --output "$work/lbm-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
-    local want
-    want=$(md5sum <"$work/lbm-single/$file")
     for np in 1 2 3; do
+        rm -rf "$work/lbm$np"
         mpirun_ -np "$np" "$lbm" "$@" --mpi --output "$work/lbm$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
-        if [ "$(md5sum <"$work/lbm$np/$file")" = "$want" ]; then
-            echo "$name, $np MPI ranks: bit-identical to one domain PASS"
-        else
-            echo "$name, $np MPI ranks: differs from one domain      FAIL"
-            status=1
-        fi
+        same_bytes "$name, $np MPI ranks" "$work/lbm$np/$file" "$work/lbm-single/$file"
     done
 }
 same_as_single "lbm taylor-green f32" velocity.npy taylor-green --engine "$engine" --streaming ab --size 24x20x17 --steps 40
@@ -145,16 +132,13 @@ same_as_single "lbm in-place taylor-green f32, thin slabs" velocity.npy taylor-g
 cut_same() {
     local name=$1 file=$2 exe=$3 halos
     shift 3
+    rm -rf "$work/cut-single"
     "$exe" "$@" --output "$work/cut-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
     for halos in host $([ "$engine" = device ] && echo nccl); do
+        rm -rf "$work/cut"
         "$exe" "$@" --gpus 1 --cut --halos "$halos" --output "$work/cut" >"$work/log" 2>&1 \
             || { cat "$work/log"; status=1; continue; }
-        if [ "$(md5sum <"$work/cut/$file")" = "$(md5sum <"$work/cut-single/$file")" ]; then
-            echo "$name, cut on one rank, $halos halos: bit-identical to one domain PASS"
-        else
-            echo "$name, cut on one rank, $halos halos: differs from one domain      FAIL"
-            status=1
-        fi
+        same_bytes "$name, cut on one rank, $halos halos" "$work/cut/$file" "$work/cut-single/$file"
     done
 }
 cut_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine "$engine" --size 21x17x23 --steps 60
@@ -233,15 +217,11 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         while [ "$1" != -- ]; do wrap+=("$1"); shift; done
         local exe=$2
         shift 2
+        rm -rf "$work/nccl-single" "$work/nccl2"
         "$exe" "$@" --output "$work/nccl-single" >/dev/null || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
         mpirun_ -np 2 "${wrap[@]}" "$exe" "$@" --mpi --halos nccl --output "$work/nccl2" >"$work/log" 2>&1 \
             || { cat "$work/log"; status=1; return; }
-        if [ "$(md5sum <"$work/nccl2/$file")" = "$(md5sum <"$work/nccl-single/$file")" ]; then
-            echo "$name, 2 GPUs, NCCL halos: bit-identical to one domain PASS"
-        else
-            echo "$name, 2 GPUs, NCCL halos: differs from one domain      FAIL"
-            status=1
-        fi
+        same_bytes "$name, 2 GPUs, NCCL halos" "$work/nccl2/$file" "$work/nccl-single/$file"
     }
     nccl_same "diffusion f32 21x17x23" diffusion.npy -- "$bin" --engine device --size 21x17x23 --steps 60
     nccl_same "diffusion f32 21x17x23, each rank seeing one GPU" diffusion.npy "${one_gpu_each[@]}" -- \
@@ -249,13 +229,8 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
     # One process driving both GPUs (--gpus 2: a thread per GPU, one NCCL communicator).
     "$bin" --engine device --size 21x17x23 --steps 60 --gpus 2 --halos nccl --output "$work/threads2" \
         >"$work/log" 2>&1 || cat "$work/log"
-    if [ -f "$work/threads2/diffusion.npy" ] \
-        && [ "$(md5sum <"$work/threads2/diffusion.npy")" = "$(md5sum <"$work/nccl-single/diffusion.npy")" ]; then
-        echo "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos: bit-identical to one domain PASS"
-    else
-        echo "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos: differs from one domain FAIL"
-        status=1
-    fi
+    same_bytes "diffusion f32 21x17x23, --gpus 2 (one process), NCCL halos" "$work/threads2/diffusion.npy" \
+        "$work/nccl-single/diffusion.npy"
     nccl_same "advection packed 41x37" field.npy -- "$adv" swirl --engine device --size 41x37 --steps 30 \
         --kernel packed
     nccl_same "lbm 3-D cavity f64" velocity.npy -- "$lbm" cavity --engine device --streaming ab --precision f64 \
