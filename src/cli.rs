@@ -164,18 +164,6 @@ impl HaloArgs {
         Ok(())
     }
 
-    /// Refuses `--cut` (one rank splitting its steps as a decomposed run does) outside a decomposed
-    /// launch: the flag says what the split costs on the ranks of `--mpi` or `--gpus`.
-    pub fn check_cut(&self, cut: bool, mpi: bool) -> std::result::Result<(), String> {
-        if cut && !mpi && self.gpus.is_none() {
-            return Err(
-                "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-
     /// Refuses `--halos nccl` off the GPU (`on_gpu` false) and in a build without NCCL, naming the fix.
     pub fn check(&self, on_gpu: bool) -> std::result::Result<(), String> {
         if self.halos == HaloTransport::Host {
@@ -194,16 +182,44 @@ impl HaloArgs {
             Err(NO_NCCL.into())
         }
     }
+}
+
+/// The decomposition options of the stencil applications (diffusion, lbm, advection): the launch and
+/// halo exchange of [`HaloArgs`], and `--cut`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SplitArgs {
+    #[command(flatten)]
+    pub halo: HaloArgs,
+    /// Split the steps of a single rank as a decomposed run does (halo layers from itself, the boundary
+    /// layers apart from the inner ones; beside them with `--halos nccl`): what the split costs on one
+    /// GPU. With --mpi or --gpus.
+    #[arg(long)]
+    pub cut: bool,
+}
+
+impl SplitArgs {
+    /// Refuses `--gpus` with `--mpi` (`mpi`), and `--cut` outside a decomposed launch: the flag says
+    /// what the split costs on the ranks of `--mpi` or `--gpus`.
+    pub fn check_launch(&self, mpi: bool) -> std::result::Result<(), String> {
+        self.halo.check_launch(mpi)?;
+        if self.cut && !mpi && self.halo.gpus.is_none() {
+            return Err(
+                "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 
     /// This rank's NCCL communicator among the ranks of `comm`, on `gpu`, where `--halos nccl` asks
-    /// for one ([`check`](Self::check) first), timing its exchanges for [`exchange_time`].
+    /// for one ([`HaloArgs::check`] first), timing its exchanges for [`exchange_time`].
     #[cfg(feature = "nccl")]
     pub fn communicator<C: lattice_gpu_host::comm::Communicator>(
         &self,
         comm: &C,
         gpu: Option<&Arc<Gpu>>,
     ) -> Result<Option<lattice_gpu_host::nccl::Nccl>> {
-        match (self.halos, gpu) {
+        match (self.halo.halos, gpu) {
             (HaloTransport::Nccl, Some(gpu)) => {
                 let mut nccl = lattice_gpu_host::nccl::Nccl::new(comm, gpu)?;
                 nccl.time_exchanges();
@@ -213,23 +229,29 @@ impl HaloArgs {
         }
     }
 
-    /// The line rank 0 prints for a run split along `axis` over `ranks` ranks.
-    pub fn describe(&self, axis: char, ranks: usize) -> String {
-        let through = match self.halos {
+    /// The line rank 0 prints for a run split along `axis` over `ranks` ranks (`None` for one rank
+    /// that does not cut its steps).
+    pub fn describe(&self, axis: char, ranks: usize) -> Option<String> {
+        if ranks == 1 && !self.cut {
+            return None;
+        }
+        let through = match self.halo.halos {
             HaloTransport::Host => "host memory",
             HaloTransport::Nccl => "NCCL",
         };
-        let when = if self.no_overlap {
+        let when = if self.halo.no_overlap {
             "exchanged before the interior (no overlap)"
         } else {
             "hidden behind the interior"
         };
         let s = if ranks == 1 { "" } else { "s" };
-        let ranks = match self.gpus {
+        let ranks = match self.halo.gpus {
             Some(_) => format!("{ranks} GPU thread{s} of this process"),
             None => format!("{ranks} MPI rank{s}"),
         };
-        format!("split along {axis} over {ranks}, halos through {through}, {when}")
+        Some(format!(
+            "split along {axis} over {ranks}, halos through {through}, {when}"
+        ))
     }
 }
 

@@ -88,12 +88,7 @@ struct Common {
     #[arg(long)]
     mpi: bool,
     #[command(flatten)]
-    split: lattice_gpu::cli::HaloArgs,
-    /// Step a single rank in parts as a decomposed run does (the two rows at each end apart from the
-    /// inner rows; beside them with `--halos nccl`): what the split costs on one GPU. With --mpi or
-    /// --gpus.
-    #[arg(long)]
-    cut: bool,
+    split: lattice_gpu::cli::SplitArgs,
 }
 
 #[derive(Args)]
@@ -205,11 +200,8 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
 }
 
 fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
-    c.split
-        .check_launch(c.mpi)
-        .and_then(|()| c.split.check_cut(c.cut, c.mpi))
-        .map_err(Error::Invalid)?;
-    if let Some(n) = c.split.gpus {
+    c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
+    if let Some(n) = c.split.halo.gpus {
         return lattice_gpu::cli::on_gpus(n as usize, |comm| run_case_on(c, &case, title, comm));
     }
     if !c.mpi {
@@ -243,7 +235,7 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
         ));
     }
     let gpu = c.engine.gpu("on the CPU engine")?;
-    c.split.check(gpu.is_some()).map_err(Error::Invalid)?;
+    c.split.halo.check(gpu.is_some()).map_err(Error::Invalid)?;
     #[cfg(feature = "nccl")]
     let nccl = c.split.communicator(comm, gpu.as_ref())?;
     #[cfg(feature = "nccl")]
@@ -386,8 +378,8 @@ fn simulate<E: LoopEngine, C: Communicator>(
     let lead = comm.rank() == 0;
     if lead {
         println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
-        if comm.size() > 1 || c.cut {
-            println!("{}", c.split.describe('y', comm.size()));
+        if let Some(line) = c.split.describe('y', comm.size()) {
+            println!("{line}");
         }
     }
     let mut a = Advection::new_on_cut(
@@ -397,9 +389,9 @@ fn simulate<E: LoopEngine, C: Communicator>(
         p,
         c.kernel,
         c.kernel.pads_rows(),
-        c.cut,
+        c.split.cut,
     )?;
-    a.set_overlap(!c.split.no_overlap);
+    a.set_overlap(!c.split.halo.no_overlap);
     let bar = progress(steps, "steps");
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

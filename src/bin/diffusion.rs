@@ -67,11 +67,7 @@ struct RunArgs {
     #[arg(long)]
     mpi: bool,
     #[command(flatten)]
-    split: cli::HaloArgs,
-    /// Split the steps of a single rank as a decomposed run does (the boundary planes apart from the
-    /// interior; beside it with `--halos nccl`): what the split costs on one GPU. With --mpi or --gpus.
-    #[arg(long)]
-    cut: bool,
+    split: cli::SplitArgs,
 }
 
 #[derive(Args)]
@@ -113,8 +109,7 @@ fn invalid(msg: String) -> DiffusionError {
 
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
-    args.split.check_cut(args.cut, args.mpi).map_err(invalid)?;
-    if let Some(n) = args.split.gpus {
+    if let Some(n) = args.split.halo.gpus {
         return cli::on_gpus(n as usize, |comm| run_with(args, comm));
     }
     if !args.mpi {
@@ -158,7 +153,7 @@ where
         Chosen::Host => None,
         Chosen::Gpu(_, gpu) => Some(gpu),
     };
-    args.split.check(gpu.is_some()).map_err(invalid)?;
+    args.split.halo.check(gpu.is_some()).map_err(invalid)?;
     #[cfg(feature = "nccl")]
     let nccl = args.split.communicator(comm, gpu)?;
     #[cfg(feature = "nccl")]
@@ -201,8 +196,8 @@ where
     Diffusion3d<T>: GpuEntry,
 {
     let lead = comm.rank() == 0;
-    if lead && (comm.size() > 1 || args.cut) {
-        println!("{}", args.split.describe('z', comm.size()));
+    if let Some(line) = args.split.describe('z', comm.size()).filter(|_| lead) {
+        println!("{line}");
     }
     lead.then(|| {
         println!(
@@ -227,8 +222,8 @@ where
     };
     let exchange = Exchange {
         halos,
-        overlap: !args.split.no_overlap,
-        cut: args.cut,
+        overlap: !args.split.halo.no_overlap,
+        cut: args.split.cut,
     };
     let result = simulate_on(engine, comm, exchange, problem, initial, args.steps, |s| {
         bar.set_position(s as u64)

@@ -87,12 +87,7 @@ struct Common {
     #[arg(long)]
     mpi: bool,
     #[command(flatten)]
-    split: lattice_gpu::cli::HaloArgs,
-    /// Split the lattice of a single rank as a decomposed run does (halo planes from itself, the
-    /// boundary planes apart from the inner ones; beside them with `--halos nccl`): what the split
-    /// costs on one GPU. With --mpi or --gpus.
-    #[arg(long)]
-    cut: bool,
+    split: lattice_gpu::cli::SplitArgs,
 }
 
 impl Common {
@@ -359,10 +354,11 @@ fn make<S: LbmStorage, C: Communicator>(
         Engine::Device(gpu) => Some(gpu),
     };
     c.split
+        .halo
         .check(gpu.is_some())
         .map_err(Error::InvalidParameter)?;
-    if lead && (comm.size() > 1 || c.cut) {
-        println!("{}", c.split.describe('z', comm.size()));
+    if let Some(line) = c.split.describe('z', comm.size()).filter(|_| lead) {
+        println!("{line}");
     }
     lead.then(|| {
         println!(
@@ -385,8 +381,8 @@ fn make<S: LbmStorage, C: Communicator>(
     }
     #[cfg(feature = "nccl")]
     let nccl = c.split.communicator(&comm, gpu)?;
-    let mut lbm = Lbm::new_on_cut(comm, c.cut, &e, geometry, params, c.streaming(), init)?;
-    lbm.set_overlap(!c.split.no_overlap);
+    let mut lbm = Lbm::new_on_cut(comm, c.split.cut, &e, geometry, params, c.streaming(), init)?;
+    lbm.set_overlap(!c.split.halo.no_overlap);
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
         lbm.exchange_through(n)?;
@@ -659,9 +655,8 @@ fn dispatch(cli: Cli) -> Result<()> {
             let split = &$a.common.split;
             split
                 .check_launch($a.common.mpi)
-                .and_then(|()| split.check_cut($a.common.cut, $a.common.mpi))
                 .map_err(Error::InvalidParameter)?;
-            if let Some(n) = split.gpus {
+            if let Some(n) = split.halo.gpus {
                 return lattice_gpu::cli::on_gpus(n as usize, |c| match $a.common.precision {
                     Storage::F64 => $f::<f64, Threads>($a, c.clone()),
                     Storage::F32 => $f::<f32, Threads>($a, c.clone()),
