@@ -110,7 +110,8 @@ pub enum Variant {
     /// Every dot product is copied to the host, which computes the scalars and launches the next kernels.
     Sync,
     /// Scalars stay on the device; the host only reads the state every few iterations through pinned
-    /// memory, polling an event, never blocking the stream.
+    /// memory, polling an event, never blocking the stream (a split solve's ranks read a block once
+    /// the next is queued, all alike, so that they stop together).
     Async,
     /// As `Async`, with each block of iterations captured once as a CUDA graph and replayed.
     Graph,
