@@ -390,7 +390,7 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
         progress: &mut dyn FnMut(usize, f64),
     ) -> Result<CgReport, P::Error> {
         if check_every == 0 {
-            return Err(Error::InvalidSize(
+            return Err(Error::InvalidSetting(
                 "the residual must be read every 1 or more iterations".into(),
             )
             .into());
@@ -506,7 +506,7 @@ enum Begun<'p> {
 
 fn check_stop(tol: f64, max_iter: usize) -> crate::Result<()> {
     if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
-        return Err(Error::InvalidSize(format!(
+        return Err(Error::InvalidSetting(format!(
             "tolerance {tol} must be in (0, 1) and the iteration limit ({max_iter}) at least 1"
         )));
     }
@@ -519,7 +519,7 @@ pub const TUNE_RUN_LIMIT: usize = 100_000;
 
 fn check_runs(runs: usize, what: &str) -> crate::Result<()> {
     if runs == TUNE_RUN_LIMIT {
-        return Err(Error::InvalidSize(format!(
+        return Err(Error::Internal(format!(
             "{what} was still tuning after {runs} runs"
         )));
     }
@@ -693,7 +693,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match cg.solve(&mut problem, 0.0, 5, &mut |_, _| {}) {
-            Err(TestError::Host(e)) => assert!(e.to_string().contains("tolerance 0"), "{e}"),
+            Err(TestError::Host(e)) => {
+                assert!(
+                    e.to_string().starts_with("invalid setting: tolerance 0"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match cg.solve_async(&mut problem, 1e-10, 5, 0, &mut |_, _| {}) {
+            Err(TestError::Host(e @ Error::InvalidSetting(_))) => {
+                assert!(e.to_string().contains("every 1 or more"), "{e}")
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -299,7 +299,7 @@ impl Communicator for Solo {
                 .collect();
             for f in on_axis(faces, axis) {
                 if f.peer != 0 {
-                    return Err(Error::InvalidSize(format!(
+                    return Err(Error::InvalidSetting(format!(
                         "a one-rank run was given a halo plan with rank {} in it; decompose over 1 rank",
                         f.peer
                     )));
@@ -375,7 +375,7 @@ mod mpi_backend {
         /// Starts MPI. Fails if it was started already in this process.
         pub fn init() -> Result<Self> {
             let universe = mpi::initialize().ok_or_else(|| {
-                Error::InvalidSize(
+                Error::InvalidSetting(
                     "MPI was initialised twice in this process; open one Mpi communicator".into(),
                 )
             })?;

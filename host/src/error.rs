@@ -55,6 +55,16 @@ pub enum Error {
     /// A grid, range or launch shape that cannot work.
     #[error("invalid size: {0}")]
     InvalidSize(String),
+    /// Settings that cannot work, alone or together: solver tolerances, a variant the halos cannot
+    /// serve, a call made where it may not run.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+    /// A check of the runtime's own state failed: a fault of lattice-gpu, not of its input.
+    #[error("internal error: {0} (please report it)")]
+    Internal(String),
+    /// An error of the caller's code, raised inside a closure the runtime runs, kept as its message.
+    #[error("{0}")]
+    Caller(String),
     /// A communication library is missing, or one of its calls failed.
     #[error("communication error: {0}")]
     Comm(String),

@@ -364,14 +364,14 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         on_check: &mut dyn FnMut(usize, f64),
     ) -> Result<SolveReport> {
         if !(opt.tol > 0.0 && opt.tol < 1.0) || opt.max_iter == 0 || opt.check_every == 0 {
-            return Err(Error::InvalidSize(format!(
+            return Err(Error::InvalidSetting(format!(
                 "solver options tol = {}, max_iter = {}, check_every = {}: need 0 < tol < 1 and positive counts",
                 opt.tol, opt.max_iter, opt.check_every
             )));
         }
         if let Some(ranks) = self.op.ranks() {
             if ranks.waits_for_gpu() && !matches!(opt.variant, Variant::Sync | Variant::Async) {
-                return Err(Error::InvalidSize(format!(
+                return Err(Error::InvalidSetting(format!(
                     "the {} variant queues iterations ahead of the GPU, which halos staged through \
                      host memory cannot (each exchange waits for the GPU); exchange through NCCL \
                      (--halos nccl), or use the sync or async variant",
@@ -382,7 +382,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         if matches!(opt.variant, Variant::WaitKernel | Variant::StreamWait)
             && opt.check_every > MAX_HELD_ITERATIONS
         {
-            return Err(Error::InvalidSize(format!(
+            return Err(Error::InvalidSetting(format!(
                 "check_every = {} with the {} variant would hold more launches behind one wait than the driver queues; use at most {MAX_HELD_ITERATIONS}",
                 opt.check_every, opt.variant
             )));
@@ -413,7 +413,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             BREAKDOWN_R0V => SolveStatus::Breakdown("<r0, A p> vanished"),
             BREAKDOWN_OMEGA => SolveStatus::Breakdown("<t, t> or omega vanished"),
             s => {
-                return Err(Error::InvalidSize(format!(
+                return Err(Error::Internal(format!(
                     "the solver state on the GPU is corrupt (status {s})"
                 )))
             }
@@ -559,7 +559,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             drop(tx);
             handle
                 .join()
-                .map_err(|_| Error::InvalidSize("the release thread panicked".into()))??;
+                .map_err(|_| Error::Internal("the release thread panicked".into()))??;
         }
         result?;
         // Waits for the queued work: the state is final.
@@ -642,9 +642,8 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .cuda(|| "capturing the solver graph".into());
         queued?;
-        let graph = graph?.ok_or_else(|| {
-            Error::InvalidSize("the solver graph capture recorded nothing".into())
-        })?;
+        let graph = graph?
+            .ok_or_else(|| Error::Internal("the solver graph capture recorded nothing".into()))?;
         graph
             .upload()
             .cuda(|| "uploading the solver graph".into())?;

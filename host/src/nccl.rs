@@ -384,7 +384,7 @@ impl Nccl {
     /// it. [`finish`](Self::finish) makes the GPU's stream wait for it.
     pub fn start<T: Element>(&self, halo: &LayerHalo, field: &impl Field<T>) -> Result<()> {
         let Some(base) = field.device_addr() else {
-            return Err(Error::InvalidSize(
+            return Err(Error::InvalidSetting(
                 "an NCCL halo exchange needs its field in GPU memory; run on the GPU engine".into(),
             ));
         };
@@ -483,7 +483,7 @@ impl LayerHalo {
         layer: usize,
     ) -> Result<Self> {
         if let Some(f) = plan.iter().find(|f| f.axis != axis) {
-            return Err(Error::InvalidSize(format!(
+            return Err(Error::InvalidSetting(format!(
                 "an NCCL layer exchange moves one split axis ({axis}); this plan also splits axis {}",
                 f.axis
             )));

@@ -85,7 +85,7 @@ impl From<Error> for lattice_gpu_host::Error {
     fn from(e: Error) -> Self {
         match e {
             Error::Host(h) => h,
-            other => lattice_gpu_host::Error::InvalidSize(other.to_string()),
+            other => lattice_gpu_host::Error::Caller(other.to_string()),
         }
     }
 }

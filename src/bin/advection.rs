@@ -637,7 +637,7 @@ fn time_steps<E: LoopEngine>(
         for _ in 0..steps {
             a.step().map_err(|e| match e {
                 Error::Host(h) => h,
-                other => HostError::InvalidSize(other.to_string()),
+                other => HostError::Caller(other.to_string()),
             })?;
         }
         Ok(())

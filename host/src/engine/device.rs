@@ -102,7 +102,7 @@ impl LaunchShape {
             )));
         }
         if kernel.entry(self.variant).is_none() {
-            return Err(Error::InvalidSize(format!(
+            return Err(Error::InvalidSetting(format!(
                 "kernel {} has no {} variant (variants: {}); use --variant plain, or give a 3-D stencil update its variants with kernel3d!(name => Type; zqueue = ..., tiled = ...)",
                 kernel.name(),
                 self.variant.name(),
@@ -295,7 +295,7 @@ pub(crate) fn launch<F: Copy>(
     sum: Option<SumTarget>,
 ) -> Result<()> {
     if kernel.sums != sum.is_some() {
-        return Err(Error::InvalidSize(format!(
+        return Err(Error::InvalidSetting(format!(
             "kernel {} {} its terms: run it with {}",
             kernel.name(),
             if kernel.sums { "sums" } else { "does not sum" },
@@ -319,7 +319,7 @@ pub(crate) fn launch<F: Copy>(
     let stream = gpu.launch_stream();
     if sum.is_some() && !Arc::ptr_eq(&stream, gpu.stream()) {
         // Its partials and counters are reused in the order of the GPU's one stream.
-        return Err(Error::InvalidSize(format!(
+        return Err(Error::InvalidSetting(format!(
             "kernel {} sums its terms, which only the GPU's own stream may run: run it outside \
              Gpu::beside",
             kernel.name()
@@ -477,7 +477,7 @@ pub(crate) fn record(gpu: &Gpu, work: &mut dyn FnMut() -> Result<()>) -> Result<
         .cuda(|| "capturing a graph".into());
     queued?;
     let graph =
-        graph?.ok_or_else(|| Error::InvalidSize("the graph capture recorded no work".into()))?;
+        graph?.ok_or_else(|| Error::Internal("the graph capture recorded no work".into()))?;
     graph.upload().cuda(|| "uploading a graph".into())?;
     Ok(graph)
 }
