@@ -48,10 +48,23 @@ pub fn default_gpu() -> usize {
     if let Some(g) = THREAD_GPU.get() {
         return g;
     }
-    let local = LOCAL_RANK_VARS
+    local_gpu(local_rank(), Gpu::probe().ok())
+}
+
+/// The process's rank among the processes of its node, where a launcher set one.
+fn local_rank() -> Option<usize> {
+    LOCAL_RANK_VARS
         .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok());
-    local_gpu(local, Gpu::probe().ok())
+        .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+}
+
+/// Prints the fallback to the CPU once per node: every rank of a decomposed run (threads of this
+/// process, or processes started by `mpirun`/`srun`) falls back alike, and one line says it.
+fn cpu_notice(why: &str, instead: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if local_rank().unwrap_or(0) == 0 {
+        ONCE.call_once(|| eprintln!("notice: {why}; running {instead} instead"));
+    }
 }
 
 thread_local! {
@@ -76,6 +89,26 @@ pub fn on_gpus<E: Send>(
     .map(|_| ())
 }
 
+/// Opens GPU `ordinal` for a GPU engine the user asked for; without a GPU the error also names the CPU
+/// engine.
+fn open_for_engine(ordinal: usize) -> Result<Arc<Gpu>> {
+    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
+        Error::NoGpu(why) => Error::NoGpu(format!("{why}, or run on the CPU with --engine host")),
+        e => e,
+    })
+}
+
+/// Opens GPU `ordinal` for `{app} bench`: a benchmark measures the GPU, so there is no CPU engine to
+/// offer instead.
+pub fn bench_gpu(app: &str, ordinal: usize) -> Result<Arc<Gpu>> {
+    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
+        Error::NoGpu(why) => Error::NoGpu(format!(
+            "{why}; `{app} bench` measures the GPU, so run it on a machine with one"
+        )),
+        e => e,
+    })
+}
+
 /// [`default_gpu`] for local rank `local` on a node with `gpus` devices.
 fn local_gpu(local: Option<usize>, gpus: Option<usize>) -> usize {
     match (local, gpus) {
@@ -90,11 +123,11 @@ impl Placement {
     pub fn gpu(self, instead: &str) -> Result<Option<Arc<Gpu>>> {
         match self {
             Placement::Host => Ok(None),
-            Placement::Device => Ok(Some(Gpu::open(default_gpu(), crate::PTX)?)),
+            Placement::Device => Ok(Some(open_for_engine(default_gpu())?)),
             Placement::Auto => match Gpu::open(default_gpu(), crate::PTX) {
                 Ok(g) => Ok(Some(g)),
                 Err(Error::NoGpu(why)) => {
-                    eprintln!("notice: {why}; running {instead} instead");
+                    cpu_notice(&why, instead);
                     Ok(None)
                 }
                 Err(e) => Err(e),
@@ -246,7 +279,7 @@ impl SplitArgs {
         };
         let s = if ranks == 1 { "" } else { "s" };
         let ranks = match self.halo.gpus {
-            Some(_) => format!("{ranks} GPU thread{s} of this process"),
+            Some(_) => format!("{ranks} rank{s} run as threads of this process"),
             None => format!("{ranks} MPI rank{s}"),
         };
         Some(format!(
@@ -383,11 +416,11 @@ impl EngineArgs {
     pub fn choose(&self) -> Result<Chosen> {
         match self.engine {
             Some(EngineKind::Host) => Ok(Chosen::Host),
-            Some(kind) => Ok(Chosen::Gpu(kind, Gpu::open(self.gpu(), crate::PTX)?)),
+            Some(kind) => Ok(Chosen::Gpu(kind, open_for_engine(self.gpu())?)),
             None => match Gpu::open(self.gpu(), crate::PTX) {
                 Ok(gpu) => Ok(Chosen::Gpu(EngineKind::Autotune, gpu)),
                 Err(Error::NoGpu(why)) => {
-                    eprintln!("notice: {why}; running on the CPU engine instead");
+                    cpu_notice(&why, "on the CPU engine");
                     Ok(Chosen::Host)
                 }
                 Err(e) => Err(e),

@@ -100,6 +100,24 @@ fn bad_parameters() {
 }
 
 #[test]
+fn missing_gpu_names_the_fix_that_fits() {
+    if lattice_gpu::host::Gpu::probe().is_ok() {
+        eprintln!("missing_gpu_names_the_fix_that_fits: SKIPPED (a GPU is present)");
+        return;
+    }
+    // A GPU engine the user asked for has the CPU engine as its alternative; a benchmark has none.
+    fails_with(
+        &["--engine", "device", "--size", "8", "--steps", "1"],
+        "or run on the CPU with --engine host",
+    );
+    let (ok, text) = run(&["bench"]);
+    assert!(
+        !ok && text.contains("`diffusion bench` measures the GPU") && !text.contains("--engine"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_input_files() {
     let dir = scratch("inputs");
     let out = dir.join("out");

@@ -50,7 +50,10 @@ fn same_bytes(app: &str, args: &[&str], file: &str, name: &str) {
         a.extend(["--gpus", n, "--output", &split]);
         let (ok, text) = run(app, &a);
         assert!(ok, "{app} {a:?}:\n{text}");
-        assert!(text.contains(&format!("over {n} GPU threads")), "{text}");
+        assert!(
+            text.contains(&format!("over {n} ranks run as threads of this process")),
+            "{text}"
+        );
         let got = std::fs::read(dir.join(n).join(file)).unwrap();
         assert!(
             got == want,
@@ -192,5 +195,30 @@ fn impossible_thread_splits_are_refused() {
         &["solve", "--engine", "host", "--gpus", "0", "--dims", "4"],
     );
     assert!(!ok && text.contains("--gpus"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_fallback_to_the_cpu_is_said_once_for_all_ranks() {
+    let test = "the_fallback_to_the_cpu_is_said_once_for_all_ranks";
+    let dir = temp_dir("threads-notice");
+    let o = dir.join("out").to_string_lossy().to_string();
+    // No `--engine`: every rank opens the GPU itself and, without one, falls back alike.
+    let want = usize::from(common::gpu(test).is_none());
+    let runs: [(&str, &[&str]); 2] = [
+        (
+            "diffusion",
+            &[
+                "--gpus", "3", "--size", "12", "--steps", "4", "--output", &o,
+            ],
+        ),
+        ("lqcd", &["solve", "--gpus", "2", "--dims", "4x4x4x8"]),
+    ];
+    for (app, args) in runs {
+        let (ok, text) = run(app, args);
+        assert!(ok, "{app} {args:?}:\n{text}");
+        let said = text.matches("notice: ").count();
+        assert_eq!(said, want, "{app} {args:?}:\n{text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -47,7 +47,8 @@ impl Gpu {
         // SAFETY: only checks whether the shared library can be loaded.
         if !unsafe { sys::is_culib_present() } {
             return Err(Error::NoGpu(
-                "the CUDA driver library (libcuda.so) was not found; install the NVIDIA driver or run with --engine host".into(),
+                "the CUDA driver library (libcuda.so) was not found; install the NVIDIA driver"
+                    .into(),
             ));
         }
         cu::init().map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {e}")))?;

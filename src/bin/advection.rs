@@ -515,7 +515,7 @@ struct Row {
 }
 
 fn bench(b: &BenchArgs) -> Result<()> {
-    let gpu = Gpu::open(0, lattice_gpu::PTX)?;
+    let gpu = lattice_gpu::cli::bench_gpu("advection", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s; 16 bytes per point (f read and written, u and v read)", gpu.name());
     println!(

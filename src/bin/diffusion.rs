@@ -13,7 +13,7 @@ use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
 use lattice_gpu::host::io::{npy, png};
-use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
+use lattice_gpu::host::{DeviceLoopEngine, Element, HostLoopEngine};
 use lattice_gpu::kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu::kernels::stencil::GpuEntry;
 
@@ -289,7 +289,7 @@ where
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
-    let gpu = Gpu::open(args.gpu, lattice_gpu::PTX)?;
+    let gpu = lattice_gpu::cli::bench_gpu("diffusion", args.gpu)?;
     println!(
         "device: {} ({} SMs), PTX {}",
         gpu.name(),

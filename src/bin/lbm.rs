@@ -347,6 +347,8 @@ fn make<S: LbmStorage, C: Communicator>(
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
 ) -> Result<Lbm<S, C>> {
     lattice_gpu::cli::same_options(&comm).map_err(Error::InvalidParameter)?;
+    // Before the header and the near-1/2 warning, which an unusable tau would contradict.
+    params.check()?;
     let d = geometry.dims();
     let lead = comm.rank() == 0;
     let gpu = match &e {
@@ -583,7 +585,7 @@ fn bench_one<S: LbmStorage>(
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {
-    let gpu = Gpu::open(0, lattice_gpu::PTX)?;
+    let gpu = lattice_gpu::cli::bench_gpu("lbm", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
     println!("size  storage streaming block   MLUPs/s  B/cell    GB/s  of copy  B/cell held");

@@ -781,7 +781,7 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {
-    let g = Gpu::open(0, lattice_gpu::PTX)?;
+    let g = lattice_gpu::cli::bench_gpu("lqcd", 0)?;
     let copy = g.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", g.name());
     let mut csv = String::from("kind,lattice,precision,variant,ms,gflops,gbs,of_copy,iterations\n");

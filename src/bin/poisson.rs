@@ -866,15 +866,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
             keys.join(", ")
         )));
     }
-    let gpu = match Gpu::open(0, lattice_gpu::PTX) {
-        Ok(g) => g,
-        Err(HostError::NoGpu(why)) => {
-            return Err(Error::Invalid(format!(
-                "`poisson bench` times the solver on a GPU and needs one: {why}"
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let gpu = lattice_gpu::cli::bench_gpu("poisson", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!(
         "GPU: {}; device-to-device copy {copy:.1} GB/s; CG in f64 from x = 0 to a relative residual of {:.0e}",
