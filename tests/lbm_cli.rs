@@ -96,7 +96,7 @@ fn cases_run_and_write_their_files() {
 fn bad_input_is_refused_with_the_fix() {
     let dir = temp_dir("bad");
     let out = dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &[
                 "taylor-green",
@@ -104,6 +104,20 @@ fn bad_input_is_refused_with_the_fix() {
                 "host",
                 "--tau",
                 "0.5",
+                "--output",
+                out,
+            ],
+            "above 0.5",
+        ),
+        (
+            &[
+                "taylor-green",
+                "--engine",
+                "host",
+                "--tau",
+                "0.4",
+                "--steps",
+                "20",
                 "--output",
                 out,
             ],
@@ -163,6 +177,11 @@ fn bad_input_is_refused_with_the_fix() {
         assert!(
             text.contains(want),
             "lbm {args:?}: expected `{want}` in:\n{text}"
+        );
+        // Refused before the run's header or a warning the refusal would contradict.
+        assert!(
+            !text.contains(" cells, ") && !text.contains("warning:"),
+            "lbm {args:?} started before refusing:\n{text}"
         );
     }
     let left: Vec<_> = std::fs::read_dir(&dir)

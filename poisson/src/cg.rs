@@ -107,7 +107,8 @@ pub fn solve<E: LoopEngine>(
     Ok((solver.solution()?, report))
 }
 
-fn check_stop(tol: f64, max_iter: usize) -> Result<()> {
+/// Fails, naming both limits, unless `tol` lies in (0, 1) and `max_iter` is at least 1.
+pub fn check_stop(tol: f64, max_iter: usize) -> Result<()> {
     if tol.is_nan() || tol <= 0.0 || tol >= 1.0 || max_iter == 0 {
         return Err(Error::Invalid(format!(
             "tolerance {tol} must be in (0, 1) and the iteration limit ({max_iter}) at least 1"

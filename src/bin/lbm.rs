@@ -122,6 +122,20 @@ struct Stop {
     max_steps: u64,
 }
 
+impl Stop {
+    /// The most steps the run takes, or the error naming the option that cannot work.
+    fn total(&self) -> Result<u64> {
+        let total = self.steps.unwrap_or(self.max_steps);
+        if total == 0 || self.check_every == 0 || self.steady.is_nan() || self.steady <= 0.0 {
+            return Err(Error::InvalidParameter(
+                "--steps, --max-steps and --check-every must be at least 1 and --steady positive"
+                    .into(),
+            ));
+        }
+        Ok(total)
+    }
+}
+
 #[derive(Args)]
 struct CavityArgs {
     #[command(flatten)]
@@ -238,13 +252,7 @@ const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
 /// moments.
 fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> Result<Moments> {
-    let total = stop.steps.unwrap_or(stop.max_steps);
-    if total == 0 || stop.check_every == 0 || stop.steady.is_nan() || stop.steady <= 0.0 {
-        return Err(Error::InvalidParameter(
-            "--steps, --max-steps and --check-every must be at least 1 and --steady positive"
-                .into(),
-        ));
-    }
+    let total = stop.total()?;
     let lead = lbm.comm().rank() == 0;
     let bar = progress(total, "steps");
     if !lead {
@@ -394,6 +402,7 @@ fn make<S: LbmStorage, C: Communicator>(
 
 fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()> {
     let lead = comm.rank() == 0;
+    a.stop.total()?;
     let e = engine_for::<S>(&a.common, a.size)?;
     // --tau sets the viscosity, and so the Reynolds number U L / nu.
     let re = match a.tau {
@@ -434,6 +443,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
 
 fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Result<()> {
     let lead = comm.rank() == 0;
+    a.stop.total()?;
     let e = engine_for::<S>(&a.common, [a.extent.0, a.width + 2, a.extent.1])?;
     let (g, p) = cases::poiseuille(
         a.width,

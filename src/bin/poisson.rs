@@ -20,7 +20,7 @@ use lattice_gpu::host::{
     LaunchShape, LoopEngine,
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
-use lattice_gpu::poisson::cg::{Precision, Report, Solver};
+use lattice_gpu::poisson::cg::{check_stop, Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{
     max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
 };
@@ -293,6 +293,7 @@ fn problem(a: &RunArgs) -> Result<(Problem, Option<Vec<f64>>)> {
 }
 
 fn run(a: &RunArgs) -> Result<()> {
+    check_stop(a.tol, a.max_iter)?;
     let (p, exact) = problem(a)?;
     let levels = a.levels.unwrap_or(max_levels(p.n).min(6));
     let mut cycle = Cycle {
