@@ -61,12 +61,30 @@ fn bad_input_is_refused_with_the_fix() {
     write_npy(&uv, &[12, 16, 2], &vec![0.1f32; 16 * 12 * 2]).unwrap();
     let wrong = dir.join("uv-wrong.npy");
     write_npy(&wrong, &[12, 15, 2], &vec![0.1f32; 15 * 12 * 2]).unwrap();
-    let (fs, uvs, ws) = (
+    // NaN everywhere: the largest speed, which sets the time step, skips NaN and sees no flow.
+    let nan = dir.join("uv-nan.npy");
+    write_npy(&nan, &[12, 16, 2], &vec![f32::NAN; 16 * 12 * 2]).unwrap();
+    let (fs, uvs, ws, ns) = (
         field.to_str().unwrap(),
         uv.to_str().unwrap(),
         wrong.to_str().unwrap(),
+        nan.to_str().unwrap(),
     );
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &[
+                "file",
+                "--engine",
+                "host",
+                "--field",
+                fs,
+                "--velocity",
+                ns,
+                "--output",
+                o,
+            ],
+            "u at node (0, 0) is NaN; give finite velocities",
+        ),
         (
             &[
                 "swirl", "--engine", "host", "--block", "32x4", "--output", o,

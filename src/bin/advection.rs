@@ -484,6 +484,17 @@ fn run_file(a: &FileArgs) -> Result<()> {
             a.velocity.display()
         )));
     }
+    // Before the time step is taken from the largest speed, which would pass over NaN.
+    if let Some(i) = uv.iter().position(|x| !x.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "{}: {} at node ({}, {}) is {}; give finite velocities",
+            a.velocity.display(),
+            ["u", "v"][i % 2],
+            i / 2 % nx,
+            i / 2 / nx,
+            uv[i]
+        )));
+    }
     if !(a.h.is_finite() && a.h > 0.0) {
         return Err(Error::Invalid(format!(
             "--h {} must be a positive spacing",
