@@ -7,6 +7,7 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Variant;
+use lattice_gpu_host::io::IoError;
 use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
 
 /// Which loop engine runs the work.
@@ -506,9 +507,11 @@ pub fn parse_size3(s: &str) -> std::result::Result<[usize; 3], String> {
 }
 
 /// Makes the output directory, with an error that names it.
-pub fn output_dir(dir: &Path) -> std::result::Result<PathBuf, String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the output directory {}: {e}", dir.display()))?;
+pub fn output_dir(dir: &Path) -> std::result::Result<PathBuf, IoError> {
+    std::fs::create_dir_all(dir).map_err(|source| IoError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     Ok(dir.to_path_buf())
 }
 

@@ -95,6 +95,22 @@ fn bad_parameters() {
         &["--engine", "host", "--size", "8", "--cut", "--output", o],
         "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N",
     );
+    // A directory under a file cannot be made, even by root.
+    let file = scratch("params-file").join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let under = file.join("out");
+    fails_with(
+        &[
+            "--engine",
+            "host",
+            "--size",
+            "8",
+            "--output",
+            under.to_str().unwrap(),
+        ],
+        "cannot create the output directory",
+    );
+    let _ = std::fs::remove_dir_all(file.parent().unwrap());
     assert_no_outputs(&dir);
     let _ = std::fs::remove_dir_all(&dir);
 }

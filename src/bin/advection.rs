@@ -244,7 +244,7 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
     let halos = Halos::Host;
     // Only rank 0 writes; the others must not race it for the directory.
     let dir = if lead {
-        output_dir(&c.output).map_err(Error::Invalid)?
+        output_dir(&c.output)?
     } else {
         c.output.clone()
     };

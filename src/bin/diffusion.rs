@@ -129,7 +129,7 @@ fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
     let problem = Problem::new(args.size, args.kappa, args.dt)?;
     // Only rank 0 writes; the others must not race it for the directory.
     let out = if comm.rank() == 0 {
-        cli::output_dir(&args.output).map_err(invalid)?
+        cli::output_dir(&args.output)?
     } else {
         args.output.clone()
     };

@@ -233,14 +233,10 @@ fn describe(e: &Engine) -> String {
     }
 }
 
-fn io(e: String) -> Error {
-    Error::InvalidParameter(e)
-}
-
 /// The output directory, made by rank 0 only (the other ranks write nothing).
 fn out_dir(c: &Common, lead: bool) -> Result<PathBuf> {
     if lead {
-        output_dir(&c.output).map_err(io)
+        Ok(output_dir(&c.output)?)
     } else {
         Ok(c.output.clone())
     }

@@ -749,7 +749,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
 }
 
 fn propagator(a: &PropagatorArgs) -> Result<()> {
-    lattice_gpu::cli::output_dir(&a.output).map_err(Error::InvalidParameter)?;
+    lattice_gpu::cli::output_dir(&a.output)?;
     let mut s = Solver::new(&a.solver)?;
     let mut solutions = Vec::with_capacity(12);
     let t = Instant::now();

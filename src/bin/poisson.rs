@@ -320,7 +320,7 @@ fn run(a: &RunArgs) -> Result<()> {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F64 => Precision::F64,
     };
-    let dir = output_dir(&a.output).map_err(Error::Invalid)?;
+    let dir = output_dir(&a.output).map_err(HostError::from)?;
     let (x, done) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
         (None, _) => solve_on(&HostLoopEngine, &p, cycle, precision, a)?,
         (Some(gpu), Placement::Device) => solve_on(

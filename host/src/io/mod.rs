@@ -38,6 +38,14 @@ pub enum IoError {
         /// What the operating system said.
         source: io::Error,
     },
+    /// The directory for a run's output files could not be made.
+    #[error("cannot create the output directory {}: {source}; choose a directory you can write to", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the operating system said.
+        source: io::Error,
+    },
     /// The file is not a `.npy` file this crate can read, or the array cannot be saved as one.
     #[error("{}: not a valid .npy file: {problem}", path.display())]
     Npy {
