@@ -59,12 +59,20 @@ fn local_rank() -> Option<usize> {
         .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
 }
 
-/// Prints the fallback to the CPU once per node: every rank of a decomposed run (threads of this
-/// process, or processes started by `mpirun`/`srun`) falls back alike, and one line says it.
-fn cpu_notice(why: &str, instead: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if local_rank().unwrap_or(0) == 0 {
-        ONCE.call_once(|| eprintln!("notice: {why}; running {instead} instead"));
+/// Opens GPU `ordinal`, or `None` without a GPU, with a notice that `instead` runs on the CPU. The
+/// notice is printed once per node: every rank of a decomposed run (threads of this process, or
+/// processes started by `mpirun`/`srun`) falls back alike, and one line says it.
+fn gpu_or_cpu(ordinal: usize, instead: &str) -> Result<Option<Arc<Gpu>>> {
+    match Gpu::open(ordinal, crate::PTX) {
+        Ok(g) => Ok(Some(g)),
+        Err(Error::NoGpu(why)) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            if local_rank().unwrap_or(0) == 0 {
+                ONCE.call_once(|| eprintln!("notice: {why}; running {instead} instead"));
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -90,24 +98,27 @@ pub fn on_gpus<E: Send>(
     .map(|_| ())
 }
 
+/// Opens GPU `ordinal`; without a GPU the error ends with `fix`, the way out that fits the caller.
+fn open_or_say(ordinal: usize, fix: &str) -> Result<Arc<Gpu>> {
+    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
+        Error::NoGpu(why) => Error::NoGpu(format!("{why}{fix}")),
+        e => e,
+    })
+}
+
 /// Opens GPU `ordinal` for a GPU engine the user asked for; without a GPU the error also names the CPU
 /// engine.
 fn open_for_engine(ordinal: usize) -> Result<Arc<Gpu>> {
-    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
-        Error::NoGpu(why) => Error::NoGpu(format!("{why}, or run on the CPU with --engine host")),
-        e => e,
-    })
+    open_or_say(ordinal, ", or run on the CPU with --engine host")
 }
 
 /// Opens GPU `ordinal` for `{app} bench`: a benchmark measures the GPU, so there is no CPU engine to
 /// offer instead.
 pub fn bench_gpu(app: &str, ordinal: usize) -> Result<Arc<Gpu>> {
-    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
-        Error::NoGpu(why) => Error::NoGpu(format!(
-            "{why}; `{app} bench` measures the GPU, so run it on a machine with one"
-        )),
-        e => e,
-    })
+    open_or_say(
+        ordinal,
+        &format!("; `{app} bench` measures the GPU, so run it on a machine with one"),
+    )
 }
 
 /// [`default_gpu`] for local rank `local` on a node with `gpus` devices.
@@ -125,14 +136,7 @@ impl Placement {
         match self {
             Placement::Host => Ok(None),
             Placement::Device => Ok(Some(open_for_engine(default_gpu())?)),
-            Placement::Auto => match Gpu::open(default_gpu(), crate::PTX) {
-                Ok(g) => Ok(Some(g)),
-                Err(Error::NoGpu(why)) => {
-                    cpu_notice(&why, instead);
-                    Ok(None)
-                }
-                Err(e) => Err(e),
-            },
+            Placement::Auto => gpu_or_cpu(default_gpu(), instead),
         }
     }
 }
@@ -418,14 +422,8 @@ impl EngineArgs {
         match self.engine {
             Some(EngineKind::Host) => Ok(Chosen::Host),
             Some(kind) => Ok(Chosen::Gpu(kind, open_for_engine(self.gpu())?)),
-            None => match Gpu::open(self.gpu(), crate::PTX) {
-                Ok(gpu) => Ok(Chosen::Gpu(EngineKind::Autotune, gpu)),
-                Err(Error::NoGpu(why)) => {
-                    cpu_notice(&why, "on the CPU engine");
-                    Ok(Chosen::Host)
-                }
-                Err(e) => Err(e),
-            },
+            None => Ok(gpu_or_cpu(self.gpu(), "on the CPU engine")?
+                .map_or(Chosen::Host, |gpu| Chosen::Gpu(EngineKind::Autotune, gpu))),
         }
     }
 
