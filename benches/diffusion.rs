@@ -33,7 +33,7 @@ fn cpu(c: &mut Criterion) {
 }
 
 fn gpu(c: &mut Criterion) {
-    let gpu = match Gpu::open(0, lattice_gpu::PTX) {
+    let gpu = match Gpu::open(0) {
         Ok(g) => g,
         Err(e) => {
             println!("diffusion_gpu skipped: {e}");

@@ -63,7 +63,7 @@ fn local_rank() -> Option<usize> {
 /// notice is printed once per node: every rank of a decomposed run (threads of this process, or
 /// processes started by `mpirun`/`srun`) falls back alike, and one line says it.
 fn gpu_or_cpu(ordinal: usize, instead: &str) -> Result<Option<Arc<Gpu>>> {
-    match Gpu::open(ordinal, crate::PTX) {
+    match Gpu::open(ordinal) {
         Ok(g) => Ok(Some(g)),
         Err(Error::NoGpu(why)) => {
             static ONCE: std::sync::Once = std::sync::Once::new();
@@ -100,7 +100,7 @@ pub fn on_gpus<E: Send>(
 
 /// Opens GPU `ordinal`; without a GPU the error ends with `fix`, the way out that fits the caller.
 fn open_or_say(ordinal: usize, fix: &str) -> Result<Arc<Gpu>> {
-    Gpu::open(ordinal, crate::PTX).map_err(|e| match e {
+    Gpu::open(ordinal).map_err(|e| match e {
         Error::NoGpu(why) => Error::NoGpu(format!("{why}{fix}")),
         e => e,
     })

@@ -3,8 +3,9 @@
 //!
 //! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the lattice-QCD
 //! crate ([`lqcd`]), the lattice-Boltzmann crate ([`lbm`]), the advection crate ([`advection`]) and the Poisson
-//! crate ([`poisson`]), embeds the PTX
-//! that `build.rs` compiled from `gpu-kernels`, and holds the applications' drivers ([`diffusion`]).
+//! crate ([`poisson`]), and holds the applications' drivers ([`diffusion`]). The framework's PTX is
+//! embedded by the host crate ([`host::Module::framework`]); a crate with kernels of its own builds them
+//! with lattice-gpu-builder (README: "Use lattice-gpu in your own crate").
 
 pub use lattice_gpu_advection as advection;
 pub use lattice_gpu_host as host;
@@ -16,9 +17,3 @@ pub use lattice_gpu_poisson as poisson;
 pub mod bench;
 pub mod cli;
 pub mod diffusion;
-
-/// The PTX module compiled from `gpu-kernels` by `build.rs`.
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/lattice_gpu_kernels.ptx"));
-
-/// The PTX target the module was built for (`LATTICE_GPU_ARCH` at build time, default `sm_70`).
-pub const PTX_ARCH: &str = env!("LATTICE_GPU_PTX_ARCH");

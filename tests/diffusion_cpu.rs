@@ -323,6 +323,8 @@ impl StencilUpdate3D for Wide {
 }
 
 impl GpuEntry for Wide {
+    // Emulated only: no module holds these entries.
+    const MODULE: &'static str = "tests";
     const ENTRY: &'static str = "wide";
     const ZQUEUE_ENTRY: Option<&'static str> = Some("wide_zqueue");
     const TILED_ENTRY: Option<&'static str> = Some("wide_tiled");

@@ -263,7 +263,9 @@ fn block_limits_follow_each_kernels_registers() {
         return;
     };
     let device = gpu.max_threads_per_block();
-    let limits: Vec<(&str, u32)> = lattice_gpu::host::gpu::ptx_entries(lattice_gpu::PTX)
+    let framework = lattice_gpu::host::Module::framework();
+    let limits: Vec<(&str, u32)> = framework
+        .entries()
         .map(|e| (e, gpu.max_block_of(e).unwrap()))
         .collect();
     for (entry, limit) in &limits {

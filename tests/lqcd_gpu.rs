@@ -432,7 +432,7 @@ fn split_ranks_stop_after_the_same_block_whenever_each_reads_its_state() {
     // collective calls unmatched.
     let reports = lattice_gpu::host::threads::run(2, |comm| -> Result<_, String> {
         let err = |e: &dyn std::fmt::Display| e.to_string();
-        let g = Gpu::open(0, lattice_gpu::PTX).map_err(|e| err(&e))?;
+        let g = Gpu::open(0).map_err(|e| err(&e))?;
         let lag = 1 << 27;
         let ranks = Box::new(Lagging {
             ranks: HostStaged(std::rc::Rc::new(comm.clone())),

@@ -127,7 +127,7 @@ fn several_gpus_of_one_process_sum_and_pass_a_ring() {
     }
     let mut gpus = vec![first.clone()];
     for k in 1..count {
-        gpus.push(Gpu::open(k, lattice_gpu::PTX).unwrap());
+        gpus.push(Gpu::open(k).unwrap());
     }
     let comms = Nccl::for_gpus(&gpus).unwrap();
     let values: Vec<Vec<f64>> = (0..count).map(|r| random(777, 10 + r as u64)).collect();

@@ -7,6 +7,10 @@
 use std::io::Write;
 use std::process::Command;
 
+use lattice_gpu::host::module::FRAMEWORK_ARCH;
+use lattice_gpu::host::Module;
+use lattice_gpu_builder::ptxas;
+
 const ENTRIES: &[&str] = &[
     "diffusion3d_f32",
     "diffusion3d_f64",
@@ -129,54 +133,26 @@ fn stack_allowance(entry: &str) -> u32 {
     }
 }
 
-/// (entry, stack frame bytes, registers) for each entry of a `ptxas -v` log.
-fn entry_report(log: &str) -> Vec<(String, u32, u32)> {
-    let mut out = Vec::new();
-    let mut entry: Option<String> = None;
-    let mut stack = 0;
-    let number_before = |l: &str, what: &str| -> Option<u32> {
-        let head = &l[..l.find(what)?];
-        head.split_whitespace().last()?.parse().ok()
-    };
-    for l in log.lines() {
-        if let Some(rest) = l.split("Compiling entry function '").nth(1) {
-            entry = rest.split('\'').next().map(str::to_string);
-        } else if let Some(s) = number_before(l, "bytes stack frame") {
-            stack = s;
-        } else if let (Some(e), Some(r)) = (&entry, number_before(l, "registers")) {
-            out.push((e.clone(), stack, r));
-            entry = None;
-        }
-    }
-    out
-}
-
-#[test]
-fn ptxas_report_is_parsed() {
-    let log = "ptxas info    : Compiling entry function 'k_a' for 'sm_90'\n\
-               ptxas info    : Function properties for k_a\n\
-               \x20   16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
-               ptxas info    : Used 25 registers, used 1 barriers\n";
-    assert_eq!(entry_report(log), vec![("k_a".to_string(), 16, 25)]);
-}
-
 #[test]
 fn ptx_has_every_kernel_entry() {
     // The same list `Gpu::open` loads eagerly.
-    let found: Vec<&str> = lattice_gpu::host::gpu::ptx_entries(lattice_gpu::PTX).collect();
+    let framework = Module::framework();
+    let found: Vec<&str> = framework.entries().collect();
     for e in ENTRIES {
         assert!(
             found.contains(e),
             "entry {e} missing from the PTX; found {found:?}"
         );
     }
-    assert!(lattice_gpu::PTX.contains(&format!(".target {}", lattice_gpu::PTX_ARCH)));
+    assert_eq!(framework.target(), Some(FRAMEWORK_ARCH));
 }
 
 #[test]
 fn ptx_has_no_unresolved_externals() {
     // The only extern allowed is the dynamic shared-memory segment, which the launch sizes.
-    let externs: Vec<&str> = lattice_gpu::PTX
+    let framework = Module::framework();
+    let externs: Vec<&str> = framework
+        .ptx()
         .lines()
         .filter(|l| l.contains(".extern") && !l.contains(".extern .shared"))
         .collect();
@@ -189,7 +165,7 @@ fn ptx_assembles_for_sm90_without_spills() {
     let dir = std::env::temp_dir().join(format!("lattice-gpu-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("kernels.ptx");
-    std::fs::write(&file, lattice_gpu::PTX).unwrap();
+    std::fs::write(&file, Module::framework().ptx()).unwrap();
     let out = Command::new(&ptxas)
         .args(["-arch=sm_90", "-v", "-o"])
         .arg(dir.join("kernels.cubin"))
@@ -218,14 +194,19 @@ fn ptx_assembles_for_sm90_without_spills() {
         "ptxas compiled {compiled} entries:\n{log}"
     );
     // A stack frame in these kernels means registers spilled (or the z-queue went to local memory).
-    let report = entry_report(&log);
+    let report = ptxas::parse(&log);
     assert!(report.len() >= ENTRIES.len(), "unparsed ptxas log:\n{log}");
-    for (entry, stack, regs) in &report {
+    for e in &report {
         assert!(
-            *stack <= stack_allowance(entry),
-            "{entry} has a {stack}-byte stack frame (spills):\n{log}"
+            e.stack <= stack_allowance(&e.name),
+            "{} has a {}-byte stack frame (spills):\n{log}",
+            e.name,
+            e.stack
         );
-        println!("ptxas sm_90: {entry}: {regs} registers, {stack}-byte stack");
+        println!(
+            "ptxas sm_90: {}: {} registers, {}-byte stack",
+            e.name, e.registers, e.stack
+        );
     }
     println!("ptxas sm_90: {compiled} entries within their stack allowance");
 }

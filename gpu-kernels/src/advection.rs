@@ -392,6 +392,7 @@ macro_rules! advect_entries {
             }
         }
         impl crate::stencil::GpuEntry for Advect<{ $k }> {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($plain);
         }
     )*};

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    sys, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
 };
 
 use crate::error::{CudaContext, Error, Result};
@@ -304,7 +305,7 @@ impl Gpu {
         unsafe { self.launch_with(stream, entry, args, grid, block, false) }
     }
 
-    /// The one launch path: `entry` with one by-value argument, plainly or cooperatively.
+    /// Framework kernel `entry` with one by-value argument, plainly or cooperatively.
     ///
     /// # Safety
     /// As for [`launch_on`](Self::launch_on); a cooperative grid at most
@@ -319,13 +320,33 @@ impl Gpu {
         cooperative: bool,
     ) -> Result<()> {
         let f = self.function(entry)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_function(stream, &f, entry, args, grid, block, cooperative) }
+    }
+
+    /// Queues kernel `f` (named `entry` in messages) with one by-value argument, plainly or
+    /// cooperatively: the one launch path of kernels with an argument struct.
+    ///
+    /// # Safety
+    /// As for [`launch_with`](Self::launch_with).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch_function<P: Copy>(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        entry: &str,
+        args: &P,
+        grid: [u32; 3],
+        block: [u32; 3],
+        cooperative: bool,
+    ) -> Result<()> {
         let a = ByValue(*args);
         let cfg = LaunchConfig {
             grid_dim: (grid[0], grid[1], grid[2]),
             block_dim: (block[0], block[1], block[2]),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&f);
+        let mut launch = stream.launch_builder(f);
         launch.arg(&a);
         // SAFETY: the caller's contract.
         let done = unsafe {

@@ -17,11 +17,30 @@ pub enum Error {
         /// The driver's error.
         source: DriverError,
     },
-    /// A point update has no kernel in the embedded PTX.
+    /// A kernel's module is not loaded on the GPU.
     #[error(
-        "kernel `{0}` is not in the embedded PTX: declare it in gpu-kernels with `kernel3d!({0} => YourType)` (or `kernel2d!`) and rebuild"
+        "module `{module}` is not loaded on this GPU (loaded: {}): build its kernel crate with lattice_gpu_builder::Builder in build.rs, then `gpu.load(&ptx_module!(\"{module}\"))`",
+        loaded.join(", ")
     )]
-    MissingKernel(String),
+    MissingModule {
+        /// The module asked for.
+        module: String,
+        /// The modules that are loaded.
+        loaded: Vec<String>,
+    },
+    /// A module has no entry of that name.
+    #[error(
+        "kernel `{entry}` is not in module `{module}`, whose entries are: {}; declare it in that kernel crate with `kernel3d!({entry} => YourType)` (or `kernel2d!`) and rebuild",
+        entries.join(", ")
+    )]
+    MissingKernel {
+        /// The module looked in.
+        module: String,
+        /// The entry asked for.
+        entry: String,
+        /// The module's entries.
+        entries: Vec<String>,
+    },
     /// The fields would not fit in the GPU's free memory.
     #[error(
         "{what} would take {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid, or f32 where it runs in f64",

@@ -1,4 +1,5 @@
-//! One GPU: its context, the stream all work goes to, and the kernel module loaded from the embedded PTX.
+//! One GPU: its context, the stream all work goes to, and its kernel modules: the framework's, loaded when
+//! it opens, and any users' ([`Gpu::load`]), each entry resolved within its module.
 //!
 //! cudarc is built with `dynamic-loading`, so nothing here needs CUDA at build time; [`Gpu::probe`] finds
 //! out at run time whether a driver and a device are there, before any call that would otherwise panic
@@ -13,22 +14,29 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::engine::tunecache::fnv1a64;
 use crate::error::{CudaContext, Error, Result};
+use crate::module::{cuda_for_isa, Module};
 
-/// A GPU with the lattice-gpu kernels loaded.
+/// A GPU with the framework's kernels, and any users' modules, loaded.
 pub struct Gpu {
     ctx: Arc<Ctx>,
     stream: Arc<CudaStream>,
     /// Where kernels go instead of `stream` while [`beside`](Self::beside) runs.
     beside: Mutex<Option<Arc<CudaStream>>>,
-    module: Arc<CudaModule>,
-    /// Every kernel with the most threads its blocks may have (read once: the register use fixes it).
-    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
+    /// The loaded modules by name.
+    modules: Mutex<HashMap<String, Loaded>>,
     name: String,
-    ptx_hash: u64,
     sm_count: u32,
     max_threads_per_block: u32,
+}
+
+/// A module on the GPU: every kernel with the most threads its blocks may have (read once: the register
+/// use fixes it), and the hash of its PTX.
+struct Loaded {
+    /// Kept so that the functions stay valid.
+    _module: Arc<CudaModule>,
+    functions: HashMap<String, (CudaFunction, u32)>,
+    hash: u64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -59,8 +67,8 @@ impl Gpu {
         }
     }
 
-    /// Opens device `ordinal` and loads `ptx` (the module `build.rs` embedded).
-    pub fn open(ordinal: usize, ptx: &str) -> Result<Arc<Self>> {
+    /// Opens device `ordinal` and loads the framework's module ([`Module::framework`]).
+    pub fn open(ordinal: usize) -> Result<Arc<Self>> {
         let count = Self::probe()?;
         if ordinal >= count {
             return Err(Error::NoGpu(format!(
@@ -73,9 +81,6 @@ impl Gpu {
         // SAFETY: no buffers exist yet on this context.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().cuda(|| "creating a stream".into())?;
-        let module = ctx.load_module(Ptx::from_src(ptx)).cuda(|| {
-            "loading the embedded PTX module (is the driver older than the PTX version?)".into()
-        })?;
         let name = ctx.name().cuda(|| "reading the device name".into())?;
         let attr = |a| {
             ctx.attribute(a)
@@ -85,38 +90,106 @@ impl Gpu {
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let max_threads_per_block =
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32;
-        // With lazy loading (the driver default) a kernel is loaded at its first cuModuleGetFunction, which
-        // may synchronise the context: a stop kernel fetched while a wait kernel spins would deadlock.
-        // So every entry is fetched, and loaded, now.
-        let mut functions = HashMap::new();
-        for entry in ptx_entries(ptx) {
-            let f = module
-                .load_function(entry)
-                .cuda(|| format!("loading kernel {entry}"))?;
-            let limit = block_limit(&f, entry)?;
-            functions.insert(entry.to_string(), (f, limit));
-        }
-        Ok(Arc::new(Self {
+        let gpu = Arc::new(Self {
             ctx,
             stream,
             beside: Mutex::new(None),
-            module,
-            functions: Mutex::new(functions),
+            modules: Mutex::new(HashMap::new()),
             name,
-            ptx_hash: fnv1a64(ptx.as_bytes()),
             sm_count,
             max_threads_per_block,
-        }))
+        });
+        gpu.load(&Module::framework())?;
+        Ok(gpu)
     }
 
+    /// Loads `module`, whose kernel types then run on this GPU's engines. Loading a module of the same
+    /// name again is a no-op if its PTX is the same and an error if not.
+    pub fn load(&self, module: &Module) -> Result<()> {
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = modules.get(module.name()) {
+            return match loaded.hash == module.hash() {
+                true => Ok(()),
+                false => Err(Error::InvalidSetting(format!(
+                    "a different module named `{}` is already loaded on {}: give each kernel \
+                     crate its own name",
+                    module.name(),
+                    self.name
+                ))),
+            };
+        }
+        let cu_module = self
+            .ctx
+            .load_module(Ptx::from_src(module.ptx()))
+            .map_err(|e| self.load_error(module, e))?;
+        // With lazy loading (the driver default) a kernel is loaded at its first cuModuleGetFunction,
+        // which may synchronise the context: a stop kernel fetched while a wait kernel spins would
+        // deadlock. So every entry is fetched, and loaded, now.
+        let mut functions = HashMap::new();
+        for entry in module.entries() {
+            let f = cu_module
+                .load_function(entry)
+                .cuda(|| format!("loading kernel {entry} of module {}", module.name()))?;
+            let limit = block_limit(&f, entry)?;
+            functions.insert(entry.to_string(), (f, limit));
+        }
+        modules.insert(
+            module.name().to_string(),
+            Loaded {
+                _module: cu_module,
+                functions,
+                hash: module.hash(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Why `module` did not load, with the fix where the driver's error tells one.
+    fn load_error(&self, module: &Module, e: cudarc::driver::DriverError) -> Error {
+        use sys::cudaError_enum as E;
+        let what = format!("module `{}`", module.name());
+        match e.0 {
+            E::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => {
+                let driver = driver_version()
+                    .map(|(major, minor)| format!("CUDA {major}.{minor}"))
+                    .unwrap_or_else(|| "of unknown version".into());
+                Error::NoGpu(match module.isa_version() {
+                    Some(isa) => {
+                        let (major, minor) = cuda_for_isa(isa);
+                        format!(
+                            "{what} is PTX ISA {}.{}, which the installed driver ({driver}) \
+                             cannot load: PTX ISA {}.{} needs a driver for CUDA {major}.{minor} or \
+                             newer; update the NVIDIA driver",
+                            isa.0, isa.1, isa.0, isa.1
+                        )
+                    }
+                    None => format!(
+                        "{what} has a PTX version the installed driver ({driver}) cannot load; \
+                         update the NVIDIA driver"
+                    ),
+                })
+            }
+            E::CUDA_ERROR_NO_BINARY_FOR_GPU | E::CUDA_ERROR_INVALID_PTX => Error::NoGpu(format!(
+                "{what} (built for {}) cannot run on {}: build it for this GPU's architecture or \
+                 an older one (LATTICE_GPU_ARCH=sm_70 runs on every GPU from Volta on); the \
+                 driver said: {e}",
+                module.target().unwrap_or("an unknown target"),
+                self.name
+            )),
+            _ => Error::Cuda {
+                context: format!("loading {what}"),
+                source: e,
+            },
+        }
+    }
     /// The device name, e.g. "NVIDIA H100 80GB HBM3".
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// FNV-1a hash of the loaded PTX: tune-cache entries of another build do not apply.
-    pub fn ptx_hash(&self) -> u64 {
-        self.ptx_hash
+    /// The PTX hash of loaded module `module` ([`Module::hash`]).
+    pub fn module_hash(&self, module: &str) -> Result<u64> {
+        self.with_module(module, |m| Ok(m.hash))
     }
 
     /// Streaming multiprocessors on the device.
@@ -162,29 +235,50 @@ impl Gpu {
         at.as_ref().unwrap_or(&self.stream).clone()
     }
 
-    /// The kernel `entry` of the loaded module (looked up once, then cached) and the most threads a block
-    /// of it may have.
-    pub(crate) fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
-        let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = functions.get(entry) {
-            return Ok(f.clone());
+    /// Runs `f` on loaded module `module`, or names the modules there are.
+    fn with_module<R>(&self, module: &str, f: impl FnOnce(&Loaded) -> Result<R>) -> Result<R> {
+        let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        match modules.get(module) {
+            Some(m) => f(m),
+            None => {
+                let mut loaded: Vec<String> = modules.keys().cloned().collect();
+                loaded.sort();
+                Err(Error::MissingModule {
+                    module: module.to_string(),
+                    loaded,
+                })
+            }
         }
-        let f = self
-            .module
-            .load_function(entry)
-            .map_err(|_| Error::MissingKernel(entry.to_string()))?;
-        let limit = block_limit(&f, entry)?;
-        functions.insert(entry.to_string(), (f.clone(), limit));
-        Ok((f, limit))
     }
 
-    /// The kernel `entry` of the loaded module.
+    /// Kernel `entry` of module `module` and the most threads a block of it may have.
+    pub(crate) fn lookup_in(&self, module: &str, entry: &str) -> Result<(CudaFunction, u32)> {
+        self.with_module(module, |m| match m.functions.get(entry) {
+            Some(f) => Ok(f.clone()),
+            None => {
+                let mut entries: Vec<String> = m.functions.keys().cloned().collect();
+                entries.sort();
+                Err(Error::MissingKernel {
+                    module: module.to_string(),
+                    entry: entry.to_string(),
+                    entries,
+                })
+            }
+        })
+    }
+
+    /// Kernel `entry` of the framework's module and the most threads a block of it may have.
+    pub(crate) fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
+        self.lookup_in(lattice_gpu_kernels::MODULE, entry)
+    }
+
+    /// Kernel `entry` of the framework's module.
     pub fn function(&self, entry: &str) -> Result<CudaFunction> {
         Ok(self.lookup(entry)?.0)
     }
 
-    /// The most threads a block of kernel `entry` may have (fewer than the device's limit when the
-    /// kernel needs many registers).
+    /// The most threads a block of the framework's kernel `entry` may have (fewer than the device's
+    /// limit when the kernel needs many registers).
     pub fn max_block_of(&self, entry: &str) -> Result<u32> {
         Ok(self.lookup(entry)?.1)
     }
@@ -272,20 +366,20 @@ impl Gpu {
     }
 }
 
+/// The CUDA version the installed driver supports, e.g. (13, 0).
+pub fn driver_version() -> Option<(u32, u32)> {
+    let mut v = 0;
+    // SAFETY: writes one int; callers have loaded the driver (Gpu::probe).
+    let r = unsafe { sys::cuDriverGetVersion(&mut v) };
+    (r == sys::cudaError_enum::CUDA_SUCCESS).then_some((v as u32 / 1000, v as u32 % 1000 / 10))
+}
+
 /// The most threads a block of `f` may have.
 fn block_limit(f: &CudaFunction, entry: &str) -> Result<u32> {
     let n = f
         .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         .cuda(|| format!("reading the block limit of kernel {entry}"))?;
     Ok(n as u32)
-}
-
-/// The kernel entry names of a PTX module (its `.visible .entry` lines).
-pub fn ptx_entries(ptx: &str) -> impl Iterator<Item = &str> {
-    ptx.lines().filter_map(|l| {
-        let name = l.trim().strip_prefix(".visible .entry ")?;
-        Some(name.trim_end_matches('(').trim())
-    })
 }
 
 /// Queued work between two events ([`Gpu::timed`]).

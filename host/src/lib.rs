@@ -1,6 +1,7 @@
 //! The host runtime of lattice-gpu, on cudarc.
 //!
-//! - [`gpu`]: the GPU (context, stream, the module loaded from the embedded PTX), timing, capacity checks.
+//! - [`gpu`]: the GPU (context, stream, its loaded modules), timing, capacity checks; [`module`]: PTX modules,
+//!   the framework's embedded one and users' ([`ptx_module!`]).
 //! - [`field`]: fields with margins, in host or device memory.
 //! - [`engine`]: the loop engines ([`HostLoopEngine`], [`DeviceLoopEngine`], [`DeviceAutoTuningLoopEngine`])
 //!   and the persistent tune cache.
@@ -26,6 +27,7 @@ pub mod gpu;
 pub mod io;
 pub mod krylov;
 pub mod lattice;
+pub mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod split;
@@ -41,3 +43,4 @@ pub use field::{DeviceField, Element, Field, HostField, Shape};
 pub use gpu::Gpu;
 pub use lattice::{Loop2D, Loop3D};
 pub use lattice_gpu_kernels::stencil::{LoopRange, PointUpdate2D, PointUpdate3D};
+pub use module::Module;

@@ -294,7 +294,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         "device: {} ({} SMs), PTX {}",
         gpu.name(),
         gpu.sm_count(),
-        lattice_gpu::PTX_ARCH
+        lattice_gpu::host::module::FRAMEWORK_ARCH
     );
     let copy = gpu.copy_bandwidth(args.copy_bytes, 20)?;
     println!(

@@ -32,7 +32,7 @@ pub fn gpu(test: &str) -> Option<GpuTurn> {
     static TURN: Mutex<()> = Mutex::new(());
     // A test that panicked with its turn leaves the lock poisoned; the next may still go.
     let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    match Gpu::open(0, lattice_gpu::PTX) {
+    match Gpu::open(0) {
         Ok(gpu) => Some(GpuTurn { gpu, _turn: turn }),
         Err(Error::NoGpu(why))
             if std::env::var("LATTICE_GPU_REQUIRE_GPU").as_deref() != Ok("1") =>

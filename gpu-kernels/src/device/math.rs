@@ -1,9 +1,9 @@
 //! Floating-point math for device code, the same on the host and the GPU, and the [`Real`] trait that
 //! makes point updates generic over f32 and f64.
 //!
-//! `no_std` has no `f32::sqrt`; these go through `core::f{32,64}::math`, which lowers to the PTX
-//! instructions (`sqrt.rn`, `fma.rn`, `cvt.rmi`) on the GPU and to the correctly rounded libm functions on
-//! the host, so both give the same bits.
+//! On the GPU these go through `core::f{32,64}::math` (nightly, as the whole nvptx build is), which lowers to
+//! the PTX instructions `sqrt.rn`, `fma.rn` and `cvt.rmi`; on the host through std's `f32::mul_add`, `sqrt`
+//! and `floor` (stable), the same correctly rounded operations, so both give the same bits.
 
 use core::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
@@ -66,15 +66,24 @@ macro_rules! real_impl {
             }
             #[inline(always)]
             fn mul_add(self, a: Self, b: Self) -> Self {
-                core::$t::math::mul_add(self, a, b)
+                #[cfg(target_arch = "nvptx64")]
+                return core::$t::math::mul_add(self, a, b);
+                #[cfg(not(target_arch = "nvptx64"))]
+                return <$t>::mul_add(self, a, b);
             }
             #[inline(always)]
             fn sqrt(self) -> Self {
-                core::$t::math::sqrt(self)
+                #[cfg(target_arch = "nvptx64")]
+                return core::$t::math::sqrt(self);
+                #[cfg(not(target_arch = "nvptx64"))]
+                return <$t>::sqrt(self);
             }
             #[inline(always)]
             fn floor(self) -> Self {
-                core::$t::math::floor(self)
+                #[cfg(target_arch = "nvptx64")]
+                return core::$t::math::floor(self);
+                #[cfg(not(target_arch = "nvptx64"))]
+                return <$t>::floor(self);
             }
             #[inline(always)]
             fn abs(self) -> Self {

@@ -10,7 +10,15 @@ pub mod warp;
 
 /// Marks a function as a GPU kernel entry, the role of rust-cuda's `#[kernel]`: on the nvptx target it
 /// becomes an unmangled `extern "ptx-kernel"` function; on the host it is not compiled (kernels are
-/// launched only on the GPU; the CPU engine calls the bodies they wrap).
+/// launched only on the GPU; the CPU engine calls the bodies they wrap). Users reach it through
+/// [`kernel3d!`](crate::kernel3d), [`kernel2d!`](crate::kernel2d) and [`block_kernel!`](crate::block_kernel),
+/// which write the entry and its `unsafe` for them.
+///
+/// An entry is emitted only in the kernel crate being built into a module (lattice-gpu-builder sets
+/// `--cfg lattice_gpu_module` for that crate alone): a user's module does not carry the entries of the
+/// framework it depends on. The cfg is cargo-unknown in the crate that expands the macro, hence the
+/// `allow` around it. `allow_internal_unstable` lets that crate use the PTX ABI without asking for the
+/// feature itself.
 ///
 /// ```text
 /// kernel! {
@@ -22,11 +30,15 @@ pub mod warp;
 /// }
 /// ```
 #[macro_export]
+#[cfg_attr(target_arch = "nvptx64", allow_internal_unstable(abi_ptx))]
 macro_rules! kernel {
     ($(#[$meta:meta])* pub unsafe fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        #[cfg(target_arch = "nvptx64")]
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) $body
+        #[allow(unexpected_cfgs)]
+        const _: () = {
+            $(#[$meta])*
+            #[cfg(all(target_arch = "nvptx64", lattice_gpu_module))]
+            #[no_mangle]
+            pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) $body
+        };
     };
 }

@@ -58,15 +58,23 @@ pub struct Half(pub u16);
 
 impl Half {
     /// `v * HALF_SCALE` rounded to the nearest half (ties to even), as the GPU's `cvt.rn.f16.f32` does.
+    /// The host converts with the `half` crate (`f16` is unstable in Rust), which rounds the same way.
     #[inline(always)]
     pub fn encode(v: f32) -> Self {
-        Half(((v * HALF_SCALE) as f16).to_bits())
+        #[cfg(target_arch = "nvptx64")]
+        return Half(((v * HALF_SCALE) as f16).to_bits());
+        #[cfg(not(target_arch = "nvptx64"))]
+        return Half(half::f16::from_f32(v * HALF_SCALE).to_bits());
     }
 
     /// The deviation this half holds (exact: every half is an f32).
     #[inline(always)]
     pub fn decode(self) -> f32 {
-        f16::from_bits(self.0) as f32 * (1.0 / HALF_SCALE)
+        #[cfg(target_arch = "nvptx64")]
+        let v = f16::from_bits(self.0) as f32;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let v = half::f16::from_bits(self.0).to_f32();
+        v * (1.0 / HALF_SCALE)
     }
 }
 
@@ -105,5 +113,43 @@ mod tests {
         // Ties go to even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
         let tie = (1.0 + 2f32.powi(-11)) / HALF_SCALE;
         assert_eq!(Half::encode(tie).decode(), 1.0 / HALF_SCALE);
+    }
+
+    /// Every pair of neighbouring finite halves (subnormals included): values just inside either side of
+    /// their midpoint round to the nearer one, the midpoint to the one with the even last bit, as
+    /// `cvt.rn.f16.f32` rounds on the GPU; decoding is exact.
+    #[test]
+    fn encoding_rounds_to_the_nearest_half_ties_to_even() {
+        // The value of half `h` from its bits, computed independently of any converter.
+        let value = |h: u16| -> f64 {
+            let (exp, man) = ((h >> 10) & 0x1f, f64::from(h & 0x3ff));
+            let mag = match exp {
+                0 => man * 2f64.powi(-24),
+                e => (1024.0 + man) * 2f64.powi(i32::from(e) - 25),
+            };
+            if h & 0x8000 != 0 {
+                -mag
+            } else {
+                mag
+            }
+        };
+        let scale = f64::from(HALF_SCALE);
+        for sign in [0u16, 0x8000] {
+            for h in 0..0x7bffu16 {
+                let (lo, hi) = (h | sign, (h + 1) | sign);
+                assert_eq!(f64::from(Half(lo).decode()), value(lo) / scale);
+                let mid = (value(lo) + value(hi)) / 2.0;
+                // One f32 step towards zero and away from it (bits order magnitudes, whatever the sign).
+                let (near_lo, near_hi) = (
+                    f64::from(f32::from_bits((mid as f32).to_bits() - 1)),
+                    f64::from(f32::from_bits((mid as f32).to_bits() + 1)),
+                );
+                let enc = |x: f64| Half::encode((x / scale) as f32).0;
+                assert_eq!(enc(near_lo), lo, "just inside {lo:#06x}");
+                assert_eq!(enc(near_hi), hi, "just inside {hi:#06x}");
+                let even = if lo & 1 == 0 { lo } else { hi };
+                assert_eq!(enc(mid), even, "tie between {lo:#06x} and {hi:#06x}");
+            }
+        }
     }
 }

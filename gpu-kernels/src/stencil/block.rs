@@ -78,6 +78,7 @@ macro_rules! block_kernel {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };

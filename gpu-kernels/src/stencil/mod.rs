@@ -181,9 +181,13 @@ pub trait PointUpdate2D: Copy + Send + Sync {
     fn update(&self, idx: &ArrayIndex2D);
 }
 
-/// A point-update type that has a GPU kernel entry in the embedded PTX, made by [`kernel3d!`](crate::kernel3d)
-/// or [`kernel2d!`](crate::kernel2d).
+/// A point-update type that has a GPU kernel entry, made by [`kernel3d!`](crate::kernel3d),
+/// [`kernel2d!`](crate::kernel2d) or [`block_kernel!`](crate::block_kernel) in some kernel crate's module.
 pub trait GpuEntry {
+    /// The module holding the entries: the library name of the kernel crate that made them (the macros
+    /// take it from `CARGO_CRATE_NAME`), which is the name lattice-gpu-builder gives its PTX. Entry names
+    /// resolve within it, so two modules may both have a `step_f32`.
+    const MODULE: &'static str;
     /// The PTX `.entry` name of the kernel running this update (the plain variant).
     const ENTRY: &'static str;
     /// The entry of the z-queue variant, where one was generated.
@@ -226,6 +230,7 @@ macro_rules! kernel3d {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };
@@ -243,6 +248,7 @@ macro_rules! kernel3d {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
             const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($lanes));
         }
@@ -273,6 +279,7 @@ macro_rules! kernel3d {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
             const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
             const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
@@ -301,6 +308,7 @@ macro_rules! kernel3d_sum {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
             const SUMS: bool = true;
         }
@@ -319,6 +327,7 @@ macro_rules! kernel2d {
             }
         }
         impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };

@@ -490,6 +490,7 @@ macro_rules! dslash_entry {
             }
         }
         impl crate::stencil::GpuEntry for Dslash<$t, $r, $split> {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };

@@ -407,6 +407,7 @@ macro_rules! fused_entry {
             }
         }
         impl crate::stencil::GpuEntry for FusedIteration<$t, $r> {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };

@@ -219,6 +219,7 @@ macro_rules! pack_entry {
             }
         }
         impl crate::stencil::GpuEntry for PackFaces<$t> {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
         }
     };

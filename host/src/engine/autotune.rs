@@ -213,8 +213,9 @@ pub fn tune_candidates(
 }
 
 /// The tune-cache key of `kernel` over `range` tuned over `variants`: the kernel field is the plain entry
-/// name, followed by the variants in brackets unless only the plain one was tuned (so a result tuned
-/// over some variants is never taken for a run tuning over others).
+/// name (`module::entry` for a module other than the framework's, whose keys keep their plain names),
+/// followed by the variants in brackets unless only the plain one was tuned (so a result tuned over some
+/// variants is never taken for a run tuning over others). `ptx_hash` is the module's.
 pub fn tune_key(
     kernel: &KernelInfo,
     variants: &[Variant],
@@ -223,11 +224,15 @@ pub fn tune_key(
     device: &str,
     ptx_hash: u64,
 ) -> TuneKey {
+    let entry = match kernel.module == lattice_gpu_kernels::MODULE {
+        true => kernel.name().to_string(),
+        false => format!("{}::{}", kernel.module, kernel.name()),
+    };
     let name = if variants == [Variant::Plain] {
-        kernel.name().to_string()
+        entry
     } else {
         let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
-        format!("{}[{}]", kernel.name(), names.join("+"))
+        format!("{entry}[{}]", names.join("+"))
     };
     TuneKey {
         kernel: name,
@@ -332,7 +337,7 @@ impl DeviceAutoTuningLoopEngine {
         }
     }
 
-    fn start(&self, kernel: &KernelInfo, precision: &str, r: &LoopRange) -> State {
+    fn start(&self, kernel: &KernelInfo, precision: &str, r: &LoopRange) -> Result<State> {
         let variants = self.space.variants_for(kernel);
         let key = tune_key(
             kernel,
@@ -340,7 +345,7 @@ impl DeviceAutoTuningLoopEngine {
             r,
             precision,
             self.gpu.name(),
-            self.gpu.ptx_hash(),
+            self.gpu.module_hash(kernel.module)?,
         );
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let cached = if self.retune { None } else { cache.get(&key) };
@@ -355,14 +360,14 @@ impl DeviceAutoTuningLoopEngine {
                     && self.fits(kernel, *s)
             })
         {
-            return State::Tuned(TuningReport {
+            return Ok(State::Tuned(TuningReport {
                 best: shape,
                 best_ms: cached.map_or(0.0, |e| e.time_ms),
                 candidates: 0,
                 steps: 0,
                 tuning_ms: 0.0,
                 from_cache: true,
-            });
+            }));
         }
         let candidates = self.candidates(r, kernel);
         if candidates.is_empty() {
@@ -371,22 +376,22 @@ impl DeviceAutoTuningLoopEngine {
                 kernel.name(),
                 LaunchShape::FIXED
             );
-            return State::Tuned(TuningReport {
+            return Ok(State::Tuned(TuningReport {
                 best: LaunchShape::FIXED,
                 best_ms: 0.0,
                 candidates: 0,
                 steps: 0,
                 tuning_ms: 0.0,
                 from_cache: false,
-            });
+            }));
         }
         let needed = candidates.len() * self.reps;
-        State::Tuning(Tuning {
+        Ok(State::Tuning(Tuning {
             key,
             needed,
             candidates,
             steps: Vec::with_capacity(needed),
-        })
+        }))
     }
 
     fn run<F: Copy>(
@@ -399,7 +404,7 @@ impl DeviceAutoTuningLoopEngine {
         sum: Option<SumTarget>,
     ) -> Result<()> {
         if matches!(info.state, State::Untuned) {
-            info.state = self.start(kernel, precision, r);
+            info.state = self.start(kernel, precision, r)?;
         }
         let t = match &mut info.state {
             State::Tuned(rep) => return launch(&self.gpu, kernel, f, r, rep.best, sum),
@@ -609,6 +614,7 @@ mod tests {
     /// A 3-D kernel with every variant, radius 1, f32; and a 2-D one.
     fn kernels() -> (KernelInfo, KernelInfo) {
         let k3 = KernelInfo {
+            module: lattice_gpu_kernels::MODULE,
             entries: [
                 Some("k3"),
                 Some("k3_zqueue"),
@@ -621,6 +627,7 @@ mod tests {
             sums: false,
         };
         let k2 = KernelInfo {
+            module: lattice_gpu_kernels::MODULE,
             entries: [Some("k2"), None, None, None],
             radius: [1, 1, 0],
             elem_bytes: 4,
@@ -748,6 +755,15 @@ mod tests {
         assert_ne!(key(&[Variant::ZQueue]), key(&[Variant::Tiled]));
         let k = tune_key(&k3, &[Variant::Plain], &r, "f32", "GPU", 1);
         assert_eq!(k.size, "10x10x10[1:9,1:9,1:9]");
+        // Another module's kernel of the same entry name has a key of its own.
+        let mine = KernelInfo {
+            module: "my_kernels",
+            ..k3
+        };
+        assert_eq!(
+            tune_key(&mine, &Variant::ALL, &r, "f32", "GPU", 2).kernel,
+            "my_kernels::k3[plain+zqueue+tiled+vector]"
+        );
     }
 
     #[test]

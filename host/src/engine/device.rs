@@ -168,6 +168,8 @@ impl fmt::Display for LaunchShape {
 /// the radius and element size (which size a tiled launch's shared memory), and whether it is 2-D or 3-D.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelInfo {
+    /// The module holding the entries ([`GpuEntry::MODULE`]).
+    pub module: &'static str,
     /// The entry of each variant, indexed by `Variant as usize`; `None` where none was generated.
     pub entries: [Option<&'static str>; 4],
     /// `RADIUS` of the update (z = 0 in 2-D).
@@ -184,6 +186,7 @@ impl KernelInfo {
     /// The kernels of a 3-D point update.
     pub fn of3d<F: PointUpdate3D + GpuEntry>() -> Self {
         Self {
+            module: F::MODULE,
             entries: Variant::ALL.map(F::entry),
             radius: F::RADIUS,
             elem_bytes: std::mem::size_of::<F::Real>(),
@@ -195,6 +198,7 @@ impl KernelInfo {
     /// The kernel of a 2-D point update (2-D loops have the plain variant only).
     pub fn of2d<F: PointUpdate2D + GpuEntry>() -> Self {
         Self {
+            module: F::MODULE,
             entries: [Some(F::ENTRY), None, None, None],
             radius: [F::RADIUS[0], F::RADIUS[1], 0],
             elem_bytes: std::mem::size_of::<F::Real>(),
@@ -252,7 +256,7 @@ pub enum Dims {
 /// kernel lacks, which [`LaunchShape::config`] then refuses by name).
 pub(crate) fn block_limit(gpu: &Gpu, kernel: &KernelInfo, variant: Variant) -> Result<u32> {
     match kernel.entry(variant) {
-        Some(entry) => gpu.max_block_of(entry),
+        Some(entry) => Ok(gpu.lookup_in(kernel.module, entry)?.1),
         None => Ok(gpu.max_threads_per_block()),
     }
 }
@@ -308,7 +312,7 @@ pub(crate) fn launch<F: Copy>(
         Some(e) => (e, true),
         None => (kernel.name(), false),
     };
-    let (function, limit) = gpu.lookup(entry)?;
+    let (function, limit) = gpu.lookup_in(kernel.module, entry)?;
     let limit = if has_variant {
         limit
     } else {
@@ -489,10 +493,21 @@ pub(crate) fn replay(graph: &CudaGraph) -> Result<()> {
 
 /// Queues block program `p` as one block of as many threads as its kernel takes (at most 1024).
 pub(crate) fn launch_block<P: BlockProgram + GpuEntry>(gpu: &Gpu, p: &P) -> Result<()> {
-    let threads = gpu.max_block_of(P::ENTRY)?.min(1024);
+    let (function, limit) = gpu.lookup_in(P::MODULE, P::ENTRY)?;
+    let threads = limit.min(1024);
     // SAFETY: a block kernel takes its program by value, and the program's passes stay inside the
     // ranges its fields were built for.
-    unsafe { gpu.launch(P::ENTRY, p, 1, threads) }
+    unsafe {
+        gpu.launch_function(
+            gpu.stream(),
+            &function,
+            P::ENTRY,
+            p,
+            [1; 3],
+            [threads, 1, 1],
+            false,
+        )
+    }
 }
 
 /// The work space of an engine's dot products, kept from call to call: the partial sums and the block
