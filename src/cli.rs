@@ -458,9 +458,9 @@ impl EngineArgs {
 
     /// The auto-tuning engine on `gpu`, with the tune cache these options ask for.
     pub fn autotuner(&self, gpu: Arc<Gpu>) -> DeviceAutoTuningLoopEngine {
-        let cache = match (self.no_tune_cache, TuneCache::default_path()) {
-            (false, Some(path)) => TuneCache::load(path),
-            _ => TuneCache::in_memory(),
+        let cache = match self.no_tune_cache {
+            false => TuneCache::per_user(),
+            true => TuneCache::in_memory(),
         };
         let tuner = DeviceAutoTuningLoopEngine::new(gpu, cache).retune(self.retune);
         match self.variant {

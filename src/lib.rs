@@ -7,6 +7,30 @@
 //! embedded by the host crate ([`host::Module::framework`]); a crate with kernels of its own builds them
 //! with lattice-gpu-builder (README: "Use lattice-gpu in your own crate").
 
+//!
+//! A point update runs on the GPU, auto-tuned, as it runs on the CPU (`HostLoopEngine`):
+//!
+//! ```no_run
+//! use lattice_gpu::host::engine::tunecache::TuneCache;
+//! use lattice_gpu::host::{DeviceAutoTuningLoopEngine, Field, Gpu, LoopEngine, Loop3D, Shape};
+//! use lattice_gpu::kernels::diffusion::Diffusion3d;
+//!
+//! fn main() -> lattice_gpu::host::Result<()> {
+//!     let gpu = Gpu::open(0)?; // the framework's kernels are loaded; a crate's own with `gpu.load`
+//!     let engine = DeviceAutoTuningLoopEngine::new(gpu, TuneCache::per_user());
+//!     let shape = Shape::new_3d([256, 256, 256], 1)?;
+//!     let (mut f, mut g) = (engine.alloc::<f32>(shape)?, engine.alloc::<f32>(shape)?);
+//!     f.upload(&vec![1.0; shape.len()])?;
+//!     let mut step = Loop3D::new(&engine, shape.interior_range())?;
+//!     for _ in 0..1000 {
+//!         step.run(&Diffusion3d::new(f.view(), g.view_mut(), 1.0, 1e-6, [1.0 / 256.0; 3]))?;
+//!         std::mem::swap(&mut f, &mut g);
+//!     }
+//!     engine.synchronize()?;
+//!     Ok(())
+//! }
+//! ```
+
 pub use lattice_gpu_advection as advection;
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;

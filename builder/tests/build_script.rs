@@ -109,13 +109,24 @@ fn a_build_script_gets_a_module_or_an_error_naming_the_problem_and_the_fix() {
     let o = build(&dir, "missing", "sm_70", &[]);
     let e = stderr(&o);
     assert!(!o.status.success());
-    assert!(e.contains("no kernel crate at") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("no kernel crate at") && e.contains("missing"),
+        "{e}"
+    );
 
     let o = build(&dir, "good", "sm_60", &[]);
     let e = stderr(&o);
     assert!(!o.status.success());
-    assert!(e.contains("Builder::arch = \"sm_60\"") && e.contains("sm_70 or newer"), "{e}");
-    let o = build(&dir, "good", "sm_90", &[("LATTICE_GPU_ARCH", Some("sm_52"))]);
+    assert!(
+        e.contains("Builder::arch = \"sm_60\"") && e.contains("sm_70 or newer"),
+        "{e}"
+    );
+    let o = build(
+        &dir,
+        "good",
+        "sm_90",
+        &[("LATTICE_GPU_ARCH", Some("sm_52"))],
+    );
     let e = stderr(&o);
     assert!(!o.status.success());
     assert!(e.contains("LATTICE_GPU_ARCH = \"sm_52\""), "{e}");
@@ -129,7 +140,10 @@ fn a_build_script_gets_a_module_or_an_error_naming_the_problem_and_the_fix() {
             && e.contains("src/lib.rs:2"),
         "{e}"
     );
-    assert!(!e.contains("Compiling core"), "nested cargo's progress shown:\n{e}");
+    assert!(
+        !e.contains("Compiling core"),
+        "nested cargo's progress shown:\n{e}"
+    );
     assert!(!dir.join("module.ptx").exists());
     let partial = std::fs::read_dir(dir.join("target/debug/build"))
         .unwrap()

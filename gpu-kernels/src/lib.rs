@@ -15,6 +15,36 @@
 //! - [`vector`]: whole-field vector operations (fill, convert, conjugate gradients' updates).
 //! - [`advection`]: the cubic semi-Lagrangian advection update and its optimised kernels.
 //! - [`selftest`]: small kernels that exercise the device layer from the GPU tests.
+//!
+//! A kernel crate of your own (`#![no_std]`, depending on this one) writes a point update and declares
+//! its GPU entry; lattice-gpu-builder compiles it to a module of its own, and the host's engines run it:
+//!
+//! ```
+//! use lattice_gpu_kernels::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D};
+//!
+//! /// One explicit step of `du/dt = u_xx` along x: `u + c (u(x+1) - 2 u + u(x-1))`.
+//! #[repr(C)]
+//! #[derive(Clone, Copy)]
+//! pub struct Smooth {
+//!     pub u: FieldRef<f32>,
+//!     pub out: FieldMut<f32>,
+//!     pub c: f32,
+//! }
+//!
+//! impl PointUpdate3D for Smooth {
+//!     type Real = f32;
+//!     // Reads one point either side in x; the loops check the margins before every launch.
+//!     const RADIUS: [u32; 3] = [1, 0, 0];
+//!     fn update(&self, idx: &ArrayIndex3D) {
+//!         let (u, i) = (self.u, idx.ix());
+//!         let lap = u.get(idx.at::<1, 0, 0>()) - 2.0 * u.get(i) + u.get(idx.at::<-1, 0, 0>());
+//!         self.out.set(i, u.get(i) + self.c * lap);
+//!     }
+//! }
+//!
+//! // The GPU entry `smooth_f32` in this crate's module; on the host, the engines' knowledge of it.
+//! lattice_gpu_kernels::kernel3d!(smooth_f32 => Smooth);
+//! ```
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",

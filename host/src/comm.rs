@@ -177,7 +177,7 @@ impl<'a, T: Element> LayerExchange<'a, T> {
     }
 
     /// Runs `work`, whose kernels go beside the GPU's stream where the exchange has a stream of its
-    /// own ([`Nccl::beside`](crate::nccl::Nccl::beside)): a step's boundary, ahead of the exchange
+    /// own (`Nccl::beside`, with the `nccl` feature): a step's boundary, ahead of the exchange
     /// of what it writes, both during the interior.
     pub fn beside<R, E: From<Error>>(
         &self,

@@ -15,6 +15,32 @@
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
 //!
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
+//!
+//! A point update runs on any engine; here the framework's diffusion update on the CPU engine (a GPU
+//! engine is `DeviceAutoTuningLoopEngine::new(Gpu::open(0)?, TuneCache::per_user())`, the rest the
+//! same):
+//!
+//! ```
+//! use lattice_gpu_host::{Field, HostLoopEngine, LoopEngine, Loop3D, Shape};
+//! use lattice_gpu_kernels::diffusion::Diffusion3d;
+//!
+//! # fn main() -> lattice_gpu_host::Result<()> {
+//! let engine = HostLoopEngine;
+//! let shape = Shape::new_3d([16, 16, 16], 1)?; // the interior and a one-point margin (held at 0)
+//! let (mut f, mut g) = (engine.alloc::<f64>(shape)?, engine.alloc::<f64>(shape)?);
+//! f.upload(&vec![1.0; shape.len()])?;
+//! let mut step = Loop3D::new(&engine, shape.interior_range())?; // one per call site: it keeps the tuning
+//! for _ in 0..10 {
+//!     // kappa dt / h^2 = 0.1 per axis: stable, each new value a weighted mean of old ones.
+//!     step.run(&Diffusion3d::new(f.view(), g.view_mut(), 1.0, 0.001, [0.1; 3]))?;
+//!     std::mem::swap(&mut f, &mut g);
+//! }
+//! let u = f.download()?;
+//! assert!(u.iter().all(|&v| (0.0..=1.0).contains(&v)));
+//! assert!(u[shape.index(1, 1, 1)] < 0.9); // heat leaves through the cold walls
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod buffer;
 pub mod cg;

@@ -881,7 +881,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// (copies out the planes its neighbours need, or queues the NCCL exchange), queues the planes that
     /// read no halo (on a GPU they run meanwhile), completes the exchange, then runs its first and last
     /// plane; through NCCL, overlapped, those two planes come first, beside the others
-    /// ([`step_beside`](Self::step_beside)).
+    /// (`step_beside`).
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
         let step = self.step_args(with_moments);

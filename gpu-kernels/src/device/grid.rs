@@ -55,7 +55,7 @@ fn pause() {
     }
 }
 
-/// Arguments of [`grid_barriers`]: `n` grid barriers in a row and nothing else, so that timing launches
+/// Arguments of `grid_barriers`: `n` grid barriers in a row and nothing else, so that timing launches
 /// of it with different `n` gives the cost of a barrier and of a cooperative launch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -58,7 +58,7 @@ crate::kernel! {
 
 /// Where a sum reduced on the device goes: `*out`, written by the last block to finish (so a solver can
 /// read it in a later kernel without the host waiting for it). The blocks count off in groups of
-/// [`SUM_GROUP`]: the last block of a group adds its group's partials, the last group to finish adds
+/// `SUM_GROUP`: the last block of a group adds its group's partials, the last group to finish adds
 /// the groups' sums. A grid of many small blocks then takes its tickets on many counters instead of
 /// one, whose atomics the L2 serialises (one counter for 65536 blocks cost 0.4 ms on an H100, longer
 /// than the loop's work). The order of the additions is fixed, so the same launch gives the same bits

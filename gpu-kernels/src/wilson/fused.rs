@@ -182,7 +182,7 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
         }
     }
 
-    /// The work of `phase`: a hopping term ([`hop_by_warps`](Self::hop_by_warps) on the GPU, the same
+    /// The work of `phase`: a hopping term (`hop_by_warps` on the GPU, the same
     /// sums in the same order site by site on the host), or a vector operation on the elements `first,
     /// first + stride, ...` with the scalars `st`; returns the thread's share of the phase's sums.
     ///

@@ -135,6 +135,13 @@ impl TuneCache {
         default_path_from(std::env::var_os(ENV_VAR), dirs::cache_dir())
     }
 
+    /// The user's cache: the file at [`default_path`](Self::default_path), in memory where there is
+    /// none.
+    #[must_use]
+    pub fn per_user() -> Self {
+        Self::default_path().map_or_else(Self::in_memory, Self::load)
+    }
+
     /// An in-memory cache that never touches disk (for tests and
     /// `--no-tune-cache`).
     #[must_use]

@@ -399,7 +399,7 @@ impl Canvas {
         text_width(text, scale.max(1))
     }
 
-    /// Writes the canvas as an RGB PNG, atomically ([`super::png::write_rgb`]).
+    /// Writes the canvas as an RGB PNG, atomically (as `png::write_rgb` writes).
     ///
     /// Fails with [`IoError::Png`] for an empty canvas and [`IoError::Write`] if the file cannot
     /// be written.
