@@ -34,6 +34,11 @@
 #                                             GPU: unsplit, then cut over one rank (--cut) with host
 #                                             (diffusion) and NCCL halos, with and without overlap (not in
 #                                             the default set)
+#                                  example    the Gray-Scott example (a user's crate with its own kernels):
+#                                             runs in 3-D and 2-D, bad input, and its step at 256^3 against
+#                                             the copy bandwidth (not in the default set)
+#                                  summary    the figures of the README's summary, in one call (not in the
+#                                             default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
 #                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
 #                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
@@ -60,7 +65,20 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
-        | grep -v '/nccl_gpu-' | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+        | grep -v -e '/nccl_gpu-' -e '/build_script-' | while read -r exe; do cp "$exe" "$BIN/tests/"; done
+    # (build_script runs cargo, which the GPU machine lacks; CI runs it.)
+    # The Gray-Scott example, built as the user's crate it is (its own workspace, this target directory).
+    mkdir -p "$BIN/example"
+    CARGO_TARGET_DIR="$PWD/target" cargo build --release --manifest-path examples/gray-scott/Cargo.toml
+    cp target/release/gray-scott "$BIN/example/"
+    CARGO_TARGET_DIR="$PWD/target" cargo test --release --manifest-path examples/gray-scott/Cargo.toml \
+        --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' \
+        | while read -r exe; do cp "$exe" "$BIN/tests/gray_scott_$(basename "$exe")"; done
     # The NCCL tests (the `nccl` feature; libnccl is loaded at run time). Without the feature the file
     # holds none, and that binary's log would take the name: left out above.
     cargo test --release --features nccl --test nccl_gpu --no-run --message-format=json 2>/dev/null \
@@ -84,7 +102,7 @@ for l in sys.stdin:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/benches/"; done
     # The device call carries at most 64 MiB: stripped and packed, the binaries take about a third.
-    strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* "$BIN"/mpi/* 2>/dev/null || true
+    strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* "$BIN"/mpi/* "$BIN"/example/* 2>/dev/null || true
     ls -la "$BIN" "$BIN/tests"
     tar czf "$BIN.tar.gz" -C "$BIN" .
     rm -rf "$BIN" && mkdir -p "$BIN" && mv "$BIN.tar.gz" "$BIN/bundle.tar.gz"
@@ -124,7 +142,8 @@ run() {
         if LATTICE_GPU_REQUIRE_GPU=1 LATTICE_GPU_DIFFUSION_BIN="$PWD/$BIN/diffusion" \
             LATTICE_GPU_LQCD_BIN="$PWD/$BIN/lqcd" LATTICE_GPU_LBM_BIN="$PWD/$BIN/lbm" \
             LATTICE_GPU_ADVECTION_BIN="$PWD/$BIN/advection" LATTICE_GPU_POISSON_BIN="$PWD/$BIN/poisson" \
-            LATTICE_GPU_SCALING_PLOT_BIN="$PWD/$BIN/scaling-plot" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+            LATTICE_GPU_SCALING_PLOT_BIN="$PWD/$BIN/scaling-plot" \
+            GRAY_SCOTT_BIN="$PWD/$BIN/example/gray-scott" timeout 180 "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
             record "tests: $name ($(grep -ho '[0-9]* passed' "$out/test-$name.log" | head -1))" PASS
         else
             record "tests: $name" FAIL
@@ -157,6 +176,8 @@ run() {
         fi
     }
     export LATTICE_GPU_TUNE_CACHE="$out/tunecache.tsv"
+    [[ $parts == *" example "* ]] && example_part "$out"
+    [[ $parts == *" summary "* ]] && summary_part "$out"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
     [[ $parts == *" lqcdsplit "* ]] && lqcdsplit_part "$out"
@@ -355,6 +376,42 @@ poisson512_part() {
     local out=$1
     bench "poisson bench 512^3" "$out/poisson-bench-512.log" \
         "$BIN/poisson" bench --sizes 512 --configs f64,mixed,f64-all,all,f64-all-async,all-async --csv "$out/poisson-bench-512.csv"
+}
+
+example_part() {
+    local out=$1
+    expect "gray-scott 3-D 128^3 autotune, frames and .npy" ok "MLUPS" "$out/gs-run.log" \
+        "$BIN/example/gray-scott" --size 128 --steps 2000 --frames 500 --output "$out/gray-scott"
+    expect "gray-scott 2-D 1024^2 f64 autotune" ok "MLUPS" "$out/gs-2d.log" \
+        "$BIN/example/gray-scott" --size 1024x1024 --steps 2000 --precision f64 --output "$out/gray-scott-2d"
+    expect "gray-scott unstable dt: clear error" fail "stab" "$out/gs-bad.log" \
+        "$BIN/example/gray-scott" --size 64 --dt 100 --output "$out/gray-scott-bad"
+    for prec in f32 f64; do
+        bench "gray-scott bench 256^3 $prec" "$out/gs-bench-$prec.log" \
+            "$BIN/example/gray-scott" --bench --size 256 --precision "$prec" --output "$out/gray-scott-bench"
+    done
+    # One frame comes back with the CSVs, to be looked at.
+    ls "$out"/gray-scott/frame-*.png 2>/dev/null | tail -1 | xargs -r -I{} cp {} "${OUT:-$out}/gray-scott-frame.png"
+}
+
+# The figures of the README's summary, for comparison after a change that should not move them: the
+# diffusion table's grids, the diffusion run, the hopping term and solver variants, LBM at 256^3 and
+# 384^3, advection from 2048^2 to 8192^2, and the Poisson solves at 256^3.
+summary_part() {
+    local out=$1
+    bench "summary: diffusion bench" "$out/sum-diffusion.log" \
+        "$BIN/diffusion" bench --sizes 256,512,8x512x512 --csv "$out/sum-diffusion.csv"
+    expect "summary: diffusion 256^3 run (tuned)" ok "GLUPS" "$out/sum-diffusion-run.log" \
+        "$BIN/diffusion" --size 256 --steps 2000 --output "$out/sum-diffusion"
+    expect "summary: diffusion 256^3 run (from the cache)" ok "GLUPS" "$out/sum-diffusion-run2.log" \
+        "$BIN/diffusion" --size 256 --steps 2000 --output "$out/sum-diffusion"
+    bench "summary: lqcd bench" "$out/sum-lqcd.log" \
+        "$BIN/lqcd" bench --dslash 32x32x32x64 --solver 8,32x32x32x64,48x48x48x96 --csv "$out/sum-lqcd.csv"
+    bench "summary: lbm bench" "$out/sum-lbm.log" "$BIN/lbm" bench --sizes 256,384 --csv "$out/sum-lbm.csv"
+    bench "summary: advection bench" "$out/sum-advection.log" \
+        "$BIN/advection" bench --sizes 2048,4096,8192 --csv "$out/sum-advection.csv"
+    bench "summary: poisson bench 256^3" "$out/sum-poisson.log" \
+        "$BIN/poisson" bench --sizes 256 --csv "$out/sum-poisson.csv"
 }
 
 profile() {

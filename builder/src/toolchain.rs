@@ -37,11 +37,7 @@ pub(crate) fn ensure() -> Result<PathBuf, Error> {
     if let Some(sysroot) = ready()? {
         return Ok(sysroot);
     }
-    println!(
-        "cargo:warning=lattice-gpu-builder: installing the kernel toolchain {TOOLCHAIN} with \
-         rust-src (once per machine): {}",
-        install_command()
-    );
+    eprintln!("lattice-gpu-builder: installing {TOOLCHAIN} with rust-src: {}", install_command());
     let out = rustup()
         .args(["toolchain", "install", TOOLCHAIN])
         .args(["--profile", "minimal", "--component", "rust-src"])
@@ -58,6 +54,13 @@ pub(crate) fn ensure() -> Result<PathBuf, Error> {
             ),
         });
     }
+    // Said once the toolchain is there: cargo repeats a build script's warnings when it reuses the
+    // script's output, and "installing" would then read as if it happened again.
+    println!(
+        "cargo:warning=lattice-gpu-builder: the kernel toolchain {TOOLCHAIN} was missing and has been \
+         installed (once per machine) with `{}`",
+        install_command()
+    );
     ready()?.ok_or_else(|| Error::Toolchain {
         problem: format!(
             "`{}` succeeded but {TOOLCHAIN}'s rust-src is still missing; run `rustup component \

@@ -148,21 +148,23 @@ impl Gpu {
     fn load_error(&self, module: &Module, e: cudarc::driver::DriverError) -> Error {
         use sys::cudaError_enum as E;
         let what = format!("module `{}`", module.name());
+        let driver = driver_version();
+        let needs = module.isa_version().map(|isa| (isa, cuda_for_isa(isa)));
+        // Drivers report a PTX version beyond their own as unsupported or as invalid PTX.
+        let too_new = e.0 == E::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            || matches!((needs, driver), (Some((_, cuda)), Some(d)) if cuda > d);
         match e.0 {
-            E::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => {
-                let driver = driver_version()
-                    .map(|(major, minor)| format!("CUDA {major}.{minor}"))
-                    .unwrap_or_else(|| "of unknown version".into());
-                Error::NoGpu(match module.isa_version() {
-                    Some(isa) => {
-                        let (major, minor) = cuda_for_isa(isa);
-                        format!(
-                            "{what} is PTX ISA {}.{}, which the installed driver ({driver}) \
-                             cannot load: PTX ISA {}.{} needs a driver for CUDA {major}.{minor} or \
-                             newer; update the NVIDIA driver",
-                            isa.0, isa.1, isa.0, isa.1
-                        )
-                    }
+            _ if too_new => {
+                let driver = driver.map_or_else(
+                    || "of unknown version".into(),
+                    |(major, minor)| format!("for CUDA {major}.{minor}"),
+                );
+                Error::NoGpu(match needs {
+                    Some(((isa_major, isa_minor), (major, minor))) => format!(
+                        "{what} is PTX ISA {isa_major}.{isa_minor}, which the installed driver \
+                         ({driver}) cannot load: PTX ISA {isa_major}.{isa_minor} needs a driver \
+                         for CUDA {major}.{minor} or newer; update the NVIDIA driver"
+                    ),
                     None => format!(
                         "{what} has a PTX version the installed driver ({driver}) cannot load; \
                          update the NVIDIA driver"
