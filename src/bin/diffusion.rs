@@ -247,17 +247,7 @@ where
         println!("{}", cli::unfinished_tuning(done, needed));
     }
     if let Some(t) = &result.tuning {
-        if t.from_cache {
-            println!(
-                "launch shape {} from the tune cache ({:.3} ms/step when tuned)",
-                t.best, t.best_ms
-            );
-        } else {
-            println!(
-                "auto-tuned: {} ({:.3} ms/step) out of {} candidates in {} steps; tuning overhead {:.1} ms",
-                t.best, t.best_ms, t.candidates, t.steps, t.overhead_ms()
-            );
-        }
+        println!("{t}");
     }
     if args.input.is_none() {
         let decay = problem.analytic_decay(args.steps);

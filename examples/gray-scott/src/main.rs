@@ -9,7 +9,7 @@ use clap::Parser;
 use gray_scott::{load_kernels, simulate, Error, Grid, Model, Problem, Result, Simulation};
 use gray_scott_kernels::{GrayScott2d, GrayScott3d};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
-use lattice_gpu::host::engine::{LoopEngine, TuningReport};
+use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::io::{npy, png, write_atomically};
 use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
 use lattice_gpu::kernels::stencil::GpuEntry;
@@ -211,7 +211,7 @@ where
         println!("{}", cli::unfinished_tuning(done, needed));
     }
     if let Some(t) = &run.tuning {
-        print_tuning(t);
+        println!("{t}");
     }
     let shape = problem.grid.npy_shape();
     npy::write_npy(&out.join("u.npy"), &shape, &run.fields.u)?;
@@ -242,24 +242,6 @@ fn picture<T: Element>(path: &Path, nx: usize, ny: usize, v: &[T]) -> Result<()>
     let v: Vec<f64> = v.iter().map(|x| x.to_f64()).collect();
     png::write_png_scaled(path, nx, ny, &v, Some(V_RANGE), png::ColorMap::Viridis, 256)?;
     Ok(())
-}
-
-fn print_tuning(t: &TuningReport) {
-    if t.from_cache {
-        println!(
-            "launch shape {} from the tune cache ({:.3} ms/step when tuned)",
-            t.best, t.best_ms
-        );
-    } else {
-        println!(
-            "auto-tuned: {} ({:.3} ms/step) out of {} candidates in {} steps; tuning overhead {:.1} ms",
-            t.best,
-            t.best_ms,
-            t.candidates,
-            t.steps,
-            t.overhead_ms()
-        );
-    }
 }
 
 fn bench<T: Element>(cli: &Cli, problem: &Problem) -> Result<()>
@@ -329,7 +311,7 @@ where
         sim.step()?;
     }
     if let Some(t) = sim.tuning() {
-        print_tuning(t);
+        println!("{t}");
     }
     let probe = gpu.time_ms(|| sim.advance(3))? / 3.0;
     let per_batch = ((20.0 / probe.max(1e-3)) as usize).clamp(5, 2000);

@@ -137,6 +137,29 @@ impl TuningReport {
     }
 }
 
+/// The line applications print for a tuned call site.
+impl std::fmt::Display for TuningReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.from_cache {
+            true => write!(
+                f,
+                "launch shape {} from the tune cache ({:.3} ms/step when tuned)",
+                self.best, self.best_ms
+            ),
+            false => write!(
+                f,
+                "auto-tuned: {} ({:.3} ms/step) out of {} candidates in {} steps; tuning overhead \
+                 {:.1} ms",
+                self.best,
+                self.best_ms,
+                self.candidates,
+                self.steps,
+                self.overhead_ms()
+            ),
+        }
+    }
+}
+
 struct Tuning {
     key: TuneKey,
     candidates: Vec<LaunchShape>,
