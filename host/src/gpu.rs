@@ -184,6 +184,7 @@ impl Gpu {
             },
         }
     }
+
     /// The device name, e.g. "NVIDIA H100 80GB HBM3".
     pub fn name(&self) -> &str {
         &self.name
