@@ -37,7 +37,10 @@ pub(crate) fn ensure() -> Result<PathBuf, Error> {
     if let Some(sysroot) = ready()? {
         return Ok(sysroot);
     }
-    eprintln!("lattice-gpu-builder: installing {TOOLCHAIN} with rust-src: {}", install_command());
+    eprintln!(
+        "lattice-gpu-builder: installing {TOOLCHAIN} with rust-src: {}",
+        install_command()
+    );
     let out = rustup()
         .args(["toolchain", "install", TOOLCHAIN])
         .args(["--profile", "minimal", "--component", "rust-src"])

@@ -16,10 +16,7 @@ fn binary() -> PathBuf {
 
 /// The binary's exit code and its output, stderr then stdout.
 fn run(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(binary())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(binary()).args(args).output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("panicked"), "panic on {args:?}:\n{text}");

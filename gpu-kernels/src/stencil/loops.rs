@@ -1,10 +1,11 @@
 //! The loops a generated kernel runs: each thread takes one (x, y) column of the range from its block
 //! and grid position and marches `march` points along the last axis. 3-D loops come in four variants
-//! ([`Variant`](super::Variant)): plain, z-queue, tiled and vector.
+//! ([`Variant`](super::Variant)): plain, z-queue, tiled and vector (of a [`StencilUpdate3D`], a
+//! [`FieldsUpdate3D`] or a [`LanesUpdate3D`]).
 
 use super::{
-    ArrayIndex2D, ArrayIndex3D, FieldRef, LanesUpdate3D, PointUpdate2D, PointUpdate3D,
-    StencilUpdate3D, SumInto, SumUpdate3D, Tile, VectorQueue, ZQueue, VECTOR_BYTES,
+    ArrayIndex2D, ArrayIndex3D, FieldRef, FieldsUpdate3D, LanesUpdate3D, PointUpdate2D,
+    PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Tile, VectorQueue, ZQueue, VECTOR_BYTES,
 };
 use crate::device::shared::SharedPtr;
 use crate::device::thread::{
@@ -225,15 +226,15 @@ pub fn device_loop3d_vector<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32
     vector_thread(f, r, march, ThreadCoords::current())
 }
 
-/// Calls `$march::<F, W>(f, r, march, c)` with `W` the [`vector_lanes`] of `F::Real` (a constant:
-/// one arm survives).
+/// Calls `$march::<F, ..., W>(f, r, march, c)` with `W` the [`vector_lanes`] of `F::Real` (a
+/// constant: one arm survives).
 macro_rules! by_lanes {
-    ($march:ident::<$f:ty>($($arg:expr),*)) => {
+    ($march:ident::<$f:ty $(, $g:ident)*>($($arg:expr),*)) => {
         match vector_lanes(core::mem::size_of::<<$f as PointUpdate3D>::Real>()) {
-            8 => $march::<$f, 8>($($arg),*),
-            4 => $march::<$f, 4>($($arg),*),
-            2 => $march::<$f, 2>($($arg),*),
-            _ => $march::<$f, 1>($($arg),*),
+            8 => $march::<$f, $($g,)* 8>($($arg),*),
+            4 => $march::<$f, $($g,)* 4>($($arg),*),
+            2 => $march::<$f, $($g,)* 2>($($arg),*),
+            _ => $march::<$f, $($g,)* 1>($($arg),*),
         }
     };
 }
@@ -287,6 +288,93 @@ fn vector_march<F: StencilUpdate3D, const W: usize>(
         first.next_k();
         // SAFETY: as above.
         unsafe { queue.advance(&first) };
+    }
+}
+
+/// The vector variant of a [`FieldsUpdate3D`]: as [`device_loop3d_vector`], with a [`VectorQueue`] per
+/// input field and one vector store per output field and plane. Grid x of blocks covers the range's x
+/// points divided by the lanes.
+///
+/// A thread whose vector is not aligned in every field (or whose rows are not a whole number of vectors
+/// long), and the last thread of a row whose length is not a multiple of the lanes, run the point
+/// update a column at a time.
+#[inline(always)]
+pub fn device_loop3d_fields_vector<F: FieldsUpdate3D<N, M>, const N: usize, const M: usize>(
+    f: &F,
+    r: &LoopRange,
+    march: u32,
+) {
+    fields_vector_thread(f, r, march, ThreadCoords::current())
+}
+
+/// [`device_loop3d_fields_vector`] for the thread at `c`.
+#[inline(always)]
+pub fn fields_vector_thread<F: FieldsUpdate3D<N, M>, const N: usize, const M: usize>(
+    f: &F,
+    r: &LoopRange,
+    march: u32,
+    c: ThreadCoords,
+) {
+    by_lanes!(fields_vector_march::<F, N, M>(f, r, march, c))
+}
+
+/// [`fields_vector_thread`] with `W` lanes.
+#[inline(always)]
+fn fields_vector_march<F: FieldsUpdate3D<N, M>, const N: usize, const M: usize, const W: usize>(
+    f: &F,
+    r: &LoopRange,
+    march: u32,
+    c: ThreadCoords,
+) {
+    let Some(([i, j, k0], k1)) = c.vector_slab(r, march, W as u32) else {
+        return;
+    };
+    let mut first = ArrayIndex3D::new(r.n);
+    first.set(i, j, k0);
+    let (inputs, outputs) = (f.inputs(), f.outputs());
+    let row_bytes = r.n[0] as usize * core::mem::size_of::<F::Real>();
+    let aligned = row_bytes.is_multiple_of(VECTOR_BYTES)
+        && inputs.iter().all(|x| x.vector_aligned(first.ix()))
+        && outputs
+            .iter()
+            .all(|x| x.as_ref().vector_aligned(first.ix()));
+    if r.end[0] - i < W as u32 || !aligned {
+        // Column by column, so that the scalar updates' registers are not live together.
+        for p in i..r.end[0].min(i + W as u32) {
+            first.set(p, j, k0);
+            for _ in k0..k1 {
+                f.update(&first);
+                first.next_k();
+            }
+        }
+        return;
+    }
+    // SAFETY: checked above: the vector and every row start are aligned in every input.
+    let mut queues = inputs.map(|x| unsafe { VectorQueue::<F, W>::load_field(x, &first) });
+    let mut k = k0;
+    loop {
+        for q in &mut queues {
+            // SAFETY (and `advance` below): `first` is the vector's first point, aligned as checked.
+            unsafe { q.load_plane(&first) };
+        }
+        let v: [[F::Real; M]; W] = core::array::from_fn(|lane| {
+            let mut idx = first;
+            idx.set(i + lane as u32, j, k);
+            f.values_with(&idx, &queues.each_ref().map(|q| q.lane(lane)))
+        });
+        for (m, out) in outputs.iter().enumerate() {
+            // SAFETY: every output's vector is aligned, as checked above.
+            unsafe { out.set_vector(first.ix(), v.map(|p| p[m])) };
+        }
+        k += 1;
+        if k == k1 {
+            break;
+        }
+        first.next_k();
+        for q in &mut queues {
+            // SAFETY: as above.
+            unsafe { q.advance(&first) };
+        }
     }
 }
 

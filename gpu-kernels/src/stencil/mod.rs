@@ -17,9 +17,10 @@ pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{
-    device_loop2d, device_loop3d, device_loop3d_lanes, device_loop3d_tiled, device_loop3d_vector,
-    device_loop3d_zqueue, device_sum3d, lanes_thread, plain_thread, sum_thread, tile_shared_bytes,
-    vector_lanes, vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
+    device_loop2d, device_loop3d, device_loop3d_fields_vector, device_loop3d_lanes,
+    device_loop3d_tiled, device_loop3d_vector, device_loop3d_zqueue, device_sum3d,
+    fields_vector_thread, lanes_thread, plain_thread, sum_thread, tile_shared_bytes, vector_lanes,
+    vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
 };
 pub use reduce::{FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
@@ -29,7 +30,7 @@ use crate::device::math::Real;
 /// The update of one point of a 3-D grid. Implementations must be `#[repr(C)]` (the struct is passed to
 /// the GPU kernel by value) and must not use block barriers (threads outside the range return early).
 /// Updates with one stencil input field can also implement [`StencilUpdate3D`] to get the staged
-/// kernel variants.
+/// kernel variants, updates of several fields [`FieldsUpdate3D`] to get the vector variant.
 pub trait PointUpdate3D: Copy + Send + Sync {
     /// The working precision; names the precision in tune-cache keys and bandwidth figures.
     type Real: Real;
@@ -92,6 +93,38 @@ pub trait StencilUpdate3D: PointUpdate3D {
     }
 }
 
+/// A [`PointUpdate3D`] of several fields: it reads each of its `N` stencil input fields only through a
+/// [`Source3D`] of its own and writes one value per point into each of its `M` output fields (a
+/// reaction-diffusion step of two species). Opting in lets [`kernel3d!`](crate::kernel3d) generate the
+/// vector variant besides the plain one ([`device_loop3d_fields_vector`]: the points of a 16-byte
+/// vector per thread, each input's columns in a [`VectorQueue`]). As for [`StencilUpdate3D`], the update
+/// is written once, in [`values_with`](Self::values_with), and its [`PointUpdate3D::update`] is
+/// `self.update_with(idx, &self.inputs())`, which the CPU engine and the plain kernel run.
+///
+/// The vector variant assumes the inputs are not written while a loop runs.
+pub trait FieldsUpdate3D<const N: usize, const M: usize>: PointUpdate3D {
+    /// The stencil input fields: what [`values_with`](Self::values_with)'s sources read, in order.
+    fn inputs(&self) -> [FieldRef<Self::Real>; N];
+    /// The fields the point's values are written to, in the order of the values.
+    fn outputs(&self) -> [FieldMut<Self::Real>; M];
+    /// The new values of the point `idx`, one per output, reading input `i` at offset (DX, DY, DZ) as
+    /// `src[i].at::<DX, DY, DZ>(idx)` (within [`PointUpdate3D::RADIUS`]).
+    fn values_with<S: Source3D<Self::Real>>(
+        &self,
+        idx: &ArrayIndex3D,
+        src: &[S; N],
+    ) -> [Self::Real; M];
+    /// Computes the point `idx` from `src` and stores its values.
+    #[inline(always)]
+    fn update_with<S: Source3D<Self::Real>>(&self, idx: &ArrayIndex3D, src: &[S; N]) {
+        let values = self.values_with(idx, src);
+        // By reference: an array's by-value iterator indexes a copy in local memory on the GPU.
+        for (out, &v) in self.outputs().iter().zip(&values) {
+            out.set(idx.ix(), v);
+        }
+    }
+}
+
 /// A [`PointUpdate3D`] that can also compute the `W` x-neighbouring points of one 16-byte vector at once
 /// ([`vector_lanes`] of them: 4 in f32, 2 in f64), with vector loads and stores of its own: updates
 /// whose neighbours are no plain stencil offsets (a red-black sweep on fields stored by colour) get the
@@ -122,7 +155,9 @@ pub enum Variant {
     Tiled = 2,
     /// The x-neighbouring points of one 16-byte vector per thread (4 in f32, 2 in f64), each vector
     /// moved by one load or store: a [`StencilUpdate3D`]'s columns in a register z-queue of vectors
-    /// ([`device_loop3d_vector`]), a [`LanesUpdate3D`]'s own vector update ([`device_loop3d_lanes`]).
+    /// ([`device_loop3d_vector`]), a [`FieldsUpdate3D`]'s in one such queue per input
+    /// ([`device_loop3d_fields_vector`]), a [`LanesUpdate3D`]'s own vector update
+    /// ([`device_loop3d_lanes`]).
     Vector = 3,
 }
 
@@ -220,6 +255,8 @@ pub trait GpuEntry {
 /// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
 /// engines do both). A [`LanesUpdate3D`] type has a vector entry besides the plain one:
 /// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
+/// So does a [`FieldsUpdate3D`] type (its numbers of fields are those of its one impl):
+/// `kernel3d!(gray_scott3d_f32 => GrayScott3d<f32>; fields, vector = gray_scott3d_vector_f32);`
 #[macro_export]
 macro_rules! kernel3d {
     ($name:ident => $ty:ty) => {
@@ -251,6 +288,25 @@ macro_rules! kernel3d {
             const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($name);
             const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($lanes));
+        }
+    };
+    ($name:ident => $ty:ty; fields, vector = $vector:ident $(,)?) => {
+        $crate::kernel! {
+            /// Generated kernel entry: runs the point update over the range, marching in z.
+            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d(&update, &range, march)
+            }
+        }
+        $crate::kernel! {
+            /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
+            pub unsafe fn $vector(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_fields_vector(&update, &range, march)
+            }
+        }
+        impl $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+            const ENTRY: &'static str = stringify!($name);
+            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
         }
     };
     ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {

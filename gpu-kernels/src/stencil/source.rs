@@ -1,8 +1,9 @@
-//! Read access to a point update's stencil input field. A [`StencilUpdate3D`] reads its input only through a
-//! [`Source3D`], so the loop that runs it chooses where the values come from: global memory
-//! ([`FieldRef`]), the thread's register z-queue ([`ZQueue`]) or the block's shared-memory tile
-//! ([`Tile`]). The three give the same value for every offset within the update's radius, so the update's
-//! arithmetic, and hence its result, is the same bit for bit whichever loop runs it.
+//! Read access to a point update's stencil input fields. A [`StencilUpdate3D`] reads its input (a
+//! [`FieldsUpdate3D`](super::FieldsUpdate3D) each of its inputs) only through a [`Source3D`], so the loop
+//! that runs it chooses where the values come from: global memory ([`FieldRef`]), the thread's register
+//! z-queue ([`ZQueue`]) or vector queue ([`VectorQueue`]), or the block's shared-memory tile ([`Tile`]).
+//! All give the same value for every offset within the update's radius, so the update's arithmetic, and
+//! hence its result, is the same bit for bit whichever loop runs it.
 
 use super::{ArrayIndex3D, FieldRef, PointUpdate3D, StencilUpdate3D};
 use crate::device::math::Real;
@@ -110,8 +111,11 @@ impl<F: StencilUpdate3D> Source3D<F::Real> for ZQueue<F> {
 /// the loads the update never reads are dead code, which the compiler drops, so the queue costs only
 /// what the update uses. Reads of anything else go to memory.
 ///
+/// One queue holds one field, a [`StencilUpdate3D`]'s input or one input of a
+/// [`FieldsUpdate3D`](super::FieldsUpdate3D), read within `F::RADIUS`.
+///
 /// Element `(i, j, k)` must be [`VECTOR_BYTES`](super::VECTOR_BYTES)-aligned, and so must the start of
-/// every row: the loop checks both and otherwise runs the z-queue loop a column at a time.
+/// every row: the loop checks both and otherwise runs a column at a time.
 #[derive(Clone, Copy, Debug)]
 pub struct VectorQueue<F: PointUpdate3D, const W: usize> {
     f: FieldRef<F::Real>,
@@ -122,6 +126,19 @@ pub struct VectorQueue<F: PointUpdate3D, const W: usize> {
 }
 
 impl<F: StencilUpdate3D, const W: usize> VectorQueue<F, W> {
+    /// The queue of the input of `f` at the vector whose first point is `idx`, loaded from global
+    /// memory.
+    ///
+    /// # Safety
+    /// As [`load_field`](Self::load_field).
+    #[inline(always)]
+    pub unsafe fn load(f: &F, idx: &ArrayIndex3D) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::load_field(f.input(), idx) }
+    }
+}
+
+impl<F: PointUpdate3D, const W: usize> VectorQueue<F, W> {
     const R: [usize; 3] = {
         let r = F::RADIUS;
         assert!(
@@ -131,15 +148,16 @@ impl<F: StencilUpdate3D, const W: usize> VectorQueue<F, W> {
         [r[0] as usize, r[1] as usize, r[2] as usize]
     };
 
-    /// The queue of the vector whose first point is `idx`, loaded from global memory.
+    /// The queue of `field` at the vector whose first point is `idx`, loaded from global memory.
     ///
     /// # Safety
-    /// Element `idx` and the start of every row must be [`VECTOR_BYTES`](super::VECTOR_BYTES)-aligned.
+    /// Element `idx` of `field` and the start of every row must be
+    /// [`VECTOR_BYTES`](super::VECTOR_BYTES)-aligned.
     #[inline(always)]
-    pub unsafe fn load(f: &F, idx: &ArrayIndex3D) -> Self {
+    pub unsafe fn load_field(field: FieldRef<F::Real>, idx: &ArrayIndex3D) -> Self {
         let z = [F::Real::ZERO; W];
         let mut s = Self {
-            f: f.input(),
+            f: field,
             q: [z; CAP],
             rows: [z; CAP],
             west: [F::Real::ZERO; MID],
@@ -203,7 +221,7 @@ pub struct Lane<'a, F: PointUpdate3D, const W: usize> {
     lane: usize,
 }
 
-impl<F: StencilUpdate3D, const W: usize> Source3D<F::Real> for Lane<'_, F, W> {
+impl<F: PointUpdate3D, const W: usize> Source3D<F::Real> for Lane<'_, F, W> {
     #[inline(always)]
     fn at<const DX: i32, const DY: i32, const DZ: i32>(&self, idx: &ArrayIndex3D) -> F::Real {
         let [rx, ry, rz] = VectorQueue::<F, W>::R;

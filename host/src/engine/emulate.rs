@@ -1,8 +1,9 @@
 //! A GPU launch of a 3-D kernel, run on the CPU: every thread of every block executes the same per-thread
-//! code the generated kernel runs ([`plain_thread`], [`zqueue_thread`], [`TiledThread`], [`vector_thread`]), with the thread
-//! coordinates a launch with the given shape would give it. So the index arithmetic, the z-queue, the
-//! tile staging with its halo and guards, and the double buffering of each variant are checked against
-//! the CPU engine for any launch shape on a machine without a GPU.
+//! code the generated kernel runs ([`plain_thread`], [`zqueue_thread`], [`TiledThread`],
+//! [`vector_thread`], [`fields_vector_thread`]), with the thread coordinates a launch with the given
+//! shape would give it. So the index arithmetic, the z-queue, the tile staging with its halo and guards,
+//! and the double buffering of each variant are checked against the CPU engine for any launch shape on
+//! a machine without a GPU.
 //!
 //! Within a tiled block the threads run one after another between barriers, in an order that is legal on
 //! the GPU and hard on the tile: after the barrier of step `s`, each thread in turn computes step `s`,
@@ -12,13 +13,13 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    plain_thread, vector_thread, zqueue_thread, GpuEntry, LoopRange, StencilUpdate3D, ThreadCoords,
-    TiledThread, Variant,
+    fields_vector_thread, plain_thread, vector_thread, zqueue_thread, FieldsUpdate3D, GpuEntry,
+    LoopRange, PointUpdate3D, StencilUpdate3D, ThreadCoords, TiledThread, Variant,
 };
 use rayon::prelude::*;
 
 use super::device::{KernelInfo, LaunchShape};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lattice::{check_radius, check_range};
 
 /// The most threads per block the emulated device accepts (as every GPU from Volta on).
@@ -32,6 +33,40 @@ pub fn emulate3d<F: StencilUpdate3D + GpuEntry>(
     range: &LoopRange,
     shape: LaunchShape,
 ) -> Result<()> {
+    launch::<F>(range, shape, |b, tile_len| {
+        block(update, range, shape, b, tile_len)
+    })
+}
+
+/// [`emulate3d`] for a [`FieldsUpdate3D`], whose kernels are the plain and the vector variant
+/// ([`fields_vector_thread`]).
+pub fn emulate3d_fields<F: FieldsUpdate3D<N, M> + GpuEntry, const N: usize, const M: usize>(
+    update: &F,
+    range: &LoopRange,
+    shape: LaunchShape,
+) -> Result<()> {
+    if !matches!(shape.variant, Variant::Plain | Variant::Vector) {
+        return Err(Error::InvalidSetting(format!(
+            "the emulator runs a fields update's plain and vector variants, not {}",
+            shape.variant.name()
+        )));
+    }
+    let march = shape.march;
+    launch::<F>(range, shape, |b, _| {
+        threads(shape, b).for_each(|c| match shape.variant {
+            Variant::Vector => fields_vector_thread(update, range, march, c),
+            _ => plain_thread(update, range, march, c),
+        })
+    })
+}
+
+/// Checks the launch as the GPU would, then runs `block(block_idx, tile_len)` for every block of its
+/// grid, `tile_len` the elements of its dynamic shared memory.
+fn launch<F: PointUpdate3D + GpuEntry>(
+    range: &LoopRange,
+    shape: LaunchShape,
+    block: impl Fn([u32; 3], usize) + Sync,
+) -> Result<()> {
     check_range(range, 3)?;
     check_radius(range, &F::RADIUS, F::ENTRY)?;
     let kernel = KernelInfo::of3d::<F>();
@@ -41,10 +76,20 @@ pub fn emulate3d<F: StencilUpdate3D + GpuEntry>(
     let blocks: Vec<[u32; 3]> = (0..gz)
         .flat_map(|z| (0..gy).flat_map(move |y| (0..gx).map(move |x| [x, y, z])))
         .collect();
-    blocks
-        .into_par_iter()
-        .for_each(|b| block(update, range, shape, b, tile_len));
+    blocks.into_par_iter().for_each(|b| block(b, tile_len));
     Ok(())
+}
+
+/// The threads of block `b` of a launch of `shape`, x fastest.
+fn threads(shape: LaunchShape, b: [u32; 3]) -> impl Iterator<Item = ThreadCoords> {
+    let (bx, by) = (shape.block_x, shape.block_y);
+    (0..by).flat_map(move |ty| {
+        (0..bx).map(move |tx| ThreadCoords {
+            block_idx: b,
+            block_dim: [bx, by],
+            thread_idx: [tx, ty],
+        })
+    })
 }
 
 /// One block of the launch.
@@ -55,14 +100,8 @@ fn block<F: StencilUpdate3D>(
     b: [u32; 3],
     tile_len: usize,
 ) {
-    let (bx, by, march) = (shape.block_x, shape.block_y, shape.march);
-    let threads = (0..by).flat_map(|ty| {
-        (0..bx).map(move |tx| ThreadCoords {
-            block_idx: b,
-            block_dim: [bx, by],
-            thread_idx: [tx, ty],
-        })
-    });
+    let march = shape.march;
+    let threads = threads(shape, b);
     match shape.variant {
         Variant::Plain => threads.for_each(|c| plain_thread(f, r, march, c)),
         Variant::ZQueue => threads.for_each(|c| zqueue_thread(f, r, march, c)),
