@@ -7,6 +7,26 @@
 //!   and the manufactured solutions.
 //! - [`multigrid`]: the level hierarchy and the V-cycle.
 //! - [`cg`]: preconditioned conjugate gradients, the operator in f64 and the solve.
+//!
+//! A manufactured problem solved on the CPU engine (a GPU engine runs the same), the multigrid in f32:
+//!
+//! ```
+//! use lattice_gpu_host::HostLoopEngine;
+//! use lattice_gpu_poisson::cg::{solve, Precision};
+//! use lattice_gpu_poisson::multigrid::Cycle;
+//! use lattice_gpu_poisson::problem::manufactured;
+//!
+//! # fn main() -> lattice_gpu_poisson::Result<()> {
+//! let (problem, exact) = manufactured([16; 3], 1.0, 0.5);
+//! let (p, report) =
+//!     solve(&HostLoopEngine, &problem, Cycle::default(), Precision::F32, 1e-10, 100, false, &mut |_, _| {})?;
+//! assert!(report.iterations < 30);
+//! let err: f64 = p.iter().zip(&exact).map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt();
+//! let norm: f64 = exact.iter().map(|b| b * b).sum::<f64>().sqrt();
+//! assert!(err / norm < 0.05); // second order in the cell size
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod cg;
 pub mod error;
