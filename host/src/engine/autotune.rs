@@ -499,8 +499,9 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
                     .filter_map(|&v| Variant::from_u32(v).map(Variant::name))
                     .collect()
             });
+        // The space, not a kernel's: each kernel is tuned over those of these variants it has.
         format!(
-            "GPU {} (auto-tuned, variants {})",
+            "GPU {} (auto-tuned over the kernels' variants among {})",
             self.gpu.name(),
             variants.join("+")
         )
