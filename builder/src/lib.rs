@@ -179,6 +179,9 @@ fn nested_target_dir(out_dir: &Path) -> PathBuf {
         .map_or_else(|| out_dir.join("ptx-build"), |t| t.join("lattice-gpu-ptx"))
 }
 
+/// Modules with at most this many entries get a warning line per entry from [`check_with_ptxas`].
+const LISTED_ENTRIES: usize = 16;
+
 /// Assembles the module with `$PTXAS`, if set, and reports each entry's registers and spills.
 fn check_with_ptxas(ptx: &Path, name: &str) -> Result<Option<Vec<ptxas::EntryReport>>, Error> {
     let Some(exe) = std::env::var_os("PTXAS").filter(|v| !v.is_empty()) else {
@@ -197,7 +200,13 @@ fn check_with_ptxas(ptx: &Path, name: &str) -> Result<Option<Vec<ptxas::EntryRep
         most.map_or_else(String::new, |e| format!("{} ({})", e.registers, e.name)),
         spilling.len()
     );
-    for e in spilling {
+    // Every entry of a small module (a user's few kernels); of a large one (the framework's hundred)
+    // those with a stack frame or spills, the rest in the summary line above.
+    let listed: Vec<_> = match report.len() <= LISTED_ENTRIES {
+        true => report.iter().collect(),
+        false => spilling,
+    };
+    for e in listed {
         println!(
             "cargo:warning=ptxas {arch}: {name}::{}: {} registers, {}-byte stack, {} bytes spill \
              stores, {} bytes spill loads",
