@@ -102,7 +102,8 @@ pub(crate) fn shape_repr(shape: &[usize]) -> String {
 
 /// Writes `path` so that it never exists half-written: `write` fills a temporary file
 /// `.{file_name}.{pid}.{n}.{ns}.tmp` in the same directory, which is flushed to disk and then renamed
-/// over `path`.
+/// over `path`. A symbolic link is followed, and the file it leads to written; a path that exists and
+/// is not a regular file (a device, a socket, a directory) is refused and left alone.
 ///
 /// On any error the temporary file is removed, `path` is left as it was, and the error is
 /// [`IoError::Write`]. The directory must exist already; creating it is the caller's decision.
@@ -114,6 +115,19 @@ pub fn write_atomically(
         path: path.to_path_buf(),
         source,
     };
+    // A link is written through, onto the file it leads to; renaming over the link would replace it.
+    let path = &follow_links(path).map_err(fail)?;
+    // Renaming over a device (/dev/null), a socket or a directory would replace it with a file.
+    if fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(fail(io::Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} exists and is not a regular file (a directory, device, pipe or socket); name a \
+                 regular file, or a path that does not exist yet",
+                path.display()
+            ),
+        )));
+    }
     let file_name = path.file_name().ok_or_else(|| {
         fail(io::Error::new(
             ErrorKind::InvalidInput,
@@ -156,6 +170,29 @@ pub fn write_atomically(
     }
     sync_dir(dir);
     Ok(())
+}
+
+/// Where the symbolic links at `path` lead, a link to a link too; `path` itself where it is no link
+/// (or does not exist). Relative links are relative to their own directory.
+fn follow_links(path: &Path) -> io::Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    // Linux's own limit on links followed in one lookup.
+    for _ in 0..40 {
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = fs::read_link(&at)?;
+                at = match at.parent() {
+                    Some(dir) => dir.join(to),
+                    None => to,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    Err(io::Error::new(
+        ErrorKind::InvalidInput,
+        "too many levels of symbolic links",
+    ))
 }
 
 /// Writes and syncs the temporary file, so that the rename cannot publish data still in the
@@ -222,6 +259,8 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(unix)]
+    use std::os::unix::fs::FileTypeExt;
 
     use super::test_support::{entries, scratch_dir};
 
@@ -246,6 +285,76 @@ mod tests {
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(fs::read(&path).unwrap(), b"old");
         assert_eq!(entries(&dir), ["a.txt"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A symbolic link is written through: the link stays, its target gets the new contents, and the
+    /// temporary file lives beside the target (in the target's file system), not beside the link.
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_is_written_through() {
+        let dir = scratch_dir("symlink");
+        fs::create_dir(dir.join("data")).unwrap();
+        let target = dir.join("data/field.npy");
+        fs::write(&target, b"old").unwrap();
+        let link = dir.join("field.npy");
+        std::os::unix::fs::symlink("data/field.npy", &link).unwrap();
+        write_atomically(&link, |w| w.write_all(b"new")).unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        // A link to a file not yet there is written through too, and to a link to a link.
+        std::os::unix::fs::symlink("data/later.npy", dir.join("later.npy")).unwrap();
+        std::os::unix::fs::symlink("later.npy", dir.join("twice.npy")).unwrap();
+        write_atomically(&dir.join("twice.npy"), |w| w.write_all(b"late")).unwrap();
+        assert_eq!(fs::read(dir.join("data/later.npy")).unwrap(), b"late");
+        assert!(fs::symlink_metadata(dir.join("twice.npy"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            entries(&dir),
+            ["data", "field.npy", "later.npy", "twice.npy"]
+        );
+        assert_eq!(entries(&dir.join("data")), ["field.npy", "later.npy"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A path that exists and is no regular file (a device such as /dev/null, a socket, a directory)
+    /// is refused by name, and left as it was: renaming over it would replace it.
+    #[cfg(unix)]
+    #[test]
+    fn a_path_that_is_not_a_regular_file_is_refused_and_kept() {
+        let dir = scratch_dir("special");
+        let socket = dir.join("out.npy");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let err = write_atomically(&socket, |w| w.write_all(b"x")).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("out.npy") && msg.contains("not a regular file"),
+            "{msg}"
+        );
+        assert!(fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_socket());
+        fs::create_dir(dir.join("sub.npy")).unwrap();
+        let msg = write_atomically(&dir.join("sub.npy"), |w| w.write_all(b"x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("sub.npy") && msg.contains("not a regular file"),
+            "{msg}"
+        );
+        // A link to such a path is refused the same way.
+        std::os::unix::fs::symlink(&socket, dir.join("link.npy")).unwrap();
+        let msg = write_atomically(&dir.join("link.npy"), |w| w.write_all(b"x"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("not a regular file"), "{msg}");
+        assert_eq!(entries(&dir), ["link.npy", "out.npy", "sub.npy"]);
         fs::remove_dir_all(&dir).unwrap();
     }
 
