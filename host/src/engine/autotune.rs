@@ -463,12 +463,15 @@ impl DeviceAutoTuningLoopEngine {
                 time_ms: best_ms,
             };
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            // Refusals name the file themselves, and the cache forgets it after one.
+            let path = cache.path().map(|p| p.display().to_string());
             if let Err(e) = cache.insert(t.key.clone(), entry_) {
-                let path = cache
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
-                eprintln!("lattice-gpu: warning: could not save the tune cache {path}: {e}");
+                match path {
+                    Some(path) if !e.to_string().contains(&path) => {
+                        eprintln!("lattice-gpu: warning: could not save the tune cache {path}: {e}")
+                    }
+                    _ => eprintln!("lattice-gpu: warning: tune cache: {e}"),
+                }
             }
             info.state = State::Tuned(TuningReport {
                 best,

@@ -32,11 +32,17 @@
 //! file with a wrong header or version, and corrupt lines are skipped, each
 //! with a warning collected for [`TuneCache::take_warnings`].
 //!
-//! Several processes (e.g. MPI ranks) may tune at once. Every insert re-reads
+//! Several processes (e.g. MPI ranks) may tune at once. Every insert takes an
+//! exclusive advisory lock (`.tunecache.tsv.lock` beside the file), re-reads
 //! the file, merges the new entry into what other processes wrote meanwhile,
 //! writes the result to a uniquely named temporary file in the same directory
-//! and renames it over the cache file. The rename is atomic, so readers only
+//! and renames it over the cache file. The lock keeps two merges from
+//! interleaving, so no entry is lost; the rename is atomic, so readers only
 //! ever see a complete file; for a given key the last writer wins.
+//!
+//! A file that is not a tune cache, or a read-only one, is never replaced: it
+//! is read (a read-only cache is used), and the first insert says once that
+//! tuned launches are kept in memory only.
 
 use crate::io::{write_atomically, IoError};
 use std::borrow::Cow;
@@ -48,8 +54,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// First line of every tune-cache file; any other first line makes the whole
-/// file be ignored (and rewritten on the next insert).
+/// file be ignored (and rewritten on the next insert if it is a tune cache of
+/// another version, never if it is something else).
 const HEADER: &str = "# lattice-gpu tunecache v1";
+
+/// What the first line of a tune cache of any version starts with.
+const HEADER_PREFIX: &str = "# lattice-gpu tunecache v";
 
 /// Comment line naming the columns, written after the header.
 const COLUMNS: &str = "# kernel\tsize\tprecision\tdevice\tptx_hash\tparams\ttime_ms";
@@ -234,6 +244,21 @@ impl TuneCache {
             return Ok(());
         };
 
+        // Other processes insert too: their read-merge-write and this one must not interleave, or
+        // the later rename drops what the other added.
+        let _lock = lock_beside(&path)?;
+        if let Some((kind, why)) = must_not_replace(&path) {
+            // Said once: later inserts keep to memory.
+            self.path = None;
+            return Err(io::Error::new(
+                kind,
+                format!(
+                    "{} is {why}: it is left as it is, and tuned launches are not saved (they are \
+                     kept for this run); point {ENV_VAR} at another file to keep them",
+                    path.display()
+                ),
+            ));
+        }
         let (mut merged, warnings) = read_entries(&path);
         for warning in warnings {
             self.warn(warning);
@@ -383,15 +408,16 @@ fn parse(path: &Path, bytes: &[u8]) -> (Entries, Vec<String>) {
         .map(|line| line.strip_suffix(b"\r").unwrap_or(line));
     let first = lines.next().unwrap_or_default();
     if first != HEADER.as_bytes() {
-        let why = if first.starts_with(b"# lattice-gpu tunecache v") {
-            "unsupported tune-cache version"
+        let what = if first.starts_with(HEADER_PREFIX.as_bytes()) {
+            "unsupported tune-cache version (first line is not `{HEADER}`); ignoring its contents, \
+             it will be rewritten on the next insert"
         } else {
-            "not a lattice-gpu tune cache"
+            "not a lattice-gpu tune cache; ignoring it, and it will not be written over"
         };
         warnings.push(format!(
-            "{}: {why} (first line is not `{HEADER}`); ignoring its contents, \
-             it will be rewritten on the next insert",
-            path.display()
+            "{}: {}",
+            path.display(),
+            what.replace("{HEADER}", HEADER)
         ));
         return (entries, warnings);
     }
@@ -513,15 +539,47 @@ fn serialize(entries: &Entries) -> String {
     out
 }
 
-/// Replaces the file at `path` by `contents` atomically ([`write_atomically`]), creating its
-/// directory if needed.
-fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
-    if let Some(parent) = path
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-    {
-        fs::create_dir_all(parent)?;
+/// An exclusive advisory lock on `.<file name>.lock` beside the cache at `path`, held until the
+/// returned file is dropped; creates the cache's directory if needed. The cache file itself cannot
+/// carry the lock: every write replaces it by a rename.
+fn lock_beside(path: &Path) -> io::Result<fs::File> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy();
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(format!(".{name}.lock")))?;
+    lock.lock()?;
+    Ok(lock)
+}
+
+/// Why the file at `path` must not be replaced by a cache, if it must not: it is something else
+/// (a path set by mistake), or it is read-only (a shared cache its owner keeps fixed).
+fn must_not_replace(path: &Path) -> Option<(io::ErrorKind, &'static str)> {
+    let mut head = [0; HEADER_PREFIX.len()];
+    let mut file = fs::File::open(path).ok()?;
+    let read = io::Read::read(&mut file, &mut head).ok()?;
+    if read > 0 && !head[..read].starts_with(HEADER_PREFIX.as_bytes()) {
+        return Some((io::ErrorKind::InvalidData, "not a lattice-gpu tune cache"));
     }
+    file.metadata()
+        .ok()?
+        .permissions()
+        .readonly()
+        .then_some((io::ErrorKind::PermissionDenied, "read-only"))
+}
+
+/// Replaces the file at `path` by `contents` atomically ([`write_atomically`]); its directory exists
+/// ([`lock_beside`] made it).
+fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     write_atomically(path, |w| w.write_all(contents)).map_err(|e| match e {
         IoError::Write { source, .. } => source,
         other => io::Error::other(other.to_string()),
@@ -727,6 +785,90 @@ mod tests {
         assert_eq!(loaded.get(&key("dslash", H100, 2)), Some(entry(8, 1.0)));
     }
 
+    /// Writers in parallel (threads, each with its own cache and so its own open lock file, as
+    /// processes have) lose no entry: every read-merge-write holds the lock.
+    #[test]
+    fn concurrent_writers_lose_no_entry() {
+        let dir = TempDir::new("concurrent");
+        let (writers, each) = (8, 40);
+        std::thread::scope(|s| {
+            for w in 0..writers {
+                let file = dir.file();
+                s.spawn(move || {
+                    let mut cache = TuneCache::load(file);
+                    for i in 0..each {
+                        let k = key(&format!("k{w}_{i}"), H100, 1);
+                        cache.insert(k, entry(8 + w, i as f64)).unwrap();
+                    }
+                });
+            }
+        });
+        let mut loaded = TuneCache::load(dir.file());
+        assert!(loaded.take_warnings().is_empty());
+        assert_eq!(loaded.len(), (writers * each) as usize);
+        for w in 0..writers {
+            for i in 0..each {
+                let k = key(&format!("k{w}_{i}"), H100, 1);
+                assert_eq!(loaded.get(&k), Some(entry(8 + w, i as f64)), "{w} {i}");
+            }
+        }
+    }
+
+    /// A file that is no tune cache (a path set by mistake) is read as empty and never overwritten;
+    /// the cache says so once and keeps its entries in memory.
+    #[test]
+    fn a_file_that_is_no_tune_cache_is_never_overwritten() {
+        let dir = TempDir::new("foreign");
+        let text = "my precious notes\n";
+        fs::write(dir.file(), text).unwrap();
+        let mut cache = TuneCache::load(dir.file());
+        let warnings = cache.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("not a lattice-gpu tune cache"),
+            "{warnings:?}"
+        );
+        let k = key("dslash", H100, 1);
+        let e = cache
+            .insert(k.clone(), entry(8, 1.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not a lattice-gpu tune cache") && e.contains("not saved"),
+            "{e}"
+        );
+        assert_eq!(fs::read_to_string(dir.file()).unwrap(), text);
+        assert_eq!(cache.get(&k), Some(entry(8, 1.0)));
+        // Said once: later inserts keep to memory quietly.
+        cache.insert(key("clover", H100, 1), entry(8, 1.0)).unwrap();
+        assert_eq!(fs::read_to_string(dir.file()).unwrap(), text);
+        assert_eq!(cache.path(), None);
+    }
+
+    /// A read-only cache is used but not replaced.
+    #[cfg(unix)]
+    #[test]
+    fn a_read_only_cache_is_used_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("readonly");
+        let mut writer = TuneCache::load(dir.file());
+        writer
+            .insert(key("dslash", H100, 1), entry(8, 1.0))
+            .unwrap();
+        fs::set_permissions(dir.file(), fs::Permissions::from_mode(0o444)).unwrap();
+        let before = fs::read(dir.file()).unwrap();
+        let mut cache = TuneCache::load(dir.file());
+        assert_eq!(cache.get(&key("dslash", H100, 1)), Some(entry(8, 1.0)));
+        let e = cache
+            .insert(key("clover", H100, 1), entry(16, 2.0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("read-only") && e.contains("not saved"), "{e}");
+        assert_eq!(fs::read(dir.file()).unwrap(), before);
+        let mode = fs::metadata(dir.file()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o444);
+        assert_eq!(cache.get(&key("clover", H100, 1)), Some(entry(16, 2.0)));
+    }
+
     #[test]
     fn unreadable_file_warns() {
         let dir = TempDir::new("unreadable");
@@ -851,11 +993,13 @@ mod tests {
                 .insert(key(&format!("kernel{i}"), H100, 1), entry(i, 1.0))
                 .unwrap();
         }
-        let names: Vec<OsString> = fs::read_dir(path.parent().unwrap())
+        let mut names: Vec<OsString> = fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|item| item.unwrap().file_name())
             .collect();
-        assert_eq!(names, vec![OsString::from("tunecache.tsv")]);
+        names.sort();
+        // The cache and its lock, no temporary file.
+        assert_eq!(names, [".tunecache.tsv.lock", "tunecache.tsv"]);
         assert_eq!(TuneCache::load(path).len(), 20);
     }
 
@@ -881,11 +1025,12 @@ mod tests {
         for handle in handles {
             handle.join().unwrap();
         }
-        let names: Vec<OsString> = fs::read_dir(&dir.0)
+        let mut names: Vec<OsString> = fs::read_dir(&dir.0)
             .unwrap()
             .map(|item| item.unwrap().file_name())
             .collect();
-        assert_eq!(names, vec![OsString::from("tunecache.tsv")]);
+        names.sort();
+        assert_eq!(names, [".tunecache.tsv.lock", "tunecache.tsv"]);
         assert!(!TuneCache::load(path).is_empty());
     }
 
