@@ -20,10 +20,10 @@ pub fn install_command() -> String {
 }
 
 /// Makes sure [`TOOLCHAIN`] and its `rust-src` are installed, installing them with rustup where not
-/// (saying so as a build warning); returns the toolchain's sysroot.
-pub(crate) fn ensure() -> Result<PathBuf, Error> {
-    if let Some(sysroot) = ready()? {
-        return Ok(sysroot);
+/// (saying so as a build warning).
+pub(crate) fn ensure() -> Result<(), Error> {
+    if ready()? {
+        return Ok(());
     }
     // Two build scripts of one build may get here at once (the framework's and a user's); rustup does
     // not guard against two installs of one toolchain, so they take turns.
@@ -34,8 +34,8 @@ pub(crate) fn ensure() -> Result<PathBuf, Error> {
     )))?;
     lock.lock()
         .map_err(io(format!("locking {}", lock_path.display())))?;
-    if let Some(sysroot) = ready()? {
-        return Ok(sysroot);
+    if ready()? {
+        return Ok(());
     }
     eprintln!(
         "lattice-gpu-builder: installing {TOOLCHAIN} with rust-src: {}",
@@ -64,17 +64,20 @@ pub(crate) fn ensure() -> Result<PathBuf, Error> {
          installed (once per machine) with `{}`",
         install_command()
     );
-    ready()?.ok_or_else(|| Error::Toolchain {
-        problem: format!(
-            "`{}` succeeded but {TOOLCHAIN}'s rust-src is still missing; run `rustup component \
-             add rust-src --toolchain {TOOLCHAIN}` and build again",
-            install_command()
-        ),
-    })
+    match ready()? {
+        true => Ok(()),
+        false => Err(Error::Toolchain {
+            problem: format!(
+                "`{}` succeeded but {TOOLCHAIN}'s rust-src is still missing; run `rustup component \
+                 add rust-src --toolchain {TOOLCHAIN}` and build again",
+                install_command()
+            ),
+        }),
+    }
 }
 
-/// The sysroot of [`TOOLCHAIN`] if it is installed with `rust-src`, `None` if either is missing.
-fn ready() -> Result<Option<PathBuf>, Error> {
+/// Whether [`TOOLCHAIN`] is installed with `rust-src`.
+fn ready() -> Result<bool, Error> {
     let out = match rustup()
         .args(["run", TOOLCHAIN, "rustc", "--print", "sysroot"])
         .stdin(Stdio::null())
@@ -92,12 +95,9 @@ fn ready() -> Result<Option<PathBuf>, Error> {
         }
         Err(e) => return Err(io("running rustup")(e)),
     };
-    if !out.status.success() {
-        return Ok(None);
-    }
     let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let src = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
-    Ok(src.exists().then_some(sysroot))
+    Ok(out.status.success() && src.exists())
 }
 
 /// `rustup` with the outer build's toolchain choice removed, so that it acts on [`TOOLCHAIN`].
