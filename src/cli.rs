@@ -1,13 +1,13 @@
 //! What the application binaries share: engine and precision options, opening the GPU (falling back to
 //! the CPU with a notice), output directories and progress bars.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Variant;
-use lattice_gpu_host::io::IoError;
+use lattice_gpu_host::io::{IoError, OutputDir};
 use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
 
 /// Which loop engine runs the work.
@@ -81,14 +81,33 @@ thread_local! {
     static THREAD_GPU: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
+/// The most ranks `--gpus` starts as threads of one process; more is a job for `--mpi`.
+pub const MOST_THREAD_RANKS: usize = 1024;
+
 /// `--gpus N`: runs `run` on `ranks` threads of this process, rank `r` on GPU `r` (modulo the GPUs
 /// there are: [`default_gpu`] in the thread), each with its rank of a
 /// [`Threads`](lattice_gpu_host::threads::Threads) communicator; the error of the first rank that
-/// failed, if one did.
-pub fn on_gpus<E: Send>(
+/// failed, if one did. `most` is the most ranks the grid can be split over, `over` what they split
+/// (e.g. "the 128 z layers"): more ranks are refused before a thread starts.
+pub fn on_gpus<E: Send + From<Error>>(
     ranks: usize,
+    most: usize,
+    over: &str,
     run: impl Fn(&lattice_gpu_host::threads::Threads) -> std::result::Result<(), E> + Sync,
 ) -> std::result::Result<(), E> {
+    if ranks > most {
+        return Err(Error::InvalidSetting(format!(
+            "--gpus {ranks}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
+        ))
+        .into());
+    }
+    if ranks > MOST_THREAD_RANKS {
+        return Err(Error::InvalidSetting(format!(
+            "--gpus {ranks}: one process runs at most {MOST_THREAD_RANKS} ranks as threads; start \
+             more as MPI processes with --mpi under mpirun"
+        ))
+        .into());
+    }
     let gpus = Gpu::probe().ok();
     lattice_gpu_host::threads::run(ranks, |comm| {
         use lattice_gpu_host::comm::Communicator;
@@ -141,13 +160,27 @@ impl Placement {
     }
 }
 
-/// How an application ends: success, or the error's message on stderr and exit code 1 (never a panic).
+/// Starts an application's run: SIGINT, SIGTERM and SIGHUP from now on stop it at its next check
+/// ([`interrupt`](lattice_gpu_host::interrupt)) instead of killing it mid-write; where they cannot be
+/// taken, a notice says so and the run goes on without.
+pub fn start() {
+    if let Err(e) = lattice_gpu_host::interrupt::watch() {
+        eprintln!("notice: {e}; a signal will end the run at once");
+    }
+}
+
+/// How an application ends: success; or the error's message on stderr and exit code 1, or 128 + the
+/// signal's number where a signal stopped the run (130 for SIGINT, as a shell reports it). Never a
+/// panic. Usage errors exit with 2 before this (clap's convention).
 pub fn exit<E: std::fmt::Display>(result: std::result::Result<(), E>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
+            match lattice_gpu_host::interrupt::requested() {
+                Some(signal) => std::process::ExitCode::from(signal.exit_code()),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -504,13 +537,36 @@ pub fn parse_size3(s: &str) -> std::result::Result<[usize; 3], String> {
     }
 }
 
-/// Makes the output directory, with an error that names it.
-pub fn output_dir(dir: &Path) -> std::result::Result<PathBuf, IoError> {
+/// Stages the run's output directory ([`OutputDir`]): its files appear together when the run
+/// succeeds, or not at all.
+pub fn output_dir(dir: &Path) -> std::result::Result<OutputDir, IoError> {
+    OutputDir::stage(dir)
+}
+
+/// Makes the output directory at once, with an error that names it. Transitional: applications move
+/// to [`output_dir`], whose files appear all or nothing.
+pub fn make_output_dir(dir: &Path) -> std::result::Result<std::path::PathBuf, IoError> {
     std::fs::create_dir_all(dir).map_err(|source| IoError::CreateDir {
         path: dir.to_path_buf(),
         source,
     })?;
     Ok(dir.to_path_buf())
+}
+
+/// Moves a successful run's staged files into place and says where they are.
+pub fn commit(out: OutputDir) -> std::result::Result<(), IoError> {
+    let dir = out.target().to_path_buf();
+    let files = out.commit()?;
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|f| Some(f.file_name()?.to_string_lossy().into_owned()))
+        .collect();
+    match names.len() {
+        0 => {}
+        n if n <= 6 => println!("wrote {} in {}", names.join(", "), dir.display()),
+        n => println!("wrote {n} files in {}", dir.display()),
+    }
+    Ok(())
 }
 
 /// The notice for a run that ended while the auto-tuner, `done` of its `needed` trial steps in, was

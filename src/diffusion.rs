@@ -15,7 +15,8 @@ use lattice_gpu_host::comm::{Communicator, LayerExchange, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
-use lattice_gpu_host::{Element, Field, HostLoopEngine, Loop3D, Shape};
+use lattice_gpu_host::health::{check_interval, Verdict};
+use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
 use lattice_gpu_kernels::stencil::GpuEntry;
@@ -167,10 +168,86 @@ impl Problem {
         2.0 * std::mem::size_of::<T>() as f64 * self.points() as f64
     }
 
+    /// The peak memory of a run split over `ranks` ranks, `in_process` of them threads of this
+    /// process, on a GPU or not, as [`simulate_on`] and the `diffusion` binary hold it. Per rank (`S`
+    /// its array, `L` its interior, `P` the whole grid's points, in elements): the whole initial
+    /// field and this rank's array while it is set up (`P + S`); on the CPU the two fields (`2S`) all
+    /// along, and at the end a downloaded copy and its interior (`+ S + L`); then, the fields freed,
+    /// the interiors and the gathered result (`P`) on rank 0, which the binary keeps while it writes.
+    /// On a GPU its two fields (`2S`) and the halo layers.
+    pub fn footprint<T>(
+        &self,
+        ranks: usize,
+        in_process: usize,
+        on_gpu: bool,
+    ) -> Result<lattice_gpu_host::memory::Footprint> {
+        let el = std::mem::size_of::<T>() as u64;
+        let nz = self.size[2].div_ceil(ranks.max(1));
+        let shape = Self::shape_of::<T>([self.size[0], self.size[1], nz])?;
+        let p = lattice_gpu_host::memory::bytes(&self.size, 1, "the grid")?;
+        let [s, l] = [shape.len() as u64, p / self.size[2] as u64 * nz as u64];
+        let fields = if on_gpu { 0 } else { 2 * s };
+        let rank = [p + s, fields + s + l].into_iter().max().unwrap_or(0);
+        let k = in_process as u64;
+        let host = (k * rank).max(k * l + p);
+        let layers = 4 * (shape.size()[0] * shape.size()[1]) as u64;
+        let gpu = if on_gpu { 2 * s + layers } else { 0 };
+        Ok(lattice_gpu_host::memory::Footprint::new(
+            format!(
+                "a {} {} diffusion run{}",
+                fmt_dims(&self.size),
+                std::any::type_name::<T>(),
+                if ranks > 1 {
+                    format!(" split over {ranks} ranks")
+                } else {
+                    String::new()
+                }
+            ),
+            host.saturating_mul(el),
+            gpu.saturating_mul(el),
+            on_gpu,
+        ))
+    }
+
     /// Interior points.
     pub fn points(&self) -> u64 {
         self.size.iter().map(|&v| v as u64).product()
     }
+}
+
+/// Relative L2 difference `|a - factor * m| / |factor * m|` of `a` (interior points, x fastest) from the
+/// sine mode `m` ([`Problem::sine_mode`]), for each factor of `factors`; the mode is computed point by
+/// point rather than stored, which would double a run's peak memory in f32.
+pub fn sine_mode_errors<A: Real, const N: usize>(
+    problem: &Problem,
+    a: &[A],
+    factors: [f64; N],
+) -> [f64; N] {
+    let s: Vec<Vec<f64>> = (0..3)
+        .map(|ax| {
+            (1..=problem.size[ax])
+                .map(|i| (PI * i as f64 * problem.h[ax]).sin())
+                .collect()
+        })
+        .collect();
+    let (mut num, mut den) = ([0.0; N], 0.0);
+    let mut at = a.iter();
+    for z in &s[2] {
+        for y in &s[1] {
+            for x in &s[0] {
+                let (m, v) = (x * y * z, at.next().map_or(f64::NAN, |v| v.to_f64()));
+                for (n, f) in num.iter_mut().zip(factors) {
+                    *n += (v - f * m).powi(2);
+                }
+                den += m * m;
+            }
+        }
+    }
+    let mut out = [0.0; N];
+    for ((o, n), f) in out.iter_mut().zip(num).zip(factors) {
+        *o = (n / (f * f * den)).sqrt();
+    }
+    out
 }
 
 /// Relative L2 difference `|a - factor * b| / |factor * b|`.
@@ -353,11 +430,11 @@ where
     let rank = comm.rank();
     let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;
     let own = split.owned(rank);
+    // Where each rank's slab starts in z, to name the global point of a value found on any rank.
+    let z_begin: Vec<usize> = (0..comm.size()).map(|r| split.owned(r).begin[2]).collect();
     let shape = Problem::shape_of::<T>(own.size)?;
-    let what = format!("two {} {} fields", fmt_dims(&shape.size()), T::NAME);
-    engine.check_fits(2 * shape.bytes::<T>(), &what)?;
-    // The initial and the final field live in host memory whatever the engine.
-    HostLoopEngine.check_fits(2 * shape.bytes::<T>(), &what)?;
+    let need = problem.footprint::<T>(comm.size(), comm.ranks_here(), engine.device().is_some())?;
+    need.check(engine.device().map(|g| &**g))?;
     let global = initial()?;
     let plane = problem.size[0] * problem.size[1];
     // A NaN or infinity would run every step and be written out as the result.
@@ -379,7 +456,6 @@ where
     f.upload(&initial)?;
     // The margins of both buffers are the walls; copying the initial field into both keeps them equal.
     g.upload(&initial)?;
-    let initial = &initial;
     let plan = split.halo_plan(rank);
     let first = shape.first();
     // Local point p of the plan (margins at 0) in the array (which may pad rows before the margin).
@@ -394,10 +470,41 @@ where
     let mut split = if plan.is_empty() && !exchange.cut {
         None
     } else {
-        Some(Overlap::new(engine, shape, &plan, initial, exchange)?)
+        Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
     };
+    drop(initial);
+    // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
+    let cell = |r: usize, i: u64| {
+        let [sx, sy, _] = shape.size();
+        let i = i as usize;
+        let p = [i % sx, i / sx % sy, i / (sx * sy)];
+        let begin = z_begin[r];
+        format!(
+            "point (x, y, z) = ({}, {}, {})",
+            p[0] as i64 - first[0] as i64 + 1,
+            p[1] as i64 - first[1] as i64 + 1,
+            p[2] as i64 - first[2] as i64 + 1 + begin as i64
+        )
+    };
+    // Every rank checks its field, and all stop together (for NaN, or for a signal).
+    let check = |f: &E::Field<T>, s: usize| -> Result<()> {
+        let found = match engine.first_non_finite(f)? {
+            Some(i) => Some((i as u64, f.download_span(i, 1)?[0].to_f64())),
+            None => None,
+        };
+        Ok(Verdict::agree(comm, found)?.into_result(
+            s as u64,
+            "the temperature",
+            |nf| cell(nf.rank, nf.index),
+            "under its stability limit the scheme keeps every value between the initial field's \
+             extremes (a maximum principle), so this is a fault of the GPU, the memory or \
+             lattice-gpu: please report it with the command line",
+        )?)
+    };
+    let mut checked = 0;
+    let check_every = check_interval(problem.points(), steps as u64, engine.device().is_some());
     // Even, so that a recorded batch of steps leaves the fields where it found them.
-    let report_every = match (steps / 100).max(1) {
+    let report_every = match (steps / 100).clamp(1, check_every as usize) {
         1 => 1,
         n => n.next_multiple_of(2),
     };
@@ -447,20 +554,32 @@ where
         if s % report_every == 0 {
             engine.synchronize()?;
             progress(s);
+            if (s - checked) as u64 >= check_every {
+                check(&f, s)?;
+                checked = s;
+            }
         }
     }
     engine.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
+    // Nothing non-finite is handed on to be written.
+    if checked < steps {
+        check(&f, steps)?;
+    }
     // A decomposed run reports the interior's tuning (its largest loop).
     let site = match &split {
         Some(o) => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
         None => step.info(),
     };
+    let (tuning, tuning_unfinished) = (E::tuning(site).cloned(), E::tuning_progress(site));
+    let local = shape.extract(&f.download()?);
+    // The fields go before the gather, which holds the whole grid on rank 0.
+    drop((f, g, split));
     Ok(RunOutput {
-        field: comm.gather(&shape.extract(&f.download()?))?,
+        field: comm.gather(&local)?,
         seconds,
-        tuning: E::tuning(site).cloned(),
-        tuning_unfinished: E::tuning_progress(site),
+        tuning,
+        tuning_unfinished,
     })
 }
 
@@ -508,7 +627,7 @@ mod tests {
                 overlap: cut.unwrap_or(true),
                 cut: cut.is_some(),
             };
-            let e = &HostLoopEngine;
+            let e = &lattice_gpu_host::HostLoopEngine;
             let out = simulate_on(
                 e,
                 &Solo,

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 /// The binary under test: `$LATTICE_GPU_DIFFUSION_BIN` where the test runs away from its build tree
 /// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
 fn binary() -> PathBuf {
@@ -37,6 +39,9 @@ fn fails_with(args: &[&str], needle: &str) {
 }
 
 fn assert_no_outputs(dir: &Path) {
+    if !dir.exists() {
+        return;
+    }
     let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -213,4 +218,77 @@ fn good_run_writes_readable_outputs() {
     ]);
     assert!(ok, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigint_stops_at_a_step_boundary_with_the_shells_status_and_leaves_nothing() {
+    let dir = scratch("sigint");
+    let bin = binary();
+    let (code, text) = common::signalled(
+        &bin,
+        &[
+            "--engine", "host", "--size", "96", "--steps", "200000", "--output", "out",
+        ],
+        &dir,
+        "diffusion 96x96x96",
+        std::time::Duration::from_millis(300),
+        "INT",
+    );
+    assert_eq!(code, Some(130), "{text}");
+    assert!(text.contains("stopped by SIGINT after step"), "{text}");
+    assert_no_outputs(&dir);
+}
+
+#[test]
+fn the_memory_estimate_covers_the_measured_peak() {
+    for precision in ["f32", "f64"] {
+        let dir = scratch(&format!("memory-{precision}"));
+        let out = std::process::Command::new(binary())
+            .args(["--engine", "host", "--size", "200x200x160", "--steps", "2"])
+            .args(["--precision", precision, "--output", "out"])
+            .current_dir(&dir)
+            .env("LATTICE_GPU_MEMORY_REPORT", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{text}");
+        let [est, _, got, _] = common::memory_report(&text);
+        common::estimate_holds(est, got, 1.3, &format!("diffusion {precision} host"));
+    }
+}
+
+#[test]
+fn more_gpus_than_layers_are_refused_before_a_thread_starts() {
+    let t = std::time::Instant::now();
+    fails_with(
+        &["--engine", "host", "--size", "8", "--gpus", "30000"],
+        "give --gpus 8 or fewer",
+    );
+    assert!(t.elapsed().as_secs_f64() < 2.0);
+}
+
+#[test]
+fn a_failed_write_leaves_the_previous_outputs_whole() {
+    let dir = scratch("all-or-nothing");
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("diffusion_midz.png")).unwrap();
+    std::fs::write(out.join("diffusion.npy"), "the previous run's").unwrap();
+    fails_with(
+        &[
+            "--engine",
+            "host",
+            "--size",
+            "8",
+            "--steps",
+            "2",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        "not a regular file",
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("diffusion.npy")).unwrap(),
+        "the previous run's"
+    );
+    assert!(common::temporaries(&dir).is_empty() && common::temporaries(&out).is_empty());
 }

@@ -29,6 +29,13 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        self.gpu
+            .hold((self.buf.len() * std::mem::size_of::<T>()) as u64, false);
+    }
+}
+
 impl<T: Plain> DeviceBuffer<T> {
     /// `len` zeros.
     pub fn zeros(gpu: &Arc<Gpu>, len: usize) -> Result<Self> {
@@ -36,6 +43,7 @@ impl<T: Plain> DeviceBuffer<T> {
             .stream()
             .alloc_zeros(len.max(1))
             .cuda(|| format!("allocating {len} elements on the GPU"))?;
+        gpu.hold((buf.len() * std::mem::size_of::<T>()) as u64, true);
         Ok(Self {
             gpu: gpu.clone(),
             buf,
@@ -47,6 +55,19 @@ impl<T: Plain> DeviceBuffer<T> {
         let mut b = Self::zeros(gpu, data.len())?;
         b.upload(data)?;
         Ok(b)
+    }
+
+    /// The index of its first NaN or infinite value, `None` where all are finite: counted on the GPU,
+    /// copied to the host only when there is one to find.
+    pub fn first_non_finite(&self) -> Result<Option<usize>>
+    where
+        T: crate::field::Element,
+    {
+        let n = self.len();
+        match crate::engine::device::device_count_non_finite(&self.gpu, self.ptr::<T>(), n)? {
+            0 => Ok(None),
+            _ => Ok(crate::health::first_non_finite(&self.download()?)),
+        }
     }
 
     /// Elements.

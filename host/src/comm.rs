@@ -37,6 +37,11 @@ pub trait Communicator {
     fn rank(&self) -> usize;
     /// Ranks in all.
     fn size(&self) -> usize;
+    /// The ranks that share this rank's host memory (this one included): the threads of one process,
+    /// or the MPI processes on one node. What a run's memory check multiplies its per-rank need by.
+    fn ranks_here(&self) -> usize {
+        1
+    }
     /// Runs `faces` (one rank's [`halo_plan`](crate::decomp::Decomposition::halo_plan)) on `data`, whose
     /// element for local point `p` is at `index(p)`: every `send` region goes to its peer and every `recv`
     /// region is filled from it, axis by axis. Returns when this rank's margins are filled. `index` must
@@ -393,6 +398,19 @@ mod mpi_backend {
 
         fn size(&self) -> usize {
             self.world.size() as usize
+        }
+
+        fn ranks_here(&self) -> usize {
+            // What OpenMPI, MPICH/Intel MPI and Slurm set to the processes of this node.
+            [
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "MPI_LOCALNRANKS",
+                "SLURM_NTASKS_PER_NODE",
+            ]
+            .iter()
+            .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
         }
 
         fn exchange<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(

@@ -90,6 +90,31 @@ pub enum Error {
     /// A file could not be read or written.
     #[error(transparent)]
     Io(#[from] crate::io::IoError),
+    /// A signal asked the run to stop ([`interrupt`](crate::interrupt)), and it did after `step`.
+    #[error("stopped by {signal} after step {step}; the run's results were not written")]
+    Interrupted {
+        /// The signal.
+        signal: crate::interrupt::Signal,
+        /// The last step done.
+        step: u64,
+    },
+    /// The run's state turned NaN or infinite ([`health`](crate::health)); nothing was written from it.
+    #[error(
+        "the run diverged: {what} is {value} at {at} after step {step}, so it stopped and wrote no \
+         results; {fix}"
+    )]
+    Diverged {
+        /// The step after which the check found it.
+        step: u64,
+        /// What holds the value (the temperature, the velocity).
+        what: String,
+        /// The value: NaN, inf or -inf.
+        value: f64,
+        /// The cell, in the application's coordinates.
+        at: String,
+        /// What to change.
+        fix: String,
+    },
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -318,7 +318,24 @@ pub struct DeviceField<T> {
     gpu: Arc<Gpu>,
 }
 
+impl<T> Drop for DeviceField<T> {
+    fn drop(&mut self) {
+        self.gpu
+            .hold((self.buf.len() * std::mem::size_of::<T>()) as u64, false);
+    }
+}
+
 impl<T: Element> DeviceField<T> {
+    /// The index of its first NaN or infinite value (margins included), `None` where all are finite:
+    /// counted on the GPU, copied to the host only when there is one to find.
+    pub fn first_non_finite(&self) -> Result<Option<usize>> {
+        let n = self.shape.len();
+        match crate::engine::device::device_count_non_finite(&self.gpu, self.view().as_ptr(), n)? {
+            0 => Ok(None),
+            _ => Ok(crate::health::first_non_finite(&self.download()?)),
+        }
+    }
+
     /// A zero-filled field on `gpu`, after checking it fits in free memory.
     pub fn zeros(gpu: &Arc<Gpu>, shape: Shape) -> Result<Self> {
         gpu.check_fits(
@@ -329,6 +346,7 @@ impl<T: Element> DeviceField<T> {
             .stream()
             .alloc_zeros(shape.len())
             .cuda(|| format!("allocating a {} field", fmt_dims(&shape.size())))?;
+        gpu.hold((buf.len() * std::mem::size_of::<T>()) as u64, true);
         Ok(Self {
             shape,
             buf,

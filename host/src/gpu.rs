@@ -6,6 +6,7 @@
 //! inside cudarc's loader.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -28,6 +29,8 @@ pub struct Gpu {
     name: String,
     sm_count: u32,
     max_threads_per_block: u32,
+    /// Bytes of the fields and buffers alive on it now, and the most there were at once.
+    held: (AtomicU64, AtomicU64),
 }
 
 /// A module on the GPU: every kernel with the most threads its blocks may have (read once: the register
@@ -98,6 +101,7 @@ impl Gpu {
             name,
             sm_count,
             max_threads_per_block,
+            held: (AtomicU64::new(0), AtomicU64::new(0)),
         });
         gpu.load(&Module::framework())?;
         Ok(gpu)
@@ -293,6 +297,22 @@ impl Gpu {
             .mem_get_info()
             .cuda(|| "reading free GPU memory".into())?;
         Ok((free as u64, total as u64))
+    }
+
+    /// The most bytes the fields and buffers of this crate held on this GPU at once since it was
+    /// opened: what a run's estimate of its GPU memory is held against.
+    pub fn peak_held(&self) -> u64 {
+        self.held.1.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` allocated (`taken`) or freed.
+    pub(crate) fn hold(&self, bytes: u64, taken: bool) {
+        if taken {
+            let now = self.held.0.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            self.held.1.fetch_max(now, Ordering::Relaxed);
+        } else {
+            self.held.0.fetch_sub(bytes, Ordering::Relaxed);
+        }
     }
 
     /// Fails with [`Error::OutOfDeviceMemory`] unless `bytes` fit in the free memory with some room left

@@ -12,7 +12,10 @@
 //! - [`cg`]: preconditioned conjugate gradients on any engine's fields, host or device scalars.
 //! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead;
 //!   [`split`]: the sums and ghost layers of a solve split over GPUs.
-//! - [`io`]: `.npy` fields, PNG pictures, atomic writes.
+//! - [`io`]: `.npy` fields, PNG pictures, atomic writes, all-or-nothing output directories.
+//! - [`memory`]: a run's peak memory estimated before it allocates, and measured.
+//! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM and
+//!   SIGHUP taken at a step boundary, temporaries removed.
 //!
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
 //!
@@ -50,9 +53,12 @@ pub mod engine;
 pub mod error;
 pub mod field;
 pub mod gpu;
+pub mod health;
+pub mod interrupt;
 pub mod io;
 pub mod krylov;
 pub mod lattice;
+pub mod memory;
 pub mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;

@@ -155,6 +155,10 @@ impl Communicator for Threads {
         self.board.size
     }
 
+    fn ranks_here(&self) -> usize {
+        self.board.size
+    }
+
     fn exchange<T: Wire, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(
         &self,
         faces: &[Face<D>],

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{Advection, Error, Halos, Kernel, Problem, Result};
-use lattice_gpu::cli::{output_dir, parse_dims, progress, unfinished_tuning, Placement};
+use lattice_gpu::cli::{make_output_dir, parse_dims, progress, unfinished_tuning, Placement};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
@@ -202,7 +202,9 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
 fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
     c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
     if let Some(n) = c.split.halo.gpus {
-        return lattice_gpu::cli::on_gpus(n as usize, |comm| run_case_on(c, &case, title, comm));
+        return lattice_gpu::cli::on_gpus(n as usize, usize::MAX, "TODO(issue 34 A.5)", |comm| {
+            run_case_on(c, &case, title, comm)
+        });
     }
     if !c.mpi {
         return run_case_on(c, &case, title, &Solo);
@@ -244,7 +246,7 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
     let halos = Halos::Host;
     // Only rank 0 writes; the others must not race it for the directory.
     let dir = if lead {
-        output_dir(&c.output)?
+        make_output_dir(&c.output)?
     } else {
         c.output.clone()
     };

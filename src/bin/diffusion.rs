@@ -7,12 +7,12 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
 use lattice_gpu::diffusion::{
-    relative_l2, simulate_on, DiffusionError, Exchange, Halos, Problem, Result,
+    simulate_on, sine_mode_errors, DiffusionError, Exchange, Halos, Problem, Result,
 };
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
-use lattice_gpu::host::io::{npy, png};
+use lattice_gpu::host::io::{npy, png, OutputDir};
 use lattice_gpu::host::{DeviceLoopEngine, Element, HostLoopEngine};
 use lattice_gpu::kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu::kernels::stencil::GpuEntry;
@@ -96,6 +96,7 @@ struct BenchArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli::start();
     let result = match cli.command {
         Some(Command::Bench(b)) => bench(&b),
         None => run(&cli.run),
@@ -110,7 +111,9 @@ fn invalid(msg: String) -> DiffusionError {
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
     if let Some(n) = args.split.halo.gpus {
-        return cli::on_gpus(n as usize, |comm| run_with(args, comm));
+        let nz = args.size[2];
+        let over = format!("the grid's {nz} z layers");
+        return cli::on_gpus(n as usize, nz, &over, |comm| run_with(args, comm));
     }
     if !args.mpi {
         return run_with(args, &Solo);
@@ -128,14 +131,12 @@ fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
     args.engine.check().map_err(invalid)?;
     let problem = Problem::new(args.size, args.kappa, args.dt)?;
     // Only rank 0 writes; the others must not race it for the directory.
-    let out = if comm.rank() == 0 {
-        cli::output_dir(&args.output)?
-    } else {
-        args.output.clone()
-    };
+    let out = (comm.rank() == 0)
+        .then(|| cli::output_dir(&args.output))
+        .transpose()?;
     match args.precision {
-        Precision::F32 => run_precision::<f32, C>(args, comm, &problem, &out),
-        Precision::F64 => run_precision::<f64, C>(args, comm, &problem, &out),
+        Precision::F32 => run_precision::<f32, C>(args, comm, &problem, out),
+        Precision::F64 => run_precision::<f64, C>(args, comm, &problem, out),
     }
 }
 
@@ -143,7 +144,7 @@ fn run_precision<T: Element + npy::NpyElement, C: Communicator>(
     args: &RunArgs,
     comm: &C,
     problem: &Problem,
-    out: &std::path::Path,
+    out: Option<OutputDir>,
 ) -> Result<()>
 where
     Diffusion3d<T>: GpuEntry,
@@ -190,7 +191,7 @@ fn run_on<E: LoopEngine, T: Element + npy::NpyElement, C: Communicator>(
     halos: Halos<'_>,
     args: &RunArgs,
     problem: &Problem,
-    out: &std::path::Path,
+    out: Option<OutputDir>,
 ) -> Result<()>
 where
     Diffusion3d<T>: GpuEntry,
@@ -229,9 +230,9 @@ where
         bar.set_position(s as u64)
     })?;
     bar.finish_and_clear();
-    if !lead {
+    let Some(out) = out else {
         return Ok(());
-    }
+    };
 
     let points = problem.points() as f64 * args.steps as f64;
     let glups = points / result.seconds / 1e9;
@@ -251,30 +252,31 @@ where
     }
     if args.input.is_none() {
         let decay = problem.analytic_decay(args.steps);
-        let exact = problem.sine_mode::<f64>();
-        let err = relative_l2(&result.field, &exact, decay);
-        let scheme = relative_l2(&result.field, &exact, problem.discrete_decay(args.steps));
+        let [err, scheme] = sine_mode_errors(
+            problem,
+            &result.field,
+            [decay, problem.discrete_decay(args.steps)],
+        );
         println!(
             "t = {:.4e}: relative L2 error {err:.3e} against exp(-3 kappa pi^2 t) = {decay:.6} (O(h^2) discretisation), {scheme:.3e} against the scheme's exact decay",
             problem.dt * args.steps as f64
         );
     }
     let field = result.field;
-    let npy_path = out.join("diffusion.npy");
-    npy::write_npy(&npy_path, &zyx(problem.size), &field)?;
+    npy::write_npy(&out.file("diffusion.npy"), &zyx(problem.size), &field)?;
     let [nx, ny, nz] = problem.size;
     let mid = nz / 2;
     let slice: Vec<f64> = field[nx * ny * mid..nx * ny * (mid + 1)]
         .iter()
         .map(|v| v.to_f64())
         .collect();
-    let png_path = out.join("diffusion_midz.png");
+    let png_path = out.file("diffusion_midz.png");
     png::write_png_scaled(&png_path, nx, ny, &slice, None, png::ColorMap::Viridis, 256)?;
-    println!(
-        "wrote {} and {} (z = {mid})",
-        npy_path.display(),
-        png_path.display()
-    );
+    drop((field, slice));
+    cli::commit(out)?;
+    problem
+        .footprint::<T>(comm.size(), comm.ranks_here(), engine.device().is_some())?
+        .report(engine.device().map(|g| &**g));
     Ok(())
 }
 

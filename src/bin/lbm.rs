@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement};
+use lattice_gpu::cli::{make_output_dir, parse_size3, progress, Placement};
 #[cfg(feature = "mpi")]
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
@@ -236,7 +236,7 @@ fn describe(e: &Engine) -> String {
 /// The output directory, made by rank 0 only (the other ranks write nothing).
 fn out_dir(c: &Common, lead: bool) -> Result<PathBuf> {
     if lead {
-        Ok(output_dir(&c.output)?)
+        Ok(make_output_dir(&c.output)?)
     } else {
         Ok(c.output.clone())
     }
@@ -665,11 +665,16 @@ fn dispatch(cli: Cli) -> Result<()> {
                 .check_launch($a.common.mpi)
                 .map_err(Error::InvalidParameter)?;
             if let Some(n) = split.halo.gpus {
-                return lattice_gpu::cli::on_gpus(n as usize, |c| match $a.common.precision {
-                    Storage::F64 => $f::<f64, Threads>($a, c.clone()),
-                    Storage::F32 => $f::<f32, Threads>($a, c.clone()),
-                    Storage::F16 => $f::<Half, Threads>($a, c.clone()),
-                });
+                return lattice_gpu::cli::on_gpus(
+                    n as usize,
+                    usize::MAX,
+                    "TODO(issue 34 A.5)",
+                    |c| match $a.common.precision {
+                        Storage::F64 => $f::<f64, Threads>($a, c.clone()),
+                        Storage::F32 => $f::<f32, Threads>($a, c.clone()),
+                        Storage::F16 => $f::<Half, Threads>($a, c.clone()),
+                    },
+                );
             }
             match ($a.common.precision, $a.common.mpi) {
                 (Storage::F64, false) => $f::<f64, Solo>($a, Solo),

@@ -478,7 +478,9 @@ fn solve(a: &SolveArgs) -> Result<()> {
         ));
     }
     if let Some(n) = a.split.gpus {
-        return lattice_gpu::cli::on_gpus(n as usize, |c| solve_split(a, Rc::new(c.clone())));
+        return lattice_gpu::cli::on_gpus(n as usize, usize::MAX, "TODO(issue 34 A.5)", |c| {
+            solve_split(a, Rc::new(c.clone()))
+        });
     }
     if a.mpi {
         #[cfg(feature = "mpi")]
@@ -749,7 +751,7 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
 }
 
 fn propagator(a: &PropagatorArgs) -> Result<()> {
-    lattice_gpu::cli::output_dir(&a.output)?;
+    lattice_gpu::cli::make_output_dir(&a.output)?;
     let mut s = Solver::new(&a.solver)?;
     let mut solutions = Vec::with_capacity(12);
     let t = Instant::now();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{output_dir, parse_size3, progress, Placement, VariantArg};
+use lattice_gpu::cli::{make_output_dir, parse_size3, progress, Placement, VariantArg};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::io::npy::{read_npy, write_npy};
@@ -320,7 +320,7 @@ fn run(a: &RunArgs) -> Result<()> {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F64 => Precision::F64,
     };
-    let dir = output_dir(&a.output).map_err(HostError::from)?;
+    let dir = make_output_dir(&a.output).map_err(HostError::from)?;
     let (x, done) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
         (None, _) => solve_on(&HostLoopEngine, &p, cycle, precision, a)?,
         (Some(gpu), Placement::Device) => solve_on(

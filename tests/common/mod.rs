@@ -192,3 +192,93 @@ pub fn split_solve_matches_whole(
         );
     }
 }
+
+/// The binary `$var` names, else `built` (as [`run_cli`] picks it).
+pub fn binary(var: &str, built: &str) -> std::path::PathBuf {
+    std::env::var_os(var).map_or_else(|| std::path::PathBuf::from(built), std::path::PathBuf::from)
+}
+
+/// Runs `bin` with `args` in `dir`, sends it `signal` (e.g. "INT") once its stdout has printed a line
+/// that contains `after`, plus `delay`, and returns its exit code and its stdout and stderr.
+pub fn signalled(
+    bin: &std::path::Path,
+    args: &[&str],
+    dir: &std::path::Path,
+    after: &str,
+    delay: std::time::Duration,
+    signal: &str,
+) -> (Option<i32>, String) {
+    use std::io::{BufRead, Read};
+    let mut child = std::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains(after) {
+        if out.read_line(&mut text).unwrap() == 0 {
+            break;
+        }
+    }
+    std::thread::sleep(delay);
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid} failed");
+    out.read_to_string(&mut text).unwrap();
+    let status = child.wait().unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(
+        !text.contains("panicked"),
+        "{} panicked:\n{text}",
+        bin.display()
+    );
+    (status.code(), text)
+}
+
+/// The line `LATTICE_GPU_MEMORY_REPORT` makes a binary print, as bytes: (estimated host, estimated
+/// GPU, measured host, measured GPU).
+pub fn memory_report(text: &str) -> [u64; 4] {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("memory: estimated host"))
+        .unwrap_or_else(|| panic!("no memory report in:\n{text}"));
+    let n: Vec<u64> = line
+        .split([' ', ';'])
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 4, "{line}");
+    [n[0], n[1], n[2], n[3]]
+}
+
+/// Fails unless the estimate `est` covers the measured peak `got` and is at most `slack` times it.
+pub fn estimate_holds(est: u64, got: u64, slack: f64, what: &str) {
+    assert!(
+        est >= got && est as f64 <= slack * got as f64,
+        "{what}: estimated {} MiB, measured {} MiB",
+        est >> 20,
+        got >> 20
+    );
+}
+
+/// The entries of `dir` whose names mark a temporary: `.name.tmp` files and `.name.staging`
+/// directories.
+pub fn temporaries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .filter(|n| n.ends_with(".tmp") || n.ends_with(".staging"))
+                .collect()
+        })
+        .unwrap_or_default()
+}

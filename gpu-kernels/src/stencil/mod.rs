@@ -22,7 +22,7 @@ pub use loops::{
     fields_vector_thread, lanes_thread, plain_thread, sum_thread, tile_shared_bytes, vector_lanes,
     vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
 };
-pub use reduce::{FieldDot, FieldDotInto, SumInto};
+pub use reduce::{CountNonFinite, FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
 
 use crate::device::math::Real;

@@ -199,3 +199,56 @@ crate::kernel! {
         sum.finish(d.dot.share(thread::index_1d() as u64, stride));
     }
 }
+
+/// The arguments of the `count_non_finite_f32` and `_f64` kernels: `partials[block]` = how many of the
+/// block's share of `a` are NaN or infinite. A run's health check: one read of the field, cheaper than
+/// a step, and exact (a sum of the values would also overflow on large finite ones).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CountNonFinite<T> {
+    /// The array.
+    pub a: *const T,
+    /// Elements.
+    pub n: u64,
+    /// One count per block (exact in f64 below 2^53).
+    pub partials: *mut f64,
+}
+
+impl<T: crate::device::math::Real> CountNonFinite<T> {
+    /// This thread's count: elements `first, first + stride, ...` below `n`.
+    ///
+    /// # Safety
+    /// `a` must hold `n` elements.
+    #[inline(always)]
+    pub unsafe fn share(&self, first: u64, stride: u64) -> f64 {
+        let mut bad = 0.0;
+        let mut i = first;
+        while i < self.n {
+            // SAFETY: i < n (the caller's contract).
+            if !unsafe { *self.a.add(i as usize) }.to_f64().is_finite() {
+                bad += 1.0;
+            }
+            i += stride;
+        }
+        bad
+    }
+}
+
+macro_rules! count_non_finite {
+    ($($name:ident: $t:ty),*) => {$(
+        crate::kernel! {
+            /// Generated kernel entry: one count of non-finite values per block (every thread of the
+            /// block takes part).
+            pub unsafe fn $name(d: CountNonFinite<$t>) {
+                let stride = thread::grid_dim_x() as u64 * thread::block_dim_x() as u64;
+                let bad = d.share(thread::index_1d() as u64, stride);
+                let total = crate::krylov::block_sum([bad, 0.0, 0.0, 0.0]);
+                if thread::thread_idx_x() == 0 {
+                    *d.partials.add(thread::block_idx_x() as usize) = total[0];
+                }
+            }
+        }
+    )*};
+}
+
+count_non_finite!(count_non_finite_f32: f32, count_non_finite_f64: f64);

@@ -578,6 +578,14 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         super::device::device_dot(&self.gpu, &self.dots, a, b)
     }
 
+    fn device(&self) -> Option<&Arc<Gpu>> {
+        Some(&self.gpu)
+    }
+
+    fn first_non_finite<T: Element>(&self, f: &DeviceField<T>) -> Result<Option<usize>> {
+        f.first_non_finite()
+    }
+
     fn dot_into(
         &self,
         a: &DeviceField<f64>,

@@ -457,6 +457,14 @@ impl LoopEngine for DeviceLoopEngine {
         device_dot(&self.gpu, &self.dots, a, b)
     }
 
+    fn device(&self) -> Option<&Arc<Gpu>> {
+        Some(&self.gpu)
+    }
+
+    fn first_non_finite<T: Element>(&self, f: &DeviceField<T>) -> Result<Option<usize>> {
+        f.first_non_finite()
+    }
+
     fn dot_into(
         &self,
         a: &DeviceField<f64>,
@@ -596,6 +604,28 @@ pub(crate) fn device_dot_into(
 }
 
 const DOT_BLOCK: u32 = 256;
+
+/// How many of the `n` values at `a` on `gpu` are NaN or infinite: one count per block on the GPU
+/// (`count_non_finite_f32`/`_f64`), added on the host. `a` must point to `n` values of a live
+/// allocation on `gpu`.
+pub(crate) fn device_count_non_finite<T: Element>(
+    gpu: &Arc<Gpu>,
+    a: *const T,
+    n: usize,
+) -> Result<u64> {
+    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK));
+    let partials = DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
+    let args = lattice_gpu_kernels::stencil::CountNonFinite {
+        a,
+        n: n as u64,
+        partials: partials.ptr(),
+    };
+    let entry = format!("count_non_finite_{}", T::NAME);
+    // SAFETY: the kernel takes one `CountNonFinite<T>`; `a` holds `n` values (the caller's contract)
+    // and `partials` one per block.
+    unsafe { gpu.launch(&entry, &args, blocks, DOT_BLOCK)? };
+    Ok(partials.download()?.iter().sum::<f64>() as u64)
+}
 
 /// The block count of a dot product of `a` and `b`, and their length (checked to be one).
 fn dot_size(gpu: &Gpu, a: &DeviceField<f64>, b: &DeviceField<f64>) -> Result<(u32, usize)> {

@@ -34,7 +34,7 @@ impl LoopEngine for HostLoopEngine {
     }
 
     fn check_fits(&self, bytes: u64, what: &str) -> Result<()> {
-        match available_memory() {
+        match crate::memory::available_host() {
             Some(free) if bytes > free => Err(Error::OutOfHostMemory {
                 what: what.to_string(),
                 needed: bytes,
@@ -105,6 +105,10 @@ impl LoopEngine for HostLoopEngine {
         Ok(())
     }
 
+    fn first_non_finite<T: Element>(&self, f: &HostField<T>) -> Result<Option<usize>> {
+        Ok(crate::health::first_non_finite(f.as_slice()))
+    }
+
     fn dot(&self, a: &HostField<f64>, b: &HostField<f64>) -> Result<f64> {
         // Fixed chunks summed in order: the result does not depend on the thread count.
         let partials: Vec<f64> = a
@@ -117,21 +121,13 @@ impl LoopEngine for HostLoopEngine {
     }
 }
 
-/// `MemAvailable` of /proc/meminfo in bytes (Linux); None where it cannot be read.
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn absurd_host_allocation_is_refused() {
-        if available_memory().is_none() {
+        if crate::memory::available_host().is_none() {
             return;
         }
         let e = HostLoopEngine

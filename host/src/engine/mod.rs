@@ -100,6 +100,17 @@ pub trait LoopEngine {
         let v = self.dot(a, b)?;
         out.upload_span(slot, &[v])
     }
+    /// The index of the first NaN or infinite value of `f` (the whole array, margins included), `None`
+    /// where all are finite: a run's health check ([`health`](crate::health)). On a GPU the values
+    /// are counted where they live (one read of the field) and copied to the host only when there is
+    /// one to find.
+    fn first_non_finite<T: Element>(&self, f: &Self::Field<T>) -> Result<Option<usize>> {
+        Ok(crate::health::first_non_finite(&f.download()?))
+    }
+    /// The GPU its fields live on; `None` on the CPU.
+    fn device(&self) -> Option<&std::sync::Arc<crate::Gpu>> {
+        None
+    }
     /// The tuning result kept in a call site's state, for engines that tune.
     fn tuning(_site: &Self::Site) -> Option<&TuningReport> {
         None

@@ -15,9 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod npy;
+pub mod output;
 pub mod plot;
 pub mod png;
 pub mod vtk;
+
+pub use output::OutputDir;
 
 /// Errors of reading and writing files; each names the file and, where there is one, the fix.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +166,8 @@ pub fn write_atomically(
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
+    // A second SIGINT removes it before the process exits ([`crate::interrupt`]).
+    let _registered = crate::interrupt::Temporary::file(&temp);
     if let Err(source) = write_file(&temp, write).and_then(|()| fs::rename(&temp, path)) {
         // Best effort: the original error is the one worth reporting.
         let _ = fs::remove_file(&temp);

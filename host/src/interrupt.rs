@@ -1,0 +1,179 @@
+//! Stopping a run on SIGINT, SIGTERM or SIGHUP without losing or corrupting work.
+//!
+//! A binary calls [`watch`] once. The first signal only raises a flag, which the run's loop reads at
+//! its checks through [`requested`] (a decomposed run agrees on it collectively, so every rank stops
+//! after the same step): the run then writes what it must (a checkpoint) and ends with
+//! [`Error::Interrupted`](crate::Error::Interrupted), and the binary exits with the shell's status for
+//! the signal, 128 + its number ([`Signal::exit_code`]). A second signal stops at once: the temporary
+//! files and directories registered with [`Temporary`] are removed first, so no half-written
+//! `.name.tmp` is left behind.
+//!
+//! Signals are taken by a thread of signal-hook's iterator rather than in a handler, so the cleanup
+//! runs as ordinary code (file removal is not async-signal-safe). Without [`watch`], nothing changes:
+//! the signals keep their default action.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// A signal that asks a run to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal(pub i32);
+
+impl Signal {
+    /// Its conventional name (`SIGINT`), or its number.
+    pub fn name(self) -> String {
+        match self.0 {
+            1 => "SIGHUP".into(),
+            2 => "SIGINT".into(),
+            15 => "SIGTERM".into(),
+            n => format!("signal {n}"),
+        }
+    }
+
+    /// The status a shell reports for a process ended by this signal: 128 + its number.
+    pub fn exit_code(self) -> u8 {
+        (128 + self.0).clamp(0, 255) as u8
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// The first signal received, 0 before one.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The signal that asked the run to stop, if one did ([`watch`] must have been called).
+pub fn requested() -> Option<Signal> {
+    match RECEIVED.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(Signal(n)),
+    }
+}
+
+/// Takes SIGINT, SIGTERM and SIGHUP from now on (once per process; later calls do nothing): the first
+/// raises [`requested`], the second removes the registered temporaries and exits. Fails only where the
+/// signals cannot be taken, and says so.
+pub fn watch() -> crate::Result<()> {
+    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
+    STARTED
+        .get_or_init(start)
+        .clone()
+        .map_err(crate::Error::Internal)
+}
+
+#[cfg(unix)]
+fn start() -> Result<(), String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| format!("cannot take SIGINT/SIGTERM/SIGHUP: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for n in signals.forever() {
+                on_signal(Signal(n));
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn start() -> Result<(), String> {
+    Ok(())
+}
+
+fn on_signal(s: Signal) {
+    if RECEIVED
+        .compare_exchange(0, s.0, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+    {
+        eprintln!(
+            "\n{s}: stopping after the current step (a checkpoint is written where the run keeps \
+             them); send it again to stop at once"
+        );
+        return;
+    }
+    // Held until exit: a write starting now waits on the lock and never makes its temporary.
+    let mut live = TEMPORARIES.lock().unwrap_or_else(|p| p.into_inner());
+    for (path, dir) in std::mem::take(&mut *live).into_values() {
+        let _ = match dir {
+            true => std::fs::remove_dir_all(&path),
+            false => std::fs::remove_file(&path),
+        };
+    }
+    eprintln!("{s} again: stopped at once; temporary files removed, the run's output not written");
+    std::process::exit(i32::from(s.exit_code()));
+}
+
+/// Temporary paths that exist now, by registration number: (path, is a directory).
+static TEMPORARIES: Mutex<BTreeMap<u64, (PathBuf, bool)>> = Mutex::new(BTreeMap::new());
+
+/// A temporary file or directory that a second signal removes before the process exits; dropping
+/// the guard unregisters it (the owner has renamed or removed it by then).
+#[derive(Debug)]
+pub struct Temporary(u64);
+
+impl Temporary {
+    /// Registers the temporary file `path`, before it is created.
+    pub fn file(path: &Path) -> Self {
+        Self::new(path, false)
+    }
+
+    /// Registers the temporary directory `path` (removed with its contents), before it is created.
+    pub fn dir(path: &Path) -> Self {
+        Self::new(path, true)
+    }
+
+    fn new(path: &Path, dir: bool) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        TEMPORARIES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (path.to_path_buf(), dir));
+        Temporary(id)
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        TEMPORARIES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_and_names_are_the_shells() {
+        assert_eq!(Signal(2).exit_code(), 130);
+        assert_eq!(Signal(15).exit_code(), 143);
+        assert_eq!(Signal(1).exit_code(), 129);
+        assert_eq!(Signal(15).to_string(), "SIGTERM");
+    }
+
+    #[test]
+    fn temporaries_leave_the_registry_when_dropped() {
+        let p = Path::new("/nonexistent/x.tmp");
+        let t = Temporary::file(p);
+        let has = || {
+            TEMPORARIES
+                .lock()
+                .unwrap()
+                .values()
+                .any(|(q, _)| q.as_path() == p)
+        };
+        assert!(has());
+        drop(t);
+        assert!(!has());
+    }
+}
