@@ -463,6 +463,13 @@ impl EngineArgs {
     /// Fails, naming the fix, where a launch option would be ignored: `--block` and `--march` fix the
     /// launch of `--engine device` only (the tuner picks its own; the CPU has none).
     pub fn check(&self) -> std::result::Result<(), String> {
+        if self.engine == Some(EngineKind::Host) && self.gpu.is_some() {
+            return Err(
+                "--gpu picks the GPU of a GPU engine, and --engine host runs on the CPU: leave one \
+                 of them out"
+                    .into(),
+            );
+        }
         if self.engine != Some(EngineKind::Device) && (self.block.is_some() || self.march.is_some())
         {
             return Err(

@@ -84,6 +84,12 @@ impl Problem {
         let h = size.map(|n| 1.0 / (n as f64 + 1.0));
         let hmin = h.iter().cloned().fold(f64::INFINITY, f64::min);
         let dt = dt.unwrap_or(0.1 * hmin * hmin / kappa);
+        if dt.is_infinite() && kappa < 1.0 {
+            return Err(DiffusionError::Invalid(format!(
+                "kappa = {kappa:e} is so small that the default time step 0.1 h^2 / kappa overflows; \
+                 give a larger --kappa, or a time step with --dt"
+            )));
+        }
         if !(dt.is_finite() && dt > 0.0) {
             return Err(DiffusionError::Invalid(format!(
                 "dt = {dt} is not a positive time step"

@@ -87,6 +87,22 @@ fn bad_parameters() {
         ],
         "kappa = -1 is not a positive diffusivity",
     );
+    fails_with(
+        &[
+            "--engine", "host", "--size", "8", "--kappa", "1e-320", "--output", o,
+        ],
+        "give a larger --kappa, or a time step with --dt",
+    );
+    fails_with(
+        &["--engine", "host", "--size", "-8", "--output", o],
+        "`-8` is not a size",
+    );
+    fails_with(
+        &[
+            "--engine", "host", "--gpu", "1", "--size", "8", "--output", o,
+        ],
+        "--engine host runs on the CPU",
+    );
     fails_with(&["--engine", "gpu", "--output", o], "invalid value 'gpu'");
     fails_with(
         &["--size", "8", "--march", "4", "--output", o],

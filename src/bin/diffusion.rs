@@ -39,7 +39,7 @@ enum Command {
 #[derive(Args)]
 struct RunArgs {
     /// Interior grid points: N (a cube) or NXxNYxNZ.
-    #[arg(long, default_value = "128", value_parser = cli::parse_size3)]
+    #[arg(long, default_value = "128", allow_hyphen_values = true, value_parser = cli::parse_size3)]
     size: [usize; 3],
     /// Time steps. The default leaves most of them to the tuned launch on a first run: the auto-tuner
     /// times each of its launch shapes (535 at 128^3 on an H100) 3 times on the run's own steps.

@@ -10,7 +10,8 @@ use gray_scott::{load_kernels, simulate, Error, Grid, Model, Problem, Result, Si
 use gray_scott_kernels::{GrayScott2d, GrayScott3d};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
 use lattice_gpu::host::engine::LoopEngine;
-use lattice_gpu::host::io::{npy, png, write_atomically};
+use lattice_gpu::host::health;
+use lattice_gpu::host::io::{npy, png, OutputDir};
 use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
 use lattice_gpu::kernels::stencil::GpuEntry;
 
@@ -74,17 +75,9 @@ const V_RANGE: (f64, f64) = (0.0, 0.5);
 const COPY_BYTES: usize = 1 << 30;
 
 fn main() -> ExitCode {
-    // Usage errors end with exit code 1 like every other error (clap's own is 2); --help with 0.
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return match e.use_stderr() {
-                true => ExitCode::FAILURE,
-                false => ExitCode::SUCCESS,
-            };
-        }
-    };
+    // Usage errors exit with 2 (clap's convention), run errors with 1, a signal with 128 + its number.
+    let cli = Cli::parse();
+    cli::start();
     cli::exit(run(&cli))
 }
 
@@ -110,26 +103,18 @@ fn run(cli: &Cli) -> Result<()> {
             Precision::F64 => bench::<f64>(cli, &problem),
         };
     }
+    // Staged: the files appear together when the run succeeds, or not at all.
     let out = cli::output_dir(&cli.output)?;
-    check_writable(&out)?;
     match cli.precision {
-        Precision::F32 => run_precision::<f32>(cli, &problem, &out),
-        Precision::F64 => run_precision::<f64>(cli, &problem, &out),
+        Precision::F32 => run_precision::<f32>(cli, &problem, out),
+        Precision::F64 => run_precision::<f64>(cli, &problem, out),
     }
-}
-
-/// Fails now, rather than after a long run, where the output directory takes no files.
-fn check_writable(dir: &Path) -> Result<()> {
-    let probe = dir.join(".gray-scott-write-test");
-    write_atomically(&probe, |_| Ok(()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
 }
 
 fn run_precision<T: Element + npy::NpyElement>(
     cli: &Cli,
     problem: &Problem,
-    out: &Path,
+    out: OutputDir,
 ) -> Result<()>
 where
     GrayScott3d<T>: GpuEntry,
@@ -154,7 +139,7 @@ fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
     engine: &E,
     cli: &Cli,
     problem: &Problem,
-    out: &Path,
+    out: OutputDir,
 ) -> Result<()>
 where
     GrayScott3d<T>: GpuEntry,
@@ -188,7 +173,7 @@ where
         cli.steps,
         every,
         |step, v| {
-            let path = out.join(format!("frame-{:05}.png", step / every.unwrap_or(1)));
+            let path = out.file(&format!("frame-{:05}.png", step / every.unwrap_or(1)));
             picture(&path, nx, ny, v)?;
             frames += 1;
             Ok(())
@@ -213,17 +198,26 @@ where
     if let Some(t) = &run.tuning {
         println!("{t}");
     }
+    // NaN written as a result would look like one.
+    for (name, field) in [("u", &run.fields.u), ("v", &run.fields.v)] {
+        if let Some(i) = health::first_non_finite(field) {
+            return Err(Error::Invalid(format!(
+                "the run diverged: {name} is {:?} at point {i} (x fastest) after {} steps, so nothing \
+                 was written; lower --dt",
+                field[i], cli.steps
+            )));
+        }
+    }
     let shape = problem.grid.npy_shape();
-    npy::write_npy(&out.join("u.npy"), &shape, &run.fields.u)?;
-    npy::write_npy(&out.join("v.npy"), &shape, &run.fields.v)?;
+    npy::write_npy(&out.file("u.npy"), &shape, &run.fields.u)?;
+    npy::write_npy(&out.file("v.npy"), &shape, &run.fields.v)?;
     let [_, _, nz] = problem.grid.size();
     let mid = &run.fields.v[nx * ny * (nz / 2)..nx * ny * (nz / 2 + 1)];
-    picture(&out.join("v.png"), nx, ny, mid)?;
-    let frames = match frames {
-        0 => String::new(),
-        n => format!(" and {n} frames (frame-00000.png ...)"),
-    };
-    println!("wrote u.npy, v.npy, v.png{frames} in {}", out.display());
+    picture(&out.file("v.png"), nx, ny, mid)?;
+    if frames > 0 {
+        println!("{frames} frames (frame-00000.png ...)");
+    }
+    cli::commit(out)?;
     Ok(())
 }
 

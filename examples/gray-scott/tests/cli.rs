@@ -1,5 +1,7 @@
-//! The `gray-scott` binary: bad input ends with a message naming the problem and exit code 1, never a
-//! panic, and leaves no files; a good run writes readable outputs. Runs on the CPU engine.
+//! The `gray-scott` binary: bad input ends with a message naming the problem, never a panic, and leaves
+//! no files: exit code 2 for what the command line's parser rejects (clap's convention for usage
+//! errors), 1 for values it takes but the run refuses. A good run writes readable outputs. Runs on the
+//! CPU engine.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +32,17 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// A usage error: the parser rejects `args`, naming `needle`, with exit code 2.
+fn misused(args: &[&str], needle: &str) {
+    let (code, text) = run(args);
+    assert_eq!(code, Some(2), "{args:?} exited with {code:?}:\n{text}");
+    assert!(
+        text.contains(needle),
+        "{args:?}: expected `{needle}` in:\n{text}"
+    );
+}
+
+/// A run error: the run refuses `args`, naming `needle`, with exit code 1.
 fn fails_with(args: &[&str], needle: &str) {
     let (code, text) = run(args);
     assert_eq!(code, Some(1), "{args:?} exited with {code:?}:\n{text}");
@@ -49,15 +62,15 @@ fn files_in(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn bad_input_exits_1_with_the_problem_named() {
+fn bad_input_is_named_and_exits_1_or_2_for_usage() {
     let dir = scratch("bad");
     let out = dir.join("out");
     let o = out.to_str().unwrap();
     let host = ["--engine", "host", "--output", o];
     let with =
         |extra: &[&'static str]| -> Vec<&str> { host.iter().chain(extra).copied().collect() };
-    fails_with(&with(&["--size", "0x8x8"]), "is not a size");
-    fails_with(
+    misused(&with(&["--size", "0x8x8"]), "is not a size");
+    misused(
         &with(&["--size", "8x8x8x8"]),
         "must be N, NXxNY or NXxNYxNZ",
     );
@@ -78,8 +91,8 @@ fn bad_input_exits_1_with_the_problem_named() {
         &with(&["--size", "8", "--dx", "0"]),
         "--dx 0 is not a grid spacing",
     );
-    fails_with(&with(&["--size", "8", "--frames", "0"]), "--frames");
-    fails_with(&with(&["--steps", "many"]), "invalid value 'many'");
+    misused(&with(&["--size", "8", "--frames", "0"]), "--frames");
+    misused(&with(&["--steps", "many"]), "invalid value 'many'");
     fails_with(
         &with(&["--bench", "--size", "8"]),
         "--bench measures the GPU",
@@ -88,7 +101,7 @@ fn bad_input_exits_1_with_the_problem_named() {
         &["--bench", "--size", "8", "--frames", "2"],
         "leave out --frames",
     );
-    fails_with(&["--engine", "gpu"], "invalid value 'gpu'");
+    misused(&["--engine", "gpu"], "invalid value 'gpu'");
     fails_with(
         &["--size", "8", "--march", "4", "--output", o],
         "--engine device",

@@ -121,13 +121,14 @@ pub fn write_atomically(
     // A link is written through, onto the file it leads to; renaming over the link would replace it.
     let path = &follow_links(path).map_err(fail)?;
     // Renaming over a device (/dev/null), a socket or a directory would replace it with a file.
-    if fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+    if let Some(m) = fs::metadata(path).ok().filter(|m| !m.is_file()) {
         return Err(fail(io::Error::new(
             ErrorKind::InvalidInput,
             format!(
-                "{} exists and is not a regular file (a directory, device, pipe or socket); name a \
-                 regular file, or a path that does not exist yet",
-                path.display()
+                "{} exists and is {}, not a regular file; name a regular file, or a path that does \
+                 not exist yet",
+                path.display(),
+                kind_of(&m)
             ),
         )));
     }
@@ -175,6 +176,32 @@ pub fn write_atomically(
     }
     sync_dir(dir);
     Ok(())
+}
+
+/// What a path that is not a regular file is, for messages: "a directory", "a pipe", "a device", "a
+/// socket".
+pub(crate) fn kind_of(meta: &fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a pipe";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if meta.is_dir() {
+        "a directory"
+    } else if meta.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Where the symbolic links at `path` lead, a link to a link too; `path` itself where it is no link

@@ -205,7 +205,17 @@ impl NpyFile {
             problem,
         };
         let file = File::open(path).map_err(read_error)?;
-        let file_len = file.metadata().map_err(read_error)?.len();
+        let meta = file.metadata().map_err(read_error)?;
+        // The data's length is checked against the header before anything is allocated, and only a
+        // regular file has a length to check: a pipe or a device reads as empty or endless.
+        if !meta.is_file() {
+            return Err(bad(format!(
+                "it is {}, not a regular file; .npy input is read from a file (save the array to one \
+                 first, e.g. numpy.save)",
+                super::kind_of(&meta)
+            )));
+        }
+        let file_len = meta.len();
         let mut reader = BufReader::new(file);
 
         let mut preamble = Vec::with_capacity(8);
@@ -755,6 +765,39 @@ mod tests {
         .unwrap();
         assert_eq!(read_npy::<f64>(&path).unwrap(), (vec![], vec![1.5]));
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pipes_devices_and_directories_are_named_not_called_truncated() {
+        let dir = scratch_dir("not-a-file");
+        for (path, kind) in [
+            (Path::new("/dev/zero"), "a device"),
+            (dir.as_path(), "a directory"),
+        ] {
+            let msg = read_npy::<f32>(path).unwrap_err().to_string();
+            assert!(
+                msg.contains(kind)
+                    && msg.contains("not a regular file")
+                    && !msg.contains("truncated"),
+                "{msg}"
+            );
+        }
+        #[cfg(unix)]
+        {
+            let fifo = dir.join("pipe");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+            if made.is_ok_and(|s| s.success()) {
+                // Opening a FIFO for reading waits for a writer: give it one.
+                let f = fifo.clone();
+                let writer = std::thread::spawn(move || std::fs::write(f, b"\x93NUMPY"));
+                let msg = read_npy::<f32>(&fifo).unwrap_err().to_string();
+                assert!(
+                    msg.contains("a pipe") && !msg.contains("truncated"),
+                    "{msg}"
+                );
+                let _ = writer.join();
+            }
+        }
     }
 
     #[test]
