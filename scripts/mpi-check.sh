@@ -3,7 +3,8 @@
 # `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls and a moving lid across
 # the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
-# and impossible splits must fail with a clear message, not hang.
+# and impossible splits must fail with a clear message, not hang; a diffusion checkpoint written on 2 ranks
+# resumes on 3 and on 1 to the same bytes.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
 # skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
@@ -75,6 +76,18 @@ for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
             "$work/single-$prec/diffusion.npy"
     done
 done
+# Checkpoint and restart across rank counts: 30 steps on 2 ranks, then 30 more from the checkpoint on 3
+# ranks and on 1, give the bytes of 60 steps straight (single-f32 is 9x7x5).
+mpirun_ -np 2 "$bin" --engine "$engine" --mpi --size 9x7x5 --steps 30 --checkpoint-every 15 \
+    --output "$work/half" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+mpirun_ -np 3 "$bin" --engine "$engine" --mpi --size 9x7x5 --steps 60 --resume "$work/half/checkpoint" \
+    --output "$work/resumed3" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 3" "$work/resumed3/diffusion.npy" \
+    "$work/single-f32/diffusion.npy"
+"$bin" --engine "$engine" --size 9x7x5 --steps 60 --resume "$work/half/checkpoint" \
+    --output "$work/resumed1" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 1" "$work/resumed1/diffusion.npy" \
+    "$work/single-f32/diffusion.npy"
 # Without overlap (the exchange completes before any plane runs): the same bytes (single-f32 is 9x7x5).
 mpirun_ -np 2 "$bin" --engine "$engine" --mpi --no-overlap --size 9x7x5 --steps 60 --precision f32 \
     --output "$work/noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }

@@ -576,6 +576,49 @@ pub fn commit(out: OutputDir) -> std::result::Result<(), IoError> {
     Ok(())
 }
 
+/// `--checkpoint-every`: a number of steps, or a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Every {
+    /// Every this many steps.
+    Steps(usize),
+    /// Every this many seconds.
+    Seconds(f64),
+}
+
+/// Parses `--checkpoint-every`: `N` steps, or a time `Ns`, `Nm` or `Nh` (seconds, minutes, hours).
+pub fn parse_every(s: &str) -> std::result::Result<Every, String> {
+    let bad = || {
+        format!(
+            "`{s}` is neither a number of steps nor a time: give e.g. 1000 (steps), 30s, 10m or 2h"
+        )
+    };
+    if let Ok(n) = s.parse::<usize>() {
+        return if n > 0 {
+            Ok(Every::Steps(n))
+        } else {
+            Err(bad())
+        };
+    }
+    let unit = match s.chars().last() {
+        Some('s') => 1.0,
+        Some('m') => 60.0,
+        Some('h') => 3600.0,
+        _ => return Err(bad()),
+    };
+    match s[..s.len() - 1].parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(Every::Seconds(v * unit)),
+        _ => Err(bad()),
+    }
+}
+
+/// The checkpoint file `--resume PATH` names: `PATH/name` where PATH is a directory, else PATH.
+pub fn checkpoint_file(path: &Path, name: &str) -> std::path::PathBuf {
+    match path.is_dir() {
+        true => path.join(name),
+        false => path.to_path_buf(),
+    }
+}
+
 /// The notice for a run that ended while the auto-tuner, `done` of its `needed` trial steps in, was
 /// still timing launch shapes.
 pub fn unfinished_tuning(done: usize, needed: usize) -> String {

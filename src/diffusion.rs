@@ -16,6 +16,7 @@ use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::health::{check_interval, Verdict};
+use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
@@ -277,6 +278,10 @@ pub struct RunOutput<T> {
     pub tuning: Option<TuningReport>,
     /// (steps timed, steps needed) when the run ended before the tuner had timed every candidate.
     pub tuning_unfinished: Option<(usize, usize)>,
+    /// The checkpoints written (rank 0).
+    pub checkpoints: Vec<Written>,
+    /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
+    pub checkpoint_wait: f64,
 }
 
 /// Runs `steps` steps from the interior field `initial` makes (x fastest; the walls are 0) on `engine`.
@@ -428,11 +433,120 @@ pub fn simulate_on<'e, E: LoopEngine, T: Element, C: Communicator>(
     problem: &Problem,
     initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
+    progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let schedule = Schedule {
+        first: 0,
+        last: steps,
+        checkpoints: None,
+    };
+    simulate_scheduled(
+        engine, comm, exchange, problem, initial, &schedule, progress,
+    )
+}
+
+/// The steps a run does and the checkpoints it writes.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The step it starts from: 0, or a resumed checkpoint's step (the initial field is then that
+    /// checkpoint's).
+    pub first: usize,
+    /// The step it ends at.
+    pub last: usize,
+    /// Where and when it writes checkpoints; `None`: never, not even when a signal stops it.
+    pub checkpoints: Option<Checkpoints>,
+}
+
+/// Where and how often a run writes checkpoints (rank 0, from a gathered host copy, in the background).
+#[derive(Clone, Debug)]
+pub struct Checkpoints {
+    /// The checkpoint file.
+    pub path: std::path::PathBuf,
+    /// How often; a signal writes one whatever this says.
+    pub every: Every,
+    /// Options shown in the messages (e.g. `--resume out/checkpoint`).
+    pub resume_hint: String,
+}
+
+/// How often checkpoints are written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Every {
+    /// Only when a signal stops the run.
+    Signal,
+    /// Every this many steps (counted from step 0, so a resumed run writes at the same steps).
+    Steps(usize),
+    /// At the first health check after this many seconds since the last (rank 0's clock).
+    Seconds(f64),
+}
+
+impl From<crate::cli::Every> for Every {
+    fn from(e: crate::cli::Every) -> Self {
+        match e {
+            crate::cli::Every::Steps(n) => Every::Steps(n),
+            crate::cli::Every::Seconds(t) => Every::Seconds(t),
+        }
+    }
+}
+
+/// The parameters a resumed diffusion run must share with the run that wrote the checkpoint.
+pub fn checkpoint_params<T: Element>(problem: &Problem) -> Vec<(String, String)> {
+    vec![
+        ("size".into(), fmt_dims(&problem.size)),
+        ("precision".into(), T::NAME.into()),
+        ("kappa".into(), problem.kappa.to_string()),
+        ("dt".into(), problem.dt.to_string()),
+    ]
+}
+
+/// The checkpoint of a diffusion run at `step`, from the gathered interior field.
+pub fn checkpoint<T: Element>(problem: &Problem, step: usize, field: &[T]) -> Checkpoint {
+    let mut ck = Checkpoint::new("diffusion", step as u64);
+    ck.params = checkpoint_params::<T>(problem);
+    ck.array("field", field)
+}
+
+/// The step and the interior field of a diffusion checkpoint at `path`, after checking that it is one
+/// of this problem.
+pub fn resume<T: Element>(problem: &Problem, path: &std::path::Path) -> Result<(usize, Vec<T>)> {
+    let mut ck = Checkpoint::read(path)?;
+    ck.check_resume("diffusion", &checkpoint_params::<T>(problem), path)?;
+    let field = ck.take::<T>("field", path)?;
+    if field.len() as u64 != problem.points() {
+        return Err(lattice_gpu_host::io::IoError::Checkpoint {
+            path: path.to_path_buf(),
+            problem: format!(
+                "its field holds {} values, and the grid {} has {}",
+                field.len(),
+                fmt_dims(&problem.size),
+                problem.points()
+            ),
+        }
+        .into());
+    }
+    Ok((ck.step as usize, field))
+}
+
+/// [`simulate_on`] over the steps of `schedule`, writing its checkpoints: at the steps or times it
+/// asks for, and when a signal stops the run (then the error is [`Error::Interrupted`] after the
+/// checkpoint is on disk).
+///
+/// [`Error::Interrupted`]: lattice_gpu_host::Error::Interrupted
+pub fn simulate_scheduled<'e, E: LoopEngine, T: Element, C: Communicator>(
+    engine: &'e E,
+    comm: &C,
+    exchange: Exchange<'e>,
+    problem: &Problem,
+    initial: impl FnOnce() -> Result<Vec<T>>,
+    schedule: &Schedule,
     mut progress: impl FnMut(usize),
 ) -> Result<RunOutput<T>>
 where
     Diffusion3d<T>: GpuEntry,
 {
+    let (first_step, steps) = (schedule.first, schedule.last);
     let rank = comm.rank();
     let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;
     let own = split.owned(rank);
@@ -492,13 +606,16 @@ where
             p[2] as i64 - first[2] as i64 + 1 + begin as i64
         )
     };
-    // Every rank checks its field, and all stop together (for NaN, or for a signal).
-    let check = |f: &E::Field<T>, s: usize| -> Result<()> {
+    // Every rank checks its field, and all decide together: go on, or stop for NaN or a signal.
+    let verdict = |f: &E::Field<T>| -> Result<Verdict> {
         let found = match engine.first_non_finite(f)? {
             Some(i) => Some((i as u64, f.download_span(i, 1)?[0].to_f64())),
             None => None,
         };
-        Ok(Verdict::agree(comm, found)?.into_result(
+        Ok(Verdict::agree(comm, found)?)
+    };
+    let end = |v: Verdict, s: usize| -> Result<()> {
+        Ok(v.into_result(
             s as u64,
             "the temperature",
             |nf| cell(nf.rank, nf.index),
@@ -507,13 +624,39 @@ where
              lattice-gpu: please report it with the command line",
         )?)
     };
-    let mut checked = 0;
+    let plan_ck = schedule.checkpoints.as_ref();
+    let mut saver = plan_ck.filter(|_| rank == 0).map(|c| Saver::new(&c.path));
+    let mut written = Vec::new();
+    // Gathers the field on rank 0, which starts writing its checkpoint (collective).
+    // The previous checkpoint's record comes back, once that write has finished.
+    let save = |f: &E::Field<T>, s: usize, saver: &mut Option<Saver>| -> Result<Option<Written>> {
+        let global = comm.gather(&shape.extract(&f.download()?))?;
+        Ok(match saver {
+            Some(sv) => sv.save(checkpoint(problem, s, &global))?,
+            None => None,
+        })
+    };
+    let every_steps = match plan_ck.map(|c| c.every) {
+        Some(Every::Steps(n)) => Some(n.max(1)),
+        _ => None,
+    };
+    let every_seconds = match plan_ck.map(|c| c.every) {
+        Some(Every::Seconds(t)) => Some(t),
+        _ => None,
+    };
     let check_every = check_interval(problem.points(), steps as u64, engine.device().is_some());
-    // Even, so that a recorded batch of steps leaves the fields where it found them.
-    let report_every = match (steps / 100).clamp(1, check_every as usize) {
+    // Even, so that a recorded batch of steps leaves the fields where it found them; and a divisor of
+    // the checkpoint interval, so that the batches stop at every checkpoint's step.
+    let mut report_every = match (steps / 100).clamp(1, check_every as usize) {
         1 => 1,
         n => n.next_multiple_of(2),
     };
+    if let Some(n) = every_steps {
+        report_every = (1..=report_every.min(n))
+            .rev()
+            .find(|d| n % d == 0 && (d % 2 == 0 || *d == 1))
+            .unwrap_or(1);
+    }
     // Once the launch is final (tuned, or never tuned), whole batches between reports are replayed
     // from a recorded graph: the host no longer queues each step and the GPU's gaps between kernels
     // shrink (3 to 5% of a step at 256^3). `None` after a try: the engine cannot record.
@@ -527,7 +670,9 @@ where
     }
     engine.synchronize()?;
     let start = Instant::now();
-    let mut s = 0;
+    let mut last_save = Instant::now();
+    let mut s = first_step;
+    let mut checked = first_step;
     while s < steps {
         let settled = !engine.tunes() || E::tuning(step.info()).is_some();
         if split.is_none()
@@ -557,21 +702,61 @@ where
                 s += 1;
             }
         }
-        if s % report_every == 0 {
-            engine.synchronize()?;
-            progress(s);
-            if (s - checked) as u64 >= check_every {
-                check(&f, s)?;
-                checked = s;
+        if s % report_every != 0 {
+            continue;
+        }
+        engine.synchronize()?;
+        progress(s);
+        let step_due = every_steps.is_some_and(|n| s % n == 0);
+        if (s - checked) as u64 >= check_every || step_due {
+            checked = s;
+            // A signal at the last step stops nothing: the run's results are complete.
+            let v = match verdict(&f)? {
+                Verdict::Stop(_) if s == steps => Verdict::Healthy,
+                v => v,
+            };
+            let time_due = match every_seconds {
+                // Rank 0's clock decides for all.
+                Some(t) => {
+                    let mine = rank == 0 && last_save.elapsed().as_secs_f64() >= t;
+                    comm.sum(f64::from(u8::from(mine)))? > 0.0
+                }
+                None => false,
+            };
+            match v {
+                Verdict::Healthy if step_due || time_due => {
+                    written.extend(save(&f, s, &mut saver)?);
+                    last_save = Instant::now();
+                }
+                Verdict::Stop(_) if plan_ck.is_some() => {
+                    written.extend(save(&f, s, &mut saver)?);
+                    if let (Some(sv), Some(c)) = (&mut saver, plan_ck) {
+                        written.extend(sv.wait()?);
+                        eprintln!(
+                            "checkpoint of step {s} written to {}; continue the run with {}",
+                            sv.path().display(),
+                            c.resume_hint
+                        );
+                    }
+                }
+                _ => {}
             }
+            end(v, s)?;
         }
     }
     engine.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
     // Nothing non-finite is handed on to be written.
     if checked < steps {
-        check(&f, steps)?;
+        match verdict(&f)? {
+            Verdict::Stop(_) => {}
+            v => end(v, steps)?,
+        }
     }
+    if let Some(sv) = &mut saver {
+        written.extend(sv.wait()?);
+    }
+    let checkpoint_wait = saver.as_ref().map_or(0.0, Saver::waited);
     // A decomposed run reports the interior's tuning (its largest loop).
     let site = match &split {
         Some(o) => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
@@ -586,6 +771,8 @@ where
         seconds,
         tuning,
         tuning_unfinished,
+        checkpoints: written,
+        checkpoint_wait,
     })
 }
 

@@ -252,7 +252,12 @@ fn sigint_stops_at_a_step_boundary_with_the_shells_status_and_leaves_nothing() {
     );
     assert_eq!(code, Some(130), "{text}");
     assert!(text.contains("stopped by SIGINT after step"), "{text}");
-    assert_no_outputs(&dir);
+    // The checkpoint of the step it stopped at, and nothing else: no results, no temporaries.
+    let mut left = Vec::new();
+    for e in walk(&dir) {
+        left.push(e.strip_prefix(&dir).unwrap().to_string_lossy().into_owned());
+    }
+    assert_eq!(left, ["out/checkpoint/diffusion.ckpt"]);
 }
 
 #[test]
@@ -307,4 +312,208 @@ fn a_failed_write_leaves_the_previous_outputs_whole() {
         "the previous run's"
     );
     assert!(common::temporaries(&dir).is_empty() && common::temporaries(&out).is_empty());
+}
+
+/// Every file under `dir`, sorted.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        match p.is_dir() {
+            true => files.extend(walk(&p)),
+            false => files.push(p),
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Runs the binary in `dir` with `args` and fails the test unless it succeeds; its output.
+fn succeeds_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} failed:\n{text}");
+    text
+}
+
+/// The field a run wrote into `dir/out`.
+fn field(dir: &Path, out: &str) -> Vec<u8> {
+    std::fs::read(dir.join(out).join("diffusion.npy")).unwrap()
+}
+
+/// N steps, then N more from the checkpoint, give the bytes of 2N straight: on one rank, split over
+/// threads, and across a change of the rank count (the checkpoint holds the whole grid).
+fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
+    let run = |extra: &[&str]| {
+        let mut args = engine.to_vec();
+        args.extend_from_slice(&["--size", "20x18x17"]);
+        args.extend_from_slice(extra);
+        succeeds_in(dir, &args)
+    };
+    run(&["--steps", "60", "--output", "straight"]);
+    let straight = field(dir, "straight");
+    for (first, then) in [
+        (&[][..], &[][..]),
+        (&["--gpus", "2"][..], &["--gpus", "3"][..]),
+        (&["--gpus", "3"][..], &[][..]),
+    ] {
+        let _ = std::fs::remove_dir_all(dir.join("half"));
+        let _ = std::fs::remove_dir_all(dir.join("whole"));
+        let mut a = vec![
+            "--steps",
+            "30",
+            "--checkpoint-every",
+            "10",
+            "--output",
+            "half",
+        ];
+        a.extend_from_slice(first);
+        let text = run(&a);
+        assert!(text.contains("3 checkpoints written"), "{text}");
+        let mut b = vec![
+            "--steps",
+            "60",
+            "--resume",
+            "half/checkpoint",
+            "--output",
+            "whole",
+        ];
+        b.extend_from_slice(then);
+        let text = run(&b);
+        assert!(text.contains("resuming from step 30"), "{text}");
+        assert!(
+            field(dir, "whole") == straight,
+            "{first:?} then {then:?}: the resumed run differs from the straight one"
+        );
+    }
+}
+
+#[test]
+fn a_resumed_run_gives_the_bytes_of_a_straight_one() {
+    resumes_bit_for_bit(&["--engine", "host"], &scratch("resume"));
+}
+
+#[test]
+fn a_resumed_gpu_run_gives_the_bytes_of_a_straight_one() {
+    let Some(_gpu) = common::gpu("a_resumed_gpu_run_gives_the_bytes_of_a_straight_one") else {
+        return;
+    };
+    resumes_bit_for_bit(
+        &["--engine", "autotune", "--no-tune-cache"],
+        &scratch("resume-gpu"),
+    );
+}
+
+#[test]
+fn sigint_writes_a_checkpoint_that_resumes_to_the_straight_runs_bytes() {
+    let dir = scratch("sigint-resume");
+    // Far more steps than run before the signal; checks (and so the stop) come every 8192 steps at
+    // 32^3 on the CPU.
+    let base = ["--engine", "host", "--size", "32"];
+    let (code, text) = common::signalled(
+        &binary(),
+        &[&base[..], &["--steps", "100000000", "--output", "stopped"]].concat(),
+        &dir,
+        "diffusion 32x32x32",
+        std::time::Duration::from_millis(300),
+        "TERM",
+    );
+    assert_eq!(code, Some(143), "{text}");
+    assert!(text.contains("stopped by SIGTERM after step"), "{text}");
+    let step = common::number_after(&text, "checkpoint of step") as usize;
+    // The run's results were not written, only the checkpoint.
+    assert_eq!(
+        std::fs::read_dir(dir.join("stopped"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect::<Vec<_>>(),
+        ["checkpoint"]
+    );
+    let steps = (step + 500).to_string();
+    let resumed = [
+        "--steps",
+        &steps,
+        "--output",
+        "resumed",
+        "--resume",
+        "stopped/checkpoint",
+    ];
+    let text = succeeds_in(&dir, &[&base[..], &resumed].concat());
+    assert!(
+        text.contains(&format!("resuming from step {step}")),
+        "{text}"
+    );
+    succeeds_in(
+        &dir,
+        &[&base[..], &["--steps", &steps, "--output", "straight"]].concat(),
+    );
+    assert!(field(&dir, "resumed") == field(&dir, "straight"));
+}
+
+#[test]
+fn corrupt_foreign_or_other_runs_checkpoints_are_refused_and_nothing_is_overwritten() {
+    let dir = scratch("resume-refused");
+    let base = ["--engine", "host", "--size", "12x10x8"];
+    succeeds_in(
+        &dir,
+        &[
+            &base[..],
+            &["--steps", "10", "--checkpoint-every", "10", "--output", "a"],
+        ]
+        .concat(),
+    );
+    let ck = dir.join("a/checkpoint/diffusion.ckpt");
+    let good = std::fs::read(&ck).unwrap();
+    let before = field(&dir, "a");
+    let resume = |extra: &[&str], needle: &str| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--steps", "20", "--resume", "a/checkpoint", "--output", "a"]);
+        args.extend_from_slice(extra);
+        let out = Command::new(binary())
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{args:?}:\n{text}");
+        assert!(
+            text.contains(needle),
+            "{args:?}: expected `{needle}` in:\n{text}"
+        );
+        assert!(
+            field(&dir, "a") == before,
+            "a refused resume overwrote the output"
+        );
+    };
+    resume(&["--kappa", "0.2"], "kappa is 0.2 here and 0.1 there");
+    resume(
+        &["--precision", "f64"],
+        "precision is f64 here and f32 there",
+    );
+    let mut corrupt = good.clone();
+    *corrupt.last_mut().unwrap() ^= 0x40;
+    std::fs::write(&ck, &corrupt).unwrap();
+    resume(&[], "fails its checksum");
+    std::fs::write(&ck, &good[..good.len() / 2]).unwrap();
+    resume(&[], "truncated");
+    std::fs::write(&ck, npy("<f4", "(1,)", &[0; 4])).unwrap();
+    resume(&[], "not a lattice-gpu checkpoint");
+    std::fs::write(&ck, &good).unwrap();
+    fails_with(
+        &[
+            &base[..],
+            &["--steps", "10", "--resume", ck.to_str().unwrap()],
+        ]
+        .concat(),
+        "give --steps above 10",
+    );
+    fails_with(
+        &[&base[..], &["--checkpoint-every", "0"]].concat(),
+        "neither a number of steps nor a time",
+    );
 }

@@ -14,7 +14,10 @@ use crate::error::{CudaContext, Error, Result};
 use crate::gpu::Gpu;
 
 /// Element types of fields: f32 and f64.
-pub trait Element: Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire {}
+pub trait Element:
+    Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire + crate::io::checkpoint::Stored
+{
+}
 impl Element for f32 {}
 impl Element for f64 {}
 

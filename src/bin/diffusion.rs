@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
 use lattice_gpu::diffusion::{
-    simulate_on, sine_mode_errors, DiffusionError, Exchange, Halos, Problem, Result,
+    simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
+    Problem, Result, Schedule,
 };
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
@@ -60,8 +61,20 @@ struct RunArgs {
     #[arg(long, default_value = "diffusion-out")]
     output: PathBuf,
     /// Initial field from a .npy file of shape (nz, ny, nx), f32 or f64, instead of the sine mode.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     input: Option<PathBuf>,
+    /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h, checked
+    /// at the run's health checks), into --checkpoint. Without it, a checkpoint is written only when
+    /// SIGINT, SIGTERM or SIGHUP stops the run.
+    #[arg(long, value_name = "N|TIME", value_parser = cli::parse_every)]
+    checkpoint_every: Option<cli::Every>,
+    /// Directory of the checkpoint file diffusion.ckpt [default: OUTPUT/checkpoint].
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Continue the run of a checkpoint (its directory or the file) up to --steps in all: the same
+    /// bytes as a run never stopped. The grid, precision, kappa and dt must be the run's.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     /// Decompose along z over the ranks of the MPI job this process belongs to (start it with
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
@@ -212,21 +225,55 @@ where
             engine.describe()
         )
     });
+    // The steps already done by the run a checkpoint continues, and its field.
+    let resumed = match &args.resume {
+        Some(path) => {
+            let file = cli::checkpoint_file(path, "diffusion.ckpt");
+            let (step, field) = lattice_gpu::diffusion::resume::<T>(problem, &file)?;
+            if step >= args.steps {
+                return Err(invalid(format!(
+                    "{} is at step {step}, and --steps {} asks for no more; give --steps above {step} \
+                     to continue it",
+                    file.display(),
+                    args.steps
+                )));
+            }
+            lead.then(|| println!("resuming from step {step} of {}", file.display()));
+            Some((step, field))
+        }
+        None => None,
+    };
+    let first = resumed.as_ref().map_or(0, |r| r.0);
+    let ck_dir = args
+        .checkpoint
+        .clone()
+        .unwrap_or_else(|| args.output.join("checkpoint"));
+    let schedule = Schedule {
+        first,
+        last: args.steps,
+        checkpoints: Some(Checkpoints {
+            path: ck_dir.join("diffusion.ckpt"),
+            every: args.checkpoint_every.map_or(Every::Signal, Every::from),
+            resume_hint: format!("--resume {} --steps N", ck_dir.display()),
+        }),
+    };
     let bar = cli::progress(if lead { args.steps as u64 } else { 0 }, "steps");
+    bar.set_position(first as u64);
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     // Built only after the memory check inside `simulate`.
-    let initial = || match &args.input {
-        Some(path) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
-        None => Ok(problem.sine_mode::<T>()),
+    let initial = || match (&args.input, resumed) {
+        (_, Some((_, field))) => Ok(field),
+        (Some(path), None) => Ok(npy::read_npy_shaped::<T>(path, &zyx(problem.size))?),
+        (None, None) => Ok(problem.sine_mode::<T>()),
     };
     let exchange = Exchange {
         halos,
         overlap: !args.split.halo.no_overlap,
         cut: args.split.cut,
     };
-    let result = simulate_on(engine, comm, exchange, problem, initial, args.steps, |s| {
+    let result = simulate_scheduled(engine, comm, exchange, problem, initial, &schedule, |s| {
         bar.set_position(s as u64)
     })?;
     bar.finish_and_clear();
@@ -234,14 +281,15 @@ where
         return Ok(());
     };
 
-    let points = problem.points() as f64 * args.steps as f64;
+    let run_steps = (args.steps - first) as f64;
+    let points = problem.points() as f64 * run_steps;
     let glups = points / result.seconds / 1e9;
     println!(
         "time {:.3} s: {:.2} GLUPS, {:.1} GFLOPS ({FLOPS_PER_POINT} flops/point), {:.1} GB/s effective ({} bytes/point)",
         result.seconds,
         glups,
         glups * FLOPS_PER_POINT as f64,
-        problem.bytes_per_step::<T>() * args.steps as f64 / result.seconds / 1e9,
+        problem.bytes_per_step::<T>() * run_steps / result.seconds / 1e9,
         2 * std::mem::size_of::<T>()
     );
     if let Some((done, needed)) = result.tuning_unfinished {
@@ -249,6 +297,13 @@ where
     }
     if let Some(t) = &result.tuning {
         println!("{t}");
+    }
+    if let Some(last) = result.checkpoints.last() {
+        println!(
+            "{} checkpoints written, the last {last}; the run waited {:.3} s for them",
+            result.checkpoints.len(),
+            result.checkpoint_wait
+        );
     }
     if args.input.is_none() {
         let decay = problem.analytic_decay(args.steps);

@@ -1,4 +1,5 @@
-//! Files in and out of a simulation: `.npy` arrays, PNG pictures of 2-D slices and line charts.
+//! Files in and out of a simulation: `.npy` arrays, PNG pictures of 2-D slices and line charts,
+//! checkpoints, and the run's output directory.
 //!
 //! All are standard formats, so fields go straight into NumPy, ParaView or an image viewer and
 //! initial conditions come straight out of them, with no converter to write or trust.
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod checkpoint;
 pub mod npy;
 pub mod output;
 pub mod plot;
@@ -76,6 +78,14 @@ pub enum IoError {
     /// The picture cannot be made from the data given.
     #[error("{}: cannot write PNG: {problem}", path.display())]
     Png {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// The file is not a checkpoint this build can resume from, or not one of this run.
+    #[error("{}: {problem}", path.display())]
+    Checkpoint {
         /// The file.
         path: PathBuf,
         /// What is wrong, and how to fix it.
