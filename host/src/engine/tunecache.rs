@@ -382,6 +382,18 @@ fn validate_entry(entry: &TuneEntry) -> io::Result<()> {
 /// Reads the cache file at `path`: its entries and the warnings to report.
 /// A missing file is an empty cache without warning.
 fn read_entries(path: &Path) -> (Entries, Vec<String>) {
+    // A device or pipe (LATTICE_GPU_TUNE_CACHE=/dev/zero) would be read without end.
+    if let Some(m) = fs::metadata(path).ok().filter(|m| !m.is_file()) {
+        return (
+            Entries::new(),
+            vec![format!(
+                "{} is {}, not a tune cache file; tuning results stay in memory (name a file in \
+                 LATTICE_GPU_TUNE_CACHE)",
+                path.display(),
+                crate::io::kind_of(&m)
+            )],
+        );
+    }
     match fs::read(path) {
         Ok(bytes) => parse(path, &bytes),
         Err(err) if err.kind() == io::ErrorKind::NotFound => (Entries::new(), Vec::new()),
@@ -564,6 +576,10 @@ fn lock_beside(path: &Path) -> io::Result<fs::File> {
 /// Why the file at `path` must not be replaced by a cache, if it must not: it is something else
 /// (a path set by mistake), or it is read-only (a shared cache its owner keeps fixed).
 fn must_not_replace(path: &Path) -> Option<(io::ErrorKind, &'static str)> {
+    // Checked before opening: opening a pipe waits for a writer.
+    if !fs::metadata(path).ok()?.is_file() {
+        return Some((io::ErrorKind::InvalidInput, "not a regular file"));
+    }
     let mut head = [0; HEADER_PREFIX.len()];
     let mut file = fs::File::open(path).ok()?;
     let read = io::Read::read(&mut file, &mut head).ok()?;
@@ -589,6 +605,15 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_or_pipe_named_as_the_cache_is_neither_read_nor_replaced() {
+        let mut cache = TuneCache::load(PathBuf::from("/dev/zero"));
+        assert_eq!(cache.len(), 0);
+        let w = cache.take_warnings().join("\n");
+        assert!(w.contains("a device, not a tune cache file"), "{w}");
+        assert!(must_not_replace(Path::new("/dev/zero")).is_some());
+    }
     use std::time::{SystemTime, UNIX_EPOCH};
 
     /// A fresh directory under the system temp dir, removed on drop.
@@ -878,7 +903,11 @@ mod tests {
         assert!(cache.is_empty());
         let warnings = cache.take_warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("cannot read"), "{}", warnings[0]);
+        assert!(
+            warnings[0].contains("is a directory, not a tune cache file"),
+            "{}",
+            warnings[0]
+        );
         // Persisting fails, but the entry stays in memory.
         let k = key("dslash", H100, 1);
         assert!(cache.insert(k.clone(), entry(8, 1.0)).is_err());
