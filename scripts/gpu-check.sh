@@ -39,6 +39,12 @@
 #                                             the copy bandwidth (not in the default set)
 #                                  summary    the figures of the README's summary, in one call (not in the
 #                                             default set)
+#                                  sanitize   compute-sanitizer on one small run of each application: memcheck
+#                                             on all five, racecheck, synccheck and initcheck on diffusion,
+#                                             LBM and the lqcd solve (not in the default set)
+#                                  soak       every application over and over for $SOAK_SECONDS (default 600)
+#                                             in all, mixed sizes and precisions, each run's result checked
+#                                             against its reference (not in the default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
 #                                             and LATTICE_GPU_MPI_ENGINE=device: diffusion, advection and
 #                                             lbm split over 1, 2 and 3 ranks (all on GPU 0) against the
@@ -190,6 +196,8 @@ run() {
     [[ $parts == *" advection "* ]] && advection_part "$out"
     [[ $parts == *" poisson "* ]] && poisson_part "$out"
     [[ $parts == *" poisson512 "* ]] && poisson512_part "$out"
+    [[ $parts == *" sanitize "* ]] && sanitize_part "$out"
+    [[ $parts == *" soak "* ]] && soak_part "$out"
     if [[ $parts == *" mpi "* ]]; then
         if LATTICE_GPU_MPI_BIN=$BIN/mpi LATTICE_GPU_MPI_ENGINE=device LATTICE_GPU_REQUIRE_MPI=1 \
             timeout 400 scripts/mpi-check.sh 2>&1 | tee "$out/mpi-check.log"; then
@@ -396,6 +404,75 @@ example_part() {
     done
     # One frame comes back with the CSVs, to be looked at.
     ls "$out"/gray-scott/frame-*.png 2>/dev/null | tail -1 | xargs -r -I{} cp {} "${OUT:-$out}/gray-scott-frame.png"
+}
+
+# One small run of each application under compute-sanitizer: memcheck everywhere, the other three tools
+# where kernels share memory or synchronise (the stencil variants, LBM, the solvers).
+sanitize_part() {
+    local out=$1 tool
+    local cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+    # sanitized TOOL NAME ARGS...: PASS when the run succeeds and the tool reports no error.
+    sanitized() {
+        local tool=$1 name=$2
+        shift 2
+        local log="$out/sanitize-$tool-$name.log"
+        if timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1 \
+            && grep -q "ERROR SUMMARY: 0 errors" "$log"; then
+            record "compute-sanitizer $tool: $name" PASS
+        else
+            record "compute-sanitizer $tool: $name" FAIL
+            tail -30 "$log"
+        fi
+    }
+    for tool in memcheck racecheck synccheck initcheck; do
+        sanitized "$tool" diffusion "$BIN/diffusion" --size 40x36x33 --steps 40 --no-tune-cache \
+            --output "$out/san-diffusion"
+        sanitized "$tool" lbm "$BIN/lbm" cavity --engine device --size 34x34x4 --steps 200 \
+            --output "$out/san-lbm"
+        sanitized "$tool" lqcd "$BIN/lqcd" solve --engine device --dims 4x4x4x8 --antiperiodic-t
+    done
+    sanitized memcheck advection "$BIN/advection" rotation --size 96 --output "$out/san-adv"
+    sanitized memcheck poisson "$BIN/poisson" --engine device --size 24 --output "$out/san-poisson"
+}
+
+# A soak: the applications in turn, mixed sizes and precisions, until $SOAK_SECONDS (default 600) have
+# passed; every run must succeed and print its check against its reference within tolerance.
+soak_part() {
+    local out=$1 until=$((SECONDS + ${SOAK_SECONDS:-600})) round=0 failed=0 runs=0
+    # soaked NAME PATTERN ARGS...: one run, its output matching PATTERN (its check passed).
+    soaked() {
+        local name=$1 pattern=$2 log="$out/soak.log"
+        shift 2
+        runs=$((runs + 1))
+        if ! timeout 300 "$@" >"$log" 2>&1 || ! grep -qE "$pattern" "$log" || grep -q "NaN" "$log"; then
+            failed=$((failed + 1))
+            echo "soak round $round: $name FAILED"
+            tail -20 "$log"
+            cp "$log" "$out/soak-failed-$failed.log"
+        fi
+    }
+    while [ $SECONDS -lt $until ]; do
+        round=$((round + 1))
+        local n=$((96 + 32 * (round % 5))) prec=f32
+        [ $((round % 2)) = 0 ] && prec=f64
+        # The scheme's own decay of the sine mode, to round-off.
+        soaked "diffusion $n^3 $prec" "e-([5-9]|1[0-9]) against the scheme" \
+            "$BIN/diffusion" --size "$n" --steps 500 --precision "$prec" --output "$out/soak-d"
+        soaked "lbm taylor-green $n^2 $prec" "analytic" "$BIN/lbm" taylor-green --engine device \
+            --size "${n}x${n}x4" --steps 1000 --precision "$prec" --output "$out/soak-l"
+        soaked "lbm cavity Re 100 vs Ghia" "against Ghia" "$BIN/lbm" cavity --engine device \
+            --size 66x66x4 --output "$out/soak-c"
+        soaked "advection rotation $((8 * n))^2" "interpolation error" "$BIN/advection" rotation \
+            --size $((8 * n)) --output "$out/soak-a"
+        local tol=1e-10
+        [ "$prec" = f32 ] && tol=1e-6
+        soaked "lqcd solve $prec" "true residual" "$BIN/lqcd" solve --engine device --dims 8x8x8x16 \
+            --precision "$prec" --tol "$tol" --antiperiodic-t
+        soaked "poisson $((n + 1))^3" "relative L2" "$BIN/poisson" --engine auto --size $((n + 1)) \
+            --output "$out/soak-p"
+    done
+    [ $failed = 0 ] && record "soak: $runs runs in $round rounds, all checked" PASS \
+        || record "soak: $failed of $runs runs failed" FAIL
 }
 
 # The figures of the README's summary, for comparison after a change that should not move them: the
