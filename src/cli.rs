@@ -95,19 +95,7 @@ pub fn on_gpus<E: Send + From<Error>>(
     over: &str,
     run: impl Fn(&lattice_gpu_host::threads::Threads) -> std::result::Result<(), E> + Sync,
 ) -> std::result::Result<(), E> {
-    if ranks > most {
-        return Err(Error::InvalidSetting(format!(
-            "--gpus {ranks}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
-        ))
-        .into());
-    }
-    if ranks > MOST_THREAD_RANKS {
-        return Err(Error::InvalidSetting(format!(
-            "--gpus {ranks}: one process runs at most {MOST_THREAD_RANKS} ranks as threads; start \
-             more as MPI processes with --mpi under mpirun"
-        ))
-        .into());
-    }
+    check_gpus(ranks, most, over)?;
     let gpus = Gpu::probe().ok();
     lattice_gpu_host::threads::run(ranks, |comm| {
         use lattice_gpu_host::comm::Communicator;
@@ -160,6 +148,24 @@ impl Placement {
     }
 }
 
+/// Refuses `--gpus ranks` where the grid splits over at most `most` ranks (`over` names what they
+/// split), or where one process cannot run that many threads: [`on_gpus`] checks this before a
+/// thread starts, and an application that prepares shared data first calls it before that.
+pub fn check_gpus(ranks: usize, most: usize, over: &str) -> Result<()> {
+    if ranks > most {
+        return Err(Error::InvalidSetting(format!(
+            "--gpus {ranks}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
+        )));
+    }
+    if ranks > MOST_THREAD_RANKS {
+        return Err(Error::InvalidSetting(format!(
+            "--gpus {ranks}: one process runs at most {MOST_THREAD_RANKS} ranks as threads; start \
+             more as MPI processes with --mpi under mpirun"
+        )));
+    }
+    Ok(())
+}
+
 /// Starts an application's run: SIGINT, SIGTERM and SIGHUP from now on stop it at its next check
 /// ([`interrupt`](lattice_gpu_host::interrupt)) instead of killing it mid-write; where they cannot be
 /// taken, a notice says so and the run goes on without.
@@ -209,7 +215,8 @@ pub struct HaloArgs {
     /// Split the run over N GPUs driven by this process, one thread per GPU (GPU r for rank r, modulo
     /// the GPUs there are), instead of over the MPI ranks of `--mpi`; with `--halos nccl`, one NCCL
     /// communicator of the process's GPUs. On the CPU engine: N threads, each a rank.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: Option<u32>,
 }
 

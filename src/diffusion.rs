@@ -135,22 +135,24 @@ impl Problem {
 
     /// `sin(pi x) sin(pi y) sin(pi z)` at the interior points, x fastest.
     pub fn sine_mode<T: Real>(&self) -> Vec<T> {
-        let s: Vec<Vec<f64>> = (0..3)
-            .map(|a| {
-                (1..=self.size[a])
-                    .map(|i| (PI * i as f64 * self.h[a]).sin())
-                    .collect()
+        self.sine_mode_values().map(T::from_f64).collect()
+    }
+
+    /// The values of [`sine_mode`](Self::sine_mode) in f64, computed as they are taken.
+    fn sine_mode_values(&self) -> impl Iterator<Item = f64> {
+        let s = std::rc::Rc::new([0, 1, 2].map(|a| {
+            (1..=self.size[a])
+                .map(|i| (PI * i as f64 * self.h[a]).sin())
+                .collect::<Vec<f64>>()
+        }));
+        let [nx, ny, nz] = self.size;
+        (0..nz).flat_map(move |k| {
+            let s = s.clone();
+            (0..ny).flat_map(move |j| {
+                let s = s.clone();
+                (0..nx).map(move |i| s[0][i] * s[1][j] * s[2][k])
             })
-            .collect();
-        let mut v = Vec::with_capacity(self.points() as usize);
-        for z in &s[2] {
-            for y in &s[1] {
-                for x in &s[0] {
-                    v.push(T::from_f64(x * y * z));
-                }
-            }
-        }
-        v
+        })
     }
 
     /// The continuous solution's decay factor after `steps` steps: `exp(-3 kappa pi^2 t)`.
@@ -230,25 +232,14 @@ pub fn sine_mode_errors<A: Real, const N: usize>(
     a: &[A],
     factors: [f64; N],
 ) -> [f64; N] {
-    let s: Vec<Vec<f64>> = (0..3)
-        .map(|ax| {
-            (1..=problem.size[ax])
-                .map(|i| (PI * i as f64 * problem.h[ax]).sin())
-                .collect()
-        })
-        .collect();
     let (mut num, mut den) = ([0.0; N], 0.0);
     let mut at = a.iter();
-    for z in &s[2] {
-        for y in &s[1] {
-            for x in &s[0] {
-                let (m, v) = (x * y * z, at.next().map_or(f64::NAN, |v| v.to_f64()));
-                for (n, f) in num.iter_mut().zip(factors) {
-                    *n += (v - f * m).powi(2);
-                }
-                den += m * m;
-            }
+    for m in problem.sine_mode_values() {
+        let v = at.next().map_or(f64::NAN, |v| v.to_f64());
+        for (n, f) in num.iter_mut().zip(factors) {
+            *n += (v - f * m).powi(2);
         }
+        den += m * m;
     }
     let mut out = [0.0; N];
     for ((o, n), f) in out.iter_mut().zip(num).zip(factors) {

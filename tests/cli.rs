@@ -38,17 +38,6 @@ fn fails_with(args: &[&str], needle: &str) {
     );
 }
 
-fn assert_no_outputs(dir: &Path) {
-    if !dir.exists() {
-        return;
-    }
-    let left: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "files left in {}: {left:?}", dir.display());
-}
-
 /// A .npy header for a little-endian array of `descr` and `shape`, padded as numpy pads it.
 fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
     let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
@@ -63,77 +52,327 @@ fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
     v
 }
 
-#[test]
-fn bad_parameters() {
-    let dir = scratch("params");
-    let o = dir.to_str().unwrap();
-    fails_with(
-        &["--engine", "host", "--size", "0x8x8", "--output", o],
-        "size",
-    );
-    fails_with(
-        &["--engine", "host", "--size", "8x8", "--output", o],
-        "NXxNYxNZ",
-    );
-    fails_with(
-        &[
-            "--engine", "host", "--size", "8", "--dt", "1", "--output", o,
-        ],
-        "unstable",
-    );
-    fails_with(
-        &[
-            "--engine", "host", "--size", "8", "--kappa", "-1", "--output", o,
-        ],
-        "kappa = -1 is not a positive diffusivity",
-    );
-    fails_with(
-        &[
-            "--engine", "host", "--size", "8", "--kappa", "1e-320", "--output", o,
-        ],
-        "give a larger --kappa, or a time step with --dt",
-    );
-    fails_with(
-        &["--engine", "host", "--size", "-8", "--output", o],
-        "`-8` is not a size",
-    );
-    fails_with(
-        &[
-            "--engine", "host", "--gpu", "1", "--size", "8", "--output", o,
-        ],
-        "--engine host runs on the CPU",
-    );
-    fails_with(&["--engine", "gpu", "--output", o], "invalid value 'gpu'");
-    fails_with(
-        &["--size", "8", "--march", "4", "--output", o],
-        "fix the launch shape of --engine device",
-    );
-    fails_with(
-        &["--engine", "host", "--size", "100000", "--output", o],
-        "memory",
-    );
-    fails_with(
-        &["--engine", "host", "--size", "8", "--cut", "--output", o],
-        "--cut splits the steps of a decomposed run: add --mpi (under mpirun) or --gpus N",
-    );
-    // A directory under a file cannot be made, even by root.
-    let file = scratch("params-file").join("f");
-    std::fs::write(&file, b"x").unwrap();
-    let under = file.join("out");
-    fails_with(
-        &[
-            "--engine",
-            "host",
+/// One bad input: its class, the arguments (after `--engine host --output OUT` where they name no engine
+/// or output; `{dir}` is replaced
+/// by the test's directory), the exit code (2: the parser refused it; 1: the run did) and a piece of the
+/// message.
+struct Bad {
+    class: &'static str,
+    args: &'static [&'static str],
+    code: i32,
+    says: &'static str,
+}
+
+const BAD: &[Bad] = &[
+    // Sizes.
+    Bad {
+        class: "sizes",
+        args: &["--size", "0x8x8"],
+        code: 2,
+        says: "is not a size",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "-8"],
+        code: 2,
+        says: "`-8` is not a size",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "8x8"],
+        code: 2,
+        says: "NXxNYxNZ",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "eight"],
+        code: 2,
+        says: "is not a size",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "2000000"],
+        code: 2,
+        says: "below 2^20",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "100000"],
+        code: 1,
+        says: "memory",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "1048575"],
+        code: 1,
+        says: "memory",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "8", "--gpus", "9"],
+        code: 1,
+        says: "give --gpus 8 or fewer",
+    },
+    Bad {
+        class: "sizes",
+        args: &["--size", "8", "--gpus", "0"],
+        code: 2,
+        says: "--gpus",
+    },
+    // Numbers.
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--kappa", "-1"],
+        code: 1,
+        says: "kappa = -1 is not a positive diffusivity",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--kappa", "NaN"],
+        code: 1,
+        says: "not a positive diffusivity",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--kappa", "inf"],
+        code: 1,
+        says: "not a positive diffusivity",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--kappa", "1e-320"],
+        code: 1,
+        says: "give a larger --kappa, or a time step with --dt",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--dt", "1"],
+        code: 1,
+        says: "unstable",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--dt", "0"],
+        code: 1,
+        says: "not a positive time step",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--dt", "-1e-3"],
+        code: 1,
+        says: "not a positive time step",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--steps", "-3"],
+        code: 2,
+        says: "--steps",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--steps", "many"],
+        code: 2,
+        says: "invalid value 'many'",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--checkpoint-every", "0"],
+        code: 2,
+        says: "neither a number of steps nor a time",
+    },
+    Bad {
+        class: "numbers",
+        args: &["--size", "8", "--checkpoint-every", "5y"],
+        code: 2,
+        says: "neither a number of steps nor a time",
+    },
+    // Files.
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/shape.npy"],
+        code: 1,
+        says: "(4, 4, 5)",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/ints.npy"],
+        code: 1,
+        says: "integer",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/short.npy"],
+        code: 1,
+        says: "truncated",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/junk.npy"],
+        code: 1,
+        says: "not a valid .npy",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/nan.npy"],
+        code: 1,
+        says: "NaN at point (x, y, z) = (1, 2, 3)",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}/missing.npy"],
+        code: 1,
+        says: "cannot read",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "{dir}"],
+        code: 1,
+        says: "a directory, not a regular file",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--input", "/dev/zero"],
+        code: 1,
+        says: "a device, not a regular file",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--resume", "{dir}/junk.npy", "--steps", "9"],
+        code: 1,
+        says: "not a lattice-gpu checkpoint",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--resume", "{dir}/missing", "--steps", "9"],
+        code: 1,
+        says: "cannot read",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--output", "{dir}/shape.npy/out"],
+        code: 1,
+        says: "cannot create the output directory",
+    },
+    Bad {
+        class: "files",
+        args: &["--size", "4", "--output", "{dir}/shape.npy"],
+        code: 1,
+        says: "not a directory",
+    },
+    // Options that do not go together.
+    Bad {
+        class: "options",
+        args: &["--size", "8", "--march", "4"],
+        code: 1,
+        says: "fix the launch shape of --engine device",
+    },
+    Bad {
+        class: "options",
+        args: &["--size", "8", "--gpu", "1"],
+        code: 1,
+        says: "--engine host runs on the CPU",
+    },
+    Bad {
+        class: "options",
+        args: &["--size", "8", "--cut"],
+        code: 1,
+        says: "--cut splits the steps of a decomposed run",
+    },
+    Bad {
+        class: "options",
+        args: &["--size", "8", "--gpus", "2", "--mpi"],
+        code: 1,
+        says: "give one of them",
+    },
+    Bad {
+        class: "options",
+        args: &[
             "--size",
-            "8",
-            "--output",
-            under.to_str().unwrap(),
+            "4",
+            "--input",
+            "{dir}/nan.npy",
+            "--resume",
+            "{dir}",
         ],
-        "cannot create the output directory",
-    );
-    let _ = std::fs::remove_dir_all(file.parent().unwrap());
-    assert_no_outputs(&dir);
+        code: 2,
+        says: "cannot be used with",
+    },
+    Bad {
+        class: "options",
+        args: &["--engine", "gpu"],
+        code: 2,
+        says: "invalid value 'gpu'",
+    },
+];
+
+#[test]
+fn every_bad_input_is_named_with_its_exit_code_and_writes_nothing() {
+    let dir = scratch("bad");
+    std::fs::write(
+        dir.join("shape.npy"),
+        npy("<f4", "(4, 4, 5)", &[0u8; 4 * 80]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ints.npy"),
+        npy("<i4", "(4, 4, 4)", &[0u8; 4 * 64]),
+    )
+    .unwrap();
+    std::fs::write(dir.join("short.npy"), npy("<f8", "(4, 4, 4)", &[0u8; 100])).unwrap();
+    std::fs::write(dir.join("junk.npy"), b"not a numpy file at all").unwrap();
+    let mut values = vec![0.5f64; 64];
+    values[3 * 16 + 2 * 4 + 1] = f64::NAN;
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("nan.npy"), npy("<f8", "(4, 4, 4)", &bytes)).unwrap();
+    let before = entries(&dir);
+    let d = dir.to_str().unwrap();
+    let out = dir.join("out");
+    for bad in BAD {
+        let mut args: Vec<String> = Vec::new();
+        for (opt, value) in [("--engine", "host"), ("--output", out.to_str().unwrap())] {
+            if !bad.args.contains(&opt) {
+                args.extend([opt.to_string(), value.to_string()]);
+            }
+        }
+        args.extend(bad.args.iter().map(|a| a.replace("{dir}", d)));
+        let output = Command::new(binary()).args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&output.stderr).to_string()
+            + &String::from_utf8_lossy(&output.stdout);
+        assert!(
+            !text.contains("panicked"),
+            "{}: panic on {args:?}:\n{text}",
+            bad.class
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(bad.code),
+            "{}: {args:?}:\n{text}",
+            bad.class
+        );
+        assert!(
+            text.contains(bad.says),
+            "{}: {args:?}: expected `{}` in:\n{text}",
+            bad.class,
+            bad.says
+        );
+        assert!(
+            !out.exists(),
+            "{}: {args:?} made the output directory",
+            bad.class
+        );
+        assert_eq!(entries(&dir), before, "{}: {args:?} left files", bad.class);
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sorted names in `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -152,52 +391,6 @@ fn missing_gpu_names_the_fix_that_fits() {
         !ok && text.contains("`diffusion bench` measures the GPU") && !text.contains("--engine"),
         "{text}"
     );
-}
-
-#[test]
-fn bad_input_files() {
-    let dir = scratch("inputs");
-    let out = dir.join("out");
-    let o = out.to_str().unwrap();
-    let path = |n: &str| dir.join(n).to_str().unwrap().to_string();
-    std::fs::write(
-        dir.join("shape.npy"),
-        npy("<f4", "(4, 4, 5)", &[0u8; 4 * 80]),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("ints.npy"),
-        npy("<i4", "(4, 4, 4)", &[0u8; 4 * 64]),
-    )
-    .unwrap();
-    std::fs::write(dir.join("short.npy"), npy("<f8", "(4, 4, 4)", &[0u8; 100])).unwrap();
-    std::fs::write(dir.join("junk.npy"), b"not a numpy file at all").unwrap();
-    let mut values = vec![0.5f64; 64];
-    values[3 * 16 + 2 * 4 + 1] = f64::NAN;
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    std::fs::write(dir.join("nan.npy"), npy("<f8", "(4, 4, 4)", &bytes)).unwrap();
-    let base = [
-        "--engine", "host", "--size", "4", "--steps", "2", "--output", o, "--input",
-    ];
-    let with = |f: &str| {
-        base.iter()
-            .map(|s| s.to_string())
-            .chain([path(f)])
-            .collect::<Vec<_>>()
-    };
-    let args = |f: &str| with(f);
-    let check = |f: &str, needle: &str| {
-        let a = args(f);
-        fails_with(&a.iter().map(String::as_str).collect::<Vec<_>>(), needle)
-    };
-    check("shape.npy", "(4, 4, 5)");
-    check("ints.npy", "integer");
-    check("short.npy", "truncated");
-    check("junk.npy", "not a valid .npy");
-    check("nan.npy", "NaN at point (x, y, z) = (1, 2, 3)");
-    check("missing.npy", "cannot read");
-    assert_no_outputs(&out);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

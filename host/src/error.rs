@@ -43,7 +43,7 @@ pub enum Error {
     },
     /// The fields would not fit in the GPU's free memory.
     #[error(
-        "{what} would take {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid, or f32 where it runs in f64",
+        "{what} would take {:.2} GiB of GPU memory but only {:.2} GiB are free on {device}; use a smaller grid, or a lower precision where the run offers one",
         *needed as f64 / GIB,
         *free as f64 / GIB
     )]
@@ -59,7 +59,7 @@ pub enum Error {
     },
     /// The fields would not fit in the host's available memory.
     #[error(
-        "{what} would take {:.2} GiB of memory but only {:.2} GiB are available; use a smaller grid, or f32 where it runs in f64",
+        "{what} would take {:.2} GiB of memory but only {:.2} GiB are available; use a smaller grid, or a lower precision where the run offers one",
         *needed as f64 / GIB,
         *free as f64 / GIB
     )]

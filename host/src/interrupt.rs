@@ -93,8 +93,7 @@ fn on_signal(s: Signal) {
         .is_ok()
     {
         eprintln!(
-            "\n{s}: stopping after the current step (a checkpoint is written where the run keeps \
-             them); send it again to stop at once"
+            "\n{s}: stopping at the run's next check; send it again to stop at once"
         );
         return;
     }

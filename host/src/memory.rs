@@ -7,6 +7,12 @@
 //! checks ([`bytes`]). Estimates drift from the code they describe, so the binaries print estimate and
 //! measurement side by side when `LATTICE_GPU_MEMORY_REPORT` is set ([`Footprint::report`]), and the
 //! tests hold one against the other.
+//!
+//! Two things the measurement sees that an array count does not: ranks run as threads (`--gpus N`)
+//! each allocate in an arena of glibc's own, which keeps freed arrays for reuse, so a threaded run's
+//! resident peak exceeds the sum of its live arrays by up to a few of them; and the GPU side is the
+//! peak of the process's first GPU ([`Gpu::peak_held`] of the GPU the report names), to be held
+//! against one rank's estimate.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;

@@ -44,7 +44,7 @@ struct RunArgs {
     size: [usize; 3],
     /// Time steps. The default leaves most of them to the tuned launch on a first run: the auto-tuner
     /// times each of its launch shapes (535 at 128^3 on an H100) 3 times on the run's own steps.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, allow_hyphen_values = true)]
     steps: usize,
     /// Diffusivity.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.1)]
@@ -66,7 +66,7 @@ struct RunArgs {
     /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h, checked
     /// at the run's health checks), into --checkpoint. Without it, a checkpoint is written only when
     /// SIGINT, SIGTERM or SIGHUP stops the run.
-    #[arg(long, value_name = "N|TIME", value_parser = cli::parse_every)]
+    #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
     checkpoint_every: Option<cli::Every>,
     /// Directory of the checkpoint file diffusion.ckpt [default: OUTPUT/checkpoint].
     #[arg(long, value_name = "DIR")]

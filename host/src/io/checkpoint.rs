@@ -264,6 +264,10 @@ impl Checkpoint {
                 ));
             }
             header_len += n as u64;
+            // A foreign file is named as such at once, not read on as a header.
+            if lines.is_empty() && !line.starts_with(MAGIC) {
+                return Err(bad(path, foreign()));
+            }
             let line = line.trim_end_matches('\n').to_string();
             if line == "end" {
                 break;

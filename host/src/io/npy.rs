@@ -122,6 +122,12 @@ pub fn read_npy_shaped<T: NpyElement>(path: &Path, expected: &[usize]) -> Result
     file.read_data(path)
 }
 
+/// The shape of the `.npy` file `path`, from its header alone (the file is checked as [`read_npy`]
+/// checks it, the data is not read): for a run whose grid is the input's shape.
+pub fn read_npy_shape(path: &Path) -> Result<Vec<usize>, IoError> {
+    Ok(NpyFile::open(path)?.shape)
+}
+
 fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
@@ -798,6 +804,16 @@ mod tests {
                 let _ = writer.join();
             }
         }
+    }
+
+    #[test]
+    fn the_shape_comes_from_the_header_alone() {
+        let dir = scratch_dir("shape-only");
+        let path = dir.join("a.npy");
+        write_npy(&path, &[3, 5], &[0.5f32; 15]).unwrap();
+        assert_eq!(read_npy_shape(&path).unwrap(), [3, 5]);
+        std::fs::write(&path, b"junk").unwrap();
+        assert!(read_npy_shape(&path).is_err());
     }
 
     #[test]
