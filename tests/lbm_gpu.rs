@@ -1,15 +1,17 @@
 //! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
 //! storage precision and streaming scheme on an odd-sized box with every kind of cell, GPU outputs
 //! poisoned with NaN before each step; the block-size tuning (which steps at every size it tries); the
-//! f16 physics on the GPU; and a grid too large for the GPU.
+//! f16 physics on the GPU; a grid too large for the GPU; and a NaN counted on the GPU, named as the
+//! CPU names it, whole or split over ranks.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
+use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::Error as HostError;
 use lattice_gpu::kernels::lbm::{tag, Half, Q};
 use lattice_gpu::lbm::cases;
-use lattice_gpu::lbm::solver::{TUNE_BLOCKS, TUNE_STEPS};
+use lattice_gpu::lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu::lbm::{Collision, Engine, Error, Geometry, Lbm, LbmStorage, Params, Streaming};
 use rand::{Rng, SeedableRng};
 
@@ -189,8 +191,9 @@ fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
     let Some(gpu) = gpu("a_grid_too_large_for_the_gpu_is_refused_before_allocating") else {
         return;
     };
-    let e = Engine::Device(gpu.clone());
-    let err = Lbm::<f64>::check_fits(&e, [1600; 3], Streaming::TwoLattice).unwrap_err();
+    let fp = Lbm::<f64>::footprint([1600; 3], Streaming::TwoLattice, Spread::ONE, true, 0).unwrap();
+    // The lattices alone are beyond any GPU, and that is what the check names first.
+    let err = check_memory(&fp, Some(&gpu)).unwrap_err();
     assert!(
         matches!(err, Error::Host(HostError::OutOfDeviceMemory { .. })),
         "{err}"
@@ -200,4 +203,57 @@ fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
         msg.contains("GPU memory") && msg.contains("1600x1600x1600"),
         "{msg}"
     );
+}
+
+/// The verdict one step after cell `bad` of a periodic box started with a NaN density, on `engine`,
+/// over `ranks` threads (each on the engine's GPU); one verdict per rank.
+fn nan_verdicts(engine: &Engine, streaming: Streaming, ranks: usize, bad: usize) -> Vec<Verdict> {
+    let dims = [5, 4, 6];
+    let run = |comm: &lattice_gpu::host::threads::Threads| -> lattice_gpu::lbm::Result<Verdict> {
+        let init = |n: usize| match n == bad {
+            true => (f64::NAN, [0.0; 3]),
+            false => (1.0, [0.01, 0.0, 0.0]),
+        };
+        let g = Geometry::periodic(dims)?;
+        let p = Params::bgk(0.8);
+        let mut lbm = Lbm::<f32, _>::new_on(comm.clone(), engine, g, p, streaming, init)?;
+        lbm.run(1)?;
+        lbm.verdict()
+    };
+    lattice_gpu::host::threads::run(ranks, run).unwrap()
+}
+
+#[test]
+fn a_nan_is_counted_on_the_gpu_and_named_as_on_the_cpu() {
+    let Some(gpu) = gpu("a_nan_is_counted_on_the_gpu_and_named_as_on_the_cpu") else {
+        return;
+    };
+    let device = Engine::Device(gpu.clone());
+    // In rank 1's half of z when split over 2 ranks.
+    let bad = 2 + 5 * (2 + 4 * 4);
+    // (rank, index): the value is NaN, which equals nothing.
+    let at = |v: &Verdict| match v {
+        Verdict::Diverged(found) => Some((found.rank, found.index)),
+        _ => None,
+    };
+    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+        let want = at(&nan_verdicts(&Engine::Host, streaming, 1, bad)[0]);
+        let (_, index) = want.unwrap_or_else(|| panic!("{streaming:?}: no NaN found on the CPU"));
+        let whole: Vec<_> = nan_verdicts(&device, streaming, 1, bad)
+            .iter()
+            .map(at)
+            .collect();
+        assert_eq!(whole, [want], "{streaming:?}");
+        for v in nan_verdicts(&device, streaming, 2, bad) {
+            assert_eq!(at(&v), Some((1, index)), "{streaming:?} split");
+        }
+    }
+    // A healthy run goes on.
+    let g = Geometry::periodic([8, 8, 4]).unwrap();
+    let mut lbm = Lbm::<f32>::new(&device, g, Params::bgk(0.8), Streaming::InPlace, |_| {
+        (1.0, [0.01, 0.0, 0.0])
+    })
+    .unwrap();
+    lbm.run(4).unwrap();
+    assert_eq!(lbm.verdict().unwrap(), Verdict::Healthy);
 }

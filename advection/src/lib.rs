@@ -37,4 +37,4 @@ pub mod solver;
 
 pub use error::{Error, Result};
 pub use lattice_gpu_host::comm::Halos;
-pub use solver::{Advection, Kernel, Problem};
+pub use solver::{check_size, most_ranks, Advection, Kernel, Problem, RankMemory};

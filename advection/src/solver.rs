@@ -5,6 +5,8 @@
 use lattice_gpu_host::comm::{Communicator, Halos, LayerExchange, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
+use lattice_gpu_host::health::Verdict;
+use lattice_gpu_host::memory;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
 use lattice_gpu_kernels::stencil::FieldRef;
@@ -106,12 +108,7 @@ impl Problem {
     /// `|u| dt / h <= 1`, `|v| dt / h <= 1` at every node that moves, naming the worst node.
     pub fn check(&self) -> Result<()> {
         let [nx, ny] = self.size;
-        if nx < 5 || ny < 5 {
-            return Err(Error::Invalid(format!(
-                "a {nx} x {ny} grid is smaller than the scheme's 5-node footprint; use at least 5 x 5 nodes"
-            )));
-        }
-        let n = nx * ny;
+        let n = check_size(self.size)?;
         for (name, data) in [("field", &self.f0), ("u", &self.u), ("v", &self.v)] {
             if data.len() != n {
                 return Err(Error::Invalid(format!(
@@ -128,6 +125,17 @@ impl Problem {
                 )));
             }
         }
+        // The kernels compute in f32: a value beyond its range would be infinite from the start.
+        if let Some(i) = self.f0.par_iter().position_first(|x| x.abs() > F32_MAX) {
+            return Err(Error::Invalid(format!(
+                "the field is {:e} at node ({}, {}), beyond the range of the f32 arithmetic the kernels \
+                 compute in (magnitudes up to {F32_MAX:.1e}); advection is linear in the field, so scale \
+                 it down (by 1e10, say) and the result up by as much",
+                self.f0[i],
+                i % nx,
+                i / nx
+            )));
+        }
         if !(self.c.is_finite() && self.c > 0.0) {
             return Err(Error::Invalid(format!(
                 "dt / h = {} must be positive",
@@ -135,6 +143,7 @@ impl Problem {
             )));
         }
         let (cfl, at, axis) = self.max_courant();
+        self.check_f32_displacement(cfl, at, axis)?;
         if cfl > 1.0 {
             return Err(Error::Invalid(format!(
                 "the CFL number |{axis}| dt / h = {cfl:.4} at node ({}, {}) exceeds 1: the departure point \
@@ -145,6 +154,43 @@ impl Problem {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses a run whose displacement per step, `u dt / h`, the kernels cannot form in f32 where the
+    /// f64 value is fine: a velocity beyond f32's range is infinite there and `dt / h` below its normal
+    /// range is 0 (or above it infinite), and their product is NaN, which the run would carry into
+    /// every node. `cfl` is the largest `|w| c`, at node `at` of velocity `axis`.
+    fn check_f32_displacement(&self, cfl: f64, at: usize, axis: &str) -> Result<()> {
+        let w = if axis == "u" { self.u[at] } else { self.v[at] };
+        let (w32, c32) = (w as f32, self.c as f32);
+        // Within f32's normal range both roundings are relative: the displacement is the f64 one (a
+        // product too large for f32 is a CFL number far above 1, which the caller refuses).
+        if w32.is_finite() && c32.is_normal() {
+            return Ok(());
+        }
+        let nx = self.size[0];
+        let cause = if !w32.is_finite() {
+            format!("the velocity {w:e} is beyond f32's range ({F32_MAX:.1e})")
+        } else if c32.is_infinite() {
+            format!(
+                "dt / h = {:e} is beyond f32's range ({F32_MAX:.1e})",
+                self.c
+            )
+        } else {
+            format!(
+                "dt / h = {:e} is below f32's normal range ({:.1e})",
+                self.c,
+                f32::MIN_POSITIVE
+            )
+        };
+        Err(Error::Invalid(format!(
+            "the displacement per step |{axis}| dt / h = {cfl:.4} at node ({}, {}) cannot be formed in the \
+             f32 arithmetic the kernels compute in: {cause}, so the run would turn the field into NaN. \
+             Only |velocity| dt / h matters to the scheme: give velocities of magnitude between 1e-30 \
+             and 1e30 (e.g. --velocity 1x0.5) and as many steps as the same distance needs",
+            at % nx,
+            at / nx
+        )))
     }
 
     /// The largest `|u| c` or `|v| c` over the nodes that move (not the two outermost of each side):
@@ -176,6 +222,117 @@ impl Problem {
     }
 }
 
+/// The largest finite f32, as f64.
+const F32_MAX: f64 = f32::MAX as f64;
+
+/// Nodes of a grid of `size`, after checking that it holds the scheme's 5-node footprint along each
+/// axis (before any array of it is made).
+pub fn check_size(size: [usize; 2]) -> Result<usize> {
+    let [nx, ny] = size;
+    if nx < 5 || ny < 5 {
+        return Err(Error::Invalid(format!(
+            "a {nx} x {ny} grid is smaller than the scheme's 5-node footprint; use at least 5 x 5 nodes"
+        )));
+    }
+    nx.checked_mul(ny).ok_or_else(|| {
+        Error::Invalid(format!(
+            "a {nx} x {ny} grid has more nodes than this machine can count; use a smaller grid"
+        ))
+    })
+}
+
+/// The most ranks a grid of `size` splits over along y: each needs at least the 2 rows of the halo
+/// its neighbours read.
+pub fn most_ranks(size: [usize; 2]) -> usize {
+    (size[1] / 2).max(1)
+}
+
+/// How `rank` of `ranks` splitting a grid of `size` along y lays out its rows: its first global row,
+/// its rows, and its array shape (margin 2, rows padded to 128-byte lines where `aligned`).
+fn rank_layout(
+    size: [usize; 2],
+    ranks: usize,
+    rank: usize,
+    aligned: bool,
+) -> Result<(Decomposition<2>, usize, usize, Shape)> {
+    let split = Decomposition::new(size, [1, ranks], [2, 2], [false, false])?;
+    let own = split.owned(rank);
+    let (y0, rows) = (own.begin[1], own.size[1]);
+    let mut shape = Shape::new_2d([size[0], rows], 2)?;
+    if aligned {
+        shape = shape.aligned_rows(4, 1.25);
+    }
+    Ok((split, y0, rows, shape))
+}
+
+/// What one rank of an advection run holds, in bytes: the largest rank's (rank 0's: it has the most
+/// rows) of a grid split along y ([`Advection::new_on_cut`], its steps and [`Advection::field`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankMemory {
+    /// Host memory at the set-up's peak. The velocities go up one array at a time, each freed once
+    /// uploaded; then the initial field in the array's shape is uploaded into the field and its
+    /// double buffer, and copied into the halo exchange's mirror: on the CPU engine, with the four
+    /// engine arrays (f, g, u and v, or the packed pairs: as many bytes) all there, the peak.
+    pub setup: u64,
+    /// Host memory all along the steps: the engine's arrays on the CPU engine, and a split run's
+    /// mirror of the array for its halo exchange through the host.
+    pub run: u64,
+    /// GPU memory (on a GPU engine): the four arrays, a split run's rows staged for NCCL, and the
+    /// health check's partial counts.
+    pub gpu: u64,
+    /// Host memory of a download of the rank's array ([`Advection::field`]), freed once its nodes
+    /// are picked out.
+    pub download: u64,
+    /// Host memory of the rank's nodes in f32, which go to the gather.
+    pub nodes: u64,
+}
+
+impl RankMemory {
+    /// The memory of the largest rank of `ranks` splitting a `size` grid along y, run with `kernel`
+    /// on rows padded where `aligned`, on a GPU engine where `on_gpu`; `split` where its steps are cut
+    /// (more than one rank, or `cut`). Counts are checked for overflow; nothing is allocated.
+    pub fn of(
+        size: [usize; 2],
+        ranks: usize,
+        kernel: Kernel,
+        aligned: bool,
+        split: bool,
+        on_gpu: bool,
+    ) -> Result<Self> {
+        check_size(size)?;
+        let (_, _, rows, shape) = rank_layout(size, ranks, 0, aligned)?;
+        let what = format!("a {} x {rows} advection rank", size[0]);
+        let array = memory::bytes(&[shape.len()], 4, &what)?;
+        let nodes = memory::bytes(&[size[0], rows], 4, &what)?;
+        let row = memory::bytes(&[shape.size()[0]], 4, &what)?;
+        let fields = array.saturating_mul(4);
+        let upload = array.saturating_mul(if kernel.packed() { 2 } else { 1 });
+        let mirror = if split { array } else { 0 };
+        let (setup, run, gpu) = if on_gpu {
+            let setup = upload.max(array.saturating_add(mirror));
+            let layers = if split { row.saturating_mul(8) } else { 0 };
+            // The health check counts on the GPU into a partial count per block (4 blocks of 8
+            // bytes per multiprocessor): 64 KiB covers 2048 multiprocessors.
+            let check = 64 << 10;
+            (
+                setup,
+                mirror,
+                fields.saturating_add(layers).saturating_add(check),
+            )
+        } else {
+            let setup = fields.saturating_add(array).saturating_add(mirror);
+            (setup, fields.saturating_add(mirror), 0)
+        };
+        Ok(Self {
+            setup,
+            run,
+            gpu,
+            download: array,
+            nodes,
+        })
+    }
+}
+
 /// A run on engine `E`, decomposed along y over the ranks of `C` (one rank: [`Solo`]).
 pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     engine: &'e E,
@@ -183,6 +340,10 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     /// This rank's nodes.
     size: [usize; 2],
     shape: Shape,
+    /// The split along y, and whether rows are padded: every rank's layout, to name a node found on
+    /// any rank in the whole grid's coordinates.
+    split: Decomposition<2>,
+    aligned: bool,
     plan: Vec<Face<2>>,
     f: E::Field<f32>,
     g: E::Field<f32>,
@@ -254,26 +415,19 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         cut: bool,
     ) -> Result<Self> {
         problem.check()?;
-        let [nx, ny] = problem.size;
-        let split = Decomposition::new([nx, ny], [1, comm.size()], [2, 2], [false, false])?;
-        let own = split.owned(comm.rank());
-        let (y0, rows) = (own.begin[1], own.size[1]);
-        let mut shape = Shape::new_2d([nx, rows], 2)?;
-        if aligned {
-            shape = shape.aligned_rows(4, 1.25);
-        }
+        let nx = problem.size[0];
+        let (split, y0, rows, shape) =
+            rank_layout(problem.size, comm.size(), comm.rank(), aligned)?;
         let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
-        // f, its double buffer and the two velocity components.
-        engine.check_fits(
-            (4 * shape.len() * 4) as u64,
-            &format!("the {nx} x {rows} advection fields"),
-        )?;
-        // Into the array's interior; velocities zero on the fixed nodes (of the whole grid), so that the
-        // kernels keep those nodes' values without a branch (s = 0 gives the node's own value exactly).
-        let spread = |data: &[f64], velocity: bool| {
-            let mut a = vec![0.0f32; shape.len()];
+        let fields = memory::bytes(&[shape.len(), 4], 4, "the advection fields")?;
+        engine.check_fits(fields, &format!("the {nx} x {rows} advection fields"))?;
+        // Into the array's interior, `width` values per node from `at(k)` (node k of the whole grid);
+        // velocities zero on the fixed nodes, so that the kernels keep those nodes' values without a
+        // branch (s = 0 gives the node's own value exactly).
+        let spread = |width: usize, velocity: bool, at: &(dyn Fn(usize, &mut [f32]) + Sync)| {
+            let mut a = vec![0.0f32; width * shape.len()];
             let [x0, y_first, _] = shape.first();
-            a.par_chunks_mut(shape.size()[0])
+            a.par_chunks_mut(width * shape.size()[0])
                 .skip(y_first)
                 .take(rows)
                 .enumerate()
@@ -281,39 +435,43 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
                     for i in 0..nx {
                         let k = i + nx * (y0 + j);
                         if !(velocity && problem.is_fixed(k)) {
-                            row[x0 + i] = data[k] as f32;
+                            at(k, &mut row[width * (x0 + i)..width * (x0 + i + 1)]);
                         }
                     }
                 });
             a
         };
-        let (f0, u, v) = (
-            spread(&problem.f0, false),
-            spread(&problem.u, true),
-            spread(&problem.v, true),
-        );
-        let field = |data: &[f32], s: Shape| -> Result<E::Field<f32>> {
+        let field = |data: Vec<f32>, s: Shape| -> Result<E::Field<f32>> {
             let mut f = engine.alloc::<f32>(s)?;
-            f.upload(data)?;
+            f.upload(&data)?;
             Ok(f)
         };
+        // One velocity array on the host at a time, each freed once uploaded: the set-up's peak.
         let velocity = if kernel.packed() {
-            let uv: Vec<f32> = u.iter().zip(&v).flat_map(|(&a, &b)| [a, b]).collect();
-            Velocity::Packed(field(&uv, packed)?)
+            let uv = spread(2, true, &|k, w| {
+                w.copy_from_slice(&[problem.u[k] as f32, problem.v[k] as f32])
+            });
+            Velocity::Packed(field(uv, packed)?)
         } else {
-            Velocity::Separate {
-                u: field(&u, shape)?,
-                v: field(&v, shape)?,
-            }
+            let u = field(spread(1, true, &|k, w| w[0] = problem.u[k] as f32), shape)?;
+            let v = field(spread(1, true, &|k, w| w[0] = problem.v[k] as f32), shape)?;
+            Velocity::Separate { u, v }
         };
+        let f0 = spread(1, false, &|k, w| w[0] = problem.f0[k] as f32);
+        let mut f = engine.alloc::<f32>(shape)?;
+        f.upload(&f0)?;
+        let mut g = engine.alloc::<f32>(shape)?;
+        g.upload(&f0)?;
         Self {
             engine,
             comm,
             size: [nx, rows],
             shape,
             plan: split.halo_plan(comm.rank()),
-            f: field(&f0, shape)?,
-            g: field(&f0, shape)?,
+            split,
+            aligned,
+            f,
+            g,
             velocity,
             c: problem.c as f32,
             kernel,
@@ -519,16 +677,187 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
 
     /// The field now (nx * ny values, x fastest), on rank 0 (other ranks get an empty vector).
     pub fn field(&self) -> Result<Vec<f64>> {
+        gathered(self.comm, self.nodes()?)
+    }
+
+    /// [`field`](Self::field) at the end of a run: the engine's arrays are freed before the gather,
+    /// which holds the whole grid on rank 0.
+    pub fn into_field(self) -> Result<Vec<f64>> {
+        let (comm, mine) = (self.comm, self.nodes()?);
+        drop(self);
+        gathered(comm, mine)
+    }
+
+    /// This rank's nodes of the field now, x fastest (the download freed before it returns).
+    fn nodes(&self) -> Result<Vec<f32>> {
         let data = self.f.download()?;
         let [nx, rows] = self.size;
-        let mine: Vec<f32> = (0..nx * rows)
+        Ok((0..nx * rows)
             .map(|k| data[self.node(k % nx, k / nx)])
-            .collect();
-        Ok(self
-            .comm
-            .gather(&mine)?
-            .into_iter()
-            .map(f64::from)
             .collect())
+    }
+
+    /// Whether the run may go on, decided by every rank together (each must call it after the same
+    /// step): `Ok` while every rank's field is finite and no signal asked the run to stop; otherwise
+    /// the error that ends it, [`Interrupted`](lattice_gpu_host::Error::Interrupted) or
+    /// [`Diverged`](lattice_gpu_host::Error::Diverged) naming the first non-finite node in the whole
+    /// grid's (x, y).
+    pub fn check_health(&self) -> Result<()> {
+        let found = match self.engine.first_non_finite(&self.f)? {
+            Some(i) => Some((i as u64, f64::from(self.f.download_span(i, 1)?[0]))),
+            None => None,
+        };
+        let verdict = Verdict::agree(self.comm, found)?;
+        Ok(verdict.into_result(
+            self.steps,
+            "the field",
+            |nf| self.global_node(nf.rank, nf.index as usize),
+            "the cubic interpolation can exceed the field's largest magnitude by up to 56 %, and the \
+             kernels' f32 arithmetic ends at 3.4e38 (their intermediate sums near 5e37): scale the \
+             field down (advection is linear in it). With smaller values this is a fault of the GPU, \
+             the memory or lattice-gpu: please report it with the command line",
+        )?)
+    }
+
+    /// Array index `i` of `rank`'s array as the node (x, y) of the whole grid. A halo row's index
+    /// names the neighbour's node it holds.
+    fn global_node(&self, rank: usize, i: usize) -> String {
+        let layout = rank_layout(self.split.global(), self.split.ranks(), rank, self.aligned);
+        match layout {
+            Ok((_, y0, _, shape)) => {
+                let [x0, y_first, _] = shape.first();
+                let sx = shape.size()[0];
+                let (x, y) = (i % sx, i / sx);
+                format!(
+                    "node (x, y) = ({}, {})",
+                    x as i64 - x0 as i64,
+                    (y + y0) as i64 - y_first as i64
+                )
+            }
+            Err(_) => format!("array index {i} of rank {rank}"),
+        }
+    }
+}
+
+/// Rank 0's whole field from every rank's nodes, in f64 (each rank's f32 freed before the conversion).
+fn gathered<C: Communicator>(comm: &C, mine: Vec<f32>) -> Result<Vec<f64>> {
+    let all = comm.gather(&mine)?;
+    drop(mine);
+    Ok(all.into_iter().map(f64::from).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lattice_gpu_host::HostLoopEngine;
+
+    fn uniform(n: usize, f: f64, u: f64, c: f64) -> Problem {
+        Problem {
+            size: [n, n],
+            f0: vec![f; n * n],
+            u: vec![u; n * n],
+            v: vec![0.0; n * n],
+            c,
+        }
+    }
+
+    #[test]
+    fn values_beyond_f32_are_refused_before_the_run() {
+        // The CFL number is 0.5 in f64 every time; in f32 the displacement would be inf * 0 or 0 * inf.
+        let e = uniform(16, 0.5, 1e300, 0.5e-300)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the velocity 1e300 is beyond f32's range") && e.contains("node (2, 2)"),
+            "{e}"
+        );
+        let e = uniform(16, 0.5, 1e-300, 0.5e300)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dt / h = 5e299 is beyond f32's range"), "{e}");
+        let e = uniform(16, 0.5, 1.0, 1e-40)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("below f32's normal range"), "{e}");
+        let mut p = uniform(16, 0.5, 1.0, 0.5);
+        p.f0[5 + 16 * 7] = -1e39;
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains("the field is -1e39 at node (5, 7)"), "{e}");
+        // Large is not too large: f32's own range passes.
+        uniform(16, 3e38, 1e30, 0.5e-30).check().unwrap();
+    }
+
+    /// Rows from y = 16 on hold +-3e38 as (-, +, +, -) along x, which the half-way cubic weights all
+    /// add up beyond f32; the rows below hold 0.5. u = 0.5 everywhere, at a Courant number of 1/2.
+    fn overflowing() -> Problem {
+        let (nx, ny) = (32, 24);
+        let mut p = uniform(nx, 0.5, 0.5, 1.0);
+        p.size = [nx, ny];
+        p.f0 = (0..nx * ny)
+            .map(|k| match (k % nx % 4, k / nx >= 16) {
+                (1 | 2, true) => 3e38,
+                (_, true) => -3e38,
+                _ => 0.5,
+            })
+            .collect();
+        p.u.truncate(nx * ny);
+        p.v.truncate(nx * ny);
+        p
+    }
+
+    #[test]
+    fn a_split_run_names_the_first_non_finite_node_in_the_whole_grid() {
+        fn after<C: Communicator>(a: &mut Advection<'_, HostLoopEngine, C>) -> String {
+            a.check_health().unwrap();
+            for _ in 0..3 {
+                a.step().unwrap();
+            }
+            a.check_health().unwrap_err().to_string()
+        }
+        let p = overflowing();
+        let whole = after(&mut Advection::new(&HostLoopEngine, &p, Kernel::Plain, true).unwrap());
+        assert!(
+            whole.contains("NaN at node (x, y) = (0, 13) after step 3"),
+            "{whole}"
+        );
+        // Three ranks of 8 rows: the first NaN is rank 1's, and every rank ends with the same error.
+        let split = lattice_gpu_host::threads::run(3, |comm| {
+            let engine = HostLoopEngine;
+            let mut a = Advection::new_on(&engine, comm, Halos::Host, &p, Kernel::Packed, true)?;
+            Ok::<_, Error>(after(&mut a))
+        })
+        .unwrap();
+        assert_eq!(split, vec![whole; 3]);
+    }
+
+    #[test]
+    fn rank_memory_counts_the_arrays_of_the_largest_rank() {
+        // Rank 0 of 2 holds 25 of the 50 rows: a (100 + 4) x (25 + 4) array of f32.
+        let array = 104 * 29 * 4;
+        let cpu = RankMemory::of([100, 50], 2, Kernel::Plain, false, true, false).unwrap();
+        assert_eq!(
+            cpu,
+            RankMemory {
+                setup: 6 * array,
+                run: 5 * array,
+                gpu: 0,
+                download: array,
+                nodes: 100 * 25 * 4,
+            }
+        );
+        // One rank on a GPU: the packed velocities are the largest upload; nothing stays on the host.
+        let array = 104 * 54 * 4;
+        let gpu = RankMemory::of([100, 50], 1, Kernel::Packed, false, false, true).unwrap();
+        assert_eq!(
+            (gpu.setup, gpu.run, gpu.gpu),
+            (2 * array, 0, 4 * array + (64 << 10))
+        );
+        let e = RankMemory::of([4, 50], 1, Kernel::Plain, false, false, false).unwrap_err();
+        assert!(e.to_string().contains("5-node footprint"), "{e}");
+        assert_eq!(most_ranks([64, 9]), 4);
+        assert!(RankMemory::of([64, 9], 5, Kernel::Plain, false, true, false).is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::f64::consts::PI;
 
 use crate::geometry::Geometry;
 use crate::params::{Collision, Params, MAX_SPEED};
-use crate::solver::Moments;
+use crate::solver::{max_or_nan, Moments};
 use crate::{Error, Result};
 
 /// A lid-driven cavity of `dims` cells (walls included) at Reynolds number `re = U L / nu` with lid
@@ -124,11 +124,11 @@ pub const GHIA_RE100_V: [(f64, f64); 17] = [
 ];
 
 /// The largest difference between `profile` (sorted by position), interpolated linearly, and the
-/// published points `data`.
+/// published points `data`; NaN where the profile holds one.
 pub fn profile_error(profile: &[(f64, f64)], data: &[(f64, f64)]) -> f64 {
     data.iter()
         .map(|&(s, want)| (interpolate(profile, s) - want).abs())
-        .fold(0.0, f64::max)
+        .fold(0.0, max_or_nan)
 }
 
 fn interpolate(profile: &[(f64, f64)], s: f64) -> f64 {
@@ -195,7 +195,21 @@ pub fn poiseuille_error(m: &Moments, params: &Params) -> f64 {
 /// amplitude `u0`, the pressure (density) of the nonlinear solution.
 pub fn taylor_green(dims: [usize; 3], u0: f64) -> Result<impl Fn(usize) -> (f64, [f64; 3]) + Sync> {
     let [nx, ny, _] = dims;
-    if !(u0.is_finite() && u0.abs() * (1.0 + nx as f64 / ny as f64) <= MAX_SPEED) {
+    // Sampled at fewer than 4 points a period, the sines vanish at every cell (or nearly).
+    if nx < 4 || ny < 4 {
+        return Err(Error::InvalidParameter(format!(
+            "the Taylor-Green vortex spans the grid once along x and y, and {nx}x{ny} cells cannot \
+             resolve it; give at least 4 cells along each, e.g. --size 32x32x1"
+        )));
+    }
+    // A vortex at rest has no energy to decay: its rate would be 0/0.
+    if !(u0.is_finite() && u0 > 0.0) {
+        return Err(Error::InvalidParameter(format!(
+            "the Taylor-Green amplitude {u0} must be a positive speed: the decay rate is measured on \
+             the vortex's kinetic energy, which needs one; give --u0 0.02 (or anything up to 0.05)"
+        )));
+    }
+    if u0 * (1.0 + nx as f64 / ny as f64) > MAX_SPEED {
         return Err(Error::InvalidParameter(format!(
             "the Taylor-Green amplitude {u0} gives speeds above Mach 0.3 ({MAX_SPEED:.4}); use 0.05 or less"
         )));
@@ -217,13 +231,15 @@ pub fn taylor_green_rate(dims: [usize; 3], params: &Params) -> f64 {
 }
 
 /// Whether a flow has stopped changing: the largest change of any velocity component between two
-/// snapshots, relative to the largest speed, is below `tol`.
+/// snapshots, relative to the largest speed, is below `tol`. Never for a flow with a NaN or an
+/// infinity: a diverged flow is not a steady one.
 pub fn is_steady(before: &Moments, after: &Moments, tol: f64) -> bool {
     let change = before
         .u
         .iter()
         .zip(&after.u)
         .flat_map(|(a, b)| (0..3).map(move |i| (a[i] - b[i]).abs()))
-        .fold(0.0, f64::max);
-    change <= tol * after.max_speed().max(f64::MIN_POSITIVE)
+        .fold(0.0, max_or_nan);
+    let speed = after.max_speed();
+    change.is_finite() && speed.is_finite() && change <= tol * speed.max(f64::MIN_POSITIVE)
 }

@@ -20,15 +20,26 @@ impl Geometry {
     /// All fluid, periodic in every direction. Fails on an empty grid, a side above [`MAX_SIDE`], or more
     /// cells than the kernels' 32-bit cell index holds.
     pub fn periodic(dims: [usize; 3]) -> Result<Self> {
+        let cells = Self::check_dims(dims, "use a smaller grid")?;
+        Ok(Self {
+            dims,
+            tags: vec![tag::FLUID; cells],
+        })
+    }
+
+    /// The cells of a grid of `dims`, or the error that [`periodic`](Self::periodic) would give, with
+    /// `fix` (which names what sets the grid, e.g. "use a smaller --size"); allocates nothing.
+    pub fn check_dims(dims: [usize; 3], fix: &str) -> Result<usize> {
         let cells = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         match cells {
-            Some(c) if dims.iter().all(|&d| (1..=MAX_SIDE).contains(&d)) && c <= u32::MAX as usize => Ok(Self {
-                dims,
-                tags: vec![tag::FLUID; c],
-            }),
+            Some(c)
+                if dims.iter().all(|&d| (1..=MAX_SIDE).contains(&d)) && c <= u32::MAX as usize =>
+            {
+                Ok(c)
+            }
             _ => Err(Error::InvalidParameter(format!(
                 "grid {}x{}x{}: every side must be 1 to {MAX_SIDE} cells and the cells fewer than 2^32; \
-                 use a smaller --size",
+                 {fix}",
                 dims[0], dims[1], dims[2]
             ))),
         }

@@ -3,10 +3,13 @@
 //!
 //! - [`params`]: relaxation time, BGK or TRT, body force, wall velocity, and their stability checks.
 //! - [`geometry`]: the grid and its cell tags (fluid, wall, moving wall; periodic where no walls are).
-//! - [`solver`]: a run in f64, f32 or f16 storage with two-lattice or in-place (AA) streaming.
+//! - [`solver`]: a run in f64, f32 or f16 storage with two-lattice or in-place (AA) streaming, its
+//!   memory footprint (checked before anything is allocated), and the collective check of its state
+//!   for NaN and for a stop asked by a signal ([`Lbm::verdict`]).
 //! - [`cases`]: the lid-driven cavity, Poiseuille channel and Taylor-Green vortex, with their analytic or
 //!   published solutions.
-//! - [`output`]: velocity and density as .npy and VTK, a PNG of the speed, CSV profiles.
+//! - [`output`]: velocity and density as .npy and VTK, a PNG of the speed, CSV profiles, into a staged
+//!   output directory.
 //! - [`reference`](mod@reference): an independent, naive f64 implementation for the tests.
 //!
 //! Conventions (lattice units, grid `[nx, ny, nz]`, cell `x + nx (y + ny z)`, velocity order) are those of
@@ -43,4 +46,4 @@ pub mod solver;
 pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use params::{Collision, Params};
-pub use solver::{BlockTuning, Engine, Lbm, LbmStorage, Moments, Streaming};
+pub use solver::{BlockTuning, Engine, Lbm, LbmStorage, Moments, Spread, Streaming};

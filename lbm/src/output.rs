@@ -1,30 +1,48 @@
 //! What a run leaves behind: the velocity and density as `.npy`, both in one legacy VTK file that
-//! ParaView opens, a PNG of the speed on the middle z plane, and profiles as CSV. Every file is written
-//! atomically: a killed run leaves the previous file or the new one, never half of one.
+//! ParaView opens, a PNG of the speed on the middle z plane, and profiles as CSV. The run's files go
+//! into a staged output directory ([`OutputDir`]) that the binary commits once all are written: a run
+//! that fails or is stopped half-way leaves the previous files, never some new beside some old; and
+//! every file is written atomically.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use lattice_gpu_host::health::first_non_finite;
 use lattice_gpu_host::io::npy::write_npy;
 use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
 use lattice_gpu_host::io::vtk::{write_vtk, VtkField};
-use lattice_gpu_host::io::{write_atomically, IoError};
+use lattice_gpu_host::io::{write_atomically, IoError, OutputDir};
 
-use crate::solver::Moments;
-use crate::Result;
+use crate::solver::{non_finite_at, Moments};
+use crate::{Error, Result};
+
+/// The files [`write_fields`] writes.
+pub const FIELD_FILES: [&str; 4] = ["velocity.npy", "density.npy", "fields.vtk", "speed.png"];
 
 /// Writes `velocity.npy` (shape `(nz, ny, nx, 3)`, f32), `density.npy` (`(nz, ny, nx)`), `fields.vtk`
-/// and `speed.png` (the middle z plane, y up) into `dir`; returns the paths.
-pub fn write_fields(dir: &Path, m: &Moments, title: &str) -> Result<Vec<PathBuf>> {
+/// and `speed.png` (the middle z plane, y up) into the staged `out`. Refuses moments with a NaN or an
+/// infinity, which are no result.
+pub fn write_fields(out: &OutputDir, m: &Moments, title: &str) -> Result<()> {
     let [nx, ny, nz] = m.dims;
+    let cells = m.rho.len() as u64;
+    let bad = first_non_finite(&m.rho).map(|i| i as u64).or_else(|| {
+        first_non_finite(m.u.as_flattened()).map(|i| (1 + i % 3) as u64 * cells + i as u64 / 3)
+    });
+    if let Some(i) = bad {
+        let (what, at) = non_finite_at(m.dims, i);
+        return Err(Error::InvalidParameter(format!(
+            "{what} is not finite at {at}: the flow diverged, so nothing was written; raise tau or \
+             lower the speeds"
+        )));
+    }
+    // The f32 copies are what the files hold; the vectors are written from them as flat triples.
     let u: Vec<[f32; 3]> = m.u.iter().map(|v| v.map(|c| c as f32)).collect();
     let rho: Vec<f32> = m.rho.iter().map(|&r| r as f32).collect();
-    let flat: Vec<f32> = u.iter().flatten().copied().collect();
-    let paths = ["velocity.npy", "density.npy", "fields.vtk", "speed.png"].map(|f| dir.join(f));
-    write_npy(&paths[0], &[nz, ny, nx, 3], &flat)?;
-    write_npy(&paths[1], &[nz, ny, nx], &rho)?;
+    let path = |i: usize| out.file(FIELD_FILES[i]);
+    write_npy(&path(0), &[nz, ny, nx, 3], u.as_flattened())?;
+    write_npy(&path(1), &[nz, ny, nx], &rho)?;
     write_vtk(
-        &paths[2],
+        &path(2),
         m.dims,
         title,
         &[
@@ -45,8 +63,8 @@ pub fn write_fields(dir: &Path, m: &Moments, title: &str) -> Result<Vec<PathBuf>
             (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt()
         })
         .collect();
-    write_png_scaled(&paths[3], nx, ny, &speed, None, ColorMap::Viridis, 256)?;
-    Ok(paths.to_vec())
+    write_png_scaled(&path(3), nx, ny, &speed, None, ColorMap::Viridis, 256)?;
+    Ok(())
 }
 
 /// Writes a CSV file: a header line, then one line per row, values joined by commas.

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
-use lattice_gpu_host::{DeviceBuffer, Gpu, HostLoopEngine, LoopEngine, Plain};
+use lattice_gpu_host::health::{self, Verdict};
+use lattice_gpu_host::memory::{self, Footprint};
+use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
     equilibrium, opposite, Half, Scheme, Step, StepEntry, Storage, C, Q, W,
@@ -53,7 +55,7 @@ impl Streaming {
 
 /// A population storage with a host representation of its bits (so the host runtime can allocate it)
 /// and its step's kernel entries.
-pub trait LbmStorage: Storage<Real: Plain> {
+pub trait LbmStorage: Storage<Real: Plain + Element> {
     /// The plain type with the same bits.
     type Raw: Plain + Wire;
     /// Kernel entries, indexed by `Scheme as usize`.
@@ -142,17 +144,95 @@ impl Moments {
         self.rho.iter().sum()
     }
 
-    /// Largest speed.
+    /// Largest speed; NaN where any speed is NaN (a diverged flow must not look calm).
     pub fn max_speed(&self) -> f64 {
         self.u
             .iter()
             .map(|u| (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt())
-            .fold(0.0, f64::max)
+            .fold(0.0, max_or_nan)
     }
 
     /// The cell index of `[x, y, z]`.
     pub fn index(&self, p: [usize; 3]) -> usize {
         p[0] + self.dims[0] * (p[1] + self.dims[1] * p[2])
+    }
+}
+
+/// The larger of `a` and `b`, or NaN where either is: `f64::max` drops a NaN, so a maximum folded
+/// with it over a diverged flow would come out finite and small.
+pub fn max_or_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// What a non-finite moment found by [`Lbm::verdict`] is and where, from its index in the whole grid's
+/// moments (`c * cells + cell`, `c` 0 for the density, 1 to 3 for the velocity): e.g. ("the x
+/// velocity", "cell (x, y, z) = (3, 5, 1)"), cells counted from 0, walls included.
+pub fn non_finite_at(dims: [usize; 3], index: u64) -> (&'static str, String) {
+    let cells = dims.iter().map(|&d| d as u64).product::<u64>().max(1);
+    let (c, n) = (index / cells, index % cells);
+    let (nx, ny) = (dims[0].max(1) as u64, dims[1].max(1) as u64);
+    let what = [
+        "the density",
+        "the x velocity",
+        "the y velocity",
+        "the z velocity",
+    ];
+    (
+        what[(c as usize).min(3)],
+        format!(
+            "cell (x, y, z) = ({}, {}, {})",
+            n % nx,
+            n / nx % ny,
+            n / (nx * ny)
+        ),
+    )
+}
+
+/// Refuses a run whose `footprint` does not fit, before anything of it is allocated; on a GPU its
+/// GPU part first: a lattice too large for the GPU is what a GPU run must change, whatever the host
+/// could hold.
+pub fn check_memory(footprint: &Footprint, gpu: Option<&Gpu>) -> Result<()> {
+    if let Some(gpu) = gpu.filter(|_| footprint.gpu > 0) {
+        gpu.check_fits(footprint.gpu, &footprint.what)?;
+    }
+    Ok(footprint.check(gpu)?)
+}
+
+/// How a run is spread over ranks, for its memory ([`Lbm::footprint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spread {
+    /// Ranks in all.
+    pub ranks: usize,
+    /// The ranks that share this process's memory (threads of `--gpus`, or MPI processes of a node).
+    pub here: usize,
+    /// Whether a single rank cuts its lattice as a split run does ([`Lbm::new_on_cut`]).
+    pub cut: bool,
+}
+
+impl Spread {
+    /// One rank, not cut.
+    pub const ONE: Self = Self {
+        ranks: 1,
+        here: 1,
+        cut: false,
+    };
+
+    /// The spread of a run over the ranks of `comm`, cut where `cut` says so.
+    pub fn of<C: Communicator>(comm: &C, cut: bool) -> Self {
+        Self {
+            ranks: comm.size(),
+            here: comm.ranks_here(),
+            cut,
+        }
+    }
+
+    /// Whether each rank holds halo planes (and the host mirror of its lattice that moves them).
+    fn split(self) -> bool {
+        self.ranks > 1 || self.cut
     }
 }
 
@@ -302,7 +382,8 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
 
 impl<S: LbmStorage> Lbm<S> {
     /// A run at step 0 whose cells start at the equilibrium of `init(cell) = (rho, u)`. Checks the
-    /// parameters, then that the lattices fit the engine's memory, before allocating.
+    /// parameters, then that the run fits the host and GPU memory
+    /// ([`footprint`](Lbm::footprint)), before allocating.
     pub fn new(
         engine: &Engine,
         geometry: Geometry,
@@ -325,23 +406,86 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         2 * Q * size_of::<S::Raw>()
     }
 
-    /// Fails with a clear error unless a run of `dims` cells fits the engine's free memory (checked
-    /// before anything of that size is allocated, the cell tags included).
-    pub fn check_fits(engine: &Engine, dims: [usize; 3], streaming: Streaming) -> Result<()> {
-        let cells = dims.iter().map(|&d| d as u64).product::<u64>();
-        let per_cell = Self::bytes_per_cell(streaming) + 4 * size_of::<S::Real>();
+    /// The peak memory of a run of the whole grid `dims` spread as `spread`, on a GPU or not, as
+    /// [`new_on_cut`](Self::new_on_cut), [`run`](Self::run), [`verdict`](Self::verdict) and
+    /// [`moments`](Self::moments) hold it, with `snapshots` earlier [`Moments`] of the whole grid kept
+    /// on rank 0 meanwhile (a steadiness check compares one), and then [`Moments`] written out as
+    /// [`write_fields`](crate::output::write_fields) does. Checked before anything of that size is
+    /// allocated, it turns a grid too large into a message instead of an abort.
+    ///
+    /// With `P` the grid's cells and, per rank, `L` its cells with halo planes and `O` those it owns:
+    /// every rank builds the whole grid's tags (`P` bytes, twice while near-wall cells are marked) and,
+    /// split, its own (`L`); the populations (19 `L` values, twice for two-lattice streaming, and once
+    /// more on the host for a GPU's upload or for a split run's halo planes), the tags (`L`) and the
+    /// moments (4 `L` reals, downloaded from a GPU to be read). Reading the moments takes a copy of
+    /// the rank's part of each (`8 O` bytes, and the copy posted to rank 0 by a thread), and on rank 0
+    /// the whole grid's density and velocity (32 `P`) plus one component being gathered (8 `P`).
+    /// Writing takes the moments (32 `P`) and their f32 copies (16 `P`).
+    pub fn footprint(
+        dims: [usize; 3],
+        streaming: Streaming,
+        spread: Spread,
+        on_gpu: bool,
+        snapshots: u64,
+    ) -> Result<Footprint> {
         let what = format!(
-            "the {} lattice of {cells} cells ({} storage, {} streaming, {per_cell} B per cell)",
+            "a {} lattice ({} storage, {} streaming, {} B per cell{})",
             dims.map(|d| d.to_string()).join("x"),
             S::NAME,
-            streaming.name()
+            streaming.name(),
+            Self::bytes_per_cell(streaming) + 4 * size_of::<S::Real>(),
+            if spread.ranks > 1 {
+                format!(", split over {} ranks", spread.ranks)
+            } else {
+                String::new()
+            }
         );
-        let bytes = per_cell as u64 * cells;
-        match engine {
-            Engine::Host => HostLoopEngine.check_fits(bytes, &what)?,
-            Engine::Device(gpu) => gpu.check_fits(bytes, &what)?,
-        }
-        Ok(())
+        let p = memory::bytes(&dims, 1, &what)?;
+        let plane = memory::bytes(&dims[..2], 1, &what)?;
+        let ranks = spread.ranks.max(1) as u64;
+        let (local, own) = match spread.split() {
+            true => {
+                let planes = (dims[2] as u64).div_ceil(ranks);
+                (plane * (planes + 2), plane * planes)
+            }
+            false => (p, p),
+        };
+        let sum = |v: &[u64]| v.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let times = |n: u64, b: u64| n.saturating_mul(b);
+        let lattice = times(local, (Q * size_of::<S::Raw>()) as u64);
+        let lattices = times(streaming.lattices() as u64, lattice);
+        let moments = times(local, 4 * size_of::<S::Real>() as u64);
+        let split = spread.split();
+        let tags = sum(&[p, if split { local } else { 0 }]);
+        let mirror = if split { lattice } else { 0 };
+        // Per rank: while it is built, and while it runs and reads its moments.
+        let (built, running) = match on_gpu {
+            true => (sum(&[tags, lattice, local]), sum(&[tags, mirror])),
+            false => {
+                let held = sum(&[tags, lattices, local, moments]);
+                (held, sum(&[held, mirror]))
+            }
+        };
+        let download = if on_gpu { moments } else { 0 };
+        let posted = if spread.ranks > 1 { 2 } else { 1 };
+        let reading = sum(&[running, download, times(own, 8 * posted)]);
+        let here = spread.here.max(1) as u64;
+        let gathered = times(p, 40 + 32 * snapshots);
+        let writing = sum(&[times(p, 48), times(plane, 8)]);
+        let host = [
+            times(here, built.max(2 * p)),
+            sum(&[times(here, reading), gathered]),
+            writing,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        // The check's partial sums (one f64 per block) beside the lattices.
+        let gpu = match on_gpu {
+            true => sum(&[lattices, local, moments, 64 << 10]),
+            false => 0,
+        };
+        Ok(Footprint::new(what, host, gpu, on_gpu))
     }
 
     /// [`Lbm::new`] split along z over the ranks of `comm` (the whole `geometry` and `init`, on every
@@ -421,7 +565,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 }),
             )
         };
-        Self::check_fits(engine, local.dims(), streaming)?;
+        let gpu = match engine {
+            Engine::Host => None,
+            Engine::Device(gpu) => Some(gpu),
+        };
+        let whole = split.as_ref().map_or(local.dims(), |sp| sp.global.dims());
+        let footprint =
+            Self::footprint(whole, streaming, Spread::of(&comm, cut), gpu.is_some(), 0)?;
+        check_memory(&footprint, gpu.map(|g| &**g))?;
         let cells = local.cells();
         // The global cell each local one stands for.
         let global_cell = |n: usize| match &split {
@@ -1080,21 +1231,105 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 })
                 .collect()
         };
-        let gathered: Vec<Vec<f64>> = (0..4)
-            .map(|c| self.comm.gather(&pick(c)))
-            .collect::<std::result::Result<_, _>>()?;
-        let dims = match &self.split {
+        // One component at a time: rank 0 holds the density and velocity it builds and one gathered
+        // component, not all four beside the velocity.
+        let rho = self.comm.gather(&pick(0))?;
+        let mut u = vec![[0.0; 3]; rho.len()];
+        for a in 0..3 {
+            let part = self.comm.gather(&pick(a + 1))?;
+            u.par_iter_mut().zip(&part).for_each(|(u, v)| u[a] = *v);
+        }
+        Ok(Moments {
+            dims: self.global_dims(),
+            rho,
+            u,
+        })
+    }
+
+    /// The whole grid `[nx, ny, nz]` (of all ranks).
+    pub fn global_dims(&self) -> [usize; 3] {
+        match &self.split {
             None => self.geometry.dims(),
             Some(sp) => sp.global.dims(),
+        }
+    }
+
+    /// How many steps apart [`verdict`](Self::verdict) is due in a run of `steps` steps, the same on
+    /// every rank (collective: the ranks agree whether they all run on GPUs). The budget of
+    /// [`health::check_interval`] counts points of a stencil that reads and writes one value each;
+    /// on the CPU, where it keeps the time between checks (and the answer to Ctrl-C) near a second, a
+    /// cell counts as its 19 populations. On a GPU a check reads 4 moments per cell against a step's
+    /// 38 populations, so the plain cell count keeps its cost well under 1%.
+    pub fn check_interval(&self, steps: u64) -> Result<u64> {
+        let on_gpu = self.gpu().is_some();
+        let all = self.comm.sum(f64::from(u8::from(on_gpu)))? == self.comm.size() as f64;
+        let cells = self
+            .global_dims()
+            .iter()
+            .map(|&d| d as u64)
+            .product::<u64>();
+        let work = if all {
+            cells
+        } else {
+            cells.saturating_mul(Q as u64)
         };
-        Ok(Moments {
-            dims,
-            u: (0..gathered[0].len())
-                .into_par_iter()
-                .map(|n| [gathered[1][n], gathered[2][n], gathered[3][n]])
-                .collect(),
-            rho: gathered.into_iter().next().unwrap_or_default(),
-        })
+        Ok(health::check_interval(work, steps, all))
+    }
+
+    /// The collective check of the state after the last step, which must have written the moments
+    /// (a step with moments, or [`run`](Self::run)): every rank looks for NaN or infinity in its
+    /// moments (on a GPU, counted there), and all decide together ([`Verdict::agree`]) to go on, to
+    /// stop for a signal, or to stop for the first non-finite value (its index in the whole grid's
+    /// moments, which [`non_finite_at`] names). Every rank must call it after the same step.
+    pub fn verdict(&self) -> Result<Verdict> {
+        if self.moments_step != Some(self.steps) || self.steps == 0 {
+            return Err(crate::Error::InvalidParameter(
+                "the last step did not compute the moments that the check reads: step with moments \
+                 (or use run) first"
+                    .into(),
+            ));
+        }
+        self.synchronize()?;
+        let found = match &self.mem {
+            Memory::Host { moments, .. } => {
+                health::first_non_finite(moments).map(|i| (i, moments[i].to_f64()))
+            }
+            Memory::Device { moments, .. } => match moments.first_non_finite()? {
+                Some(i) => Some((i, moments.download_span(i, 1)?[0].to_f64())),
+                None => None,
+            },
+        };
+        let found = found.map(|(i, v)| (self.global_moment(i), v));
+        Ok(Verdict::agree(&self.comm, found)?)
+    }
+
+    /// `Ok` for a healthy `verdict` of the last step, else the error that ends the run:
+    /// [`Error::Interrupted`](lattice_gpu_host::Error::Interrupted), or
+    /// [`Error::Diverged`](lattice_gpu_host::Error::Diverged) naming the moment, its cell and `fix`.
+    pub fn stop_on(&self, verdict: Verdict, fix: &str) -> Result<()> {
+        let dims = self.global_dims();
+        let what = match verdict {
+            Verdict::Diverged(found) => non_finite_at(dims, found.index).0,
+            _ => "the state",
+        };
+        Ok(verdict.into_result(self.steps, what, |f| non_finite_at(dims, f.index).1, fix)?)
+    }
+
+    /// Index `i` of this rank's moments (`c * cells + cell`, halo planes included) in the whole
+    /// grid's.
+    fn global_moment(&self, i: usize) -> u64 {
+        let cells = self.geometry.cells();
+        let (c, n) = (i / cells, i % cells);
+        let [nx, ny, _] = self.geometry.dims();
+        let plane = nx * ny;
+        let (whole, z) = match &self.split {
+            None => (cells, n / plane),
+            Some(sp) => {
+                let nz = sp.global.dims()[2];
+                (sp.global.cells(), (sp.z0 + nz + n / plane - 1) % nz)
+            }
+        };
+        (c * whole + n % plane + plane * z) as u64
     }
 }
 
@@ -1114,4 +1349,132 @@ pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
         }
     }
     (mass, mom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lattice_gpu_host::health::NonFinite;
+
+    /// A periodic box whose cell `bad` starts with a NaN density, one step on: the verdict of the
+    /// whole lattice, and of the lattice split over 2 ranks (threads), which must name the same cell.
+    fn verdicts(streaming: Streaming, dims: [usize; 3], bad: usize) -> Vec<Verdict> {
+        fn run<C: Communicator>(
+            comm: C,
+            streaming: Streaming,
+            dims: [usize; 3],
+            bad: usize,
+        ) -> Result<Verdict> {
+            let init = move |n: usize| match n == bad {
+                true => (f64::NAN, [0.0; 3]),
+                false => (1.0, [0.01, 0.0, 0.0]),
+            };
+            let g = Geometry::periodic(dims)?;
+            let p = Params::bgk(0.8);
+            let mut lbm = Lbm::<f64, C>::new_on(comm, &Engine::Host, g, p, streaming, init)?;
+            lbm.run(1)?;
+            lbm.verdict()
+        }
+        let mut all = vec![run(Solo, streaming, dims, bad).unwrap()];
+        let split = lattice_gpu_host::threads::run(2, |c| run(c.clone(), streaming, dims, bad));
+        all.extend(split.unwrap());
+        all
+    }
+
+    #[test]
+    fn a_nan_is_named_by_its_cell_in_the_whole_grid_on_every_rank() {
+        let dims = [5, 4, 6];
+        // In rank 1's half of z (planes 3 to 5), away from its halo planes.
+        let bad = 2 + 5 * (2 + 4 * 4);
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+            let v = verdicts(streaming, dims, bad);
+            let Verdict::Diverged(NonFinite {
+                rank: 0,
+                index,
+                value,
+            }) = v[0]
+            else {
+                panic!("{streaming:?}: {v:?}")
+            };
+            assert!(value.is_nan());
+            let (what, at) = non_finite_at(dims, index);
+            assert_eq!(what, "the density", "{streaming:?}");
+            // Streamed one step from (2, 2, 4), the first cell it reached is (2, 1, 3).
+            assert_eq!(at, "cell (x, y, z) = (2, 1, 3)", "{streaming:?}");
+            for split in &v[1..] {
+                let Verdict::Diverged(found) = split else {
+                    panic!("{streaming:?} split: {v:?}")
+                };
+                assert_eq!((found.rank, found.index), (1, index), "{streaming:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_healthy_run_goes_on_and_a_diverged_one_names_step_and_cell() {
+        let dims = [4, 4, 2];
+        let g = Geometry::periodic(dims).unwrap();
+        let mut lbm = Lbm::<f32>::new(
+            &Engine::Host,
+            g,
+            Params::bgk(0.8),
+            Streaming::InPlace,
+            |_| (1.0, [0.01, 0.0, 0.0]),
+        )
+        .unwrap();
+        // No moments yet: nothing to check, and the error says what to do.
+        let e = lbm.verdict().unwrap_err().to_string();
+        assert!(e.contains("step with moments"), "{e}");
+        lbm.run(3).unwrap();
+        assert_eq!(lbm.verdict().unwrap(), Verdict::Healthy);
+        lbm.stop_on(Verdict::Healthy, "lower it").unwrap();
+        let found = Verdict::Diverged(NonFinite {
+            rank: 0,
+            index: 2 * 32 + 5,
+            value: f64::INFINITY,
+        });
+        let e = lbm.stop_on(found, "lower it").unwrap_err().to_string();
+        assert!(
+            e.contains("the y velocity is inf at cell (x, y, z) = (1, 1, 0) after step 3")
+                && e.contains("lower it"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn maxima_keep_a_nan() {
+        let m = Moments {
+            dims: [3, 1, 1],
+            rho: vec![1.0; 3],
+            u: vec![[0.1, 0.0, 0.0], [f64::NAN, 0.0, 0.0], [0.2, 0.0, 0.0]],
+        };
+        assert!(m.max_speed().is_nan());
+        assert!(!crate::cases::is_steady(&m, &m, 1e-5));
+        assert_eq!([1.0, 3.0, 2.0].into_iter().fold(0.0, max_or_nan), 3.0);
+    }
+
+    #[test]
+    fn the_footprint_grows_with_what_a_run_holds() {
+        let fp = |streaming, spread, gpu, kept| {
+            Lbm::<f32>::footprint([64, 64, 64], streaming, spread, gpu, kept).unwrap()
+        };
+        let one = fp(Streaming::InPlace, Spread::ONE, false, 0);
+        assert!(one.what.contains("64x64x64") && one.gpu == 0, "{one:?}");
+        assert!(fp(Streaming::TwoLattice, Spread::ONE, false, 0).host > one.host);
+        assert!(fp(Streaming::InPlace, Spread::ONE, false, 1).host > one.host);
+        let two = Spread {
+            ranks: 2,
+            here: 2,
+            cut: false,
+        };
+        // Split: each rank's halo planes and the host mirror of its lattice.
+        assert!(fp(Streaming::InPlace, two, false, 0).host > one.host);
+        let gpu = fp(Streaming::InPlace, Spread::ONE, true, 0);
+        assert!(gpu.gpu >= 64 * 64 * 64 * (19 * 4 + 1 + 16) && gpu.host < one.host + (320 << 20));
+        // More than 64 bits of cells is refused by name, not wrapped.
+        let e = Lbm::<f64>::footprint([1 << 30; 3], Streaming::TwoLattice, Spread::ONE, false, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("64 bits"), "{e}");
+    }
 }

@@ -2,7 +2,7 @@
 //! or on the CPU: translation, solid-body rotation, a steady swirl, or your own field and velocities; and
 //! the benchmark of the paper's techniques against the copy bandwidth.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,13 +10,18 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
 use lattice_gpu::advection::norms::{mass_drift, norms};
-use lattice_gpu::advection::{Advection, Error, Halos, Kernel, Problem, Result};
-use lattice_gpu::cli::{make_output_dir, parse_dims, progress, unfinished_tuning, Placement};
+use lattice_gpu::advection::{
+    check_size, most_ranks, Advection, Error, Halos, Kernel, Problem, RankMemory, Result,
+};
+use lattice_gpu::cli::{self, parse_dims, progress, unfinished_tuning, Placement};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
-use lattice_gpu::host::io::npy::{read_npy, write_npy};
+use lattice_gpu::host::health::check_interval;
+use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
+use lattice_gpu::host::io::{IoError, OutputDir};
+use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
     LaunchShape, LoopEngine,
@@ -33,33 +38,28 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// A Gaussian hill carried by a constant velocity (exact answer known).
-    Translation(RunArgs),
+    Translation(TranslationArgs),
     /// A Gaussian hill in solid-body rotation about the centre (exact answer after whole revolutions).
-    Rotation(RunArgs),
+    Rotation(RotationArgs),
     /// A Gaussian hill in a steady deformational flow from a stream function.
-    Swirl(RunArgs),
+    Swirl(SwirlArgs),
     /// Your own field (`--field f.npy`, shape (ny, nx)) and velocities (`--velocity uv.npy`, (ny, nx, 2)).
     File(FileArgs),
     /// Grid points per second of every kernel variant, auto-tuned, against the copy bandwidth.
     Bench(BenchArgs),
 }
 
+/// The options every case runs with.
 #[derive(Args, Clone)]
 struct Common {
-    /// Nodes NXxNY (or N for a square).
-    #[arg(long, default_value = "1024", value_parser = parse_size2)]
-    size: [usize; 2],
-    /// Steps (default: one revolution for `rotation`, 1000 otherwise).
-    #[arg(long)]
+    /// Steps [default: one revolution for `rotation`, 1000 otherwise].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_steps)]
     steps: Option<u64>,
-    /// Revolutions (rotation only; replaces --steps).
-    #[arg(long, allow_hyphen_values = true)]
-    revolutions: Option<f64>,
     /// CFL number of the largest velocity, which sets dt.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.5)]
     cfl: f64,
     /// Time step instead of --cfl.
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "cfl")]
     dt: Option<f64>,
     /// Kernel variant: plain, queue, branch-free, packed, shared (each adds one technique).
     #[arg(long, default_value = "packed", value_parser = parse_kernel)]
@@ -71,17 +71,19 @@ struct Common {
     /// Block shape XxY for --engine device [default: 128x1].
     #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
     block: Option<(u32, u32)>,
-    /// Points per thread (the unroll factor): `auto` (tuned; 8 for --engine device) or a number.
+    /// Points per thread of the GPU kernels (the unroll factor): `auto` (tuned; 8 for --engine
+    /// device) or a number.
     #[arg(long, default_value = "auto", value_parser = parse_unroll)]
     unroll: Unroll,
     /// Tune again even where the tune cache has a result.
     #[arg(long)]
     retune: bool,
-    /// Output directory.
+    /// Output directory. Its files appear together when the run succeeds; a failed or stopped run
+    /// leaves what it held.
     #[arg(long, default_value = "advection-out")]
     output: PathBuf,
-    /// Also write a PNG every N steps.
-    #[arg(long)]
+    /// Also write a PNG of the field every N steps, field-STEP.png (none where N exceeds the steps).
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_png_every)]
     png_every: Option<u64>,
     /// Split the grid along y over the ranks of the MPI job this process belongs to (start it with
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
@@ -91,20 +93,70 @@ struct Common {
     split: lattice_gpu::cli::SplitArgs,
 }
 
+/// The grid of a built-in case.
+#[derive(Args, Clone)]
+struct Grid {
+    /// Nodes NXxNY (or N for a square).
+    #[arg(long, default_value = "1024", allow_hyphen_values = true, value_parser = parse_size2)]
+    size: [usize; 2],
+}
+
+/// Options of the cases whose velocity is their own: `--velocity` is refused by name.
 #[derive(Args)]
-struct RunArgs {
+struct OwnVelocity {
+    #[arg(long, hide = true, allow_hyphen_values = true)]
+    velocity: Option<String>,
+}
+
+/// Options of the cases without a period: `--revolutions` is refused by name.
+#[derive(Args)]
+struct NoPeriod {
+    #[arg(long, hide = true, allow_hyphen_values = true)]
+    revolutions: Option<String>,
+}
+
+#[derive(Args)]
+struct TranslationArgs {
+    #[command(flatten)]
+    grid: Grid,
+    /// Velocity as UxV, in domain lengths (of the short side) per unit time; either may be
+    /// negative, e.g. -0.5x0.25.
+    #[arg(long, default_value = "0.3x0.2", allow_hyphen_values = true, value_parser = parse_velocity)]
+    velocity: [f64; 2],
     #[command(flatten)]
     common: Common,
-    /// Velocity (translation), as UxV.
-    #[arg(long, default_value = "0.3x0.2", value_parser = parse_velocity)]
-    velocity: [f64; 2],
+    #[command(flatten)]
+    no_period: NoPeriod,
+}
+
+#[derive(Args)]
+struct RotationArgs {
+    #[command(flatten)]
+    grid: Grid,
+    /// Revolutions, in whole steps that land on them (instead of --steps) [default: 1].
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "steps")]
+    revolutions: Option<f64>,
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    own: OwnVelocity,
+}
+
+#[derive(Args)]
+struct SwirlArgs {
+    #[command(flatten)]
+    grid: Grid,
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    own: OwnVelocity,
+    #[command(flatten)]
+    no_period: NoPeriod,
 }
 
 #[derive(Args)]
 struct FileArgs {
-    #[command(flatten)]
-    common: Common,
-    /// Initial field, .npy of shape (ny, nx).
+    /// Initial field, .npy of shape (ny, nx): it sets the grid.
     #[arg(long)]
     field: PathBuf,
     /// Velocities, .npy of shape (ny, nx, 2): u then v per node.
@@ -113,12 +165,18 @@ struct FileArgs {
     /// Node spacing.
     #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     h: f64,
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, hide = true, allow_hyphen_values = true)]
+    size: Option<String>,
+    #[command(flatten)]
+    no_period: NoPeriod,
 }
 
 #[derive(Args)]
 struct BenchArgs {
     /// Grids NXxNY (N for a square).
-    #[arg(long, value_delimiter = ',', default_value = "1024,2048,4096,8192,3000x2000", value_parser = parse_size2)]
+    #[arg(long, value_delimiter = ',', default_value = "1024,2048,4096,8192,3000x2000", allow_hyphen_values = true, value_parser = parse_size2)]
     sizes: Vec<[usize; 2]>,
     /// Timed steps per kernel after tuning.
     #[arg(long, default_value_t = 50)]
@@ -146,22 +204,38 @@ fn parse_kernel(s: &str) -> std::result::Result<Kernel, String> {
 }
 
 fn parse_velocity(s: &str) -> std::result::Result<[f64; 2], String> {
+    let bad = || format!("velocity `{s}` must be two finite numbers UxV (e.g. 0.3x-0.2)");
     let parts: Vec<&str> = s.split(['x', 'X', ',']).collect();
     match parts.as_slice() {
-        [a, b] => match (a.trim().parse(), b.trim().parse()) {
-            (Ok(u), Ok(v)) => Ok([u, v]),
-            _ => Err(format!(
-                "velocity `{s}` must be two numbers UxV (e.g. 0.3x-0.2)"
-            )),
+        [a, b] => match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+            (Ok(u), Ok(v)) if u.is_finite() && v.is_finite() => Ok([u, v]),
+            _ => Err(bad()),
         },
-        _ => Err(format!(
-            "velocity `{s}` must be two numbers UxV (e.g. 0.3x-0.2)"
+        _ => Err(bad()),
+    }
+}
+
+fn parse_steps(s: &str) -> std::result::Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of steps: give a whole number such as 1000"))
+}
+
+fn parse_png_every(s: &str) -> std::result::Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(
+            "0 steps between pictures would write none: give 1 or more, or leave --png-every out"
+                .into(),
+        ),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{s}` is not a number of steps between pictures: give a whole number such as 100"
         )),
     }
 }
 
 /// The time step and step count a run's options give for `case`.
-fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
+fn time_stepping(c: &Common, revolutions: Option<f64>, case: &Case) -> Result<(f64, u64)> {
     let (um, vm) = cases::max_speed(&case.u, &case.v);
     let speed = um.max(vm);
     let dt = match c.dt {
@@ -174,10 +248,15 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
             )))
         }
     };
-    let steps = match (c.revolutions, case.period) {
-        (Some(r), Some(period)) if r > 0.0 => {
+    let steps = match (revolutions, case.period) {
+        (Some(r), Some(period)) if r > 0.0 && r.is_finite() => {
             // Whole steps landing exactly on the revolutions, so the exact answer applies.
             let n = (r * period / dt).ceil().max(1.0);
+            if !n.is_finite() || n >= 1e15 {
+                return Err(Error::Invalid(format!(
+                    "{r} revolutions at dt {dt:e} take {n:e} steps; give fewer revolutions or a larger --dt"
+                )));
+            }
             return Ok((r * period / n, n as u64));
         }
         (Some(_), None) => {
@@ -187,11 +266,16 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
         }
         (Some(r), _) => {
             return Err(Error::Invalid(format!(
-                "--revolutions {r} must be positive"
+                "--revolutions {r} must be a positive number of turns, e.g. 1 or 0.5"
             )))
         }
         (None, Some(period)) if c.steps.is_none() => {
             let n = (period / dt).ceil().max(1.0);
+            if !n.is_finite() || n >= 1e15 {
+                return Err(Error::Invalid(format!(
+                    "one revolution at dt {dt:e} takes {n:e} steps; give a larger --dt (or --cfl), or --steps"
+                )));
+            }
             return Ok((period / n, n as u64));
         }
         (None, _) => c.steps.unwrap_or(1000),
@@ -199,36 +283,125 @@ fn time_stepping(c: &Common, case: &Case) -> Result<(f64, u64)> {
     Ok((dt, steps))
 }
 
-fn run_case(c: &Common, case: Case, title: &str) -> Result<()> {
-    c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
-    if let Some(n) = c.split.halo.gpus {
-        return lattice_gpu::cli::on_gpus(n as usize, usize::MAX, "TODO(issue 34 A.5)", |comm| {
-            run_case_on(c, &case, title, comm)
-        });
-    }
-    if !c.mpi {
-        return run_case_on(c, &case, title, &Solo);
-    }
-    #[cfg(feature = "mpi")]
-    {
-        run_case_on(c, &case, title, &lattice_gpu::host::comm::Mpi::init()?)
-    }
-    #[cfg(not(feature = "mpi"))]
-    Err(Error::Invalid(lattice_gpu::cli::NO_MPI.into()))
+/// Where a run's initial field and velocities come from.
+enum Source<'a> {
+    Translation([f64; 2]),
+    Rotation,
+    Swirl,
+    File(&'a FileArgs),
 }
 
-fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) -> Result<()> {
-    lattice_gpu::cli::same_options(comm).map_err(Error::Invalid)?;
-    let lead = comm.rank() == 0;
-    let (dt, steps) = time_stepping(c, case)?;
-    let p = Problem {
-        size: [case.nx, case.ny],
-        f0: case.f0.clone(),
-        u: case.u.clone(),
-        v: case.v.clone(),
-        c: dt / case.h,
+impl Source<'_> {
+    fn title(&self) -> &'static str {
+        match self {
+            Source::Translation(_) => "translation",
+            Source::Rotation => "rotation",
+            Source::Swirl => "swirl",
+            Source::File(_) => "file",
+        }
+    }
+
+    /// Host bytes while the case is made, before its arrays pass to the run: the initial field and
+    /// the two velocities (f64, `nodes` bytes apiece); from files also the interleaved velocities read.
+    fn making(&self, nodes: u64) -> u64 {
+        let arrays = match self {
+            Source::File(_) => 5,
+            _ => 3,
+        };
+        nodes.saturating_mul(arrays)
+    }
+
+    /// The case, on a grid of `size` (for files, the one their headers gave).
+    fn build(&self, size: [usize; 2]) -> Result<Case> {
+        let [nx, ny] = size;
+        Ok(match *self {
+            Source::Translation(velocity) => cases::translation(nx, ny, velocity),
+            Source::Rotation => cases::rotation(nx, ny),
+            Source::Swirl => cases::swirl(nx, ny),
+            Source::File(a) => read_case(a, size)?,
+        })
+    }
+}
+
+/// The shape of the .npy file `path`, from its header alone (the data is not read).
+fn npy_shape(path: &std::path::Path) -> Result<Vec<usize>> {
+    // No file has an axis of usize::MAX values, and a shape that differs is reported before any
+    // data is read.
+    match read_npy_shaped::<f64>(path, &[usize::MAX]) {
+        Err(IoError::Shape { found, .. }) => Ok(found),
+        Err(e) => Err(e.into()),
+        Ok(_) => Err(Error::Invalid(format!(
+            "{}: its header claims an axis of {} values, which no file holds",
+            path.display(),
+            usize::MAX
+        ))),
+    }
+}
+
+/// The grid of `a`'s files, from their headers, checked against each other before anything is read.
+fn file_size(a: &FileArgs) -> Result<[usize; 2]> {
+    let shape = npy_shape(&a.field)?;
+    let [ny, nx] = match shape.as_slice() {
+        [ny, nx] => [*ny, *nx],
+        _ => {
+            return Err(Error::Invalid(format!(
+                "{}: the field must be a 2-D array (ny, nx); it has shape {shape:?}",
+                a.field.display()
+            )))
+        }
     };
-    p.check()?;
+    let vshape = npy_shape(&a.velocity)?;
+    if vshape != [ny, nx, 2] {
+        return Err(Error::Invalid(format!(
+            "{}: the velocities must have shape ({ny}, {nx}, 2) to match the field; they have {vshape:?}",
+            a.velocity.display()
+        )));
+    }
+    if !(a.h.is_finite() && a.h > 0.0) {
+        return Err(Error::Invalid(format!(
+            "--h {} must be a positive spacing",
+            a.h
+        )));
+    }
+    Ok([nx, ny])
+}
+
+/// The file case: `a`'s field and velocities, on the grid `file_size` found.
+fn read_case(a: &FileArgs, [nx, ny]: [usize; 2]) -> Result<Case> {
+    let f0 = read_npy_shaped::<f64>(&a.field, &[ny, nx])?;
+    let uv = read_npy_shaped::<f64>(&a.velocity, &[ny, nx, 2])?;
+    // Before the time step is taken from the largest speed, which would pass over NaN.
+    if let Some(i) = uv.iter().position(|x| !x.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "{}: {} at node ({}, {}) is {}; give finite velocities",
+            a.velocity.display(),
+            ["u", "v"][i % 2],
+            i / 2 % nx,
+            i / 2 / nx,
+            uv[i]
+        )));
+    }
+    let (u, v) = (
+        uv.iter().step_by(2).copied().collect(),
+        uv.iter().skip(1).step_by(2).copied().collect(),
+    );
+    drop(uv);
+    Ok(Case {
+        nx,
+        ny,
+        h: a.h,
+        f0,
+        u,
+        v,
+        exact: None,
+        period: None,
+        scheme_exact: None,
+    })
+}
+
+/// Refuses, naming the fix, options that the run would ignore; before anything is made.
+fn check_options(c: &Common) -> Result<()> {
+    c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
     if c.block.is_some() && c.engine != Placement::Device {
         return Err(Error::Invalid(
             "--block fixes the launch shape of --engine device; add --engine device, or leave it \
@@ -236,22 +409,216 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
                 .into(),
         ));
     }
+    if c.unroll.0.is_some() && c.engine == Placement::Host {
+        return Err(Error::Invalid(
+            "--unroll sets the points per thread of the GPU kernels, and --engine host runs on the \
+             CPU: leave one of them out"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A run ready to start, shared by the ranks of this process: the case's exact answers, the problem
+/// (which holds the case's arrays) and its steps, and the memory it was checked to fit.
+struct Prepared {
+    title: &'static str,
+    case: Case,
+    problem: Problem,
+    dt: f64,
+    steps: u64,
+    /// The largest Courant number, before the run.
+    courant: f64,
+    footprint: Footprint,
+}
+
+/// The peak memory of a run of `source` on a `size` grid split over `ranks` ranks, `threads` of them
+/// in this process and `processes` such processes on this machine (MPI's), on a GPU where `on_gpu`.
+/// A process holds the problem (f0, u and v in f64: `3P`, with `P` the bytes of one f64 per node) all
+/// along, after making the case (`3P`, or `5P` from files). Each of its ranks holds its
+/// [`RankMemory`] on top: at the set-up, and during the steps, with a download of its field for a
+/// picture or the result. The gather of the field on rank 0 (`P/2` per f32 copy) ends in the field
+/// in f64 (`P`): while the engine's arrays are there for a picture, after they are freed for the
+/// result. Rank 0 then holds the result and an exact answer (`P` each), or the f32 copy it writes.
+fn footprint(
+    c: &Common,
+    source: &Source,
+    size: [usize; 2],
+    ranks: usize,
+    [threads, processes]: [usize; 2],
+    on_gpu: bool,
+) -> Result<Footprint> {
+    let what = format!("a {} x {} advection grid", size[0], size[1]);
+    let p8 = memory::bytes(&size, 8, &what)?;
+    let p4 = memory::bytes(&size, 4, &what)?;
+    let split = ranks > 1 || c.split.cut;
+    let aligned = c.kernel.pads_rows();
+    let rank = RankMemory::of(size, ranks, c.kernel, aligned, split, on_gpu)?;
+    let k = threads as u64;
+    let each = |n: u64| n.saturating_mul(k);
+    let problem = p8.saturating_mul(3);
+    // The gather: each rank's nodes and, between threads, the copies they post, the whole field in
+    // f32, then in f64.
+    let gather = match threads {
+        1 => p4.saturating_add(p8),
+        _ => p4.saturating_mul(3).saturating_add(p8),
+    };
+    let download = each(rank.download.saturating_add(rank.nodes));
+    let frames = if c.png_every.is_some() {
+        download.max(gather)
+    } else {
+        0
+    };
+    let exact = matches!(source, Source::Translation(_) | Source::Rotation);
+    let after = p8.saturating_add(if exact { p8 } else { p4 });
+    // glibc gives each thread an arena of its own, which keeps arrays freed there (the set-up's
+    // temporaries, downloads) for reuse instead of handing them back: measured, up to two of a rank's
+    // arrays per thread; three are allowed for.
+    let arenas = match threads {
+        1 => 0,
+        _ => each(rank.download.saturating_mul(3)),
+    };
+    let held = [
+        each(rank.setup),
+        each(rank.run).saturating_add(frames),
+        each(rank.run).saturating_add(download),
+        gather,
+        after,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    let host = source
+        .making(p8)
+        .max(problem.saturating_add(held).saturating_add(arenas))
+        .saturating_mul(processes as u64);
+    // Ranks beyond the GPUs there are share them.
+    let gpus = if on_gpu {
+        Gpu::probe().unwrap_or(1).max(1) as u64
+    } else {
+        1
+    };
+    let gpu = rank.gpu.saturating_mul(k.div_ceil(gpus));
+    Ok(Footprint::new(
+        format!(
+            "a {} x {} advection run ({}){}",
+            size[0],
+            size[1],
+            source.title(),
+            if ranks > 1 {
+                format!(" split over {ranks} ranks")
+            } else {
+                String::new()
+            }
+        ),
+        host,
+        gpu,
+        on_gpu,
+    ))
+}
+
+/// Checks the run's memory, then makes its case and problem: every big array of the process comes
+/// after the check.
+fn prepare(
+    c: &Common,
+    source: &Source,
+    revolutions: Option<f64>,
+    size: [usize; 2],
+    ranks: usize,
+    here: [usize; 2],
+    gpu: Option<&Gpu>,
+) -> Result<Prepared> {
+    let footprint = footprint(c, source, size, ranks, here, gpu.is_some())?;
+    footprint.check(gpu)?;
+    let mut case = source.build(size)?;
+    let (dt, steps) = time_stepping(c, revolutions, &case)?;
+    // The case's arrays move into the problem: no copy of them is made.
+    let problem = Problem {
+        size,
+        f0: std::mem::take(&mut case.f0),
+        u: std::mem::take(&mut case.u),
+        v: std::mem::take(&mut case.v),
+        c: dt / case.h,
+    };
+    problem.check()?;
+    Ok(Prepared {
+        title: source.title(),
+        courant: problem.max_courant().0,
+        case,
+        problem,
+        dt,
+        steps,
+        footprint,
+    })
+}
+
+/// Runs the case `source` with the options `c`: on this process, on the threads of `--gpus`, or on
+/// the processes of `--mpi`.
+fn run_case(c: &Common, source: Source, size: [usize; 2], revolutions: Option<f64>) -> Result<()> {
+    check_options(c)?;
+    check_size(size)?;
+    let gpu = || c.engine.gpu("on the CPU engine");
+    if let Some(n) = c.split.halo.gpus {
+        let n = n as usize;
+        let most = most_ranks(size);
+        let over = format!(
+            "the grid's {} rows (at least 2 per rank: the halo its neighbours read) are",
+            size[1]
+        );
+        if n > most {
+            return Err(Error::Invalid(format!(
+                "--gpus {n}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
+            )));
+        }
+        let main = gpu()?;
+        c.split.halo.check(main.is_some()).map_err(Error::Invalid)?;
+        let run = prepare(c, &source, revolutions, size, n, [n, 1], main.as_deref())?;
+        return cli::on_gpus(n, most, &over, |comm| run_on(c, &run, comm));
+    }
+    if !c.mpi {
+        let main = gpu()?;
+        c.split.halo.check(main.is_some()).map_err(Error::Invalid)?;
+        let run = prepare(c, &source, revolutions, size, 1, [1, 1], main.as_deref())?;
+        return run_on(c, &run, &Solo);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let comm = lattice_gpu::host::comm::Mpi::init()?;
+        cli::same_options(&comm).map_err(Error::Invalid)?;
+        let main = gpu()?;
+        c.split.halo.check(main.is_some()).map_err(Error::Invalid)?;
+        let here = [1, comm.ranks_here()];
+        let run = prepare(
+            c,
+            &source,
+            revolutions,
+            size,
+            comm.size(),
+            here,
+            main.as_deref(),
+        )?;
+        run_on(c, &run, &comm)
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err(Error::Invalid(lattice_gpu::cli::NO_MPI.into()))
+}
+
+/// This rank's part of the run `r`; rank 0 reports it and writes its files, all or nothing.
+fn run_on<C: Communicator>(c: &Common, r: &Prepared, comm: &C) -> Result<()> {
+    cli::same_options(comm).map_err(Error::Invalid)?;
     let gpu = c.engine.gpu("on the CPU engine")?;
-    c.split.halo.check(gpu.is_some()).map_err(Error::Invalid)?;
     #[cfg(feature = "nccl")]
     let nccl = c.split.communicator(comm, gpu.as_ref())?;
     #[cfg(feature = "nccl")]
     let halos = nccl.as_ref().map_or(Halos::Host, Halos::Nccl);
     #[cfg(not(feature = "nccl"))]
     let halos = Halos::Host;
-    // Only rank 0 writes; the others must not race it for the directory.
-    let dir = if lead {
-        make_output_dir(&c.output)?
-    } else {
-        c.output.clone()
-    };
-    let out = match (gpu, c.engine) {
-        (None, _) => simulate(&HostLoopEngine, comm, halos, c, &p, steps, &dir)?,
+    // Only rank 0 writes; its files are staged until the run has succeeded.
+    let out = (comm.rank() == 0)
+        .then(|| cli::output_dir(&c.output))
+        .transpose()?;
+    let field = match (gpu.clone(), c.engine) {
+        (None, _) => simulate(&HostLoopEngine, comm, halos, c, r, out.as_ref())?,
         (Some(gpu), Placement::Device) => {
             let shape = LaunchShape {
                 block_x: c.block.map_or(128, |b| b.0),
@@ -259,53 +626,44 @@ fn run_case_on<C: Communicator>(c: &Common, case: &Case, title: &str, comm: &C) 
                 march: c.unroll.0.unwrap_or(8),
                 variant: Variant::Plain,
             };
-            simulate(
-                &DeviceLoopEngine::new(gpu, shape),
-                comm,
-                halos,
-                c,
-                &p,
-                steps,
-                &dir,
-            )?
+            let engine = DeviceLoopEngine::new(gpu, shape);
+            simulate(&engine, comm, halos, c, r, out.as_ref())?
         }
-        (Some(gpu), _) => simulate(
-            &tuner(gpu, c.kernel, c.unroll.0, c.retune),
-            comm,
-            halos,
-            c,
-            &p,
-            steps,
-            &dir,
-        )?,
+        (Some(gpu), _) => {
+            let engine = tuner(gpu, c.kernel, c.unroll.0, c.retune);
+            simulate(&engine, comm, halos, c, r, out.as_ref())?
+        }
     };
-    if !lead {
+    let Some(out) = out else {
         return Ok(());
-    }
+    };
     #[cfg(feature = "nccl")]
     lattice_gpu::cli::print_exchange_time(lattice_gpu::cli::exchange_time(nccl.as_ref())?);
+    let (p, case, steps, dt) = (&r.problem, &r.case, r.steps, r.dt);
     let t = dt * steps as f64;
     println!(
-        "{title}: {steps} steps of dt {dt:.6e} (t = {t:.6}), CFL {:.4}",
-        p.max_courant().0
+        "{}: {steps} steps of dt {dt:.6e} (t = {t:.6}), CFL {:.4}",
+        r.title, r.courant
     );
     if let Some(exact) = &case.exact {
-        let n = norms(&out, &exact(t));
+        let n = norms(&field, &exact(t));
         println!(
             "error against the exact solution: L1 {:.4e}  L2 {:.4e}  Linf {:.4e}  relative L2 {:.4e}",
             n.l1, n.l2, n.linf, n.relative
         );
     }
     if let Some(scheme) = &case.scheme_exact {
-        let n = norms(&out, &scheme(steps as usize, dt));
+        let n = norms(&field, &scheme(steps as usize, dt));
         println!(
             "interpolation error (against the scheme's straight-step departure, exactly interpolated): relative L2 {:.4e}",
             n.relative
         );
     }
-    println!("mass drift {:+.4e}", mass_drift(&out, &case.f0));
-    let files = write_outputs(&dir, &out, case.nx, case.ny, range_of(&case.f0), "field")?;
-    println!("wrote {}", files.join(", "));
+    println!("mass drift {:+.4e}", mass_drift(&field, &p.f0));
+    write_outputs(&out, &field, p.size, range_of(&p.f0), "field")?;
+    drop(field);
+    cli::commit(out)?;
+    r.footprint.report(gpu.as_deref());
     Ok(())
 }
 
@@ -351,32 +709,36 @@ fn range_of(f: &[f64]) -> (f64, f64) {
     }
 }
 
+/// Stages `f` on a `size` grid as `stem.npy` (f32) and `stem.png`.
 fn write_outputs(
-    dir: &Path,
+    out: &OutputDir,
     f: &[f64],
-    nx: usize,
-    ny: usize,
+    [nx, ny]: [usize; 2],
     range: (f64, f64),
     stem: &str,
-) -> Result<Vec<String>> {
-    let npy = dir.join(format!("{stem}.npy"));
-    let png = dir.join(format!("{stem}.png"));
+) -> Result<()> {
     let data: Vec<f32> = f.iter().map(|&x| x as f32).collect();
-    write_npy(&npy, &[ny, nx], &data)?;
+    write_npy(&out.file(&format!("{stem}.npy")), &[ny, nx], &data)?;
+    drop(data);
+    let png = out.file(&format!("{stem}.png"));
     write_png_scaled(&png, nx, ny, f, Some(range), ColorMap::Viridis, 256)?;
-    Ok(vec![npy.display().to_string(), png.display().to_string()])
+    Ok(())
 }
 
-/// Runs `steps` steps on `engine` with a progress bar (points per second), PNGs every `--png-every`.
+/// Runs the steps of `r` on `engine` with a progress bar (points per second), a PNG every
+/// `--png-every` steps staged in `out` (rank 0), and the health checks: every rank checks its field
+/// at the same steps (every [`check_interval`] steps, before each picture, and after the last step),
+/// and all stop together on a non-finite value or a signal. Returns the field (rank 0; empty on the
+/// others).
 fn simulate<E: LoopEngine, C: Communicator>(
     engine: &E,
     comm: &C,
     halos: Halos<'_>,
     c: &Common,
-    p: &Problem,
-    steps: u64,
-    dir: &Path,
+    r: &Prepared,
+    out: Option<&OutputDir>,
 ) -> Result<Vec<f64>> {
+    let (p, steps) = (&r.problem, r.steps);
     let lead = comm.rank() == 0;
     if lead {
         println!("engine: {}, kernel {}", engine.describe(), c.kernel.name());
@@ -400,22 +762,25 @@ fn simulate<E: LoopEngine, C: Communicator>(
     }
     let points = (p.size[0] * p.size[1]) as f64;
     let range = range_of(&p.f0);
+    let check_every = check_interval(points as u64, steps, engine.device().is_some());
+    let report_every = (steps / 100).max(1);
     // The fields' uploads may still be on their way: not part of the steps' time.
     a.synchronize()?;
     let start = Instant::now();
-    // Time spent downloading and writing PNGs, left out of the points per second.
+    // Time spent checking, downloading and writing PNGs, left out of the points per second.
     let mut writing = 0.0;
-    let chunk = (steps / 100).max(1);
+    let mut checked = 0;
     while a.steps() < steps {
-        for _ in 0..chunk.min(steps - a.steps()) {
-            a.step()?;
-            if c.png_every.is_some_and(|e| e > 0 && a.steps() % e == 0) {
-                let t = Instant::now();
-                let f = a.field()?;
-                if !lead {
-                    continue;
-                }
-                let png = dir.join(format!("field-{:07}.png", a.steps()));
+        a.step()?;
+        let s = a.steps();
+        if c.png_every.is_some_and(|e| s % e == 0) {
+            let t = Instant::now();
+            // A picture shows a healthy field only; the check also answers a signal between checks.
+            a.check_health()?;
+            checked = s;
+            let f = a.field()?;
+            if let Some(out) = out {
+                let png = out.file(&format!("field-{s:07}.png"));
                 write_png_scaled(
                     &png,
                     p.size[0],
@@ -425,96 +790,54 @@ fn simulate<E: LoopEngine, C: Communicator>(
                     ColorMap::Viridis,
                     256,
                 )?;
-                writing += t.elapsed().as_secs_f64();
             }
+            writing += t.elapsed().as_secs_f64();
+        } else if s - checked >= check_every {
+            a.check_health()?;
+            checked = s;
         }
-        a.synchronize()?;
-        let rate = points * a.steps() as f64 / (start.elapsed().as_secs_f64() - writing);
-        bar.set_position(a.steps());
-        bar.set_message(format!("{:.2} G points/s", rate / 1e9));
+        if s % report_every == 0 || s == steps {
+            a.synchronize()?;
+            let rate = points * s as f64 / (start.elapsed().as_secs_f64() - writing);
+            bar.set_position(s);
+            bar.set_message(format!("{:.2} G points/s", rate / 1e9));
+        }
     }
     bar.finish_and_clear();
     // Before the field comes to the host (1.1 s at 8192^2, as long as 2500 steps).
     let secs = start.elapsed().as_secs_f64() - writing;
-    let field = a.field()?;
-    if !lead {
-        return Ok(field);
+    // Nothing non-finite is written.
+    if checked < steps {
+        a.check_health()?;
     }
-    if let Some(r) = E::tuning(a.site().info()) {
-        println!(
-            "launch shape {} ({}; {:.4} ms per step)",
-            r.best,
-            if r.from_cache {
-                "from the tune cache".to_string()
-            } else {
-                format!("tuned over {} candidates", r.candidates)
-            },
-            r.best_ms
-        );
-    }
-    println!(
-        "{} steps in {secs:.3} s{}: {:.3} G points/s",
-        a.steps(),
-        if writing > 0.0 {
-            format!(" (and {writing:.3} s writing PNGs)")
-        } else {
-            String::new()
-        },
-        points * a.steps() as f64 / secs / 1e9
-    );
-    if let Some((done, needed)) = E::tuning_progress(a.site().info()) {
-        println!("{}", unfinished_tuning(done, needed));
-    }
-    Ok(field)
-}
-
-fn run_file(a: &FileArgs) -> Result<()> {
-    let (shape, f0) = read_npy::<f64>(&a.field)?;
-    let [ny, nx] = match shape.as_slice() {
-        [ny, nx] => [*ny, *nx],
-        _ => {
-            return Err(Error::Invalid(format!(
-                "{}: the field must be a 2-D array (ny, nx); it has shape {shape:?}",
-                a.field.display()
-            )))
+    if lead {
+        if let Some(r) = E::tuning(a.site().info()) {
+            println!(
+                "launch shape {} ({}; {:.4} ms per step)",
+                r.best,
+                if r.from_cache {
+                    "from the tune cache".to_string()
+                } else {
+                    format!("tuned over {} candidates", r.candidates)
+                },
+                r.best_ms
+            );
         }
-    };
-    let (vshape, uv) = read_npy::<f64>(&a.velocity)?;
-    if vshape != [ny, nx, 2] {
-        return Err(Error::Invalid(format!(
-            "{}: the velocities must have shape ({ny}, {nx}, 2) to match the field; they have {vshape:?}",
-            a.velocity.display()
-        )));
+        println!(
+            "{} steps in {secs:.3} s{}: {:.3} G points/s",
+            a.steps(),
+            if writing > 0.0 {
+                format!(" (and {writing:.3} s writing PNGs)")
+            } else {
+                String::new()
+            },
+            points * a.steps() as f64 / secs / 1e9
+        );
+        if let Some((done, needed)) = E::tuning_progress(a.site().info()) {
+            println!("{}", unfinished_tuning(done, needed));
+        }
     }
-    // Before the time step is taken from the largest speed, which would pass over NaN.
-    if let Some(i) = uv.iter().position(|x| !x.is_finite()) {
-        return Err(Error::Invalid(format!(
-            "{}: {} at node ({}, {}) is {}; give finite velocities",
-            a.velocity.display(),
-            ["u", "v"][i % 2],
-            i / 2 % nx,
-            i / 2 / nx,
-            uv[i]
-        )));
-    }
-    if !(a.h.is_finite() && a.h > 0.0) {
-        return Err(Error::Invalid(format!(
-            "--h {} must be a positive spacing",
-            a.h
-        )));
-    }
-    let case = Case {
-        nx,
-        ny,
-        h: a.h,
-        f0,
-        u: uv.iter().step_by(2).copied().collect(),
-        v: uv.iter().skip(1).step_by(2).copied().collect(),
-        exact: None,
-        period: None,
-        scheme_exact: None,
-    };
-    run_case(&a.common, case, "file")
+    a.into_field()
 }
 
 /// One benchmark row.
@@ -537,6 +860,7 @@ fn bench(b: &BenchArgs) -> Result<()> {
     );
     let mut rows = Vec::new();
     for &size in &b.sizes {
+        bench_footprint(size)?.check(Some(&gpu))?;
         let case = cases::swirl(size[0], size[1]);
         let (um, vm) = cases::max_speed(&case.u, &case.v);
         let p = Problem {
@@ -629,6 +953,20 @@ fn bench(b: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The peak memory of the benchmark on a `size` grid: the swirl's arrays (f0, u and v in f64) on
+/// the host, with the set-up of the kernel that uploads the most; the four arrays on the GPU.
+fn bench_footprint(size: [usize; 2]) -> Result<Footprint> {
+    check_size(size)?;
+    let case = memory::bytes(&size, 8 * 3, "the benchmark's grid")?;
+    let rank = RankMemory::of(size, 1, Kernel::Packed, true, false, true)?;
+    Ok(Footprint::new(
+        format!("the {} x {} advection benchmark", size[0], size[1]),
+        case.saturating_add(rank.setup),
+        rank.gpu,
+        true,
+    ))
+}
+
 /// Milliseconds per step of `kernel` on `engine` (GPU events over `steps` steps), after the auto-tuner
 /// (if `engine` is one) has settled; with the launch shape it settled on.
 fn time_steps<E: LoopEngine>(
@@ -659,31 +997,61 @@ fn time_steps<E: LoopEngine>(
     Ok((ms / steps as f64, best))
 }
 
+/// Refuses an option that `case` does not take, naming why and the fix (they are hidden from its
+/// --help).
+fn refuse(given: bool, msg: &str) -> Result<()> {
+    if given {
+        Err(Error::Invalid(msg.into()))
+    } else {
+        Ok(())
+    }
+}
+
+const ONLY_ROTATION_TURNS: &str =
+    "--revolutions counts the turns of the rotation case, the only one \
+     with a period; give the number of steps with --steps";
+
+fn own_velocity(case: &str, flow: &str) -> String {
+    format!(
+        "{case} has a velocity of its own ({flow}): leave --velocity out; the translation case takes \
+         --velocity UxV, and `advection file --field f.npy --velocity uv.npy` your own velocities"
+    )
+}
+
 fn dispatch(cli: Cli) -> Result<()> {
     match &cli.command {
         Command::Translation(a) => {
-            let c = &a.common;
-            run_case(
-                c,
-                cases::translation(c.size[0], c.size[1], a.velocity),
-                "translation",
-            )
+            refuse(a.no_period.revolutions.is_some(), ONLY_ROTATION_TURNS)?;
+            let source = Source::Translation(a.velocity);
+            run_case(&a.common, source, a.grid.size, None)
         }
-        Command::Rotation(a) => run_case(
-            &a.common,
-            cases::rotation(a.common.size[0], a.common.size[1]),
-            "rotation",
-        ),
-        Command::Swirl(a) => run_case(
-            &a.common,
-            cases::swirl(a.common.size[0], a.common.size[1]),
-            "swirl",
-        ),
-        Command::File(a) => run_file(a),
+        Command::Rotation(a) => {
+            let flow = "solid-body rotation about the centre, one turn per unit time";
+            refuse(a.own.velocity.is_some(), &own_velocity("rotation", flow))?;
+            run_case(&a.common, Source::Rotation, a.grid.size, a.revolutions)
+        }
+        Command::Swirl(a) => {
+            let flow = "a steady swirl from a stream function";
+            refuse(a.own.velocity.is_some(), &own_velocity("swirl", flow))?;
+            refuse(a.no_period.revolutions.is_some(), ONLY_ROTATION_TURNS)?;
+            run_case(&a.common, Source::Swirl, a.grid.size, None)
+        }
+        Command::File(a) => {
+            refuse(
+                a.size.is_some(),
+                "the file case's grid is the shape (ny, nx) of --field: leave --size out",
+            )?;
+            refuse(a.no_period.revolutions.is_some(), ONLY_ROTATION_TURNS)?;
+            check_options(&a.common)?;
+            let size = file_size(a)?;
+            run_case(&a.common, Source::File(a), size, None)
+        }
         Command::Bench(b) => bench(b),
     }
 }
 
 fn main() -> ExitCode {
-    lattice_gpu::cli::exit(dispatch(Cli::parse()))
+    let parsed = Cli::parse();
+    cli::start();
+    cli::exit(dispatch(parsed))
 }

@@ -1,21 +1,27 @@
 //! `lbm`: D3Q19 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
 //! channel, the decaying Taylor-Green vortex, and the MLUPs/s benchmark against the copy bandwidth.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{make_output_dir, parse_size3, progress, Placement};
+use indicatif::ProgressBar;
+use lattice_gpu::cli::{self, parse_size3, progress, HaloTransport, Placement};
 #[cfg(feature = "mpi")]
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
+use lattice_gpu::host::health::Verdict;
+use lattice_gpu::host::io::OutputDir;
+use lattice_gpu::host::memory::Footprint;
 use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{Error as HostError, Gpu};
 use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
+use lattice_gpu::lbm::geometry::MAX_SIDE;
 use lattice_gpu::lbm::output::{numbers, write_csv, write_fields};
-use lattice_gpu::lbm::solver::{TUNE_BLOCKS, TUNE_STEPS};
+use lattice_gpu::lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu::lbm::{
     Collision, Engine, Error, Geometry, Lbm, LbmStorage, Moments, Params, Result, Streaming,
 };
@@ -73,13 +79,21 @@ struct Common {
     /// Collision operator.
     #[arg(long, value_enum, default_value_t = CollisionArg::Trt)]
     collision: CollisionArg,
-    /// TRT magic parameter (3/16: exact halfway walls for Poiseuille flow; 1/4: most stable).
-    #[arg(long, allow_hyphen_values = true, default_value_t = 0.25)]
-    magic: f64,
-    /// Where to run.
+    /// TRT magic parameter (3/16: exact halfway walls for Poiseuille flow; 1/4: most stable)
+    /// [default: 0.25]. With --collision trt only: BGK has none.
+    #[arg(long, allow_hyphen_values = true)]
+    magic: Option<f64>,
+    /// Where to run. The GPU is GPU 0, or under mpirun/srun the process's rank on its node modulo
+    /// the node's GPUs, or with --gpus N GPU r for rank r. There is no --gpu option: to run on
+    /// another GPU, make it the visible one (CUDA_VISIBLE_DEVICES=2 lbm cavity ...).
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
-    /// Output directory.
+    /// Not an option of lbm: given, it says how to choose the GPU (see --engine).
+    #[arg(long, hide = true, value_name = "N", value_parser = no_gpu_option)]
+    #[allow(dead_code)]
+    gpu: Option<String>,
+    /// Output directory. Its files appear together when the run succeeds; a run that fails or is
+    /// stopped leaves what was there before.
     #[arg(long, default_value = "lbm-out")]
     output: PathBuf,
     /// Split the lattice along z over the ranks of the MPI job this process belongs to (start it with
@@ -90,12 +104,59 @@ struct Common {
     split: lattice_gpu::cli::SplitArgs,
 }
 
+/// `--gpu N`: lbm has none, and clap's own answer would point at --gpus, which splits the run.
+fn no_gpu_option(_: &str) -> std::result::Result<String, String> {
+    Err("lbm has no --gpu: it runs on GPU 0 (under mpirun or srun, the process's rank on its node \
+         modulo the node's GPUs; with --gpus N, GPU r for rank r), or on the CPU with --engine host; \
+         to run on another GPU, make it the visible one, e.g. CUDA_VISIBLE_DEVICES=2 lbm cavity"
+        .into())
+}
+
 impl Common {
     fn collision(&self) -> Collision {
         match self.collision {
             CollisionArg::Bgk => Collision::Bgk,
-            CollisionArg::Trt => Collision::Trt { magic: self.magic },
+            CollisionArg::Trt => Collision::Trt {
+                magic: self.magic.unwrap_or(0.25),
+            },
         }
+    }
+
+    /// Refuses --magic with BGK, which has no magic parameter to set.
+    fn check(&self) -> Result<()> {
+        if self.collision == CollisionArg::Bgk && self.magic.is_some() {
+            return Err(Error::InvalidParameter(
+                "--magic sets the TRT collision's magic parameter, and --collision bgk has none: \
+                 leave --magic out, or use --collision trt"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The notice for the halo options of a split run given to a run over `ranks` ranks that is not
+    /// split: they change nothing there. Not refused, since scripts pass one command line to the run
+    /// on one rank and to its split twin (scripts/mpi-check.sh, scripts/scaling-check.sh).
+    fn unsplit_notice(&self, ranks: usize) -> Option<String> {
+        let halo = &self.split.halo;
+        if ranks > 1 || self.split.cut {
+            return None;
+        }
+        let flags: Vec<&str> = [
+            (halo.no_overlap, "--no-overlap"),
+            (halo.halos == HaloTransport::Nccl, "--halos nccl"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect();
+        (!flags.is_empty()).then(|| {
+            format!(
+                "notice: {} sets how a split run exchanges its halos, and this run on one rank is not \
+                 split, so it changes nothing; split it with --gpus N or --mpi (or one rank's steps \
+                 with --cut)",
+                flags.join(" and ")
+            )
+        })
     }
 
     fn streaming(&self) -> Streaming {
@@ -108,13 +169,15 @@ impl Common {
 
 #[derive(Args, Clone)]
 struct Stop {
-    /// Steps to run; without it, run until steady (see --steady).
-    #[arg(long)]
+    /// Steps to run; without it, run until steady (see --steady and --max-steps, which a fixed
+    /// number of steps leaves out).
+    #[arg(long, conflicts_with_all = ["steady", "max_steps"])]
     steps: Option<u64>,
     /// Stop when no velocity changes by more than this fraction of the largest speed between checks.
     #[arg(long, allow_hyphen_values = true, default_value_t = 1e-5)]
     steady: f64,
-    /// Steps between steadiness checks (and progress updates).
+    /// Steps between steadiness checks and progress updates. The run also checks its state for NaN
+    /// and for a stop asked by SIGINT or SIGTERM this often, or more often on large grids.
     #[arg(long, default_value_t = 1000)]
     check_every: u64,
     /// Most steps when running to steady state.
@@ -126,13 +189,18 @@ impl Stop {
     /// The most steps the run takes, or the error naming the option that cannot work.
     fn total(&self) -> Result<u64> {
         let total = self.steps.unwrap_or(self.max_steps);
-        if total == 0 || self.check_every == 0 || self.steady.is_nan() || self.steady <= 0.0 {
+        if total == 0 || self.check_every == 0 || !(self.steady.is_finite() && self.steady > 0.0) {
             return Err(Error::InvalidParameter(
                 "--steps, --max-steps and --check-every must be at least 1 and --steady positive"
                     .into(),
             ));
         }
         Ok(total)
+    }
+
+    /// The whole grid's moments a run to steady state keeps beside the new ones at a check.
+    fn snapshots(&self) -> u64 {
+        u64::from(self.steps.is_none())
     }
 }
 
@@ -170,8 +238,8 @@ struct PoiseuilleArgs {
     common: Common,
     #[command(flatten)]
     stop: Stop,
-    /// Fluid cells across the channel.
-    #[arg(long, default_value_t = 32)]
+    /// Fluid cells across the channel (y; with the two walls, at most 65535 cells).
+    #[arg(long, default_value_t = 32, value_parser = parse_width)]
     width: usize,
     /// Cells along the flow (x) and in z (periodic).
     #[arg(long, default_value = "4x4", value_parser = parse_pair)]
@@ -202,6 +270,8 @@ struct TaylorGreenArgs {
     steps: u64,
 }
 
+/// `bench` runs on GPU 0; to time another, make it the visible one (CUDA_VISIBLE_DEVICES=2 lbm
+/// bench).
 #[derive(Args)]
 struct BenchArgs {
     /// Cubes to time.
@@ -213,6 +283,25 @@ struct BenchArgs {
     /// CSV of the results.
     #[arg(long)]
     csv: Option<PathBuf>,
+}
+
+/// `--width`: the fluid cells and the two walls must fit a side of the grid.
+fn parse_width(s: &str) -> std::result::Result<usize, String> {
+    let most = MAX_SIDE - 2;
+    match s.trim().parse::<u64>() {
+        Ok(w) if (1..=most as u64).contains(&w) => Ok(w as usize),
+        Ok(0) => {
+            Err("the channel needs at least 1 fluid cell across; give --width 1 or more".into())
+        }
+        Ok(w) => Err(format!(
+            "{w} fluid cells and the two walls are {} cells across the channel, more than the \
+             {MAX_SIDE} a side of the grid may have; give --width {most} or less",
+            w as u128 + 2
+        )),
+        Err(_) => Err(format!(
+            "`{s}` is not a number of cells; give a width such as --width 32"
+        )),
+    }
 }
 
 fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -233,32 +322,110 @@ fn describe(e: &Engine) -> String {
     }
 }
 
-/// The output directory, made by rank 0 only (the other ranks write nothing).
-fn out_dir(c: &Common, lead: bool) -> Result<PathBuf> {
-    if lead {
-        Ok(make_output_dir(&c.output)?)
-    } else {
-        Ok(c.output.clone())
+/// What a case has ready before it builds its lattice.
+struct Prepared {
+    engine: Engine,
+    /// The run's peak memory, checked, reported at the end.
+    footprint: Footprint,
+    /// The staged output directory (rank 0).
+    out: Option<OutputDir>,
+}
+
+/// What every case does before it allocates anything: checks that all ranks have the same options
+/// and that none is one the run would ignore, opens the engine, checks the grid `dims` (set by the
+/// options `fix` names) and the run's peak memory with `snapshots` moments kept at a check, and on
+/// rank 0 stages the output directory.
+fn prepare<S: LbmStorage, C: Communicator>(
+    comm: &C,
+    c: &Common,
+    dims: [usize; 3],
+    fix: &str,
+    snapshots: u64,
+) -> Result<Prepared> {
+    cli::same_options(comm).map_err(Error::InvalidParameter)?;
+    c.check()?;
+    if let Some(notice) = c.unsplit_notice(comm.size()).filter(|_| comm.rank() == 0) {
+        eprintln!("{notice}");
     }
+    // --gpus is bounded before its threads start; this is for the ranks of --mpi.
+    if comm.size() > dims[2] {
+        return Err(Error::InvalidParameter(format!(
+            "the grid's {} z layers split over at most {} ranks, and {} were started; start at most {} \
+             MPI ranks",
+            dims[2],
+            dims[2],
+            comm.size(),
+            dims[2]
+        )));
+    }
+    let engine = engine(c.engine)?;
+    let gpu = match &engine {
+        Engine::Host => None,
+        Engine::Device(gpu) => Some(gpu),
+    };
+    c.split
+        .halo
+        .check(gpu.is_some())
+        .map_err(Error::InvalidParameter)?;
+    let spread = Spread::of(comm, c.split.cut);
+    let footprint = Lbm::<S>::footprint(dims, c.streaming(), spread, gpu.is_some(), snapshots)?;
+    check_memory(&footprint, gpu.map(|g| &**g))?;
+    Geometry::check_dims(dims, fix)?;
+    let out = (comm.rank() == 0)
+        .then(|| cli::output_dir(&c.output))
+        .transpose()?;
+    Ok(Prepared {
+        engine,
+        footprint,
+        out,
+    })
 }
 
 /// The fewest steps a run must have for [`advance`] to tune its block size on the first ones.
 const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
 
+/// The run's verdict after its last step, where a signal at the run's last step (`last`) stops
+/// nothing: its results are complete.
+fn verdict<S: LbmStorage, C: Communicator>(lbm: &Lbm<S, C>, last: u64) -> Result<Verdict> {
+    Ok(match lbm.verdict()? {
+        Verdict::Stop(_) if lbm.steps() >= last => Verdict::Healthy,
+        v => v,
+    })
+}
+
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
-/// moments.
-fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> Result<Moments> {
+/// moments. Checks the state for NaN and the signals at every steadiness check and, on large grids,
+/// between them; stops with the error that names the step, the cell and `fix` when one is found.
+fn advance<S: LbmStorage, C: Communicator>(
+    lbm: &mut Lbm<S, C>,
+    stop: &Stop,
+    fix: &str,
+) -> Result<Moments> {
     let total = stop.total()?;
-    let lead = lbm.comm().rank() == 0;
     let bar = progress(total, "steps");
-    if !lead {
+    if lbm.comm().rank() != 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let cells = lbm.geometry().cells() as f64 * lbm.comm().size() as f64;
+    let result = advance_with(lbm, stop, fix, total, &bar);
+    match &result {
+        Ok(_) => bar.finish_and_clear(),
+        Err(_) => bar.abandon(),
+    }
+    result
+}
+
+fn advance_with<S: LbmStorage, C: Communicator>(
+    lbm: &mut Lbm<S, C>,
+    stop: &Stop,
+    fix: &str,
+    total: u64,
+    bar: &ProgressBar,
+) -> Result<Moments> {
+    let lead = lbm.comm().rank() == 0;
+    let cells = lbm.global_dims().iter().product::<usize>() as f64;
     // Only the steps are timed: each check brings every cell's moments to rank 0's host (0.9 GB at
     // 384^3), which took five times as long as 300 steps.
     let mut stepping = Duration::ZERO;
-    let mut before: Option<Moments> = None;
     let mut done = 0;
     // The block size is tuned on the run's first steps where they are few against the whole run.
     if total >= TUNE_AT_LEAST {
@@ -274,52 +441,50 @@ fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> 
         }
         stepping += start.elapsed();
     }
-    while done < total {
-        let n = stop.check_every.min(total - done);
+    let steady = stop.steps.is_none();
+    let health = lbm.check_interval(total)?.min(stop.check_every);
+    let mut before: Option<Moments> = None;
+    let m = loop {
+        let n = health
+            .min(stop.check_every - done % stop.check_every)
+            .min(total - done);
         let start = Instant::now();
         lbm.run(n)?;
         lbm.synchronize()?;
         stepping += start.elapsed();
-        let m = lbm.moments()?;
         done += n;
+        lbm.stop_on(verdict(lbm, total)?, fix)?;
         let mlups = cells * done as f64 / stepping.as_secs_f64() / 1e6;
         bar.set_position(done);
-        bar.set_message(format!("{mlups:.0} MLUPs/s, max |u| {:.3e}", m.max_speed()));
-        // Rank 0 holds the moments; its verdict (1 unstable, 2 steady) reaches every rank.
-        let verdict = if !lead {
-            0.0
-        } else if !m.max_speed().is_finite() {
-            1.0
-        } else if stop.steps.is_none()
-            && before
-                .as_ref()
-                .is_some_and(|b| cases::is_steady(b, &m, stop.steady))
-        {
-            2.0
-        } else {
-            0.0
-        };
-        let verdict = lbm.comm().sum(verdict)?;
-        if verdict == 1.0 {
-            bar.abandon();
-            return Err(Error::InvalidParameter(format!(
-                "the flow became unstable (non-finite velocity) after {done} steps; raise tau \
-                 (lower the Reynolds number or raise the resolution) or lower the speeds"
-            )));
+        bar.set_message(format!("{mlups:.0} MLUPs/s"));
+        // A fixed number of steps needs the moments only at the end; a run to steady state at every
+        // steadiness check.
+        if done < total && !(steady && done.is_multiple_of(stop.check_every)) {
+            continue;
         }
-        if verdict == 2.0 {
-            bar.finish_and_clear();
-            if lead {
-                println!(
-                    "steady after {done} steps (changes below {:e} of the largest speed)",
-                    stop.steady
-                );
+        let m = lbm.moments()?;
+        if steady {
+            bar.set_message(format!("{mlups:.0} MLUPs/s, max |u| {:.3e}", m.max_speed()));
+            // Rank 0 holds the moments; its word reaches every rank.
+            let mine = lead
+                && before
+                    .as_ref()
+                    .is_some_and(|b| cases::is_steady(b, &m, stop.steady));
+            if lbm.comm().sum(f64::from(u8::from(mine)))? > 0.0 {
+                if lead {
+                    println!(
+                        "steady after {done} steps (changes below {:e} of the largest speed)",
+                        stop.steady
+                    );
+                }
+                return Ok(m);
             }
-            return Ok(m);
+        }
+        if done >= total {
+            break m;
         }
         before = Some(m);
-    }
-    bar.finish_and_clear();
+    };
     let secs = stepping.as_secs_f64();
     if lead {
         println!(
@@ -329,47 +494,31 @@ fn advance<S: LbmStorage, C: Communicator>(lbm: &mut Lbm<S, C>, stop: &Stop) -> 
         #[cfg(feature = "nccl")]
         lattice_gpu::cli::print_exchange_time(lbm.exchange_time()?);
     }
-    if lead && stop.steps.is_none() {
+    if lead && steady {
         eprintln!("warning: not steady after --max-steps {}", stop.max_steps);
     }
-    Ok(before.expect("at least one check ran"))
-}
-
-/// The engine, after checking that a run of `dims` fits it (before the case allocates anything).
-fn engine_for<S: LbmStorage>(c: &Common, dims: [usize; 3]) -> Result<Engine> {
-    let e = engine(c.engine)?;
-    Lbm::<S>::check_fits(&e, dims, c.streaming())?;
-    Ok(e)
+    Ok(m)
 }
 
 fn make<S: LbmStorage, C: Communicator>(
     comm: C,
     c: &Common,
-    e: Engine,
+    e: &Engine,
     geometry: Geometry,
     params: Params,
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
 ) -> Result<Lbm<S, C>> {
-    lattice_gpu::cli::same_options(&comm).map_err(Error::InvalidParameter)?;
     // Before the header and the near-1/2 warning, which an unusable tau would contradict.
     params.check()?;
     let d = geometry.dims();
     let lead = comm.rank() == 0;
-    let gpu = match &e {
-        Engine::Host => None,
-        Engine::Device(gpu) => Some(gpu),
-    };
-    c.split
-        .halo
-        .check(gpu.is_some())
-        .map_err(Error::InvalidParameter)?;
     if let Some(line) = c.split.describe('z', comm.size()).filter(|_| lead) {
         println!("{line}");
     }
     lead.then(|| {
         println!(
             "{}: {}x{}x{} cells, {} storage, {} streaming, tau {:.6}, {:?}",
-            describe(&e),
+            describe(e),
             d[0],
             d[1],
             d[2],
@@ -386,8 +535,14 @@ fn make<S: LbmStorage, C: Communicator>(
         );
     }
     #[cfg(feature = "nccl")]
-    let nccl = c.split.communicator(&comm, gpu)?;
-    let mut lbm = Lbm::new_on_cut(comm, c.split.cut, &e, geometry, params, c.streaming(), init)?;
+    let nccl = {
+        let gpu = match e {
+            Engine::Host => None,
+            Engine::Device(gpu) => Some(gpu),
+        };
+        c.split.communicator(&comm, gpu)?
+    };
+    let mut lbm = Lbm::new_on_cut(comm, c.split.cut, e, geometry, params, c.streaming(), init)?;
     lbm.set_overlap(!c.split.halo.no_overlap);
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
@@ -396,10 +551,15 @@ fn make<S: LbmStorage, C: Communicator>(
     Ok(lbm)
 }
 
+/// Ends a case's run: frees the lattice (its memory goes before the files' copies are made) and
+/// hands back the GPU it ran on, for the memory report.
+fn release<S: LbmStorage, C: Communicator>(lbm: Lbm<S, C>) -> Option<Arc<Gpu>> {
+    lbm.gpu().cloned()
+}
+
 fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()> {
     let lead = comm.rank() == 0;
     a.stop.total()?;
-    let e = engine_for::<S>(&a.common, a.size)?;
     // --tau sets the viscosity, and so the Reynolds number U L / nu.
     let re = match a.tau {
         Some(tau) => {
@@ -408,20 +568,38 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         }
         None => a.re,
     };
+    let run = prepare::<S, C>(
+        &comm,
+        &a.common,
+        a.size,
+        "use a smaller --size",
+        a.stop.snapshots(),
+    )?;
     let (g, p) = cases::cavity(a.size, a.closed_z, re, a.lid, a.common.collision())?;
     if lead && a.tau.is_some() {
         println!("Reynolds number {re:.3} (from --tau)");
     }
-    let dir = out_dir(&a.common, lead)?;
-    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
-    let m = advance(&mut lbm, &a.stop)?;
-    if !lead {
+    let fix = match a.tau {
+        Some(tau) => format!(
+            "tau = {tau} is too close to 1/2 for this flow on this grid: raise --tau, or refine the \
+             grid (--size)"
+        ),
+        None => format!(
+            "tau = {:.6} is too close to 1/2 for Re {re} on this grid: lower --re, or refine the grid \
+             (--size)",
+            p.tau
+        ),
+    };
+    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, |_| (1.0, [0.0; 3]))?;
+    let m = advance(&mut lbm, &a.stop, &fix)?;
+    let gpu = release(lbm);
+    let Some(out) = run.out else {
         return Ok(());
-    }
+    };
     let (u, v) = cases::centrelines(&m, a.lid);
     let rows = |p: &[(f64, f64)]| p.iter().map(|&(s, v)| numbers(&[s, v])).collect::<Vec<_>>();
-    write_csv(&dir.join("centreline_u.csv"), "y,u_over_U", &rows(&u))?;
-    write_csv(&dir.join("centreline_v.csv"), "x,v_over_U", &rows(&v))?;
+    write_csv(&out.file("centreline_u.csv"), "y,u_over_U", &rows(&u))?;
+    write_csv(&out.file("centreline_v.csv"), "x,v_over_U", &rows(&v))?;
     if (re - 100.0).abs() < 1e-9 && !a.closed_z {
         println!(
             "against Ghia et al. (Re 100): max |u - u_Ghia| = {:.4}, max |v - v_Ghia| = {:.4} (of U)",
@@ -430,17 +608,24 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         );
     }
     finish(
-        &dir,
-        &m,
+        out,
+        m,
         &format!("lid-driven cavity Re {re}"),
-        &["centreline_u.csv", "centreline_v.csv"],
+        &run.footprint,
+        gpu,
     )
 }
 
 fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Result<()> {
-    let lead = comm.rank() == 0;
     a.stop.total()?;
-    let e = engine_for::<S>(&a.common, [a.extent.0, a.width + 2, a.extent.1])?;
+    let dims = [a.extent.0, a.width + 2, a.extent.1];
+    let run = prepare::<S, C>(
+        &comm,
+        &a.common,
+        dims,
+        "lower --width or --extent",
+        a.stop.snapshots(),
+    )?;
     let (g, p) = cases::poiseuille(
         a.width,
         a.extent.0,
@@ -449,12 +634,13 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         a.force,
         a.common.collision(),
     )?;
-    let dir = out_dir(&a.common, lead)?;
-    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, |_| (1.0, [0.0; 3]))?;
-    let m = advance(&mut lbm, &a.stop)?;
-    if !lead {
+    let fix = "raise --tau or lower --force";
+    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, |_| (1.0, [0.0; 3]))?;
+    let m = advance(&mut lbm, &a.stop, fix)?;
+    let gpu = release(lbm);
+    let Some(out) = run.out else {
         return Ok(());
-    }
+    };
     let ny = a.width + 2;
     let rows: Vec<Vec<String>> = (1..ny - 1)
         .map(|y| {
@@ -465,63 +651,100 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
             ])
         })
         .collect();
-    write_csv(&dir.join("profile.csv"), "y,u,u_analytic", &rows)?;
+    write_csv(&out.file("profile.csv"), "y,u,u_analytic", &rows)?;
     println!(
         "L2 error of the profile against the parabola: {:.3e}",
         cases::poiseuille_error(&m, &p)
     );
-    finish(&dir, &m, "Poiseuille channel", &["profile.csv"])
+    finish(out, m, "Poiseuille channel", &run.footprint, gpu)
 }
 
 fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) -> Result<()> {
     let lead = comm.rank() == 0;
     if a.steps < 20 {
         return Err(Error::InvalidParameter(
-            "--steps must be at least 20".into(),
+            "--steps must be at least 20: the decay rate is measured over 20 samples of the energy"
+                .into(),
         ));
     }
-    let e = engine_for::<S>(&a.common, a.size)?;
+    let init = cases::taylor_green(a.size, a.u0)?;
+    let run = prepare::<S, C>(&comm, &a.common, a.size, "use a smaller --size", 0)?;
     let g = Geometry::periodic(a.size)?;
     let mut p = Params::bgk(a.tau);
     p.collision = a.common.collision();
-    let dir = out_dir(&a.common, lead)?;
-    let mut lbm = make::<S, C>(comm, &a.common, e, g, p, cases::taylor_green(a.size, a.u0)?)?;
-    let every = (a.steps / 20).max(1);
+    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, init)?;
     let bar = progress(a.steps, "steps");
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut rows = Vec::new();
-    while lbm.steps() < a.steps {
-        lbm.run(every.min(a.steps - lbm.steps()))?;
-        let e = lbm.moments()?.kinetic_energy();
-        rows.push((lbm.steps() as f64, e));
-        bar.set_position(lbm.steps());
+    let rows = decay(&mut lbm, a.steps, &bar);
+    match &rows {
+        Ok(_) => bar.finish_and_clear(),
+        Err(_) => bar.abandon(),
     }
-    bar.finish_and_clear();
+    let rows = rows?;
     let m = lbm.moments()?;
-    if !lead {
+    let gpu = release(lbm);
+    let Some(out) = run.out else {
         return Ok(());
-    }
+    };
     // Skip the first interval: the initial equilibrium lacks the non-equilibrium part of the flow.
     let (t0, e0) = rows[1];
     let (t1, e1) = rows[rows.len() - 1];
     let rate = (e0 / e1).ln() / (t1 - t0);
+    if !(e0 > 0.0 && e1 > 0.0 && rate.is_finite()) {
+        return Err(Error::InvalidParameter(format!(
+            "the kinetic energy went from {e0:e} at step {t0} to {e1:e} at step {t1}, which gives no \
+             decay rate: the vortex's energy fell below what the storage holds; raise --u0, or run \
+             fewer --steps"
+        )));
+    }
     let want = cases::taylor_green_rate(a.size, &p);
     println!(
         "kinetic energy decay rate {rate:.6e} per step, analytic 2 nu k^2 = {want:.6e} ({:+.3}%)",
         100.0 * (rate / want - 1.0)
     );
     let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
-    write_csv(&dir.join("energy.csv"), "step,kinetic_energy", &lines)?;
-    finish(&dir, &m, "Taylor-Green vortex", &["energy.csv"])
+    write_csv(&out.file("energy.csv"), "step,kinetic_energy", &lines)?;
+    finish(out, m, "Taylor-Green vortex", &run.footprint, gpu)
 }
 
-fn finish(dir: &Path, m: &Moments, title: &str, extra: &[&str]) -> Result<()> {
-    let mut paths = write_fields(dir, m, title)?;
-    paths.extend(extra.iter().map(|f| dir.join(f)));
-    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    println!("wrote {}", names.join(", "));
+/// Runs the Taylor-Green vortex for `steps`, returning the kinetic energy (rank 0's) at 20 steps
+/// evenly apart and at the last, and checking the state at each and, on large grids, between them.
+fn decay<S: LbmStorage, C: Communicator>(
+    lbm: &mut Lbm<S, C>,
+    steps: u64,
+    bar: &ProgressBar,
+) -> Result<Vec<(f64, f64)>> {
+    let every = (steps / 20).max(1);
+    let health = lbm.check_interval(steps)?.min(every);
+    let mut rows = Vec::new();
+    while lbm.steps() < steps {
+        let done = lbm.steps();
+        lbm.run(health.min(every - done % every).min(steps - done))?;
+        lbm.stop_on(verdict(lbm, steps)?, "raise --tau or lower --u0")?;
+        let done = lbm.steps();
+        if done.is_multiple_of(every) || done == steps {
+            rows.push((done as f64, lbm.moments()?.kinetic_energy()));
+        }
+        bar.set_position(done);
+    }
+    Ok(rows)
+}
+
+/// Writes the fields of `m` into the staged `out` beside the case's files, moves them into place, and
+/// reports the memory `footprint` estimated beside the measured peak.
+fn finish(
+    out: OutputDir,
+    m: Moments,
+    title: &str,
+    footprint: &Footprint,
+    gpu: Option<Arc<Gpu>>,
+) -> Result<()> {
+    write_fields(&out, &m, title)?;
+    drop(m);
+    cli::commit(out)?;
+    footprint.report(gpu.as_deref());
     Ok(())
 }
 
@@ -547,7 +770,10 @@ fn bench_one<S: LbmStorage>(
 ) -> Result<Row> {
     let dims = [n; 3];
     let engine = Engine::Device(gpu.clone());
-    Lbm::<S>::check_fits(&engine, dims, streaming)?;
+    check_memory(
+        &Lbm::<S>::footprint(dims, streaming, Spread::ONE, true, 0)?,
+        Some(gpu),
+    )?;
     // A periodic box with a Taylor-Green flow: every cell is fluid and the populations are not trivial.
     let mut lbm = Lbm::<S>::new(
         &engine,
@@ -567,13 +793,14 @@ fn bench_one<S: LbmStorage>(
         Ok(())
     })? / timed as f64;
     lbm.run(2)?;
-    if !lbm.moments()?.max_speed().is_finite() {
-        return Err(Error::InvalidParameter(format!(
-            "the {n}^3 {} {} run went non-finite",
-            S::NAME,
-            streaming.name()
-        )));
-    }
+    // A signal ends the table here; a NaN names the configuration that produced it.
+    let fix = format!(
+        "the {n}^3 {} {} benchmark's Taylor-Green flow is stable, so this is a fault of the GPU or of \
+         lattice-gpu: please report it",
+        S::NAME,
+        streaming.name()
+    );
+    lbm.stop_on(lbm.verdict()?, &fix)?;
     let mlups = cells / (ms * 1e-3) / 1e6;
     let bytes = Lbm::<S>::traffic_per_cell();
     let gbs = mlups * 1e6 * bytes as f64 / 1e9;
@@ -591,6 +818,13 @@ fn bench_one<S: LbmStorage>(
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {
+    // Each cube holds a Taylor-Green vortex, which needs 4 cells a side to be resolved.
+    if let Some(n) = a.sizes.iter().find(|&&n| !(4..=MAX_SIDE).contains(&n)) {
+        return Err(Error::InvalidParameter(format!(
+            "--sizes {n}: the benchmark's cubes take 4 to {MAX_SIDE} cells a side; give e.g. \
+             --sizes 128,256"
+        )));
+    }
     let gpu = lattice_gpu::cli::bench_gpu("lbm", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
@@ -620,7 +854,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
                         );
                         rows.push(r);
                     }
-                    Err(Error::Host(e @ HostError::OutOfDeviceMemory { .. })) => {
+                    Err(Error::Host(
+                        e @ (HostError::OutOfDeviceMemory { .. }
+                        | HostError::OutOfHostMemory { .. }),
+                    )) => {
                         println!("{n:<5} skipped: {e}")
                     }
                     Err(e) => return Err(e),
@@ -658,17 +895,19 @@ fn bench(a: &BenchArgs) -> Result<()> {
 
 fn dispatch(cli: Cli) -> Result<()> {
     // Each case on one domain or, with --mpi, split over the ranks of the MPI job.
+    // `$layers` z layers, set by `$set`: the ranks split along z, each needs at least one.
     macro_rules! by_storage {
-        ($f:ident, $a:expr) => {{
+        ($f:ident, $a:expr, $layers:expr, $set:expr) => {{
             let split = &$a.common.split;
             split
                 .check_launch($a.common.mpi)
                 .map_err(Error::InvalidParameter)?;
             if let Some(n) = split.halo.gpus {
+                let layers: usize = $layers;
                 return lattice_gpu::cli::on_gpus(
                     n as usize,
-                    usize::MAX,
-                    "TODO(issue 34 A.5)",
+                    layers,
+                    &format!("the grid's {layers} z layers ({})", $set),
                     |c| match $a.common.precision {
                         Storage::F64 => $f::<f64, Threads>($a, c.clone()),
                         Storage::F32 => $f::<f32, Threads>($a, c.clone()),
@@ -691,14 +930,22 @@ fn dispatch(cli: Cli) -> Result<()> {
             }
         }};
     }
+    let size = |s: [usize; 3]| format!("--size {}x{}x{}", s[0], s[1], s[2]);
     match &cli.command {
-        Command::Cavity(a) => by_storage!(cavity, a),
-        Command::Poiseuille(a) => by_storage!(poiseuille, a),
-        Command::TaylorGreen(a) => by_storage!(taylor_green, a),
+        Command::Cavity(a) => by_storage!(cavity, a, a.size[2], size(a.size)),
+        Command::Poiseuille(a) => by_storage!(
+            poiseuille,
+            a,
+            a.extent.1,
+            format!("--extent {}x{}", a.extent.0, a.extent.1)
+        ),
+        Command::TaylorGreen(a) => by_storage!(taylor_green, a, a.size[2], size(a.size)),
         Command::Bench(a) => bench(a),
     }
 }
 
 fn main() -> ExitCode {
-    lattice_gpu::cli::exit(dispatch(Cli::parse()))
+    let cli = Cli::parse();
+    cli::start();
+    cli::exit(dispatch(cli))
 }
