@@ -92,9 +92,7 @@ fn on_signal(s: Signal) {
         .compare_exchange(0, s.0, Ordering::Relaxed, Ordering::Relaxed)
         .is_ok()
     {
-        eprintln!(
-            "\n{s}: stopping at the run's next check; send it again to stop at once"
-        );
+        eprintln!("\n{s}: stopping at the run's next check; send it again to stop at once");
         return;
     }
     // Held until exit: a write starting now waits on the lock and never makes its temporary.
