@@ -272,3 +272,263 @@ fn bad_input_is_refused_with_the_fix() {
     assert!(left.is_empty(), "failed runs left files: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `poisson` with `args` and fails the test unless it fails with `needle` in its output; the
+/// output.
+fn fails_with(args: &[&str], needle: &str) -> String {
+    let (ok, text) = poisson(args);
+    assert!(!ok, "poisson {args:?} succeeded:\n{text}");
+    assert!(
+        text.contains(needle),
+        "poisson {args:?}: expected `{needle}` in:\n{text}"
+    );
+    text
+}
+
+/// The files and directories in `dir` (names, sorted); none where it does not exist.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn grids_beyond_memory_or_64_bits_are_refused_before_allocating() {
+    // `--size 2000` aborted in the allocator while making the manufactured problem, and a 2^20 cube
+    // panicked with "capacity overflow": now both end in a message at once, before anything is made.
+    let t = std::time::Instant::now();
+    let text = fails_with(
+        &["--engine", "host", "--size", "20000x20000x2000"],
+        "the 20000x20000x2000 Poisson solve (5 multigrid levels in f32) would take",
+    );
+    assert!(text.contains("GiB of memory but only"), "{text}");
+    fails_with(
+        &["--engine", "host", "--size", "1048576"],
+        "1048576 x 1048576 x 1048576 values of 8 bytes do not fit in 64 bits; use a smaller grid",
+    );
+    assert!(t.elapsed().as_secs_f64() < 2.0, "{:?}", t.elapsed());
+}
+
+#[test]
+fn the_memory_estimate_covers_the_measured_peak() {
+    // About 120 and 150 MB of arrays: they dominate the runtime's own 10 MB.
+    for extra in [&[][..], &["--precision", "f64", "--layout", "aos"]] {
+        let dir = temp_dir(&format!("memory-{}", extra.len()));
+        let out = std::process::Command::new(common::binary(
+            "LATTICE_GPU_POISSON_BIN",
+            env!("CARGO_BIN_EXE_poisson"),
+        ))
+        .args(["--engine", "host", "--size", "96x96x64", "--tol", "0.9"])
+        .args(["--no-level-times", "--output", "out"])
+        .args(extra)
+        .current_dir(&dir)
+        .env("LATTICE_GPU_MEMORY_REPORT", "1")
+        .output()
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{text}");
+        let [est, gpu, got, _] = common::memory_report(&text);
+        assert_eq!(gpu, 0, "{text}");
+        common::estimate_holds(est, got, 1.3, &format!("poisson {extra:?} host"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_solve_that_overflows_stops_with_its_iteration_and_cell_and_writes_nothing() {
+    let dir = temp_dir("diverged");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("pressure.npy"), "the previous run's").unwrap();
+    let file = |name: &str, value: f64| {
+        let path = dir.join(name);
+        write_npy(&path, &[8, 8, 8], &vec![value; 512]).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // p ~ f / c = 1e310: beyond f64, the V-cycle's first smoothing sweep overflows.
+    let (c, f, ones, huge) = (
+        file("c.npy", 1e-300),
+        file("f.npy", 1e10),
+        file("ones.npy", 1.0),
+        file("huge.npy", 1e39),
+    );
+    let o = out.to_str().unwrap();
+    let base = ["--engine", "host", "--size", "8", "--output", o];
+    for cg in ["sync", "async"] {
+        let text = fails_with(
+            &[
+                &base[..],
+                &[
+                    "--coeffs",
+                    &c,
+                    "--rhs",
+                    &f,
+                    "--precision",
+                    "f64",
+                    "--cg",
+                    cg,
+                ],
+            ]
+            .concat(),
+            "the run diverged: the preconditioned residual z = M^-1 r is NaN at cell (x, y, z) = \
+             (0, 0, 0) in CG iteration 1",
+        );
+        assert!(
+            text.contains("scale the right-hand side and the coefficients"),
+            "{text}"
+        );
+        // Before the fix CG's own test read the NaN as an operator that is not positive definite.
+        assert!(!text.contains("not SPD"), "{text}");
+    }
+    // Values that the f32 multigrid cannot hold are refused before the solve, with the fix.
+    fails_with(
+        &[&base[..], &["--coeffs", &c, "--rhs", &f]].concat(),
+        "is 6e-300 at cell (0, 0, 0), outside the range of f32 (1.2e-38 to 3.4e38) that the \
+         multigrid works in: use --precision f64",
+    );
+    fails_with(
+        &[&base[..], &["--coeffs", &ones, "--rhs", &huge]].concat(),
+        "the right-hand side is 1e39 at cell (0, 0, 0), beyond the range of f32",
+    );
+    assert_eq!(entries(&out), ["pressure.npy"]);
+    assert_eq!(
+        std::fs::read(out.join("pressure.npy")).unwrap(),
+        b"the previous run's"
+    );
+    assert!(common::temporaries(&dir).is_empty(), "{:?}", entries(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_signal_stops_the_solve_between_iterations_and_writes_nothing() {
+    let dir = temp_dir("signal");
+    let bin = common::binary("LATTICE_GPU_POISSON_BIN", env!("CARGO_BIN_EXE_poisson"));
+    // A tolerance below reach keeps CG iterating for seconds (until its residual stops falling).
+    let args = [
+        "--engine",
+        "host",
+        "--size",
+        "48",
+        "--tol",
+        "1e-300",
+        "--max-iter",
+        "100000",
+        "--output",
+        "out",
+    ];
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let (got, text) = common::signalled(
+            &bin,
+            &args,
+            &dir,
+            "set-up:",
+            std::time::Duration::from_millis(300),
+            signal,
+        );
+        assert_eq!(got, Some(code), "{text}");
+        let step: u64 = text
+            .split(&format!("stopped by SIG{signal} after step "))
+            .nth(1)
+            .and_then(|s| s.split(';').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no step in:\n{text}"));
+        // The solve was under way (the signal came after the set-up): it stopped between two of its
+        // iterations, its steps.
+        assert!(step >= 1, "{text}");
+        assert!(
+            text.contains("the run's results were not written"),
+            "{text}"
+        );
+        assert!(entries(&dir).is_empty(), "{:?}:\n{text}", entries(&dir));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_commit_leaves_the_previous_outputs_whole() {
+    let dir = temp_dir("all-or-nothing");
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("pressure_midz.png")).unwrap();
+    std::fs::write(out.join("pressure.npy"), "the previous run's").unwrap();
+    let o = out.to_str().unwrap();
+    fails_with(
+        &["--engine", "host", "--size", "8", "--output", o],
+        "not a regular file",
+    );
+    assert_eq!(entries(&out), ["pressure.npy", "pressure_midz.png"]);
+    assert_eq!(
+        std::fs::read(out.join("pressure.npy")).unwrap(),
+        b"the previous run's"
+    );
+    assert!(common::temporaries(&dir).is_empty(), "{:?}", entries(&dir));
+    // Once the squatter is gone, all three files appear together.
+    std::fs::remove_dir(out.join("pressure_midz.png")).unwrap();
+    let (ok, text) = poisson(&["--engine", "host", "--size", "8", "--output", o]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("wrote pressure.npy, pressure_midz.png, residuals.csv in"),
+        "{text}"
+    );
+    assert_eq!(
+        entries(&out),
+        ["pressure.npy", "pressure_midz.png", "residuals.csv"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn messages_name_the_option_to_change() {
+    let dir = temp_dir("messages");
+    let out = dir.join("out");
+    let base = [
+        "--engine",
+        "host",
+        "--size",
+        "8",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    // `--coarse-sweeps 0` advised `--smooth`.
+    let text = fails_with(
+        &[&base[..], &["--coarse-sweeps", "0"]].concat(),
+        "use --coarse-sweeps 1 or more",
+    );
+    assert!(!text.contains("--smooth"), "{text}");
+    fails_with(
+        &[&base[..], &["--smooth", "0"]].concat(),
+        "use --smooth 1 or more",
+    );
+    // Options that would be ignored are refused.
+    fails_with(
+        &[&base[..], &["--check-every", "3"]].concat(),
+        "--check-every 3 applies to --cg async only",
+    );
+    fails_with(
+        &[&base[..], &["--cg", "async", "--check-every", "0"]].concat(),
+        "give --check-every 1 or more",
+    );
+    fails_with(
+        &[&base[..], &["--vertical", "-2"]].concat(),
+        "give a finite value above -1",
+    );
+    fails_with(&["--engine", "host", "--size", "-8"], "`-8` is not a size");
+    let (ok, help) = poisson(&["--help"]);
+    assert!(ok, "{help}");
+    // The default shows the syntax --spacing takes; `--graph auto` says what it does.
+    assert!(
+        help.contains("[default: 1,1,1]") && !help.contains("[default: 1 1 1]"),
+        "{help}"
+    );
+    assert!(
+        help.contains("`auto` alike record wherever it applies"),
+        "{help}"
+    );
+    assert!(help.contains("`host` runs on the CPU"), "{help}");
+    // Refused before anything was made.
+    assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}

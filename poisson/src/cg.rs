@@ -9,11 +9,17 @@
 //! the operator and the V-cycle.
 
 use lattice_gpu_host::cg::{Cg, CgProblem, CgReport};
-use lattice_gpu_host::{Field, Loop3D, LoopEngine, Shape, TuningReport};
+use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::health::{self, NonFinite, Verdict};
+use lattice_gpu_host::{
+    Error as HostError, Field, HostLoopEngine, Loop3D, LoopEngine, Shape, TuningReport,
+};
 use lattice_gpu_kernels::poisson::Apply;
+use rayon::prelude::*;
 
+use crate::memory::{self, Memory};
 use crate::multigrid::{
-    check_cycle, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
+    self, check_cycle, with_operator, Cycle, Layout, LevelTraffic, Multigrid, OperatorView,
     Preconditioner, StencilFields, SweepBytes,
 };
 use crate::problem::{Problem, Stencil};
@@ -133,10 +139,89 @@ macro_rules! with_mg {
     };
 }
 
-/// The operator and the V-cycle of a solve, as CG sees them.
+/// The operator and the V-cycle of a solve, as CG sees them, and the solve's checks: CG calls the
+/// preconditioner once before its first iteration and once after each, so those calls are where a solve
+/// stops for a signal, and where its residual is scanned for NaN and infinity every `every` iterations.
 struct Parts<'a, 'e, E: LoopEngine> {
+    engine: &'e E,
     op: &'a mut Operator<'e, E>,
     mg: &'a mut Mg<'e, E>,
+    /// Preconditioner applications so far: the iterations done before the next.
+    applied: u64,
+    /// Iterations between scans of the residual; 0: none (tuning).
+    every: u64,
+    /// What to change should a value turn non-finite.
+    fix: &'static str,
+}
+
+impl<'a, 'e, E: LoopEngine> Parts<'a, 'e, E> {
+    fn new(
+        engine: &'e E,
+        op: &'a mut Operator<'e, E>,
+        mg: &'a mut Mg<'e, E>,
+        every: u64,
+        fix: &'static str,
+    ) -> Self {
+        Self {
+            engine,
+            op,
+            mg,
+            applied: 0,
+            every,
+            fix,
+        }
+    }
+
+    /// The check after `done` iterations: stops for a signal, and, where `scan` gives a field, for a
+    /// NaN or infinity in it (named `what`).
+    fn check(&self, done: u64, scan: Option<(&E::Field<f64>, &str)>) -> Result<()> {
+        let found = match scan {
+            Some((f, _)) => first_non_finite(self.engine, f)?,
+            None => None,
+        };
+        let what = scan.map_or("", |(_, what)| what);
+        let shape = self.op.shape();
+        Verdict::agree(&Solo, found)?.into_result(
+            done,
+            what,
+            |nf| format!("{} in CG iteration {done}", cell(shape, nf)),
+            self.fix,
+        )?;
+        Ok(())
+    }
+}
+
+/// Stops with [`Error::Interrupted`](lattice_gpu_host::Error::Interrupted) after `step` CG iterations
+/// where a signal asked the run to stop ([`interrupt`](lattice_gpu_host::interrupt)): the check of the
+/// loops outside CG's iterations (tuning) and of a caller between its phases. A solve checks on its own
+/// before every preconditioner application.
+pub fn stop_for_signal(step: u64) -> Result<()> {
+    Verdict::agree(&Solo, None)?.into_result(step, "", |_| String::new(), "")?;
+    Ok(())
+}
+
+/// The index and value of the first NaN or infinity in `f`, if there is one.
+fn first_non_finite<E: LoopEngine>(engine: &E, f: &E::Field<f64>) -> Result<Option<(u64, f64)>> {
+    Ok(match engine.first_non_finite(f)? {
+        Some(i) => Some((i as u64, f.download_span(i, 1)?[0])),
+        None => None,
+    })
+}
+
+/// The cell of array index `nf.index` of a field of `shape` (margin 1), x fastest from 0, as
+/// [`Problem::check`] names cells.
+fn cell(shape: Shape, nf: &NonFinite) -> String {
+    let [sx, sy, _] = shape.size();
+    let i = nf.index as usize;
+    let p = [i % sx, i / sx % sy, i / (sx * sy)];
+    let first = shape.first();
+    let [nx, ny, nz] = shape.interior();
+    match [0, 1, 2].map(|a| p[a].checked_sub(first[a])) {
+        [Some(x), Some(y), Some(z)] if x < nx && y < ny && z < nz => {
+            format!("cell (x, y, z) = ({x}, {y}, {z})")
+        }
+        _ => format!("array index {i} (a margin, outside the cells)"),
+    }
 }
 
 impl<E: LoopEngine> CgProblem<E> for Parts<'_, '_, E> {
@@ -149,6 +234,10 @@ impl<E: LoopEngine> CgProblem<E> for Parts<'_, '_, E> {
         sums: &mut E::Field<f64>,
         slot: usize,
     ) -> Result<()> {
+        // Tuning runs the operator alone, many times: a signal stops it here.
+        if self.every == 0 {
+            stop_for_signal(0)?;
+        }
         self.op.apply(x, y, sums, slot)
     }
 
@@ -159,8 +248,131 @@ impl<E: LoopEngine> CgProblem<E> for Parts<'_, '_, E> {
         sums: &mut E::Field<f64>,
         slot: usize,
     ) -> Result<()> {
+        let done = self.applied;
+        self.applied += 1;
+        let due = self.every > 0 && done > 0 && done.is_multiple_of(self.every);
+        self.check(done, due.then_some((r, "the residual r")))?;
         with_mg!(&mut *self.mg, m => m.apply(r, z, sums, slot))
     }
+}
+
+/// Fails, naming the cell and the fix, where the finest stencil of `problem` (`stencil`) is not finite
+/// in f64 (a coefficient over a squared spacing that overflows), or, for a multigrid in f32, where a
+/// coefficient or the right-hand side lies beyond f32's range or a diagonal below its smallest normal
+/// value: the V-cycle would turn them into infinities or divide by zero.
+fn check_range(problem: &Problem, stencil: &Stencil, precision: Precision) -> Result<()> {
+    let [nx, ny, _] = problem.n;
+    let at = |k: usize| format!("({}, {}, {})", k % nx, k / nx % ny, k / (nx * ny));
+    let big = f64::from(f32::MAX);
+    for (slot, values) in stencil.iter().enumerate() {
+        let bad = |v: f64| match precision {
+            _ if !v.is_finite() => true,
+            Precision::F64 => false,
+            Precision::F32 => v.abs() > big || (slot == 0 && v < f64::from(f32::MIN_POSITIVE)),
+        };
+        if let Some(k) = values.par_iter().position_first(|&v| bad(v)) {
+            let v = values[k];
+            return Err(Error::Invalid(match v.is_finite() {
+                false => format!(
+                    "the operator's coefficient c / h^2 overflows f64 at cell {}: scale the \
+                     coefficients or the spacing towards 1",
+                    at(k)
+                ),
+                true => format!(
+                    "the operator's coefficient c / h^2 is {v:e} at cell {}, outside the range of \
+                     f32 (1.2e-38 to 3.4e38) that the multigrid works in: use --precision f64, or \
+                     scale the coefficients or the spacing towards 1",
+                    at(k)
+                ),
+            }));
+        }
+    }
+    if precision == Precision::F32 {
+        if let Some(k) = problem.rhs.par_iter().position_first(|f| f.abs() > big) {
+            return Err(Error::Invalid(format!(
+                "the right-hand side is {:e} at cell {}, beyond the range of f32 (3.4e38) that the \
+                 multigrid works in: use --precision f64, or scale f towards 1 (p scales with it)",
+                problem.rhs[k],
+                at(k)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What to change when a solve in `precision` finds a NaN or infinity.
+fn fix(precision: Precision) -> &'static str {
+    match precision {
+        Precision::F32 => {
+            "the values outgrew the range of f32 (3.4e38), which the multigrid works in, or of f64: \
+             use --precision f64, or scale the right-hand side and the coefficients towards 1 (p \
+             scales with f / c)"
+        }
+        Precision::F64 => {
+            "the values outgrew the range of f64 (1.8e308): scale the right-hand side and the \
+             coefficients towards 1 (p scales with f / c)"
+        }
+    }
+}
+
+/// The memory a solver for `n` cells takes at its peak, host and engine apart (the engine's fields
+/// in host memory unless `on_gpu`), replayed from [`Solver::new`], a solve (with
+/// [`Solver::solve_async`] over at most `async_iterations`, whose scalars are kept per
+/// iteration) and [`Solver::solution`]; with the caller's problem (its coefficient and
+/// right-hand side) held throughout, and the solution it keeps afterwards. The set-up holds the
+/// finest stencil beside the operator and the levels (and the coarse levels' stencils); the
+/// solution comes on top of every field.
+pub fn footprint(
+    n: [usize; 3],
+    cycle: &Cycle,
+    precision: Precision,
+    on_gpu: bool,
+    async_iterations: Option<usize>,
+) -> Result<Memory> {
+    let mut m = Memory::new(on_gpu);
+    let what = "the coefficient and right-hand side";
+    m.host.take(memory::cells(n, 2, 8, what)?);
+    let stencil = memory::cells(n, 7, 8, "the finest stencil")?;
+    m.host.take(stencil);
+    let mut kept = multigrid::stencil_fields(&mut m, n, 8, cycle.layout)?;
+    let elem = match precision {
+        Precision::F32 => 4,
+        Precision::F64 => 8,
+    };
+    kept = kept.saturating_add(multigrid::footprint(&mut m, n, cycle, elem)?);
+    m.host.give(stencil);
+    // b, written through a buffer of one plane; then CG's other vectors.
+    let vector = memory::fields(n, 1, 8, "a CG vector")?;
+    let plane = memory::plane(n, 1, 8, "a plane of a CG vector")?;
+    m.engine().take(vector);
+    m.host.passing(plane);
+    let vectors = memory::fields(
+        n,
+        Cg::<HostLoopEngine>::FIELDS as usize - 1,
+        8,
+        "CG's vectors",
+    )?;
+    m.engine().take(vectors);
+    kept = kept.saturating_add(vector).saturating_add(vectors);
+    if on_gpu {
+        let scratch = reduction_scratch(n)?;
+        m.gpu.take(scratch);
+        kept = kept.saturating_add(scratch);
+    }
+    if let Some(iterations) = async_iterations {
+        // Three scalars per iteration on the engine, downloaded whole at each read.
+        let what = "CG's scalars";
+        let count = [3, iterations.saturating_add(1)];
+        let scalars = lattice_gpu_host::memory::bytes(&count, 8, what)?;
+        m.engine().take(scalars);
+        m.host.passing(scalars);
+        kept = kept.saturating_add(scalars);
+    }
+    // The solution, fetched one plane at a time.
+    m.host.take(memory::cells(n, 1, 8, "the solution")?);
+    m.host.passing(plane);
+    m.engine().give(kept);
+    Ok(m)
 }
 
 /// A problem made ready to solve on an engine: the f64 operator, the multigrid hierarchy and CG's
@@ -171,11 +383,21 @@ pub struct Solver<'e, E: LoopEngine> {
     op: Operator<'e, E>,
     mg: Mg<'e, E>,
     cg: Cg<'e, E>,
+    precision: Precision,
+}
+
+/// Bytes of the reductions' scratch on a GPU for `n` cells: a summing loop's partial per block (blocks
+/// of 32 threads or more over the finest fields), and the smaller buffers it outgrew, which the engine
+/// keeps.
+fn reduction_scratch(n: [usize; 3]) -> Result<u64> {
+    Ok(memory::fields(n, 1, 8, "the reductions' scratch")? / 16 + (1 << 20))
 }
 
 impl<'e, E: LoopEngine> Solver<'e, E> {
     /// Checks `problem` and `cycle` and builds the solver on `engine`: the finest stencil once (for the
     /// operator and the multigrid's finest level), the coarser levels, and every field on the engine.
+    /// Refuses, before building anything large, a solver whose fields do not fit on the engine, and
+    /// coefficients or a right-hand side that would overflow the multigrid's precision.
     pub fn new(
         engine: &'e E,
         problem: &Problem,
@@ -184,41 +406,55 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
     ) -> Result<Self> {
         problem.check()?;
         check_cycle(problem.n, &cycle)?;
+        let need = footprint(
+            problem.n,
+            &cycle,
+            precision,
+            engine.device().is_some(),
+            None,
+        )?;
+        // The caller holds the problem already: what is available excludes it.
+        let held = memory::cells(problem.n, 2, 8, "the coefficient and right-hand side")?;
         engine.check_fits(
-            Self::bytes(problem.n, cycle.levels, precision),
+            match need.on_gpu {
+                true => need.gpu.peak(),
+                false => need.host.peak().saturating_sub(held),
+            },
             &format!(
                 "the {}x{}x{} Poisson solver ({} multigrid levels in {precision:?})",
                 problem.n[0], problem.n[1], problem.n[2], cycle.levels
             ),
         )?;
+        // The set-up of a large grid takes seconds per phase: a signal stops it between them.
         let stencil = problem.stencil();
+        check_range(problem, &stencil, precision)?;
+        stop_for_signal(0)?;
         let op = Operator::from_stencil(engine, problem.n, &stencil, cycle.layout)?;
+        stop_for_signal(0)?;
         let mg = match precision {
             Precision::F32 => Mg::F32(Multigrid::with_finest(engine, problem, &stencil, cycle)?),
             Precision::F64 => Mg::F64(Multigrid::with_finest(engine, problem, &stencil, cycle)?),
         };
         drop(stencil);
+        stop_for_signal(0)?;
         let shape = op.shape();
         let mut b = engine.alloc::<f64>(shape)?;
-        b.upload(&shape.embed(&problem.rhs, 0.0)?)?;
+        multigrid::upload_planes(&mut b, shape, &problem.rhs, |f| f)?;
+        let cg = Cg::new(engine, b)?;
+        if !cg.b_norm().is_finite() {
+            return Err(Error::Invalid(format!(
+                "the right-hand side's norm overflows f64 (its largest value is {:e}): scale f towards \
+                 1 (p scales with it)",
+                problem.rhs.iter().fold(0.0f64, |m, f| m.max(f.abs()))
+            )));
+        }
         Ok(Self {
             engine,
             op,
             mg,
-            cg: Cg::new(engine, b)?,
+            cg,
+            precision,
         })
-    }
-
-    /// The bytes of the fields on the engine: CG's 6 vectors and the operator's 7 coefficients in f64,
-    /// and per level 7 coefficients and 3 vectors in the multigrid's precision (margins included).
-    fn bytes(n: [usize; 3], levels: usize, precision: Precision) -> u64 {
-        let cells = |n: [usize; 3]| n.iter().map(|v| v + 2).product::<usize>() as u64;
-        let s = match precision {
-            Precision::F32 => 4,
-            Precision::F64 => 8,
-        };
-        let mg: u64 = (0..levels).map(|l| 10 * s * cells(n.map(|v| v >> l))).sum();
-        (Cg::<E>::FIELDS + 7) * 8 * cells(n) + mg
     }
 
     /// Runs every loop of a solve until the engine has tuned it (once each when the tune cache has it;
@@ -228,10 +464,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
         if !self.engine.tunes() {
             return Ok(());
         }
-        let mut parts = Parts {
-            op: &mut self.op,
-            mg: &mut self.mg,
-        };
+        let mut parts = Parts::new(self.engine, &mut self.op, &mut self.mg, 0, "");
         self.cg
             .tune(&mut parts, |p| E::tuning(p.op.site.info()).is_some())?;
         let (r, z) = self.cg.scratch();
@@ -254,12 +487,77 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
     ) -> Result<Report> {
         check_stop(tol, max_iter)?;
         with_mg!(&mut self.mg, m => m.set_timed(timed));
-        let mut parts = Parts {
-            op: &mut self.op,
-            mg: &mut self.mg,
-        };
-        let r = self.cg.solve(&mut parts, tol, max_iter, progress)?;
+        let every = self.scan_every(max_iter);
+        let fix = fix(self.precision);
+        let mut parts = Parts::new(self.engine, &mut self.op, &mut self.mg, every, fix);
+        let r = self.cg.solve(&mut parts, tol, max_iter, progress);
+        let r = self.diagnose(r)?;
         Ok(self.report(r))
+    }
+
+    /// Iterations between the scans of the residual for NaN and infinity in a solve of at most
+    /// `max_iter` ([`health::check_interval`]). CG reads `|r|^2` after every iteration besides, which a
+    /// NaN or infinity anywhere in `r` turns non-finite, and [`diagnose`](Self::diagnose) then finds
+    /// the cell.
+    fn scan_every(&self, max_iter: usize) -> u64 {
+        let cells = self.op.shape().interior().iter().product::<usize>() as u64;
+        let on_gpu = self.engine.device().is_some();
+        health::check_interval(cells, max_iter as u64, on_gpu)
+    }
+
+    /// A solve's result, where CG stopped without converging because a value turned NaN or infinite
+    /// (its residual, or `p.Ap`, which it reads as "not falling" or "not SPD"), made the divergence it
+    /// is: the first non-finite value of the residual, the preconditioned residual or the iterate,
+    /// with its cell and iteration.
+    fn diagnose(&mut self, r: Result<CgReport>) -> Result<CgReport> {
+        let (iterations, residual) = match &r {
+            Err(Error::NotConverged {
+                iterations,
+                residual,
+                ..
+            }) => (*iterations as u64, *residual),
+            _ => return r,
+        };
+        let (engine, shape, fix) = (self.engine, self.op.shape(), fix(self.precision));
+        let mut found = None;
+        let (cg_r, cg_z) = self.cg.scratch();
+        for (f, what) in [
+            (cg_r, "the residual r"),
+            (&*cg_z, "the preconditioned residual z = M^-1 r"),
+        ] {
+            if found.is_none() {
+                found = first_non_finite(engine, f)?.map(|v| (v, what));
+            }
+        }
+        if found.is_none() {
+            found = first_non_finite(engine, self.cg.x())?.map(|v| (v, "the iterate x"));
+        }
+        if let Some(((index, value), what)) = found {
+            let nf = NonFinite {
+                rank: 0,
+                index,
+                value,
+            };
+            return Err(HostError::Diverged {
+                step: iterations,
+                what: what.into(),
+                value,
+                at: format!("{} in CG iteration {iterations}", cell(shape, &nf)),
+                fix: fix.into(),
+            }
+            .into());
+        }
+        if !residual.is_finite() {
+            return Err(HostError::Diverged {
+                step: iterations,
+                what: "the relative residual |r| / |b|".into(),
+                value: residual,
+                at: format!("CG iteration {iterations} (every value finite, their squares not)"),
+                fix: fix.into(),
+            }
+            .into());
+        }
+        r
     }
 
     /// [`solve`](Self::solve) with CG's scalars kept on the engine ([`Cg::solve_async`]): the host queues
@@ -278,14 +576,22 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
                 "the residual must be read every 1 or more iterations".into(),
             ));
         }
+        let what = "CG's scalars kept on the engine";
+        let scalars = lattice_gpu_host::memory::bytes(&[3, max_iter.saturating_add(1)], 8, what)?;
+        // On the CPU the engine's array and each read's copy are both host memory.
+        let copies = if self.engine.device().is_some() { 1 } else { 2 };
+        self.engine.check_fits(
+            scalars.saturating_mul(copies),
+            &format!("{what} for --max-iter {max_iter} iterations"),
+        )?;
         with_mg!(&mut self.mg, m => m.set_timed(false));
-        let mut parts = Parts {
-            op: &mut self.op,
-            mg: &mut self.mg,
-        };
+        let every = self.scan_every(max_iter);
+        let fix = fix(self.precision);
+        let mut parts = Parts::new(self.engine, &mut self.op, &mut self.mg, every, fix);
         let r = self
             .cg
-            .solve_async(&mut parts, tol, max_iter, check_every, progress)?;
+            .solve_async(&mut parts, tol, max_iter, check_every, progress);
+        let r = self.diagnose(r)?;
         Ok(self.report(r))
     }
 
@@ -301,7 +607,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
 
     /// The last solve's iterate (interior cells, x fastest), fetched from the engine.
     pub fn solution(&self) -> Result<Vec<f64>> {
-        Ok(self.op.shape().extract(&self.cg.x().download()?))
+        multigrid::download_interior(self.cg.x(), self.op.shape())
     }
 
     /// `sweeps` smoothing sweeps of the multigrid's finest level, queued without waiting: for timing the

@@ -6,7 +6,9 @@
 //! - [`problem`]: the grid, coefficients and right-hand side, their checks, the 7-point discretisation
 //!   and the manufactured solutions.
 //! - [`multigrid`]: the level hierarchy and the V-cycle.
-//! - [`cg`]: preconditioned conjugate gradients, the operator in f64 and the solve.
+//! - [`cg`]: preconditioned conjugate gradients, the operator in f64 and the solve, its checks (a
+//!   signal, a NaN) and its memory footprint.
+//! - [`memory`]: the tallies the footprint is replayed into.
 //!
 //! A manufactured problem solved on the CPU engine (a GPU engine runs the same), the multigrid in f32:
 //!
@@ -30,6 +32,7 @@
 
 pub mod cg;
 pub mod error;
+pub mod memory;
 pub mod multigrid;
 pub mod problem;
 

@@ -20,6 +20,7 @@ use lattice_gpu_kernels::poisson::{
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D, SumUpdate3D};
 use lattice_gpu_kernels::vector::ConvertDot;
 
+use crate::memory::{self, Memory};
 use crate::problem::{coarsen, stencil, Problem, Stencil};
 use crate::{Error, Result};
 
@@ -101,8 +102,143 @@ pub fn upload<E: LoopEngine, T: Element>(
     interior: &[f64],
 ) -> Result<E::Field<T>> {
     let mut f = engine.alloc::<T>(shape)?;
-    f.upload(&shape.embed_map(interior, T::ZERO, T::from_f64)?)?;
+    upload_planes(&mut f, shape, interior, T::from_f64)?;
     Ok(f)
+}
+
+/// Fails unless `values` fill the interior of `shape`.
+fn check_fills(shape: Shape, values: usize) -> Result<()> {
+    let [nx, ny, nz] = shape.interior();
+    if values != nx * ny * nz {
+        return Err(Error::Invalid(format!(
+            "{values} values do not fill the {nx}x{ny}x{nz} grid"
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `interior` (x fastest, each value through `map`) into `field`, a zeroed field of `shape`,
+/// one array plane at a time through a buffer of one plane: no host copy of the whole array (on the
+/// CPU engine a second copy of the field, on a GPU a host copy as large) is made on the way.
+pub(crate) fn upload_planes<F: Field<T>, T: Element, S: Copy + Sync>(
+    field: &mut F,
+    shape: Shape,
+    interior: &[S],
+    map: impl Fn(S) -> T + Sync,
+) -> Result<()> {
+    check_fills(shape, interior.len())?;
+    let [nx, ny, nz] = shape.interior();
+    let [sx, sy, _] = shape.size();
+    let first = shape.first();
+    let mut plane = vec![T::ZERO; sx * sy];
+    for k in 0..nz {
+        // Rows in parallel; the margins of the plane stay zero.
+        plane.par_chunks_mut(sx).enumerate().for_each(|(jj, row)| {
+            let Some(j) = jj.checked_sub(first[1]).filter(|&j| j < ny) else {
+                return;
+            };
+            let from = &interior[nx * (j + ny * k)..][..nx];
+            for (to, &v) in row[first[0]..first[0] + nx].iter_mut().zip(from) {
+                *to = map(v);
+            }
+        });
+        field.upload_span(sx * sy * (first[2] + k), &plane)?;
+    }
+    Ok(())
+}
+
+/// The interior values (x fastest) of `field`, a field of `shape`, fetched one array plane at a time:
+/// no copy of the whole array with its margins is made on the way.
+pub(crate) fn download_interior<F: Field<T>, T: Element>(
+    field: &F,
+    shape: Shape,
+) -> Result<Vec<T>> {
+    let [nx, ny, nz] = shape.interior();
+    let [sx, sy, _] = shape.size();
+    let first = shape.first();
+    let mut out = Vec::with_capacity(nx * ny * nz);
+    for k in 0..nz {
+        let plane = field.download_span(sx * sy * (first[2] + k), sx * sy)?;
+        for j in 0..ny {
+            let at = first[0] + sx * (first[1] + j);
+            out.extend_from_slice(&plane[at..at + nx]);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the stencil `s` into `field`, the zeroed AoS field of `shape` (margin 1, no padding; 7 values
+/// per array index: array index `i`'s coefficients at `7 i .. 7 i + 7`, rounded to `T`, zero in the
+/// margins), one array plane at a time through a buffer of one plane.
+fn upload_interleaved<F: Field<T>, T: Element>(
+    field: &mut F,
+    shape: Shape,
+    s: &Stencil,
+) -> Result<()> {
+    for c in s {
+        check_fills(shape, c.len())?;
+    }
+    let [nx, ny, nz] = shape.interior();
+    let [sx, sy, _] = shape.size();
+    let first = shape.first();
+    let mut plane = vec![T::ZERO; 7 * sx * sy];
+    for k in 0..nz {
+        plane
+            .par_chunks_mut(7 * sx)
+            .enumerate()
+            .for_each(|(jj, row)| {
+                let Some(j) = jj.checked_sub(first[1]).filter(|&j| j < ny) else {
+                    return;
+                };
+                for i in 0..nx {
+                    let cell = i + nx * (j + ny * k);
+                    for (c, coeff) in s.iter().enumerate() {
+                        row[7 * (first[0] + i) + c] = T::from_f64(coeff[cell]);
+                    }
+                }
+            });
+        field.upload_span(7 * sx * sy * (first[2] + k), &plane)?;
+    }
+    Ok(())
+}
+
+/// Writes `interior` (x fastest, rounded to `T`) into `field`, the zeroed two-half field of `halves`
+/// for the natural array `shape` (as [`by_colour`] lays it out), one plane of each half at a time.
+fn upload_by_colour<F: Field<T>, T: Element>(
+    field: &mut F,
+    shape: Shape,
+    halves: Halves,
+    interior: &[f64],
+) -> Result<()> {
+    check_fills(shape, interior.len())?;
+    let [nx, ny, nz] = shape.interior();
+    let first = shape.first();
+    let pitch = halves.pitch as usize;
+    let run = pitch * halves.n[1] as usize;
+    let (mut red, mut black) = (vec![T::ZERO; run], vec![T::ZERO; run]);
+    for k in 0..nz {
+        let kk = first[2] + k;
+        // Rows in parallel: row jj of the plane is slots jj pitch .. (jj + 1) pitch of each half.
+        let rows = red.par_chunks_mut(pitch).zip(black.par_chunks_mut(pitch));
+        rows.enumerate().for_each(|(jj, (red, black))| {
+            let Some(j) = jj.checked_sub(first[1]).filter(|&j| j < ny) else {
+                return;
+            };
+            for i in 0..nx {
+                let ii = first[0] + i;
+                let (c, at) = halves.place(ii as u32, jj as u32, kk as u32);
+                let local = at - c as usize * halves.half() - run * kk - pitch * jj;
+                let v = T::from_f64(interior[i + nx * (j + ny * k)]);
+                match c {
+                    0 => red[local] = v,
+                    _ => black[local] = v,
+                }
+            }
+        });
+        field.upload_span(run * kk, &red)?;
+        field.upload_span(halves.half() + run * kk, &black)?;
+    }
+    Ok(())
 }
 
 /// How the 7 coefficients of each cell are stored.
@@ -160,17 +296,10 @@ impl<F> StencilFields<F> {
             Layout::Soa => Self::Soa([f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?, f(6)?]),
             Layout::Aos => {
                 // Array index i of `shape` holds its cell's coefficients at 7 i .. 7 i + 7 (margins 0).
-                let whole: Vec<Vec<f64>> = s
-                    .iter()
-                    .map(|c| shape.embed(c, 0.0))
-                    .collect::<std::result::Result<_, _>>()?;
-                let data: Vec<T> = (0..7 * shape.len())
-                    .map(|k| T::from_f64(whole[k % 7][k / 7]))
-                    .collect();
                 let wide =
                     Shape::new_3d([7 * shape.size()[0], shape.size()[1], shape.size()[2]], 0)?;
                 let mut field = engine.alloc::<T>(wide)?;
-                field.upload(&data)?;
+                upload_interleaved(&mut field, shape, s)?;
                 Self::Aos(field)
             }
         })
@@ -332,16 +461,25 @@ pub fn max_levels(n: [usize; 3]) -> usize {
     levels
 }
 
-/// Fails unless `cycle` smooths at all and `n` halves `cycle.levels - 1` times (saying how many levels
-/// the sizes allow).
-pub(crate) fn check_cycle(n: [usize; 3], cycle: &Cycle) -> Result<()> {
-    if cycle.sweeps == 0 || cycle.coarse_sweeps == 0 {
-        return Err(Error::Invalid(format!(
-            "a V-cycle of {} smoothing sweeps each way and {} on the coarsest level leaves the error \
-             the coarse grid cannot see untouched (the preconditioner is singular): use --smooth 1 or \
-             more",
-            cycle.sweeps, cycle.coarse_sweeps
-        )));
+/// Fails unless `cycle` smooths at all, `n` halves `cycle.levels - 1` times (saying how many levels
+/// the sizes allow), and the finest level can be stored by colour where [`Cycle::colours`] asks for it:
+/// the checks of [`Multigrid::new`], for a caller that wants them before it builds anything.
+pub fn check_cycle(n: [usize; 3], cycle: &Cycle) -> Result<()> {
+    // A smoother that never runs leaves the error the coarse grid cannot see untouched: the
+    // preconditioner is singular and CG breaks down.
+    if cycle.sweeps == 0 {
+        return Err(Error::Invalid(
+            "0 smoothing sweeps before and after the coarse correction leave the error the coarse \
+             grid cannot see untouched (the preconditioner is singular): use --smooth 1 or more"
+                .into(),
+        ));
+    }
+    if cycle.coarse_sweeps == 0 {
+        return Err(Error::Invalid(
+            "0 sweeps on the coarsest level leave its error untouched (the preconditioner is \
+             singular): use --coarse-sweeps 1 or more"
+                .into(),
+        ));
     }
     let (most, levels) = (max_levels(n), cycle.levels);
     if levels == 0 || levels > most {
@@ -351,7 +489,91 @@ pub(crate) fn check_cycle(n: [usize; 3], cycle: &Cycle) -> Result<()> {
             n[0], n[1], n[2]
         )));
     }
+    if cycle.colours && !cycle.colours_apply(n) {
+        return Err(Error::Invalid(format!(
+            "storing the finest level by colour needs the red-black smoother, the SoA layout and an \
+             even number of cells in x (asked: {:?} smoother, {:?} layout, {} cells); drop --colours or \
+             change those",
+            cycle.smoother, cycle.layout, n[0]
+        )));
+    }
     Ok(())
+}
+
+/// Replays into `m` the allocations of [`StencilFields::new`] for `n` cells in values of `elem` bytes:
+/// one field after another (SoA) or the interleaved one (AoS), each written through a buffer of one
+/// array plane. Returns the engine bytes kept.
+pub(crate) fn stencil_fields(
+    m: &mut Memory,
+    n: [usize; 3],
+    elem: usize,
+    layout: Layout,
+) -> Result<u64> {
+    let one = memory::fields(n, 1, elem, "a coefficient field")?;
+    let all = memory::fields(n, 7, elem, "the coefficient fields")?;
+    match layout {
+        Layout::Soa => {
+            let plane = memory::plane(n, 1, elem, "a coefficient plane")?;
+            for _ in 0..7 {
+                m.engine().take(one);
+                m.host.passing(plane);
+            }
+        }
+        Layout::Aos => {
+            m.engine().take(all);
+            m.host
+                .passing(memory::plane(n, 7, elem, "a coefficient plane")?);
+        }
+    }
+    Ok(all)
+}
+
+/// Replays into `m` the allocations [`Multigrid::with_finest`] makes for `n` cells in values of `elem`
+/// bytes: level by level, the coarse coefficient (made while the finer one is alive) and stencil on the
+/// host, and the level's fields on the engine, each written through a buffer of one plane (by colour:
+/// one plane of each half). Returns the engine bytes the levels keep.
+pub(crate) fn footprint(m: &mut Memory, n: [usize; 3], cycle: &Cycle, elem: usize) -> Result<u64> {
+    let sizes: Vec<[usize; 3]> = (0..cycle.levels).map(|l| n.map(|v| v >> l)).collect();
+    let by_colour = colour_levels(&sizes, cycle);
+    let (mut kept, mut coarse_c) = (0u64, 0u64);
+    for (l, &nl) in sizes.iter().enumerate() {
+        let mut stencil = 0;
+        if l > 0 {
+            let c = memory::cells(nl, 1, 8, "a coarse level's coefficient")?;
+            m.host.take(c);
+            m.host.give(coarse_c);
+            coarse_c = c;
+            stencil = memory::cells(nl, 7, 8, "a coarse level's stencil")?;
+            m.host.take(stencil);
+        }
+        let level = if l < by_colour {
+            let halves = Halves::new(Shape::new_3d(nl, 1)?.size().map(|v| v as u32));
+            let [px, py, pz] = halves.size().map(|v| v as usize);
+            let what = "a multigrid level by colour";
+            let two = lattice_gpu_host::memory::bytes(&[px, py, pz], elem, what)?;
+            // A plane of each half: pitch x ny values.
+            let planes = lattice_gpu_host::memory::bytes(&[2, px, py], elem, what)?;
+            for _ in 0..7 {
+                m.engine().take(two);
+                m.host.passing(planes);
+            }
+            // x and b by colour, r natural.
+            let natural = memory::fields(nl, 1, elem, what)?;
+            m.engine().take(two);
+            m.engine().take(two);
+            m.engine().take(natural);
+            lattice_gpu_host::memory::bytes(&[9, px, py, pz], elem, what)?.saturating_add(natural)
+        } else {
+            let a = stencil_fields(m, nl, elem, cycle.layout)?;
+            let xbr = memory::fields(nl, 3, elem, "a multigrid level")?;
+            m.engine().take(xbr);
+            a.saturating_add(xbr)
+        };
+        kept = kept.saturating_add(level);
+        m.host.give(stencil);
+    }
+    m.host.give(coarse_c);
+    Ok(kept)
 }
 
 /// What one V-cycle asks of one level: the basis of its bandwidth floor ([`Multigrid::traffic`]).
@@ -418,14 +640,6 @@ where
         finest: &Stencil,
         cycle: Cycle,
     ) -> Result<Self> {
-        if cycle.colours && !cycle.colours_apply(problem.n) {
-            return Err(Error::Invalid(format!(
-                "storing the finest level by colour needs the red-black smoother, the SoA layout and an \
-                 even number of cells in x (asked: {:?} smoother, {:?} layout, {} cells); drop --colours or \
-                 change those",
-                cycle.smoother, cycle.layout, problem.n[0]
-            )));
-        }
         let (mut n, mut h) = (problem.n, problem.h);
         let sizes: Vec<[usize; 3]> = (0..cycle.levels).map(|l| n.map(|v| v >> l)).collect();
         let by_colour_levels = colour_levels(&sizes, &cycle);
@@ -454,7 +668,7 @@ where
                 let two = halves_shape(halves)?;
                 let coeff = |i: usize| -> Result<E::Field<T>> {
                     let mut f = engine.alloc::<T>(two)?;
-                    f.upload(&by_colour::<T>(shape, halves, &st[i])?)?;
+                    upload_by_colour(&mut f, shape, halves, &st[i])?;
                     Ok(f)
                 };
                 let a = StencilFields::Soa([
@@ -929,6 +1143,11 @@ where
     ) -> Result<()> {
         let tuned =
             |m: &Self| !m.engine.tunes() || E::tuning(m.sites[l][kind as usize].info()).is_some();
+        // Tuning a loop takes hundreds of runs: a signal stops it between two.
+        let mut work = |m: &mut Self| {
+            crate::cg::stop_for_signal(0)?;
+            work(m)
+        };
         run_until_tuned(
             self,
             tuned,
@@ -1115,6 +1334,40 @@ mod tests {
 
     use super::*;
     use crate::problem::manufactured;
+
+    #[test]
+    fn plane_by_plane_uploads_lay_out_what_whole_copies_did() {
+        let n = [6, 4, 3];
+        let shape = Shape::new_3d(n, 1).unwrap();
+        let cells = 72;
+        let values: Vec<f64> = (0..cells).map(|k| 1.0 + k as f64).collect();
+        let mut f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+        upload_planes(&mut f, shape, &values, |v| v).unwrap();
+        assert_eq!(f.download().unwrap(), shape.embed(&values, 0.0).unwrap());
+        assert_eq!(download_interior(&f, shape).unwrap(), values);
+        // By colour: the halves `by_colour` makes.
+        let halves = Halves::new(shape.size().map(|v| v as u32));
+        let two = halves_shape(halves).unwrap();
+        let mut h = HostLoopEngine.alloc::<f32>(two).unwrap();
+        upload_by_colour(&mut h, shape, halves, &values).unwrap();
+        assert_eq!(
+            h.download().unwrap(),
+            by_colour::<f32>(shape, halves, &values).unwrap()
+        );
+        // Interleaved: array index i's 7 coefficients at 7 i .. 7 i + 7, zero in the margins.
+        let s: Stencil =
+            std::array::from_fn(|c| values.iter().map(|v| v + 0.1 * c as f64).collect());
+        let wide =
+            Shape::new_3d([7 * shape.size()[0], shape.size()[1], shape.size()[2]], 0).unwrap();
+        let mut a = HostLoopEngine.alloc::<f64>(wide).unwrap();
+        upload_interleaved(&mut a, shape, &s).unwrap();
+        let natural: Vec<Vec<f64>> = s.iter().map(|c| shape.embed(c, 0.0).unwrap()).collect();
+        let want: Vec<f64> = (0..7 * shape.len())
+            .map(|k| natural[k % 7][k / 7])
+            .collect();
+        assert_eq!(a.download().unwrap(), want);
+        assert!(upload_planes(&mut f, shape, &values[1..], |v| v).is_err());
+    }
 
     #[test]
     fn traffic_follows_the_byte_model() {

@@ -164,45 +164,103 @@ pub fn coarsen(n: [usize; 3], c: &[f64]) -> Vec<f64> {
     out
 }
 
+/// The manufactured case at cell `k` of `n` cells of size `h` on a domain of `depth`: the coefficient,
+/// the right-hand side and the exact solution there.
+fn manufactured_at(n: [usize; 3], h: [f64; 3], depth: f64, vertical: f64, k: usize) -> [f64; 3] {
+    let kz = PI / depth;
+    let p = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
+    let [x, y, z] = [0, 1, 2].map(|a| (p[a] as f64 + 0.5) * h[a]);
+    let (sx, cx) = (PI * x).sin_cos();
+    let (sy, cy) = (PI * y).sin_cos();
+    let (sz, cz) = (kz * z).sin_cos();
+    let horiz = 1.0 + 0.5 * (2.0 * PI * x).sin() * (PI * y).cos();
+    let vert = 1.0 + vertical * z / depth;
+    let cc = horiz * vert;
+    let dcx = PI * (2.0 * PI * x).cos() * (PI * y).cos() * vert;
+    let dcy = -0.5 * PI * (2.0 * PI * x).sin() * (PI * y).sin() * vert;
+    let dcz = horiz * vertical / depth;
+    let (px, py, pz) = (PI * cx * sy * sz, PI * sx * cy * sz, kz * sx * sy * cz);
+    let lap = -(2.0 * PI * PI + kz * kz) * sx * sy * sz;
+    [
+        cc,
+        -(dcx * px + dcy * py + dcz * pz + cc * lap),
+        sx * sy * sz,
+    ]
+}
+
+/// The cell size of the manufactured case on `n` cells.
+fn manufactured_h(n: [usize; 3], depth: f64) -> [f64; 3] {
+    [1.0 / n[0] as f64, 1.0 / n[1] as f64, depth / n[2] as f64]
+}
+
 /// A manufactured problem with Dirichlet walls on `[0, 1] x [0, 1] x [0, depth]` (`n` cells): the exact
 /// solution `p = sin(pi x) sin(pi y) sin(pi z / depth)` and a smoothly varying coefficient
 /// `c = (1 + 0.5 sin(2 pi x) cos(pi y)) (1 + vertical z / depth)`; `f = -div(c grad p)` exactly. A small
 /// `depth` gives the thin vertical cells of an ocean grid (strong anisotropy). Returns the problem and
 /// the exact solution per cell.
 pub fn manufactured(n: [usize; 3], depth: f64, vertical: f64) -> (Problem, Vec<f64>) {
-    let h = [1.0 / n[0] as f64, 1.0 / n[1] as f64, depth / n[2] as f64];
+    let p = manufactured_problem(n, depth, vertical);
+    let exact = (0..p.cells())
+        .into_par_iter()
+        .map(|k| manufactured_at(n, p.h, depth, vertical, k)[2])
+        .collect();
+    (p, exact)
+}
+
+/// [`manufactured`]'s problem alone: its exact solution is not stored (a third more memory), and
+/// [`manufactured_error`] computes it cell by cell instead.
+pub fn manufactured_problem(n: [usize; 3], depth: f64, vertical: f64) -> Problem {
+    let h = manufactured_h(n, depth);
     let cells: usize = n.iter().product();
-    let (mut c, mut rhs, mut exact) = (vec![0.0; cells], vec![0.0; cells], vec![0.0; cells]);
-    let kz = PI / depth;
-    let all = c.par_iter_mut().zip(&mut rhs).zip(&mut exact).enumerate();
-    all.for_each(|(k, ((c, rhs), exact))| {
-        let p = [k % n[0], (k / n[0]) % n[1], k / (n[0] * n[1])];
-        let [x, y, z] = [0, 1, 2].map(|a| (p[a] as f64 + 0.5) * h[a]);
-        let (sx, cx) = (PI * x).sin_cos();
-        let (sy, cy) = (PI * y).sin_cos();
-        let (sz, cz) = (kz * z).sin_cos();
-        let horiz = 1.0 + 0.5 * (2.0 * PI * x).sin() * (PI * y).cos();
-        let vert = 1.0 + vertical * z / depth;
-        let cc = horiz * vert;
-        let dcx = PI * (2.0 * PI * x).cos() * (PI * y).cos() * vert;
-        let dcy = -0.5 * PI * (2.0 * PI * x).sin() * (PI * y).sin() * vert;
-        let dcz = horiz * vertical / depth;
-        let (px, py, pz) = (PI * cx * sy * sz, PI * sx * cy * sz, kz * sx * sy * cz);
-        let lap = -(2.0 * PI * PI + kz * kz) * sx * sy * sz;
-        *c = cc;
-        *exact = sx * sy * sz;
-        *rhs = -(dcx * px + dcy * py + dcz * pz + cc * lap);
-    });
-    (
-        Problem {
-            n,
-            h,
-            c,
-            rhs,
-            walls: Walls::Dirichlet,
-        },
-        exact,
-    )
+    let (mut c, mut rhs) = (vec![0.0; cells], vec![0.0; cells]);
+    c.par_iter_mut()
+        .zip(&mut rhs)
+        .enumerate()
+        .for_each(|(k, (c, rhs))| {
+            let [cc, f, _] = manufactured_at(n, h, depth, vertical, k);
+            (*c, *rhs) = (cc, f);
+        });
+    Problem {
+        n,
+        h,
+        c,
+        rhs,
+        walls: Walls::Dirichlet,
+    }
+}
+
+/// The relative L2 error `|x - p| / |p|` of `x` (per cell, x fastest) against the exact solution `p`
+/// of [`manufactured`] on `n` cells and `depth`, computed cell by cell. Scaled by the largest
+/// difference, so that finite values give a finite error however large they are.
+pub fn manufactured_error(n: [usize; 3], depth: f64, x: &[f64]) -> f64 {
+    let h = manufactured_h(n, depth);
+    let exact = |k: usize| manufactured_at(n, h, depth, 0.0, k)[2];
+    let scale = x
+        .par_iter()
+        .enumerate()
+        .map(|(k, v)| (v - exact(k)).abs())
+        .reduce(|| 0.0, |a, b| if a.is_nan() || a > b { a } else { b });
+    // Per plane, then the planes in order: the same bits whatever the threads.
+    let plane = (n[0] * n[1]).max(1);
+    let sums: Vec<[f64; 2]> = x
+        .par_chunks(plane)
+        .enumerate()
+        .map(|(z, values)| {
+            let start = z * plane;
+            values
+                .iter()
+                .enumerate()
+                .fold([0.0; 2], |[num, den], (i, &v)| {
+                    let e = exact(start + i);
+                    let d = if scale > 0.0 { (v - e) / scale } else { 0.0 };
+                    [num + d * d, den + e * e]
+                })
+        })
+        .collect();
+    let [num, den] = sums
+        .iter()
+        .fold([0.0; 2], |[num, den], s| [num + s[0], den + s[1]]);
+    scale * num.sqrt() / den.sqrt()
 }
 
 #[cfg(test)]
@@ -276,6 +334,26 @@ mod tests {
         };
         let (e8, e16) = (err(8), err(16));
         assert!(e8 / e16 > 3.0, "{e8:e} {e16:e}");
+    }
+
+    #[test]
+    fn the_error_computed_cell_by_cell_is_the_stored_solutions() {
+        let n = [8, 6, 4];
+        let (p, exact) = manufactured(n, 0.5, 2.0);
+        let q = manufactured_problem(n, 0.5, 2.0);
+        assert_eq!((q.c, q.rhs, q.h), (p.c, p.rhs, p.h));
+        let x: Vec<f64> = exact
+            .iter()
+            .enumerate()
+            .map(|(k, e)| e + 1e-3 * (k % 5) as f64)
+            .collect();
+        let num: f64 = x.iter().zip(&exact).map(|(a, b)| (a - b).powi(2)).sum();
+        let den: f64 = exact.iter().map(|b| b * b).sum();
+        let got = manufactured_error(n, 0.5, &x);
+        assert!((got - (num / den).sqrt()).abs() < 1e-12, "{got}");
+        assert_eq!(manufactured_error(n, 0.5, &exact), 0.0);
+        // Finite values give a finite error, however large.
+        assert!(manufactured_error(n, 0.5, &vec![1e300; 192]).is_finite());
     }
 
     #[test]

@@ -9,22 +9,26 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{make_output_dir, parse_size3, progress, Placement, VariantArg};
+use lattice_gpu::cli::{self, parse_size3, progress, Placement, VariantArg};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
-use lattice_gpu::host::io::npy::{read_npy, write_npy};
+use lattice_gpu::host::health;
+use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
 use lattice_gpu::host::io::IoError;
+use lattice_gpu::host::memory::Footprint;
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
     LaunchShape, LoopEngine,
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
-use lattice_gpu::poisson::cg::{check_stop, Precision, Report, Solver};
-use lattice_gpu::poisson::multigrid::{
-    max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
+use lattice_gpu::poisson::cg::{
+    check_stop, footprint as footprint_of, stop_for_signal, Precision, Report, Solver,
 };
-use lattice_gpu::poisson::problem::{manufactured, Problem, Walls};
+use lattice_gpu::poisson::multigrid::{
+    check_cycle, max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
+};
+use lattice_gpu::poisson::problem::{manufactured_error, manufactured_problem, Problem, Walls};
 use lattice_gpu::poisson::{Error, Result};
 
 /// Variable-coefficient Poisson solver: CG (f64) with a geometric-multigrid preconditioner (f32 or f64).
@@ -49,7 +53,7 @@ enum Command {
 #[derive(Args)]
 struct RunArgs {
     /// Cells: N (a cube) or NXxNYxNZ; every axis even enough to halve --levels - 1 times.
-    #[arg(long, default_value = "64", value_parser = parse_size3)]
+    #[arg(long, default_value = "64", allow_hyphen_values = true, value_parser = parse_size3)]
     size: [usize; 3],
     /// Depth of the manufactured domain `[0,1]x[0,1]x[0,depth]`: below 1, thin vertical cells (anisotropy).
     #[arg(
@@ -59,7 +63,8 @@ struct RunArgs {
         conflicts_with = "coeffs"
     )]
     depth: f64,
-    /// Vertical variation of the manufactured coefficient: c grows by this factor from bottom to top.
+    /// Vertical variation of the manufactured coefficient: c grows by this factor from bottom to top
+    /// (above -1, so that c stays positive).
     #[arg(
         long,
         allow_hyphen_values = true,
@@ -74,7 +79,14 @@ struct RunArgs {
     #[arg(long, requires = "coeffs")]
     rhs: Option<PathBuf>,
     /// Cell size hx,hy,hz for --coeffs/--rhs.
-    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 1.0, 1.0], requires = "coeffs")]
+    #[arg(
+        long,
+        value_name = "HX,HY,HZ",
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        default_value = "1,1,1",
+        requires = "coeffs"
+    )]
     spacing: Vec<f64>,
     /// Boundary condition on the walls (--coeffs/--rhs).
     #[arg(long, value_enum, default_value_t = WallsArg::Dirichlet, requires = "coeffs")]
@@ -98,7 +110,7 @@ struct RunArgs {
     #[arg(long)]
     levels: Option<usize>,
     /// Red-black (or Jacobi) sweeps before and after the coarse correction on every level but the
-    /// coarsest.
+    /// coarsest (with --levels 1 there is none: --coarse-sweeps alone counts).
     #[arg(long, default_value_t = 2)]
     smooth: usize,
     /// Red-black (or Jacobi) sweeps on the coarsest level (its solve).
@@ -108,8 +120,10 @@ struct RunArgs {
     /// program) instead of one launch per pass; 0: never. Red-black smoother only.
     #[arg(long, default_value_t = FUSED_CELLS)]
     fused_cells: usize,
-    /// Record each preconditioner application once as a CUDA graph and replay it (GPU engines, red-black
-    /// smoother; once every loop is tuned): `on` (also plain `--graph`) or `off`.
+    /// Record each preconditioner application once as a CUDA graph and replay it: `on` (also plain
+    /// `--graph`) and `auto` alike record wherever it applies (a GPU engine, the red-black smoother, once
+    /// every loop is tuned) and run the kernels one by one elsewhere (the CPU engine has no graphs);
+    /// `off` never records.
     #[arg(long, value_enum, default_value_t = Switch::On, num_args = 0..=1, default_missing_value = "on")]
     graph: Switch,
     /// Store the finest level by colour (and the next, unless it is fused or the coarsest), so that each
@@ -119,7 +133,7 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = Switch::Auto, num_args = 0..=1, default_missing_value = "on")]
     colours: Switch,
     /// Restrict with a thread per fine column (unit-stride loads) and x pairs added by a warp shuffle
-    /// (the same bits).
+    /// (the same bits); into a level stored by colour (--colours) the plain restriction runs.
     #[arg(long)]
     shuffle_restrict: bool,
     /// How CG's scalars travel: `sync` copies each dot product to the host, which computes the next
@@ -127,11 +141,12 @@ struct RunArgs {
     /// residual every `--check-every` iterations only. The same iterations either way.
     #[arg(long, value_enum, default_value_t = CgArg::Sync)]
     cg: CgArg,
-    /// Iterations between the host's reads of the residual with `--cg async`.
-    #[arg(long, default_value_t = 10)]
-    check_every: usize,
+    /// Iterations between the host's reads of the residual with `--cg async` (only there) [default: 10].
+    #[arg(long)]
+    check_every: Option<usize>,
     /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
-    /// timed solve, `device` uses the fixed (128,1)/march 2 shape.
+    /// timed solve, and runs on the CPU, with a notice, where there is no GPU; `device` uses the GPU's
+    /// fixed (128,1)/march 2 shape, and fails without a GPU; `host` runs on the CPU.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
     /// Skip the second, level-timed solve that gives the time per multigrid level (it waits for the
@@ -184,7 +199,7 @@ struct BenchArgs {
     #[arg(long)]
     retune: bool,
     /// Kernel variants the tuner may pick, comma separated (kernels without any of them run their
-    /// plain one) [default: every variant].
+    /// plain one; the configurations with a fixed launch run the plain ones) [default: every variant].
     #[arg(long, value_enum, value_delimiter = ',')]
     variants: Vec<VariantArg>,
     /// Also write the tables as CSV: the solves to this file, the levels and the smoother beside it
@@ -234,70 +249,85 @@ enum SmootherArg {
     Jacobi,
 }
 
-/// The problem and, for the manufactured case, its exact solution.
-fn problem(a: &RunArgs) -> Result<(Problem, Option<Vec<f64>>)> {
+/// The problem: read from --coeffs/--rhs, or the manufactured one (whose exact solution is computed
+/// cell by cell when the error is reported, not stored).
+fn problem(a: &RunArgs) -> Result<Problem> {
     let [nx, ny, nz] = a.size;
-    match (&a.coeffs, &a.rhs) {
-        (Some(c), Some(f)) => {
-            let read = |path: &PathBuf| -> Result<Vec<f64>> {
-                let (shape, data) =
-                    read_npy::<f64>(path).map_err(|e| Error::Invalid(e.to_string()))?;
-                let [nz2, ny2, nx2] = match shape.as_slice() {
-                    [z, y, x] => [*z, *y, *x],
-                    _ => {
-                        return Err(Error::Invalid(format!(
-                            "{}: expected a 3-D array (nz, ny, nx), got {shape:?}",
-                            path.display()
-                        )))
-                    }
-                };
-                if [nx2, ny2, nz2] != a.size {
-                    return Err(Error::Invalid(format!(
-                        "{}: shape ({nz2}, {ny2}, {nx2}) does not match --size {nx}x{ny}x{nz}",
-                        path.display()
-                    )));
+    let (Some(c), Some(f)) = (&a.coeffs, &a.rhs) else {
+        return Ok(manufactured_problem(a.size, a.depth, a.vertical));
+    };
+    // The shape is checked before the data is read: a file of another grid is never loaded whole.
+    let read = |path: &PathBuf| -> Result<Vec<f64>> {
+        read_npy_shaped::<f64>(path, &[nz, ny, nx]).map_err(|e| match e {
+            IoError::Shape { found, .. } => Error::Invalid(format!(
+                "{}: shape {} does not match --size {nx}x{ny}x{nz}, which needs ({nz}, {ny}, {nx}) \
+                 (numpy's order: z, y, x); give the file's grid as --size, or resample it",
+                path.display(),
+                match found.as_slice() {
+                    [z, y, x] => format!("({z}, {y}, {x})"),
+                    _ => format!("{found:?} (a 3-D array (nz, ny, nx) is needed)"),
                 }
-                Ok(data)
-            };
-            let h: [f64; 3] = a.spacing.clone().try_into().map_err(|_| {
-                Error::Invalid(format!(
-                    "--spacing needs three values hx,hy,hz; got {:?}",
-                    a.spacing
-                ))
-            })?;
-            let p = Problem {
-                n: a.size,
-                h,
-                c: read(c)?,
-                rhs: read(f)?,
-                walls: match a.walls {
-                    WallsArg::Dirichlet => Walls::Dirichlet,
-                    WallsArg::Neumann => Walls::Neumann,
-                },
-            };
-            p.check()?;
-            Ok((p, None))
+            )),
+            e => HostError::from(e).into(),
+        })
+    };
+    let h: [f64; 3] = a.spacing.clone().try_into().map_err(|_| {
+        Error::Invalid(format!(
+            "--spacing needs three values hx,hy,hz; got {:?}",
+            a.spacing
+        ))
+    })?;
+    let p = Problem {
+        n: a.size,
+        h,
+        c: read(c)?,
+        rhs: read(f)?,
+        walls: match a.walls {
+            WallsArg::Dirichlet => Walls::Dirichlet,
+            WallsArg::Neumann => Walls::Neumann,
+        },
+    };
+    p.check()?;
+    Ok(p)
+}
+
+/// Refuses options that cannot work or would be ignored, naming the fix, before anything is built.
+fn check_options(a: &RunArgs) -> Result<()> {
+    check_stop(a.tol, a.max_iter)?;
+    if a.coeffs.is_none() {
+        if !(a.depth.is_finite() && a.depth > 0.0) {
+            return Err(Error::Invalid(format!(
+                "--depth {} must be positive and finite",
+                a.depth
+            )));
         }
-        _ => {
-            if !(a.depth.is_finite() && a.depth > 0.0) {
-                return Err(Error::Invalid(format!(
-                    "--depth {} must be positive",
-                    a.depth
-                )));
-            }
-            let (p, exact) = manufactured(a.size, a.depth, a.vertical);
-            p.check()?;
-            Ok((p, Some(exact)))
+        // The coefficient is (1 + vertical z / depth) times a factor in [0.5, 1.5].
+        if !(a.vertical.is_finite() && a.vertical > -1.0) {
+            return Err(Error::Invalid(format!(
+                "--vertical {}: the manufactured coefficient grows by this factor from bottom to top \
+                 and must stay positive; give a finite value above -1",
+                a.vertical
+            )));
         }
+    }
+    match (a.cg, a.check_every) {
+        (CgArg::Sync, Some(n)) => Err(Error::Invalid(format!(
+            "--check-every {n} applies to --cg async only (--cg sync reads the residual after every \
+             iteration); drop it, or add --cg async"
+        ))),
+        (CgArg::Async, Some(0)) => Err(Error::Invalid(
+            "--check-every 0: the residual must be read every 1 or more iterations; give \
+             --check-every 1 or more"
+                .into(),
+        )),
+        _ => Ok(()),
     }
 }
 
-fn run(a: &RunArgs) -> Result<()> {
-    check_stop(a.tol, a.max_iter)?;
-    let (p, exact) = problem(a)?;
-    let levels = a.levels.unwrap_or(max_levels(p.n).min(6));
+/// The V-cycle the options ask for on the `--size` grid (checked).
+fn cycle_of(a: &RunArgs) -> Result<Cycle> {
     let mut cycle = Cycle {
-        levels,
+        levels: a.levels.unwrap_or(max_levels(a.size).min(6)),
         smoother: match a.smoother {
             SmootherArg::Rb => Smoother::RedBlack,
             SmootherArg::Jacobi => Smoother::Jacobi,
@@ -314,14 +344,68 @@ fn run(a: &RunArgs) -> Result<()> {
         coarse_sweeps: a.coarse_sweeps,
     };
     if a.colours == Switch::Auto {
-        cycle.colours = cycle.colours_apply(p.n);
+        cycle.colours = cycle.colours_apply(a.size);
     }
+    check_cycle(a.size, &cycle)?;
+    Ok(cycle)
+}
+
+/// Host memory the outputs and the input files pass through (their write and read buffers), beside the
+/// arrays.
+const IO_BUFFERS: u64 = 4 << 20;
+
+/// The run's peak memory, host and GPU: the problem, the solver ([`footprint_of`]), the solution
+/// and the outputs' buffers.
+fn footprint(a: &RunArgs, cycle: &Cycle, precision: Precision, on_gpu: bool) -> Result<Footprint> {
+    let iterations = (a.cg == CgArg::Async).then_some(a.max_iter);
+    let m = footprint_of(a.size, cycle, precision, on_gpu, iterations)?;
+    let [nx, ny, nz] = a.size;
+    Ok(Footprint::new(
+        format!(
+            "the {nx}x{ny}x{nz} Poisson solve ({} multigrid levels in {})",
+            cycle.levels,
+            precision_name(precision)
+        ),
+        m.host.peak().saturating_add(IO_BUFFERS),
+        m.gpu.peak(),
+        on_gpu,
+    ))
+}
+
+fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "f32",
+        Precision::F64 => "f64",
+    }
+}
+
+/// The cell of index `k` (x fastest), as the solver's messages name cells.
+fn cell_name(n: [usize; 3], k: usize) -> String {
+    let [nx, ny, _] = n;
+    format!(
+        "cell (x, y, z) = ({}, {}, {})",
+        k % nx,
+        k / nx % ny,
+        k / (nx * ny)
+    )
+}
+
+fn run(a: &RunArgs) -> Result<()> {
+    check_options(a)?;
+    let cycle = cycle_of(a)?;
+    let levels = cycle.levels;
     let precision = match a.precision {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F64 => Precision::F64,
     };
-    let dir = make_output_dir(&a.output).map_err(HostError::from)?;
-    let (x, done) = match (a.engine.gpu("on the CPU engine")?, a.engine) {
+    let gpu = a.engine.gpu("on the CPU engine")?;
+    // Before the first large array: a grid the machine cannot hold ends here, with the sizes.
+    let need = footprint(a, &cycle, precision, gpu.is_some())?;
+    need.check(gpu.as_deref())?;
+    let out = cli::output_dir(&a.output).map_err(HostError::from)?;
+    let p = problem(a)?;
+    stop_for_signal(0)?;
+    let (x, done) = match (gpu.clone(), a.engine) {
         (None, _) => solve_on(&HostLoopEngine, &p, cycle, precision, a)?,
         (Some(gpu), Placement::Device) => solve_on(
             &DeviceLoopEngine::new(gpu, LaunchShape::FIXED),
@@ -340,14 +424,19 @@ fn run(a: &RunArgs) -> Result<()> {
         )?,
     };
     let report = &done.report;
-    let tuning = done.tuning.map_or(String::new(), |t| {
-        format!(", launch shapes tuned in {t:.3} s")
-    });
-    println!(
-        "set-up: {:.3} s (operator, {levels} multigrid levels and CG vectors built on the engine in {:.3} s{tuning})",
-        done.built + done.tuning.unwrap_or(0.0),
-        done.built
-    );
+    let iterations = report.iterations as u64;
+    // Nothing non-finite is reported or written, whatever the solve's own checks let through.
+    if let Some(k) = health::first_non_finite(&x) {
+        return Err(HostError::Diverged {
+            step: iterations,
+            what: "the solution p".into(),
+            value: x[k],
+            at: cell_name(p.n, k),
+            fix: "scale the right-hand side and the coefficients towards 1 (p scales with f / c)"
+                .into(),
+        }
+        .into());
+    }
     // The techniques in use, so that a run says what it timed.
     let techniques: String = [
         (cycle.colours, ", finest level by colour"),
@@ -369,10 +458,7 @@ fn run(a: &RunArgs) -> Result<()> {
         report.seconds,
         1e3 * report.seconds / report.iterations.max(1) as f64,
         report.history.last().unwrap_or(&1.0),
-        match precision {
-            Precision::F32 => "f32",
-            Precision::F64 => "f64",
-        },
+        precision_name(precision),
         cycle.sweeps,
         cycle.smoother
     );
@@ -413,19 +499,16 @@ fn run(a: &RunArgs) -> Result<()> {
             );
         }
     }
-    if let Some(exact) = &exact {
-        println!(
-            "error against the manufactured solution: relative L2 {:.3e}",
-            relative_l2(&x, exact)
-        );
+    if a.coeffs.is_none() {
+        // Finite for a finite solution (the difference is scaled before it is squared).
+        let error = manufactured_error(p.n, a.depth, &x);
+        println!("error against the manufactured solution: relative L2 {error:.3e}");
     }
     let [nx, ny, nz] = p.n;
-    let npy = dir.join("pressure.npy");
-    write_npy(&npy, &[nz, ny, nx], &x).map_err(|e| Error::Invalid(e.to_string()))?;
+    write_npy(&out.file("pressure.npy"), &[nz, ny, nx], &x).map_err(HostError::from)?;
     let mid = nz / 2;
-    let png = dir.join("pressure_midz.png");
     write_png_scaled(
-        &png,
+        &out.file("pressure_midz.png"),
         nx,
         ny,
         &x[nx * ny * mid..nx * ny * (mid + 1)],
@@ -433,22 +516,27 @@ fn run(a: &RunArgs) -> Result<()> {
         ColorMap::Viridis,
         256,
     )
-    .map_err(|e| Error::Invalid(e.to_string()))?;
-    let csv = dir.join("residuals.csv");
+    .map_err(HostError::from)?;
     let rows: Vec<Vec<String>> = report
         .history
         .iter()
         .enumerate()
         .map(|(i, r)| numbers(&[i as f64, *r]))
         .collect();
-    write_csv(&csv, "iteration,relative_residual", &rows)
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+    write_csv(
+        &out.file("residuals.csv"),
+        "iteration,relative_residual",
+        &rows,
+    )
+    .map_err(HostError::from)?;
+    // The last chance to stop before the outputs appear.
+    stop_for_signal(iterations)?;
+    cli::commit(out).map_err(HostError::from)?;
     println!(
-        "wrote {}, {} (z = {mid}) and {}",
-        npy.display(),
-        png.display(),
-        csv.display()
+        "pressure_midz.png shows the plane z = {mid} (of 0 to {})",
+        nz - 1
     );
+    need.report(gpu.as_deref());
     Ok(())
 }
 
@@ -457,17 +545,8 @@ fn default_cache() -> TuneCache {
     TuneCache::default_path().map_or_else(TuneCache::in_memory, TuneCache::load)
 }
 
-fn relative_l2(x: &[f64], exact: &[f64]) -> f64 {
-    let num: f64 = x.iter().zip(exact).map(|(a, b)| (a - b).powi(2)).sum();
-    let den: f64 = exact.iter().map(|b| b * b).sum();
-    (num / den).sqrt()
-}
-
-/// What a run measured: set-up and tuning seconds (tuning only where the engine tunes), the solve, and
-/// the level-timed second solve.
+/// What a run measured: the solve, and the level-timed second solve.
 struct Done {
-    built: f64,
-    tuning: Option<f64>,
     report: Report,
     levels: Option<Report>,
     /// The first level of the fused coarse end of the cycle.
@@ -475,7 +554,8 @@ struct Done {
 }
 
 /// Builds the solver, tunes it (on a tuning engine), solves once untimed, which is the solve time
-/// reported, and once more with the levels timed unless asked not to; returns the solution too.
+/// reported, and once more with the levels timed unless asked not to; returns the solution too. A
+/// signal stops it between these phases, and in the solves before every preconditioner application.
 fn solve_on<E: LoopEngine>(
     engine: &E,
     p: &Problem,
@@ -494,6 +574,7 @@ fn solve_on<E: LoopEngine>(
     let t = Instant::now();
     let mut solver = Solver::new(engine, p, cycle, precision)?;
     let built = t.elapsed().as_secs_f64();
+    stop_for_signal(0)?;
     let tuning = if engine.tunes() {
         let t = Instant::now();
         solver.tune()?;
@@ -501,6 +582,15 @@ fn solve_on<E: LoopEngine>(
     } else {
         None
     };
+    let shown = tuning.map_or(String::new(), |t| {
+        format!(", launch shapes tuned in {t:.3} s")
+    });
+    println!(
+        "set-up: {:.3} s (operator, {} multigrid levels and CG vectors built on the engine in {:.3} s{shown})",
+        built + tuning.unwrap_or(0.0),
+        cycle.levels,
+        built
+    );
     let bar = progress(a.max_iter as u64, "CG iterations");
     let mut show = |it: usize, r: f64| {
         bar.set_position(it as u64);
@@ -508,7 +598,9 @@ fn solve_on<E: LoopEngine>(
     };
     let result = match a.cg {
         CgArg::Sync => solver.solve(a.tol, a.max_iter, false, &mut show),
-        CgArg::Async => solver.solve_async(a.tol, a.max_iter, a.check_every, &mut show),
+        CgArg::Async => {
+            solver.solve_async(a.tol, a.max_iter, a.check_every.unwrap_or(10), &mut show)
+        }
     };
     bar.finish_and_clear();
     let report = result?;
@@ -516,13 +608,12 @@ fn solve_on<E: LoopEngine>(
     let levels = if a.no_level_times {
         None
     } else {
+        stop_for_signal(report.iterations as u64)?;
         Some(solver.solve(a.tol, a.max_iter, true, &mut |_, _| {})?)
     };
     Ok((
         x,
         Done {
-            built,
-            tuning,
             report,
             levels,
             fused_from: solver.fused_from(),
@@ -551,6 +642,23 @@ struct Config {
     shuffle: bool,
     /// CG's scalars kept on the engine, the residual read every 10 iterations (`--cg async`).
     cg_async: bool,
+}
+
+impl Config {
+    /// Its V-cycle of `levels` levels and `smooth` sweeps each way.
+    fn cycle(&self, levels: usize, smooth: usize, a: &BenchArgs) -> Cycle {
+        Cycle {
+            levels,
+            sweeps: smooth,
+            layout: self.layout,
+            fused_cells: if self.fused { a.fused_cells } else { 0 },
+            graph: self.graph,
+            smoother: self.smoother,
+            colours: self.colours,
+            shuffle_restrict: self.shuffle,
+            coarse_sweeps: a.coarse_sweeps,
+        }
+    }
 }
 
 /// The plain mixed-precision configuration, which the others vary.
@@ -745,24 +853,13 @@ fn bench_config<E: LoopEngine>(
     gpu: &Arc<Gpu>,
     engine: &E,
     p: &Problem,
-    exact: &[f64],
     config: Config,
     (levels, smooth): (usize, usize),
     a: &BenchArgs,
     copy: f64,
     timed_levels: bool,
 ) -> Result<(SolveRow, SweepRow, Vec<LevelRow>)> {
-    let cycle = Cycle {
-        levels,
-        sweeps: smooth,
-        layout: config.layout,
-        fused_cells: if config.fused { a.fused_cells } else { 0 },
-        graph: config.graph,
-        smoother: config.smoother,
-        colours: config.colours,
-        shuffle_restrict: config.shuffle,
-        coarse_sweeps: a.coarse_sweeps,
-    };
+    let cycle = config.cycle(levels, smooth, a);
     let t = Instant::now();
     let mut solver = Solver::new(engine, p, cycle, config.precision)?;
     let setup = t.elapsed().as_secs_f64();
@@ -790,7 +887,7 @@ fn bench_config<E: LoopEngine>(
         times.push(r.seconds);
     }
     times.sort_by(f64::total_cmp);
-    let error = relative_l2(&solver.solution()?, exact);
+    let error = manufactured_error(p.n, 1.0, &solver.solution()?);
     let solve = SolveRow {
         size: p.n,
         config,
@@ -867,6 +964,12 @@ fn bench(a: &BenchArgs) -> Result<()> {
             keys.join(", ")
         )));
     }
+    if a.smooth.contains(&0) || a.coarse_sweeps == 0 {
+        return Err(Error::Invalid(
+            "--smooth and --coarse-sweeps: every count of smoothing sweeps must be at least 1"
+                .into(),
+        ));
+    }
     let gpu = lattice_gpu::cli::bench_gpu("poisson", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!(
@@ -896,11 +999,6 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "tuning s",
         "L2 error"
     );
-    if a.smooth.contains(&0) {
-        return Err(Error::Invalid(
-            "--smooth: every count of smoothing sweeps must be at least 1".into(),
-        ));
-    }
     let runs = a.sizes.iter().flat_map(|&n| {
         let depths = match a.levels.is_empty() {
             true => vec![max_levels(n).min(6)],
@@ -911,19 +1009,33 @@ fn bench(a: &BenchArgs) -> Result<()> {
             .flat_map(move |d| a.smooth.iter().map(move |&s| (n, d, s)))
     });
     for (n, depth, smooth) in runs {
-        let (p, exact) = manufactured(n, 1.0, 1.0);
+        let chosen = CONFIGS
+            .iter()
+            .filter(|c| a.configs.is_empty() || a.configs.iter().any(|k| k == c.key));
+        // The host holds the problem and one configuration's set-up at a time: the largest must fit
+        // before the problem is made (each configuration's GPU memory is checked as it is built, and
+        // one that does not fit is skipped).
+        let mut host = 0u64;
+        for config in chosen.clone() {
+            let cycle = config.cycle(depth, smooth, a);
+            let iterations = config.cg_async.then_some(a.max_iter);
+            let m = footprint_of(n, &cycle, config.precision, true, iterations)?;
+            host = host.max(m.host.peak());
+        }
+        let what = format!(
+            "the {} Poisson benchmark's problem and set-up",
+            size_name(n)
+        );
+        Footprint::new(what, host, 0, true).check(None)?;
+        let p = manufactured_problem(n, 1.0, 1.0);
         let mut f64_seconds = None;
-        for &config in &CONFIGS {
-            if !a.configs.is_empty() && !a.configs.iter().any(|c| c == config.key) {
-                continue;
-            }
+        for &config in chosen {
             macro_rules! on {
                 ($engine:expr) => {
                     bench_config(
                         &gpu,
                         $engine,
                         &p,
-                        &exact,
                         config,
                         (depth, smooth),
                         a,
@@ -1155,7 +1267,8 @@ fn write_bench_csv(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    lattice_gpu::cli::exit(match &cli.command {
+    cli::start();
+    cli::exit(match &cli.command {
         Some(Command::Bench(b)) => bench(b),
         None => run(&cli.run),
     })
