@@ -110,7 +110,14 @@ impl<'a> Watch<'a> {
 
     /// Fails unless iteration `it`'s `p.Ap` is positive.
     fn check_pq(&self, it: usize, pq: f64) -> Result<(), Stalled> {
-        if pq.is_nan() || pq <= 0.0 {
+        if !pq.is_finite() {
+            let what = format!(
+                "p.Ap = {pq} in iteration {it}: the iteration diverged (a NaN or infinity from the \
+                 operator, the preconditioner or values beyond the precision's range)"
+            );
+            return Err(self.stalled(what, it));
+        }
+        if pq <= 0.0 {
             let what =
                 format!("p.Ap = {pq:e} is not positive: the operator or preconditioner is not SPD");
             return Err(self.stalled(what, it));
@@ -127,9 +134,13 @@ impl<'a> Watch<'a> {
         if rr < self.stop() {
             return Ok(true);
         }
+        if !rel.is_finite() {
+            let what = format!("the residual is {rel} in iteration {it}: the iteration diverged");
+            return Err(self.stalled(what, it));
+        }
         if rel < self.best.0 {
             self.best = (rel, it);
-        } else if it - self.best.1 >= STALL || !rel.is_finite() {
+        } else if it - self.best.1 >= STALL {
             return Err(self.stalled("the residual stopped falling".into(), it));
         }
         Ok(false)
@@ -175,6 +186,13 @@ impl<'e, E: LoopEngine> Cg<'e, E> {
     pub fn new(engine: &'e E, b: E::Field<f64>) -> crate::Result<Self> {
         let shape = b.shape();
         let b_norm = engine.dot(&b, &b)?.sqrt();
+        // An infinite |b| would make every residual pass the stopping test, and a NaN none.
+        if !b_norm.is_finite() {
+            return Err(crate::Error::InvalidSetting(format!(
+                "the right-hand side's norm |b| is {b_norm}: it holds a non-finite value, or values \
+                 whose squares overflow f64; scale it towards 1"
+            )));
+        }
         let vector = || engine.alloc::<f64>(shape);
         let site = || Loop3D::new(engine, shape.interior_range());
         Ok(Self {
@@ -672,6 +690,25 @@ mod tests {
                 .zip(&x_sync)
                 .all(|(a, b)| a.to_bits() == b.to_bits()));
         }
+    }
+
+    #[test]
+    fn a_nan_operator_is_a_divergence_and_an_infinite_rhs_is_refused() {
+        let (shape, _, b) = setup(16);
+        let mut cg = Cg::new(&HostLoopEngine, b).unwrap();
+        let mut problem = Tridiagonal { shape, d: f64::NAN };
+        match cg.solve(&mut problem, 1e-10, 50, &mut |_, _| {}) {
+            Err(TestError::Stalled(s)) => {
+                assert!(s.what.contains("diverged") && !s.what.contains("SPD"), "{s:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut b = HostLoopEngine.alloc::<f64>(shape).unwrap();
+        let mut huge = vec![0.0; shape.len()];
+        huge[shape.index(3, 1, 1)] = 1e200;
+        b.upload(&huge).unwrap();
+        let e = Cg::new(&HostLoopEngine, b).err().unwrap().to_string();
+        assert!(e.contains("|b| is inf") && e.contains("scale it"), "{e}");
     }
 
     #[test]

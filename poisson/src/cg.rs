@@ -506,7 +506,7 @@ impl<'e, E: LoopEngine> Solver<'e, E> {
     }
 
     /// A solve's result, where CG stopped without converging because a value turned NaN or infinite
-    /// (its residual, or `p.Ap`, which it reads as "not falling" or "not SPD"), made the divergence it
+    /// (its residual, or `p.Ap`, which it names as diverged without a cell), made the divergence it
     /// is: the first non-finite value of the residual, the preconditioned residual or the iterate,
     /// with its cell and iteration.
     fn diagnose(&mut self, r: Result<CgReport>) -> Result<CgReport> {
