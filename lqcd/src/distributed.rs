@@ -11,7 +11,7 @@ use num_complex::Complex64;
 use crate::error::{Error, Result};
 use crate::gauge::GaugeField;
 use crate::geometry::{Lattice, SPINOR_LEN};
-use crate::reference::{bicgstab_with, check_kappa, hop_from, Hop, Link, Solve};
+use crate::reference::{bicgstab_with, check_kappa, hop_from, Hop, Link, OnIteration, Solve};
 use crate::spinor::{read_site, write_site, SiteSpinor};
 
 /// One site's spinor as 24 reals: what the halo exchange moves.
@@ -96,12 +96,14 @@ impl<'a, C: Communicator> Distributed<'a, C> {
             local,
             links: Vec::new(),
         };
-        this.links = (0..local.iter().product())
-            .flat_map(|l| {
-                let n = lat.index(this.global_of(this.coords(l)));
-                u.links[4 * n..4 * n + 4].to_vec()
-            })
-            .collect();
+        let sites: usize = local.iter().product();
+        // Sized at once: a collected iterator of unknown length would grow by doubling.
+        let mut links = Vec::with_capacity(4 * sites);
+        for l in 0..sites {
+            let n = lat.index(this.global_of(this.coords(l)));
+            links.extend_from_slice(&u.links[4 * n..4 * n + 4]);
+        }
+        this.links = links;
         Ok(this)
     }
 
@@ -139,13 +141,13 @@ impl<'a, C: Communicator> Distributed<'a, C> {
 
     /// This rank's part of a whole-lattice spinor (its box, x fastest).
     pub fn scatter(&self, global: &[Complex64]) -> Vec<Complex64> {
-        self.own
-            .points()
-            .flat_map(|g| {
-                let n = self.lat.index(g);
-                global[SPINOR_LEN * n..SPINOR_LEN * (n + 1)].to_vec()
-            })
-            .collect()
+        // Sized at once: a collected iterator of unknown length would grow by doubling.
+        let mut part = Vec::with_capacity(self.len());
+        for g in self.own.points() {
+            let n = self.lat.index(g);
+            part.extend_from_slice(&global[SPINOR_LEN * n..SPINOR_LEN * (n + 1)]);
+        }
+        part
     }
 
     /// The whole spinor on rank 0, every rank's box put back in place; empty elsewhere.
@@ -246,8 +248,27 @@ impl<'a, C: Communicator> Distributed<'a, C> {
         ))
     }
 
+    /// The global coordinates `[x, y, z, t]` of the `k`-th site of rank `rank`'s box, in the order of
+    /// [`scatter`](Self::scatter) (x fastest): where a value found on that rank lies.
+    pub fn site_of(&self, rank: usize, k: usize) -> [usize; 4] {
+        let own = self.split.owned(rank);
+        let mut k = k;
+        std::array::from_fn(|a| {
+            let c = own.begin[a] + k % own.size[a].max(1);
+            k /= own.size[a].max(1);
+            c
+        })
+    }
+
+    /// `|a|^2` over all ranks (`a`: this rank's part).
+    pub fn norm2(&self, a: &[Complex64]) -> Result<f64> {
+        let local: f64 = a.iter().map(|z| z.norm_sqr()).sum();
+        self.comm.sum(local).map_err(host)
+    }
+
     /// Solves `D x = b` (this rank's part of `b`) by BiCGStab on the full lattice; returns this rank's
-    /// part of `x`, the record, and the true relative residual `|b - D x| / |b|`.
+    /// part of `x`, the record (its `x` left empty: the solution is held once) and the true relative
+    /// residual `|b - D x| / |b|`.
     pub fn solve(
         &self,
         kappa: f64,
@@ -255,28 +276,47 @@ impl<'a, C: Communicator> Distributed<'a, C> {
         tol: f64,
         max_iter: usize,
     ) -> Result<(Vec<Complex64>, Solve, f64)> {
+        self.solve_checked(kappa, b, tol, max_iter, &mut |_, _| Ok(()))
+    }
+
+    /// [`solve`](Self::solve) with `check` called after every iteration on every rank at once
+    /// ([`OnIteration`]): it may make collective calls, such as agreeing on a stop.
+    pub fn solve_checked(
+        &self,
+        kappa: f64,
+        b: &[Complex64],
+        tol: f64,
+        max_iter: usize,
+        check: &mut OnIteration,
+    ) -> Result<(Vec<Complex64>, Solve, f64)> {
         check_kappa(kappa)?;
-        let solve = bicgstab_with(
+        let mut solve = bicgstab_with(
             |v| self.wilson_dirac(kappa, v),
             |x, y| self.dot(x, y),
             b,
             tol,
             max_iter,
+            check,
         )?;
         let dx = self.wilson_dirac(kappa, &solve.x)?;
-        let r: Vec<Complex64> = b.iter().zip(&dx).map(|(b, d)| b - d).collect();
+        // |b - D x|^2 summed as it goes, without a residual vector.
+        let r2: f64 = b.iter().zip(&dx).map(|(b, d)| (b - d).norm_sqr()).sum();
+        drop(dx);
         let b_norm = self.dot(b, b)?.re.sqrt();
         let res = if b_norm == 0.0 {
             0.0
         } else {
-            self.dot(&r, &r)?.re.sqrt() / b_norm
+            self.comm.sum(r2).map_err(host)?.sqrt() / b_norm
         };
-        Ok((solve.x.clone(), solve, res))
+        // The solution once, not also inside the record.
+        let x = std::mem::take(&mut solve.x);
+        Ok((x, solve, res))
     }
 }
 
+/// A communicator's error as it is: a failed exchange is no invalid parameter.
 fn host(e: lattice_gpu_host::Error) -> Error {
-    Error::InvalidParameter(e.to_string())
+    Error::Host(e)
 }
 
 #[cfg(test)]

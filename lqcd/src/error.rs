@@ -39,6 +39,19 @@ pub enum Error {
         /// Which quantity vanished.
         what: String,
     },
+    /// A result (the plaquette, a solution, the correlator) came out NaN or infinite: it is neither
+    /// printed nor written, since a wrong number reported as a result is worse than none.
+    #[error("{what} is {value} at {at}, so nothing was printed or written from it; {fix}")]
+    NonFinite {
+        /// The quantity, e.g. "the plaquette".
+        what: String,
+        /// The value: NaN, inf or -inf.
+        value: f64,
+        /// Where, in the lattice's coordinates.
+        at: String,
+        /// What to change.
+        fix: String,
+    },
     /// A gauge-configuration file that cannot be read as ILDG/LIME.
     #[error("{}: {problem}", path.display())]
     GaugeFile {

@@ -79,8 +79,28 @@ pub fn reunitarize_su3(u: &Su3) -> Su3 {
 pub fn su3_violation(u: &Su3) -> f64 {
     let unit = (u * u.adjoint() - Su3::identity())
         .iter()
-        .fold(0.0f64, |m, z| m.max(z.norm()));
-    unit.max((u.determinant() - Complex64::new(1.0, 0.0)).norm())
+        .map(|z| z.norm())
+        .fold(0.0, max_or_nan);
+    max_or_nan(unit, (u.determinant() - Complex64::new(1.0, 0.0)).norm())
+}
+
+/// The larger of `a` and `b`, NaN if either is: `f64::max` would drop a NaN, and a link of NaNs would
+/// then look exactly unitary.
+fn max_or_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// Names link `U_mu` of lexicographic site `n` on a lattice of extents `dims`, as messages give it.
+pub fn link_name(dims: [usize; 4], n: usize, mu: usize) -> String {
+    let [x, y, z, t] = periodic(dims).coords(n);
+    format!(
+        "site (x, y, z, t) = ({x}, {y}, {z}, {t}), direction mu = {mu} ({})",
+        ["x", "y", "z", "t"][mu.min(3)]
+    )
 }
 
 /// One Haar-random SU(3) matrix per site, e.g. a random gauge transformation `g(n)`.
@@ -129,9 +149,19 @@ impl GaugeField {
         }
     }
 
-    /// The largest [`su3_violation`] over all links.
+    /// The largest [`su3_violation`] over all links (NaN where a link has a NaN or infinity).
     pub fn max_unitarity_violation(&self) -> f64 {
-        self.links.iter().map(su3_violation).fold(0.0, f64::max)
+        self.links.iter().map(su3_violation).fold(0.0, max_or_nan)
+    }
+
+    /// The first link (in storage order: `links[4 * n + mu]`) with an entry that is NaN or infinite:
+    /// its index and that entry.
+    pub fn first_non_finite(&self) -> Option<(usize, Complex64)> {
+        self.links.iter().enumerate().find_map(|(l, u)| {
+            u.iter()
+                .find(|z| !(z.re.is_finite() && z.im.is_finite()))
+                .map(|z| (l, *z))
+        })
     }
 
     /// Average plaquette `Re tr(U_mu(n) U_nu(n+mu) U_mu(n+nu)^dag U_nu(n)^dag) / 3` over sites and the

@@ -175,6 +175,12 @@ fn unpack_spinor<T: WilsonReal>(
     }
 }
 
+/// Reals of the gauge field in the tiled layout with `recon` entries per link ([`pack_gauge`]): on the
+/// GPU, and in the host copy packed for the upload.
+pub fn gauge_len(lat: &Lattice, recon: Recon) -> usize {
+    2 * 8 * lat.half_volume().div_ceil(TILE) * recon.entries() * TILE
+}
+
 /// The gauge field in the tiled layout with `recon` entries per link.
 pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) -> Vec<T> {
     let tiles = lat.half_volume().div_ceil(TILE);
@@ -437,6 +443,11 @@ impl Block {
             .into_iter()
             .filter(|&(cb, _)| cb < v);
         unpack_spinor(own, data, psi)
+    }
+
+    /// Reals of this rank's links with `recon` entries per link ([`pack_gauge`](Self::pack_gauge)).
+    pub fn gauge_len(&self, recon: Recon) -> usize {
+        2 * 8 * (self.halo().link_sites / TILE) * recon.entries() * TILE
     }
 
     /// This rank's links of the global field `u`, with the ghosts' after each parity and direction's

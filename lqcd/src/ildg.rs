@@ -372,10 +372,55 @@ pub fn read_lime_records(path: &Path) -> Result<Vec<LimeRecord>> {
         .collect()
 }
 
+/// Opens a file to read as LIME, refusing what is not a regular file by name: a pipe would block the
+/// open until some writer came, a device such as /dev/zero has no length (it would be called empty)
+/// and a directory cannot be read at all.
 fn open_for_read(path: &Path) -> Result<(File, u64)> {
+    let meta = std::fs::metadata(path).map_err(io_err(path))?;
+    not_regular(path, &meta)?;
     let file = File::open(path).map_err(io_err(path))?;
-    let len = file.metadata().map_err(io_err(path))?.len();
-    Ok((file, len))
+    // The path may have been replaced between the two looks; what was opened is what counts.
+    let meta = file.metadata().map_err(io_err(path))?;
+    not_regular(path, &meta)?;
+    Ok((file, meta.len()))
+}
+
+/// The refusal of a path that is not a regular file, naming what it is.
+fn not_regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(bad(
+        path,
+        format!(
+            "this is {}, not a regular file, so it holds no gauge configuration; give the path \
+             of an ILDG/LIME file",
+            kind_of(meta)
+        ),
+    ))
+}
+
+/// What a path that is not a regular file is, for messages.
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a pipe (FIFO)";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if meta.is_dir() {
+        "a directory"
+    } else {
+        "something other than a file"
+    }
 }
 
 /// Walks the record headers of a LIME file of `len` bytes; every record's data is checked to lie
@@ -518,13 +563,22 @@ pub fn ildg_format_xml(dims: [usize; 4], precision: Precision) -> String {
     )
 }
 
-fn write_ildg_impl(
+/// Writes an ILDG gauge configuration of extents `dims` site by site: `site(rank, links)` fills the
+/// `4 * 9` entries of lexicographic site `rank` (`links[9 * mu + 3 * a + b]`), so a field held in
+/// another layout is written without a copy of the whole of it. The records and the atomic write are
+/// those of [`write_ildg`].
+pub fn write_ildg_sites(
     path: &Path,
     dims: [usize; 4],
-    links: &[Complex64],
     precision: Precision,
-    lfn: Option<&str>,
+    mut site: impl FnMut(usize, &mut [Complex64]),
 ) -> Result<()> {
+    let volume = checked_volume(dims)?;
+    write_sites(path, dims, volume, precision, None, &mut site)
+}
+
+/// The volume of `dims`, refused where an extent is zero or odd, or the field would not fit in memory.
+fn checked_volume(dims: [usize; 4]) -> Result<usize> {
     if let Some(&d) = dims.iter().find(|&&d| d == 0 || d % 2 != 0) {
         return Err(Error::InvalidDims {
             dims,
@@ -534,15 +588,24 @@ fn write_ildg_impl(
             ),
         });
     }
-    let volume = dims
-        .iter()
+    dims.iter()
         .try_fold(1usize, |v, &d| v.checked_mul(d))
         .filter(|v| v.checked_mul(COMPLEX_PER_SITE * 16).is_some())
         .ok_or_else(|| Error::InvalidDims {
             dims,
             why: "the lattice volume overflows this machine's address space; use smaller extents"
                 .into(),
-        })?;
+        })
+}
+
+fn write_ildg_impl(
+    path: &Path,
+    dims: [usize; 4],
+    links: &[Complex64],
+    precision: Precision,
+    lfn: Option<&str>,
+) -> Result<()> {
+    let volume = checked_volume(dims)?;
     if links.len() != volume * COMPLEX_PER_SITE {
         return Err(Error::InvalidParameter(format!(
             "write_ildg: {} link entries given, but dims {dims:?} need V * 4 * 9 = {} \
@@ -551,6 +614,22 @@ fn write_ildg_impl(
             volume * COMPLEX_PER_SITE
         )));
     }
+    let mut site = |rank: usize, out: &mut [Complex64]| {
+        out.copy_from_slice(&links[rank * COMPLEX_PER_SITE..(rank + 1) * COMPLEX_PER_SITE])
+    };
+    write_sites(path, dims, volume, precision, lfn, &mut site)
+}
+
+/// The writer behind [`write_ildg`] and [`write_ildg_sites`]: `volume` sites of `dims`, each filled by
+/// `site`.
+fn write_sites(
+    path: &Path,
+    dims: [usize; 4],
+    volume: usize,
+    precision: Precision,
+    lfn: Option<&str>,
+    site: &mut dyn FnMut(usize, &mut [Complex64]),
+) -> Result<()> {
     let real_bytes = precision.bytes_per_real();
     let site_len = COMPLEX_PER_SITE * 2 * real_bytes;
     let data_len = (volume * site_len) as u64;
@@ -560,11 +639,13 @@ fn write_ildg_impl(
         write_lime_record(w, "ildg-format", format_xml.as_bytes(), true, false)?;
         w.write_all(&lime_header("ildg-binary-data", data_len, false, false)?)?;
         let mut checksum = ScidacChecksum::default();
-        let mut site = vec![0u8; site_len];
-        for (rank, site_links) in links.chunks_exact(COMPLEX_PER_SITE).enumerate() {
-            encode_site(site_links, precision, &mut site);
-            checksum.accumulate(rank as u64, &site);
-            w.write_all(&site)?;
+        let mut bytes = vec![0u8; site_len];
+        let mut links = [Complex64::new(0.0, 0.0); COMPLEX_PER_SITE];
+        for rank in 0..volume {
+            site(rank, &mut links);
+            encode_site(&links, precision, &mut bytes);
+            checksum.accumulate(rank as u64, &bytes);
+            w.write_all(&bytes)?;
         }
         w.write_all(&[0u8; 8][..padding(data_len) as usize])?;
         write_lime_record(
@@ -615,87 +696,14 @@ fn decode_site(bytes: &[u8], precision: Precision, out: &mut Vec<Complex64>) {
 
 /// Reads an ILDG gauge configuration, checking its format record, data length and checksum.
 pub fn read_ildg(path: &Path) -> Result<IldgConfig> {
-    let (mut file, len) = open_for_read(path)?;
-    let records = walk_lime(path, &mut file, len)?;
-    let kinds = || {
-        records
-            .iter()
-            .map(|r| r.kind.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let find = |kind: &str| records.iter().find(|r| r.kind == kind);
-
-    let format = find("ildg-format").ok_or_else(|| {
-        bad(
-            path,
-            format!(
-                "no ildg-format record (records present: [{}]); this LIME file is not an ILDG \
-                 gauge configuration (a SciDAC propagator or another field?) -- an ILDG file \
-                 needs ildg-format and ildg-binary-data records",
-                kinds()
-            ),
-        )
-    })?;
-    let binary = find("ildg-binary-data").ok_or_else(|| {
-        bad(
-            path,
-            format!(
-                "no ildg-binary-data record (records present: [{}]); the file holds no gauge \
-                 links -- it is incomplete or not an ILDG gauge configuration",
-                kinds()
-            ),
-        )
-    })?;
-
-    let format_xml = read_xml_record(path, &mut file, format)?;
-    let (dims, precision) = parse_ildg_format(path, &format_xml)?;
-
-    let checksum = match find("scidac-checksum") {
-        None => None,
-        Some(rec) => {
-            let xml = read_xml_record(path, &mut file, rec)?;
-            Some(ScidacChecksum::from_xml(&xml).ok_or_else(|| {
-                bad(
-                    path,
-                    format!(
-                        "the scidac-checksum record cannot be parsed (expected \
-                         <suma>hex</suma><sumb>hex</sumb>, found {:?}); the file is damaged",
-                        truncate_for_message(&xml)
-                    ),
-                )
-            })?)
-        }
-    };
-
-    // Every size is computed checked, and must equal the record length, which walk_lime proved
-    // lies within the file: so the allocation below is bounded by the file's real size.
-    let real_bytes = precision.bytes_per_real() as u64;
-    let site_len = COMPLEX_PER_SITE as u64 * 2 * real_bytes;
-    let volume = dims.iter().try_fold(1u64, |v, &d| v.checked_mul(d as u64));
-    let expected = volume.and_then(|v| v.checked_mul(site_len));
-    if expected != Some(binary.data_len) {
-        let need = match expected {
-            Some(e) => format!("{e} bytes (V * 4 * 9 * 2 * {real_bytes})"),
-            None => "more bytes than any file can hold".to_string(),
-        };
-        return Err(bad(
-            path,
-            format!(
-                "the ildg-format dims {dims:?} do not match the data: ildg-binary-data holds {} \
-                 bytes, but {dims:?} at {}-bit precision need {need}; the file is corrupt or \
-                 its ildg-format record is wrong",
-                binary.data_len,
-                precision.bits()
-            ),
-        ));
-    }
-    let volume = volume.unwrap_or(0);
-    let n_links = usize::try_from(volume)
+    let reader = IldgReader::open(path)?;
+    let (dims, precision) = (reader.dims, reader.precision);
+    let n_links = usize::try_from(reader.volume())
         .ok()
         .and_then(|v| v.checked_mul(COMPLEX_PER_SITE))
         .ok_or_else(|| bad(path, "the lattice is too large for this machine's memory"))?;
-
+    // The count equals the binary record's length, which lies within the file: the allocation is
+    // bounded by the file's real size.
     let mut links = Vec::new();
     links.try_reserve_exact(n_links).map_err(|_| {
         bad(
@@ -703,36 +711,173 @@ pub fn read_ildg(path: &Path) -> Result<IldgConfig> {
             format!("cannot allocate memory for the {n_links} link entries of {dims:?}"),
         )
     })?;
-    file.seek(SeekFrom::Start(binary.data_offset))
-        .map_err(io_err(path))?;
-    let mut reader = BufReader::with_capacity(IO_BUFFER, &mut file);
-    let mut site = vec![0u8; site_len as usize];
-    let mut computed = ScidacChecksum::default();
-    for rank in 0..volume {
-        reader.read_exact(&mut site).map_err(io_err(path))?;
-        computed.accumulate(rank, &site);
-        decode_site(&site, precision, &mut links);
-    }
-
-    if let Some(stored) = checksum {
-        if stored != computed {
-            return Err(bad(
-                path,
-                format!(
-                    "SciDAC checksum mismatch: the scidac-checksum record says {stored}, but the \
-                     binary data gives {computed}; the link data is corrupt (bit rot, a bad or \
-                     incomplete copy) -- re-copy the file from its source"
-                ),
-            ));
-        }
-    }
-
+    let checksum = reader.read_sites(|_, site| {
+        links.extend_from_slice(site);
+        Ok(())
+    })?;
     Ok(IldgConfig {
         dims,
         precision,
         links,
         checksum,
     })
+}
+
+/// An ILDG file opened and checked up to its link data: its extents and precision are known, so a
+/// caller can size (and refuse) the memory of the configuration before any link is read, and then
+/// take the links site by site ([`read_sites`](Self::read_sites)) into its own layout, without a
+/// second copy of the whole field.
+#[derive(Debug)]
+pub struct IldgReader {
+    path: std::path::PathBuf,
+    file: File,
+    binary: LimeRecordInfo,
+    stored: Option<ScidacChecksum>,
+    /// Lattice extents `[X, Y, Z, T]` from the `ildg-format` record.
+    pub dims: [usize; 4],
+    /// Precision the file stores the links in.
+    pub precision: Precision,
+}
+
+impl IldgReader {
+    /// Opens `path`: walks its LIME records, reads the format and checksum records, and checks that
+    /// the binary record holds exactly the links the format announces.
+    pub fn open(path: &Path) -> Result<Self> {
+        let (mut file, len) = open_for_read(path)?;
+        let records = walk_lime(path, &mut file, len)?;
+        let kinds = || {
+            records
+                .iter()
+                .map(|r| r.kind.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let find = |kind: &str| records.iter().find(|r| r.kind == kind);
+
+        let format = find("ildg-format").ok_or_else(|| {
+            bad(
+                path,
+                format!(
+                    "no ildg-format record (records present: [{}]); this LIME file is not an ILDG \
+                     gauge configuration (a SciDAC propagator or another field?) -- an ILDG file \
+                     needs ildg-format and ildg-binary-data records",
+                    kinds()
+                ),
+            )
+        })?;
+        let binary = find("ildg-binary-data").ok_or_else(|| {
+            bad(
+                path,
+                format!(
+                    "no ildg-binary-data record (records present: [{}]); the file holds no gauge \
+                     links -- it is incomplete or not an ILDG gauge configuration",
+                    kinds()
+                ),
+            )
+        })?;
+
+        let format_xml = read_xml_record(path, &mut file, format)?;
+        let (dims, precision) = parse_ildg_format(path, &format_xml)?;
+
+        let stored = match find("scidac-checksum") {
+            None => None,
+            Some(rec) => {
+                let xml = read_xml_record(path, &mut file, rec)?;
+                Some(ScidacChecksum::from_xml(&xml).ok_or_else(|| {
+                    bad(
+                        path,
+                        format!(
+                            "the scidac-checksum record cannot be parsed (expected \
+                             <suma>hex</suma><sumb>hex</sumb>, found {:?}); the file is damaged",
+                            truncate_for_message(&xml)
+                        ),
+                    )
+                })?)
+            }
+        };
+
+        // Every size is computed checked, and must equal the record length, which walk_lime proved
+        // lies within the file.
+        let real_bytes = precision.bytes_per_real() as u64;
+        let site_len = COMPLEX_PER_SITE as u64 * 2 * real_bytes;
+        let volume = dims.iter().try_fold(1u64, |v, &d| v.checked_mul(d as u64));
+        let expected = volume.and_then(|v| v.checked_mul(site_len));
+        if expected != Some(binary.data_len) {
+            let need = match expected {
+                Some(e) => format!("{e} bytes (V * 4 * 9 * 2 * {real_bytes})"),
+                None => "more bytes than any file can hold".to_string(),
+            };
+            return Err(bad(
+                path,
+                format!(
+                    "the ildg-format dims {dims:?} do not match the data: ildg-binary-data holds {} \
+                     bytes, but {dims:?} at {}-bit precision need {need}; the file is corrupt or \
+                     its ildg-format record is wrong",
+                    binary.data_len,
+                    precision.bits()
+                ),
+            ));
+        }
+        let binary = binary.clone();
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            binary,
+            stored,
+            dims,
+            precision,
+        })
+    }
+
+    /// Number of lattice sites `X * Y * Z * T` (it fits: the file holds that many sites).
+    pub fn volume(&self) -> u64 {
+        self.dims.iter().map(|&d| d as u64).product()
+    }
+
+    /// The SciDAC checksum the file carries, if any (verified by [`read_sites`](Self::read_sites)).
+    pub fn stored_checksum(&self) -> Option<ScidacChecksum> {
+        self.stored
+    }
+
+    /// Reads the links site after site (lexicographic order): `site(rank, links)` gets the site's
+    /// `4 * 9` entries, `links[9 * mu + 3 * a + b]`, and may stop the read with an error. The SciDAC
+    /// checksum, where the file has one, is verified once every site is read: a caller must not use
+    /// what it took unless this returns `Ok` (the checksum, `None` without a record).
+    pub fn read_sites(
+        mut self,
+        mut site: impl FnMut(u64, &[Complex64]) -> Result<()>,
+    ) -> Result<Option<ScidacChecksum>> {
+        let path = self.path.as_path();
+        let site_len = COMPLEX_PER_SITE * 2 * self.precision.bytes_per_real();
+        self.file
+            .seek(SeekFrom::Start(self.binary.data_offset))
+            .map_err(io_err(path))?;
+        let (volume, precision) = (self.volume(), self.precision);
+        let mut reader = BufReader::with_capacity(IO_BUFFER, &mut self.file);
+        let mut bytes = vec![0u8; site_len];
+        let mut links = Vec::with_capacity(COMPLEX_PER_SITE);
+        let mut computed = ScidacChecksum::default();
+        for rank in 0..volume {
+            reader.read_exact(&mut bytes).map_err(io_err(path))?;
+            computed.accumulate(rank, &bytes);
+            links.clear();
+            decode_site(&bytes, precision, &mut links);
+            site(rank, &links)?;
+        }
+        if let Some(stored) = self.stored {
+            if stored != computed {
+                return Err(bad(
+                    path,
+                    format!(
+                        "SciDAC checksum mismatch: the scidac-checksum record says {stored}, but \
+                         the binary data gives {computed}; the link data is corrupt (bit rot, a bad \
+                         or incomplete copy) -- re-copy the file from its source"
+                    ),
+                ));
+            }
+        }
+        Ok(self.stored)
+    }
 }
 
 fn read_xml_record(path: &Path, file: &mut File, rec: &LimeRecordInfo) -> Result<String> {

@@ -11,19 +11,30 @@ use crate::Result;
 
 /// `C(t)` from the 12 solutions (one per source spin and colour at the origin).
 pub fn correlator(lat: &Lattice, solutions: &[SpinorField]) -> Vec<f64> {
-    let nt = lat.dims[3];
-    let per_t = lat.volume() / nt;
-    let mut c = vec![0.0; nt];
+    let mut c = vec![0.0; lat.dims[3]];
     for s in solutions {
-        for n in 0..lat.volume() {
-            let t = n / per_t;
-            c[t] += s.data[12 * n..12 * n + 12]
-                .iter()
-                .map(|z| z.norm_sqr())
-                .sum::<f64>();
-        }
+        add_solution(lat, s, &mut c);
     }
     c
+}
+
+/// Adds one solution's part of `C(t)` to `c` (`T` entries): the correlator of the 12 solutions taken
+/// one at a time, so that a propagator need not hold all 12 at once. The sums are those of
+/// [`correlator`], in the same order.
+///
+/// # Panics
+/// If `c` does not have `T` entries.
+pub fn add_solution(lat: &Lattice, solution: &SpinorField, c: &mut [f64]) {
+    let nt = lat.dims[3];
+    assert_eq!(c.len(), nt, "the correlator has one entry per time slice");
+    let per_t = lat.volume() / nt;
+    for n in 0..lat.volume() {
+        let t = n / per_t;
+        c[t] += solution.data[12 * n..12 * n + 12]
+            .iter()
+            .map(|z| z.norm_sqr())
+            .sum::<f64>();
+    }
 }
 
 /// The effective mass `m(t) = ln(C(t) / C(t + 1))` for `t` below `T/2`, where the forward-propagating
@@ -41,11 +52,12 @@ pub fn effective_mass(c: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Writes `t, C(t), m_eff(t)` as CSV (atomically).
+/// Writes `t, C(t), m_eff(t)` as CSV (atomically); an effective mass that is not a finite number (where
+/// `C(t)` or `C(t + 1)` is zero) is left empty, as beyond `T/2`, never written as NaN or inf.
 pub fn write_csv(path: &Path, c: &[f64], meff: &[f64]) -> Result<()> {
     let mut text = String::from("t,C,m_eff\n");
     for (t, v) in c.iter().enumerate() {
-        match meff.get(t) {
+        match meff.get(t).filter(|m| m.is_finite()) {
             Some(m) => text.push_str(&format!("{t},{v:.16e},{m:.10}\n")),
             None => text.push_str(&format!("{t},{v:.16e},\n")),
         }

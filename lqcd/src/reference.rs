@@ -225,10 +225,13 @@ pub fn hopping_oe(lat: &Lattice, u: &GaugeField, x_e: &[Complex64]) -> Vec<Compl
 /// # Panics
 /// If `u` does not live on `lat` or `x_e` is not `12 * volume / 2` long.
 pub fn m_hat(lat: &Lattice, u: &GaugeField, kappa: f64, x_e: &[Complex64]) -> Vec<Complex64> {
-    let mut out = x_e.to_vec();
-    let y = hopping_eo(lat, u, &hopping_oe(lat, u, x_e));
-    axpy(Complex64::new(-kappa * kappa, 0.0), &y, &mut out);
-    out
+    // The result overwrites H_eo H_oe x_e in place: no third half field at the solver's peak.
+    let mut y = hopping_eo(lat, u, &hopping_oe(lat, u, x_e));
+    let k2 = kappa * kappa;
+    for (y, x) in y.iter_mut().zip(x_e) {
+        *y = x - k2 * *y;
+    }
+    y
 }
 
 fn check_solver_params(tol: f64, max_iter: usize) -> Result<()> {
@@ -261,17 +264,31 @@ pub fn bicgstab(
     tol: f64,
     max_iter: usize,
 ) -> Result<Solve> {
-    bicgstab_with(|v| Ok(op(v)), |a, c| Ok(dot(a, c)), b, tol, max_iter)
+    bicgstab_with(
+        |v| Ok(op(v)),
+        |a, c| Ok(dot(a, c)),
+        b,
+        tol,
+        max_iter,
+        &mut |_, _| Ok(()),
+    )
 }
 
-/// [`bicgstab`] with the operator and the inner product given (a decomposed run sums over its ranks);
-/// either may fail (a communicator).
+/// What a solve calls after each iteration that did not end it, with the iteration and the relative
+/// residual: progress output, and the checks that stop a solve (a signal); an error ends the solve
+/// with it. On the ranks of a split solve it is called at the same iterations on every rank (every
+/// decision of the solver is taken on sums over all ranks), so it may make collective calls.
+pub type OnIteration<'a> = dyn FnMut(usize, f64) -> Result<()> + 'a;
+
+/// [`bicgstab`] with the operator and the inner product given (a decomposed run sums over its ranks),
+/// either of which may fail (a communicator), and `check` called after every iteration.
 pub(crate) fn bicgstab_with(
     op: impl Fn(&[Complex64]) -> Result<Vec<Complex64>>,
     dot: impl Fn(&[Complex64], &[Complex64]) -> Result<Complex64>,
     b: &[Complex64],
     tol: f64,
     max_iter: usize,
+    check: &mut OnIteration,
 ) -> Result<Solve> {
     let norm2 = |a: &[Complex64]| dot(a, a).map(|z| z.re);
     check_solver_params(tol, max_iter)?;
@@ -287,7 +304,8 @@ pub(crate) fn bicgstab_with(
         });
     }
     let mut r = b.to_vec();
-    let r0 = b.to_vec();
+    // The shadow residual is b itself, borrowed rather than copied.
+    let r0 = b;
     let r0_norm = b_norm;
     let mut p = vec![zero; len];
     let mut v = vec![zero; len];
@@ -298,21 +316,34 @@ pub(crate) fn bicgstab_with(
     );
     let mut history = vec![(0, 1.0)];
     let breakdown = |iteration: usize, what: String| Err(Error::Breakdown { iteration, what });
-    let vanishes = |z: Complex64, scale: f64| !z.is_finite() || z.norm() <= BREAKDOWN * scale;
+    // A NaN or infinity is told apart from a vanishing denominator: it means the operator or the
+    // source produced one, and no other source or kappa helps.
+    let degenerate = |name: &str, z: Complex64, scale: f64| {
+        if !z.is_finite() {
+            Some(format!(
+                "{name} became {z}: the operator or the source produced a NaN or infinity (check \
+                 the gauge field)"
+            ))
+        } else if z.norm() <= BREAKDOWN * scale {
+            Some(format!("{name} = {z:.3e} vanished"))
+        } else {
+            None
+        }
+    };
 
     for i in 1..=max_iter {
-        let rho_new = dot(&r0, &r)?;
-        if vanishes(rho_new, r0_norm * norm2(&r)?.sqrt()) {
-            return breakdown(i, format!("rho = <r0, r> = {rho_new:.3e} vanished"));
+        let rho_new = dot(r0, &r)?;
+        if let Some(what) = degenerate("rho = <r0, r>", rho_new, r0_norm * norm2(&r)?.sqrt()) {
+            return breakdown(i, what);
         }
         let beta = (rho_new / rho) * (alpha / omega);
         for k in 0..len {
             p[k] = r[k] + beta * (p[k] - omega * v[k]);
         }
         v = op(&p)?;
-        let r0v = dot(&r0, &v)?;
-        if vanishes(r0v, r0_norm * norm2(&v)?.sqrt()) {
-            return breakdown(i, format!("<r0, v> = {r0v:.3e} vanished"));
+        let r0v = dot(r0, &v)?;
+        if let Some(what) = degenerate("<r0, v>", r0v, r0_norm * norm2(&v)?.sqrt()) {
+            return breakdown(i, what);
         }
         alpha = rho_new / r0v;
         let s: Vec<Complex64> = r.iter().zip(&v).map(|(r, v)| r - alpha * v).collect();
@@ -330,13 +361,13 @@ pub(crate) fn bicgstab_with(
         }
         let t = op(&s)?;
         let tt = norm2(&t)?;
-        if !tt.is_finite() || tt.sqrt() <= BREAKDOWN * s_norm {
-            return breakdown(i, format!("<t, t> = {tt:.3e} vanished"));
+        if let Some(what) = degenerate("|t| = sqrt(<t, t>)", Complex64::from(tt.sqrt()), s_norm) {
+            return breakdown(i, what);
         }
         let ts = dot(&t, &s)?;
-        if vanishes(ts, tt.sqrt() * s_norm) {
+        if let Some(what) = degenerate("<t, s>", ts, tt.sqrt() * s_norm) {
             // omega = 0 would make the next beta divide by zero.
-            return breakdown(i, format!("<t, s> = {ts:.3e} vanished"));
+            return breakdown(i, what);
         }
         omega = ts / tt;
         for k in 0..len {
@@ -346,7 +377,13 @@ pub(crate) fn bicgstab_with(
         let rel = norm2(&r)?.sqrt() / b_norm;
         history.push((i, rel));
         if !rel.is_finite() {
-            return breakdown(i, format!("the residual became {rel}"));
+            return breakdown(
+                i,
+                format!(
+                    "the residual became {rel}: the operator or the source produced a NaN or \
+                     infinity (check the gauge field)"
+                ),
+            );
         }
         if rel < tol {
             return Ok(Solve {
@@ -355,6 +392,7 @@ pub(crate) fn bicgstab_with(
                 history,
             });
         }
+        check(i, rel)?;
         rho = rho_new;
     }
     let residual = history.last().map_or(1.0, |&(_, r)| r);
@@ -399,7 +437,16 @@ pub fn true_residual(
     if b_norm == 0.0 {
         return x.norm2().sqrt();
     }
-    b.sub(&wilson_dirac(lat, u, kappa, x)).norm2().sqrt() / b_norm
+    // |b - (x - kappa H x)| summed as it goes: no D x and no difference field beside H x.
+    let h = hopping(lat, u, x);
+    let r2: f64 = b
+        .data
+        .iter()
+        .zip(&x.data)
+        .zip(&h.data)
+        .map(|((b, x), h)| (b - (x + Complex64::new(-kappa, 0.0) * h)).norm_sqr())
+        .sum();
+    r2.sqrt() / b_norm
 }
 
 /// Solves `D x = b` by BiCGStab on the full lattice. Returns `x`, the solver record and the true relative
@@ -440,6 +487,20 @@ pub fn solve_eo(
     tol: f64,
     max_iter: usize,
 ) -> Result<(SpinorField, Solve, f64)> {
+    solve_eo_checked(lat, u, kappa, b, tol, max_iter, &mut |_, _| Ok(()))
+}
+
+/// [`solve_eo`] with `check` called after every iteration of the even-site solve ([`OnIteration`]):
+/// progress output, and the checks that may stop the solve with an error (a signal).
+pub fn solve_eo_checked(
+    lat: &Lattice,
+    u: &GaugeField,
+    kappa: f64,
+    b: &SpinorField,
+    tol: f64,
+    max_iter: usize,
+    check: &mut OnIteration,
+) -> Result<(SpinorField, Solve, f64)> {
     check_solve_inputs(lat, u, kappa, b)?;
     let (b_e, b_o) = b.to_eo();
     let mut src = b_e;
@@ -448,7 +509,15 @@ pub fn solve_eo(
         &hopping_eo(lat, u, &b_o),
         &mut src,
     );
-    let solve = bicgstab(|v| m_hat(lat, u, kappa, v), &src, tol, max_iter)?;
+    let solve = bicgstab_with(
+        |v| Ok(m_hat(lat, u, kappa, v)),
+        |a, c| Ok(dot(a, c)),
+        &src,
+        tol,
+        max_iter,
+        check,
+    )?;
+    drop(src);
     let mut x_o = b_o;
     axpy(
         Complex64::new(kappa, 0.0),

@@ -763,3 +763,51 @@ fn corrupted_files_never_panic() {
     }
     assert!(errors > 0 && ok > 0, "ok {ok}, errors {errors}");
 }
+
+#[test]
+fn paths_that_are_no_regular_files_are_named_not_read() {
+    let dir = TempDir::new("not-regular");
+    let fifo = dir.file("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // Opening the pipe for reading would wait for a writer for ever: the test would hang.
+    for (path, what) in [
+        (Path::new("/dev/zero"), "a device"),
+        (dir.0.as_path(), "a directory"),
+        (fifo.as_path(), "a pipe"),
+    ] {
+        let problem = expect_gauge_error(read_ildg(path), &[what, "not a regular file"]);
+        assert!(!problem.contains("empty"), "{problem}");
+        expect_gauge_error(list_lime_records(path), &[what, "not a regular file"]);
+    }
+}
+
+#[test]
+fn a_field_written_site_by_site_is_the_field_written_whole() {
+    let dir = TempDir::new("sites");
+    let dims = [2, 2, 2, 4];
+    let links = random_links(dims, 17);
+    let (whole, sites) = (dir.file("whole.ildg"), dir.file("sites.ildg"));
+    write_ildg(&whole, dims, &links, Precision::F64).unwrap();
+    lattice_gpu_lqcd::ildg::write_ildg_sites(&sites, dims, Precision::F64, |n, out| {
+        out.copy_from_slice(&links[36 * n..36 * (n + 1)])
+    })
+    .unwrap();
+    assert_eq!(fs::read(&whole).unwrap(), fs::read(&sites).unwrap());
+    // And read back site by site, in order, checksum verified.
+    let reader = lattice_gpu_lqcd::ildg::IldgReader::open(&sites).unwrap();
+    assert_eq!((reader.dims, reader.volume()), (dims, 32));
+    let mut got = Vec::new();
+    let checksum = reader
+        .read_sites(|n, site| {
+            assert_eq!(got.len(), 36 * n as usize);
+            got.extend_from_slice(site);
+            Ok(())
+        })
+        .unwrap();
+    assert!(checksum.is_some());
+    assert_bit_exact(&got, &links);
+}

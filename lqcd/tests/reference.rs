@@ -723,3 +723,34 @@ fn invalid_kappa_is_rejected_with_the_range() {
         Err(Error::InvalidParameter(_))
     ));
 }
+
+#[test]
+fn a_nan_in_the_operator_is_a_breakdown_that_says_so() {
+    let b = SpinorField::random([2, 2, 2, 2], 94).data;
+    let nan_op = |v: &[Complex64]| {
+        let mut w = v.to_vec();
+        w[5] = c(f64::NAN, 0.0);
+        w
+    };
+    match bicgstab(nan_op, &b, 1e-10, 10) {
+        Err(Error::Breakdown { iteration, what }) => {
+            assert_eq!(iteration, 1);
+            assert!(
+                what.contains("became NaN") && !what.contains("vanished"),
+                "{what}"
+            );
+        }
+        other => panic!("expected Breakdown, got {other:?}"),
+    }
+    // A gauge field with a NaN link: the even-odd solve stops at once and names the NaN.
+    let lat = Lattice::new(D44, false).unwrap();
+    let mut u = GaugeField::random(D44, 95);
+    u.links[17][(1, 2)] = c(f64::NAN, 0.0);
+    assert_eq!(u.first_non_finite().map(|(l, _)| l), Some(17));
+    assert!(u.max_unitarity_violation().is_nan());
+    let src = SpinorField::random(D44, 96);
+    match solve_eo(&lat, &u, 0.12, &src, 1e-10, 50) {
+        Err(Error::Breakdown { what, .. }) => assert!(what.contains("NaN"), "{what}"),
+        other => panic!("expected Breakdown, got {other:?}"),
+    }
+}

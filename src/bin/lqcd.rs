@@ -9,19 +9,25 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
+use lattice_gpu::host::comm::{Communicator, Solo};
+use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::krylov::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
     Variant,
 };
+use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
-use lattice_gpu::lqcd::config::{load_gauge, save_gauge};
-use lattice_gpu::lqcd::gauge::GaugeField;
-use lattice_gpu::lqcd::geometry::Lattice;
-use lattice_gpu::lqcd::gpu::{gpu_grid, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu::lqcd::config::{gauge_dims, load_gauge, save_gauge};
+use lattice_gpu::lqcd::gauge::{GaugeField, Su3};
+use lattice_gpu::lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
+use lattice_gpu::lqcd::gpu::{
+    gauge_len, gpu_grid, parity_len, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal,
+};
 use lattice_gpu::lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu::lqcd::spinor::SpinorField;
 use lattice_gpu::lqcd::{pion, reference, Error, Result};
+use num_complex::Complex64;
 
 /// Lattice QCD with Wilson fermions: solve D x = b by even-odd preconditioned BiCGStab on the GPU (or the
 /// CPU reference without one), compute the pion correlator, measure the plaquette, and benchmark the
@@ -48,18 +54,21 @@ enum Command {
 #[derive(Args, Clone)]
 struct GaugeArgs {
     /// Lattice X x Y x Z x T (all even), e.g. 8x8x8x16, or one number for N^4.
-    #[arg(long, default_value = "8x8x8x16", value_parser = parse_dims4, conflicts_with = "gauge")]
+    #[arg(long, default_value = "8x8x8x16", allow_hyphen_values = true, value_parser = parse_dims4,
+          conflicts_with = "gauge")]
     dims: [usize; 4],
     /// Gauge configuration file (ILDG/LIME); the lattice has its dimensions (no --dims).
     #[arg(long)]
     gauge: Option<PathBuf>,
     /// Seed of the random (Haar) gauge field, made when there is no --gauge.
-    #[arg(long, default_value_t = 1, conflicts_with = "gauge")]
+    #[arg(long, default_value_t = 1, conflicts_with = "gauge", allow_hyphen_values = true,
+          value_parser = parse_seed)]
     seed: u64,
     /// Project the links of a loaded file onto SU(3) instead of refusing a file whose links are not.
     #[arg(long)]
     reunitarize: bool,
-    /// Write the configuration to this ILDG file (f64).
+    /// Write the configuration to this ILDG file (f64), at the end of a successful run (atomically:
+    /// an interrupted or failed run leaves the file as it was).
     #[arg(long)]
     write_gauge: Option<PathBuf>,
 }
@@ -87,10 +96,10 @@ struct SolverArgs {
     #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]
     tol: f64,
     /// Iteration limit.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, allow_hyphen_values = true, value_parser = parse_count)]
     max_iter: u32,
     /// Iterations between residual reads (and progress lines).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true, value_parser = parse_count)]
     check_every: u32,
     /// Every variant but sync: each iteration as one cooperative kernel (hopping terms, vector updates
     /// and reductions separated by grid barriers) instead of nine: auto (where the GPU holds every
@@ -114,7 +123,7 @@ struct SolveArgs {
     #[command(flatten)]
     solver: SolverArgs,
     /// Seed of the random source.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, allow_hyphen_values = true, value_parser = parse_seed)]
     source_seed: u64,
     /// Split the lattice over the ranks of the MPI job this process belongs to (start it with `mpirun -np
     /// N`) into blocks along t, then z, then y (see --grid): on GPUs one GPU per rank (a rank takes its
@@ -125,7 +134,7 @@ struct SolveArgs {
     /// The rank grid of a split run (--mpi or --gpus): ranks along y, z and t as `YxZxT` (e.g. 1x2x4),
     /// their product the number of ranks. Default: t takes the largest factor of the ranks it can hold,
     /// then z, then y.
-    #[arg(long, value_name = "YxZxT", value_parser = parse_grid)]
+    #[arg(long, value_name = "YxZxT", allow_hyphen_values = true, value_parser = parse_grid)]
     grid: Option<[usize; 3]>,
     /// Also cut these axes of a GPU split (a comma list of y, z and t) where the grid has one rank
     /// along them, the ghosts then coming from the block's own far side: what the split costs,
@@ -137,7 +146,7 @@ struct SolveArgs {
     /// Instead of one solve, time N iterations (the tolerance set out of reach) of every solver variant
     /// the halos allow, each after an untimed run, and M_hat alone: the strong-scaling figures of a
     /// split run, and the one-GPU baseline without --mpi/--gpus.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_count)]
     bench: Option<u32>,
 }
 
@@ -145,7 +154,8 @@ struct SolveArgs {
 struct PropagatorArgs {
     #[command(flatten)]
     solver: SolverArgs,
-    /// Directory for pion.csv.
+    /// Directory for pion.csv: written only when all 12 solves succeed (a failed or interrupted run
+    /// leaves the directory as it was).
     #[arg(long, default_value = "lqcd-out")]
     output: PathBuf,
 }
@@ -153,16 +163,18 @@ struct PropagatorArgs {
 #[derive(Args)]
 struct BenchArgs {
     /// Dslash lattices.
-    #[arg(long, value_delimiter = ',', default_value = "16,24,32x32x32x64,48x48x48x96", value_parser = parse_dims4)]
+    #[arg(long, value_delimiter = ',', default_value = "16,24,32x32x32x64,48x48x48x96",
+          allow_hyphen_values = true, value_parser = parse_dims4)]
     dslash: Vec<[usize; 4]>,
     /// Solver lattices.
-    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32x32x32x64,48x48x48x96", value_parser = parse_dims4)]
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32x32x32x64,48x48x48x96",
+          allow_hyphen_values = true, value_parser = parse_dims4)]
     solver: Vec<[usize; 4]>,
     /// Solver iterations timed per variant (fixed count: the tolerance is set unreachable).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, allow_hyphen_values = true, value_parser = parse_count)]
     iterations: u32,
     /// Iterations per residual read for the pipelined variants.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_hyphen_values = true, value_parser = parse_count)]
     check_every: u32,
     /// CSV of the results.
     #[arg(long)]
@@ -178,6 +190,27 @@ fn parse_dims4(s: &str) -> std::result::Result<[usize; 4], String> {
             "lattice `{s}` must be N or XxYxZxT (e.g. 8x8x8x16)"
         )),
     }
+}
+
+/// A seed: a whole number from 0 to 2^64 - 1 (a minus sign is named, not taken for an option).
+fn parse_seed(s: &str) -> std::result::Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| {
+        format!(
+            "`{s}` is not a seed: give a whole number from 0 to {}",
+            u64::MAX
+        )
+    })
+}
+
+/// A count of iterations: a whole number below 2^32 (a zero passes here, to be refused by the check
+/// that names the option).
+fn parse_count(s: &str) -> std::result::Result<u32, String> {
+    s.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "`{s}` is not a count: give a whole number from 1 to {}",
+            u32::MAX
+        )
+    })
 }
 
 fn parse_grid(s: &str) -> std::result::Result<[usize; 3], String> {
@@ -235,39 +268,58 @@ fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
 }
 
 fn main() -> ExitCode {
-    lattice_gpu::cli::exit(run(Cli::parse()))
+    let cli = Cli::parse();
+    lattice_gpu::cli::start();
+    lattice_gpu::cli::exit(run(cli))
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Plaquette(a) => {
-            // Prints the plaquette (and writes the file if asked).
-            gauge_field(&a, false).map(|_| ())
-        }
+        Command::Plaquette(a) => plaquette_only(&a),
         Command::Solve(a) => solve(&a),
         Command::Propagator(a) => propagator(&a),
         Command::Bench(a) => bench(&a),
     }
 }
 
-/// The lattice and gauge field the options describe, with the numbers users compare across codes.
-fn gauge_field(a: &GaugeArgs, antiperiodic_t: bool) -> Result<(Lattice, GaugeField)> {
-    gauge_field_as(a, antiperiodic_t, true)
+/// `lqcd plaquette`: the configuration, its plaquette, and `--write-gauge`.
+fn plaquette_only(a: &GaugeArgs) -> Result<()> {
+    check_write_gauge(a)?;
+    let dims = gauge_lattice(a)?;
+    let footprint = Footprint::new(
+        format!("a {} gauge field", dims_name(dims)),
+        with_slack(volume_bytes(dims, GAUGE_SITE, "the gauge field")?),
+        0,
+        false,
+    );
+    footprint.check(None)?;
+    let u = make_gauge(a, true)?;
+    plaquette(&u, true)?;
+    write_gauge(a, &u)?;
+    footprint.report(None);
+    Ok(())
 }
 
-/// The gauge field of the options; `lead` prints what it is and writes `--write-gauge` (the other ranks
-/// of a split run make the same field quietly).
-fn gauge_field_as(
-    a: &GaugeArgs,
-    antiperiodic_t: bool,
-    lead: bool,
-) -> Result<(Lattice, GaugeField)> {
+/// The lattice extents of the gauge options, known before any field is made (so that its memory can
+/// be checked first): `--dims`, or the extents the file's format record gives.
+fn gauge_lattice(a: &GaugeArgs) -> Result<[usize; 4]> {
+    let dims = match &a.gauge {
+        Some(path) => gauge_dims(path)?.0,
+        None => a.dims,
+    };
+    check_dims(dims)?;
+    Ok(dims)
+}
+
+/// The gauge field of the options; `lead` prints what it is (the other ranks of an MPI run make the
+/// same field quietly). A loaded file with a NaN or infinite link is refused by name.
+fn make_gauge(a: &GaugeArgs, lead: bool) -> Result<GaugeField> {
     let say = |line: String| {
         if lead {
             println!("{line}");
         }
     };
-    let u = match &a.gauge {
+    match &a.gauge {
         Some(path) => {
             let (u, info) = load_gauge(path, a.reunitarize, 1e-5)?;
             say(format!(
@@ -281,28 +333,156 @@ fn gauge_field_as(
                 info.checksum.map_or("none".to_string(), |c| c.to_string()),
                 info.su3_violation
             ));
-            u
+            Ok(u)
         }
         None => {
-            lattice_gpu::lqcd::geometry::check_dims(a.dims)?;
+            check_dims(a.dims)?;
             let u = GaugeField::random(a.dims, a.seed);
             say(format!(
                 "gauge: random SU(3) (Haar), seed {}, {}x{}x{}x{}",
                 a.seed, a.dims[0], a.dims[1], a.dims[2], a.dims[3]
             ));
-            u
+            Ok(u)
         }
+    }
+}
+
+/// The average plaquette of `u`, printed where `lead`; a non-finite one is an error, not a result.
+fn plaquette(u: &GaugeField, lead: bool) -> Result<f64> {
+    let p = finite(
+        u.plaquette(),
+        "the average plaquette",
+        "the average over every site and plane",
+        "a link of the gauge field is not a finite SU(3) matrix; check the configuration",
+    )?;
+    if lead {
+        println!("plaquette {p:.12}");
+    }
+    Ok(p)
+}
+
+/// Refuses at the start, not after the run, a `--write-gauge` path that cannot be written: one that
+/// exists and is no regular file, or whose directory does not exist.
+fn check_write_gauge(a: &GaugeArgs) -> Result<()> {
+    let Some(path) = &a.write_gauge else {
+        return Ok(());
     };
-    let lat = Lattice::new(u.dims, antiperiodic_t)?;
-    say(format!("plaquette {:.12}", u.plaquette()));
-    if let (Some(path), true) = (&a.write_gauge, lead) {
-        save_gauge(path, &u, FilePrecision::F64)?;
+    let bad = |why: String| {
+        Err(Error::InvalidParameter(format!(
+            "--write-gauge {}: {why}",
+            path.display()
+        )))
+    };
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return bad(
+            "it exists and is not a regular file (a directory, device, pipe or socket); name a \
+             regular file, or a path that does not exist yet"
+                .into(),
+        );
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return bad(format!(
+            "the directory {} does not exist; create it, or name a file in one that does",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `--write-gauge` (atomically), at the end of a run that succeeded.
+fn write_gauge(a: &GaugeArgs, u: &GaugeField) -> Result<()> {
+    if let Some(path) = &a.write_gauge {
+        save_gauge(path, u, FilePrecision::F64)?;
         println!("wrote {}", path.display());
     }
-    Ok((lat, u))
+    Ok(())
+}
+
+/// `value`, or the error that names `what` non-finite at `at` with `fix`.
+fn finite(value: f64, what: &str, at: &str, fix: &str) -> Result<f64> {
+    if value.is_finite() {
+        return Ok(value);
+    }
+    Err(Error::NonFinite {
+        what: what.into(),
+        value,
+        at: at.into(),
+        fix: fix.into(),
+    })
+}
+
+/// Where the `k`-th complex number of a spinor field lies: `site` gives the coordinates of its site
+/// (`k / 12`).
+fn spinor_entry(k: usize, site: [usize; 4]) -> String {
+    let [x, y, z, t] = site;
+    format!(
+        "site (x, y, z, t) = ({x}, {y}, {z}, {t}), spin {}, colour {}",
+        k % SPINOR_LEN / 3,
+        k % 3
+    )
+}
+
+/// The first NaN or infinity of `x`: its index and value.
+fn first_non_finite(x: &[Complex64]) -> Option<(u64, f64)> {
+    let k = x.iter().position(|z| !z.is_finite())?;
+    let z = x[k];
+    Some((k as u64, if z.re.is_finite() { z.im } else { z.re }))
+}
+
+/// The check after a solve, on every rank of `comm` at once: a solution with a NaN or infinity stops
+/// the run (naming the entry: `site(rank, site index)` gives its coordinates), as does a signal that
+/// came during the solve. `iterations` is the step the error names.
+fn agree_on_solution<C: Communicator>(
+    comm: &C,
+    x: &[Complex64],
+    iterations: u64,
+    site: impl Fn(usize, usize) -> [usize; 4],
+) -> Result<()> {
+    let verdict = Verdict::agree(comm, first_non_finite(x))?;
+    Ok(verdict.into_result(
+        iterations,
+        "the solution",
+        |nf| {
+            let k = nf.index as usize;
+            spinor_entry(k, site(nf.rank, k / SPINOR_LEN))
+        },
+        "the solver made it from finite input; try --precision f64, or a smaller kappa",
+    )?)
+}
+
+/// The check of a signal after `iteration`, on every rank of `comm` at once (see
+/// [`split_check_every`]): a signal ends the run with the error that says so.
+fn agree_on_stop<C: Communicator>(comm: &C, iteration: usize) -> Result<()> {
+    Ok(Verdict::agree(comm, None)?.into_result(
+        iteration as u64,
+        "the solve",
+        |_| String::new(),
+        "",
+    )?)
+}
+
+/// Work of one CPU reference BiCGStab iteration per site, in updates of a diffusion point (what
+/// [`check_interval`](lattice_gpu::host::health::check_interval) budgets): two applications of
+/// `M_hat`, four half-lattice hopping terms of about 1.3 kflops per site each.
+const ITERATION_WORK: u64 = 1 << 11;
+
+/// Iterations between the signal checks of a CPU solve over `ranks` ranks: one rank agrees with
+/// itself at no cost, so it looks after every iteration; split ranks agree collectively, at the
+/// health check's cadence (about a second of work between checks).
+fn split_check_every(lat: &Lattice, max_iter: u32, ranks: usize) -> usize {
+    if ranks == 1 {
+        return 1;
+    }
+    let points = (lat.volume() as u64).saturating_mul(ITERATION_WORK);
+    lattice_gpu::host::health::check_interval(points, max_iter as u64, false) as usize
 }
 
 fn check(s: &SolverArgs) -> Result<()> {
+    check_write_gauge(&s.gauge)?;
     reference::check_kappa(s.kappa)?;
     if !(s.tol > 0.0 && s.tol < 1.0) {
         return Err(Error::InvalidParameter(format!(
@@ -324,12 +504,216 @@ fn check(s: &SolverArgs) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Memory: every run's peak, from what its code path holds at the worst moment
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes of the gauge field per site on the host: four 3x3 complex links.
+const GAUGE_SITE: u64 = 4 * std::mem::size_of::<Su3>() as u64;
+/// Bytes of a whole-lattice spinor per site on the host (a half field holds half the sites).
+const SPINOR_SITE: u64 = (SPINOR_LEN * std::mem::size_of::<Complex64>()) as u64;
+/// The gauge file's 1 MiB reader or writer buffer, the solver's history, the correlator: small
+/// beside the fields, bounded here.
+const SMALL: u64 = 2 << 20;
+
+/// The fields' bytes with what malloc adds on the host: its free lists keep some freed fields'
+/// pages while the next are made (measured at about 1% of the solver's fields, give or take as
+/// much), counted as 1/32 more; and [`SMALL`].
+fn with_slack(fields: u64) -> u64 {
+    fields.saturating_add(fields / 32).saturating_add(SMALL)
+}
+/// The GPU's small arrays beside the fields: the solver's state, partial sums and barrier.
+const GPU_SMALL: u64 = 1 << 20;
+
+/// What the MPI library adds to a process's host memory (its own allocations and the shared-memory
+/// transport's segments): 12 to 15 MiB measured with OpenMPI over 1 to 3 ranks, counted as 32.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+const MPI_HOST: u64 = 32 << 20;
+
+/// `per_site` bytes for each site of `dims`, overflow-checked.
+fn volume_bytes(dims: [usize; 4], per_site: u64, what: &str) -> Result<u64> {
+    let per_site = usize::try_from(per_site).unwrap_or(usize::MAX);
+    Ok(memory::bytes(
+        &[dims[0], dims[1], dims[2], dims[3], per_site],
+        1,
+        what,
+    )?)
+}
+
+/// `count` reals of `T`, overflow-checked.
+fn reals<T>(count: usize, what: &str) -> Result<u64> {
+    Ok(memory::bytes(&[count], std::mem::size_of::<T>(), what)?)
+}
+
+/// The peak of a one-rank solve (or propagator) on the CPU: the gauge field, the source, and during
+/// the even-odd BiCGStab the odd half of the source, the even-site system's source and five work
+/// vectors (x, r, p, v, s; the shadow residual is the source itself) with the two half fields of an
+/// `M_hat` application being made. After the solve fewer are alive (x in halves and whole, `H x`).
+fn cpu_footprint(lat: &Lattice, what: &str) -> Result<Footprint> {
+    let dims = lat.dims;
+    let gauge = volume_bytes(dims, GAUGE_SITE, "the gauge field")?;
+    let spinors = volume_bytes(
+        dims,
+        SPINOR_SITE + 9 * SPINOR_SITE / 2,
+        "the solver's spinors",
+    )?;
+    Ok(Footprint::new(
+        format!("{what} on a {} lattice on the CPU", dims_name(dims)),
+        with_slack(gauge.saturating_add(spinors)),
+        0,
+        false,
+    ))
+}
+
+/// The peak of a one-rank solve on the GPU in `T` with `recon`. Host: the gauge field, and either the
+/// packed copy of the links being uploaded, or later the source, the solution and one packed parity
+/// on its way. GPU: the links, the operator's temporary, BiCGStab's seven vectors and the solve's
+/// seven parity fields (the halves of b, the system's source, x in halves, and D x in halves for the
+/// true residual), each one stored parity.
+fn gpu_footprint<T>(lat: &Lattice, recon: Recon, what: &str) -> Result<Footprint> {
+    let dims = lat.dims;
+    let gauge = volume_bytes(dims, GAUGE_SITE, "the gauge field")?;
+    let packed = reals::<T>(gauge_len(lat, recon), "the packed gauge field")?;
+    let parity = reals::<T>(2 * parity_len(lat), "a spinor parity on the GPU")?;
+    let fields = volume_bytes(dims, 2 * SPINOR_SITE, "the source and the solution")?;
+    let host = with_slack(gauge.saturating_add(packed.max(fields.saturating_add(parity))));
+    let gpu = packed
+        .saturating_add(parity.saturating_mul(15))
+        .saturating_add(GPU_SMALL);
+    Ok(Footprint::new(
+        format!(
+            "{what} on a {} lattice on the GPU ({}, recon {})",
+            dims_name(dims),
+            std::any::type_name::<T>(),
+            recon.name()
+        ),
+        host,
+        gpu,
+        true,
+    ))
+}
+
+/// The footprint of a one-rank run of `args` on `lat`, on `gpu` or the CPU.
+fn one_rank_footprint(
+    lat: &Lattice,
+    args: &SolverArgs,
+    gpu: bool,
+    what: &str,
+) -> Result<Footprint> {
+    match (gpu, args.precision) {
+        (false, _) => cpu_footprint(lat, what),
+        (true, Prec::F32) => gpu_footprint::<f32>(lat, args.recon, what),
+        (true, Prec::F64) => gpu_footprint::<f64>(lat, args.recon, what),
+    }
+}
+
+/// The host peak of a split solve of which this process runs `here` of the `grid`'s ranks (all of
+/// them as threads of `--gpus`, one under `--mpi`): the whole gauge field and source once, made
+/// before the ranks start and shared by them, and for each rank here its own part.
+///
+/// On the CPU a rank holds the links of its box and halo, its part of the source, BiCGStab's five
+/// work vectors and, during an application of D, the box and halo as packed spinors, the hopping term,
+/// D psi and the halo messages (a thread's malloc arena keeps the packed spinors' pages while the
+/// others are made, so they are counted together): 576 plus 192 bytes per site of box and halo, 1536
+/// per site of the box and 768 per site of a face of a cut axis. On GPUs a rank holds a whole
+/// lattice's solution (its own sites filled) and its block's packed links or a parity on its way.
+fn split_host_footprint(
+    lat: &Lattice,
+    grid: [usize; 4],
+    here: usize,
+    gpu: Option<(Prec, Recon, &[usize])>,
+) -> Result<Footprint> {
+    let dims = lat.dims;
+    let shared = volume_bytes(
+        dims,
+        GAUGE_SITE + SPINOR_SITE,
+        "the gauge field and the source",
+    )?;
+    let ranks: usize = grid.iter().product();
+    // The ranks' boxes: along each axis the sites dealt out as evenly as they go, with a halo site on
+    // each side of a cut axis.
+    let largest: [usize; 4] = std::array::from_fn(|a| dims[a].div_ceil(grid[a]));
+    let halo = |a: usize| if grid[a] > 1 { 2 } else { 0 };
+    let (boxes, with_halos) = if here == ranks {
+        let all: [usize; 4] = std::array::from_fn(|a| dims[a] + grid[a] * halo(a));
+        (dims, all)
+    } else {
+        (largest, std::array::from_fn(|a| largest[a] + halo(a)))
+    };
+    let k = if here == ranks { 1 } else { here } as u64;
+    // A halo exchange sends a face each way along a cut axis and receives two.
+    let mut faces = 0u64;
+    for a in (1..4).filter(|&a| grid[a] > 1) {
+        let mut face = boxes;
+        face[a] = if here == ranks { grid[a] } else { 1 };
+        faces = faces.saturating_add(volume_bytes(face, 4 * SPINOR_SITE, "the halo messages")?);
+    }
+    let per_rank = match gpu {
+        None => volume_bytes(with_halos, GAUGE_SITE + SPINOR_SITE, "the ranks' links")?
+            .saturating_add(volume_bytes(boxes, 8 * SPINOR_SITE, "the ranks' spinors")?)
+            .saturating_add(faces)
+            .saturating_mul(k),
+        Some((prec, recon, cuts)) => {
+            let solution = volume_bytes(dims, SPINOR_SITE, "the ranks' solutions")?;
+            let mut sum = 0u64;
+            for rank in 0..if here == ranks { ranks } else { here } {
+                let block = Block::new(*lat, grid, rank)?.cutting(cuts)?;
+                let bytes = match prec {
+                    Prec::F32 => block_bytes::<f32>(&block, recon)?,
+                    Prec::F64 => block_bytes::<f64>(&block, recon)?,
+                };
+                sum = sum.saturating_add(solution.saturating_add(bytes.0.max(bytes.1)));
+            }
+            sum
+        }
+    };
+    Ok(Footprint::new(
+        format!(
+            "a {} solve split over {ranks} ranks{}",
+            dims_name(dims),
+            if gpu.is_some() {
+                " on GPUs"
+            } else {
+                " on the CPU"
+            }
+        ),
+        with_slack(shared.saturating_add(per_rank)),
+        0,
+        gpu.is_some(),
+    ))
+}
+
+/// Bytes of a GPU block's packed links and of one stored parity, in `T`.
+fn block_bytes<T>(block: &Block, recon: Recon) -> Result<(u64, u64)> {
+    Ok((
+        reals::<T>(block.gauge_len(recon), "a block's links")?,
+        reals::<T>(2 * block.parity_len(), "a block's spinor parity")?,
+    ))
+}
+
+/// The GPU peak of one rank's block: its links, the operator's temporary, the solver's seven vectors
+/// and the solve's seven parity fields, and the order of its sites.
+fn block_gpu_bytes<T>(block: &Block, recon: Recon) -> Result<u64> {
+    let (links, parity) = block_bytes::<T>(block, recon)?;
+    let order = memory::bytes(&[block.local().half_volume()], 4, "a block's site order")?;
+    Ok(links
+        .saturating_add(parity.saturating_mul(15))
+        .saturating_add(order)
+        .saturating_add(GPU_SMALL))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Solves
+// ---------------------------------------------------------------------------------------------
+
 /// One or more solves with the same operator: on the GPU in the chosen precision, or the CPU reference.
 struct Solver {
     lat: Lattice,
     u: GaugeField,
     args: SolverArgs,
     gpu: Option<GpuSolver>,
+    device: Option<Arc<Gpu>>,
+    footprint: Footprint,
 }
 
 enum GpuSolver {
@@ -338,16 +722,23 @@ enum GpuSolver {
 }
 
 impl Solver {
-    fn new(args: &SolverArgs) -> Result<Self> {
+    /// Checks the options and the memory of `what` (a solve, a propagator) before anything large is
+    /// made, then makes the gauge field and the operator.
+    fn new(args: &SolverArgs, what: &str) -> Result<Self> {
         check(args)?;
-        let (lat, u) = gauge_field(&args.gauge, args.antiperiodic_t)?;
-        let gpu = match args.engine.gpu("the CPU reference solver (f64)")? {
+        let lat = Lattice::new(gauge_lattice(&args.gauge)?, args.antiperiodic_t)?;
+        let device = args.engine.gpu("the CPU reference solver (f64)")?;
+        let footprint = one_rank_footprint(&lat, args, device.is_some(), what)?;
+        footprint.check(device.as_deref())?;
+        let u = make_gauge(&args.gauge, true)?;
+        plaquette(&u, true)?;
+        let gpu = match &device {
             None => None,
             Some(g) => {
                 println!("GPU: {}", g.name());
                 Some(match args.precision {
-                    Prec::F32 => GpuSolver::F32(make(&g, &lat, &u, args)?),
-                    Prec::F64 => GpuSolver::F64(make(&g, &lat, &u, args)?),
+                    Prec::F32 => GpuSolver::F32(make(g, &lat, &u, args)?),
+                    Prec::F64 => GpuSolver::F64(make(g, &lat, &u, args)?),
                 })
             }
         };
@@ -356,11 +747,15 @@ impl Solver {
             u,
             args: args.clone(),
             gpu,
+            device,
+            footprint,
         })
     }
 
     /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual, and whether each
-    /// iteration was one kernel.
+    /// iteration was one kernel. On the CPU a signal stops the solve after the iteration it came in; on
+    /// the GPU, whose solve runs to its end, after the solve. A solution with a NaN or infinity is an
+    /// error, not a result.
     fn solve(
         &mut self,
         b: &SpinorField,
@@ -374,38 +769,41 @@ impl Solver {
             check_every: a.check_every,
             fused: a.fused,
         };
-        let mut progress =
-            |it: usize, r: f64| println!("  {label} iteration {it:5}  residual {r:.3e}");
+        let progress = |it: usize, r: f64| println!("  {label} iteration {it:5}  residual {r:.3e}");
+        let lat = self.lat;
+        let at = |_: usize, n: usize| lat.coords(n);
         let (x, report, res) = match &mut self.gpu {
-            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut progress)?,
-            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut progress)?,
+            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut { progress })?,
+            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut { progress })?,
             None => {
                 let t = Instant::now();
-                let (x, solve, res) = reference::solve_eo(
+                let every = a.check_every as usize;
+                progress(0, 1.0);
+                let mut on_iteration = |it: usize, r: f64| -> Result<()> {
+                    if it.is_multiple_of(every) {
+                        progress(it, r);
+                    }
+                    agree_on_stop(&Solo, it)
+                };
+                let (x, solve, res) = reference::solve_eo_checked(
                     &self.lat,
                     &self.u,
                     a.kappa,
                     b,
                     a.tol,
                     a.max_iter as usize,
+                    &mut on_iteration,
                 )?;
-                for &(it, r) in solve
-                    .history
-                    .iter()
-                    .filter(|h| h.0 % a.check_every as usize == 0)
-                {
-                    progress(it, r);
+                let it = solve.iterations;
+                if it.is_multiple_of(every) && it > 0 {
+                    progress(it, solve.residual());
                 }
-                return Ok((
-                    x,
-                    solve.iterations as u32,
-                    t.elapsed().as_secs_f64(),
-                    res,
-                    false,
-                ));
+                agree_on_solution(&Solo, &x.data, it as u64, at)?;
+                return Ok((x, it as u32, t.elapsed().as_secs_f64(), res, false));
             }
         };
         outcome(&report, a.tol)?;
+        agree_on_solution(&Solo, &x.data, report.iterations as u64, at)?;
         Ok((x, report.iterations, report.seconds, res, report.fused))
     }
 
@@ -417,6 +815,11 @@ impl Solver {
             None => return Ok(None),
         };
         Ok(Some(operator_line(&self.lat, ms)))
+    }
+
+    /// Prints the footprint beside the measured peak (with `LATTICE_GPU_MEMORY_REPORT`).
+    fn report(&self) {
+        self.footprint.report(self.device.as_deref());
     }
 }
 
@@ -446,10 +849,42 @@ fn outcome(r: &SolveReport, tol: f64) -> Result<()> {
             tolerance: tol,
             history: r.history.clone(),
         }),
+        // The device calls a NaN a breakdown of the quantity it met first; the residual tells.
         SolveStatus::Breakdown(what) => Err(Error::Breakdown {
             iteration: r.iterations as usize,
-            what: what.to_string(),
+            what: match r.residual.is_finite() {
+                true => what.to_string(),
+                false => format!(
+                    "the residual became {}: the operator or the source produced a NaN or \
+                     infinity (check the gauge field)",
+                    r.residual
+                ),
+            },
         }),
+    }
+}
+
+/// The most ranks `--gpus` can split `dims` over, and what they split, on GPUs or on the CPU: the
+/// lattice is cut along y, z and t only (x holds the tiles' lanes), a rank at least one site deep
+/// along a cut axis on the CPU and two (a pair of planes, for even-odd ordering) on a GPU.
+fn split_bound(dims: [usize; 4], on_gpu: bool) -> (usize, String) {
+    let planes = if on_gpu { 2 } else { 1 };
+    let [_, y, z, t] = dims.map(|d| d / planes);
+    let most = y.saturating_mul(z).saturating_mul(t);
+    let over = if on_gpu {
+        format!("the lattice's {y}x{z}x{t} pairs of sites along y, z and t (a GPU's block is two sites deep along a cut axis)")
+    } else {
+        format!("the lattice's {y}x{z}x{t} sites along y, z and t")
+    };
+    (most, over)
+}
+
+/// Whether the ranks of `--gpus` will run on GPUs: `--engine device`, or `auto` where there is one.
+fn ranks_on_gpu(engine: Placement) -> bool {
+    match engine {
+        Placement::Host => false,
+        Placement::Device => true,
+        Placement::Auto => Gpu::probe().is_ok_and(|n| n > 0),
     }
 }
 
@@ -478,44 +913,125 @@ fn solve(a: &SolveArgs) -> Result<()> {
         ));
     }
     if let Some(n) = a.split.gpus {
-        return lattice_gpu::cli::on_gpus(n as usize, usize::MAX, "TODO(issue 34 A.5)", |c| {
-            solve_split(a, Rc::new(c.clone()))
-        });
+        return solve_on_threads(a, n as usize);
     }
     if a.mpi {
         #[cfg(feature = "mpi")]
-        return solve_split(a, Rc::new(lattice_gpu::host::comm::Mpi::init()?));
+        {
+            check(&a.solver)?;
+            let comm = Rc::new(lattice_gpu::host::comm::Mpi::init()?);
+            let lead = comm.rank() == 0;
+            let lat = Lattice::new(gauge_lattice(&a.solver.gauge)?, a.solver.antiperiodic_t)?;
+            let on_gpu = ranks_on_gpu(a.solver.engine);
+            let mut footprint = split_footprint(a, &lat, comm.size(), 1, on_gpu)?;
+            footprint.host = footprint.host.saturating_add(MPI_HOST);
+            footprint.check(None)?;
+            let (u, b) = split_fields(a, &lat, lead)?;
+            solve_split(a, comm, &lat, &u, &b, &footprint)?;
+            if lead {
+                write_gauge(&a.solver.gauge, &u)?;
+            }
+            return Ok(());
+        }
         #[cfg(not(feature = "mpi"))]
         return Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into()));
     }
-    let mut s = Solver::new(&a.solver)?;
+    let mut s = Solver::new(&a.solver, "a solve")?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
     if let Some(n) = a.bench {
         let c = a.solver.check_every;
+        let mut stop = |step: u64| agree_on_stop(&Solo, step as usize);
         match &mut s.gpu {
-            Some(GpuSolver::F32(g)) => bench_variants(g, &b, &s.lat, n, c, true)?,
-            Some(GpuSolver::F64(g)) => bench_variants(g, &b, &s.lat, n, c, true)?,
+            Some(GpuSolver::F32(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
+            Some(GpuSolver::F64(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
             None => {
                 return Err(Error::InvalidParameter(
                     "--bench times the GPU solver: run on a GPU (--engine device)".into(),
                 ))
             }
         }
+        s.report();
         return Ok(());
     }
     let (x, it, secs, res, fused) = s.solve(&b, "solve")?;
+    let x_norm = finite(
+        norm(&x.data),
+        "|x|",
+        "the solution's norm",
+        "the solution's entries are too large to sum; try a smaller kappa",
+    )?;
+    let res = finite(
+        res,
+        "the true residual |b - D x|/|b|",
+        "the whole lattice",
+        "try --precision f64",
+    )?;
     let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
     println!(
-        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
         secs / it.max(1) as f64 * 1e6,
         if fused { ", one kernel each" } else { "" },
         FLOPS_PER_SITE,
-        norm(&x.data),
     );
+    drop(x);
     if let Some(line) = s.operator_line(&b)? {
         println!("{line}");
     }
+    write_gauge(&a.solver.gauge, &s.u)?;
+    s.report();
     Ok(())
+}
+
+/// `solve --gpus N`: the ranks as threads of this process. The rank count is checked against the
+/// lattice, and the memory of all ranks together against the host, before the gauge field is made;
+/// the field and the source are made once and shared by the ranks.
+fn solve_on_threads(a: &SolveArgs, n: usize) -> Result<()> {
+    check(&a.solver)?;
+    let lat = Lattice::new(gauge_lattice(&a.solver.gauge)?, a.solver.antiperiodic_t)?;
+    let on_gpu = ranks_on_gpu(a.solver.engine);
+    let (most, over) = split_bound(lat.dims, on_gpu);
+    // As `on_gpus` refuses them, but before the whole gauge field is made.
+    if n > most {
+        return Err(HostError::InvalidSetting(format!(
+            "--gpus {n}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
+        ))
+        .into());
+    }
+    let footprint = split_footprint(a, &lat, n, n, on_gpu)?;
+    footprint.check(None)?;
+    let (u, b) = split_fields(a, &lat, true)?;
+    lattice_gpu::cli::on_gpus(n, most, &over, |c| {
+        solve_split(a, Rc::new(c.clone()), &lat, &u, &b, &footprint)
+    })?;
+    write_gauge(&a.solver.gauge, &u)
+}
+
+/// The host footprint of a split solve of `ranks` ranks, `here` of them in this process.
+fn split_footprint(
+    a: &SolveArgs,
+    lat: &Lattice,
+    ranks: usize,
+    here: usize,
+    on_gpu: bool,
+) -> Result<Footprint> {
+    let cuts: Vec<usize> = (1..4)
+        .filter(|&axis| a.cut.is_some_and(|c| c[axis - 1]))
+        .collect();
+    let grid = match on_gpu {
+        true => rank_grid(a, ranks, || gpu_grid(lat.dims, ranks))?,
+        false => rank_grid(a, ranks, || {
+            lattice_gpu::lqcd::distributed::rank_grid(lat.dims, ranks, 1)
+        })?,
+    };
+    let gpu = on_gpu.then_some((a.solver.precision, a.solver.recon, &cuts[..]));
+    split_host_footprint(lat, grid, here, gpu)
+}
+
+/// The gauge field (with its plaquette, printed where `lead`) and the random source of a split solve.
+fn split_fields(a: &SolveArgs, lat: &Lattice, lead: bool) -> Result<(GaugeField, SpinorField)> {
+    let u = make_gauge(&a.solver.gauge, lead)?;
+    plaquette(&u, lead)?;
+    Ok((u, SpinorField::random(lat.dims, a.source_seed)))
 }
 
 /// How a split solve fills its ghosts.
@@ -530,7 +1046,8 @@ fn ghosts(split: &lattice_gpu::cli::HaloArgs) -> &'static str {
 
 /// `solve --bench N`: each variant's time per iteration over `n` iterations (after an untimed run that
 /// captures the graphs), on the even-odd system of `b`, then `M_hat` alone; `lead` prints. `lat` is the
-/// whole lattice (the GFLOPS are of all ranks together).
+/// whole lattice (the GFLOPS are of all ranks together). `stop(variant)` is called before each variant
+/// on every rank: a signal ends the benchmark there.
 fn bench_variants<T: WilsonReal>(
     solver: &mut BiCgStab<T, EvenOdd<T>>,
     b: &SpinorField,
@@ -538,16 +1055,18 @@ fn bench_variants<T: WilsonReal>(
     n: u32,
     check_every: u32,
     lead: bool,
+    stop: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<()> {
     use lattice_gpu::host::krylov::DeviceOperator;
     let src = solver.operator().0.upload_parity(b, 0)?;
     let mut x = solver.operator().0.parity_buffer()?;
     let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
     let flops = flops_per_iteration(lat);
-    for variant in Variant::ALL {
+    for (k, variant) in Variant::ALL.into_iter().enumerate() {
         if staged && !matches!(variant, Variant::Sync | Variant::Async) {
             continue;
         }
+        stop(k as u64)?;
         let opt = SolveOptions {
             tol: f64::MIN_POSITIVE,
             max_iter: n.max(1),
@@ -594,31 +1113,32 @@ fn operator_line(lat: &Lattice, ms: f64) -> String {
     )
 }
 
-fn norm(x: &[num_complex::Complex64]) -> f64 {
+fn norm(x: &[Complex64]) -> f64 {
     x.iter().map(|z| z.norm_sqr()).sum::<f64>().sqrt()
 }
 
-/// `solve --mpi`: the lattice split over the MPI ranks (every rank makes the same gauge field and source
-/// from the seeds) into blocks along t, z and y: on GPUs, else the CPU reference.
-#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
+/// `solve --mpi` or `--gpus`: the lattice split over the ranks of `comm` into blocks along t, z and y:
+/// on GPUs, else the CPU reference. `u` and `b` are the whole gauge field and source (shared by the
+/// threads of `--gpus`); `footprint` is the process's, which rank 0 reports.
+fn solve_split<C: Communicator + 'static>(
     a: &SolveArgs,
     comm: Rc<C>,
+    lat: &Lattice,
+    u: &GaugeField,
+    b: &SpinorField,
+    footprint: &Footprint,
 ) -> Result<()> {
     let args = &a.solver;
-    check(args)?;
     lattice_gpu::cli::same_options(&*comm).map_err(Error::InvalidParameter)?;
     let gpu = args.engine.gpu("the CPU reference split over the ranks")?;
     a.split
         .check(gpu.is_some())
         .map_err(Error::InvalidParameter)?;
     let lead = comm.rank() == 0;
-    let (lat, u) = gauge_field_as(&args.gauge, args.antiperiodic_t, lead)?;
-    let b = SpinorField::random(lat.dims, a.source_seed);
     if let Some(g) = gpu {
         return match args.precision {
-            Prec::F32 => solve_split_gpu::<f32, C>(a, &comm, &g, &lat, &u, &b),
-            Prec::F64 => solve_split_gpu::<f64, C>(a, &comm, &g, &lat, &u, &b),
+            Prec::F32 => solve_split_gpu::<f32, C>(a, &comm, &g, lat, u, b, footprint),
+            Prec::F64 => solve_split_gpu::<f64, C>(a, &comm, &g, lat, u, b, footprint),
         };
     }
     if a.cut.is_some() {
@@ -630,43 +1150,89 @@ fn solve_split<C: lattice_gpu::host::comm::Communicator + 'static>(
     let g = rank_grid(a, comm.size(), || {
         lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size(), 1)
     })?;
-    let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, &lat, &u, g)?;
+    let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, lat, u, g)?;
+    let every = split_check_every(lat, args.max_iter, comm.size());
+    let mut on_iteration = |it: usize, _: f64| match it.is_multiple_of(every) {
+        true => agree_on_stop(comm, it),
+        false => Ok(()),
+    };
     let t = Instant::now();
-    let (x, solve, res) = d.solve(
+    let (x, solve, res) = d.solve_checked(
         args.kappa,
         &d.scatter(&b.data),
         args.tol,
         args.max_iter as usize,
+        &mut on_iteration,
     )?;
-    let x = d.gather(&x)?;
+    agree_on_solution(comm, &x, solve.iterations as u64, |rank, k| {
+        d.site_of(rank, k)
+    })?;
+    // The norm is summed over the ranks: no rank gathers the whole solution.
+    let x_norm = d.norm2(&x)?.sqrt();
     if lead {
+        let x_norm = finite(
+            x_norm,
+            "|x|",
+            "the solution's norm",
+            "the solution's entries are too large to sum; try a smaller kappa",
+        )?;
+        let res = finite(
+            res,
+            "the true residual |b - D x|/|b|",
+            "the whole lattice",
+            "try a smaller kappa",
+        )?;
         println!(
-            "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             comm.size(),
             g[1],
             g[2],
             g[3],
             solve.iterations,
             t.elapsed().as_secs_f64(),
-            norm(&x),
         );
+        footprint.report(None);
     }
     Ok(())
 }
 
 /// `solve --mpi` on GPUs: this rank's block, ghosts and sums through NCCL or host memory.
-#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'static>(
+fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     a: &SolveArgs,
     comm: &Rc<C>,
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
     b: &SpinorField,
+    footprint: &Footprint,
 ) -> Result<()> {
     use lattice_gpu::cli::HaloTransport;
     use lattice_gpu::host::split::{DeviceRanks, HostStaged};
     let args = &a.solver;
+    let size = comm.size();
+    let grid = rank_grid(a, size, || gpu_grid(lat.dims, size))?;
+    let cuts: Vec<usize> = (1..4)
+        .filter(|&axis| a.cut.is_some_and(|c| c[axis - 1]))
+        .collect();
+    let block = Block::new(*lat, grid, comm.rank())?.cutting(&cuts)?;
+    // This rank's GPU part, before its first array; the host's was checked for the whole process.
+    let mine = Footprint {
+        gpu: block_gpu_bytes::<T>(&block, args.recon)?,
+        ..footprint.clone()
+    };
+    // Every rank learns whether some rank's GPU is too small, so that none goes on into the
+    // collective set-up of the exchanges while another has stopped.
+    let fits = g.check_fits(mine.gpu, &mine.what);
+    let short = comm.sum(if fits.is_err() { 1.0 } else { 0.0 })?;
+    fits?;
+    if short > 0.0 {
+        return Err(HostError::InvalidSetting(format!(
+            "{short} of the {size} ranks' GPUs cannot hold their blocks of {}: split over more \
+             GPUs, or use --precision f32 or --recon 12",
+            mine.what
+        ))
+        .into());
+    }
     let ranks: Box<dyn DeviceRanks<T>> = match a.split.halos {
         HaloTransport::Host => Box::new(HostStaged(comm.clone())),
         #[cfg(feature = "nccl")]
@@ -676,12 +1242,6 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
             return Err(Error::InvalidParameter(lattice_gpu::cli::NO_NCCL.into()))
         }
     };
-    let size = comm.size();
-    let grid = rank_grid(a, size, || gpu_grid(lat.dims, size))?;
-    let cuts: Vec<usize> = (1..4)
-        .filter(|&axis| a.cut.is_some_and(|c| c[axis - 1]))
-        .collect();
-    let block = Block::new(*lat, grid, comm.rank())?.cutting(&cuts)?;
     let word = block.split();
     let cut: Vec<&str> = [(Y_SPLIT, "y"), (Z_SPLIT, "z"), (T_SPLIT, "t")]
         .into_iter()
@@ -714,7 +1274,12 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
         if lead {
             println!("{split}, {}", ghosts(&a.split));
         }
-        return bench_variants(&mut solver, b, lat, n, args.check_every, lead);
+        let mut stop = |step: u64| agree_on_stop(&**comm, step as usize);
+        bench_variants(&mut solver, b, lat, n, args.check_every, lead, &mut stop)?;
+        if lead {
+            mine.report(Some(g));
+        }
+        return Ok(());
     }
     let opt = SolveOptions {
         tol: args.tol,
@@ -730,9 +1295,26 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     };
     let (x, report, res) = solve_with(&mut solver, b, &opt, &mut progress)?;
     outcome(&report, args.tol)?;
-    // Each rank holds its own sites of x; the norm is summed over the ranks.
+    // Each rank holds its own sites of x (the others zero), in the whole lattice's order.
+    agree_on_solution(&**comm, &x.data, report.iterations as u64, |_, n| {
+        lat.coords(n)
+    })?;
+    // The norm is summed over the ranks.
     let x_norm = comm.sum(norm(&x.data).powi(2))?.sqrt();
+    drop(x);
     if lead {
+        let x_norm = finite(
+            x_norm,
+            "|x|",
+            "the solution's norm",
+            "the solution's entries are too large to sum; try a smaller kappa",
+        )?;
+        let res = finite(
+            res,
+            "the true residual |b - D x|/|b|",
+            "the whole lattice",
+            "try --precision f64",
+        )?;
         let it = report.iterations;
         let secs = report.seconds;
         let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
@@ -746,39 +1328,70 @@ fn solve_split_gpu<T: WilsonReal, C: lattice_gpu::host::comm::Communicator + 'st
     let ms = solver.operator().time_apply(b, OPERATOR_REPS)?;
     if lead {
         println!("{}", operator_line(lat, ms));
+        mine.report(Some(g));
     }
     Ok(())
 }
 
+/// `lqcd propagator`: the 12 solves of a point source, one after another, each solution added to the
+/// pion correlator and dropped (the 12 are never held together). Between the solves (and on the CPU
+/// after every iteration) a signal stops the run; pion.csv is staged and appears only when the
+/// correlator is complete and finite, with `--write-gauge` written after it.
 fn propagator(a: &PropagatorArgs) -> Result<()> {
-    lattice_gpu::cli::make_output_dir(&a.output)?;
-    let mut s = Solver::new(&a.solver)?;
-    let mut solutions = Vec::with_capacity(12);
+    let out = lattice_gpu::cli::output_dir(&a.output)?;
+    let mut s = Solver::new(&a.solver, "a propagator")?;
+    let mut c = vec![0.0; s.lat.dims[3]];
     let t = Instant::now();
-    for spin in 0..4 {
-        for colour in 0..3 {
-            let b = SpinorField::point_source(s.lat.dims, spin, colour);
-            let label = format!("source s={spin} c={colour}");
-            let (x, it, _, res, _) = s.solve(&b, &label)?;
-            println!("{label}: {it} iterations, true residual {res:.2e}");
-            solutions.push(x);
-        }
+    for (k, (spin, colour)) in (0..4)
+        .flat_map(|spin| (0..3).map(move |colour| (spin, colour)))
+        .enumerate()
+    {
+        Verdict::agree(&Solo, None)?.into_result(k as u64, "", |_| String::new(), "")?;
+        let b = SpinorField::point_source(s.lat.dims, spin, colour);
+        let label = format!("source s={spin} c={colour}");
+        let (x, it, _, res, _) = s.solve(&b, &label)?;
+        println!("{label}: {it} iterations, true residual {res:.2e}");
+        pion::add_solution(&s.lat, &x, &mut c);
     }
-    let c = pion::correlator(&s.lat, &solutions);
     let m = pion::effective_mass(&c);
+    for (t, &v) in c.iter().enumerate() {
+        finite(
+            v,
+            "the pion correlator C(t)",
+            &format!("t = {t}"),
+            "a solution held a value too large to square; try a smaller kappa",
+        )?;
+    }
     println!(
         "12 solves in {:.3} s\n t  C(t)                    m_eff(t)",
         t.elapsed().as_secs_f64()
     );
     for (t, v) in c.iter().enumerate() {
         match m.get(t) {
-            Some(mt) => println!("{t:2}  {v:.16e}  {mt:.6}"),
+            Some(mt) if mt.is_finite() => println!("{t:2}  {v:.16e}  {mt:.6}"),
+            Some(_) => println!("{t:2}  {v:.16e}  undefined"),
             None => println!("{t:2}  {v:.16e}"),
         }
     }
-    let path = a.output.join("pion.csv");
-    pion::write_csv(&path, &c, &m)?;
-    println!("wrote {}", path.display());
+    // ln(C(t) / C(t + 1)) has no value where a C is zero: the solutions do not reach that far from
+    // the source, which only a loose tolerance allows. It is said, and left empty in the file.
+    let undefined: Vec<String> = (0..m.len())
+        .filter(|&t| !m[t].is_finite())
+        .map(|t| t.to_string())
+        .collect();
+    if !undefined.is_empty() {
+        eprintln!(
+            "notice: m_eff(t) is undefined at t = {} (C(t + 1) is zero: the solutions do not reach \
+             that far from the source; a smaller --tol makes them), left empty in pion.csv",
+            undefined.join(", ")
+        );
+    }
+    pion::write_csv(&out.file("pion.csv"), &c, &m)?;
+    // The directory first: its commit is what the state of the output directory can refuse. The
+    // gauge file's path was checked at the start.
+    lattice_gpu::cli::commit(out)?;
+    write_gauge(&a.solver.gauge, &s.u)?;
+    s.report();
     Ok(())
 }
 
@@ -791,12 +1404,23 @@ fn bench(a: &BenchArgs) -> Result<()> {
     println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
     println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction");
     println!("lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy");
+    // A signal stops the benchmark between its measurements; the CSV is written only at its end.
+    let mut step = 0u64;
+    let mut stop = || {
+        step += 1;
+        agree_on_stop(&Solo, step as usize - 1)
+    };
+    let mut largest = Footprint::default();
     for &dims in &a.dslash {
         let lat = Lattice::new(dims, false)?;
+        let footprint = bench_footprint(&lat, true)?;
+        footprint.check(Some(&g))?;
+        largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 3);
         let psi = SpinorField::random(dims, 4);
         for prec in [Prec::F32, Prec::F64] {
             for recon in [Recon::R18, Recon::R12] {
+                stop()?;
                 let row = match prec {
                     Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon)?,
                     Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon)?,
@@ -847,6 +1471,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
     println!("lattice       variant            us/iter  kernels us/iter  vs sync");
     for &dims in &a.solver {
         let lat = Lattice::new(dims, false)?;
+        let footprint = bench_footprint(&lat, false)?;
+        footprint.check(Some(&g))?;
+        largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 1);
         let b = SpinorField::random(dims, 2);
         let w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
@@ -865,6 +1492,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
             .into_iter()
             .chain(Variant::ALL.into_iter().skip(1).map(|v| (v, true)));
         for (variant, fused) in runs {
+            stop()?;
             let kernels = kernel_us[fused as usize];
             let opt = SolveOptions {
                 // Unreachable: every variant runs exactly `iterations`.
@@ -902,7 +1530,53 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if let Some(path) = &a.csv {
         lattice_gpu::host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
     }
+    largest.report(Some(&g));
     Ok(())
+}
+
+/// The peak of one lattice of `lqcd bench`: on the host the gauge field, a spinor and the packed links
+/// being uploaded (f64 with 18 reals per link at most); on the GPU, for the dslash the links, the
+/// operator's temporary, input and output (f64, 18), for the solver (f32, 12) the links, the
+/// temporary, BiCGStab's seven vectors, and the source and solution.
+fn bench_footprint(lat: &Lattice, dslash: bool) -> Result<Footprint> {
+    let dims = lat.dims;
+    let fields = volume_bytes(
+        dims,
+        GAUGE_SITE + SPINOR_SITE,
+        "the gauge field and a spinor",
+    )?;
+    let (links, parity, count) = match dslash {
+        true => (
+            reals::<f64>(gauge_len(lat, Recon::R18), "the packed gauge field")?,
+            reals::<f64>(2 * parity_len(lat), "a spinor parity")?,
+            3,
+        ),
+        false => (
+            reals::<f32>(gauge_len(lat, Recon::R12), "the packed gauge field")?,
+            reals::<f32>(2 * parity_len(lat), "a spinor parity")?,
+            10,
+        ),
+    };
+    Ok(Footprint::new(
+        format!(
+            "the {} benchmark on a {} lattice",
+            if dslash { "dslash" } else { "solver" },
+            dims_name(dims)
+        ),
+        with_slack(fields.saturating_add(links)),
+        links
+            .saturating_add(parity.saturating_mul(count))
+            .saturating_add(GPU_SMALL),
+        true,
+    ))
+}
+
+/// The footprint with the larger total of `a` and `b`.
+fn larger(a: Footprint, b: Footprint) -> Footprint {
+    match a.host.saturating_add(a.gpu) >= b.host.saturating_add(b.gpu) {
+        true => a,
+        false => b,
+    }
 }
 
 fn dims_name(d: [usize; 4]) -> String {
