@@ -153,7 +153,7 @@ fn impossible_thread_splits_are_refused() {
             &[
                 "--engine", "host", "--gpus", "3", "--size", "8x8x2", "--steps", "2",
             ],
-            "2 planes but 3 ranks",
+            "split over at most 2 ranks; give --gpus 2 or fewer",
         ),
         (
             "diffusion",
@@ -167,7 +167,7 @@ fn impossible_thread_splits_are_refused() {
             &[
                 "swirl", "--engine", "host", "--gpus", "3", "--size", "41x5", "--steps", "2",
             ],
-            "thinner than the halo",
+            "give --gpus 2 or fewer",
         ),
         (
             "lbm",
@@ -182,7 +182,7 @@ fn impossible_thread_splits_are_refused() {
                 "--steps",
                 "20",
             ],
-            "2 planes but 3 ranks",
+            "give --gpus 2 or fewer",
         ),
     ];
     for (app, args, needle) in cases {

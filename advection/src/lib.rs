@@ -5,6 +5,7 @@
 //! - [`solver`]: the checked problem and a run on any loop engine, with its kernel variant.
 //! - [`cases`]: translation, solid-body rotation and a steady swirl, with exact solutions where known.
 //! - [`norms`]: error norms and mass drift.
+//! - [`checkpoint`]: a run's state written to continue it later with the same bytes.
 //! - [`reference`](mod@reference): an independent, straightforward f64 implementation for the tests.
 //!
 //! A Gaussian hill carried by a constant wind on the CPU engine (a GPU engine runs the same) keeps its
@@ -30,6 +31,7 @@
 //! ```
 
 pub mod cases;
+pub mod checkpoint;
 pub mod error;
 pub mod norms;
 pub mod reference;

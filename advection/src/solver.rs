@@ -146,11 +146,13 @@ impl Problem {
         self.check_f32_displacement(cfl, at, axis)?;
         if cfl > 1.0 {
             return Err(Error::Invalid(format!(
-                "the CFL number |{axis}| dt / h = {cfl:.4} at node ({}, {}) exceeds 1: the departure point \
-                 would leave the 5-node footprint; lower dt (or the CFL number) by a factor {:.3} or more",
+                "the CFL number |{axis}| dt / h = {} at node ({}, {}) exceeds 1: the departure \
+                 point would leave the 5-node footprint; lower dt (or the CFL number) by a factor \
+                 {} or more",
+                shown(cfl, 4),
                 at % nx,
                 at / nx,
-                cfl
+                shown(cfl, 3)
             )));
         }
         Ok(())
@@ -184,10 +186,12 @@ impl Problem {
             )
         };
         Err(Error::Invalid(format!(
-            "the displacement per step |{axis}| dt / h = {cfl:.4} at node ({}, {}) cannot be formed in the \
-             f32 arithmetic the kernels compute in: {cause}, so the run would turn the field into NaN. \
-             Only |velocity| dt / h matters to the scheme: give velocities of magnitude between 1e-30 \
-             and 1e30 (e.g. --velocity 1x0.5) and as many steps as the same distance needs",
+            "the displacement per step |{axis}| dt / h = {} at node ({}, {}) cannot be formed in \
+             the f32 arithmetic the kernels compute in: {cause}, so the run would turn the field \
+             into NaN. Only |velocity| dt / h matters to the scheme: give velocities of magnitude \
+             between 1e-30 and 1e30 (e.g. --velocity 1x0.5) and as many steps as the same distance \
+             needs",
+            shown(cfl, 4),
             at % nx,
             at / nx
         )))
@@ -219,6 +223,14 @@ impl Problem {
         let [nx, ny] = self.size;
         let (i, j) = (k % nx, k / nx);
         i < 2 || j < 2 || i + 2 >= nx || j + 2 >= ny
+    }
+}
+
+/// `x` with `digits` decimals, with an exponent where it is large (not written out in 300 digits).
+fn shown(x: f64, digits: usize) -> String {
+    match x.abs() < 1e6 {
+        true => format!("{x:.digits$}"),
+        false => format!("{x:.digits$e}"),
     }
 }
 
@@ -263,6 +275,34 @@ fn rank_layout(
         shape = shape.aligned_rows(4, 1.25);
     }
     Ok((split, y0, rows, shape))
+}
+
+/// An array of `shape` (this rank's `[nx, rows]` nodes from the whole grid's row `y0`) holding
+/// `width` values per node from `at(k, values)` (`k`: the node of the whole grid, x fastest), except
+/// where `skip(k)`; those nodes, the margins and the padding stay 0.
+fn spread_rows(
+    shape: Shape,
+    [nx, rows]: [usize; 2],
+    y0: usize,
+    width: usize,
+    skip: &(dyn Fn(usize) -> bool + Sync),
+    at: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Vec<f32> {
+    let mut a = vec![0.0f32; width * shape.len()];
+    let [x0, y_first, _] = shape.first();
+    a.par_chunks_mut(width * shape.size()[0])
+        .skip(y_first)
+        .take(rows)
+        .enumerate()
+        .for_each(|(j, row)| {
+            for i in 0..nx {
+                let k = i + nx * (y0 + j);
+                if !skip(k) {
+                    at(k, &mut row[width * (x0 + i)..width * (x0 + i + 1)]);
+                }
+            }
+        });
+    a
 }
 
 /// What one rank of an advection run holds, in bytes: the largest rank's (rank 0's: it has the most
@@ -421,25 +461,11 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
         let fields = memory::bytes(&[shape.len(), 4], 4, "the advection fields")?;
         engine.check_fits(fields, &format!("the {nx} x {rows} advection fields"))?;
-        // Into the array's interior, `width` values per node from `at(k)` (node k of the whole grid);
-        // velocities zero on the fixed nodes, so that the kernels keep those nodes' values without a
+        // Velocities zero on the fixed nodes, so that the kernels keep those nodes' values without a
         // branch (s = 0 gives the node's own value exactly).
         let spread = |width: usize, velocity: bool, at: &(dyn Fn(usize, &mut [f32]) + Sync)| {
-            let mut a = vec![0.0f32; width * shape.len()];
-            let [x0, y_first, _] = shape.first();
-            a.par_chunks_mut(width * shape.size()[0])
-                .skip(y_first)
-                .take(rows)
-                .enumerate()
-                .for_each(|(j, row)| {
-                    for i in 0..nx {
-                        let k = i + nx * (y0 + j);
-                        if !(velocity && problem.is_fixed(k)) {
-                            at(k, &mut row[width * (x0 + i)..width * (x0 + i + 1)]);
-                        }
-                    }
-                });
-            a
+            let skip = |k: usize| velocity && problem.is_fixed(k);
+            spread_rows(shape, [nx, rows], y0, width, &skip, at)
         };
         let field = |data: Vec<f32>, s: Shape| -> Result<E::Field<f32>> {
             let mut f = engine.alloc::<f32>(s)?;
@@ -688,6 +714,57 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         gathered(comm, mine)
     }
 
+    /// The field now as the run holds it, in f32 (nx * ny values, x fastest), on rank 0 (other ranks
+    /// get an empty vector): the state a checkpoint keeps, whatever the split. Collective.
+    pub fn state(&self) -> Result<Vec<f32>> {
+        let mine = self.nodes()?;
+        let all = self.comm.gather(&mine)?;
+        drop(mine);
+        Ok(all)
+    }
+
+    /// The rows of the whole grid this rank holds.
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        let y0 = self.split.owned(self.comm.rank()).begin[1];
+        y0..y0 + self.size[1]
+    }
+
+    /// Continues from a checkpoint's state: `field` (the whole grid's, as [`state`](Self::state)
+    /// gives it, whatever the split that wrote it) after `step` steps. Every rank calls it (a split
+    /// run exchanges its halo rows); then the run is where the one that wrote the checkpoint was,
+    /// and its steps give the same bytes.
+    pub fn restore(&mut self, step: u64, field: &[f32]) -> Result<()> {
+        let [nx, ny] = self.split.global();
+        if field.len() != nx * ny {
+            return Err(Error::Invalid(format!(
+                "a field of {} values cannot continue a {nx} x {ny} run, which needs {}; resume \
+                 from a checkpoint of this grid",
+                field.len(),
+                nx * ny
+            )));
+        }
+        let y0 = self.rows().start;
+        let data = spread_rows(self.shape, self.size, y0, 1, &|_| false, &|k, w| {
+            w[0] = field[k]
+        });
+        // The double buffer too: both hold what the constructor's upload would have put there.
+        self.f.upload(&data)?;
+        self.g.upload(&data)?;
+        drop(data);
+        // The halo rows of the neighbours' restored nodes, as after any step.
+        if let Some(mut parts) = self.parts.take() {
+            let done = parts
+                .transport
+                .start(&self.f)
+                .map_err(Error::from)
+                .and_then(|()| self.finish_exchange(&mut parts, false));
+            self.parts = Some(parts);
+            done?;
+        }
+        self.steps = step;
+        self.synchronize()
+    }
+
     /// This rank's nodes of the field now, x fastest (the download freed before it returns).
     fn nodes(&self) -> Result<Vec<f32>> {
         let data = self.f.download()?;
@@ -703,11 +780,24 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
     /// [`Diverged`](lattice_gpu_host::Error::Diverged) naming the first non-finite node in the whole
     /// grid's (x, y).
     pub fn check_health(&self) -> Result<()> {
+        self.conclude(self.verdict()?)
+    }
+
+    /// The ranks' collective decision after this step (each must call it after the same step):
+    /// healthy, stopped by a signal, or diverged. [`check_health`](Self::check_health) in two
+    /// halves, for a caller that acts on a verdict (e.g. writes a checkpoint before a signal ends
+    /// the run) before [`conclude`](Self::conclude) turns it into the result.
+    pub fn verdict(&self) -> Result<Verdict> {
         let found = match self.engine.first_non_finite(&self.f)? {
             Some(i) => Some((i as u64, f64::from(self.f.download_span(i, 1)?[0]))),
             None => None,
         };
-        let verdict = Verdict::agree(self.comm, found)?;
+        Ok(Verdict::agree(self.comm, found)?)
+    }
+
+    /// `Ok` for [`Verdict::Healthy`], else the error that ends the run (see
+    /// [`check_health`](Self::check_health)).
+    pub fn conclude(&self, verdict: Verdict) -> Result<()> {
         Ok(verdict.into_result(
             self.steps,
             "the field",
@@ -831,6 +921,61 @@ mod tests {
         })
         .unwrap();
         assert_eq!(split, vec![whole; 3]);
+    }
+
+    #[test]
+    fn a_restored_run_continues_with_the_bytes_of_a_straight_one() {
+        let case = crate::cases::swirl(40, 30);
+        let (um, vm) = crate::cases::max_speed(&case.u, &case.v);
+        let p = Problem {
+            size: [40, 30],
+            f0: case.f0,
+            u: case.u,
+            v: case.v,
+            c: 0.8 / um.max(vm),
+        };
+        let n = 7;
+        // `ranks` threads (cut steps where `cut`) from `from` (a state after `n` steps) for `steps`.
+        let run = |ranks: usize, kernel: Kernel, cut: bool, from: Option<&[f32]>, steps: u64| {
+            let states = lattice_gpu_host::threads::run(ranks, |comm| {
+                let engine = HostLoopEngine;
+                let mut a =
+                    Advection::new_on_cut(&engine, comm, Halos::Host, &p, kernel, true, cut)?;
+                if let Some(field) = from {
+                    a.restore(n, field)?;
+                }
+                while a.steps() < steps {
+                    a.step()?;
+                }
+                a.state()
+            })
+            .unwrap();
+            states.into_iter().next().unwrap()
+        };
+        let straight = run(1, Kernel::Plain, false, None, 2 * n);
+        for (first, then, kernel, cut) in [
+            (1, 1, Kernel::Plain, false),
+            (2, 3, Kernel::Packed, false),
+            (3, 1, Kernel::Queue, true),
+            (1, 2, Kernel::Shared, false),
+        ] {
+            let half = run(first, kernel, cut, None, n);
+            assert_ne!(half, straight);
+            let whole = run(then, kernel, cut, Some(&half), 2 * n);
+            assert!(
+                whole
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .eq(straight.iter().map(|x| x.to_bits())),
+                "{first} ranks then {then} ({kernel:?}, cut {cut}): not the straight run's bytes"
+            );
+        }
+        let mut a = Advection::new(&HostLoopEngine, &p, Kernel::Plain, true).unwrap();
+        let e = a.restore(3, &straight[..100]).unwrap_err().to_string();
+        assert!(
+            e.contains("a field of 100 values cannot continue a 40 x 30 run"),
+            "{e}"
+        );
     }
 
     #[test]

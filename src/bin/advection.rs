@@ -4,11 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use lattice_gpu::advection::cases::{self, Case};
+use lattice_gpu::advection::checkpoint;
 use lattice_gpu::advection::norms::{mass_drift, norms};
 use lattice_gpu::advection::{
     check_size, most_ranks, Advection, Error, Halos, Kernel, Problem, RankMemory, Result,
@@ -17,7 +19,8 @@ use lattice_gpu::cli::{self, parse_dims, progress, unfinished_tuning, Placement}
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
-use lattice_gpu::host::health::check_interval;
+use lattice_gpu::host::health::{check_interval, Verdict};
+use lattice_gpu::host::io::checkpoint::{Saver, Written};
 use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
 use lattice_gpu::host::io::{IoError, OutputDir};
@@ -52,7 +55,8 @@ enum Command {
 /// The options every case runs with.
 #[derive(Args, Clone)]
 struct Common {
-    /// Steps [default: one revolution for `rotation`, 1000 otherwise].
+    /// Steps in all [default: one revolution for `rotation`, 1000 otherwise]: a run resumed from a
+    /// checkpoint continues up to them.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_steps)]
     steps: Option<u64>,
     /// CFL number of the largest velocity, which sets dt.
@@ -85,6 +89,19 @@ struct Common {
     /// Also write a PNG of the field every N steps, field-STEP.png (none where N exceeds the steps).
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_png_every)]
     png_every: Option<u64>,
+    /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h, checked
+    /// at the run's health checks), into --checkpoint. Without it, a checkpoint is written only when
+    /// SIGINT, SIGTERM or SIGHUP stops the run.
+    #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
+    checkpoint_every: Option<cli::Every>,
+    /// Directory of the checkpoint file advection.ckpt [default: OUTPUT/checkpoint].
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Continue the run of a checkpoint (its directory or the file) up to --steps in all (for
+    /// rotation: --revolutions), with the same case and options: the same bytes as a run never
+    /// stopped. The grid, the initial field, the velocities, h and dt must be the run's.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     /// Split the grid along y over the ranks of the MPI job this process belongs to (start it with
     /// `mpirun -np N`); rank 0 prints and writes. Needs a build with `--features mpi`.
     #[arg(long)]
@@ -239,13 +256,21 @@ fn time_stepping(c: &Common, revolutions: Option<f64>, case: &Case) -> Result<(f
     let (um, vm) = cases::max_speed(&case.u, &case.v);
     let speed = um.max(vm);
     let dt = match c.dt {
-        Some(dt) => dt,
-        None if c.cfl > 0.0 && c.cfl.is_finite() && speed > 0.0 => c.cfl * case.h / speed,
-        None => {
+        Some(dt) if dt > 0.0 && dt.is_finite() => dt,
+        Some(dt) => return Err(Error::Invalid(not_a_time_step(dt))),
+        None if !(c.cfl > 0.0 && c.cfl.is_finite()) => {
             return Err(Error::Invalid(format!(
-                "--cfl {} must be positive (and the flow must move); or give --dt",
-                c.cfl
+                "--cfl {} must be a positive Courant number such as 0.5 (at most 1); or give --dt",
+                num(c.cfl)
             )))
+        }
+        None if speed > 0.0 => c.cfl * case.h / speed,
+        None => {
+            return Err(Error::Invalid(
+                "the flow does not move (every velocity is 0), so --cfl cannot set the time \
+                 step: give velocities that move, or the time step with --dt"
+                    .into(),
+            ))
         }
     };
     let steps = match (revolutions, case.period) {
@@ -254,7 +279,9 @@ fn time_stepping(c: &Common, revolutions: Option<f64>, case: &Case) -> Result<(f
             let n = (r * period / dt).ceil().max(1.0);
             if !n.is_finite() || n >= 1e15 {
                 return Err(Error::Invalid(format!(
-                    "{r} revolutions at dt {dt:e} take {n:e} steps; give fewer revolutions or a larger --dt"
+                    "{} revolutions at dt {dt:e} take {n:.3e} steps; give fewer revolutions or a \
+                     larger --dt",
+                    num(r)
                 )));
             }
             return Ok((r * period / n, n as u64));
@@ -266,7 +293,8 @@ fn time_stepping(c: &Common, revolutions: Option<f64>, case: &Case) -> Result<(f
         }
         (Some(r), _) => {
             return Err(Error::Invalid(format!(
-                "--revolutions {r} must be a positive number of turns, e.g. 1 or 0.5"
+                "--revolutions {} must be a positive number of turns, e.g. 1 or 0.5",
+                num(r)
             )))
         }
         (None, Some(period)) if c.steps.is_none() => {
@@ -281,6 +309,23 @@ fn time_stepping(c: &Common, revolutions: Option<f64>, case: &Case) -> Result<(f
         (None, _) => c.steps.unwrap_or(1000),
     };
     Ok((dt, steps))
+}
+
+fn not_a_time_step(dt: f64) -> String {
+    format!(
+        "--dt {} is not a positive time step; give one such as 1e-3, or leave --dt out for --cfl \
+         to set it",
+        num(dt)
+    )
+}
+
+/// `x` as a message shows it: plainly where that is short, else with an exponent (1e300 is not
+/// written out in 301 digits).
+fn num(x: f64) -> String {
+    match x.abs() {
+        a if a == 0.0 || !a.is_finite() || (1e-4..1e6).contains(&a) => x.to_string(),
+        _ => format!("{x:e}"),
+    }
 }
 
 /// Where a run's initial field and velocities come from.
@@ -416,11 +461,46 @@ fn check_options(c: &Common) -> Result<()> {
                 .into(),
         ));
     }
+    check_checkpoint_dir(c)
+}
+
+/// Refuses a checkpoint directory that cannot take the checkpoint file (something else in its
+/// place, or a file on its path) before the run, not at its first checkpoint or at the signal that
+/// needed one. Below the default place, OUTPUT/checkpoint, the output directory checks itself.
+fn check_checkpoint_dir(c: &Common) -> Result<()> {
+    let (dir, given) = match &c.checkpoint {
+        Some(d) => (d.clone(), true),
+        None => (c.output.join("checkpoint"), false),
+    };
+    let file = dir.join(checkpoint::FILE);
+    if let Ok(m) = std::fs::metadata(&file) {
+        if !m.is_file() {
+            return Err(Error::Invalid(format!(
+                "{} is not a file, and the checkpoints are written there; remove it or give \
+                 --checkpoint another directory",
+                file.display()
+            )));
+        }
+    }
+    // The nearest place on its path that exists must be a directory.
+    let blocked = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && (given || *p != c.output.as_path()))
+        .find_map(|p| std::fs::metadata(p).ok().map(|m| (p, m.is_dir())));
+    if let Some((place, false)) = blocked {
+        return Err(Error::Invalid(format!(
+            "{} is not a directory, so the checkpoints cannot go into {}; give --checkpoint a \
+             directory",
+            place.display(),
+            dir.display()
+        )));
+    }
     Ok(())
 }
 
 /// A run ready to start, shared by the ranks of this process: the case's exact answers, the problem
-/// (which holds the case's arrays) and its steps, and the memory it was checked to fit.
+/// (which holds the case's arrays) and its steps, the memory it was checked to fit, and its
+/// checkpoints: those it writes, and the one it continues.
 struct Prepared {
     title: &'static str,
     case: Case,
@@ -430,6 +510,44 @@ struct Prepared {
     /// The largest Courant number, before the run.
     courant: f64,
     footprint: Footprint,
+    /// What its checkpoints hold to be resumed by this run only ([`checkpoint::params`]), and what
+    /// they say of how it computed (not compared on resuming).
+    params: Vec<(String, String)>,
+    informed: Vec<(String, String)>,
+    checkpoints: Checkpoints,
+    resumed: Option<Resumed>,
+}
+
+/// Where and how often a run writes its checkpoints (rank 0, from a gathered host copy, in the
+/// background).
+struct Checkpoints {
+    /// The checkpoint file.
+    path: PathBuf,
+    /// How often; `None`: only when a signal stops the run.
+    every: Option<cli::Every>,
+    /// The `--resume` that continues the run, for the messages.
+    hint: String,
+}
+
+/// The checkpoint a run continues: read once by the process, its field shared by the process's
+/// ranks until the last of them has restored its rows from it (then it is freed).
+struct Resumed {
+    step: u64,
+    file: PathBuf,
+    /// Where it was computed otherwise than this run will (not the same bytes), the notice.
+    note: Option<String>,
+    field: RwLock<Option<Vec<f32>>>,
+    /// Ranks of this process that have yet to restore.
+    pending: AtomicUsize,
+}
+
+/// How a run computes the cubics: the Lagrange weights (the CPU engine, and the plain kernel on the
+/// GPU: the same bits) or the Newton form (the queue kernels), which round differently in f32.
+fn arithmetic(kernel: Kernel, on_gpu: bool) -> &'static str {
+    match on_gpu && kernel.queued() {
+        true => "newton",
+        false => "lagrange",
+    }
 }
 
 /// The peak memory of a run of `source` on a `size` grid split over `ranks` ranks, `threads` of them
@@ -440,6 +558,13 @@ struct Prepared {
 /// picture or the result. The gather of the field on rank 0 (`P/2` per f32 copy) ends in the field
 /// in f64 (`P`): while the engine's arrays are there for a picture, after they are freed for the
 /// result. Rank 0 then holds the result and an exact answer (`P` each), or the f32 copy it writes.
+///
+/// Checkpoints: a save gathers the field in f32 on rank 0 (between threads, with the copies as
+/// above), then copies it into the checkpoint (`P/2` each, beside the ranks' arrays), which stays
+/// while it is written, over the next steps and pictures (with --checkpoint-every; a signal's
+/// checkpoint ends the run). A resumed run reads its checkpoint after the problem is made (the
+/// file's bytes and the field taken from them: `P/2` each), and holds the field until its ranks
+/// are set up.
 fn footprint(
     c: &Common,
     source: &Source,
@@ -469,6 +594,18 @@ fn footprint(
     } else {
         0
     };
+    let gather32 = match threads {
+        1 => p4,
+        _ => p4.saturating_mul(3),
+    };
+    // Every run may save one: a signal writes it. The checkpoint's copy is made once the gather's
+    // own copies are freed: the gathered field and it, or the gather itself, whichever is more.
+    let saving = download.max(gather32).max(p4.saturating_mul(2));
+    let writing = if c.checkpoint_every.is_some() { p4 } else { 0 };
+    let (reading, resumed) = match c.resume {
+        Some(_) => (p4.saturating_mul(2), p4),
+        None => (0, 0),
+    };
     let exact = matches!(source, Source::Translation(_) | Source::Rotation);
     let after = p8.saturating_add(if exact { p8 } else { p4 });
     // glibc gives each thread an arena of its own, which keeps arrays freed there (the set-up's
@@ -479,9 +616,11 @@ fn footprint(
         _ => each(rank.download.saturating_mul(3)),
     };
     let held = [
-        each(rank.setup),
-        each(rank.run).saturating_add(frames),
-        each(rank.run).saturating_add(download),
+        each(rank.setup).saturating_add(resumed),
+        each(rank.run)
+            .saturating_add(frames)
+            .saturating_add(writing),
+        each(rank.run).saturating_add(saving),
         gather,
         after,
     ]
@@ -490,6 +629,7 @@ fn footprint(
     .unwrap_or(0);
     let host = source
         .making(p8)
+        .max(problem.saturating_add(reading))
         .max(problem.saturating_add(held).saturating_add(arenas))
         .saturating_mul(processes as u64);
     // Ranks beyond the GPUs there are share them.
@@ -541,6 +681,67 @@ fn prepare(
         c: dt / case.h,
     };
     problem.check()?;
+    let mut named = vec![("case", source.title().to_string())];
+    if let Source::Translation([u, v]) = source {
+        named.push(("velocity", format!("{u}x{v}")));
+    }
+    named.extend([("h", case.h.to_string()), ("dt", dt.to_string())]);
+    let params = checkpoint::params(&problem, &named);
+    let on_gpu = gpu.is_some();
+    let informed = vec![
+        ("kernel".to_string(), c.kernel.name().to_string()),
+        ("arithmetic".into(), arithmetic(c.kernel, on_gpu).into()),
+    ];
+    let dir = c
+        .checkpoint
+        .clone()
+        .unwrap_or_else(|| c.output.join("checkpoint"));
+    let checkpoints = Checkpoints {
+        path: dir.join(checkpoint::FILE),
+        every: c.checkpoint_every,
+        hint: format!("--resume {}", dir.display()),
+    };
+    let resumed = match &c.resume {
+        Some(path) => {
+            let file = cli::checkpoint_file(path, checkpoint::FILE);
+            let read = checkpoint::read(&file, &params, size)?;
+            if read.step >= steps {
+                // The rotation's revolutions give the time step: the same one with --steps is --dt.
+                let dt_too = match (source, c.steps) {
+                    (Source::Rotation, None) => {
+                        format!(" and --dt {dt} (its revolutions' time step)")
+                    }
+                    _ => String::new(),
+                };
+                return Err(Error::Invalid(format!(
+                    "{} is at step {}, and this run ends at step {steps}: give --steps above \
+                     {}{dt_too} to continue it",
+                    file.display(),
+                    read.step,
+                    read.step
+                )));
+            }
+            let theirs = checkpoint::param(&read.params, "arithmetic");
+            let ours = arithmetic(c.kernel, on_gpu);
+            let note = match theirs {
+                Some(t) if t != ours => Some(format!(
+                    "note: the checkpoint's run computed the cubics in {t} form ({} kernel), and \
+                     this one computes them in {ours} form: the same scheme rounded otherwise in \
+                     f32, so the result is not bit for bit that of a run never stopped",
+                    checkpoint::param(&read.params, "kernel").unwrap_or("another")
+                )),
+                _ => None,
+            };
+            Some(Resumed {
+                step: read.step,
+                file,
+                note,
+                field: RwLock::new(Some(read.field)),
+                pending: AtomicUsize::new(here[0]),
+            })
+        }
+        None => None,
+    };
     Ok(Prepared {
         title: source.title(),
         courant: problem.max_courant().0,
@@ -549,6 +750,10 @@ fn prepare(
         dt,
         steps,
         footprint,
+        params,
+        informed,
+        checkpoints,
+        resumed,
     })
 }
 
@@ -725,11 +930,12 @@ fn write_outputs(
     Ok(())
 }
 
-/// Runs the steps of `r` on `engine` with a progress bar (points per second), a PNG every
-/// `--png-every` steps staged in `out` (rank 0), and the health checks: every rank checks its field
-/// at the same steps (every [`check_interval`] steps, before each picture, and after the last step),
-/// and all stop together on a non-finite value or a signal. Returns the field (rank 0; empty on the
-/// others).
+/// Runs the steps of `r` on `engine` (from its checkpoint's state where it resumes one) with a
+/// progress bar (points per second), a PNG every `--png-every` steps staged in `out` (rank 0), its
+/// checkpoints, and the health checks: every rank checks its field at the same steps (every
+/// [`check_interval`] steps, before each picture and checkpoint, and after the last step), and all
+/// stop together on a non-finite value or a signal (which first writes a checkpoint). Returns the
+/// field (rank 0; empty on the others).
 fn simulate<E: LoopEngine, C: Communicator>(
     engine: &E,
     comm: &C,
@@ -756,7 +962,18 @@ fn simulate<E: LoopEngine, C: Communicator>(
         c.split.cut,
     )?;
     a.set_overlap(!c.split.halo.no_overlap);
+    if let Some(res) = &r.resumed {
+        restore(&mut a, res)?;
+        if lead {
+            println!("resuming from step {} of {}", res.step, res.file.display());
+            if let Some(note) = &res.note {
+                println!("{note}");
+            }
+        }
+    }
+    let first = a.steps();
     let bar = progress(steps, "steps");
+    bar.set_position(first);
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -764,51 +981,107 @@ fn simulate<E: LoopEngine, C: Communicator>(
     let range = range_of(&p.f0);
     let check_every = check_interval(points as u64, steps, engine.device().is_some());
     let report_every = (steps / 100).max(1);
+    let ck = &r.checkpoints;
+    let every_steps = match ck.every {
+        Some(cli::Every::Steps(n)) => Some(n as u64),
+        _ => None,
+    };
+    let every_seconds = match ck.every {
+        Some(cli::Every::Seconds(t)) => Some(t),
+        _ => None,
+    };
+    let mut saver = Writer(lead.then(|| Saver::new(&ck.path)));
+    let mut written = Vec::new();
     // The fields' uploads may still be on their way: not part of the steps' time.
     a.synchronize()?;
     let start = Instant::now();
-    // Time spent checking, downloading and writing PNGs, left out of the points per second.
-    let mut writing = 0.0;
-    let mut checked = 0;
+    let mut last_save = Instant::now();
+    // Time spent writing PNGs and handing checkpoints over, left out of the points per second.
+    let (mut writing, mut saving) = (0.0, 0.0);
+    let mut checked = first;
     while a.steps() < steps {
         a.step()?;
         let s = a.steps();
-        if c.png_every.is_some_and(|e| s % e == 0) {
+        let png_due = c.png_every.is_some_and(|e| s % e == 0);
+        // Counted from step 0: a resumed run writes at the same steps.
+        let ck_due = every_steps.is_some_and(|n| s % n == 0);
+        // A picture or a checkpoint shows a healthy field only; each check also answers a signal.
+        if png_due || ck_due || s - checked >= check_every {
+            checked = s;
+            // A signal at the last step stops nothing: the run's results are complete.
+            let verdict = match a.verdict()? {
+                Verdict::Stop(_) if s == steps => Verdict::Healthy,
+                v => v,
+            };
+            let time_due = match every_seconds {
+                // Rank 0's clock decides for all.
+                Some(t) => {
+                    let mine = lead && last_save.elapsed().as_secs_f64() >= t;
+                    comm.sum(f64::from(u8::from(mine)))? > 0.0
+                }
+                None => false,
+            };
             let t = Instant::now();
-            // A picture shows a healthy field only; the check also answers a signal between checks.
-            a.check_health()?;
-            checked = s;
-            let f = a.field()?;
-            if let Some(out) = out {
-                let png = out.file(&format!("field-{s:07}.png"));
-                write_png_scaled(
-                    &png,
-                    p.size[0],
-                    p.size[1],
-                    &f,
-                    Some(range),
-                    ColorMap::Viridis,
-                    256,
-                )?;
+            match verdict {
+                Verdict::Healthy if ck_due || time_due => {
+                    written.extend(save(&a, &mut saver.0, r, s)?);
+                    saving += t.elapsed().as_secs_f64();
+                    last_save = Instant::now();
+                }
+                Verdict::Stop(_) => {
+                    written.extend(save(&a, &mut saver.0, r, s)?);
+                    if let Some(sv) = &mut saver.0 {
+                        written.extend(sv.wait()?);
+                        eprintln!(
+                            "checkpoint of step {s} written to {}; continue the run with the same \
+                             options and {}",
+                            sv.path().display(),
+                            ck.hint
+                        );
+                    }
+                }
+                _ => {}
             }
-            writing += t.elapsed().as_secs_f64();
-        } else if s - checked >= check_every {
-            a.check_health()?;
-            checked = s;
+            a.conclude(verdict)?;
+            if png_due {
+                let t = Instant::now();
+                let f = a.field()?;
+                if let Some(out) = out {
+                    let png = out.file(&format!("field-{s:07}.png"));
+                    write_png_scaled(
+                        &png,
+                        p.size[0],
+                        p.size[1],
+                        &f,
+                        Some(range),
+                        ColorMap::Viridis,
+                        256,
+                    )?;
+                }
+                writing += t.elapsed().as_secs_f64();
+            }
         }
         if s % report_every == 0 || s == steps {
             a.synchronize()?;
-            let rate = points * s as f64 / (start.elapsed().as_secs_f64() - writing);
+            let busy = start.elapsed().as_secs_f64() - writing - saving;
+            let rate = points * (s - first) as f64 / busy;
             bar.set_position(s);
             bar.set_message(format!("{:.2} G points/s", rate / 1e9));
         }
     }
     bar.finish_and_clear();
     // Before the field comes to the host (1.1 s at 8192^2, as long as 2500 steps).
-    let secs = start.elapsed().as_secs_f64() - writing;
-    // Nothing non-finite is written.
+    let secs = start.elapsed().as_secs_f64() - writing - saving;
+    // Nothing non-finite is written; a signal now stops nothing.
     if checked < steps {
-        a.check_health()?;
+        match a.verdict()? {
+            Verdict::Stop(_) => {}
+            v => a.conclude(v)?,
+        }
+    }
+    // The last checkpoint is on disk before the field is gathered: one copy of it at a time.
+    if let Some(sv) = &mut saver.0 {
+        written.extend(sv.wait()?);
     }
     if lead {
         if let Some(r) = E::tuning(a.site().info()) {
@@ -823,21 +1096,91 @@ fn simulate<E: LoopEngine, C: Communicator>(
                 r.best_ms
             );
         }
+        let aside: Vec<String> = [(writing, "writing PNGs"), (saving, "saving checkpoints")]
+            .into_iter()
+            .filter(|(t, _)| *t > 0.0)
+            .map(|(t, what)| format!("{t:.3} s {what}"))
+            .collect();
         println!(
             "{} steps in {secs:.3} s{}: {:.3} G points/s",
-            a.steps(),
-            if writing > 0.0 {
-                format!(" (and {writing:.3} s writing PNGs)")
-            } else {
-                String::new()
+            steps - first,
+            match aside.is_empty() {
+                true => String::new(),
+                false => format!(" (and {})", aside.join(", ")),
             },
-            points * a.steps() as f64 / secs / 1e9
+            points * (steps - first) as f64 / secs / 1e9
         );
         if let Some((done, needed)) = E::tuning_progress(a.site().info()) {
             println!("{}", unfinished_tuning(done, needed));
         }
+        if let (Some(last), Some(sv)) = (written.last(), &saver.0) {
+            println!(
+                "{} checkpoints written, the last {last}; the run waited {:.3} s for them",
+                written.len(),
+                sv.waited()
+            );
+        }
     }
     a.into_field()
+}
+
+/// A checkpoint writer (rank 0's) that, dropped with a write under way (the run failed), waits for
+/// it: the process never ends with a checkpoint half-written or its temporary left.
+struct Writer(Option<Saver>);
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(sv) = &mut self.0 {
+            // The run's own error is the one reported.
+            let _ = sv.wait();
+        }
+    }
+}
+
+/// Gathers the field of `a` after step `s` on rank 0, which starts writing the checkpoint of the
+/// run `r` through `saver` (collective); returns the record of the write before, which has ended.
+fn save<E: LoopEngine, C: Communicator>(
+    a: &Advection<'_, E, C>,
+    saver: &mut Option<Saver>,
+    r: &Prepared,
+    s: u64,
+) -> Result<Option<Written>> {
+    // The previous checkpoint is on disk before this one is made: one copy of the field at a time.
+    let before = match saver {
+        Some(sv) => sv.wait()?,
+        None => None,
+    };
+    let field = a.state()?;
+    let Some(sv) = saver else {
+        return Ok(before);
+    };
+    let params: Vec<(String, String)> = r.params.iter().chain(&r.informed).cloned().collect();
+    let ck = checkpoint::checkpoint(&params, s, &field);
+    drop(field);
+    Ok(before.or(sv.save(ck)?))
+}
+
+/// Puts the checkpoint's state `res` into `a` (collective: every rank of the process restores its
+/// rows from the one copy), and frees that copy once the last of them has.
+fn restore<E: LoopEngine, C: Communicator>(
+    a: &mut Advection<'_, E, C>,
+    res: &Resumed,
+) -> Result<()> {
+    let restored = {
+        let field = res.field.read().unwrap_or_else(PoisonError::into_inner);
+        match field.as_deref() {
+            Some(f) => a.restore(res.step, f),
+            None => Err(Error::Invalid(
+                "the checkpoint's field was freed before every rank had restored it: a fault of \
+                 lattice-gpu; please report it with the command line"
+                    .into(),
+            )),
+        }
+    };
+    if res.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        *res.field.write().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+    restored
 }
 
 /// One benchmark row.
