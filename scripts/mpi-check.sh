@@ -3,8 +3,8 @@
 # `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls and a moving lid across
 # the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
-# and impossible splits must fail with a clear message, not hang; a diffusion checkpoint written on 2 ranks
-# resumes on 3 and on 1 to the same bytes.
+# and impossible splits must fail with a clear message, not hang; diffusion and advection checkpoints
+# written on 2 ranks resume on 3 (and diffusion's on 1) to the same bytes.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
 # skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
@@ -112,6 +112,14 @@ mpirun_ -np 3 "$adv" swirl --engine "$engine" --mpi --no-overlap --size 19x11 --
     --output "$work/adv-noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
 same_bytes "advection packed 19x11, 3 MPI ranks, no overlap" "$work/adv-noov/field.npy" \
     "$work/adv-single/field.npy"
+# Checkpoint and restart across rank counts: 15 steps on 2 ranks, then on to 30 on 3 (adv-single is 30).
+mpirun_ -np 2 "$adv" swirl --engine "$engine" --mpi --size 19x11 --steps 15 --kernel packed \
+    --checkpoint-every 5 --output "$work/adv-half" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+mpirun_ -np 3 "$adv" swirl --engine "$engine" --mpi --size 19x11 --steps 30 --kernel packed \
+    --resume "$work/adv-half/checkpoint" --output "$work/adv-resumed" >"$work/log" 2>&1 \
+    || { cat "$work/log"; status=1; }
+same_bytes "advection packed 19x11, 2 MPI ranks then resumed on 3" "$work/adv-resumed/field.npy" \
+    "$work/adv-single/field.npy"
 # same_as_single NAME FILE ARGS...: lbm ARGS on one domain and over 1, 2, 3 ranks write the same FILE.
 same_as_single() {
     local name=$1 file=$2
@@ -210,7 +218,7 @@ expect_refusal "diffusion, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
     -np 3 "$bin" --engine host --mpi --size 8x8x2 --steps 2 --output "$work/bad"
 expect_refusal "advection, 3 ranks on 5 rows (halo 2)" "thinner than the halo" \
     -np 3 "$adv" swirl --engine host --mpi --size 41x5 --steps 2 --output "$work/bad"
-expect_refusal "lbm, 3 ranks on 2 z planes" "2 planes but 3 ranks" \
+expect_refusal "lbm, 3 ranks on 2 z planes" "start at most 2 MPI ranks" \
     -np 3 "$lbm" taylor-green --engine host --mpi --size 16x16x2 --steps 20 --output "$work/bad"
 # Halos through NCCL are for GPU memory: refused on the CPU engine, on every rank.
 expect_refusal "lbm --halos nccl on the CPU engine" "moves GPU memory" \
