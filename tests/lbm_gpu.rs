@@ -1,13 +1,17 @@
 //! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
 //! storage precision and streaming scheme on an odd-sized box with every kind of cell, GPU outputs
 //! poisoned with NaN before each step; the block-size tuning (which steps at every size it tries); the
-//! f16 physics on the GPU; a grid too large for the GPU; and a NaN counted on the GPU, named as the
-//! CPU names it, whole or split over ranks.
+//! f16 physics on the GPU; a grid too large for the GPU; a NaN counted on the GPU, named as the
+//! CPU names it, whole or split over ranks; and checkpoints: a GPU lattice restored on any number of
+//! ranks continues bit for bit, and the binary's resumed GPU run (which tunes its block size again)
+//! writes the bytes of a straight one.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
+use lattice_gpu::host::comm::Communicator;
 use lattice_gpu::host::health::Verdict;
+use lattice_gpu::host::io::checkpoint::Checkpoint;
 use lattice_gpu::host::Error as HostError;
 use lattice_gpu::kernels::lbm::{tag, Half, Q};
 use lattice_gpu::lbm::cases;
@@ -191,7 +195,15 @@ fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
     let Some(gpu) = gpu("a_grid_too_large_for_the_gpu_is_refused_before_allocating") else {
         return;
     };
-    let fp = Lbm::<f64>::footprint([1600; 3], Streaming::TwoLattice, Spread::ONE, true, 0).unwrap();
+    let fp = Lbm::<f64>::footprint(
+        [1600; 3],
+        Streaming::TwoLattice,
+        Spread::ONE,
+        true,
+        0,
+        false,
+    )
+    .unwrap();
     // The lattices alone are beyond any GPU, and that is what the check names first.
     let err = check_memory(&fp, Some(&gpu)).unwrap_err();
     assert!(
@@ -256,4 +268,134 @@ fn a_nan_is_counted_on_the_gpu_and_named_as_on_the_cpu() {
     .unwrap();
     lbm.run(4).unwrap();
     assert_eq!(lbm.verdict().unwrap(), Verdict::Healthy);
+}
+
+/// On `engine`, over `ranks` threads (each on the engine's GPU), the geometry above from step 0 or
+/// from `from` (a checkpoint), `steps` steps on: rank 0's moments and checkpoint.
+fn gpu_run<S: LbmStorage>(
+    engine: &Engine,
+    streaming: Streaming,
+    ranks: usize,
+    from: Option<&Checkpoint>,
+    steps: u64,
+) -> (lattice_gpu::lbm::Moments, Checkpoint) {
+    let p = Params {
+        tau: 0.62,
+        collision: Collision::Trt { magic: 0.25 },
+        force: [3e-5, -1e-5, 2e-5],
+        wall_velocity: [0.08, 0.0, -0.03],
+    };
+    let run = |comm: &lattice_gpu::host::threads::Threads| {
+        let init = |n: usize| (1.0 + 1e-3 * (n % 5) as f64, [0.01, 0.0, 0.005]);
+        let mut lbm = Lbm::<S, _>::new_on(comm.clone(), engine, geometry(), p, streaming, init)?;
+        if let Some(ck) = from {
+            let mut mine = ck.clone();
+            let mine = Some(&mut mine).filter(|_| comm.rank() == 0);
+            lbm.restore_state(mine, std::path::Path::new("gpu.ckpt"))?;
+        }
+        lbm.run(steps)?;
+        let ck = lbm.save_state(Checkpoint::new("lbm", 0))?;
+        Ok::<_, Error>((lbm.moments()?, ck))
+    };
+    lattice_gpu::host::threads::run(ranks, run)
+        .unwrap()
+        .swap_remove(0)
+}
+
+#[test]
+fn a_restored_gpu_run_continues_bit_for_bit_on_any_number_of_ranks() {
+    let Some(gpu) = gpu("a_restored_gpu_run_continues_bit_for_bit_on_any_number_of_ranks") else {
+        return;
+    };
+    let device = Engine::Device(gpu.clone());
+    fn each<S: LbmStorage>(device: &Engine) {
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+            // An odd step leaves the in-place lattice streamed, an even one not.
+            for first in [5, 4] {
+                let what = format!("{} {streaming:?} from step {first}", S::NAME);
+                let (straight, _) = gpu_run::<S>(device, streaming, 1, None, first + 6);
+                let (_, ck) = gpu_run::<S>(device, streaming, 1, None, first);
+                let (_, split) = gpu_run::<S>(device, streaming, 2, None, first);
+                assert!(split == ck, "{what}: the checkpoint of 2 ranks differs");
+                for ranks in [1, 3] {
+                    let (m, _) = gpu_run::<S>(device, streaming, ranks, Some(&ck), 6);
+                    assert!(
+                        m == straight,
+                        "{what}: resumed on {ranks} ranks, it differs"
+                    );
+                }
+            }
+        }
+    }
+    each::<f64>(&device);
+    each::<f32>(&device);
+    each::<Half>(&device);
+}
+
+/// The lbm binary (`$LATTICE_GPU_LBM_BIN` away from its build tree) in `dir`; fails unless it
+/// succeeds; its output.
+fn lbm_in(dir: &std::path::Path, line: &str) -> String {
+    let bin = common::binary("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"));
+    let out = std::process::Command::new(bin)
+        .args(line.split_whitespace())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "lbm {line} failed:\n{text}");
+    text
+}
+
+#[test]
+fn a_resumed_gpu_run_gives_the_bytes_of_a_straight_one() {
+    let Some(_gpu) = gpu("a_resumed_gpu_run_gives_the_bytes_of_a_straight_one") else {
+        return;
+    };
+    let dir = common::temp_dir("lbm-gpu-resume");
+    let files = |out: &str| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir.join(out))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .map(|(p, b)| (p.rsplit('/').next().unwrap().to_string(), b))
+            .collect();
+        v.sort();
+        v
+    };
+    // Long enough that both runs tune their block size on their first steps (the resumed one on
+    // its own first ones), which must change nothing; a checkpoint at an odd step.
+    for precision in ["f64", "f32", "f16"] {
+        for streaming in ["ab", "aa"] {
+            let base = format!(
+                "cavity --engine device --size 40x36x12 --closed-z --re 50 --precision {precision} \
+                 --streaming {streaming}"
+            );
+            let what = format!("{precision} {streaming}");
+            lbm_in(&dir, &format!("{base} --steps 600 --output straight"));
+            let text = lbm_in(
+                &dir,
+                &format!("{base} --steps 301 --checkpoint-every 301 --gpus 2 --output half"),
+            );
+            assert!(text.contains("1 checkpoint written"), "{what}: {text}");
+            for ranks in [1, 3] {
+                let text = lbm_in(
+                    &dir,
+                    &format!(
+                        "{base} --steps 600 --resume half/checkpoint --gpus {ranks} --output whole"
+                    ),
+                );
+                assert!(text.contains("resuming from step 301"), "{what}: {text}");
+                assert!(
+                    files("whole") == files("straight"),
+                    "{what} on {ranks} ranks: the resumed run differs from the straight one"
+                );
+            }
+            for out in ["straight", "half", "whole"] {
+                let _ = std::fs::remove_dir_all(dir.join(out));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

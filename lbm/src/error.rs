@@ -13,6 +13,10 @@ pub enum Error {
     /// A file could not be written.
     #[error(transparent)]
     Io(#[from] lattice_gpu_host::io::IoError),
+    /// What rank 0 met where only it looks (the checkpoint a run resumes from), as every other rank
+    /// of a split run reports it.
+    #[error("{0}")]
+    OnRank0(String),
 }
 
 /// For code that answers in the host runtime's error type (work timed by

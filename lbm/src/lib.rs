@@ -8,6 +8,8 @@
 //!   for NaN and for a stop asked by a signal ([`Lbm::verdict`]).
 //! - [`cases`]: the lid-driven cavity, Poiseuille channel and Taylor-Green vortex, with their analytic or
 //!   published solutions.
+//! - [`restart`]: checkpoints of a run (the whole lattice, gathered to rank 0 in a layout independent
+//!   of the rank count), the parameters a resume must match, and the collective read of one.
 //! - [`output`]: velocity and density as .npy and VTK, a PNG of the speed, CSV profiles, into a staged
 //!   output directory.
 //! - [`reference`](mod@reference): an independent, naive f64 implementation for the tests.
@@ -41,6 +43,7 @@ pub mod geometry;
 pub mod output;
 pub mod params;
 pub mod reference;
+pub mod restart;
 pub mod solver;
 
 pub use error::{Error, Result};

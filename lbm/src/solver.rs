@@ -1,11 +1,13 @@
 //! A lattice-Boltzmann run on the CPU or a GPU: the populations in one or two lattices, the time step
 //! (the `gpu-kernels` body, as GPU kernels or over rayon), and the moments read back.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
 use lattice_gpu_host::health::{self, Verdict};
+use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::device::math::Real;
@@ -56,8 +58,8 @@ impl Streaming {
 /// A population storage with a host representation of its bits (so the host runtime can allocate it)
 /// and its step's kernel entries.
 pub trait LbmStorage: Storage<Real: Plain + Element> {
-    /// The plain type with the same bits.
-    type Raw: Plain + Wire;
+    /// The plain type with the same bits (what a checkpoint stores: f64, f32, or u16 for f16).
+    type Raw: Plain + Wire + Stored;
     /// Kernel entries, indexed by `Scheme as usize`.
     const ENTRIES: [&'static str; 3];
     /// A NaN, to poison what a step should overwrite.
@@ -410,8 +412,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// [`new_on_cut`](Self::new_on_cut), [`run`](Self::run), [`verdict`](Self::verdict) and
     /// [`moments`](Self::moments) hold it, with `snapshots` earlier [`Moments`] of the whole grid kept
     /// on rank 0 meanwhile (a steadiness check compares one), and then [`Moments`] written out as
-    /// [`write_fields`](crate::output::write_fields) does. Checked before anything of that size is
-    /// allocated, it turns a grid too large into a message instead of an abort.
+    /// [`write_fields`](crate::output::write_fields) does; with `restart`, also the checkpoints it may
+    /// write or resume from ([`save_state`](Self::save_state), [`restore_state`](Self::restore_state)).
+    /// Checked before anything of that size is allocated, it turns a grid too large into a message
+    /// instead of an abort.
     ///
     /// With `P` the grid's cells and, per rank, `L` its cells with halo planes and `O` those it owns:
     /// every rank builds the whole grid's tags (`P` bytes, twice while near-wall cells are marked) and,
@@ -421,12 +425,19 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// the rank's part of each (`8 O` bytes, and the copy posted to rank 0 by a thread), and on rank 0
     /// the whole grid's density and velocity (32 `P`) plus one component being gathered (8 `P`).
     /// Writing takes the moments (32 `P`) and their f32 copies (16 `P`).
+    ///
+    /// A checkpoint is rank 0's host copy of the whole grid's populations (19 `P` values) and of the
+    /// kept moments (32 `P` each). It is written in the background while the run goes on, so it is
+    /// counted beside the next check's moments; a resumed run holds the one it read while its
+    /// lattice is built, and while each slot of it goes to the ranks (a whole slot, `P` values, on
+    /// every rank, and its copy posted by a thread, and the rank's part of it, `L` values).
     pub fn footprint(
         dims: [usize; 3],
         streaming: Streaming,
         spread: Spread,
         on_gpu: bool,
         snapshots: u64,
+        restart: bool,
     ) -> Result<Footprint> {
         let what = format!(
             "a {} lattice ({} storage, {} streaming, {} B per cell{})",
@@ -452,7 +463,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         };
         let sum = |v: &[u64]| v.iter().fold(0u64, |a, &b| a.saturating_add(b));
         let times = |n: u64, b: u64| n.saturating_mul(b);
-        let lattice = times(local, (Q * size_of::<S::Raw>()) as u64);
+        let raw = size_of::<S::Raw>() as u64;
+        let lattice = times(local, Q as u64 * raw);
         let lattices = times(streaming.lattices() as u64, lattice);
         let moments = times(local, 4 * size_of::<S::Real>() as u64);
         let split = spread.split();
@@ -472,9 +484,17 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let here = spread.here.max(1) as u64;
         let gathered = times(p, 40 + 32 * snapshots);
         let writing = sum(&[times(p, 48), times(plane, 8)]);
+        let (checkpoint, restoring) = match restart {
+            true => (
+                sum(&[times(p, Q as u64 * raw), times(p, 32 * snapshots)]),
+                sum(&[running, times(p, 2 * raw), times(local, raw)]),
+            ),
+            false => (0, 0),
+        };
         let host = [
-            times(here, built.max(2 * p)),
-            sum(&[times(here, reading), gathered]),
+            sum(&[times(here, built.max(2 * p)), checkpoint]),
+            sum(&[times(here, reading), gathered, checkpoint]),
+            sum(&[times(here, restoring), checkpoint]),
             writing,
         ]
         .into_iter()
@@ -570,8 +590,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             Engine::Device(gpu) => Some(gpu),
         };
         let whole = split.as_ref().map_or(local.dims(), |sp| sp.global.dims());
-        let footprint =
-            Self::footprint(whole, streaming, Spread::of(&comm, cut), gpu.is_some(), 0)?;
+        let footprint = Self::footprint(
+            whole,
+            streaming,
+            Spread::of(&comm, cut),
+            gpu.is_some(),
+            0,
+            false,
+        )?;
         check_memory(&footprint, gpu.map(|g| &**g))?;
         let cells = local.cells();
         // The global cell each local one stands for.
@@ -1246,6 +1272,135 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         })
     }
 
+    /// The name of the checkpoint array of lattice slot `slot`.
+    fn slot_name(slot: usize) -> String {
+        format!("slot{slot}")
+    }
+
+    /// `ck` with this run's state at its step (rank 0's; on the other ranks `ck` comes back as it
+    /// was): the step, and each of the 19 lattice slots as the array `slotQ` of the whole grid's
+    /// cells in their storage type ([`LbmStorage::Raw`], cell `x + nx (y + ny z)`), each rank's own
+    /// planes gathered to rank 0. The lattice a step reads is all there is to a run's state (the
+    /// tags follow from the geometry, the second lattice of two-lattice streaming and the moments
+    /// are written before they are read), and its owned planes are all of it: a split run's halo
+    /// planes are refreshed before a step reads them. So the arrays are those of one rank holding
+    /// the whole grid, whatever the split. Collective.
+    pub fn save_state(&self, mut ck: Checkpoint) -> Result<Checkpoint> {
+        self.synchronize()?;
+        ck.step = self.steps;
+        let cells = self.geometry.cells();
+        let [z0, planes] = self.planes().map(|v| v as usize);
+        let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
+        let own = z0 * plane..(z0 + planes) * plane;
+        for slot in 0..Q {
+            let at = slot * cells + own.start;
+            let part: std::borrow::Cow<[S::Raw]> = match &self.mem {
+                Memory::Host { f, .. } => f[at..at + own.len()].into(),
+                Memory::Device { f, .. } => f.download_span(at, own.len())?.into(),
+            };
+            let whole = self.comm.gather(&part)?;
+            drop(part);
+            if self.comm.rank() == 0 {
+                ck = ck.array(&Self::slot_name(slot), &whole);
+            }
+        }
+        Ok(ck)
+    }
+
+    /// Replaces the state by the one [`save_state`](Self::save_state) put into `ck` (rank 0's, read
+    /// from `path`, for the messages; `None` on the other ranks), whatever the number of ranks that
+    /// wrote it: the step (and with it the in-place scheme's parity) and every slot of the lattice,
+    /// halo planes included, taken out of `ck`. Every array is checked on rank 0 before any is
+    /// taken, and what is wrong stops every rank ([`agree`](crate::restart::agree)). Collective; the
+    /// run must have the checkpoint's geometry and storage, which its parameters fix.
+    pub fn restore_state(&mut self, mut ck: Option<&mut Checkpoint>, path: &Path) -> Result<()> {
+        let [nx, ny, nz] = self.global_dims();
+        let plane = nx * ny;
+        let whole = plane * nz;
+        let checked = match (&ck, self.comm.rank()) {
+            (Some(ck), _) => Self::check_checkpoint(ck, whole, path),
+            (None, 0) => Err(crate::Error::InvalidParameter(
+                "rank 0 restores a run from a checkpoint it has read: give it one".into(),
+            )),
+            (None, _) => Ok(()),
+        };
+        crate::restart::agree(&self.comm, checked)?;
+        let mut step = [ck.as_ref().map_or(0, |ck| ck.step)];
+        self.comm.broadcast(&mut step)?;
+        let cells = self.geometry.cells();
+        // The global plane of each local one: a split run's first and last are halo planes.
+        let local_planes = self.geometry.dims()[2];
+        let global_plane = |lz: usize| match &self.split {
+            None => lz,
+            Some(sp) => (sp.z0 + nz + lz - 1) % nz,
+        };
+        let globals: Vec<usize> = (0..local_planes).map(global_plane).collect();
+        let mut buffer = Vec::new();
+        for slot in 0..Q {
+            let mut values = match ck.as_deref_mut() {
+                Some(ck) => ck.take::<S::Raw>(&Self::slot_name(slot), path)?,
+                None => std::mem::take(&mut buffer),
+            };
+            values.resize(whole, S::Raw::default());
+            self.comm.broadcast(&mut values)?;
+            let local: Vec<S::Raw> = globals
+                .iter()
+                .flat_map(|&gz| values[gz * plane..(gz + 1) * plane].iter().copied())
+                .collect();
+            match &mut self.mem {
+                Memory::Host { f, .. } => {
+                    f[slot * cells..(slot + 1) * cells].copy_from_slice(&local)
+                }
+                Memory::Device { f, .. } => f.upload_span(slot * cells, &local)?,
+            }
+            // Rank 0's slot goes with the checkpoint's; the others' buffer serves the next.
+            if ck.is_none() {
+                buffer = values;
+            }
+        }
+        self.steps = step[0];
+        self.moments_step = None;
+        self.halos_current = false;
+        self.synchronize()
+    }
+
+    /// Refuses a checkpoint (read from `path`, for the messages) whose lattice slots are missing, of
+    /// another storage type, or of another number of cells than `cells`: what
+    /// [`restore_state`](Self::restore_state) checks first, to be checked before a lattice is built.
+    pub fn check_checkpoint(ck: &Checkpoint, cells: usize, path: &Path) -> Result<()> {
+        let bad = |problem: String| -> crate::Error {
+            lattice_gpu_host::io::IoError::Checkpoint {
+                path: path.to_path_buf(),
+                problem,
+            }
+            .into()
+        };
+        for slot in 0..Q {
+            let name = Self::slot_name(slot);
+            let Some(a) = ck.arrays.iter().find(|a| a.name == name) else {
+                return Err(bad(format!(
+                    "it holds no array `{name}` of the lattice: it is not a checkpoint of this run"
+                )));
+            };
+            if a.dtype != <S::Raw as Stored>::DTYPE {
+                return Err(bad(format!(
+                    "its lattice is stored as {}, and {} storage needs {}; resume with the precision \
+                     it was written in",
+                    a.dtype,
+                    S::NAME,
+                    <S::Raw as Stored>::DTYPE
+                )));
+            }
+            let held = a.bytes.len() / size_of::<S::Raw>();
+            if held != cells {
+                return Err(bad(format!(
+                    "its array `{name}` holds {held} cells, and the grid has {cells}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The whole grid `[nx, ny, nz]` (of all ranks).
     pub fn global_dims(&self) -> [usize; 3] {
         match &self.split {
@@ -1354,6 +1509,7 @@ pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::Collision;
     use lattice_gpu_host::health::NonFinite;
 
     /// A periodic box whose cell `bad` starts with a NaN density, one step on: the verdict of the
@@ -1441,6 +1597,101 @@ mod tests {
         );
     }
 
+    /// A closed cavity with a moving lid and a body force on `ranks` threads, from step 0 or from
+    /// `from` (a checkpoint, with its file's name for messages), run `steps` steps; rank 0's moments
+    /// and checkpoint at the end.
+    fn cavity_run<S: LbmStorage>(
+        streaming: Streaming,
+        ranks: usize,
+        from: Option<&Checkpoint>,
+        steps: u64,
+    ) -> (Moments, Checkpoint) {
+        let dims = [6, 5, 7];
+        let run = |comm: &lattice_gpu_host::threads::Threads| -> Result<(Moments, Checkpoint)> {
+            let (g, mut p) =
+                crate::cases::cavity(dims, true, 50.0, 0.1, Collision::Trt { magic: 0.25 })?;
+            p.force = [1e-4, -2e-5, 3e-5];
+            let init = |n: usize| (1.0 + 1e-3 * (n % 7) as f64, [0.01, 0.0, -0.005]);
+            let mut lbm = Lbm::<S, _>::new_on(comm.clone(), &Engine::Host, g, p, streaming, init)?;
+            let mut ck = from.cloned();
+            let path = Path::new("test.ckpt");
+            if from.is_some() {
+                let mine = ck.as_mut().filter(|_| comm.rank() == 0);
+                lbm.restore_state(mine, path)?;
+            }
+            lbm.run(steps)?;
+            let state = lbm.save_state(Checkpoint::new("lbm", 0))?;
+            Ok((lbm.moments()?, state))
+        };
+        lattice_gpu_host::threads::run(ranks, run)
+            .unwrap()
+            .swap_remove(0)
+    }
+
+    fn resumes_bit_for_bit<S: LbmStorage>() {
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+            // An odd step leaves the in-place lattice streamed, an even one not.
+            for first in [5, 4] {
+                let what = format!("{} {streaming:?} from step {first}", S::NAME);
+                let (straight, _) = cavity_run::<S>(streaming, 1, None, first + 6);
+                let (_, ck) = cavity_run::<S>(streaming, 1, None, first);
+                assert_eq!(ck.step, first, "{what}");
+                // The same bytes whatever the ranks that wrote them.
+                for ranks in [2, 3] {
+                    let (_, split) = cavity_run::<S>(streaming, ranks, None, first);
+                    assert!(
+                        split == ck,
+                        "{what}: the checkpoint of {ranks} ranks differs"
+                    );
+                }
+                for ranks in [1, 3] {
+                    let (m, _) = cavity_run::<S>(streaming, ranks, Some(&ck), 6);
+                    assert!(
+                        m == straight,
+                        "{what}: resumed on {ranks} ranks, it differs"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_restored_run_continues_bit_for_bit_on_any_number_of_ranks() {
+        resumes_bit_for_bit::<f64>();
+        resumes_bit_for_bit::<f32>();
+        resumes_bit_for_bit::<Half>();
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_grid_or_storage_is_refused_on_every_rank() {
+        let (_, ck) = cavity_run::<f32>(Streaming::InPlace, 1, None, 2);
+        let refused = |ck: &Checkpoint, want: &str| {
+            let run = |comm: &lattice_gpu_host::threads::Threads| -> Result<()> {
+                let g = Geometry::periodic([6, 5, 7])?;
+                let mut lbm = Lbm::<Half, _>::new_on(
+                    comm.clone(),
+                    &Engine::Host,
+                    g,
+                    Params::bgk(0.8),
+                    Streaming::InPlace,
+                    |_| (1.0, [0.0; 3]),
+                )?;
+                let mut mine = ck.clone();
+                lbm.restore_state(Some(&mut mine).filter(|_| comm.rank() == 0), Path::new("c"))
+            };
+            for ranks in [1, 2] {
+                let e = lattice_gpu_host::threads::run(ranks, run)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(want), "{ranks} ranks: {e}");
+            }
+        };
+        refused(&ck, "stored as f32, and f16 storage needs u16");
+        let (_, mut short) = cavity_run::<Half>(Streaming::InPlace, 1, None, 2);
+        short.arrays.retain(|a| a.name != "slot7");
+        refused(&short, "no array `slot7`");
+    }
+
     #[test]
     fn maxima_keep_a_nan() {
         let m = Moments {
@@ -1456,9 +1707,23 @@ mod tests {
     #[test]
     fn the_footprint_grows_with_what_a_run_holds() {
         let fp = |streaming, spread, gpu, kept| {
-            Lbm::<f32>::footprint([64, 64, 64], streaming, spread, gpu, kept).unwrap()
+            Lbm::<f32>::footprint([64, 64, 64], streaming, spread, gpu, kept, false).unwrap()
         };
         let one = fp(Streaming::InPlace, Spread::ONE, false, 0);
+        // A checkpoint: rank 0's copy of the whole grid's populations at least.
+        let restart = Lbm::<f32>::footprint(
+            [64, 64, 64],
+            Streaming::InPlace,
+            Spread::ONE,
+            false,
+            0,
+            true,
+        )
+        .unwrap();
+        assert!(
+            restart.host >= one.host + 64 * 64 * 64 * 19 * 4,
+            "{restart:?}"
+        );
         assert!(one.what.contains("64x64x64") && one.gpu == 0, "{one:?}");
         assert!(fp(Streaming::TwoLattice, Spread::ONE, false, 0).host > one.host);
         assert!(fp(Streaming::InPlace, Spread::ONE, false, 1).host > one.host);
@@ -1472,9 +1737,16 @@ mod tests {
         let gpu = fp(Streaming::InPlace, Spread::ONE, true, 0);
         assert!(gpu.gpu >= 64 * 64 * 64 * (19 * 4 + 1 + 16) && gpu.host < one.host + (320 << 20));
         // More than 64 bits of cells is refused by name, not wrapped.
-        let e = Lbm::<f64>::footprint([1 << 30; 3], Streaming::TwoLattice, Spread::ONE, false, 0)
-            .unwrap_err()
-            .to_string();
+        let e = Lbm::<f64>::footprint(
+            [1 << 30; 3],
+            Streaming::TwoLattice,
+            Spread::ONE,
+            false,
+            0,
+            true,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("64 bits"), "{e}");
     }
 }

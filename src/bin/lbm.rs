@@ -13,6 +13,7 @@ use lattice_gpu::cli::{self, parse_size3, progress, HaloTransport, Placement};
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::health::Verdict;
+use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::io::OutputDir;
 use lattice_gpu::host::memory::Footprint;
 use lattice_gpu::host::threads::Threads;
@@ -21,6 +22,7 @@ use lattice_gpu::kernels::lbm::Half;
 use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
 use lattice_gpu::lbm::geometry::MAX_SIDE;
 use lattice_gpu::lbm::output::{numbers, write_csv, write_fields};
+use lattice_gpu::lbm::restart;
 use lattice_gpu::lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu::lbm::{
     Collision, Engine, Error, Geometry, Lbm, LbmStorage, Moments, Params, Result, Streaming,
@@ -93,9 +95,27 @@ struct Common {
     #[allow(dead_code)]
     gpu: Option<String>,
     /// Output directory. Its files appear together when the run succeeds; a run that fails or is
-    /// stopped leaves what was there before.
+    /// stopped leaves the files that were there before (a stopped run adds its checkpoint, in
+    /// OUTPUT/checkpoint unless --checkpoint says where).
     #[arg(long, default_value = "lbm-out")]
     output: PathBuf,
+    /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h; at the
+    /// run's first check after it), into --checkpoint, from a copy written while the run goes on.
+    /// Without it, a checkpoint is written only when SIGINT, SIGTERM or SIGHUP stops the run (then
+    /// it exits with 130, 143 or 129).
+    #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
+    checkpoint_every: Option<cli::Every>,
+    /// Directory of the checkpoint file lbm.ckpt [default: OUTPUT/checkpoint].
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Continue the run of a checkpoint (its directory or the file), with the bytes of a run never
+    /// stopped, on any number of ranks: to --steps in all; to steady state (the same --steady and
+    /// --check-every: it stops at the step the straight run stops at) up to --max-steps in all;
+    /// taylor-green to --steps in all, which may differ from the run's own where the energy samples
+    /// the checkpoint holds include those of the new --steps. The case, grid, precision, streaming
+    /// and physical parameters must be the checkpoint's: each difference is named.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     /// Split the lattice along z over the ranks of the MPI job this process belongs to (start it with
     /// `mpirun -np N`); rank 0 prints and writes. Needs `--features mpi`.
     #[arg(long)]
@@ -134,6 +154,34 @@ impl Common {
         Ok(())
     }
 
+    /// Refuses a checkpoint directory where no checkpoint can be written: found before the run, not
+    /// when a signal stops it and the checkpoint is all that would be left of it.
+    fn check_checkpoint_dir(&self) -> Result<()> {
+        let dir = self.checkpoint_dir();
+        let file = dir.join(restart::FILE);
+        let (there, not) = match (
+            dir.exists() && !dir.is_dir(),
+            file.exists() && !file.is_file(),
+        ) {
+            (true, _) => (&dir, "a directory"),
+            (false, true) => (&file, "a file"),
+            (false, false) => return Ok(()),
+        };
+        Err(Error::InvalidParameter(format!(
+            "the checkpoints go to {}, and {} is there and not {not}: give --checkpoint another \
+             directory",
+            file.display(),
+            there.display()
+        )))
+    }
+
+    /// The directory of the run's checkpoint file: --checkpoint, or OUTPUT/checkpoint.
+    fn checkpoint_dir(&self) -> PathBuf {
+        self.checkpoint
+            .clone()
+            .unwrap_or_else(|| self.output.join("checkpoint"))
+    }
+
     /// The notice for the halo options of a split run given to a run over `ranks` ranks that is not
     /// split: they change nothing there. Not refused, since scripts pass one command line to the run
     /// on one rank and to its split twin (scripts/mpi-check.sh, scripts/scaling-check.sh).
@@ -169,8 +217,8 @@ impl Common {
 
 #[derive(Args, Clone)]
 struct Stop {
-    /// Steps to run; without it, run until steady (see --steady and --max-steps, which a fixed
-    /// number of steps leaves out).
+    /// Steps to run in all (a resumed run continues to this step); without it, run until steady
+    /// (see --steady and --max-steps, which a fixed number of steps leaves out).
     #[arg(long, conflicts_with_all = ["steady", "max_steps"])]
     steps: Option<u64>,
     /// Stop when no velocity changes by more than this fraction of the largest speed between checks.
@@ -180,7 +228,7 @@ struct Stop {
     /// and for a stop asked by SIGINT or SIGTERM this often, or more often on large grids.
     #[arg(long, default_value_t = 1000)]
     check_every: u64,
-    /// Most steps when running to steady state.
+    /// Most steps in all when running to steady state (a resumed run counts those before).
     #[arg(long, default_value_t = 1_000_000)]
     max_steps: u64,
 }
@@ -201,6 +249,29 @@ impl Stop {
     /// The whole grid's moments a run to steady state keeps beside the new ones at a check.
     fn snapshots(&self) -> u64 {
         u64::from(self.steps.is_none())
+    }
+
+    /// What a checkpoint records of how the run stops: for a run to steady state, its criterion
+    /// (the moments it compares are in the checkpoint too); for a fixed number of steps, that.
+    fn params(&self) -> Vec<(String, String)> {
+        match self.steps {
+            Some(_) => vec![("until".into(), "steps".into())],
+            None => vec![
+                ("until".into(), "steady".into()),
+                ("steady".into(), self.steady.to_string()),
+                ("check-every".into(), self.check_every.to_string()),
+            ],
+        }
+    }
+
+    /// Which of [`params`](Self::params) a resume must match: a run to steady state, all (the
+    /// moments of the last check, which a run of a fixed number of steps has none of, and its
+    /// criterion decide where it stops); a fixed number of steps, none (it continues either kind).
+    fn must_match(&self) -> Vec<(String, String)> {
+        match self.steps {
+            Some(_) => Vec::new(),
+            None => self.params(),
+        }
     }
 }
 
@@ -265,7 +336,8 @@ struct TaylorGreenArgs {
     /// Initial velocity amplitude.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.02)]
     u0: f64,
-    /// Steps.
+    /// Steps in all (a resumed run continues to this step); the energy is sampled every twentieth
+    /// of them.
     #[arg(long, default_value_t = 4000)]
     steps: u64,
 }
@@ -344,6 +416,12 @@ fn prepare<S: LbmStorage, C: Communicator>(
 ) -> Result<Prepared> {
     cli::same_options(comm).map_err(Error::InvalidParameter)?;
     c.check()?;
+    // Rank 0 writes the checkpoints: under MPI the others may not see where.
+    let writable = match comm.rank() {
+        0 => c.check_checkpoint_dir(),
+        _ => Ok(()),
+    };
+    restart::agree(comm, writable)?;
     if let Some(notice) = c.unsplit_notice(comm.size()).filter(|_| comm.rank() == 0) {
         eprintln!("{notice}");
     }
@@ -368,7 +446,9 @@ fn prepare<S: LbmStorage, C: Communicator>(
         .check(gpu.is_some())
         .map_err(Error::InvalidParameter)?;
     let spread = Spread::of(comm, c.split.cut);
-    let footprint = Lbm::<S>::footprint(dims, c.streaming(), spread, gpu.is_some(), snapshots)?;
+    // Every run may write a checkpoint (a signal asks for one), or resumes from one.
+    let footprint =
+        Lbm::<S>::footprint(dims, c.streaming(), spread, gpu.is_some(), snapshots, true)?;
     check_memory(&footprint, gpu.map(|g| &**g))?;
     Geometry::check_dims(dims, fix)?;
     let out = (comm.rank() == 0)
@@ -384,112 +464,377 @@ fn prepare<S: LbmStorage, C: Communicator>(
 /// The fewest steps a run must have for [`advance`] to tune its block size on the first ones.
 const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
 
-/// The run's verdict after its last step, where a signal at the run's last step (`last`) stops
-/// nothing: its results are complete.
-fn verdict<S: LbmStorage, C: Communicator>(lbm: &Lbm<S, C>, last: u64) -> Result<Verdict> {
-    Ok(match lbm.verdict()? {
-        Verdict::Stop(_) if lbm.steps() >= last => Verdict::Healthy,
-        v => v,
-    })
+/// The most steps [`Lbm::tune_block`] takes.
+const TUNE_MOST: u64 = TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
+
+/// Where and when a run writes its checkpoints (rank 0 writes them, from a host copy, on a thread of
+/// their own while the run goes on), and those it wrote.
+struct Checkpoints {
+    /// The checkpoint file.
+    path: PathBuf,
+    /// `--checkpoint-every`; without it, a checkpoint only when a signal stops the run.
+    every: Option<cli::Every>,
+    /// What every checkpoint says a resume must match.
+    params: Vec<(String, String)>,
+    /// Rank 0's writer.
+    saver: Option<Saver>,
+    /// When the last checkpoint was started (rank 0's clock decides for all).
+    since: Instant,
+    /// What the finished writes took.
+    written: Vec<Written>,
+}
+
+impl Checkpoints {
+    /// The checkpoints of a run with the options `c` on a rank (`lead`: rank 0), carrying `params`.
+    fn new(c: &Common, params: Vec<(String, String)>, lead: bool) -> Self {
+        let path = c.checkpoint_dir().join(restart::FILE);
+        Self {
+            saver: lead.then(|| Saver::new(&path)),
+            path,
+            every: c.checkpoint_every,
+            params,
+            since: Instant::now(),
+            written: Vec::new(),
+        }
+    }
+
+    /// The steps from step `done` to the next one a checkpoint is due at by its step count
+    /// (`u64::MAX` where they are not counted in steps): the runs stop there for it.
+    fn steps_to_next(&self, done: u64) -> u64 {
+        match self.every {
+            Some(cli::Every::Steps(n)) => {
+                let n = n as u64;
+                n - done % n
+            }
+            _ => u64::MAX,
+        }
+    }
+
+    /// Whether a checkpoint is due at step `done`: at a multiple of `--checkpoint-every N` (counted
+    /// from step 0, so a resumed run writes at the same steps as a straight one), or once its time
+    /// has passed on rank 0's clock. Collective: every rank asks at the same checks.
+    fn due<C: Communicator>(&self, comm: &C, done: u64) -> Result<bool> {
+        Ok(match self.every {
+            None => false,
+            Some(cli::Every::Steps(n)) => done.is_multiple_of(n as u64),
+            Some(cli::Every::Seconds(t)) => {
+                let mine = comm.rank() == 0 && self.since.elapsed().as_secs_f64() >= t;
+                comm.sum(f64::from(u8::from(mine)))? > 0.0
+            }
+        })
+    }
+
+    /// Starts writing the checkpoint of `lbm`'s step, with what `extra` adds to it on rank 0 (what
+    /// the case keeps beside the lattice). Collective: the lattice is gathered to rank 0, and a
+    /// failed write (the one before, which this one waited for) stops every rank.
+    fn save<S: LbmStorage, C: Communicator>(
+        &mut self,
+        lbm: &Lbm<S, C>,
+        extra: impl FnOnce(Checkpoint) -> Checkpoint,
+    ) -> Result<()> {
+        let mut ck = Checkpoint::new(restart::APPLICATION, lbm.steps());
+        ck.params = self.params.clone();
+        let ck = lbm.save_state(ck)?;
+        let started = match &mut self.saver {
+            Some(saver) => saver.save(extra(ck)).map_err(Error::from),
+            None => Ok(None),
+        };
+        self.written.extend(restart::agree(lbm.comm(), started)?);
+        self.since = Instant::now();
+        Ok(())
+    }
+
+    /// Where a signal stops the run: writes the checkpoint of `lbm`'s step (as [`save`](Self::save)),
+    /// waits until it is on disk, and says how to go on. Collective.
+    fn stopped<S: LbmStorage, C: Communicator>(
+        &mut self,
+        lbm: &Lbm<S, C>,
+        extra: impl FnOnce(Checkpoint) -> Checkpoint,
+    ) -> Result<()> {
+        self.save(lbm, extra)?;
+        let waited = self.wait();
+        restart::agree(lbm.comm(), waited)?;
+        if lbm.comm().rank() == 0 {
+            eprintln!(
+                "checkpoint of step {} written to {}; continue the run with the same options and \
+                 --resume {}",
+                lbm.steps(),
+                self.path.display(),
+                self.path.parent().unwrap_or(&self.path).display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits for the write under way (rank 0).
+    fn wait(&mut self) -> Result<()> {
+        if let Some(saver) = &mut self.saver {
+            self.written.extend(saver.wait()?);
+        }
+        Ok(())
+    }
+
+    /// At the end of a run: waits for the last write, then says what the checkpoints cost (rank 0).
+    /// Collective.
+    fn finish<C: Communicator>(&mut self, comm: &C) -> Result<()> {
+        let waited = self.wait();
+        restart::agree(comm, waited)?;
+        if let (Some(last), Some(saver)) = (self.written.last(), &self.saver) {
+            let n = self.written.len();
+            println!(
+                "{n} checkpoint{} written, the last {last}; the run waited {:.3} s for them",
+                if n == 1 { "" } else { "s" },
+                saver.waited()
+            );
+        }
+        Ok(())
+    }
+
+    /// On a run's error: waits for a write under way, so that the checkpoint before the error is
+    /// whole and no temporary file is left, and says where that write failed too (rank 0).
+    fn abandon(&mut self) {
+        if let Err(e) = self.wait() {
+            eprintln!("error: the last checkpoint was not written: {e}");
+        }
+    }
+}
+
+/// The state a resumed run starts from: rank 0's checkpoint (its arrays not yet taken) and what the
+/// case took out of it.
+struct Resume<T> {
+    /// The checkpoint file.
+    path: PathBuf,
+    /// Its step (every rank), checkpoint and what the case keeps beside the lattice (rank 0).
+    resumed: restart::Resumed<T>,
+}
+
+/// The checkpoint `--resume` names, where it is one of a run with `params` of the grid `dims` in
+/// storage `S`, read on rank 0, with what `take` takes out of it (and whose errors refuse it);
+/// `None` without --resume. Collective.
+fn resume<S: LbmStorage, C: Communicator, T>(
+    comm: &C,
+    c: &Common,
+    dims: [usize; 3],
+    params: &[(String, String)],
+    take: impl FnOnce(&mut Checkpoint, &std::path::Path) -> Result<T>,
+) -> Result<Option<Resume<T>>> {
+    let Some(dir) = &c.resume else {
+        return Ok(None);
+    };
+    let path = cli::checkpoint_file(dir, restart::FILE);
+    // Only rank 0 reads it: under MPI the others may not see the file.
+    let there = match comm.rank() == 0 && !path.exists() {
+        // An output directory given for its checkpoint directory is the likely slip.
+        true => Err(Error::InvalidParameter(
+            match cli::checkpoint_file(&dir.join("checkpoint"), restart::FILE) {
+                inner if inner.is_file() => format!(
+                    "--resume {}: there is no checkpoint there, and {} holds one: give --resume {}",
+                    dir.display(),
+                    dir.join("checkpoint").display(),
+                    dir.join("checkpoint").display()
+                ),
+                _ => format!(
+                    "--resume {}: there is no checkpoint there; give the directory a run wrote its \
+                     checkpoint into (OUTPUT/checkpoint, or its --checkpoint DIR), or the {} file in \
+                     it",
+                    dir.display(),
+                    restart::FILE
+                ),
+            },
+        )),
+        false => Ok(()),
+    };
+    restart::agree(comm, there)?;
+    let cells = dims.iter().product();
+    let resumed = restart::read(comm, &path, params, |ck| {
+        Lbm::<S>::check_checkpoint(ck, cells, &path)?;
+        take(ck, &path)
+    })?;
+    if comm.rank() == 0 {
+        println!("resuming from step {} of {}", resumed.step, path.display());
+    }
+    Ok(Some(Resume { path, resumed }))
+}
+
+/// Refuses to resume from a checkpoint at `step` where `--option total` asks for no more steps.
+fn more_than(step: u64, option: &str, total: u64, path: &std::path::Path) -> Result<()> {
+    if step < total {
+        return Ok(());
+    }
+    Err(Error::InvalidParameter(format!(
+        "{} is at step {step}, and {option} {total} asks for no more; give {option} above {step} to \
+         continue it",
+        path.display()
+    )))
 }
 
 /// Runs `lbm` for `--steps`, or until steady, with a progress bar showing MLUPs/s; returns the last
 /// moments. Checks the state for NaN and the signals at every steadiness check and, on large grids,
-/// between them; stops with the error that names the step, the cell and `fix` when one is found.
+/// between them; stops with the error that names the step, the cell and `fix` when one is found;
+/// writes the checkpoints `plan` asks for, and one where a signal stops it. `before`: the moments
+/// of the last steadiness check, where it resumes a run to steady state.
 fn advance<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
     stop: &Stop,
     fix: &str,
+    plan: &mut Checkpoints,
+    before: Option<Moments>,
 ) -> Result<Moments> {
     let total = stop.total()?;
     let bar = progress(total, "steps");
+    bar.set_position(lbm.steps());
     if lbm.comm().rank() != 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = advance_with(lbm, stop, fix, total, &bar);
+    let result = advance_with(lbm, stop, fix, total, &bar, plan, before);
     match &result {
         Ok(_) => bar.finish_and_clear(),
-        Err(_) => bar.abandon(),
+        Err(_) => {
+            bar.abandon();
+            plan.abandon();
+        }
     }
     result
 }
 
+/// `ck` with the moments of the last steadiness check, where there is one.
+fn with_monitor(ck: Checkpoint, before: Option<&Moments>) -> Checkpoint {
+    match before {
+        Some(m) => restart::put_moments(ck, restart::MONITOR, m),
+        None => ck,
+    }
+}
+
+/// Tunes the GPU kernels' block size on the run's first steps (none on the CPU) where they are few
+/// against the run's `left` steps and hold no checkpoint's step; the time it took.
+fn tune<S: LbmStorage, C: Communicator>(
+    lbm: &mut Lbm<S, C>,
+    left: u64,
+    plan: &Checkpoints,
+) -> Result<Duration> {
+    let start = Instant::now();
+    if left < TUNE_AT_LEAST || plan.steps_to_next(lbm.steps()) < TUNE_MOST {
+        return Ok(Duration::ZERO);
+    }
+    if let Some(t) = lbm.tune_block()? {
+        if lbm.comm().rank() == 0 {
+            println!(
+                "blocks of {} threads ({:.3} ms per step; tuned on the run's first {} steps)",
+                t.block, t.ms_per_step, t.steps
+            );
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// [`advance`] in the progress bar `bar`, to step `total`.
 fn advance_with<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
     stop: &Stop,
     fix: &str,
     total: u64,
     bar: &ProgressBar,
+    plan: &mut Checkpoints,
+    mut before: Option<Moments>,
 ) -> Result<Moments> {
     let lead = lbm.comm().rank() == 0;
     let cells = lbm.global_dims().iter().product::<usize>() as f64;
+    let first = lbm.steps();
     // Only the steps are timed: each check brings every cell's moments to rank 0's host (0.9 GB at
     // 384^3), which took five times as long as 300 steps.
-    let mut stepping = Duration::ZERO;
-    let mut done = 0;
-    // The block size is tuned on the run's first steps where they are few against the whole run.
-    if total >= TUNE_AT_LEAST {
-        let start = Instant::now();
-        if let Some(t) = lbm.tune_block()? {
-            done = t.steps;
-            if lead {
-                println!(
-                    "blocks of {} threads ({:.3} ms per step; tuned on the first {} steps)",
-                    t.block, t.ms_per_step, t.steps
-                );
-            }
-        }
-        stepping += start.elapsed();
-    }
+    let mut stepping = tune(lbm, total - first, plan)?;
     let steady = stop.steps.is_none();
-    let health = lbm.check_interval(total)?.min(stop.check_every);
-    let mut before: Option<Moments> = None;
+    let every = stop.check_every;
+    let health = lbm.check_interval(total)?.min(every);
     let m = loop {
+        let done = lbm.steps();
         let n = health
-            .min(stop.check_every - done % stop.check_every)
-            .min(total - done);
+            .min(every - done % every)
+            .min(total - done)
+            .min(plan.steps_to_next(done));
         let start = Instant::now();
         lbm.run(n)?;
         lbm.synchronize()?;
         stepping += start.elapsed();
-        done += n;
-        lbm.stop_on(verdict(lbm, total)?, fix)?;
-        let mlups = cells * done as f64 / stepping.as_secs_f64() / 1e6;
+        let done = lbm.steps();
+        let verdict = lbm.verdict()?;
+        if let Verdict::Diverged(_) = verdict {
+            lbm.stop_on(verdict, fix)?;
+        }
+        let mlups = cells * (done - first) as f64 / stepping.as_secs_f64() / 1e6;
         bar.set_position(done);
         bar.set_message(format!("{mlups:.0} MLUPs/s"));
         // A fixed number of steps needs the moments only at the end; a run to steady state at every
         // steadiness check.
-        if done < total && !(steady && done.is_multiple_of(stop.check_every)) {
-            continue;
-        }
-        let m = lbm.moments()?;
-        if steady {
+        let check = steady && done.is_multiple_of(every);
+        let last = done >= total;
+        let m = match last || check {
+            true => Some(lbm.moments()?),
+            false => None,
+        };
+        let mut ended_steady = false;
+        // Only at the checks, --check-every steps apart: the last step of a run whose --max-steps
+        // is no multiple of it ends an interval that the criterion does not measure (and a run
+        // resumed past it never checks there).
+        if let (true, Some(m)) = (check, &m) {
             bar.set_message(format!("{mlups:.0} MLUPs/s, max |u| {:.3e}", m.max_speed()));
             // Rank 0 holds the moments; its word reaches every rank.
             let mine = lead
                 && before
                     .as_ref()
-                    .is_some_and(|b| cases::is_steady(b, &m, stop.steady));
-            if lbm.comm().sum(f64::from(u8::from(mine)))? > 0.0 {
-                if lead {
-                    println!(
-                        "steady after {done} steps (changes below {:e} of the largest speed)",
-                        stop.steady
-                    );
-                }
-                return Ok(m);
+                    .is_some_and(|b| cases::is_steady(b, m, stop.steady));
+            ended_steady = lbm.comm().sum(f64::from(u8::from(mine)))? > 0.0;
+        }
+        // A run that ends steady is complete (whatever signal came meanwhile), and writes no
+        // checkpoint to go on from: the straight run stops there too.
+        if ended_steady {
+            if lead {
+                println!(
+                    "steady after {done} steps (changes below {:e} of the largest speed)",
+                    stop.steady
+                );
             }
+            plan.finish(lbm.comm())?;
+            return m.ok_or_else(|| unreachable_moments(done));
         }
-        if done >= total {
-            break m;
+        if last {
+            // A signal at the run's last step stops nothing: its results are complete. What the
+            // next steadiness check would compare with is the monitor, as below.
+            let monitor = if check { m.as_ref() } else { before.as_ref() };
+            if plan.due(lbm.comm(), done)? {
+                plan.save(lbm, |ck| with_monitor(ck, monitor))?;
+            }
+            plan.finish(lbm.comm())?;
+            break m.ok_or_else(|| unreachable_moments(done))?;
         }
-        before = Some(m);
+        // What the next steadiness check compares with (the moments at a step between two checks
+        // are not, so that a run resumed from a checkpoint taken there compares what this one
+        // does).
+        if check {
+            before = m;
+        }
+        match verdict {
+            Verdict::Stop(_) => {
+                plan.stopped(lbm, |ck| with_monitor(ck, before.as_ref()))?;
+                lbm.stop_on(verdict, fix)?;
+            }
+            _ if plan.due(lbm.comm(), done)? => {
+                plan.save(lbm, |ck| with_monitor(ck, before.as_ref()))?
+            }
+            _ => {}
+        }
     };
     let secs = stepping.as_secs_f64();
+    let done = lbm.steps();
     if lead {
         println!(
-            "{done} steps in {secs:.2} s: {:.0} MLUPs/s (the steps alone, without the checks' moments)",
-            cells * done as f64 / secs / 1e6
+            "{} steps{} in {secs:.2} s: {:.0} MLUPs/s (the steps alone, without the checks' moments)",
+            done - first,
+            match first {
+                0 => String::new(),
+                _ => format!(" (from step {first} to {done})"),
+            },
+            cells * (done - first) as f64 / secs / 1e6
         );
         #[cfg(feature = "nccl")]
         lattice_gpu::cli::print_exchange_time(lbm.exchange_time()?);
@@ -500,13 +845,23 @@ fn advance_with<S: LbmStorage, C: Communicator>(
     Ok(m)
 }
 
-fn make<S: LbmStorage, C: Communicator>(
+/// The error for moments missing where the loop above always reads them: a fault of lbm.
+fn unreachable_moments(step: u64) -> Error {
+    Error::InvalidParameter(format!(
+        "no moments were read at step {step}, where the run ends: a fault of lbm; please report it"
+    ))
+}
+
+/// The case's lattice from `init`, or from the checkpoint `from` where the run resumes, split over
+/// the ranks of `comm` as the options `c` say; rank 0 prints what runs where.
+fn make<S: LbmStorage, C: Communicator, T>(
     comm: C,
     c: &Common,
     e: &Engine,
     geometry: Geometry,
     params: Params,
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
+    from: Option<&mut Resume<T>>,
 ) -> Result<Lbm<S, C>> {
     // Before the header and the near-1/2 warning, which an unusable tau would contradict.
     params.check()?;
@@ -544,6 +899,10 @@ fn make<S: LbmStorage, C: Communicator>(
     };
     let mut lbm = Lbm::new_on_cut(comm, c.split.cut, e, geometry, params, c.streaming(), init)?;
     lbm.set_overlap(!c.split.halo.no_overlap);
+    // Before the halos through NCCL are first exchanged: they are then the restored lattice's.
+    if let Some(r) = from {
+        lbm.restore_state(r.resumed.checkpoint.as_mut(), &r.path)?;
+    }
     #[cfg(feature = "nccl")]
     if let Some(n) = nccl {
         lbm.exchange_through(n)?;
@@ -555,6 +914,26 @@ fn make<S: LbmStorage, C: Communicator>(
 /// hands back the GPU it ran on, for the memory report.
 fn release<S: LbmStorage, C: Communicator>(lbm: Lbm<S, C>) -> Option<Arc<Gpu>> {
     lbm.gpu().cloned()
+}
+
+/// The moments of the last steadiness check that a checkpoint of a run to steady state holds (none
+/// before its first check), taken out of `ck` for a run on the grid `dims` to step `total`.
+fn resume_monitor(
+    ck: &mut Checkpoint,
+    path: &std::path::Path,
+    stop: &Stop,
+    dims: [usize; 3],
+) -> Result<Option<Moments>> {
+    let total = stop.total()?;
+    let option = match stop.steps {
+        Some(_) => "--steps",
+        None => "--max-steps",
+    };
+    more_than(ck.step, option, total, path)?;
+    match stop.steps {
+        Some(_) => Ok(None),
+        None => restart::take_moments(ck, restart::MONITOR, dims, path),
+    }
 }
 
 fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()> {
@@ -576,6 +955,17 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         a.stop.snapshots(),
     )?;
     let (g, p) = cases::cavity(a.size, a.closed_z, re, a.lid, a.common.collision())?;
+    let mut params = restart::physics::<S>("cavity", a.size, a.common.streaming(), &p);
+    params.extend([
+        ("re".to_string(), re.to_string()),
+        ("lid".into(), a.lid.to_string()),
+        ("closed-z".into(), a.closed_z.to_string()),
+    ]);
+    let written = [params.clone(), a.stop.params()].concat();
+    params.extend(a.stop.must_match());
+    let mut from = resume::<S, C, _>(&comm, &a.common, a.size, &params, |ck, path| {
+        resume_monitor(ck, path, &a.stop, a.size)
+    })?;
     if lead && a.tau.is_some() {
         println!("Reynolds number {re:.3} (from --tau)");
     }
@@ -590,8 +980,11 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
             p.tau
         ),
     };
-    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, |_| (1.0, [0.0; 3]))?;
-    let m = advance(&mut lbm, &a.stop, &fix)?;
+    let init = |_| (1.0, [0.0; 3]);
+    let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
+    let before = from.and_then(|r| r.resumed.taken).flatten();
+    let mut plan = Checkpoints::new(&a.common, written, lead);
+    let m = advance(&mut lbm, &a.stop, &fix, &mut plan, before)?;
     let gpu = release(lbm);
     let Some(out) = run.out else {
         return Ok(());
@@ -617,6 +1010,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
 }
 
 fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Result<()> {
+    let lead = comm.rank() == 0;
     a.stop.total()?;
     let dims = [a.extent.0, a.width + 2, a.extent.1];
     let run = prepare::<S, C>(
@@ -634,9 +1028,22 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         a.force,
         a.common.collision(),
     )?;
+    let mut params = restart::physics::<S>("poiseuille", dims, a.common.streaming(), &p);
+    params.extend([
+        ("width".to_string(), a.width.to_string()),
+        ("extent".into(), format!("{}x{}", a.extent.0, a.extent.1)),
+    ]);
+    let written = [params.clone(), a.stop.params()].concat();
+    params.extend(a.stop.must_match());
+    let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {
+        resume_monitor(ck, path, &a.stop, dims)
+    })?;
     let fix = "raise --tau or lower --force";
-    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, |_| (1.0, [0.0; 3]))?;
-    let m = advance(&mut lbm, &a.stop, fix)?;
+    let init = |_| (1.0, [0.0; 3]);
+    let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
+    let before = from.and_then(|r| r.resumed.taken).flatten();
+    let mut plan = Checkpoints::new(&a.common, written, lead);
+    let m = advance(&mut lbm, &a.stop, fix, &mut plan, before)?;
     let gpu = release(lbm);
     let Some(out) = run.out else {
         return Ok(());
@@ -659,6 +1066,53 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
     finish(out, m, "Poiseuille channel", &run.footprint, gpu)
 }
 
+/// The name of the checkpoint array of the Taylor-Green vortex's energy samples: (step, energy)
+/// pairs.
+const ENERGY: &str = "energy";
+
+/// The steps between the Taylor-Green vortex's energy samples in a run of `steps`: 20 samples.
+fn sample_every(steps: u64) -> u64 {
+    (steps / 20).max(1)
+}
+
+/// The energy samples of a Taylor-Green checkpoint (`ck`, read from `path`) that a run of `steps`
+/// in all keeps: those at its own sampling steps up to the checkpoint's, which must all be there (a
+/// run with another --steps samples at other steps; where those are a subset of the checkpoint's,
+/// its result is that of a straight run of `steps`).
+fn resume_samples(
+    ck: &mut Checkpoint,
+    path: &std::path::Path,
+    steps: u64,
+) -> Result<Vec<(f64, f64)>> {
+    more_than(ck.step, "--steps", steps, path)?;
+    let pairs = ck.take::<f64>(ENERGY, path)?;
+    let every = sample_every(steps);
+    let kept: Vec<(f64, f64)> = pairs
+        .chunks_exact(2)
+        .map(|p| (p[0], p[1]))
+        .filter(|&(t, _)| (t as u64).is_multiple_of(every))
+        .collect();
+    let wanted = ck.step / every;
+    let held: Vec<u64> = kept.iter().map(|&(t, _)| t as u64).collect();
+    let whole = held.len() as u64 == wanted
+        && held
+            .iter()
+            .zip(1..)
+            .all(|(&t, k): (&u64, u64)| t == k * every);
+    if whole {
+        return Ok(kept);
+    }
+    let had = pairs.first().map_or(1, |&t| (t as u64).max(1));
+    let example = (ck.step / (20 * had) + 1) * 20 * had;
+    Err(Error::InvalidParameter(format!(
+        "{} holds the kinetic energy every {had} steps up to step {}, and --steps {steps} samples it \
+         every {every} steps, which it lacks; give --steps whose twentieth is a multiple of {had}, \
+         e.g. --steps {example}",
+        path.display(),
+        ck.step
+    )))
+}
+
 fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) -> Result<()> {
     let lead = comm.rank() == 0;
     if a.steps < 20 {
@@ -672,15 +1126,26 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let g = Geometry::periodic(a.size)?;
     let mut p = Params::bgk(a.tau);
     p.collision = a.common.collision();
-    let mut lbm = make::<S, C>(comm, &a.common, &run.engine, g, p, init)?;
+    let mut params = restart::physics::<S>("taylor-green", a.size, a.common.streaming(), &p);
+    params.push(("u0".into(), a.u0.to_string()));
+    let mut from = resume::<S, C, _>(&comm, &a.common, a.size, &params, |ck, path| {
+        resume_samples(ck, path, a.steps)
+    })?;
+    let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
+    let rows = from.and_then(|r| r.resumed.taken).unwrap_or_default();
+    let mut plan = Checkpoints::new(&a.common, params, lead);
     let bar = progress(a.steps, "steps");
+    bar.set_position(lbm.steps());
     if !lead {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let rows = decay(&mut lbm, a.steps, &bar);
+    let rows = decay(&mut lbm, a.steps, &bar, &mut plan, rows);
     match &rows {
         Ok(_) => bar.finish_and_clear(),
-        Err(_) => bar.abandon(),
+        Err(_) => {
+            bar.abandon();
+            plan.abandon();
+        }
     }
     let rows = rows?;
     let m = lbm.moments()?;
@@ -709,26 +1174,57 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     finish(out, m, "Taylor-Green vortex", &run.footprint, gpu)
 }
 
-/// Runs the Taylor-Green vortex for `steps`, returning the kinetic energy (rank 0's) at 20 steps
-/// evenly apart and at the last, and checking the state at each and, on large grids, between them.
+/// Runs the Taylor-Green vortex to step `steps` after the energy samples `rows` (rank 0's) of the
+/// steps before, returning those at 20 steps evenly apart and at the last, and checking the state at
+/// each and, on large grids, between them; writes the checkpoints `plan` asks for, and one where a
+/// signal stops it.
 fn decay<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
     steps: u64,
     bar: &ProgressBar,
+    plan: &mut Checkpoints,
+    mut rows: Vec<(f64, f64)>,
 ) -> Result<Vec<(f64, f64)>> {
-    let every = (steps / 20).max(1);
+    let fix = "raise --tau or lower --u0";
+    let every = sample_every(steps);
     let health = lbm.check_interval(steps)?.min(every);
-    let mut rows = Vec::new();
+    let samples =
+        |rows: &[(f64, f64)]| -> Vec<f64> { rows.iter().flat_map(|&(t, e)| [t, e]).collect() };
     while lbm.steps() < steps {
         let done = lbm.steps();
-        lbm.run(health.min(every - done % every).min(steps - done))?;
-        lbm.stop_on(verdict(lbm, steps)?, "raise --tau or lower --u0")?;
+        lbm.run(
+            health
+                .min(every - done % every)
+                .min(steps - done)
+                .min(plan.steps_to_next(done)),
+        )?;
+        let verdict = lbm.verdict()?;
+        if let Verdict::Diverged(_) = verdict {
+            lbm.stop_on(verdict, fix)?;
+        }
         let done = lbm.steps();
         if done.is_multiple_of(every) || done == steps {
             rows.push((done as f64, lbm.moments()?.kinetic_energy()));
         }
         bar.set_position(done);
+        let with_rows = |ck: Checkpoint| ck.array(ENERGY, &samples(&rows));
+        // A signal at the run's last step stops nothing: its results are complete.
+        if done == steps {
+            if plan.due(lbm.comm(), done)? {
+                plan.save(lbm, with_rows)?;
+            }
+            break;
+        }
+        match verdict {
+            Verdict::Stop(_) => {
+                plan.stopped(lbm, with_rows)?;
+                lbm.stop_on(verdict, fix)?;
+            }
+            _ if plan.due(lbm.comm(), done)? => plan.save(lbm, with_rows)?,
+            _ => {}
+        }
     }
+    plan.finish(lbm.comm())?;
     Ok(rows)
 }
 
@@ -771,7 +1267,7 @@ fn bench_one<S: LbmStorage>(
     let dims = [n; 3];
     let engine = Engine::Device(gpu.clone());
     check_memory(
-        &Lbm::<S>::footprint(dims, streaming, Spread::ONE, true, 0)?,
+        &Lbm::<S>::footprint(dims, streaming, Spread::ONE, true, 0, false)?,
         Some(gpu),
     )?;
     // A periodic box with a Taylor-Green flow: every cell is fluid and the populations are not trivial.
