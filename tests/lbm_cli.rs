@@ -435,6 +435,17 @@ fn same_results(dir: &Path, a: &str, b: &str, what: &str) {
 fn sigint_and_sigterm_write_a_checkpoint_that_resumes_to_the_straight_runs_bytes() {
     let dir = temp_dir("signals");
     let bin = common::binary("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"));
+    // The runs must outlast the signal's 300 ms: an optimised build steps some 30 times faster, so it
+    // gets larger ones (about 2 and 4 s).
+    let release = !cfg!(debug_assertions);
+    let (width, vortex) = match release {
+        true => ("64", "--size 32x32x2 --steps 20000"),
+        false => ("16", "--size 8x8x2 --steps 4000"),
+    };
+    let steady = format!(
+        "poiseuille --engine host --width {width} --extent 2x4 --check-every 10 --steady 1e-6"
+    );
+    let decaying = format!("taylor-green --engine host {vortex}");
     for (line, signal, code) in [
         // Far more steps than run before the signal, checked every 10.
         (
@@ -442,19 +453,11 @@ fn sigint_and_sigterm_write_a_checkpoint_that_resumes_to_the_straight_runs_bytes
             "INT",
             130,
         ),
-        // To steady state (2760 steps): the resumed run must stop where the straight one does.
-        (
-            "poiseuille --engine host --width 16 --extent 2x4 --check-every 10 --steady 1e-6",
-            "TERM",
-            143,
-        ),
-        // A check at each of the 20 samples of the energy, 200 steps apart, whose first ones the
-        // checkpoint carries.
-        (
-            "taylor-green --engine host --size 8x8x2 --steps 4000",
-            "TERM",
-            143,
-        ),
+        // To steady state (2760 steps at width 16): the resumed run must stop where the straight one
+        // does.
+        (steady.as_str(), "TERM", 143),
+        // A check at each of the 20 samples of the energy, whose first ones the checkpoint carries.
+        (decaying.as_str(), "TERM", 143),
     ] {
         let _ = std::fs::remove_dir_all(dir.join("out"));
         let mut args = words(line);
@@ -484,22 +487,19 @@ fn sigint_and_sigterm_write_a_checkpoint_that_resumes_to_the_straight_runs_bytes
             .collect();
         assert_eq!(left, ["checkpoint"], "{line}:\n{text}");
         assert!(common::temporaries(&dir.join("out")).is_empty());
-        // A fixed number of steps continues to a total of the step plus an odd number; the others
-        // to the end they had. Over threads, which the stopped run was not split over.
+        // A fixed number of steps continues to a total of the step plus an odd number, over threads,
+        // which the stopped run was not split over; the others to the end they had, on one rank (on
+        // the CPU a thread split's exchanges cost more than these small grids' steps).
         let total = (step + 11).to_string();
         let end: Vec<&str> = words(line)
             .into_iter()
             .map(|w| if w == "100000000" { total.as_str() } else { w })
             .collect();
         let mut resumed = end.clone();
-        resumed.extend([
-            "--resume",
-            "out/checkpoint",
-            "--output",
-            "resumed",
-            "--gpus",
-            "2",
-        ]);
+        resumed.extend(["--resume", "out/checkpoint", "--output", "resumed"]);
+        if line.starts_with("cavity") {
+            resumed.extend(["--gpus", "2"]);
+        }
         let text = succeeds_in(&dir, &resumed);
         assert!(
             text.contains(&format!(
@@ -658,7 +658,9 @@ fn the_memory_estimate_covers_the_measured_peak() {
         let text = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "{line}: {text}");
         let [est, _, got, _] = common::memory_report(&text);
-        common::estimate_holds(est, got, 1.3, &format!("lbm cavity {line}"));
+        // The checkpoint's copy is freed by its writer thread, which may finish before the moments
+        // are read or after: the measured peak holds it or not, so the estimate may be 1.4x.
+        common::estimate_holds(est, got, 1.5, &format!("lbm cavity {line}"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
