@@ -3,8 +3,8 @@
 # `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls and a moving lid across
 # the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
-# and impossible splits must fail with a clear message, not hang; diffusion and advection checkpoints
-# written on 2 ranks resume on 3 (and diffusion's on 1) to the same bytes.
+# and impossible splits must fail with a clear message, not hang; diffusion, advection and lbm checkpoints
+# written on 2 ranks resume on 3 (diffusion's and lbm's also on 1) to the same bytes.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
 # skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
@@ -148,6 +148,17 @@ same_as_single "lbm taylor-green f32, thin slabs" velocity.npy taylor-green --en
     --size 16x12x5 --steps 20
 same_as_single "lbm in-place taylor-green f32, thin slabs" velocity.npy taylor-green --engine "$engine" --streaming aa \
     --size 16x12x5 --steps 21
+# An in-place f16 cavity stopped at an odd step on 2 ranks resumes on 3 and on 1 to the straight bytes.
+lbmck="cavity --engine $engine --size 10x9x7 --closed-z --re 20 --precision f16 --streaming aa"
+"$lbm" $lbmck --steps 24 --output "$work/lbm-straight" >/dev/null || { echo "lbm straight run FAIL"; status=1; }
+mpirun_ -np 2 "$lbm" $lbmck --mpi --steps 11 --checkpoint-every 11 --output "$work/lbm-half" >"$work/log" 2>&1 \
+    || { cat "$work/log"; status=1; }
+for np in 3 1; do
+    mpirun_ -np "$np" "$lbm" $lbmck --mpi --steps 24 --resume "$work/lbm-half/checkpoint" \
+        --output "$work/lbm-resumed$np" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+    same_bytes "lbm in-place cavity f16, 2 MPI ranks then resumed on $np" \
+        "$work/lbm-resumed$np/velocity.npy" "$work/lbm-straight/velocity.npy"
+done
 # --cut: one rank splits its steps as a decomposed run does (halo layers from itself where the axis
 # wraps); on a GPU through NCCL too, the boundary layers and their exchange beside the interior.
 cut_same() {
