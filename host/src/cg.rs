@@ -699,7 +699,10 @@ mod tests {
         let mut problem = Tridiagonal { shape, d: f64::NAN };
         match cg.solve(&mut problem, 1e-10, 50, &mut |_, _| {}) {
             Err(TestError::Stalled(s)) => {
-                assert!(s.what.contains("diverged") && !s.what.contains("SPD"), "{s:?}")
+                assert!(
+                    s.what.contains("diverged") && !s.what.contains("SPD"),
+                    "{s:?}"
+                )
             }
             other => panic!("{other:?}"),
         }
