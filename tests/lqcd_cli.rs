@@ -1,5 +1,13 @@
-//! The `lqcd` binary on the CPU: a small solve and bad input (odd dims, kappa out of range, a corrupt
-//! gauge file, no convergence) ending in a clear message and exit code 1, never a panic.
+//! The `lqcd` binary on the CPU: a small solve; bad input of every kind in one table (sizes, numbers,
+//! files, option combinations, checkpoints), each with its exit code (2 where the parser refuses, 1
+//! where the run does), its message and nothing written, never a panic; signals, memory, outputs all
+//! or nothing; and the propagator's checkpoints: a stopped or failed propagator resumed from its
+//! checkpoint gives the bytes of one never stopped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lattice_gpu::host::io::checkpoint::Checkpoint;
 
 mod common;
 
@@ -15,95 +23,6 @@ fn cpu_solve_converges_with_true_residual() {
     assert!(ok, "{text}");
     let res = common::number_after(&text, "|b - D x|/|b| = ");
     assert!(res < 1e-9, "{text}");
-}
-
-#[test]
-fn bad_input_is_refused_with_the_fix() {
-    let cases: [(&[&str], &str); 9] = [
-        (
-            &["solve", "--engine", "host", "--grid", "1x2"],
-            "must be YxZxT",
-        ),
-        (
-            &["solve", "--engine", "host", "--grid", "1x1x2"],
-            "add --mpi (under mpirun) or --gpus N",
-        ),
-        (
-            &["solve", "--engine", "host", "--cut", "x"],
-            "give axes y, z and t",
-        ),
-        (
-            &["solve", "--engine", "host", "--gpus", "1", "--cut", "z"],
-            "--cut is for the GPU split",
-        ),
-        (&["solve", "--engine", "host", "--dims", "5x4x4x4"], "odd"),
-        (
-            &["solve", "--engine", "host", "--kappa", "0.3"],
-            "0 < kappa < 0.25",
-        ),
-        (
-            &[
-                "solve",
-                "--engine",
-                "host",
-                "--dims",
-                "4",
-                "--max-iter",
-                "2",
-            ],
-            "did not converge",
-        ),
-        (&["solve", "--engine", "host", "--tol", "2"], "--tol"),
-        (&["solve", "--precision", "f32", "--tol", "1e-9"], "f32"),
-    ];
-    for (args, want) in cases {
-        let (ok, text) = lqcd(args);
-        assert!(!ok, "lqcd {args:?} should fail:\n{text}");
-        assert!(
-            text.contains(want),
-            "lqcd {args:?}: expected `{want}` in:\n{text}"
-        );
-    }
-}
-
-#[test]
-fn corrupt_and_missing_gauge_files_are_refused() {
-    let dir = std::env::temp_dir().join(format!("lqcd-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let good = dir.join("cfg.lime");
-    let (ok, text) = lqcd(&[
-        "plaquette",
-        "--dims",
-        "4",
-        "--write-gauge",
-        good.to_str().unwrap(),
-    ]);
-    assert!(ok, "{text}");
-    let (ok, text) = lqcd(&["plaquette", "--gauge", good.to_str().unwrap()]);
-    assert!(ok && text.contains("checksum suma"), "{text}");
-    let mut bytes = std::fs::read(&good).unwrap();
-    let n = bytes.len();
-    bytes[n / 2] ^= 0x40;
-    let bad = dir.join("flipped.lime");
-    std::fs::write(&bad, &bytes).unwrap();
-    let (ok, text) = lqcd(&["plaquette", "--gauge", bad.to_str().unwrap()]);
-    assert!(!ok && text.contains("checksum"), "{text}");
-    let (ok, text) = lqcd(&[
-        "plaquette",
-        "--gauge",
-        dir.join("missing.lime").to_str().unwrap(),
-    ]);
-    assert!(!ok && text.contains("missing.lime"), "{text}");
-    // The file sets the lattice: a --dims beside it would be overridden, so it is refused.
-    let (ok, text) = lqcd(&[
-        "plaquette",
-        "--gauge",
-        good.to_str().unwrap(),
-        "--dims",
-        "4x4x4x8",
-    ]);
-    assert!(!ok && text.contains("cannot be used with"), "{text}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn bin() -> std::path::PathBuf {
@@ -198,91 +117,6 @@ fn unit_gauge_file(path: &std::path::Path, dims: [usize; 4], bad: Option<(usize,
 const SECOND: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[test]
-fn a_gauge_file_with_a_nan_link_is_refused_naming_the_link() {
-    let dir = common::temp_dir("lqcd-nan-link");
-    // Site (x, y, z, t) = (1, 1, 0, 2) of 4^4 is n = 1 + 4 (1 + 4 (0 + 4 * 2)) = 133.
-    unit_gauge_file(&dir.join("nan.lime"), [4; 4], Some((133, 2, f64::NAN)));
-    unit_gauge_file(&dir.join("inf.lime"), [4; 4], Some((133, 2, f64::INFINITY)));
-    unit_gauge_file(&dir.join("huge.lime"), [4; 4], Some((133, 2, 1e200)));
-    let runs: [&[&str]; 5] = [
-        &[
-            "plaquette",
-            "--gauge",
-            "nan.lime",
-            "--write-gauge",
-            "out.lime",
-        ],
-        &["plaquette", "--gauge", "nan.lime", "--reunitarize"],
-        &["plaquette", "--gauge", "inf.lime"],
-        &["solve", "--engine", "host", "--gauge", "nan.lime"],
-        &[
-            "propagator",
-            "--engine",
-            "host",
-            "--gauge",
-            "nan.lime",
-            "--output",
-            "out",
-        ],
-    ];
-    for args in runs {
-        let (code, text) = lqcd_in(&dir, args, false, 30 * SECOND);
-        assert_eq!(code, Some(1), "lqcd {args:?}:\n{text}");
-        assert!(
-            text.contains("site (x, y, z, t) = (1, 1, 0, 2), direction mu = 2 (z)")
-                && text.contains("not a finite number"),
-            "lqcd {args:?}:\n{text}"
-        );
-        assert!(!text.contains("plaquette "), "lqcd {args:?}:\n{text}");
-    }
-    // A link too large to project is no SU(3) matrix after --reunitarize either.
-    let (code, text) = lqcd_in(
-        &dir,
-        &["plaquette", "--gauge", "huge.lime", "--reunitarize"],
-        false,
-        30 * SECOND,
-    );
-    assert_eq!(code, Some(1), "{text}");
-    assert!(
-        text.contains("(1, 1, 0, 2), direction mu = 2") && text.contains("cannot be projected"),
-        "{text}"
-    );
-    assert!(!dir.join("out.lime").exists() && !dir.join("out").exists());
-    assert!(common::temporaries(&dir).is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn sigint_stops_the_propagator_between_sources_and_writes_nothing() {
-    let dir = common::temp_dir("lqcd-sigint-propagator");
-    let (code, text) = common::signalled(
-        &bin(),
-        &[
-            "propagator",
-            "--engine",
-            "host",
-            "--dims",
-            "4x4x4x8",
-            "--output",
-            "out",
-            "--write-gauge",
-            "cfg.lime",
-        ],
-        &dir,
-        "source s=0 c=0:",
-        std::time::Duration::ZERO,
-        "INT",
-    );
-    assert_eq!(code, Some(130), "{text}");
-    assert!(text.contains("stopped by SIGINT after step"), "{text}");
-    assert!(!text.contains("12 solves"), "{text}");
-    assert!(!dir.join("out").exists(), "{text}");
-    assert!(!dir.join("cfg.lime").exists(), "{text}");
-    assert!(common::temporaries(&dir).is_empty(), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
 fn sigint_stops_a_solve_at_its_next_check() {
     let dir = common::temp_dir("lqcd-sigint-solve");
     let solve = [
@@ -370,25 +204,6 @@ fn the_memory_estimate_covers_the_measured_peak() {
 }
 
 #[test]
-fn too_many_gpus_are_refused_before_a_thread_starts() {
-    let t = std::time::Instant::now();
-    for (args, want) in [
-        (
-            &["solve", "--engine", "host", "--gpus", "30000"][..],
-            "give --gpus 1024 or fewer",
-        ),
-        (
-            &["solve", "--engine", "host", "--gpus", "65", "--dims", "4"],
-            "the lattice's 4x4x4 sites along y, z and t split over at most 64 ranks",
-        ),
-    ] {
-        let (ok, text) = lqcd(args);
-        assert!(!ok && text.contains(want), "lqcd {args:?}:\n{text}");
-    }
-    assert!(t.elapsed() < 2 * SECOND, "{:?}", t.elapsed());
-}
-
-#[test]
 fn a_failed_commit_leaves_the_previous_outputs_whole() {
     let dir = common::temp_dir("lqcd-all-or-nothing");
     let out = dir.join("out");
@@ -444,78 +259,913 @@ fn a_failed_commit_leaves_the_previous_outputs_whole() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn files_that_are_no_regular_files_are_named_as_such() {
-    let dir = common::temp_dir("lqcd-not-regular");
-    let fifo = dir.join("fifo");
+/// One bad input: its class, the arguments (`{dir}` is the test's directory, where the run starts;
+/// `solve` and `propagator` get `--engine host` and `propagator` `--output out` unless they name
+/// them), the exit code (2: the parser refused it; 1: the run did) and the pieces of its message.
+struct Bad {
+    class: &'static str,
+    args: &'static [&'static str],
+    code: i32,
+    says: &'static [&'static str],
+}
+
+/// The link of `unit_gauge_file`'s bad entry named as the messages name it.
+const NAN_LINK: &str = "site (x, y, z, t) = (1, 1, 0, 2), direction mu = 2 (z)";
+
+const BAD: &[Bad] = &[
+    // Sizes.
+    Bad {
+        class: "sizes",
+        args: &["plaquette", "--dims", "5x4x4x4"],
+        code: 1,
+        says: &["odd"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["propagator", "--dims", "4x4x4x6x2"],
+        code: 2,
+        says: &["must be N or XxYxZxT"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["plaquette", "--dims", "0"],
+        code: 2,
+        says: &["`0` is not a size"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["plaquette", "--dims", "-4"],
+        code: 2,
+        says: &["`-4` is not a size"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["plaquette", "--dims", "1000000"],
+        code: 1,
+        says: &["must fit in a u32"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--dims", "128"],
+        code: 1,
+        says: &["128x128x128x128 lattice on the CPU would take", "memory"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["propagator", "--dims", "128"],
+        code: 1,
+        says: &["a propagator on a 128x128x128x128 lattice", "memory"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--gpus", "30000"],
+        code: 1,
+        says: &["give --gpus 1024 or fewer"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--gpus", "65", "--dims", "4"],
+        code: 1,
+        says: &["the lattice's 4x4x4 sites along y, z and t split over at most 64 ranks"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--gpus", "0"],
+        code: 2,
+        says: &["--gpus"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--grid", "1x2"],
+        code: 2,
+        says: &["must be YxZxT"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--grid", "-1x2x2"],
+        code: 2,
+        says: &["`-1x2x2` is not a size"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["solve", "--gpus", "2", "--grid", "1x1x3"],
+        code: 1,
+        says: &["--grid 1x1x3 places 3 ranks, but the run has 2"],
+    },
+    Bad {
+        class: "sizes",
+        args: &["bench", "--solver", "-8"],
+        code: 2,
+        says: &["`-8` is not a size"],
+    },
+    // Numbers.
+    Bad {
+        class: "numbers",
+        args: &["solve", "--kappa", "0.3"],
+        code: 1,
+        says: &["0 < kappa < 0.25"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["propagator", "--kappa", "nan"],
+        code: 1,
+        says: &["kappa = NaN", "0 < kappa < 0.25"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--tol", "2"],
+        code: 1,
+        says: &["--tol 2 must be between 0 and 1"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["propagator", "--tol", "0"],
+        code: 1,
+        says: &["--tol 0 must be between 0 and 1"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--precision", "f32", "--tol", "1e-9"],
+        code: 1,
+        says: &["below what f32 can reach"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["propagator", "--check-every", "0"],
+        code: 1,
+        says: &["--max-iter and --check-every must be at least 1"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--max-iter", "-3"],
+        code: 2,
+        says: &["`-3` is not a count"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--check-every", "-0"],
+        code: 2,
+        says: &["`-0` is not a count"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--bench", "-5"],
+        code: 2,
+        says: &["`-5` is not a count"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["bench", "--iterations", "-1"],
+        code: 2,
+        says: &["`-1` is not a count"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["plaquette", "--seed", "-1"],
+        code: 2,
+        says: &["`-1` is not a seed"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--source-seed", "-7"],
+        code: 2,
+        says: &["`-7` is not a seed"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--recon", "10"],
+        code: 2,
+        says: &["--recon `10`: use 12 or 18"],
+    },
+    Bad {
+        class: "numbers",
+        args: &["solve", "--dims", "4", "--max-iter", "2"],
+        code: 1,
+        says: &["did not converge in 2 iterations", "raise --max-iter"],
+    },
+    // The first source fails: no source finished, so no checkpoint either.
+    Bad {
+        class: "numbers",
+        args: &["propagator", "--dims", "2x2x2x4", "--max-iter", "1"],
+        code: 1,
+        says: &["did not converge in 1 iterations"],
+    },
+    // Files.
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "missing.lime"],
+        code: 1,
+        says: &["missing.lime"],
+    },
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "flipped.lime"],
+        code: 1,
+        says: &["checksum"],
+    },
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "/dev/zero"],
+        code: 1,
+        says: &["is a device, not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["solve", "--gauge", "/dev/zero"],
+        code: 1,
+        says: &["is a device, not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "{dir}"],
+        code: 1,
+        says: &["is a directory, not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["solve", "--gauge", "{dir}"],
+        code: 1,
+        says: &["is a directory, not a regular file"],
+    },
+    // A pipe must not be opened: that would wait for a writer for ever.
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "fifo"],
+        code: 1,
+        says: &["is a pipe (FIFO), not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["solve", "--gauge", "fifo"],
+        code: 1,
+        says: &["is a pipe (FIFO), not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &[
+            "plaquette",
+            "--gauge",
+            "nan.lime",
+            "--write-gauge",
+            "out.lime",
+        ],
+        code: 1,
+        says: &[NAN_LINK, "not a finite number"],
+    },
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "nan.lime", "--reunitarize"],
+        code: 1,
+        says: &[NAN_LINK, "not a finite number"],
+    },
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "inf.lime"],
+        code: 1,
+        says: &[NAN_LINK, "not a finite number"],
+    },
+    Bad {
+        class: "files",
+        args: &["solve", "--gauge", "nan.lime"],
+        code: 1,
+        says: &[NAN_LINK, "not a finite number"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--gauge", "nan.lime"],
+        code: 1,
+        says: &[NAN_LINK, "not a finite number"],
+    },
+    // A link too large to project is no SU(3) matrix after --reunitarize either.
+    Bad {
+        class: "files",
+        args: &["plaquette", "--gauge", "huge.lime", "--reunitarize"],
+        code: 1,
+        says: &["(1, 1, 0, 2), direction mu = 2", "cannot be projected"],
+    },
+    Bad {
+        class: "files",
+        args: &["solve", "--dims", "4", "--write-gauge", "{dir}"],
+        code: 1,
+        says: &["--write-gauge", "not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--write-gauge", "missing/cfg.lime"],
+        code: 1,
+        says: &["the directory missing does not exist"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--output", "good.lime"],
+        code: 1,
+        says: &["good.lime", "not a directory"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--output", "good.lime/out"],
+        code: 1,
+        says: &["cannot create the output directory good.lime/out"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--checkpoint", "good.lime"],
+        code: 1,
+        says: &["--checkpoint good.lime: it is a file, not a directory"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--checkpoint", "squatted"],
+        code: 1,
+        says: &["its propagator.ckpt is a directory, not a regular file"],
+    },
+    Bad {
+        class: "files",
+        args: &["propagator", "--output", "squatted/.."],
+        code: 1,
+        says: &["the path names no directory"],
+    },
+    // Checkpoints that are none, damaged ones, and other runs'.
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--resume", "missing"],
+        code: 1,
+        says: &["cannot read missing"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--resume", "fifo"],
+        code: 1,
+        says: &["it is a pipe (FIFO), not a checkpoint file"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--resume", "good.lime"],
+        code: 1,
+        says: &["not a lattice-gpu checkpoint"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--resume", "empty"],
+        code: 1,
+        says: &["empty/propagator.ckpt", "cannot read"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--resume",
+            "corrupt.ckpt",
+        ],
+        code: 1,
+        says: &["fails its checksum: the file is corrupt"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--resume",
+            "truncated.ckpt",
+        ],
+        code: 1,
+        says: &["it is truncated"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--resume",
+            "diffusion.ckpt",
+        ],
+        code: 1,
+        says: &["it is a checkpoint of `diffusion`, not of `lqcd-propagator`"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--resume",
+            "thirteen.ckpt",
+        ],
+        code: 1,
+        says: &["it holds 13 finished sources of 12", "damaged"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--dims", "2x2x2x4", "--resume", "nan.ckpt"],
+        code: 1,
+        says: &["its C(t) is NaN at t = 1", "damaged"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &["propagator", "--dims", "2x2x2x4", "--resume", "gpu.ckpt"],
+        code: 1,
+        says: &[
+            "its sources were solved on the gpu and this run solves on the cpu",
+            "resume with --engine device",
+        ],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--resume",
+            "ck/checkpoint",
+            "--kappa",
+            "0.13",
+        ],
+        code: 1,
+        says: &["cannot resume from it: kappa is 0.13 here and 0.12 there"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x8",
+            "--resume",
+            "ck/checkpoint",
+        ],
+        code: 1,
+        says: &[
+            "lattice is 2x2x2x8 here and 2x2x2x4 there",
+            "gauge-checksum is",
+        ],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--seed",
+            "2",
+            "--resume",
+            "ck/checkpoint",
+        ],
+        code: 1,
+        says: &["gauge-checksum is suma-"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--gauge",
+            "good.lime",
+            "--resume",
+            "ck/checkpoint",
+        ],
+        code: 1,
+        says: &[
+            "lattice is 4x4x4x4 here and 2x2x2x4 there",
+            "gauge-checksum is",
+        ],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--antiperiodic-t",
+            "--resume",
+            "ck/checkpoint",
+        ],
+        code: 1,
+        says: &["boundary-t is antiperiodic here and periodic there"],
+    },
+    Bad {
+        class: "checkpoints",
+        args: &[
+            "propagator",
+            "--dims",
+            "2x2x2x4",
+            "--tol",
+            "1e-8",
+            "--kappa",
+            "0.11",
+            "--resume",
+            "ck/checkpoint",
+        ],
+        code: 1,
+        says: &[
+            "kappa is 0.11 here and 0.12 there",
+            "tol is 1e-8 here and 1e-10 there",
+        ],
+    },
+    // Option combinations.
+    Bad {
+        class: "options",
+        args: &["plaquette", "--gauge", "good.lime", "--dims", "4x4x4x8"],
+        code: 2,
+        says: &["cannot be used with"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--grid", "1x1x2"],
+        code: 1,
+        says: &["add --mpi (under mpirun) or --gpus N"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--cut", "x"],
+        code: 2,
+        says: &["give axes y, z and t"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--gpus", "1", "--cut", "z"],
+        code: 1,
+        says: &["--cut is for the GPU split"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--gpus", "2", "--mpi"],
+        code: 1,
+        says: &["give one of them"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--dims", "4", "--bench", "5"],
+        code: 1,
+        says: &["--bench times the GPU solver"],
+    },
+    Bad {
+        class: "options",
+        args: &["solve", "--engine", "gpu"],
+        code: 2,
+        says: &["invalid value 'gpu'"],
+    },
+    Bad {
+        class: "options",
+        args: &["propagator", "--gpus", "2"],
+        code: 2,
+        says: &["not split over ranks", "lqcd solve --gpus N"],
+    },
+    Bad {
+        class: "options",
+        args: &["propagator", "--checkpoint-every", "10"],
+        code: 2,
+        says: &[
+            "a checkpoint after every finished source",
+            "leave the option out",
+        ],
+    },
+];
+
+/// Every path under `dir` with its bytes (`None` where it is no regular file: a pipe is not read).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut all = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.is_dir() {
+            all.extend(snapshot(&p));
+            all.insert(p, None);
+        } else {
+            let bytes = meta.is_file().then(|| std::fs::read(&p).unwrap());
+            all.insert(p, bytes);
+        }
+    }
+    all
+}
+
+/// The files the table's cases name, in `dir`: gauge files (good, one bit flipped, a NaN, an
+/// infinite and a huge link), a pipe, the checkpoint of a finished 2x2x2x4 propagator in
+/// `ck/checkpoint` and damaged copies of it, a diffusion checkpoint, an empty directory and one
+/// whose propagator.ckpt is a directory.
+fn bad_input_files(dir: &Path) {
+    let run = |args: &[&str]| {
+        let (code, text) = lqcd_in(dir, args, false, 60 * SECOND);
+        assert_eq!(code, Some(0), "lqcd {args:?}:\n{text}");
+        text
+    };
+    run(&["plaquette", "--dims", "4", "--write-gauge", "good.lime"]);
+    let text = run(&["plaquette", "--gauge", "good.lime"]);
+    assert!(text.contains("checksum suma"), "{text}");
+    let mut bytes = std::fs::read(dir.join("good.lime")).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x40;
+    std::fs::write(dir.join("flipped.lime"), &bytes).unwrap();
+    // Site (x, y, z, t) = (1, 1, 0, 2) of 4^4 is n = 1 + 4 (1 + 4 (0 + 4 * 2)) = 133.
+    for (name, value) in [
+        ("nan.lime", f64::NAN),
+        ("inf.lime", f64::INFINITY),
+        ("huge.lime", 1e200),
+    ] {
+        unit_gauge_file(&dir.join(name), [4; 4], Some((133, 2, value)));
+    }
     assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
+        .arg(dir.join("fifo"))
         .status()
         .unwrap()
         .success());
-    let fifo = fifo.to_str().unwrap();
+    run(&[
+        "propagator",
+        "--engine",
+        "host",
+        "--dims",
+        "2x2x2x4",
+        "--output",
+        "ck",
+    ]);
+    let good = dir.join("ck/checkpoint/propagator.ckpt");
+    let bytes = std::fs::read(&good).unwrap();
+    let mut corrupt = bytes.clone();
+    *corrupt.last_mut().unwrap() ^= 0x40;
+    std::fs::write(dir.join("corrupt.ckpt"), corrupt).unwrap();
+    std::fs::write(dir.join("truncated.ckpt"), &bytes[..bytes.len() - 9]).unwrap();
+    Checkpoint::new("diffusion", 3)
+        .param("size", "4x4x4")
+        .array("field", &[0.5f32; 64])
+        .write(&dir.join("diffusion.ckpt"))
+        .unwrap();
+    // Well-formed files of the right run holding what no run writes, and one of a GPU run.
+    let ck = Checkpoint::read(&good).unwrap();
+    let with = |name: &str, change: &dyn Fn(&mut Checkpoint)| {
+        let mut c = ck.clone();
+        change(&mut c);
+        c.write(&dir.join(name)).unwrap();
+    };
+    with("thirteen.ckpt", &|c| c.step = 13);
+    with("nan.ckpt", &|c| {
+        let a = c
+            .arrays
+            .iter_mut()
+            .find(|a| a.name == "correlator")
+            .unwrap();
+        a.bytes[8..16].copy_from_slice(&f64::NAN.to_le_bytes());
+    });
+    with("gpu.ckpt", &|c| {
+        for (k, v) in &mut c.params {
+            if k == "engine" {
+                *v = "gpu".into();
+            }
+        }
+        c.params.push(("precision".into(), "f64".into()));
+    });
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::fs::create_dir_all(dir.join("squatted/propagator.ckpt")).unwrap();
+}
+
+#[test]
+fn every_bad_input_is_named_with_its_exit_code_and_writes_nothing() {
+    let dir = common::temp_dir("lqcd-bad-input");
+    bad_input_files(&dir);
     let d = dir.to_str().unwrap();
-    for (path, what) in [
-        ("/dev/zero", "is a device, not a regular file"),
-        (d, "is a directory, not a regular file"),
-        (fifo, "is a pipe (FIFO), not a regular file"),
-    ] {
-        for args in [
-            &["plaquette", "--gauge", path][..],
-            &["solve", "--engine", "host", "--gauge", path],
-        ] {
-            // A pipe must not be opened: that would wait for a writer for ever.
-            let (code, text) = lqcd_in(&dir, args, false, 10 * SECOND);
-            assert_eq!(code, Some(1), "lqcd {args:?}:\n{text}");
+    let before = snapshot(&dir);
+    for bad in BAD {
+        let mut args: Vec<String> = bad.args.iter().map(|a| a.replace("{dir}", d)).collect();
+        let named = |opt: &str| bad.args.contains(&opt);
+        if matches!(bad.args[0], "solve" | "propagator") && !named("--engine") {
+            args.extend(["--engine".into(), "host".into()]);
+        }
+        if bad.args[0] == "propagator" && !named("--output") {
+            args.extend(["--output".into(), "out".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, text) = lqcd_in(&dir, &args, false, 30 * SECOND);
+        assert_eq!(
+            code,
+            Some(bad.code),
+            "{}: lqcd {args:?}:\n{text}",
+            bad.class
+        );
+        for piece in bad.says {
             assert!(
-                text.contains(what) && !text.contains("empty"),
-                "lqcd {args:?}:\n{text}"
+                text.contains(piece),
+                "{}: lqcd {args:?}: expected `{piece}` in:\n{text}",
+                bad.class
             );
         }
-    }
-    // --write-gauge onto a directory, or into one that does not exist, is refused before the run.
-    for (target, want) in [
-        (d, "not a regular file"),
-        ("missing/cfg.lime", "does not exist"),
-    ] {
-        let (code, text) = lqcd_in(
-            &dir,
-            &[
-                "solve",
-                "--engine",
-                "host",
-                "--dims",
-                "4",
-                "--write-gauge",
-                target,
-            ],
-            false,
-            10 * SECOND,
+        // A refused run prints no result.
+        assert!(
+            !text.contains("converged") && !text.contains("solves,"),
+            "{}: lqcd {args:?}:\n{text}",
+            bad.class
         );
-        assert_eq!(code, Some(1), "{text}");
-        assert!(text.contains(want) && !text.contains("converged"), "{text}");
+        assert!(
+            snapshot(&dir) == before,
+            "{}: lqcd {args:?} wrote, removed or changed a file:\n{text}",
+            bad.class
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The results a propagator printed: the plaquette, each source's iterations and true residual,
+/// the iterations in all, and the table of C(t) and m_eff(t) (not the times).
+fn results(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut table = false;
+    for l in text.lines() {
+        if l.starts_with("wrote ") {
+            table = false;
+        }
+        if table || l.starts_with("plaquette ") || l.starts_with("source s=") {
+            lines.push(l.to_string());
+        }
+        if l.starts_with("12 solves, ") {
+            lines.push(l.split(", in ").next().unwrap().to_string());
+        }
+        if l.starts_with(" t  C(t)") {
+            table = true;
+        }
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("iterations in all")),
+        "{text}"
+    );
+    lines
+}
+
+/// The iterations of each source a propagator printed.
+fn iterations(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter(|l| l.starts_with("source s="))
+        .map(|l| common::number_after(l, ": ") as u32)
+        .collect()
+}
+
+/// The finished sources of the checkpoint at `path`.
+fn sources_in(path: &Path) -> u64 {
+    Checkpoint::read(path).unwrap().step
+}
+
+/// A propagator that failed on a source (its --max-iter set just below what that source needs) and
+/// was resumed from its checkpoint with the default --max-iter gives the bytes and the printed
+/// results of a run never stopped; so does one resumed from a finished run's checkpoint, without a
+/// solve. `engine` and `dims` choose the run.
+fn resumes_bit_for_bit(engine: &[&str], dims: &str, dir: &Path) {
+    let run = |extra: &[&str]| -> (Option<i32>, String) {
+        let args = [engine, &["--dims", dims, "--kappa", "0.124"], extra].concat();
+        let args = [&["propagator"][..], &args].concat();
+        lqcd_in(dir, &args, false, 120 * SECOND)
+    };
+    let (code, straight) = run(&["--output", "straight"]);
+    assert_eq!(code, Some(0), "{straight}");
+    let csv = std::fs::read(dir.join("straight/pion.csv")).unwrap();
+    assert_eq!(
+        sources_in(&dir.join("straight/checkpoint/propagator.ckpt")),
+        12
+    );
+    // The first source that needs more iterations than every one before it fails below that.
+    let its = iterations(&straight);
+    assert_eq!(its.len(), 12, "{straight}");
+    let k = (1..12)
+        .find(|&k| its[k] > its[..k].iter().copied().max().unwrap())
+        .unwrap_or_else(|| {
+            panic!("no source needs more iterations than those before:\n{straight}")
+        });
+    let most = its[..k].iter().max().unwrap().to_string();
+    let (code, text) = run(&[
+        "--output",
+        "half",
+        "--checkpoint",
+        "ck",
+        "--max-iter",
+        &most,
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("did not converge")
+            && text.contains(&format!(
+                "the checkpoint of the {k} finished sources of 12 is ck/propagator.ckpt; continue \
+                 the run with --resume ck"
+            )),
+        "{text}"
+    );
+    assert_eq!(sources_in(&dir.join("ck/propagator.ckpt")), k as u64);
+    assert!(!dir.join("half").exists(), "{text}");
+    // --max-iter may differ: a converged source's iterations do not depend on it.
+    let (code, resumed) = run(&["--output", "whole", "--resume", "ck"]);
+    assert_eq!(code, Some(0), "{resumed}");
+    assert!(
+        resumed.contains(&format!("resuming after {k} of 12 sources")),
+        "{resumed}"
+    );
+    assert_eq!(results(&resumed), results(&straight), "{resumed}");
+    assert!(std::fs::read(dir.join("whole/pion.csv")).unwrap() == csv);
+    assert_eq!(
+        sources_in(&dir.join("whole/checkpoint/propagator.ckpt")),
+        12
+    );
+    // A finished run's checkpoint makes its results again without a solve.
+    let (code, again) = run(&["--output", "again", "--resume", "straight/checkpoint"]);
+    assert_eq!(code, Some(0), "{again}");
+    assert!(
+        again.contains("every source is finished") && !again.contains(" iteration "),
+        "{again}"
+    );
+    assert_eq!(results(&again), results(&straight), "{again}");
+    assert!(std::fs::read(dir.join("again/pion.csv")).unwrap() == csv);
+    // A fresh run that will replace an unfinished checkpoint says so first.
+    let (code, fresh) = run(&["--output", "fresh", "--checkpoint", "ck"]);
+    assert_eq!(code, Some(0), "{fresh}");
+    assert!(
+        fresh.contains(&format!(
+            "notice: ck/propagator.ckpt holds {k} finished sources of a propagator that did not finish"
+        )),
+        "{fresh}"
+    );
+    assert!(std::fs::read(dir.join("fresh/pion.csv")).unwrap() == csv);
+    for d in ["", "ck", "whole", "whole/checkpoint", "straight/checkpoint"] {
+        assert!(common::temporaries(&dir.join(d)).is_empty(), "{d}");
+    }
+}
+
 #[test]
-fn negative_numbers_are_named_not_taken_for_options() {
-    for (args, want) in [
-        (&["plaquette", "--seed", "-1"][..], "`-1` is not a seed"),
-        (&["solve", "--source-seed", "-7"], "`-7` is not a seed"),
-        (&["solve", "--max-iter", "-3"], "`-3` is not a count"),
-        (&["solve", "--check-every", "-0"], "`-0` is not a count"),
-        (&["solve", "--bench", "-5"], "`-5` is not a count"),
-        (&["plaquette", "--dims", "-4"], "`-4` is not a size"),
-        (&["solve", "--grid", "-1x2x2"], "`-1x2x2` is not a size"),
-        (&["bench", "--iterations", "-1"], "`-1` is not a count"),
-        (&["bench", "--solver", "-8"], "`-8` is not a size"),
-    ] {
-        let (code, text) = lqcd_in(&std::env::temp_dir(), args, false, 10 * SECOND);
-        assert_eq!(code, Some(2), "lqcd {args:?}:\n{text}");
+fn a_resumed_propagator_gives_the_bytes_of_a_straight_one() {
+    let dir = common::temp_dir("lqcd-resume");
+    resumes_bit_for_bit(&["--engine", "host"], "2x2x2x4", &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_resumed_gpu_propagator_gives_the_bytes_of_a_straight_one() {
+    let Some(_gpu) = common::gpu("a_resumed_gpu_propagator_gives_the_bytes_of_a_straight_one")
+    else {
+        return;
+    };
+    let dir = common::temp_dir("lqcd-resume-gpu");
+    // The residual read after every iteration, so that --max-iter stops exactly where it says.
+    resumes_bit_for_bit(
+        &["--engine", "device", "--check-every", "1"],
+        "4x4x4x8",
+        &dir,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_signal_leaves_the_finished_sources_in_a_checkpoint_that_resumes_to_the_straight_runs_bytes() {
+    let dir = common::temp_dir("lqcd-signal-resume");
+    let base = ["propagator", "--engine", "host", "--dims", "2x2x2x8"];
+    let (code, straight) = lqcd_in(
+        &dir,
+        &[&base[..], &["--output", "straight"]].concat(),
+        false,
+        60 * SECOND,
+    );
+    assert_eq!(code, Some(0), "{straight}");
+    for (signal, status) in [("INT", 130), ("TERM", 143)] {
+        let out = format!("stopped-{signal}");
+        let (code, text) = common::signalled(
+            &bin(),
+            &[&base[..], &["--output", &out, "--write-gauge", "cfg.lime"]].concat(),
+            &dir,
+            "source s=0 c=2:",
+            std::time::Duration::ZERO,
+            signal,
+        );
+        assert_eq!(code, Some(status), "{text}");
         assert!(
-            text.contains(want) && !text.contains("unexpected argument"),
-            "lqcd {args:?}:\n{text}"
+            text.contains(&format!("stopped by SIG{signal} after step")),
+            "{text}"
+        );
+        assert!(!text.contains("12 solves"), "{text}");
+        // The sources finished before the signal, and only those, are in the checkpoint.
+        let done = iterations(&text).len();
+        let ck = dir.join(&out).join("checkpoint/propagator.ckpt");
+        assert!((3..12).contains(&done), "{text}");
+        assert_eq!(sources_in(&ck), done as u64, "{text}");
+        assert!(
+            text.contains(&format!(
+                "the checkpoint of the {done} finished sources of 12 is {}",
+                ck.strip_prefix(&dir).unwrap().display()
+            )),
+            "{text}"
+        );
+        // The run's results were not written, only the checkpoint.
+        assert_eq!(
+            snapshot(&dir.join(&out)).into_keys().collect::<Vec<_>>(),
+            [dir.join(&out).join("checkpoint"), ck.clone()]
+        );
+        assert!(!dir.join("cfg.lime").exists(), "{text}");
+        assert!(common::temporaries(&dir).is_empty(), "{text}");
+        let from = format!("{out}/checkpoint");
+        let resumed = [&base[..], &["--output", &out, "--resume", &from]].concat();
+        let (code, text) = lqcd_in(&dir, &resumed, false, 60 * SECOND);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(
+            text.contains(&format!("resuming after {done} of 12 sources")),
+            "{text}"
+        );
+        assert_eq!(results(&text), results(&straight), "{text}");
+        assert!(
+            std::fs::read(dir.join(&out).join("pion.csv")).unwrap()
+                == std::fs::read(dir.join("straight/pion.csv")).unwrap()
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -401,7 +401,7 @@ fn not_regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
 }
 
 /// What a path that is not a regular file is, for messages.
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

@@ -50,6 +50,7 @@
 //! # }
 //! ```
 
+pub mod checkpoint;
 pub mod config;
 pub mod distributed;
 pub mod error;

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::health::Verdict;
+use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::krylov::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
     Variant,
@@ -18,6 +19,7 @@ use lattice_gpu::host::krylov::{
 use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
+use lattice_gpu::lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu::lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu::lqcd::gauge::{GaugeField, Su3};
 use lattice_gpu::lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
@@ -43,7 +45,8 @@ struct Cli {
 enum Command {
     /// One solve with a random source; prints iterations, time, GFLOPS and the true residual.
     Solve(SolveArgs),
-    /// 12 solves (every spin and colour of a point source at the origin) and the pion correlator.
+    /// 12 solves (every spin and colour of a point source at the origin) and the pion correlator, with
+    /// a checkpoint after each solve (--resume continues a stopped run).
     Propagator(PropagatorArgs),
     /// The average plaquette of a configuration (and optionally write it as ILDG).
     Plaquette(GaugeArgs),
@@ -155,9 +158,49 @@ struct PropagatorArgs {
     #[command(flatten)]
     solver: SolverArgs,
     /// Directory for pion.csv: written only when all 12 solves succeed (a failed or interrupted run
-    /// leaves the directory as it was).
+    /// leaves the files there as they were, beside the checkpoint of its finished sources).
     #[arg(long, default_value = "lqcd-out")]
     output: PathBuf,
+    /// Directory of the checkpoint file propagator.ckpt [default: OUTPUT/checkpoint]. One is written
+    /// after every finished source, in the background (there is no --checkpoint-every: a source is
+    /// the propagator's unit of work), and kept after the run: a signal (SIGINT, SIGTERM, SIGHUP) or a
+    /// failed solve leaves the one of the sources finished before it.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Continue the propagator of a checkpoint (its directory or the file) with the sources it has
+    /// not finished: the same pion.csv, to the bit, as a run never stopped. The lattice, the gauge
+    /// field (its checksum), kappa, the boundary, --tol and the solver (the engine; on a GPU also
+    /// --precision, --recon, --variant, --fused and --check-every) must be the run's; --max-iter may
+    /// differ (raise it to continue a run whose source did not converge).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+    /// Refused with the reason: a checkpoint is written after every source.
+    #[arg(long, hide = true, value_name = "N|TIME", allow_hyphen_values = true,
+          value_parser = no_checkpoint_every)]
+    checkpoint_every: Option<String>,
+    /// Refused with the reason: the propagator's solves are not split over ranks.
+    #[arg(long, hide = true, value_name = "N", allow_hyphen_values = true,
+          value_parser = no_gpus)]
+    gpus: Option<String>,
+}
+
+/// `propagator --checkpoint-every`, which diffusion and the other applications take: refused, saying
+/// what the propagator does instead (clap would suggest --check-every, another option).
+fn no_checkpoint_every(_: &str) -> std::result::Result<String, String> {
+    Err(
+        "the propagator writes a checkpoint after every finished source (a source is its unit of \
+         work), so it has no other cadence to set: leave the option out"
+            .into(),
+    )
+}
+
+/// `propagator --gpus`: refused, saying what splits instead.
+fn no_gpus(_: &str) -> std::result::Result<String, String> {
+    Err(
+        "the propagator solves its 12 sources on one GPU (or the CPU), one after another, not \
+         split over ranks: leave the option out (`lqcd solve --gpus N` splits one solve)"
+            .into(),
+    )
 }
 
 #[derive(Args)]
@@ -435,14 +478,19 @@ fn first_non_finite(x: &[Complex64]) -> Option<(u64, f64)> {
 
 /// The check after a solve, on every rank of `comm` at once: a solution with a NaN or infinity stops
 /// the run (naming the entry: `site(rank, site index)` gives its coordinates), as does a signal that
-/// came during the solve. `iterations` is the step the error names.
+/// came during the solve where `stop` (the propagator keeps a finished solution, and stops after its
+/// checkpoint). `iterations` is the step the error names.
 fn agree_on_solution<C: Communicator>(
     comm: &C,
     x: &[Complex64],
     iterations: u64,
     site: impl Fn(usize, usize) -> [usize; 4],
+    stop: bool,
 ) -> Result<()> {
-    let verdict = Verdict::agree(comm, first_non_finite(x))?;
+    let verdict = match Verdict::agree(comm, first_non_finite(x))? {
+        Verdict::Stop(_) if !stop => Verdict::Healthy,
+        v => v,
+    };
     Ok(verdict.into_result(
         iterations,
         "the solution",
@@ -754,12 +802,14 @@ impl Solver {
 
     /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual, and whether each
     /// iteration was one kernel. On the CPU a signal stops the solve after the iteration it came in; on
-    /// the GPU, whose solve runs to its end, after the solve. A solution with a NaN or infinity is an
-    /// error, not a result.
+    /// the GPU, whose solve runs to its end, after the solve where `stop` (else the finished solution
+    /// is returned, and the caller stops). A solution with a NaN or infinity is an error, not a
+    /// result.
     fn solve(
         &mut self,
         b: &SpinorField,
         label: &str,
+        stop: bool,
     ) -> Result<(SpinorField, u32, f64, f64, bool)> {
         let a = &self.args;
         let opt = SolveOptions {
@@ -798,12 +848,12 @@ impl Solver {
                 if it.is_multiple_of(every) && it > 0 {
                     progress(it, solve.residual());
                 }
-                agree_on_solution(&Solo, &x.data, it as u64, at)?;
+                agree_on_solution(&Solo, &x.data, it as u64, at, stop)?;
                 return Ok((x, it as u32, t.elapsed().as_secs_f64(), res, false));
             }
         };
         outcome(&report, a.tol)?;
-        agree_on_solution(&Solo, &x.data, report.iterations as u64, at)?;
+        agree_on_solution(&Solo, &x.data, report.iterations as u64, at, stop)?;
         Ok((x, report.iterations, report.seconds, res, report.fused))
     }
 
@@ -953,7 +1003,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         s.report();
         return Ok(());
     }
-    let (x, it, secs, res, fused) = s.solve(&b, "solve")?;
+    let (x, it, secs, res, fused) = s.solve(&b, "solve", true)?;
     let x_norm = finite(
         norm(&x.data),
         "|x|",
@@ -991,12 +1041,7 @@ fn solve_on_threads(a: &SolveArgs, n: usize) -> Result<()> {
     let on_gpu = ranks_on_gpu(a.solver.engine);
     let (most, over) = split_bound(lat.dims, on_gpu);
     // As `on_gpus` refuses them, but before the whole gauge field is made.
-    if n > most {
-        return Err(HostError::InvalidSetting(format!(
-            "--gpus {n}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
-        ))
-        .into());
-    }
+    lattice_gpu::cli::check_gpus(n, most, &over)?;
     let footprint = split_footprint(a, &lat, n, n, on_gpu)?;
     footprint.check(None)?;
     let (u, b) = split_fields(a, &lat, true)?;
@@ -1164,9 +1209,13 @@ fn solve_split<C: Communicator + 'static>(
         args.max_iter as usize,
         &mut on_iteration,
     )?;
-    agree_on_solution(comm, &x, solve.iterations as u64, |rank, k| {
-        d.site_of(rank, k)
-    })?;
+    agree_on_solution(
+        comm,
+        &x,
+        solve.iterations as u64,
+        |rank, k| d.site_of(rank, k),
+        true,
+    )?;
     // The norm is summed over the ranks: no rank gathers the whole solution.
     let x_norm = d.norm2(&x)?.sqrt();
     if lead {
@@ -1296,9 +1345,13 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     let (x, report, res) = solve_with(&mut solver, b, &opt, &mut progress)?;
     outcome(&report, args.tol)?;
     // Each rank holds its own sites of x (the others zero), in the whole lattice's order.
-    agree_on_solution(&**comm, &x.data, report.iterations as u64, |_, n| {
-        lat.coords(n)
-    })?;
+    agree_on_solution(
+        &**comm,
+        &x.data,
+        report.iterations as u64,
+        |_, n| lat.coords(n),
+        true,
+    )?;
     // The norm is summed over the ranks.
     let x_norm = comm.sum(norm(&x.data).powi(2))?.sqrt();
     drop(x);
@@ -1334,37 +1387,92 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
 }
 
 /// `lqcd propagator`: the 12 solves of a point source, one after another, each solution added to the
-/// pion correlator and dropped (the 12 are never held together). Between the solves (and on the CPU
-/// after every iteration) a signal stops the run; pion.csv is staged and appears only when the
+/// pion correlator and dropped (the 12 are never held together), and a checkpoint of the finished
+/// sources written after each. Between the solves (and on the CPU after every iteration) a signal
+/// stops the run, the last checkpoint complete on disk; pion.csv is staged and appears only when the
 /// correlator is complete and finite, with `--write-gauge` written after it.
 fn propagator(a: &PropagatorArgs) -> Result<()> {
     let out = lattice_gpu::cli::output_dir(&a.output)?;
+    let ck_dir = a
+        .checkpoint
+        .clone()
+        .unwrap_or_else(|| a.output.join("checkpoint"));
+    let ck_path = checkpoint_path(&ck_dir, a.checkpoint.is_some())?;
+    // A damaged or foreign checkpoint is refused before the gauge field is made; whether it is of
+    // this run is known once the field's checksum is.
+    let resumed = match &a.resume {
+        Some(path) => {
+            let file = lattice_gpu::cli::checkpoint_file(path, checkpoint::FILE);
+            Some((read_checkpoint(&file)?, file))
+        }
+        None => {
+            notice_unfinished(&ck_path, &ck_dir);
+            None
+        }
+    };
     let mut s = Solver::new(&a.solver, "a propagator")?;
-    let mut c = vec![0.0; s.lat.dims[3]];
-    let t = Instant::now();
-    for (k, (spin, colour)) in (0..4)
-        .flat_map(|spin| (0..3).map(move |colour| (spin, colour)))
-        .enumerate()
-    {
-        Verdict::agree(&Solo, None)?.into_result(k as u64, "", |_| String::new(), "")?;
-        let b = SpinorField::point_source(s.lat.dims, spin, colour);
-        let label = format!("source s={spin} c={colour}");
-        let (x, it, _, res, _) = s.solve(&b, &label)?;
-        println!("{label}: {it} iterations, true residual {res:.2e}");
-        pion::add_solution(&s.lat, &x, &mut c);
+    let (must, informed) = propagator_params(&s);
+    let nt = s.lat.dims[3];
+    let mut progress = match resumed {
+        Some((ck, file)) => resume_progress(ck, &must, &informed, &file, nt)?,
+        None => Progress::new(nt),
+    };
+    let first = progress.done();
+    let params = [must, informed].concat();
+    let mut saver = Saver::new(&ck_path);
+    let mut written = Vec::new();
+    let solved = solve_sources(&mut s, &mut progress, &params, &mut saver, &mut written);
+    // Whatever ended the solves, the checkpoint being written is whole on disk before the run goes on
+    // or ends (a process that exits mid-write would leave only its temporary file).
+    let last = saver.wait();
+    if let Err(e) = solved {
+        match last {
+            Ok(w) => written.extend(w),
+            Err(w) => eprintln!("the last checkpoint could not be written: {w}"),
+        }
+        // What is on disk, which a failed write leaves behind the sources solved.
+        let kept = match (written.last(), &a.resume) {
+            (Some(w), _) => Some((ck_path.clone(), ck_dir.clone(), w.step)),
+            (None, Some(r)) if first > 0 => Some((
+                lattice_gpu::cli::checkpoint_file(r, checkpoint::FILE),
+                r.clone(),
+                first as u64,
+            )),
+            (None, _) => None,
+        };
+        match kept {
+            Some((file, dir, n)) => eprintln!(
+                "the checkpoint of the {n} finished sources of {SOURCES} is {}; continue the run \
+                 with --resume {}",
+                file.display(),
+                dir.display()
+            ),
+            None if matches!(&e, Error::Host(HostError::Interrupted { .. })) => {
+                eprintln!("no source was finished, so no checkpoint was written")
+            }
+            None => {}
+        }
+        return Err(e);
     }
-    let m = pion::effective_mass(&c);
-    for (t, &v) in c.iter().enumerate() {
-        finite(
-            v,
-            "the pion correlator C(t)",
-            &format!("t = {t}"),
-            "a solution held a value too large to square; try a smaller kappa",
-        )?;
+    // The results are complete: a last checkpoint that could not be written costs only the way to
+    // make them again, not them.
+    match last {
+        Ok(w) => written.extend(w),
+        Err(e) => eprintln!(
+            "notice: the checkpoint of all {SOURCES} sources could not be written ({e}); the \
+             results are complete and are written"
+        ),
     }
+    let c = &progress.correlator;
+    let m = pion::effective_mass(c);
+    let iterations: u64 = progress.iterations.iter().map(|&i| u64::from(i)).sum();
+    let seconds: f64 = progress.seconds.iter().sum();
     println!(
-        "12 solves in {:.3} s\n t  C(t)                    m_eff(t)",
-        t.elapsed().as_secs_f64()
+        "{SOURCES} solves, {iterations} iterations in all, in {seconds:.3} s{}\n t  C(t)                    m_eff(t)",
+        match first {
+            0 => String::new(),
+            n => format!(" ({n} of them by the run that wrote the checkpoint)"),
+        }
     );
     for (t, v) in c.iter().enumerate() {
         match m.get(t) {
@@ -1386,13 +1494,290 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
             undefined.join(", ")
         );
     }
-    pion::write_csv(&out.file("pion.csv"), &c, &m)?;
+    pion::write_csv(&out.file("pion.csv"), c, &m)?;
     // The directory first: its commit is what the state of the output directory can refuse. The
     // gauge file's path was checked at the start.
     lattice_gpu::cli::commit(out)?;
     write_gauge(&a.solver.gauge, &s.u)?;
+    if let Some(w) = written.last() {
+        println!(
+            "{} checkpoints written to {}, one per source, the last {} bytes in {:.3} s ({:.1} MB/s); \
+             the run waited {:.3} s for them",
+            written.len(),
+            ck_path.display(),
+            w.bytes,
+            w.seconds,
+            w.bytes as f64 / 1e6 / w.seconds.max(1e-9),
+            saver.waited()
+        );
+    }
     s.report();
     Ok(())
+}
+
+/// The sources from `progress.done()` on: each solved, added to the correlator and checkpointed
+/// (`params` in the file; `saver` writes it while the next source is solved, `written` collects
+/// what the writes took). A signal stops the run before the next source; on the CPU one also stops
+/// the solve under way, whose source is then not finished and not in the checkpoint. After the last
+/// source a signal stops nothing: the results are complete.
+fn solve_sources(
+    s: &mut Solver,
+    progress: &mut Progress,
+    params: &[(String, String)],
+    saver: &mut Saver,
+    written: &mut Vec<Written>,
+) -> Result<()> {
+    for k in progress.done()..SOURCES {
+        Verdict::agree(&Solo, None)?.into_result(k as u64, "", |_| String::new(), "")?;
+        let (spin, colour) = checkpoint::source(k);
+        let b = SpinorField::point_source(s.lat.dims, spin, colour);
+        let label = format!("source s={spin} c={colour}");
+        // A signal stops the run after its k finished sources, whichever iteration it stopped.
+        let (x, it, secs, res, _) = s.solve(&b, &label, false).map_err(|e| match e {
+            Error::Host(HostError::Interrupted { signal, .. }) => {
+                Error::Host(HostError::Interrupted {
+                    signal,
+                    step: k as u64,
+                })
+            }
+            e => e,
+        })?;
+        drop(b);
+        let res = finite(
+            res,
+            "the true residual |b - D x|/|b|",
+            &label,
+            "the solution is finite, but too large to apply D to; try a smaller kappa",
+        )?;
+        println!("{label}: {it} iterations, true residual {res:.2e}");
+        progress.add(&s.lat, &x, it, res, secs);
+        drop(x);
+        // Only a finite correlator is checkpointed: the last checkpoint stays the one before.
+        for (t, &v) in progress.correlator.iter().enumerate() {
+            finite(
+                v,
+                "the pion correlator C(t)",
+                &format!("t = {t} after {label}"),
+                "a solution held a value too large to square; try a smaller kappa",
+            )?;
+        }
+        written.extend(saver.save(progress.checkpoint(params))?);
+    }
+    Ok(())
+}
+
+/// The checkpoint file in `dir` (named by `--checkpoint` where `named`, else the output's), refused
+/// at the start, not after the first source, where it cannot be written.
+fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
+    let option = match named {
+        true => "--checkpoint",
+        false => "the checkpoint directory (OUTPUT/checkpoint)",
+    };
+    let bad = |what: String| {
+        Err(Error::InvalidParameter(format!(
+            "{option} {}: {what}; name another with --checkpoint DIR",
+            dir.display()
+        )))
+    };
+    if let Ok(m) = std::fs::metadata(dir) {
+        if !m.is_dir() {
+            return bad(format!(
+                "it is {}, not a directory",
+                match m.is_file() {
+                    true => "a file",
+                    false => lattice_gpu::lqcd::ildg::kind_of(&m),
+                }
+            ));
+        }
+    }
+    let file = dir.join(checkpoint::FILE);
+    if let Ok(m) = std::fs::metadata(&file) {
+        if !m.is_file() {
+            return bad(format!(
+                "its {} is {}, not a regular file",
+                checkpoint::FILE,
+                lattice_gpu::lqcd::ildg::kind_of(&m)
+            ));
+        }
+    }
+    Ok(file)
+}
+
+/// Reads the checkpoint at `file`: one that is no regular file (a pipe would wait for a writer for
+/// ever) is refused by name before it is opened.
+fn read_checkpoint(file: &std::path::Path) -> Result<Checkpoint> {
+    if let Ok(m) = std::fs::metadata(file) {
+        if !m.is_file() {
+            return Err(lattice_gpu::host::io::IoError::Checkpoint {
+                path: file.to_path_buf(),
+                problem: format!(
+                    "it is {}, not a checkpoint file; give the checkpoint's directory or file",
+                    lattice_gpu::lqcd::ildg::kind_of(&m)
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(Checkpoint::read(file)?)
+}
+
+/// A fresh run that will replace, after its first source, the checkpoint of a propagator that did not
+/// finish says so first.
+fn notice_unfinished(file: &std::path::Path, dir: &std::path::Path) {
+    if !std::fs::metadata(file).is_ok_and(|m| m.is_file()) {
+        return;
+    }
+    if let Ok(ck) = Checkpoint::read(file) {
+        if ck.application == checkpoint::APPLICATION && ck.step < SOURCES as u64 {
+            eprintln!(
+                "notice: {} holds {} finished sources of a propagator that did not finish; this run \
+                 starts over and replaces it after its first source (to continue that one instead, \
+                 stop this run and give --resume {})",
+                file.display(),
+                ck.step,
+                dir.display()
+            );
+        }
+    }
+}
+
+/// A checkpoint's parameters, (name, value).
+type Params = Vec<(String, String)>;
+
+/// The parameters a resumed propagator must share with the run that wrote its checkpoint (all that
+/// decides the solutions' bits), and those that only inform: --max-iter (a converged solve's
+/// iterations do not depend on it), where the gauge field came from (its checksum is what counts),
+/// and the GPU's model.
+fn propagator_params(s: &Solver) -> (Params, Params) {
+    let a = &s.args;
+    let [x, y, z, t] = s.lat.dims;
+    let sum = checkpoint::gauge_checksum(&s.u);
+    let mut must: Params = vec![
+        ("lattice".into(), format!("{x}x{y}x{z}x{t}")),
+        (
+            "boundary-t".into(),
+            match s.lat.antiperiodic_t {
+                true => "antiperiodic",
+                false => "periodic",
+            }
+            .into(),
+        ),
+        (
+            "gauge-checksum".into(),
+            format!("suma-{:08x}-sumb-{:08x}", sum.suma, sum.sumb),
+        ),
+        ("kappa".into(), a.kappa.to_string()),
+        ("tol".into(), format!("{:e}", a.tol)),
+        ("source".into(), "point-at-origin".into()),
+        ("engine".into(), engine_name(s.gpu.is_some()).into()),
+    ];
+    // The CPU reference solves in f64 whatever the GPU's options say.
+    if s.gpu.is_some() {
+        must.extend([
+            ("precision".to_string(), prec_name(a.precision).to_string()),
+            ("recon".into(), a.recon.name().into()),
+            ("variant".into(), a.variant.name().into()),
+            (
+                "fused".into(),
+                match a.fused {
+                    Fusion::Off => "off",
+                    Fusion::On => "on",
+                    Fusion::Auto => "auto",
+                }
+                .into(),
+            ),
+            ("check-every".into(), a.check_every.to_string()),
+        ]);
+    }
+    let mut informed: Params = vec![
+        ("max-iter".into(), a.max_iter.to_string()),
+        (
+            "gauge".into(),
+            match &a.gauge.gauge {
+                Some(_) => "file".to_string(),
+                None => format!("random-seed-{}", a.gauge.seed),
+            },
+        ),
+    ];
+    if let Some(g) = &s.device {
+        informed.push((
+            "gpu".into(),
+            g.name().split_whitespace().collect::<Vec<_>>().join("_"),
+        ));
+    }
+    (must, informed)
+}
+
+fn engine_name(gpu: bool) -> &'static str {
+    match gpu {
+        true => "gpu",
+        false => "cpu",
+    }
+}
+
+/// The finished sources of checkpoint `ck` (read from `file`), checked against this run's `must`
+/// parameters, printed as the straight run printed them. A checkpoint of the other engine is refused
+/// first, with the option that changes it; one of another GPU model is resumed with a note.
+fn resume_progress(
+    ck: Checkpoint,
+    must: &[(String, String)],
+    informed: &[(String, String)],
+    file: &std::path::Path,
+    nt: usize,
+) -> Result<Progress> {
+    let ours = |p: &[(String, String)], name: &str| {
+        p.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    };
+    if ck.application == checkpoint::APPLICATION {
+        if let (Some(there), Some(here)) = (checkpoint::param(&ck, "engine"), ours(must, "engine"))
+        {
+            if there != here {
+                return Err(lattice_gpu::host::io::IoError::Checkpoint {
+                    path: file.to_path_buf(),
+                    problem: format!(
+                        "its sources were solved on the {there} and this run solves on the {here}: \
+                         the solutions would differ in their rounding, so C(t) would be neither \
+                         run's; resume with --engine {}",
+                        match there {
+                            "cpu" => "host",
+                            _ => "device",
+                        }
+                    ),
+                }
+                .into());
+            }
+        }
+    }
+    let note = match (checkpoint::param(&ck, "gpu"), ours(informed, "gpu")) {
+        (Some(there), Some(here)) if there != here => Some(format!(
+            "note: the checkpoint's sources were solved on {there} and these are on {here}: \
+             BiCGStab's sums are grouped by the GPU's multiprocessor count, so C(t) may differ in \
+             its last bits from a run never stopped"
+        )),
+        _ => None,
+    };
+    let progress = Progress::resume(ck, must, file, nt)?;
+    let n = progress.done();
+    println!(
+        "resuming after {n} of {SOURCES} sources from {}{}",
+        file.display(),
+        match n {
+            SOURCES => ": every source is finished; the results are made from it",
+            _ => "; its sources:",
+        }
+    );
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    // As the run that solved them printed them.
+    for k in 0..n {
+        let (spin, colour) = checkpoint::source(k);
+        println!(
+            "source s={spin} c={colour}: {} iterations, true residual {:.2e}",
+            progress.iterations[k], progress.residuals[k]
+        );
+    }
+    Ok(progress)
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {

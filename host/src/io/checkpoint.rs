@@ -236,6 +236,13 @@ impl Checkpoint {
             path: path.to_path_buf(),
             source,
         };
+        // Before opening: opening a pipe waits for a writer.
+        if let Some(m) = std::fs::metadata(path).ok().filter(|m| !m.is_file()) {
+            return Err(bad(
+                path,
+                format!("it is {}, not a checkpoint file", super::kind_of(&m)),
+            ));
+        }
         let file = File::open(path).map_err(read_error)?;
         let meta = file.metadata().map_err(read_error)?;
         if !meta.is_file() {
@@ -563,6 +570,19 @@ mod tests {
         );
         let e = Checkpoint::read(&dir).unwrap_err().to_string();
         assert!(e.contains("a directory"), "{e}");
+        #[cfg(unix)]
+        {
+            // A pipe is refused before it is opened, which would wait for a writer.
+            let fifo = dir.join("pipe");
+            if std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                let e = Checkpoint::read(&fifo).unwrap_err().to_string();
+                assert!(e.contains("a pipe, not a checkpoint file"), "{e}");
+            }
+        }
     }
 
     #[test]
