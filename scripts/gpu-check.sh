@@ -417,7 +417,7 @@ sanitize_part() {
         shift 2
         local log="$out/sanitize-$tool-$name.log"
         if timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1 \
-            && grep -q "ERROR SUMMARY: 0 errors" "$log"; then
+            && grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log"; then
             record "compute-sanitizer $tool: $name" PASS
         else
             record "compute-sanitizer $tool: $name" FAIL

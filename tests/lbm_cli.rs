@@ -653,6 +653,7 @@ fn the_memory_estimate_covers_the_measured_peak() {
             .args(words(line))
             .current_dir(&dir)
             .env("LATTICE_GPU_MEMORY_REPORT", "1")
+            .env("RAYON_NUM_THREADS", "2")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stderr).to_string();

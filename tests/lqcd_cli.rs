@@ -45,6 +45,7 @@ fn lqcd_in(
         .stderr(std::process::Stdio::piped());
     if report {
         cmd.env("LATTICE_GPU_MEMORY_REPORT", "1");
+        cmd.env("RAYON_NUM_THREADS", "2");
     }
     let mut child = cmd.spawn().expect("lqcd runs");
     let start = std::time::Instant::now();

@@ -261,7 +261,10 @@ pub fn memory_report(text: &str) -> [u64; 4] {
     [n[0], n[1], n[2], n[3]]
 }
 
-/// Fails unless the estimate `est` covers the measured peak `got` and is at most `slack` times it.
+/// Fails unless the estimate `est` covers the measured peak `got` and is at most `slack` times it. The
+/// runs measured set `RAYON_NUM_THREADS=2`: each worker thread's allocator arena keeps freed memory
+/// of its own (about 1.5 MiB a thread measured with 16), which the estimate allows for per thread but
+/// which varies too much between machines to hold tightly.
 pub fn estimate_holds(est: u64, got: u64, slack: f64, what: &str) {
     assert!(
         est >= got && est as f64 <= slack * got as f64,
