@@ -1191,7 +1191,10 @@ fn a_checkpoint_in_time_comes_at_the_first_check_after_it() {
         .nth(1)
         .and_then(|t| t.split(':').next()?.parse().ok())
         .unwrap_or(1);
-    assert!((1..=5).contains(&count) && last.is_multiple_of(10), "{text}");
+    assert!(
+        (1..=5).contains(&count) && last.is_multiple_of(10),
+        "{text}"
+    );
     assert!(text.contains("s saving checkpoints)"), "{text}");
     assert!(dir.join("saved/advection.ckpt").is_file());
     assert!(!dir.join("out/checkpoint").exists());
