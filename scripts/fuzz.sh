@@ -34,7 +34,7 @@ seed() {
             printf '# lattice-gpu tunecache v1\ndiffusion3d_f32\t256x256x256\tf32\tNVIDIA H100 80GB HBM3\t0123456789abcdef\tblock_x=128,block_y=1,march=2,variant=0\t0.0512\n' \
                 >"$dir/seed.tsv" ;;
         ildg)
-            cargo run -q --release --bin lqcd -- plaquette --engine host --dims 4 \
+            cargo run -q --release --bin lqcd -- plaquette --dims 4 \
                 --write-gauge "$dir/seed.lime" >/dev/null ;;
     esac
 }
