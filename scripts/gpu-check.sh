@@ -42,7 +42,8 @@
 #                                  sanitize   compute-sanitizer on one small run of each application: memcheck
 #                                             on all five, racecheck, synccheck and initcheck on diffusion,
 #                                             LBM and the lqcd solve (not in the default set)
-#                                  soak       every application over and over for $SOAK_SECONDS (default 600)
+#                                  soak       every application over and over for $SOAK_SECONDS (default 560:
+#                                             what fits one 10-minute device call)
 #                                             in all, mixed sizes and precisions, each run's result checked
 #                                             against its reference (not in the default set)
 #                                  mpi        scripts/mpi-check.sh with the `mpi` builds of the applications
@@ -435,10 +436,10 @@ sanitize_part() {
     sanitized memcheck poisson "$BIN/poisson" --engine device --size 24 --output "$out/san-poisson"
 }
 
-# A soak: the applications in turn, mixed sizes and precisions, until $SOAK_SECONDS (default 600) have
+# A soak: the applications in turn, mixed sizes and precisions, until $SOAK_SECONDS (default 560) have
 # passed; every run must succeed and print its check against its reference within tolerance.
 soak_part() {
-    local out=$1 until=$((SECONDS + ${SOAK_SECONDS:-600})) round=0 failed=0 runs=0
+    local out=$1 until=$((SECONDS + ${SOAK_SECONDS:-560})) round=0 failed=0 runs=0
     # soaked NAME PATTERN ARGS...: one run, its output matching PATTERN (its check passed).
     soaked() {
         local name=$1 pattern=$2 log="$out/soak.log"
