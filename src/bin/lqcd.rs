@@ -445,6 +445,23 @@ fn write_gauge(a: &GaugeArgs, u: &GaugeField) -> Result<()> {
     Ok(())
 }
 
+/// A solve's printed results, `|x|` and the true residual, each refused where it is not finite.
+fn finite_results(x_norm: f64, res: f64) -> Result<(f64, f64)> {
+    let x_norm = finite(
+        x_norm,
+        "|x|",
+        "the solution's norm",
+        "the solution's entries are too large to sum; try a smaller kappa",
+    )?;
+    let res = finite(
+        res,
+        "the true residual |b - D x|/|b|",
+        "the whole lattice",
+        "try --precision f64",
+    )?;
+    Ok((x_norm, res))
+}
+
 /// `value`, or the error that names `what` non-finite at `at` with `fix`.
 fn finite(value: f64, what: &str, at: &str, fix: &str) -> Result<f64> {
     if value.is_finite() {
@@ -1004,18 +1021,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         return Ok(());
     }
     let (x, it, secs, res, fused) = s.solve(&b, "solve", true)?;
-    let x_norm = finite(
-        norm(&x.data),
-        "|x|",
-        "the solution's norm",
-        "the solution's entries are too large to sum; try a smaller kappa",
-    )?;
-    let res = finite(
-        res,
-        "the true residual |b - D x|/|b|",
-        "the whole lattice",
-        "try --precision f64",
-    )?;
+    let (x_norm, res) = finite_results(norm(&x.data), res)?;
     let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
     println!(
         "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
@@ -1356,18 +1362,7 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     let x_norm = comm.sum(norm(&x.data).powi(2))?.sqrt();
     drop(x);
     if lead {
-        let x_norm = finite(
-            x_norm,
-            "|x|",
-            "the solution's norm",
-            "the solution's entries are too large to sum; try a smaller kappa",
-        )?;
-        let res = finite(
-            res,
-            "the true residual |b - D x|/|b|",
-            "the whole lattice",
-            "try --precision f64",
-        )?;
+        let (x_norm, res) = finite_results(x_norm, res)?;
         let it = report.iterations;
         let secs = report.seconds;
         let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
