@@ -445,8 +445,9 @@ fn write_gauge(a: &GaugeArgs, u: &GaugeField) -> Result<()> {
     Ok(())
 }
 
-/// A solve's printed results, `|x|` and the true residual, each refused where it is not finite.
-fn finite_results(x_norm: f64, res: f64) -> Result<(f64, f64)> {
+/// A solve's printed results, `|x|` and the true residual, each refused where it is not finite; `fix`
+/// is what the residual's message advises.
+fn finite_results(x_norm: f64, res: f64, fix: &str) -> Result<(f64, f64)> {
     let x_norm = finite(
         x_norm,
         "|x|",
@@ -457,7 +458,7 @@ fn finite_results(x_norm: f64, res: f64) -> Result<(f64, f64)> {
         res,
         "the true residual |b - D x|/|b|",
         "the whole lattice",
-        "try --precision f64",
+        fix,
     )?;
     Ok((x_norm, res))
 }
@@ -1021,7 +1022,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         return Ok(());
     }
     let (x, it, secs, res, fused) = s.solve(&b, "solve", true)?;
-    let (x_norm, res) = finite_results(norm(&x.data), res)?;
+    let (x_norm, res) = finite_results(norm(&x.data), res, "try --precision f64")?;
     let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
     println!(
         "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
@@ -1225,18 +1226,7 @@ fn solve_split<C: Communicator + 'static>(
     // The norm is summed over the ranks: no rank gathers the whole solution.
     let x_norm = d.norm2(&x)?.sqrt();
     if lead {
-        let x_norm = finite(
-            x_norm,
-            "|x|",
-            "the solution's norm",
-            "the solution's entries are too large to sum; try a smaller kappa",
-        )?;
-        let res = finite(
-            res,
-            "the true residual |b - D x|/|b|",
-            "the whole lattice",
-            "try a smaller kappa",
-        )?;
+        let (x_norm, res) = finite_results(x_norm, res, "try a smaller kappa")?;
         println!(
             "split over {} ranks (y x z x t: {}x{}x{}): converged in {} iterations ({:.4} s), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             comm.size(),
@@ -1362,7 +1352,7 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     let x_norm = comm.sum(norm(&x.data).powi(2))?.sqrt();
     drop(x);
     if lead {
-        let (x_norm, res) = finite_results(x_norm, res)?;
+        let (x_norm, res) = finite_results(x_norm, res, "try --precision f64")?;
         let it = report.iterations;
         let secs = report.seconds;
         let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
