@@ -457,17 +457,19 @@ fn sigint_stops_at_a_step_boundary_with_the_shells_status_and_leaves_nothing() {
 fn the_memory_estimate_covers_the_measured_peak() {
     for precision in ["f32", "f64"] {
         let dir = scratch(&format!("memory-{precision}"));
-        let out = std::process::Command::new(binary())
-            .args(["--engine", "host", "--size", "200x200x160", "--steps", "2"])
-            .args(["--precision", precision, "--output", "out"])
-            .current_dir(&dir)
-            .env("LATTICE_GPU_MEMORY_REPORT", "1")
-            .env("RAYON_NUM_THREADS", "2")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{text}");
-        let [est, _, got, _] = common::memory_report(&text);
+        let args = [
+            "--engine",
+            "host",
+            "--size",
+            "200x200x160",
+            "--steps",
+            "2",
+            "--precision",
+            precision,
+            "--output",
+            "out",
+        ];
+        let [est, _, got, _] = common::measured(&binary(), &args, &dir);
         common::estimate_holds(est, got, 1.3, &format!("diffusion {precision} host"));
     }
 }

@@ -648,17 +648,8 @@ fn the_memory_estimate_covers_the_measured_peak() {
          --checkpoint-every 1",
     ] {
         let dir = temp_dir("memory");
-        let out = std::process::Command::new(&bin)
-            .args(words("cavity --engine host --output out"))
-            .args(words(line))
-            .current_dir(&dir)
-            .env("LATTICE_GPU_MEMORY_REPORT", "1")
-            .env("RAYON_NUM_THREADS", "2")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{line}: {text}");
-        let [est, _, got, _] = common::memory_report(&text);
+        let command = format!("cavity --engine host --output out {line}");
+        let [est, _, got, _] = common::measured(&bin, &words(&command), &dir);
         // The checkpoint's copy is freed by its writer thread, which may finish before the moments
         // are read or after: the measured peak holds it or not, so the estimate may be 1.4x.
         common::estimate_holds(est, got, 1.5, &format!("lbm cavity {line}"));

@@ -319,22 +319,20 @@ fn the_memory_estimate_covers_the_measured_peak() {
     // About 120 and 150 MB of arrays: they dominate the runtime's own 10 MB.
     for extra in [&[][..], &["--precision", "f64", "--layout", "aos"]] {
         let dir = temp_dir(&format!("memory-{}", extra.len()));
-        let out = std::process::Command::new(common::binary(
-            "LATTICE_GPU_POISSON_BIN",
-            env!("CARGO_BIN_EXE_poisson"),
-        ))
-        .args(["--engine", "host", "--size", "96x96x64", "--tol", "0.9"])
-        .args(["--no-level-times", "--output", "out"])
-        .args(extra)
-        .current_dir(&dir)
-        .env("LATTICE_GPU_MEMORY_REPORT", "1")
-        .env("RAYON_NUM_THREADS", "2")
-        .output()
-        .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{text}");
-        let [est, gpu, got, _] = common::memory_report(&text);
-        assert_eq!(gpu, 0, "{text}");
+        let bin = common::binary("LATTICE_GPU_POISSON_BIN", env!("CARGO_BIN_EXE_poisson"));
+        let base = [
+            "--engine",
+            "host",
+            "--size",
+            "96x96x64",
+            "--tol",
+            "0.9",
+            "--no-level-times",
+            "--output",
+            "out",
+        ];
+        let [est, gpu, got, _] = common::measured(&bin, &[&base[..], extra].concat(), &dir);
+        assert_eq!(gpu, 0, "{extra:?}");
         common::estimate_holds(est, got, 1.3, &format!("poisson {extra:?} host"));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -246,6 +246,30 @@ pub fn signalled(
     (status.code(), text)
 }
 
+/// Runs `bin` with `args` in `dir` for its memory report (on a pool of 2 threads, see
+/// [`estimate_holds`]), fails the test unless the run succeeds, and returns the report
+/// ([`memory_report`]).
+pub fn measured<S: AsRef<std::ffi::OsStr>>(
+    bin: &std::path::Path,
+    args: &[S],
+    dir: &std::path::Path,
+) -> [u64; 4] {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("LATTICE_GPU_MEMORY_REPORT", "1")
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    assert!(out.status.success(), "{shown:?}: {text}");
+    memory_report(&text)
+}
+
 /// The line `LATTICE_GPU_MEMORY_REPORT` makes a binary print, as bytes: (estimated host, estimated
 /// GPU, measured host, measured GPU).
 pub fn memory_report(text: &str) -> [u64; 4] {
