@@ -21,9 +21,9 @@ use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::health::{check_interval, Verdict};
 use lattice_gpu::host::io::checkpoint::{Saver, Written};
-use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
+use lattice_gpu::host::io::npy::{read_npy_shape, read_npy_shaped, write_npy};
 use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::io::{IoError, OutputDir};
+use lattice_gpu::host::io::OutputDir;
 use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
@@ -368,24 +368,9 @@ impl Source<'_> {
     }
 }
 
-/// The shape of the .npy file `path`, from its header alone (the data is not read).
-fn npy_shape(path: &std::path::Path) -> Result<Vec<usize>> {
-    // No file has an axis of usize::MAX values, and a shape that differs is reported before any
-    // data is read.
-    match read_npy_shaped::<f64>(path, &[usize::MAX]) {
-        Err(IoError::Shape { found, .. }) => Ok(found),
-        Err(e) => Err(e.into()),
-        Ok(_) => Err(Error::Invalid(format!(
-            "{}: its header claims an axis of {} values, which no file holds",
-            path.display(),
-            usize::MAX
-        ))),
-    }
-}
-
 /// The grid of `a`'s files, from their headers, checked against each other before anything is read.
 fn file_size(a: &FileArgs) -> Result<[usize; 2]> {
-    let shape = npy_shape(&a.field)?;
+    let shape = read_npy_shape(&a.field)?;
     let [ny, nx] = match shape.as_slice() {
         [ny, nx] => [*ny, *nx],
         _ => {
@@ -395,7 +380,7 @@ fn file_size(a: &FileArgs) -> Result<[usize; 2]> {
             )))
         }
     };
-    let vshape = npy_shape(&a.velocity)?;
+    let vshape = read_npy_shape(&a.velocity)?;
     if vshape != [ny, nx, 2] {
         return Err(Error::Invalid(format!(
             "{}: the velocities must have shape ({ny}, {nx}, 2) to match the field; they have {vshape:?}",
@@ -770,11 +755,8 @@ fn run_case(c: &Common, source: Source, size: [usize; 2], revolutions: Option<f6
             "the grid's {} rows (at least 2 per rank: the halo its neighbours read) are",
             size[1]
         );
-        if n > most {
-            return Err(Error::Invalid(format!(
-                "--gpus {n}: {over} split over at most {most} ranks; give --gpus {most} or fewer"
-            )));
-        }
+        // Before `prepare` makes the shared arrays, not only before the threads start.
+        cli::check_gpus(n, most, &over)?;
         let main = gpu()?;
         c.split.halo.check(main.is_some()).map_err(Error::Invalid)?;
         let run = prepare(c, &source, revolutions, size, n, [n, 1], main.as_deref())?;
