@@ -4,7 +4,8 @@
 # the cuts) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
 # and impossible splits must fail with a clear message, not hang; diffusion, advection and lbm checkpoints
-# written on 2 ranks resume on 3 (diffusion's and lbm's also on 1) to the same bytes.
+# written on 2 ranks resume on 3 (diffusion's and lbm's also on 1) to the same bytes, as does the checkpoint
+# SIGUSR1 to mpirun makes.
 #
 # Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
 # skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
@@ -88,6 +89,36 @@ same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 3" "$work/resumed3/diff
     --output "$work/resumed1" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
 same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 1" "$work/resumed1/diffusion.npy" \
     "$work/single-f32/diffusion.npy"
+# SIGUSR1 to mpirun, which OpenMPI forwards to every rank (Ctrl-C it turns into SIGTERM, and kills the
+# ranks a second later): the ranks agree on it at a check, write the checkpoint and stop; resumed on 1
+# rank ten steps further, it gives the bytes of a straight run. A watchdog ends a run that does not stop.
+rm -rf "$work"/sig*
+mpirun --allow-run-as-root --oversubscribe -np 2 "$bin" --engine "$engine" --mpi --size 40x40x40 \
+    --steps 100000000 --output "$work/sig" >"$work/log" 2>&1 &
+sigpid=$!
+# (Its output to a file: a sleep left behind must not hold this script's pipe open.)
+(sleep 40 && kill -KILL "$sigpid" && echo "mpirun still ran 37 s after SIGUSR1") >"$work/dog" 2>&1 &
+dog=$!
+# After the run's header (mpirun forwards signals only to a job it has started), and some steps.
+for _ in $(seq 60); do grep -q "engine:" "$work/log" && break; sleep 0.5; done
+sleep 2
+kill -USR1 "$sigpid"
+wait "$sigpid" || true
+kill "$dog" 2>/dev/null || true
+cat "$work/dog"
+sigstep=$(grep -o 'checkpoint of step [0-9]*' "$work/log" | grep -o '[0-9]*$' || true)
+if [ -n "$sigstep" ] && [ ! -e "$work/sig/diffusion.npy" ] && grep -q "stopped by SIGUSR1" "$work/log"; then
+    "$bin" --engine "$engine" --size 40x40x40 --steps $((sigstep + 10)) --resume "$work/sig/checkpoint" \
+        --output "$work/sig-resumed" >"$work/log2" 2>&1 || { cat "$work/log2"; status=1; }
+    "$bin" --engine "$engine" --size 40x40x40 --steps $((sigstep + 10)) --output "$work/sig-straight" \
+        >"$work/log2" 2>&1 || { cat "$work/log2"; status=1; }
+    same_bytes "diffusion 40^3, SIGUSR1 to mpirun at step $sigstep, resumed on 1" \
+        "$work/sig-resumed/diffusion.npy" "$work/sig-straight/diffusion.npy"
+else
+    cat "$work/log"
+    echo "diffusion 40^3, SIGUSR1 to mpirun: no checkpoint, or the output written FAIL"
+    status=1
+fi
 # Without overlap (the exchange completes before any plane runs): the same bytes (single-f32 is 9x7x5).
 mpirun_ -np 2 "$bin" --engine "$engine" --mpi --no-overlap --size 9x7x5 --steps 60 --precision f32 \
     --output "$work/noov" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
@@ -269,6 +300,35 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         --size 18x18x11 --closed-z --re 20 --steps 300
     nccl_same "lbm taylor-green f16" density.npy -- "$lbm" taylor-green --engine device --streaming ab \
         --precision f16 --size 16x12x13 --steps 30
+    # nccl_resume NAME FILE HALF WHOLE -- BINARY ARGS...: HALF steps on 2 GPUs through NCCL with a
+    # checkpoint, then resumed to WHOLE on 2 GPUs (MPI ranks, and one process's threads) and on 1 GPU:
+    # each the bytes of WHOLE steps on one domain.
+    nccl_resume() {
+        local name=$1 file=$2 half=$3 whole=$4
+        shift 5
+        local exe=$1
+        shift
+        rm -rf "$work"/nr-*
+        "$exe" "$@" --steps "$whole" --output "$work/nr-single" >/dev/null \
+            || { echo "$name: the one-domain run failed FAIL"; status=1; return; }
+        mpirun_ -np 2 "$exe" "$@" --mpi --halos nccl --steps "$half" --checkpoint-every "$half" \
+            --output "$work/nr-half" >"$work/log" 2>&1 || { cat "$work/log"; status=1; return; }
+        local resume=(--steps "$whole" --resume "$work/nr-half/checkpoint")
+        mpirun_ -np 2 "$exe" "$@" --mpi --halos nccl "${resume[@]}" --output "$work/nr-mpi" >"$work/log" 2>&1 \
+            || cat "$work/log"
+        same_bytes "$name, 2 GPUs NCCL, resumed on 2 GPUs (MPI)" "$work/nr-mpi/$file" "$work/nr-single/$file"
+        "$exe" "$@" --gpus 2 --halos nccl "${resume[@]}" --output "$work/nr-threads" >"$work/log" 2>&1 \
+            || cat "$work/log"
+        same_bytes "$name, 2 GPUs NCCL, resumed on 2 GPUs (--gpus 2)" "$work/nr-threads/$file" \
+            "$work/nr-single/$file"
+        "$exe" "$@" "${resume[@]}" --output "$work/nr-one" >"$work/log" 2>&1 || cat "$work/log"
+        same_bytes "$name, 2 GPUs NCCL, resumed on 1 GPU" "$work/nr-one/$file" "$work/nr-single/$file"
+    }
+    nccl_resume "diffusion f32 21x17x23" diffusion.npy 30 60 -- "$bin" --engine device --size 21x17x23
+    nccl_resume "advection packed 41x37" field.npy 15 30 -- "$adv" swirl --engine device --size 41x37 \
+        --kernel packed
+    nccl_resume "lbm 3-D cavity f32" velocity.npy 11 24 -- "$lbm" cavity --engine device --streaming ab \
+        --precision f32 --size 18x18x11 --closed-z --re 20
     expect_refusal "lbm --halos nccl with in-place streaming" "two-lattice streaming" \
         -np 2 "$lbm" taylor-green --engine device --mpi --halos nccl --streaming aa --size 16x16x8 --steps 20 --output "$work/bad"
 else

@@ -166,7 +166,7 @@ pub fn check_gpus(ranks: usize, most: usize, over: &str) -> Result<()> {
     Ok(())
 }
 
-/// Starts an application's run: SIGINT, SIGTERM and SIGHUP from now on stop it at its next check
+/// Starts an application's run: SIGINT, SIGTERM, SIGHUP and SIGUSR1 from now on stop it at its next check
 /// ([`interrupt`](lattice_gpu_host::interrupt)) instead of killing it mid-write; where they cannot be
 /// taken, a notice says so and the run goes on without.
 pub fn start() {

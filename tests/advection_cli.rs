@@ -1076,44 +1076,18 @@ fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
         let _ = std::fs::remove_dir_all(dir.join("straight"));
         let text = run(&["--steps", "60", "--output", "straight"]);
         let (straight, said) = (outputs(dir, "straight"), report(&text));
-        for (first, then) in [
-            (&[][..], &[][..]),
-            (&["--gpus", "2"][..], &["--gpus", "3"][..]),
-            (&["--gpus", "2"][..], &[][..]),
-        ] {
-            let _ = std::fs::remove_dir_all(dir.join("half"));
-            let _ = std::fs::remove_dir_all(dir.join("whole"));
-            let mut a = vec![
-                "--steps",
-                "30",
-                "--checkpoint-every",
-                "10",
-                "--output",
-                "half",
-            ];
-            a.extend_from_slice(first);
-            let text = run(&a);
+        common::half_then_whole(dir, run, |first, then, half, text| {
             assert!(
-                text.contains("3 checkpoints written, the last checkpoint of step 30"),
-                "{text}"
+                half.contains("3 checkpoints written, the last checkpoint of step 30"),
+                "{half}"
             );
-            let mut b = vec![
-                "--steps",
-                "60",
-                "--resume",
-                "half/checkpoint",
-                "--output",
-                "whole",
-            ];
-            b.extend_from_slice(then);
-            let text = run(&b);
             assert!(
                 text.contains("resuming from step 30 of half/checkpoint/advection.ckpt")
                     && text.contains("30 steps in"),
                 "{text}"
             );
             assert!(!text.contains("note:"), "{text}");
-            assert_eq!(report(&text), said, "{case:?} {first:?} then {then:?}");
+            assert_eq!(report(text), said, "{case:?} {first:?} then {then:?}");
             let mut whole = outputs(dir, "whole");
             // The pictures before the checkpoint are the first run's.
             let mut halfway = outputs(dir, "half");
@@ -1127,7 +1101,7 @@ fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
                 whole.iter().map(|f| &f.0).collect::<Vec<_>>(),
                 straight.iter().map(|f| &f.0).collect::<Vec<_>>()
             );
-        }
+        });
     }
 }
 
@@ -1437,7 +1411,7 @@ fn the_help_documents_the_checkpoint_options() {
     assert!(ok, "{text}");
     for piece in [
         "--checkpoint-every <N|TIME>",
-        "Without it, a checkpoint is written only when SIGINT, SIGTERM or SIGHUP stops the run",
+        "Without it, a checkpoint is written only when a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) stops the run",
         "--checkpoint <DIR>",
         "[default: OUTPUT/checkpoint]",
         "--resume <DIR>",

@@ -553,40 +553,13 @@ fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
     };
     run(&["--steps", "60", "--output", "straight"]);
     let straight = field(dir, "straight");
-    for (first, then) in [
-        (&[][..], &[][..]),
-        (&["--gpus", "2"][..], &["--gpus", "3"][..]),
-        (&["--gpus", "3"][..], &[][..]),
-    ] {
-        let _ = std::fs::remove_dir_all(dir.join("half"));
-        let _ = std::fs::remove_dir_all(dir.join("whole"));
-        let mut a = vec![
-            "--steps",
-            "30",
-            "--checkpoint-every",
-            "10",
-            "--output",
-            "half",
-        ];
-        a.extend_from_slice(first);
-        let text = run(&a);
-        assert!(text.contains("3 checkpoints written"), "{text}");
-        let mut b = vec![
-            "--steps",
-            "60",
-            "--resume",
-            "half/checkpoint",
-            "--output",
-            "whole",
-        ];
-        b.extend_from_slice(then);
-        let text = run(&b);
-        assert!(text.contains("resuming from step 30"), "{text}");
+    common::half_then_whole(dir, run, |first, then, half, _| {
+        assert!(half.contains("3 checkpoints written"), "{half}");
         assert!(
             field(dir, "whole") == straight,
             "{first:?} then {then:?}: the resumed run differs from the straight one"
         );
-    }
+    });
 }
 
 #[test]

@@ -164,6 +164,47 @@ fn sigint_stops_a_solve_at_its_next_check() {
 }
 
 #[test]
+fn sigint_stops_a_gpu_solve_at_its_next_residual_read() {
+    let Some(_gpu) = common::gpu("sigint_stops_a_gpu_solve_at_its_next_residual_read") else {
+        return;
+    };
+    let dir = common::temp_dir("lqcd-sigint-gpu-solve");
+    // A tolerance below f64's reach: the solve runs to --max-iter (tens of seconds) unless stopped.
+    for variant in ["sync", "graph", "waitkernel"] {
+        let solve = [
+            "solve",
+            "--engine",
+            "device",
+            "--dims",
+            "8x8x8x8",
+            "--precision",
+            "f64",
+            "--tol",
+            "1e-30",
+            "--max-iter",
+            "500000",
+            "--check-every",
+            "1",
+            "--variant",
+            variant,
+        ];
+        let start = std::time::Instant::now();
+        let (code, text) = common::signalled(
+            &bin(),
+            &solve,
+            &dir,
+            "solve iteration     2",
+            std::time::Duration::ZERO,
+            "INT",
+        );
+        assert_eq!(code, Some(130), "{variant}: {text}");
+        assert!(text.contains("stopped by SIGINT after step"), "{text}");
+        assert!(start.elapsed() < 20 * SECOND, "{variant}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_memory_estimate_covers_the_measured_peak() {
     let dir = common::temp_dir("lqcd-memory");
     // The gauge field alone, loaded and measured: 16^4 (36 MiB of links) where the test binary is not
@@ -182,10 +223,17 @@ fn the_memory_estimate_covers_the_measured_peak() {
     common::estimate_holds(est, got, 1.3, &format!("lqcd plaquette, {n}^4 file"));
     // The CPU solves: too slow here at a size where their fields outweigh the runtime, so each is
     // measured at two sizes, and the estimate must cover each peak and hold the growth between them
-    // (the runtime's own memory drops out of it).
+    // (the runtime's own memory drops out of it). The larger is 12^4 where optimised: a growth of
+    // some 28 MiB, which the allocator's granularity moves by a few percent (at 8^4 the growth was
+    // 5 MiB, and one run in a few on the GPU machine's 16 cores fell outside the bound).
+    let large = if cfg!(debug_assertions) {
+        "8x8x8x8"
+    } else {
+        "12x12x12x12"
+    };
     for extra in [&[][..], &["--gpus", "2"]] {
         let mut runs = Vec::new();
-        for dims in ["4x4x4x8", "8x8x8x8"] {
+        for dims in ["4x4x4x8", large] {
             let args = [
                 &["solve", "--engine", "host", "--dims", dims, "--tol", "0.1"][..],
                 extra,
@@ -197,13 +245,13 @@ fn the_memory_estimate_covers_the_measured_peak() {
             assert!(est >= got, "{args:?}: estimated {est} < measured {got}");
             runs.push((est, got));
         }
-        // A growth of some 5 MiB is measured to the allocator's granularity (its thresholds for
-        // mapping large arrays move with what was freed before): 1 MiB of it is allowed.
+        // The growth is measured to the allocator's granularity (its thresholds for mapping large
+        // arrays move with what was freed before): 1 MiB of it is allowed.
         common::estimate_holds(
             runs[1].0 - runs[0].0 + (1 << 20),
             runs[1].1 - runs[0].1,
             1.3,
-            &format!("lqcd solve {extra:?}, from 4x4x4x8 to 8^4"),
+            &format!("lqcd solve {extra:?}, from 4x4x4x8 to {large}"),
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

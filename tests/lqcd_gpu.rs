@@ -110,8 +110,11 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
         };
         let variant = format!("{variant}{}", if fused { "+fused" } else { "" });
         let mut checks = 0;
-        let (x, report, true_res) =
-            solve_with(&mut solver, &b, &opt, &mut |_, _| checks += 1).unwrap();
+        let (x, report, true_res) = solve_with(&mut solver, &b, &opt, &mut |_, _| {
+            checks += 1;
+            Ok(())
+        })
+        .unwrap();
         assert_eq!(
             report.status,
             SolveStatus::Converged,
@@ -190,7 +193,7 @@ fn iteration_limit_and_repeated_solves() {
                 check_every: 2,
                 fused,
             };
-            let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+            let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
             assert_eq!(
                 report.status,
                 SolveStatus::MaxIter,
@@ -207,8 +210,8 @@ fn iteration_limit_and_repeated_solves() {
         check_every: 3,
         fused: Fusion::Off,
     };
-    let first = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
-    let second = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+    let first = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
+    let second = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
     assert_eq!(first.1.iterations, second.1.iterations);
     assert_eq!(first.0.data, second.0.data);
     // Packing sanity on the host side of the test itself.
@@ -240,7 +243,7 @@ fn automatic_fusion_where_the_grid_holds_every_site() {
             check_every: 1,
             fused: Fusion::Auto,
         };
-        let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        let (_, report, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
         assert_eq!(report.fused, want, "{dims:?} {variant}");
         assert_eq!(report.iterations, 2, "{dims:?} {variant}");
     }
@@ -358,7 +361,7 @@ fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
             fused: Fusion::Auto,
         };
         let b = SpinorField::random(lat.dims, 2);
-        let e = solve_with(&mut solver, &b, &opt, &mut |_, _| {})
+        let e = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(()))
             .unwrap_err()
             .to_string();
         assert!(e.contains("--halos nccl"), "{variant}: {e}");
@@ -424,7 +427,7 @@ fn split_ranks_stop_after_the_same_block_whenever_each_reads_its_state() {
     };
     let whole = WilsonGpu::<f64>::new(&turn, &lat, &u, 0.12, Recon::R12).unwrap();
     let mut solver = BiCgStab::new(&turn, EvenOdd(whole)).unwrap();
-    let (_, want, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+    let (_, want, _) = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
     // Two ranks along t on this GPU, each with its own stream. The end of each block runs late on both
     // (`Lagging`), so a rank that polls a block just queued finds it running. Rank 0 waits for its GPU
     // at every read and so finds the next block done; rank 1 does not. Had they polled, rank 0 would
@@ -448,6 +451,7 @@ fn split_ranks_stop_after_the_same_block_whenever_each_reads_its_state() {
             if lead {
                 let _ = g.synchronize();
             }
+            Ok(())
         };
         let (_, report, _) =
             solve_with(&mut solver, &b, &opt, &mut on_check).map_err(|e| err(&e))?;

@@ -1,4 +1,4 @@
-//! Stopping a run on SIGINT, SIGTERM or SIGHUP without losing or corrupting work.
+//! Stopping a run on SIGINT, SIGTERM, SIGHUP or SIGUSR1 without losing or corrupting work.
 //!
 //! A binary calls [`watch`] once. The first signal only raises a flag, which the run's loop reads at
 //! its checks through [`requested`] (a decomposed run agrees on it collectively, so every rank stops
@@ -7,6 +7,11 @@
 //! the signal, 128 + its number ([`Signal::exit_code`]). A second signal stops at once: the temporary
 //! files and directories registered with [`Temporary`] are removed first, so no half-written
 //! `.name.tmp` is left behind.
+//!
+//! SIGUSR1 is the one to send a decomposed run: `mpirun` (OpenMPI) forwards it to every rank and
+//! waits, where it turns Ctrl-C into SIGTERM and kills the ranks a second later (its
+//! `odls_base_sigkill_timeout`), often before their next check; batch systems send it ahead of a time
+//! limit (SLURM's `--signal=USR1@120`).
 //!
 //! Signals are taken by a thread of signal-hook's iterator rather than in a handler, so the cleanup
 //! runs as ordinary code (file removal is not async-signal-safe). Without [`watch`], nothing changes:
@@ -24,12 +29,21 @@ pub struct Signal(pub i32);
 impl Signal {
     /// Its conventional name (`SIGINT`), or its number.
     pub fn name(self) -> String {
-        match self.0 {
-            1 => "SIGHUP".into(),
-            2 => "SIGINT".into(),
-            15 => "SIGTERM".into(),
-            n => format!("signal {n}"),
+        #[cfg(unix)]
+        {
+            use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+            for (n, name) in [
+                (SIGHUP, "SIGHUP"),
+                (SIGINT, "SIGINT"),
+                (SIGTERM, "SIGTERM"),
+                (SIGUSR1, "SIGUSR1"),
+            ] {
+                if self.0 == n {
+                    return name.into();
+                }
+            }
         }
+        format!("signal {}", self.0)
     }
 
     /// The status a shell reports for a process ended by this signal: 128 + its number.
@@ -55,7 +69,7 @@ pub fn requested() -> Option<Signal> {
     }
 }
 
-/// Takes SIGINT, SIGTERM and SIGHUP from now on (once per process; later calls do nothing): the first
+/// Takes SIGINT, SIGTERM, SIGHUP and SIGUSR1 from now on (once per process; later calls do nothing): the first
 /// raises [`requested`], the second removes the registered temporaries and exits. Fails only where the
 /// signals cannot be taken, and says so.
 pub fn watch() -> crate::Result<()> {
@@ -68,9 +82,9 @@ pub fn watch() -> crate::Result<()> {
 
 #[cfg(unix)]
 fn start() -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-        .map_err(|e| format!("cannot take SIGINT/SIGTERM/SIGHUP: {e}"))?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])
+        .map_err(|e| format!("cannot take SIGINT/SIGTERM/SIGHUP/SIGUSR1: {e}"))?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -156,6 +170,8 @@ mod tests {
         assert_eq!(Signal(15).exit_code(), 143);
         assert_eq!(Signal(1).exit_code(), 129);
         assert_eq!(Signal(15).to_string(), "SIGTERM");
+        assert_eq!(Signal(10).to_string(), "SIGUSR1");
+        assert_eq!(Signal(10).exit_code(), 138);
     }
 
     #[test]

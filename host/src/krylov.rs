@@ -355,13 +355,16 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     }
 
     /// Solves `A x = b` from `x = 0`, writing `x`. `on_check(iteration, relative residual)` is called at
-    /// every residual read, for progress output.
+    /// every residual read, for progress output and to stop: an error it returns ends the solve there
+    /// (after the GPU finishes the iterations already queued) and is returned. On a split solve every
+    /// rank calls it after the same iterations, so it may decide collectively (e.g.
+    /// [`Verdict::agree`](crate::health::Verdict::agree) for a signal).
     pub fn solve(
         &mut self,
         b: &DeviceBuffer<T>,
         x: &mut DeviceBuffer<T>,
         opt: &SolveOptions,
-        on_check: &mut dyn FnMut(usize, f64),
+        on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<SolveReport> {
         if !(opt.tol > 0.0 && opt.tol < 1.0) || opt.max_iter == 0 || opt.check_every == 0 {
             return Err(Error::InvalidSetting(format!(
@@ -397,7 +400,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 let rel = (st.rr / st.bb).sqrt();
                 if st.iterations.is_multiple_of(opt.check_every) || st.status != RUNNING {
                     history.push((st.iterations as usize, rel));
-                    on_check(st.iterations as usize, rel);
+                    on_check(st.iterations as usize, rel)?;
                 }
             }
         } else {
@@ -498,7 +501,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         &mut self,
         opt: &SolveOptions,
         history: &mut Vec<(usize, f64)>,
-        on_check: &mut dyn FnMut(usize, f64),
+        on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<BiCgState> {
         let k = opt.check_every;
         let key = (k, self.fused);
@@ -538,7 +541,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                         break;
                     }
                     pending.pop_front();
-                    if self.consume(s, history, on_check).status != RUNNING {
+                    if self.consume(s, history, on_check)?.status != RUNNING {
                         return Ok(());
                     }
                 }
@@ -561,6 +564,11 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 .join()
                 .map_err(|_| Error::Internal("the release thread panicked".into()))??;
         }
+        if result.is_err() {
+            // The blocks already queued still run (and, split, still exchange): wait for them, so the
+            // solver is idle and reusable when the error reaches the caller.
+            let _ = self.gpu.synchronize();
+        }
         result?;
         // Waits for the queued work: the state is final.
         self.read_state()
@@ -570,17 +578,17 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         &self,
         slot: usize,
         history: &mut Vec<(usize, f64)>,
-        on_check: &mut dyn FnMut(usize, f64),
-    ) -> BiCgState {
+        on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
+    ) -> Result<BiCgState> {
         let st = self.pinned[slot].read();
         if st.bb > 0.0 {
             let rel = (st.rr / st.bb).sqrt();
             if history.last().map(|h| h.0) != Some(st.iterations as usize) {
                 history.push((st.iterations as usize, rel));
-                on_check(st.iterations as usize, rel);
+                on_check(st.iterations as usize, rel)?;
             }
         }
-        st
+        Ok(st)
     }
 
     /// Queues one block: (a wait), `k` iterations (or their graph), the state copy to `slot`, its event.

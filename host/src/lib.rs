@@ -14,8 +14,8 @@
 //!   [`split`]: the sums and ghost layers of a solve split over GPUs.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes, all-or-nothing output directories.
 //! - [`memory`]: a run's peak memory estimated before it allocates, and measured.
-//! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM and
-//!   SIGHUP taken at a step boundary, temporaries removed.
+//! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM,
+//!   SIGHUP and SIGUSR1 taken at a step boundary, temporaries removed.
 //!
 //! Applications see fields, point updates and loops; only this crate talks to cudarc.
 //!

@@ -891,7 +891,7 @@ pub fn solve_with<T: WilsonReal>(
     solver: &mut BiCgStab<T, EvenOdd<T>>,
     b: &SpinorField,
     opt: &SolveOptions,
-    on_check: &mut dyn FnMut(usize, f64),
+    on_check: &mut dyn FnMut(usize, f64) -> lattice_gpu_host::Result<()>,
 ) -> Result<(SpinorField, SolveReport, f64)> {
     let w = &solver.operator().0;
     let kappa = w.kappa;

@@ -91,7 +91,7 @@ struct Common {
     png_every: Option<u64>,
     /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h, checked
     /// at the run's health checks), into --checkpoint. Without it, a checkpoint is written only when
-    /// SIGINT, SIGTERM or SIGHUP stops the run.
+    /// a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) stops the run.
     #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
     checkpoint_every: Option<cli::Every>,
     /// Directory of the checkpoint file advection.ckpt [default: OUTPUT/checkpoint].

@@ -65,7 +65,7 @@ struct RunArgs {
     input: Option<PathBuf>,
     /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h, checked
     /// at the run's health checks), into --checkpoint. Without it, a checkpoint is written only when
-    /// SIGINT, SIGTERM or SIGHUP stops the run.
+    /// a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) stops the run.
     #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
     checkpoint_every: Option<cli::Every>,
     /// Directory of the checkpoint file diffusion.ckpt [default: OUTPUT/checkpoint].

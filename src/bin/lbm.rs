@@ -101,8 +101,8 @@ struct Common {
     output: PathBuf,
     /// Write a checkpoint every N steps (e.g. 1000), or every given time (e.g. 30s, 10m, 2h; at the
     /// run's first check after it), into --checkpoint, from a copy written while the run goes on.
-    /// Without it, a checkpoint is written only when SIGINT, SIGTERM or SIGHUP stops the run (then
-    /// it exits with 130, 143 or 129).
+    /// Without it, a checkpoint is written only when a signal stops the run (SIGINT, SIGTERM, SIGHUP
+    /// or SIGUSR1; then it exits with 130, 143, 129 or 138).
     #[arg(long, value_name = "N|TIME", allow_hyphen_values = true, value_parser = cli::parse_every)]
     checkpoint_every: Option<cli::Every>,
     /// Directory of the checkpoint file lbm.ckpt [default: OUTPUT/checkpoint].

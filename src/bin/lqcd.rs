@@ -163,7 +163,7 @@ struct PropagatorArgs {
     output: PathBuf,
     /// Directory of the checkpoint file propagator.ckpt [default: OUTPUT/checkpoint]. One is written
     /// after every finished source, in the background (there is no --checkpoint-every: a source is
-    /// the propagator's unit of work), and kept after the run: a signal (SIGINT, SIGTERM, SIGHUP) or a
+    /// the propagator's unit of work), and kept after the run: a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) or a
     /// failed solve leaves the one of the sources finished before it.
     #[arg(long, value_name = "DIR")]
     checkpoint: Option<PathBuf>,
@@ -523,12 +523,12 @@ fn agree_on_solution<C: Communicator>(
 /// The check of a signal after `iteration`, on every rank of `comm` at once (see
 /// [`split_check_every`]): a signal ends the run with the error that says so.
 fn agree_on_stop<C: Communicator>(comm: &C, iteration: usize) -> Result<()> {
-    Ok(Verdict::agree(comm, None)?.into_result(
-        iteration as u64,
-        "the solve",
-        |_| String::new(),
-        "",
-    )?)
+    Ok(stop_at_signal(comm, iteration)?)
+}
+
+/// [`agree_on_stop`] in the GPU solver's own error type, for its residual checks.
+fn stop_at_signal<C: Communicator>(comm: &C, iteration: usize) -> lattice_gpu::host::Result<()> {
+    Verdict::agree(comm, None)?.into_result(iteration as u64, "the solve", |_| String::new(), "")
 }
 
 /// Work of one CPU reference BiCGStab iteration per site, in updates of a diffusion point (what
@@ -590,11 +590,6 @@ fn with_slack(fields: u64) -> u64 {
 }
 /// The GPU's small arrays beside the fields: the solver's state, partial sums and barrier.
 const GPU_SMALL: u64 = 1 << 20;
-
-/// What the MPI library adds to a process's host memory (its own allocations and the shared-memory
-/// transport's segments): 12 to 15 MiB measured with OpenMPI over 1 to 3 ranks, counted as 32.
-#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-const MPI_HOST: u64 = 32 << 20;
 
 /// `per_site` bytes for each site of `dims`, overflow-checked.
 fn volume_bytes(dims: [usize; 4], per_site: u64, what: &str) -> Result<u64> {
@@ -819,10 +814,10 @@ impl Solver {
     }
 
     /// Solves `D x = b`; returns `x`, iterations, seconds, the true residual, and whether each
-    /// iteration was one kernel. On the CPU a signal stops the solve after the iteration it came in; on
-    /// the GPU, whose solve runs to its end, after the solve where `stop` (else the finished solution
-    /// is returned, and the caller stops). A solution with a NaN or infinity is an error, not a
-    /// result.
+    /// iteration was one kernel. A signal stops the solve at its next check (each iteration on the CPU,
+    /// each residual read on the GPU); one that comes after the last check stops the run after the
+    /// solve where `stop` (else the finished solution is returned, and the caller stops). A solution
+    /// with a NaN or infinity is an error, not a result.
     fn solve(
         &mut self,
         b: &SpinorField,
@@ -840,9 +835,14 @@ impl Solver {
         let progress = |it: usize, r: f64| println!("  {label} iteration {it:5}  residual {r:.3e}");
         let lat = self.lat;
         let at = |_: usize, n: usize| lat.coords(n);
+        // A signal stops the solve at its next residual read, as it stops the CPU's after an iteration.
+        let mut on_check = |it: usize, r: f64| {
+            progress(it, r);
+            stop_at_signal(&Solo, it)
+        };
         let (x, report, res) = match &mut self.gpu {
-            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut { progress })?,
-            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut { progress })?,
+            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut on_check)?,
+            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut on_check)?,
             None => {
                 let t = Instant::now();
                 let every = a.check_every as usize;
@@ -991,8 +991,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
             let lead = comm.rank() == 0;
             let lat = Lattice::new(gauge_lattice(&a.solver.gauge)?, a.solver.antiperiodic_t)?;
             let on_gpu = ranks_on_gpu(a.solver.engine);
-            let mut footprint = split_footprint(a, &lat, comm.size(), 1, on_gpu)?;
-            footprint.host = footprint.host.saturating_add(MPI_HOST);
+            let footprint = split_footprint(a, &lat, comm.size(), 1, on_gpu)?.under_mpi();
             footprint.check(None)?;
             let (u, b) = split_fields(a, &lat, lead)?;
             solve_split(a, comm, &lat, &u, &b, &footprint)?;
@@ -1126,8 +1125,8 @@ fn bench_variants<T: WilsonReal>(
             check_every: check_every.min(lattice_gpu::host::krylov::MAX_HELD_ITERATIONS),
             fused: Fusion::Auto,
         };
-        solver.solve(&src, &mut x, &opt, &mut |_, _| {})?;
-        let r = solver.solve(&src, &mut x, &opt, &mut |_, _| {})?;
+        solver.solve(&src, &mut x, &opt, &mut |_, _| Ok(()))?;
+        let r = solver.solve(&src, &mut x, &opt, &mut |_, _| Ok(()))?;
         if let SolveStatus::Breakdown(what) = r.status {
             return Err(Error::Breakdown {
                 iteration: r.iterations as usize,
@@ -1333,12 +1332,14 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
         check_every: args.check_every,
         fused: args.fused,
     };
-    let mut progress = |it: usize, r: f64| {
+    // Every rank reads the residual after the same iterations, so they agree on a signal there.
+    let mut on_check = |it: usize, r: f64| {
         if lead {
             println!("  solve iteration {it:5}  residual {r:.3e}");
         }
+        stop_at_signal(&**comm, it)
     };
-    let (x, report, res) = solve_with(&mut solver, b, &opt, &mut progress)?;
+    let (x, report, res) = solve_with(&mut solver, b, &opt, &mut on_check)?;
     outcome(&report, args.tol)?;
     // Each rank holds its own sites of x (the others zero), in the whole lattice's order.
     agree_on_solution(
@@ -1874,8 +1875,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
             };
             // Once to capture graphs and warm up, once timed; straight on M_hat with the even half of
             // `b`, so no host packing is timed or repeated.
-            solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| {})?;
-            let r = solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| {})?;
+            solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
+            let r = solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
             let us = r.seconds / r.iterations.max(1) as f64 * 1e6;
             if variant == Variant::Sync {
                 sync_us = us;

@@ -155,13 +155,13 @@ pub fn split_solve_matches_whole(
         let whole = WilsonGpu::<f64>::new(gpu, &lat, &u, kappa, Recon::R12).unwrap();
         let mut solver = BiCgStab::new(gpu, EvenOdd(whole)).unwrap();
         let (want, want_report, want_res) =
-            solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+            solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
         let block = Block::new(lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
         let split =
             WilsonGpu::<f64>::split(gpu, block, &u, kappa, Recon::R12, ranks(), overlap).unwrap();
         assert!(split.block().is_some());
         let mut solver = BiCgStab::new(gpu, EvenOdd(split)).unwrap();
-        let (got, report, res) = solve_with(&mut solver, &b, &opt, &mut |_, _| {}).unwrap();
+        let (got, report, res) = solve_with(&mut solver, &b, &opt, &mut |_, _| Ok(())).unwrap();
         assert_eq!(report.status, SolveStatus::Converged, "{variant} {cuts:?}");
         assert_eq!(
             report.iterations, want_report.iterations,
@@ -308,4 +308,46 @@ pub fn temporaries(dir: &std::path::Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The ranks of the resume tests: the same count, more, and fewer after the checkpoint (`--gpus`
+/// thread ranks, which split the run as MPI ranks do).
+pub const RESUME_RANKS: [(&[&str], &[&str]); 3] = [
+    (&[], &[]),
+    (&["--gpus", "2"], &["--gpus", "3"]),
+    (&["--gpus", "3"], &[]),
+];
+
+/// For each pair of [`RESUME_RANKS`]: `run` to step 30 with a checkpoint every 10 steps into
+/// `dir/half`, then `run` resumed from it to step 60 into `dir/whole`; `check` gets the ranks and
+/// both runs' output, to hold the resumed run against a straight one.
+pub fn half_then_whole(
+    dir: &std::path::Path,
+    run: impl Fn(&[&str]) -> String,
+    mut check: impl FnMut(&[&str], &[&str], &str, &str),
+) {
+    for (first, then) in RESUME_RANKS {
+        let _ = std::fs::remove_dir_all(dir.join("half"));
+        let _ = std::fs::remove_dir_all(dir.join("whole"));
+        let half = [
+            "--steps",
+            "30",
+            "--checkpoint-every",
+            "10",
+            "--output",
+            "half",
+        ];
+        let first_text = run(&[&half[..], first].concat());
+        let whole = [
+            "--steps",
+            "60",
+            "--resume",
+            "half/checkpoint",
+            "--output",
+            "whole",
+        ];
+        let then_text = run(&[&whole[..], then].concat());
+        assert!(then_text.contains("resuming from step 30"), "{then_text}");
+        check(first, then, &first_text, &then_text);
+    }
 }
