@@ -619,11 +619,16 @@ where
     let mut saver = plan_ck.filter(|_| rank == 0).map(|c| Saver::new(&c.path));
     let mut written = Vec::new();
     // Gathers the field on rank 0, which starts writing its checkpoint (collective).
-    // The previous checkpoint's record comes back, once that write has finished.
+    // The previous checkpoint's record comes back, once that write has finished: it is on disk
+    // before this one is copied, so one copy of the field is held at a time (as the estimate counts).
     let save = |f: &E::Field<T>, s: usize, saver: &mut Option<Saver>| -> Result<Option<Written>> {
+        let before = match saver {
+            Some(sv) => sv.wait()?,
+            None => None,
+        };
         let global = comm.gather(&shape.extract(&f.download()?))?;
         Ok(match saver {
-            Some(sv) => sv.save(checkpoint(problem, s, &global))?,
+            Some(sv) => before.or(sv.save(checkpoint(problem, s, &global))?),
             None => None,
         })
     };

@@ -730,3 +730,44 @@ fn messages_name_the_option_that_fixes_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_gpu_run_tunes_its_block_once_then_takes_it_from_the_tune_cache() {
+    let Some(_gpu) =
+        common::gpu("a_gpu_run_tunes_its_block_once_then_takes_it_from_the_tune_cache")
+    else {
+        return;
+    };
+    let dir = temp_dir("tune-cache");
+    let cache = dir.join("tunecache.tsv");
+    let bin = common::binary("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"));
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(&bin)
+            .args(words(
+                "cavity --engine device --size 32x32x32 --steps 400 --output out",
+            ))
+            .args(extra)
+            .current_dir(&dir)
+            .env("LATTICE_GPU_TUNE_CACHE", &cache)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let first = run(&[]);
+    assert!(
+        first.contains("tuned on the run's first 24 steps"),
+        "{first}"
+    );
+    let text = std::fs::read_to_string(&cache).unwrap();
+    assert!(text.contains("lbm_step[aa]\t32x32x32\tf32"), "{text}");
+    assert!(run(&[]).contains("from the tune cache"));
+    assert!(run(&["--retune"]).contains("tuned on the run's first"));
+    // Without the file, the run tunes and leaves the cache as it was.
+    let before = std::fs::read_to_string(&cache).unwrap();
+    assert!(run(&["--no-tune-cache"]).contains("tuned on the run's first"));
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,6 +10,8 @@
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
 use lattice_gpu::host::comm::Communicator;
+use lattice_gpu::host::engine::tunecache::TuneCache;
+use lattice_gpu::host::engine::tuner::param;
 use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::io::checkpoint::Checkpoint;
 use lattice_gpu::host::Error as HostError;
@@ -130,18 +132,31 @@ fn tuning_the_block_size_changes_no_bit() {
         };
         let (mut dev, mut host) = (make(&Engine::Device(gpu.clone())), make(&Engine::Host));
         dev.poison_outputs().unwrap();
-        let t = dev.tune_block().unwrap().expect("a GPU run tunes");
+        // Tuned through the one tuner into a cache of its own; then taken from it, with no step.
+        let mut cache = TuneCache::in_memory();
+        let t = dev
+            .tune_block(&mut cache, false, true)
+            .unwrap()
+            .expect("a GPU run tunes");
+        let block = param(&t.params, "block").unwrap();
         assert!(
-            TUNE_BLOCKS.contains(&t.block) && t.block == dev.block(),
+            TUNE_BLOCKS.contains(&block) && block == dev.block() && !t.cached,
             "{t:?}"
         );
         assert!(
-            t.steps > 0 && t.steps % TUNE_STEPS == 0 && t.ms_per_step > 0.0,
+            t.calls > 0 && t.calls % TUNE_STEPS == 0 && t.ms_per_call > 0.0,
             "{t:?}"
         );
-        assert_eq!(dev.steps(), t.steps);
+        assert_eq!(dev.steps(), t.calls);
+        dev.set_block(TUNE_BLOCKS[0]).unwrap();
+        let again = dev.tune_block(&mut cache, false, false).unwrap().unwrap();
+        assert!(
+            again.cached && again.calls == 0 && dev.block() == block,
+            "{again:?}"
+        );
+        assert_eq!(dev.steps(), t.calls);
         dev.run(2).unwrap();
-        host.run(t.steps + 2).unwrap();
+        host.run(t.calls + 2).unwrap();
         let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
         let what = streaming.name();
         for q in 0..Q {

@@ -49,4 +49,4 @@ pub mod solver;
 pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use params::{Collision, Params};
-pub use solver::{BlockTuning, Engine, Lbm, LbmStorage, Moments, Spread, Streaming};
+pub use solver::{Engine, Lbm, LbmStorage, Moments, Spread, Streaming};

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::tuner::{param, tune, Trials, Tunable, Tuned};
 use lattice_gpu_host::health::{self, Verdict};
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::memory::{self, Footprint};
@@ -257,18 +259,57 @@ enum Memory<S: LbmStorage> {
 /// The threads per block [`Lbm::tune_block`] tries.
 pub const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
 
-/// Steps [`Lbm::tune_block`] runs at each block size (the last four timed).
-pub const TUNE_STEPS: u64 = 6;
+/// How [`Lbm::tune_block`] tries each block size: two steps settle the new launch (an even count keeps
+/// in-place streaming's odd and even steps in balance), four are timed.
+pub const TUNE_TRIALS: Trials = Trials {
+    settle: 2,
+    timed: 4,
+};
 
-/// What [`Lbm::tune_block`] chose.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BlockTuning {
-    /// Threads per block now in use.
-    pub block: u32,
-    /// Its milliseconds per step.
-    pub ms_per_step: f64,
-    /// Steps of the run the tuning took.
-    pub steps: u64,
+/// Steps [`Lbm::tune_block`] runs at each block size.
+pub const TUNE_STEPS: u64 = TUNE_TRIALS.settle + TUNE_TRIALS.timed;
+
+/// A GPU run's step, tuned over its block size: each rank's own lattice (its planes, with the halo
+/// planes), streaming and precision key the cache; every rank tries the same blocks (a split run
+/// exchanges halos at each step).
+impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
+    fn tune_key(&self) -> (String, String, String) {
+        let [x, y, z] = self.geometry.dims();
+        let split = if self.split.is_some() { ",split" } else { "" };
+        (
+            format!("lbm_step[{}{split}]", self.streaming.name()),
+            format!("{x}x{y}x{z}"),
+            S::NAME.to_string(),
+        )
+    }
+
+    fn candidates(&self) -> Vec<Vec<(String, u32)>> {
+        TUNE_BLOCKS
+            .iter()
+            .map(|&b| vec![("block".to_string(), b)])
+            .collect()
+    }
+
+    fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
+        Ok(param(params, "block").is_some_and(|b| self.set_block(b).is_ok()))
+    }
+
+    fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {
+        let gpu = self
+            .gpu()
+            .cloned()
+            .ok_or_else(|| lattice_gpu_host::Error::Caller("tuning a run on the CPU".into()))?;
+        gpu.time_ms(|| {
+            for _ in 0..calls {
+                self.step(false)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn on_all_ranks(&self, here: bool) -> lattice_gpu_host::Result<bool> {
+        Ok(self.comm.sum(f64::from(u8::from(here)))? == self.comm.size() as f64)
+    }
 }
 
 /// A run decomposed along z: this rank's planes and the halo plan of one plane per side.
@@ -861,43 +902,23 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.block
     }
 
-    /// Times [`TUNE_STEPS`] real steps of the run at each of [`TUNE_BLOCKS`] the kernels allow and
-    /// keeps the fastest; nothing on the CPU (`None`). The best size depends on the precision, the
+    /// Sets the fastest of [`TUNE_BLOCKS`] the kernels allow (nothing on the CPU: `None`): the tune
+    /// cache's where it has this lattice's (this rank's planes, streaming and precision on this GPU),
+    /// else the fastest of [`TUNE_STEPS`] real steps of the run at each, stored in `cache`; where the
+    /// cache has none and `may_time` is off, none. The best size depends on the precision, the
     /// streaming and the lattice (128 to 1024 threads from 128^3 to 384^3 on an H100), and the results
     /// do not: each cell's update is the same whatever the launch.
-    pub fn tune_block(&mut self) -> Result<Option<BlockTuning>> {
+    pub fn tune_block(
+        &mut self,
+        cache: &mut TuneCache,
+        retune: bool,
+        may_time: bool,
+    ) -> Result<Option<Tuned>> {
         let Some(gpu) = self.gpu().cloned() else {
             return Ok(None);
         };
-        let mut best = BlockTuning {
-            block: self.block,
-            ms_per_step: f64::INFINITY,
-            steps: 0,
-        };
-        for block in TUNE_BLOCKS {
-            // Every rank must take the same steps (a split run exchanges halos at each): a size is
-            // tried only where all ranks' GPUs can run it.
-            let here = self.set_block(block).is_ok();
-            if self.comm.sum(f64::from(u8::from(here)))? != self.comm.size() as f64 {
-                continue;
-            }
-            // Two steps settle the new launch; an even count keeps in-place streaming's odd and even
-            // steps in balance.
-            self.step(false)?;
-            self.step(false)?;
-            let ms = gpu.time_ms(|| {
-                for _ in 2..TUNE_STEPS {
-                    self.step(false)?;
-                }
-                Ok(())
-            })? / (TUNE_STEPS - 2) as f64;
-            best.steps += TUNE_STEPS;
-            if ms < best.ms_per_step {
-                (best.block, best.ms_per_step) = (block, ms);
-            }
-        }
-        self.set_block(best.block)?;
-        Ok(Some(best))
+        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
+        Ok(tune(self, cache, build, retune, may_time, TUNE_TRIALS)?)
     }
 
     /// The geometry.

@@ -12,6 +12,7 @@ use lattice_gpu::cli::{self, parse_size3, progress, HaloTransport, Placement};
 #[cfg(feature = "mpi")]
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
+use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::io::OutputDir;
@@ -90,6 +91,13 @@ struct Common {
     /// another GPU, make it the visible one (CUDA_VISIBLE_DEVICES=2 lbm cavity ...).
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
+    /// On a GPU, time the kernels' block sizes again on the run's first steps even where the tune
+    /// cache has this lattice's.
+    #[arg(long)]
+    retune: bool,
+    /// On a GPU, keep the tuned block size in memory only (do not read or write the tune cache file).
+    #[arg(long)]
+    no_tune_cache: bool,
     /// Not an option of lbm: given, it says how to choose the GPU (see --engine).
     #[arg(long, hide = true, value_name = "N", value_parser = no_gpu_option)]
     #[allow(dead_code)]
@@ -532,6 +540,13 @@ impl Checkpoints {
         lbm: &Lbm<S, C>,
         extra: impl FnOnce(Checkpoint) -> Checkpoint,
     ) -> Result<()> {
+        // The previous checkpoint is on disk before this one is copied: one copy of the populations
+        // at a time, as the memory estimate counts (a slow disk held two, and the run went past it).
+        let before = match &mut self.saver {
+            Some(saver) => saver.wait().map_err(Error::from),
+            None => Ok(None),
+        };
+        self.written.extend(restart::agree(lbm.comm(), before)?);
         let mut ck = Checkpoint::new(restart::APPLICATION, lbm.steps());
         ck.params = self.params.clone();
         let ck = lbm.save_state(ck)?;
@@ -675,6 +690,7 @@ fn more_than(step: u64, option: &str, total: u64, path: &std::path::Path) -> Res
 /// of the last steadiness check, where it resumes a run to steady state.
 fn advance<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
+    common: &Common,
     stop: &Stop,
     fix: &str,
     plan: &mut Checkpoints,
@@ -686,7 +702,7 @@ fn advance<S: LbmStorage, C: Communicator>(
     if lbm.comm().rank() != 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = advance_with(lbm, stop, fix, total, &bar, plan, before);
+    let result = advance_with(lbm, common, stop, fix, total, &bar, plan, before);
     match &result {
         Ok(_) => bar.finish_and_clear(),
         Err(_) => {
@@ -705,31 +721,47 @@ fn with_monitor(ck: Checkpoint, before: Option<&Moments>) -> Checkpoint {
     }
 }
 
-/// Tunes the GPU kernels' block size on the run's first steps (none on the CPU) where they are few
-/// against the run's `left` steps and hold no checkpoint's step; the time it took.
+/// Sets the GPU kernels' block size (nothing on the CPU): the tune cache's, or tuned on the run's
+/// first steps where they are few against the run's `left` steps and hold no checkpoint's step; the
+/// time it took.
 fn tune<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
+    c: &Common,
     left: u64,
     plan: &Checkpoints,
 ) -> Result<Duration> {
     let start = Instant::now();
-    if left < TUNE_AT_LEAST || plan.steps_to_next(lbm.steps()) < TUNE_MOST {
-        return Ok(Duration::ZERO);
+    let may_time = left >= TUNE_AT_LEAST && plan.steps_to_next(lbm.steps()) >= TUNE_MOST;
+    let mut cache = match c.no_tune_cache {
+        false => TuneCache::per_user(),
+        true => TuneCache::in_memory(),
+    };
+    let tuned = lbm.tune_block(&mut cache, c.retune, may_time)?;
+    let lead = lbm.comm().rank() == 0;
+    if let (Some(t), true) = (tuned, lead) {
+        let how = match t.cached {
+            true => "from the tune cache".to_string(),
+            false => format!("tuned on the run's first {} steps", t.calls),
+        };
+        println!(
+            "blocks of {} threads ({:.3} ms per step; {how})",
+            lbm.block(),
+            t.ms_per_call
+        );
     }
-    if let Some(t) = lbm.tune_block()? {
-        if lbm.comm().rank() == 0 {
-            println!(
-                "blocks of {} threads ({:.3} ms per step; tuned on the run's first {} steps)",
-                t.block, t.ms_per_step, t.steps
-            );
+    for warning in cache.take_warnings() {
+        if lead {
+            eprintln!("warning: {warning}");
         }
     }
     Ok(start.elapsed())
 }
 
 /// [`advance`] in the progress bar `bar`, to step `total`.
+#[allow(clippy::too_many_arguments)]
 fn advance_with<S: LbmStorage, C: Communicator>(
     lbm: &mut Lbm<S, C>,
+    common: &Common,
     stop: &Stop,
     fix: &str,
     total: u64,
@@ -742,7 +774,7 @@ fn advance_with<S: LbmStorage, C: Communicator>(
     let first = lbm.steps();
     // Only the steps are timed: each check brings every cell's moments to rank 0's host (0.9 GB at
     // 384^3), which took five times as long as 300 steps.
-    let mut stepping = tune(lbm, total - first, plan)?;
+    let mut stepping = tune(lbm, common, total - first, plan)?;
     let steady = stop.steps.is_none();
     let every = stop.check_every;
     let health = lbm.check_interval(total)?.min(every);
@@ -984,7 +1016,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
-    let m = advance(&mut lbm, &a.stop, &fix, &mut plan, before)?;
+    let m = advance(&mut lbm, &a.common, &a.stop, &fix, &mut plan, before)?;
     let gpu = release(lbm);
     let Some(out) = run.out else {
         return Ok(());
@@ -1043,7 +1075,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
-    let m = advance(&mut lbm, &a.stop, fix, &mut plan, before)?;
+    let m = advance(&mut lbm, &a.common, &a.stop, fix, &mut plan, before)?;
     let gpu = release(lbm);
     let Some(out) = run.out else {
         return Ok(());
@@ -1279,7 +1311,7 @@ fn bench_one<S: LbmStorage>(
         cases::taylor_green(dims, 0.02)?,
     )?;
     let cells = (n * n * n) as f64;
-    lbm.tune_block()?;
+    lbm.tune_block(&mut TuneCache::per_user(), false, true)?;
     // Even step counts keep the in-place lattice in the same phase.
     let timed = steps + steps % 2;
     let ms = gpu.time_ms(|| {

@@ -6,6 +6,8 @@
 //! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] (block shape,
 //!   march and kernel [`Variant`]) on the real work and keeping the fastest, persisted in the
 //!   [`tunecache`].
+//! - [`tuner`]: the same tuning and cache for work that is not a point loop (a whole LBM step), through
+//!   its [`Tunable`] trait.
 //!
 //! [`emulate3d`] runs a GPU launch's per-thread code on the CPU, for tests without a GPU.
 
@@ -14,6 +16,7 @@ pub mod device;
 pub mod emulate;
 pub mod host;
 pub mod tunecache;
+pub mod tuner;
 
 pub use autotune::{
     tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace,
@@ -23,6 +26,7 @@ pub use device::{DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SH
 pub use emulate::emulate3d;
 pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
+pub use tuner::{tune, Trials, Tunable, Tuned};
 
 use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
