@@ -757,10 +757,7 @@ fn a_gpu_run_tunes_its_block_once_then_takes_it_from_the_tune_cache() {
         text
     };
     let first = run(&[]);
-    assert!(
-        first.contains("tuned on the run's first 24 steps"),
-        "{first}"
-    );
+    assert!(first.contains("tuned on the run's first"), "{first}");
     let text = std::fs::read_to_string(&cache).unwrap();
     assert!(text.contains("lbm_step[aa]\t32x32x32\tf32"), "{text}");
     assert!(run(&[]).contains("from the tune cache"));
