@@ -68,7 +68,8 @@ impl Kernel {
 
     /// Whether to run this kernel on rows padded so that each row's first node starts a 128-byte line
     /// (the `aligned` of [`Advection::new`]): padding speeds up the kernels that march columns in
-    /// registers and slows the plain and shared ones (measured on an H100: docs/BENCHMARKS.md).
+    /// registers and slows the plain and shared ones (measured on an H100: docs/benchmarks/history.md,
+    /// "Advection rows padded").
     pub fn pads_rows(self) -> bool {
         matches!(
             self,
