@@ -5,6 +5,90 @@
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
 # and impossible splits must fail with a clear message, not hang; diffusion, advection and lbm checkpoints
 # written on 2 ranks resume on 3 (diffusion's and lbm's also on 1) to the same bytes, as does the checkpoint
+# SIGUSR1 to the ranks makes.
+#
+# Needs OpenMPI and libclang (for the mpi crate's bindings); installs them with apt where missing, and
+# skips with a message where that is impossible (fails instead with LATTICE_GPU_REQUIRE_MPI=1).
+#
+# On the GPU machine (no Rust): LATTICE_GPU_MPI_BIN=DIR takes the binaries built with the `mpi` feature
+# from DIR instead of building them (scripts/gpu-check.sh stage puts them in .gpu-bin/mpi), and
+# LATTICE_GPU_MPI_ENGINE=device runs the diffusion, advection and lbm comparisons on the GPU (every rank
+# on GPU 0; the decomposed runs must still write the bytes of the one-domain GPU run), and the lqcd
+# solve split into blocks over GPU ranks (along t; z; y and z; z and t) against the one-GPU solve.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+engine=${LATTICE_GPU_MPI_ENGINE:-host}
+prebuilt=${LATTICE_GPU_MPI_BIN:-}
+
+have_mpi() { command -v mpicc >/dev/null && ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1; }
+if [ -n "$prebuilt" ]; then
+    # Prebuilt binaries need only the MPI runtime.
+    have_mpi() { command -v mpirun >/dev/null; }
+fi
+if ! have_mpi; then
+    echo "installing OpenMPI and libclang (apt)"
+    packages="openmpi-bin libopenmpi-dev libclang-dev"
+    apt-get install -y -q $packages >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $packages >/dev/null 2>&1; } || true
+fi
+if ! have_mpi; then
+    # Like the GPU tests without a GPU: say so plainly, and fail only where MPI is required.
+    echo "SKIPPED (no MPI): OpenMPI and libclang are not installed and apt could not install them;" \
+        "install openmpi-bin libopenmpi-dev libclang-dev to run the decomposed checks"
+    [ "${LATTICE_GPU_REQUIRE_MPI:-0}" = 1 ] && exit 1
+    exit 0
+fi
+if [ -z "$prebuilt" ]; then
+    # The MPI code is compiled only with the feature: lint it here.
+    cargo clippy --release --workspace --all-targets --features mpi -- -D warnings
+    cargo build --release --features mpi --bin diffusion --bin advection --bin lbm --bin lqcd
+    prebuilt=target/release
+fi
+prebuilt=$(cd "$prebuilt" && pwd)
+bin=$prebuilt/diffusion
+adv=$prebuilt/advection
+lbm=$prebuilt/lbm
+lqcd=$prebuilt/lqcd
+echo "decomposed runs on the $engine engine"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpirun_() { timeout 300 mpirun --allow-run-as-root --oversubscribe "$@"; }
+# same_bytes NAME GOT WANT: the run's file holds the bytes of the one-domain run's (a missing file never
+# does).
+same_bytes() {
+    if [ -f "$2" ] && [ -f "$3" ] && [ "$(md5sum <"$2")" = "$(md5sum <"$3")" ]; then
+        echo "$1: bit-identical to one domain PASS"
+    else
+        echo "$1: differs from one domain FAIL"
+        status=1
+    fi
+}
+
+status=0
+# 9x7x5 over 3 ranks gives slabs of 2, 2 and 1 planes: no interior loop, one boundary plane.
+for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
+    set -- $case
+    prec=$1 size=$2
+    "$bin" --engine "$engine" --size "$size" --steps 60 --precision "$prec" --output "$work/single-$prec" >/dev/null
+    for np in 1 2 3; do
+        mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size "$size" --steps 60 --precision "$prec" \
+            --output "$work/mpi$np-$prec" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
+        same_bytes "diffusion $prec $size, $np MPI ranks" "$work/mpi$np-$prec/diffusion.npy" \
+            "$work/single-$prec/diffusion.npy"
+    done
+done
+# Checkpoint and restart across rank counts: 30 steps on 2 ranks, then 30 more from the checkpoint on 3
+# ranks and on 1, give the bytes of 60 steps straight (single-f32 is 9x7x5).
+mpirun_ -np 2 "$bin" --engine "$engine" --mpi --size 9x7x5 --steps 30 --checkpoint-every 15 \
+    --output "$work/half" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+mpirun_ -np 3 "$bin" --engine "$engine" --mpi --size 9x7x5 --steps 60 --resume "$work/half/checkpoint" \
+    --output "$work/resumed3" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 3" "$work/resumed3/diffusion.npy" \
+    "$work/single-f32/diffusion.npy"
+"$bin" --engine "$engine" --size 9x7x5 --steps 60 --resume "$work/half/checkpoint" \
+    --output "$work/resumed1" >"$work/log" 2>&1 || { cat "$work/log"; status=1; }
+same_bytes "diffusion 9x7x5, 2 MPI ranks then resumed on 1" "$work/resumed1/diffusion.npy" \
+    "$work/single-f32/diffusion.npy"
 # SIGUSR1 to every rank (mpirun's children; Ctrl-C to mpirun becomes SIGTERM with SIGKILL a second
 # later, and not every OpenMPI forwards SIGUSR1 sent to it): the ranks agree on it at a check, write
 # the checkpoint and stop; resumed on 1 rank ten steps further, it gives the bytes of a straight run.
