@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
 use lattice_gpu::host::split::{DeviceRanks, HostStaged, SideLayers};
 use lattice_gpu::host::threads::Threads;
@@ -17,7 +18,7 @@ use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
 use lattice_gpu::lqcd::gpu::{
     hopping_on_block, pack_faces_on_host, pack_parity, parity_len, solve_with, unpack_parity,
-    Block, EvenOdd, Recon, WilsonGpu, WilsonReal,
+    Block, EvenOdd, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use lattice_gpu::lqcd::reference;
 use lattice_gpu::lqcd::spinor::SpinorField;
@@ -83,6 +84,50 @@ fn dslash_matches_reference_f64_and_f32() {
     dslash_case::<f64>(&gpu, [6, 2, 4, 4], false, 1e-13);
     dslash_case::<f32>(&gpu, [4, 4, 4, 8], true, 2e-6);
     dslash_case::<f32>(&gpu, [8, 8, 8, 8], false, 2e-6);
+}
+
+/// The hopping kernel's block size, tuned through the one tuner: one of the sizes it tries, taken from
+/// the cache the second time, and every bit of the hopping term the same as with the fixed launch.
+#[test]
+fn the_tuned_hopping_block_changes_no_bit() {
+    let Some(gpu) = gpu("the_tuned_hopping_block_changes_no_bit") else {
+        return;
+    };
+    let dims = [8, 8, 8, 16];
+    let lat = Lattice::new(dims, true).unwrap();
+    let u = GaugeField::random(dims, 41);
+    let psi = SpinorField::random(dims, 42);
+    let mut w = WilsonGpu::<f32>::new(&gpu, &lat, &u, 0.1, Recon::R12).unwrap();
+    let inp = w.upload_parity(&psi, 1).unwrap();
+    let hop = |w: &WilsonGpu<f32>| {
+        let out = DeviceBuffer::from_host(&gpu, &vec![f32::NAN; 2 * parity_len(&lat)]).unwrap();
+        w.hopping(&out, 0, &inp, None, 0.3, std::ptr::null())
+            .unwrap();
+        out.download().unwrap()
+    };
+    assert_eq!(w.hopping_block(), HOPPING_BLOCK);
+    let fixed = hop(&w);
+    let mut cache = TuneCache::in_memory();
+    let t = w
+        .tune_block(&mut cache, false)
+        .unwrap()
+        .expect("an unsplit lattice tunes");
+    assert!(
+        !t.cached && t.calls > 0 && HOPPING_BLOCKS.contains(&w.hopping_block()),
+        "{t:?}"
+    );
+    let tuned = hop(&w);
+    let same = fixed
+        .iter()
+        .zip(&tuned)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(
+        same,
+        "blocks of {} threads changed the hopping term",
+        w.hopping_block()
+    );
+    let again = w.tune_block(&mut cache, false).unwrap().unwrap();
+    assert!(again.cached && again.calls == 0, "{again:?}");
 }
 
 fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {

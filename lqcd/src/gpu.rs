@@ -6,6 +6,8 @@
 use std::sync::{Arc, OnceLock};
 
 use lattice_gpu_host::decomp::{Decomposition, Side};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::tuner::{param, tune, Trials, Tunable, Tuned};
 use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
@@ -472,7 +474,17 @@ pub struct WilsonGpu<T> {
     /// would cost every iteration host time).
     fused_blocks: OnceLock<u32>,
     split: Option<Split<T>>,
+    /// Threads per block of the hopping kernel ([`tune_block`](Self::tune_block)).
+    block: u32,
 }
+
+/// Threads per block of the hopping kernel until [`WilsonGpu::tune_block`] picks: 128, the launch of
+/// the benchmarks before the kernel was tuned.
+pub const HOPPING_BLOCK: u32 = 128;
+
+/// The threads per block [`WilsonGpu::tune_block`] tries: whole warps, since each warp holds one tile
+/// of [`TILE`] sites.
+pub const HOPPING_BLOCKS: [u32; 5] = [64, 128, 256, 512, 1024];
 
 /// A rank's part of a split operator.
 struct Split<T> {
@@ -567,7 +579,41 @@ impl<T: WilsonReal> WilsonGpu<T> {
             tmp: DeviceBuffer::zeros(gpu, 2 * storage)?,
             fused_blocks: OnceLock::new(),
             split,
+            block: HOPPING_BLOCK,
         })
+    }
+
+    /// Threads per block of the hopping kernel.
+    pub fn hopping_block(&self) -> u32 {
+        self.block
+    }
+
+    /// Sets the hopping kernel's threads per block: the tune cache's for this lattice, precision and
+    /// reconstruction on this GPU, else the fastest of [`HOPPING_BLOCKS`] timed on the whole-lattice
+    /// hopping term (about 2 ms of calls each), stored in `cache`. A split lattice keeps
+    /// [`HOPPING_BLOCK`] (`None`): its ranks would have to time their exchanges together.
+    pub fn tune_block(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
+        if self.split.is_some() {
+            return Ok(None);
+        }
+        let mut inp = self.parity_buffer()?;
+        inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
+        let out = self.parity_buffer()?;
+        let gpu = self.gpu.clone();
+        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
+        let mut launch = HoppingLaunch {
+            w: self,
+            out: &out,
+            inp: &inp,
+        };
+        // Calls enough for about 2 ms a candidate: one call is 5 us at 8^4, 1 ms at 48^3x96.
+        launch.time_ms(1)?;
+        let once = launch.time_ms(1)?.max(1e-3);
+        let trials = Trials {
+            settle: 2,
+            timed: ((2.0 / once) as u64).clamp(5, 1000),
+        };
+        Ok(tune(&mut launch, cache, build, retune, true, trials)?)
     }
 
     /// This rank's block, on a split lattice.
@@ -699,8 +745,8 @@ impl<T: WilsonReal> WilsonGpu<T> {
                     self.gpu.launch(
                         T::dslash_entry(self.recon, $split),
                         &d,
-                        Gpu::blocks_for(d.threads(), 128),
-                        128,
+                        Gpu::blocks_for(d.threads(), self.block),
+                        self.block,
                     )
                 }
             }};
@@ -879,6 +925,60 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
         }
         let tiles = self.0.lat.half_volume().div_ceil(TILE);
         Ok(tiles <= self.fused_blocks()? as usize)
+    }
+}
+
+/// The whole-lattice hopping term `out = 0.5 H inp` on the even sites, tuned over its block size:
+/// the lattice, precision and reconstruction key the cache.
+struct HoppingLaunch<'a, T: WilsonReal> {
+    w: &'a mut WilsonGpu<T>,
+    out: &'a DeviceBuffer<T>,
+    inp: &'a DeviceBuffer<T>,
+}
+
+impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
+    fn tune_key(&self) -> (String, String, String) {
+        let d = self.w.lat.dims;
+        (
+            format!(
+                "{}[r{}]",
+                T::dslash_entry(self.w.recon, false),
+                self.w.recon.name()
+            ),
+            format!("{}x{}x{}x{}", d[0], d[1], d[2], d[3]),
+            T::NAME.to_string(),
+        )
+    }
+
+    fn candidates(&self) -> Vec<Vec<(String, u32)>> {
+        HOPPING_BLOCKS
+            .iter()
+            .map(|&b| vec![("block".to_string(), b)])
+            .collect()
+    }
+
+    fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
+        let max = self
+            .w
+            .gpu
+            .max_block_of(T::dslash_entry(self.w.recon, false))?;
+        match param(params, "block") {
+            Some(b) if b > 0 && b <= max && b.is_multiple_of(32) => {
+                self.w.block = b;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {
+        let w = &*self.w;
+        w.gpu.time_ms(|| {
+            for _ in 0..calls {
+                w.hopping(self.out, 0, self.inp, None, 0.5, std::ptr::null())?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
 use lattice_gpu::host::comm::{Communicator, Solo};
+use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::krylov::{
@@ -119,6 +120,48 @@ struct SolverArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
+    #[command(flatten)]
+    tuning: TuningArgs,
+}
+
+/// How the hopping kernel's launch is chosen on a GPU.
+#[derive(Args, Clone, Copy)]
+struct TuningArgs {
+    /// On a GPU, time the hopping kernel's block sizes again even where the tune cache has this
+    /// lattice's.
+    #[arg(long)]
+    retune: bool,
+    /// On a GPU, keep the tuned block size in memory only (do not read or write the tune cache file).
+    #[arg(long)]
+    no_tune_cache: bool,
+}
+
+impl TuningArgs {
+    /// Sets the hopping kernel's block of `w` (the tune cache's, or timed and stored); says which
+    /// where `say`.
+    fn apply<T: WilsonReal>(self, w: &mut WilsonGpu<T>, say: bool) -> Result<()> {
+        let mut cache = match self.no_tune_cache {
+            false => TuneCache::per_user(),
+            true => TuneCache::in_memory(),
+        };
+        let tuned = w.tune_block(&mut cache, self.retune)?;
+        if let (Some(t), true) = (tuned, say) {
+            println!(
+                "hopping kernel: blocks of {} threads ({:.1} us per call; {})",
+                w.hopping_block(),
+                t.ms_per_call * 1e3,
+                if t.cached {
+                    "from the tune cache"
+                } else {
+                    "tuned"
+                }
+            );
+        }
+        for warning in cache.take_warnings() {
+            eprintln!("warning: {warning}");
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args)]
@@ -222,6 +265,8 @@ struct BenchArgs {
     /// CSV of the results.
     #[arg(long)]
     csv: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: TuningArgs,
 }
 
 fn parse_dims4(s: &str) -> std::result::Result<[usize; 4], String> {
@@ -903,7 +948,8 @@ fn make<T: WilsonReal>(
     u: &GaugeField,
     a: &SolverArgs,
 ) -> Result<BiCgStab<T, EvenOdd<T>>> {
-    let w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
+    let mut w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
+    a.tuning.apply(&mut w, true)?;
     Ok(BiCgStab::new(g, EvenOdd(w))?)
 }
 
@@ -1774,7 +1820,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
     println!("\ndslash (one hopping term on one parity): GFLOPS at QUDA's 1320 flops/site; GB/s in QUDA's");
     println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
     println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction");
-    println!("lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy");
+    println!(
+        "lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
+    );
     // A signal stops the benchmark between its measurements; the CSV is written only at its end.
     let mut step = 0u64;
     let mut stop = || {
@@ -1793,13 +1841,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
                 let row = match prec {
-                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon)?,
-                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon)?,
+                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon, a.tuning)?,
+                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon, a.tuning)?,
                 };
-                let (ms, gflops, quda_gbs, gbs) = row;
+                let (ms, gflops, quda_gbs, gbs, block) = row;
                 let name = dims_name(dims);
                 println!(
-                    "{name:12} {:4} {:>5} {:8.1} {gflops:8.0} {quda_gbs:10.0} {gbs:10.0} {:7.1}%",
+                    "{name:12} {:4} {:>5} {:8.1} {gflops:8.0} {quda_gbs:10.0} {gbs:10.0} {:7.1}% {block:6}",
                     prec_name(prec),
                     recon.name(),
                     ms * 1e3,
@@ -1847,7 +1895,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
         largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 1);
         let b = SpinorField::random(dims, 2);
-        let w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
+        let mut w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
+        a.tuning.apply(&mut w, false)?;
         let mut solver = BiCgStab::new(&g, EvenOdd(w))?;
         let b_e = solver.operator().0.upload_parity(&b, 0)?;
         let mut x_e = solver.operator().0.parity_buffer()?;
@@ -1961,16 +2010,18 @@ fn prec_name(p: Prec) -> &'static str {
     }
 }
 
-/// (ms per call, GFLOPS, GB/s in QUDA's model, least-traffic DRAM GB/s) of one hopping term on one
-/// parity, event-timed over a batch.
+/// (ms per call, GFLOPS, GB/s in QUDA's model, least-traffic DRAM GB/s, threads per block) of one
+/// hopping term on one parity with the tuned block, event-timed over a batch.
 fn bench_dslash<T: WilsonReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
     psi: &SpinorField,
     recon: Recon,
-) -> Result<(f64, f64, f64, f64)> {
-    let w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
+    tuning: TuningArgs,
+) -> Result<(f64, f64, f64, f64, u32)> {
+    let mut w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
+    tuning.apply(&mut w, false)?;
     let inp = w.upload_parity(psi, 1)?;
     let out: DeviceBuffer<T> = w.parity_buffer()?;
     let call = || w.hopping(&out, 0, &inp, None, 1.0, std::ptr::null());
@@ -1995,5 +2046,6 @@ fn bench_dslash<T: WilsonReal>(
         per_s(w.hopping_flops()),
         per_s(w.hopping_bytes()),
         per_s(w.hopping_min_bytes(false)),
+        w.hopping_block(),
     ))
 }
