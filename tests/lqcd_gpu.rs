@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
+use lattice_gpu::host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
 use lattice_gpu::host::split::{DeviceRanks, HostStaged, SideLayers};
 use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{DeviceBuffer, Gpu};

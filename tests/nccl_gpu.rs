@@ -193,7 +193,7 @@ fn several_gpus_of_one_process_sum_and_pass_a_ring() {
 
 #[test]
 fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
-    use lattice_gpu::host::krylov::Variant;
+    use lattice_gpu::host::solvers::bicgstab::Variant;
     use lattice_gpu::host::split::DeviceRanks;
     let test = "lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice";
     let Some(g) = gpu(test) else { return };

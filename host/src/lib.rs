@@ -9,9 +9,10 @@
 //! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
 //!   ([`threads`]: the ranks as threads of one process).
-//! - [`cg`]: preconditioned conjugate gradients on any engine's fields, host or device scalars.
-//! - [`krylov`]: BiCGStab on the GPU with device-resident scalars and four ways of hiding launch overhead;
-//!   [`split`]: the sums and ghost layers of a solve split over GPUs.
+//! - [`solvers`]: the Krylov solvers, [`solvers::cg`] (preconditioned conjugate gradients on any
+//!   engine's fields, host or device scalars) and [`solvers::bicgstab`] (BiCGStab on the GPU with
+//!   device-resident scalars and four ways of hiding launch overhead); [`split`]: the sums and ghost
+//!   layers of a solve split over GPUs.
 //! - [`io`]: `.npy` fields, PNG pictures, atomic writes, all-or-nothing output directories.
 //! - [`memory`]: a run's peak memory estimated before it allocates, and measured.
 //! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM,
@@ -46,7 +47,6 @@
 //! ```
 
 pub mod buffer;
-pub mod cg;
 pub mod comm;
 pub mod decomp;
 pub mod engine;
@@ -56,12 +56,12 @@ pub mod gpu;
 pub mod health;
 pub mod interrupt;
 pub mod io;
-pub mod krylov;
 pub mod lattice;
 pub mod memory;
 pub mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod solvers;
 pub mod split;
 pub mod threads;
 

@@ -93,7 +93,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// For code that answers in the host runtime's error type (a [`DeviceOperator`] of the solver): a host
 /// error comes back as it was, anything else keeps its message.
 ///
-/// [`DeviceOperator`]: lattice_gpu_host::krylov::DeviceOperator
+/// [`DeviceOperator`]: lattice_gpu_host::solvers::bicgstab::DeviceOperator
 impl From<Error> for lattice_gpu_host::Error {
     fn from(e: Error) -> Self {
         match e {

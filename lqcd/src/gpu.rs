@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 use lattice_gpu_host::decomp::{Decomposition, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{param, tune, Trials, Tunable, Tuned};
-use lattice_gpu_host::krylov::{BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport};
+use lattice_gpu_host::solvers::bicgstab::{
+    BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
+};
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
 use lattice_gpu_kernels::complex::ComplexReal;

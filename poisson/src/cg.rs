@@ -5,12 +5,12 @@
 //!
 //! [`Solver`] builds everything once (the operator, the multigrid levels, the CG vectors) and then
 //! solves as often as asked, so the set-up, the tuning and the solve can be timed apart; [`solve`] does
-//! all three in one call. CG itself is the framework's ([`lattice_gpu_host::cg`]): this crate gives it
+//! all three in one call. CG itself is the framework's ([`lattice_gpu_host::solvers::cg`]): this crate gives it
 //! the operator and the V-cycle.
 
-use lattice_gpu_host::cg::{Cg, CgProblem, CgReport};
 use lattice_gpu_host::comm::Solo;
 use lattice_gpu_host::health::{self, NonFinite, Verdict};
+use lattice_gpu_host::solvers::cg::{Cg, CgProblem, CgReport};
 use lattice_gpu_host::{
     Error as HostError, Field, HostLoopEngine, Loop3D, LoopEngine, Shape, TuningReport,
 };

@@ -26,8 +26,8 @@ pub enum Error {
     Host(#[from] lattice_gpu_host::Error),
 }
 
-impl From<lattice_gpu_host::cg::Stalled> for Error {
-    fn from(s: lattice_gpu_host::cg::Stalled) -> Self {
+impl From<lattice_gpu_host::solvers::cg::Stalled> for Error {
+    fn from(s: lattice_gpu_host::solvers::cg::Stalled) -> Self {
         let shown: Vec<String> = s
             .history
             .iter()

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use lattice_gpu_host::cg::run_until_tuned;
+use lattice_gpu_host::solvers::cg::run_until_tuned;
 use lattice_gpu_host::{Element, Field, Loop3D, LoopEngine, Shape, TuningReport};
 use lattice_gpu_kernels::poisson::colours::{
     ConvertByColour, FromColoursDot, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,

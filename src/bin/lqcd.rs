@@ -13,11 +13,11 @@ use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
-use lattice_gpu::host::krylov::{
+use lattice_gpu::host::memory::{self, Footprint};
+use lattice_gpu::host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
     Variant,
 };
-use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
 use lattice_gpu::lqcd::checkpoint::{self, Progress, SOURCES};
@@ -1154,7 +1154,7 @@ fn bench_variants<T: WilsonReal>(
     lead: bool,
     stop: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<()> {
-    use lattice_gpu::host::krylov::DeviceOperator;
+    use lattice_gpu::host::solvers::bicgstab::DeviceOperator;
     let src = solver.operator().0.upload_parity(b, 0)?;
     let mut x = solver.operator().0.parity_buffer()?;
     let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
@@ -1168,7 +1168,7 @@ fn bench_variants<T: WilsonReal>(
             tol: f64::MIN_POSITIVE,
             max_iter: n.max(1),
             variant,
-            check_every: check_every.min(lattice_gpu::host::krylov::MAX_HELD_ITERATIONS),
+            check_every: check_every.min(lattice_gpu::host::solvers::bicgstab::MAX_HELD_ITERATIONS),
             fused: Fusion::Auto,
         };
         solver.solve(&src, &mut x, &opt, &mut |_, _| Ok(()))?;

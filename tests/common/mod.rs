@@ -130,10 +130,10 @@ pub fn number_after(text: &str, key: &str) -> f64 {
 pub fn split_solve_matches_whole(
     gpu: &Arc<Gpu>,
     ranks: &dyn Fn() -> Box<dyn lattice_gpu::host::split::DeviceRanks<f64>>,
-    variants: &[lattice_gpu::host::krylov::Variant],
+    variants: &[lattice_gpu::host::solvers::bicgstab::Variant],
     overlap: bool,
 ) {
-    use lattice_gpu::host::krylov::{BiCgStab, Fusion, SolveOptions, SolveStatus};
+    use lattice_gpu::host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus};
     use lattice_gpu::lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu};
     use lattice_gpu::lqcd::{gauge::GaugeField, geometry::Lattice, spinor::SpinorField};
     let dims = [4, 4, 4, 8];

@@ -1,6 +1,6 @@
 //! Preconditioned conjugate gradients in f64 on any loop engine's fields (the CPU's or a GPU's), for a
 //! problem that supplies `A` and `M^-1` ([`CgProblem`]). Two ways to drive it, as for BiCGStab
-//! ([`crate::krylov`]): [`Cg::solve`] brings every dot product to the host (its `sync`), and
+//! ([`crate::solvers::bicgstab`]): [`Cg::solve`] brings every dot product to the host (its `sync`), and
 //! [`Cg::solve_async`] keeps the scalars on the engine, where the vector updates read them, so the host
 //! queues `check_every` iterations at a time and never waits in between (its `async`); iterations
 //! queued past convergence change nothing. Both stop on the same test and give the same iterations.
