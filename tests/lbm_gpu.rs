@@ -11,7 +11,7 @@
 
 use lattice_gpu::host::comm::Communicator;
 use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::engine::tuner::param;
+use lattice_gpu::host::engine::tuner::{self, param};
 use lattice_gpu::host::health::Verdict;
 use lattice_gpu::host::io::checkpoint::Checkpoint;
 use lattice_gpu::host::Error as HostError;
@@ -138,7 +138,7 @@ fn tuning_the_block_size_changes_no_bit() {
             .tune_block(&mut cache, false, true)
             .unwrap()
             .expect("a GPU run tunes");
-        let block = param(&t.params, "block").unwrap();
+        let block = param(&t.params, tuner::BLOCK).unwrap();
         assert!(
             TUNE_BLOCKS.contains(&block) && block == dev.block() && !t.cached,
             "{t:?}"

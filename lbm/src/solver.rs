@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::tuner::{param, tune, Trials, Tunable, Tuned};
+use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::health::{self, Verdict};
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::memory::{self, Footprint};
@@ -284,14 +284,11 @@ impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
     }
 
     fn candidates(&self) -> Vec<Vec<(String, u32)>> {
-        TUNE_BLOCKS
-            .iter()
-            .map(|&b| vec![("block".to_string(), b)])
-            .collect()
+        blocks(&TUNE_BLOCKS)
     }
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
-        Ok(param(params, "block").is_some_and(|b| self.set_block(b).is_ok()))
+        Ok(param(params, BLOCK).is_some_and(|b| self.set_block(b).is_ok()))
     }
 
     fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use lattice_gpu_host::decomp::{Decomposition, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::tuner::{param, tune, Trials, Tunable, Tuned};
+use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
 };
@@ -953,10 +953,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
     }
 
     fn candidates(&self) -> Vec<Vec<(String, u32)>> {
-        HOPPING_BLOCKS
-            .iter()
-            .map(|&b| vec![("block".to_string(), b)])
-            .collect()
+        blocks(&HOPPING_BLOCKS)
     }
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
@@ -964,7 +961,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
             .w
             .gpu
             .max_block_of(T::dslash_entry(self.w.recon, false))?;
-        match param(params, "block") {
+        match param(params, BLOCK) {
             Some(b) if b > 0 && b <= max && b.is_multiple_of(32) => {
                 self.w.block = b;
                 Ok(true)

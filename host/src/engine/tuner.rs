@@ -54,6 +54,18 @@ pub struct Tuned {
     pub cached: bool,
 }
 
+/// The name of the parameter [`blocks`] tries.
+pub const BLOCK: &str = "block";
+
+/// The candidates of work tuned over its threads per block alone: one per size of `sizes`, named
+/// [`BLOCK`].
+pub fn blocks(sizes: &[u32]) -> Vec<Vec<(String, u32)>> {
+    sizes
+        .iter()
+        .map(|&b| vec![(BLOCK.to_string(), b)])
+        .collect()
+}
+
 /// The value named `name` in `params`, if there is one.
 pub fn param(params: &[(String, u32)], name: &str) -> Option<u32> {
     params.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
@@ -155,12 +167,10 @@ mod tests {
             ("fake_step".into(), "8x8x8".into(), "f32".into())
         }
         fn candidates(&self) -> Vec<Vec<(String, u32)>> {
-            [128, 256, 512, 1024]
-                .map(|b| vec![("block".to_string(), b)])
-                .to_vec()
+            blocks(&[128, 256, 512, 1024])
         }
         fn set_params(&mut self, params: &[(String, u32)]) -> Result<bool> {
-            let b = param(params, "block").unwrap();
+            let b = param(params, BLOCK).unwrap();
             if b > self.max {
                 return Ok(false);
             }
