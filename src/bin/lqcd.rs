@@ -124,11 +124,12 @@ struct SolverArgs {
     tuning: TuningArgs,
 }
 
-/// How the hopping kernel's launch is chosen on a GPU.
+/// How the hopping kernel's launch is chosen on a GPU (a lattice split over ranks keeps blocks of
+/// 128 threads).
 #[derive(Args, Clone, Copy)]
 struct TuningArgs {
     /// On a GPU, time the hopping kernel's block sizes again even where the tune cache has this
-    /// lattice's.
+    /// lattice's (a lattice split over ranks keeps blocks of 128 threads).
     #[arg(long)]
     retune: bool,
     /// On a GPU, keep the tuned block size in memory only (do not read or write the tune cache file).
@@ -206,8 +207,8 @@ struct PropagatorArgs {
     output: PathBuf,
     /// Directory of the checkpoint file propagator.ckpt [default: OUTPUT/checkpoint]. One is written
     /// after every finished source, in the background (there is no --checkpoint-every: a source is
-    /// the propagator's unit of work), and kept after the run: a signal (SIGINT, SIGTERM, SIGHUP, SIGUSR1) or a
-    /// failed solve leaves the one of the sources finished before it.
+    /// the propagator's unit of work), and kept after the run: a signal (SIGINT, SIGTERM, SIGHUP,
+    /// SIGUSR1) or a failed solve leaves the one of the sources finished before it.
     #[arg(long, value_name = "DIR")]
     checkpoint: Option<PathBuf>,
     /// Continue the propagator of a checkpoint (its directory or the file) with the sources it has
