@@ -18,11 +18,11 @@ use lattice_gpu::kernels::poisson::{
 };
 use lattice_gpu::kernels::stencil::{GpuEntry, PointUpdate3D};
 use lattice_gpu::kernels::vector::{CgScalars, CgStep};
-use lattice_gpu::poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu::poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
 use lattice_gpu::poisson::problem::{manufactured, Problem};
+use lattice_gpu::poisson::solver::{solve, Precision, Report, Solver};
 
 mod common;
 use common::{gpu, poison};

@@ -6,7 +6,8 @@
 //! - [`problem`]: the grid, coefficients and right-hand side, their checks, the 7-point discretisation
 //!   and the manufactured solutions.
 //! - [`multigrid`]: the level hierarchy and the V-cycle.
-//! - [`cg`]: preconditioned conjugate gradients, the operator in f64 and the solve, its checks (a
+//! - [`solver`]: the solve, by the framework's preconditioned conjugate gradients
+//!   ([`lattice_gpu_host::solvers::cg`]) on the operator in f64 with the V-cycle, its checks (a
 //!   signal, a NaN) and its memory footprint.
 //! - [`memory`]: the tallies the footprint is replayed into.
 //!
@@ -14,7 +15,7 @@
 //!
 //! ```
 //! use lattice_gpu_host::HostLoopEngine;
-//! use lattice_gpu_poisson::cg::{solve, Precision};
+//! use lattice_gpu_poisson::solver::{solve, Precision};
 //! use lattice_gpu_poisson::multigrid::Cycle;
 //! use lattice_gpu_poisson::problem::manufactured;
 //!
@@ -30,10 +31,10 @@
 //! # }
 //! ```
 
-pub mod cg;
 pub mod error;
 pub mod memory;
 pub mod multigrid;
 pub mod problem;
+pub mod solver;
 
 pub use error::{Error, Result};

@@ -1,5 +1,5 @@
 //! The memory a solve takes at its peak, found by replaying its allocations in the order the code makes
-//! them ([`footprint`](crate::cg::footprint)): the set-up holds the finest stencil, the
+//! them ([`footprint`](crate::solver::footprint)): the set-up holds the finest stencil, the
 //! operator, the levels and their temporaries at once, and the solution's download comes on top of
 //! every field, so a sum of the arrays would say neither when nor how much. Byte counts are
 //! overflow-checked ([`lattice_gpu_host::memory::bytes`]); sums saturate, and a saturated peak is

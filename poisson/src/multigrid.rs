@@ -1145,7 +1145,7 @@ where
             |m: &Self| !m.engine.tunes() || E::tuning(m.sites[l][kind as usize].info()).is_some();
         // Tuning a loop takes hundreds of runs: a signal stops it between two.
         let mut work = |m: &mut Self| {
-            crate::cg::stop_for_signal(0)?;
+            crate::solver::stop_for_signal(0)?;
             work(m)
         };
         run_until_tuned(

@@ -7,11 +7,11 @@
 
 use lattice_gpu_host::{Field, HostLoopEngine, Loop3D, Shape};
 use lattice_gpu_kernels::poisson::{ProlongAdd, RedBlack, Residual, Restrict};
-use lattice_gpu_poisson::cg::{solve, Precision, Report, Solver};
 use lattice_gpu_poisson::multigrid::{
     upload, Cycle, Layout, Multigrid, OperatorView, Smoother, StencilFields,
 };
 use lattice_gpu_poisson::problem::{manufactured, Problem, Stencil, Walls};
+use lattice_gpu_poisson::solver::{solve, Precision, Report, Solver};
 use lattice_gpu_poisson::Error;
 
 fn rel_l2(a: &[f64], b: &[f64]) -> f64 {

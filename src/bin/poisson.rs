@@ -22,13 +22,13 @@ use lattice_gpu::host::{
     LaunchShape, LoopEngine,
 };
 use lattice_gpu::lbm::output::{numbers, write_csv};
-use lattice_gpu::poisson::cg::{
-    check_stop, footprint as footprint_of, stop_for_signal, Precision, Report, Solver,
-};
 use lattice_gpu::poisson::multigrid::{
     check_cycle, max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
 };
 use lattice_gpu::poisson::problem::{manufactured_error, manufactured_problem, Problem, Walls};
+use lattice_gpu::poisson::solver::{
+    check_stop, footprint as footprint_of, stop_for_signal, Precision, Report, Solver,
+};
 use lattice_gpu::poisson::{Error, Result};
 
 /// Variable-coefficient Poisson solver: CG (f64) with a geometric-multigrid preconditioner (f32 or f64).
