@@ -218,7 +218,7 @@ run() {
 
 diffusion_part() {
     local out=$1
-    expect "diffusion 256^3 autotune (tunes)" ok "auto-tuned" "$out/diffusion-run1.log" \
+    expect "diffusion 256^3 tuned (tunes)" ok "auto-tuned" "$out/diffusion-run1.log" \
         "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion"
     expect "diffusion 256^3 second run uses tune cache" ok "from the tune cache" "$out/diffusion-run2.log" \
         "$BIN/diffusion" --size 256 --steps 2000 --output "$out/diffusion"
@@ -393,9 +393,9 @@ poisson512_part() {
 
 example_part() {
     local out=$1
-    expect "gray-scott 3-D 128^3 autotune, frames and .npy" ok "MLUPS" "$out/gs-run.log" \
+    expect "gray-scott 3-D 128^3 tuned, frames and .npy" ok "MLUPS" "$out/gs-run.log" \
         "$BIN/example/gray-scott" --size 128 --steps 2000 --frames 500 --output "$out/gray-scott"
-    expect "gray-scott 2-D 1024^2 f64 autotune" ok "MLUPS" "$out/gs-2d.log" \
+    expect "gray-scott 2-D 1024^2 f64 tuned" ok "MLUPS" "$out/gs-2d.log" \
         "$BIN/example/gray-scott" --size 1024x1024 --steps 2000 --precision f64 --output "$out/gray-scott-2d"
     expect "gray-scott unstable dt: clear error" fail "stab" "$out/gs-bad.log" \
         "$BIN/example/gray-scott" --size 64 --dt 100 --output "$out/gray-scott-bad"
@@ -433,7 +433,8 @@ sanitize_part() {
         sanitized "$tool" lqcd "$BIN/lqcd" solve --engine device --dims 4x4x4x8 --antiperiodic-t
     done
     sanitized memcheck advection "$BIN/advection" rotation --size 96 --output "$out/san-adv"
-    sanitized memcheck poisson "$BIN/poisson" --engine device --size 24 --output "$out/san-poisson"
+    sanitized memcheck poisson "$BIN/poisson" --engine device --block 128x1 --march 2 --size 24 \
+        --output "$out/san-poisson"
 }
 
 # A soak: the applications in turn, mixed sizes and precisions, until $SOAK_SECONDS (default 560) have

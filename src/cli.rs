@@ -10,18 +10,17 @@ use lattice_gpu_host::engine::Variant;
 use lattice_gpu_host::io::{IoError, OutputDir};
 use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
 
-/// Which loop engine runs the work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum EngineKind {
-    /// The CPU (rayon).
-    Host,
-    /// The GPU with a fixed launch shape (`--block`, `--march`).
-    Device,
-    /// The GPU, launch shape tuned on the real work and cached.
-    Autotune,
+/// How a GPU engine launches its kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// The launch shape tuned on the real work and cached (the default).
+    Tuned,
+    /// The launch shape the options fix (`--block`, `--march`).
+    Fixed,
 }
 
-/// Where an application with its own kernels runs: `--engine auto|device|host`.
+/// Where every application runs: `--engine auto|device|host`, the same in every binary. On a GPU the
+/// launch is tuned unless options fix it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Placement {
     /// The GPU if there is one, else the CPU with a one-line notice.
@@ -140,10 +139,15 @@ impl Placement {
     /// The GPU to run on ([`default_gpu`]), or `None` for the CPU; `instead` names what runs on the CPU
     /// in the notice that `Auto` prints when there is no GPU.
     pub fn gpu(self, instead: &str) -> Result<Option<Arc<Gpu>>> {
+        self.gpu_at(default_gpu(), instead)
+    }
+
+    /// [`gpu`](Self::gpu) with GPU `ordinal`.
+    pub fn gpu_at(self, ordinal: usize, instead: &str) -> Result<Option<Arc<Gpu>>> {
         match self {
             Placement::Host => Ok(None),
-            Placement::Device => Ok(Some(open_for_engine(default_gpu())?)),
-            Placement::Auto => gpu_or_cpu(default_gpu(), instead),
+            Placement::Device => Ok(Some(open_for_engine(ordinal)?)),
+            Placement::Auto => gpu_or_cpu(ordinal, instead),
         }
     }
 }
@@ -422,21 +426,24 @@ pub enum Precision {
 /// Engine options every application takes.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EngineArgs {
-    /// Loop engine [default: autotune with a GPU, host without].
-    #[arg(long, value_enum)]
-    pub engine: Option<EngineKind>,
+    /// Where to run: auto (the GPU if there is one, else the CPU with a notice), device (the GPU; an
+    /// error without one) or host (the CPU). On a GPU the launch shape is tuned on the run's steps
+    /// and cached, unless --block or --march fixes it.
+    #[arg(long, value_enum, default_value_t = Placement::Auto)]
+    pub engine: Placement,
     /// GPU ordinal [default: 0, or under mpirun/srun the process's rank on its node modulo the
     /// node's GPUs].
     #[arg(long)]
     pub gpu: Option<usize>,
-    /// Block shape for `--engine device`, as XxY [default: 128x1].
+    /// Block shape of a fixed GPU launch, as XxY [default: 128x1]; given, the launch is not tuned.
     #[arg(long, value_parser = parse_block)]
     pub block: Option<(u32, u32)>,
-    /// Points each thread marches along the last axis, for `--engine device` [default: 2].
+    /// Points each thread of a fixed GPU launch marches along the last axis [default: 2]; given,
+    /// the launch is not tuned.
     #[arg(long)]
     pub march: Option<u32>,
-    /// Kernel variant: the one `--engine device` launches [default: plain], or the only one
-    /// `--engine autotune` tunes [default: every variant, chosen with the block shape].
+    /// Kernel variant: the one a fixed launch (--block, --march) runs [default: plain], or the only
+    /// one the tuner tries [default: every variant, chosen with the block shape].
     #[arg(long, value_enum)]
     pub variant: Option<VariantArg>,
     /// Tune again even where the tune cache has a result.
@@ -451,37 +458,42 @@ pub struct EngineArgs {
 pub enum Chosen {
     /// The CPU.
     Host,
-    /// A GPU engine kind and the opened GPU.
-    Gpu(EngineKind, Arc<Gpu>),
+    /// How the GPU launches, and the opened GPU.
+    Gpu(Launch, Arc<Gpu>),
 }
 
 impl EngineArgs {
-    /// Resolves `--engine`: no flag means the auto-tuner on a GPU, or the CPU with a one-line notice when
-    /// there is none; `device`/`autotune` without a GPU is an error.
+    /// Resolves `--engine`: the GPU (`auto` falls back to the CPU with a one-line notice where there
+    /// is none; `device` fails there), launching as [`launch`](Self::launch) says; or the CPU.
     pub fn choose(&self) -> Result<Chosen> {
-        match self.engine {
-            Some(EngineKind::Host) => Ok(Chosen::Host),
-            Some(kind) => Ok(Chosen::Gpu(kind, open_for_engine(self.gpu())?)),
-            None => Ok(gpu_or_cpu(self.gpu(), "on the CPU engine")?
-                .map_or(Chosen::Host, |gpu| Chosen::Gpu(EngineKind::Autotune, gpu))),
+        Ok(match self.engine.gpu_at(self.gpu(), "on the CPU engine")? {
+            Some(gpu) => Chosen::Gpu(self.launch(), gpu),
+            None => Chosen::Host,
+        })
+    }
+
+    /// A fixed launch where `--block` or `--march` gives its shape, else a tuned one.
+    pub fn launch(&self) -> Launch {
+        match self.block.is_some() || self.march.is_some() {
+            true => Launch::Fixed,
+            false => Launch::Tuned,
         }
     }
 
-    /// Fails, naming the fix, where a launch option would be ignored: `--block` and `--march` fix the
-    /// launch of `--engine device` only (the tuner picks its own; the CPU has none).
+    /// Fails, naming the fix, where an option would be ignored: the GPU ordinal and the launch
+    /// options with `--engine host`.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.engine == Some(EngineKind::Host) && self.gpu.is_some() {
+        if self.engine == Placement::Host && self.gpu.is_some() {
             return Err(
                 "--gpu picks the GPU of a GPU engine, and --engine host runs on the CPU: leave one \
                  of them out"
                     .into(),
             );
         }
-        if self.engine != Some(EngineKind::Device) && (self.block.is_some() || self.march.is_some())
-        {
+        if self.engine == Placement::Host && (self.block.is_some() || self.march.is_some()) {
             return Err(
-                "--block and --march fix the launch shape of --engine device; add \
-                        --engine device, or leave them out for the auto-tuner to choose"
+                "--block and --march fix the GPU's launch shape, and --engine host runs on the CPU: \
+                 leave them out, or run on the GPU (--engine auto or device)"
                     .into(),
             );
         }

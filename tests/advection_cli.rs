@@ -575,9 +575,9 @@ const BAD: &[Bad] = &[
     // Options that do not go together, or that the case would ignore (before: each ran, ignoring it).
     bad(
         "options",
-        &["swirl", "--block", "32x4"],
+        &["swirl", "--engine", "host", "--block", "32x4"],
         1,
-        "--block fixes the launch shape of --engine device",
+        "--block fixes the GPU's launch shape, and --engine host runs on the CPU",
     ),
     bad(
         "options",
@@ -1120,8 +1120,18 @@ fn a_resumed_gpu_run_gives_the_bytes_of_a_straight_one() {
     let dir = temp_dir("resume-gpu");
     // A fixed launch shape: the queue kernels' bytes do not depend on it, but the tuner's timing
     // runs would make the test slow.
-    resumes_bit_for_bit(&["--engine", "device", "--kernel", "packed"], &dir);
-    resumes_bit_for_bit(&["--engine", "device", "--kernel", "plain"], &dir);
+    resumes_bit_for_bit(
+        &[
+            "--engine", "device", "--block", "128x1", "--kernel", "packed",
+        ],
+        &dir,
+    );
+    resumes_bit_for_bit(
+        &[
+            "--engine", "device", "--block", "128x1", "--kernel", "plain",
+        ],
+        &dir,
+    );
     // Through NCCL a step reads the halo rows the step before sent: a restore sends them too.
     if cfg!(feature = "nccl") {
         resumes_bit_for_bit(&["--engine", "device", "--halos", "nccl"], &dir);

@@ -262,9 +262,9 @@ const BAD: &[Bad] = &[
     // Options that do not go together.
     Bad {
         class: "options",
-        args: &["--size", "8", "--march", "4"],
+        args: &["--engine", "host", "--size", "8", "--march", "4"],
         code: 1,
-        says: "fix the launch shape of --engine device",
+        says: "fix the GPU's launch shape, and --engine host runs on the CPU",
     },
     Bad {
         class: "options",
@@ -573,7 +573,7 @@ fn a_resumed_gpu_run_gives_the_bytes_of_a_straight_one() {
         return;
     };
     resumes_bit_for_bit(
-        &["--engine", "autotune", "--no-tune-cache"],
+        &["--engine", "device", "--no-tune-cache"],
         &scratch("resume-gpu"),
     );
 }

@@ -526,7 +526,11 @@ fn messages_name_the_option_to_change() {
         help.contains("`auto` alike record wherever it applies"),
         "{help}"
     );
-    assert!(help.contains("`host` runs on the CPU"), "{help}");
+    assert!(help.contains("host (the CPU)"), "{help}");
+    fails_with(
+        &[&base[..], &["--march", "4"]].concat(),
+        "--engine host runs on the CPU",
+    );
     // Refused before anything was made.
     assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
     let _ = std::fs::remove_dir_all(&dir);

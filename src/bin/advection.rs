@@ -68,15 +68,16 @@ struct Common {
     /// Kernel variant: plain, queue, branch-free, packed, shared (each adds one technique).
     #[arg(long, default_value = "packed", value_parser = parse_kernel)]
     kernel: Kernel,
-    /// Where to run: the GPU with the launch shape (and unroll factor, unless --unroll gives one)
-    /// tuned and cached, `device` with `--block` and `--unroll` as given, or the CPU.
+    /// Where to run: auto (the GPU if there is one, else the CPU with a notice), device (the GPU; an
+    /// error without one) or host (the CPU). On a GPU the launch shape (and the unroll factor, unless
+    /// --unroll gives one) is tuned and cached, unless --block fixes it.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
-    /// Block shape XxY for --engine device [default: 128x1].
+    /// Block shape XxY of a fixed GPU launch; given, the launch is not tuned.
     #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
     block: Option<(u32, u32)>,
-    /// Points per thread of the GPU kernels (the unroll factor): `auto` (tuned; 8 for --engine
-    /// device) or a number.
+    /// Points per thread of the GPU kernels (the unroll factor): `auto` (tuned; 8 with --block) or a
+    /// number.
     #[arg(long, default_value = "auto", value_parser = parse_unroll)]
     unroll: Unroll,
     /// Tune again even where the tune cache has a result.
@@ -432,10 +433,10 @@ fn read_case(a: &FileArgs, [nx, ny]: [usize; 2]) -> Result<Case> {
 /// Refuses, naming the fix, options that the run would ignore; before anything is made.
 fn check_options(c: &Common) -> Result<()> {
     c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
-    if c.block.is_some() && c.engine != Placement::Device {
+    if c.block.is_some() && c.engine == Placement::Host {
         return Err(Error::Invalid(
-            "--block fixes the launch shape of --engine device; add --engine device, or leave it \
-             out for the auto-tuner to choose"
+            "--block fixes the GPU's launch shape, and --engine host runs on the CPU: leave one of \
+             them out"
                 .into(),
         ));
     }
@@ -804,12 +805,12 @@ fn run_on<C: Communicator>(c: &Common, r: &Prepared, comm: &C) -> Result<()> {
     let out = (comm.rank() == 0)
         .then(|| cli::output_dir(&c.output))
         .transpose()?;
-    let field = match (gpu.clone(), c.engine) {
+    let field = match (gpu.clone(), c.block) {
         (None, _) => simulate(&HostLoopEngine, comm, halos, c, r, out.as_ref())?,
-        (Some(gpu), Placement::Device) => {
+        (Some(gpu), Some((block_x, block_y))) => {
             let shape = LaunchShape {
-                block_x: c.block.map_or(128, |b| b.0),
-                block_y: c.block.map_or(1, |b| b.1),
+                block_x,
+                block_y,
                 march: c.unroll.0.unwrap_or(8),
                 variant: Variant::Plain,
             };

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
-use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
+use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Precision};
 use lattice_gpu::diffusion::{
     simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
     Problem, Result, Schedule,
@@ -176,7 +176,7 @@ where
     let halos = Halos::Host;
     match chosen {
         Chosen::Host => run_on(&HostLoopEngine, comm, halos, args, problem, out),
-        Chosen::Gpu(EngineKind::Device, gpu) => run_on(
+        Chosen::Gpu(Launch::Fixed, gpu) => run_on(
             &DeviceLoopEngine::new(gpu, args.engine.shape()),
             comm,
             halos,

@@ -144,11 +144,18 @@ struct RunArgs {
     /// Iterations between the host's reads of the residual with `--cg async` (only there) [default: 10].
     #[arg(long)]
     check_every: Option<usize>,
-    /// Where to run: `auto` tunes every level's launch shapes on the GPU (and caches them) before the
-    /// timed solve, and runs on the CPU, with a notice, where there is no GPU; `device` uses the GPU's
-    /// fixed (128,1)/march 2 shape, and fails without a GPU; `host` runs on the CPU.
+    /// Where to run: auto (the GPU if there is one, else the CPU with a notice), device (the GPU; an
+    /// error without one) or host (the CPU). On a GPU every level's launch shapes are tuned (and
+    /// cached) before the timed solve; `poisson bench` times them against fixed launches.
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
+    /// Block shape XxY of a fixed GPU launch of every level's loops; given, they are not tuned.
+    #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
+    block: Option<(u32, u32)>,
+    /// Points each thread of a fixed GPU launch marches along the last axis [default: 2]; given,
+    /// the loops are not tuned.
+    #[arg(long)]
+    march: Option<u32>,
     /// Skip the second, level-timed solve that gives the time per multigrid level (it waits for the
     /// engine at every change of level, so it is never the solve time reported).
     #[arg(long)]
@@ -294,6 +301,18 @@ fn problem(a: &RunArgs) -> Result<Problem> {
 /// Refuses options that cannot work or would be ignored, naming the fix, before anything is built.
 fn check_options(a: &RunArgs) -> Result<()> {
     check_stop(a.tol, a.max_iter)?;
+    if a.engine == Placement::Host && (a.block.is_some() || a.march.is_some()) {
+        return Err(Error::Invalid(
+            "--block and --march fix the GPU's launch shape, and --engine host runs on the CPU: \
+             leave them out, or run on the GPU (--engine auto or device)"
+                .into(),
+        ));
+    }
+    if a.march == Some(0) {
+        return Err(Error::Invalid(
+            "--march 0: each thread computes at least one point; give --march 1 or more".into(),
+        ));
+    }
     if a.coeffs.is_none() {
         if !(a.depth.is_finite() && a.depth > 0.0) {
             return Err(Error::Invalid(format!(
@@ -405,17 +424,19 @@ fn run(a: &RunArgs) -> Result<()> {
     let out = cli::output_dir(&a.output).map_err(HostError::from)?;
     let p = problem(a)?;
     stop_for_signal(0)?;
-    let (x, done) = match (gpu.clone(), a.engine) {
+    let fixed = (a.block.is_some() || a.march.is_some()).then(|| LaunchShape {
+        block_x: a.block.map_or(LaunchShape::FIXED.block_x, |b| b.0),
+        block_y: a.block.map_or(LaunchShape::FIXED.block_y, |b| b.1),
+        march: a.march.unwrap_or(LaunchShape::FIXED.march),
+        variant: Variant::Plain,
+    });
+    let (x, done) = match (gpu.clone(), fixed) {
         (None, _) => solve_on(&HostLoopEngine, &p, cycle, precision, a)?,
-        (Some(gpu), Placement::Device) => solve_on(
-            &DeviceLoopEngine::new(gpu, LaunchShape::FIXED),
-            &p,
-            cycle,
-            precision,
-            a,
-        )?,
+        (Some(gpu), Some(shape)) => {
+            solve_on(&DeviceLoopEngine::new(gpu, shape), &p, cycle, precision, a)?
+        }
         // Every level and kind of loop keeps its site, so each is tuned once (and cached).
-        (Some(gpu), _) => solve_on(
+        (Some(gpu), None) => solve_on(
             &DeviceAutoTuningLoopEngine::new(gpu, default_cache()),
             &p,
             cycle,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gray_scott::{load_kernels, simulate, Error, Grid, Model, Problem, Result, Simulation};
 use gray_scott_kernels::{GrayScott2d, GrayScott3d};
-use lattice_gpu::cli::{self, Chosen, EngineArgs, EngineKind, Precision};
+use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Placement, Precision};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::health;
 use lattice_gpu::host::io::{npy, png, OutputDir};
@@ -125,7 +125,7 @@ where
         Chosen::Gpu(kind, gpu) => {
             load_kernels(&gpu)?;
             match kind {
-                EngineKind::Device => {
+                Launch::Fixed => {
                     let engine = DeviceLoopEngine::new(gpu, cli.engine.shape());
                     run_on::<_, T>(&engine, cli, problem, out)
                 }
@@ -243,7 +243,7 @@ where
     GrayScott3d<T>: GpuEntry,
     GrayScott2d<T>: GpuEntry,
 {
-    if cli.engine.engine == Some(EngineKind::Host) {
+    if cli.engine.engine == Placement::Host {
         return Err(Error::Invalid(
             "--bench measures the GPU: leave out --engine host".into(),
         ));
@@ -257,8 +257,8 @@ where
     load_kernels(&gpu)?;
     println!("device: {} ({} SMs)", gpu.name(), gpu.sm_count());
     let copy = gpu.copy_bandwidth(COPY_BYTES, 20)?;
-    let ms = match cli.engine.engine {
-        Some(EngineKind::Device) => {
+    let ms = match cli.engine.launch() {
+        Launch::Fixed => {
             let engine = DeviceLoopEngine::new(gpu.clone(), cli.engine.shape());
             time_step::<_, T>(&gpu, &engine, cli, problem)?
         }

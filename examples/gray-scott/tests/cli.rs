@@ -103,8 +103,10 @@ fn bad_input_is_named_and_exits_1_or_2_for_usage() {
     );
     misused(&["--engine", "gpu"], "invalid value 'gpu'");
     fails_with(
-        &["--size", "8", "--march", "4", "--output", o],
-        "--engine device",
+        &[
+            "--engine", "host", "--size", "8", "--march", "4", "--output", o,
+        ],
+        "--engine host runs on the CPU",
     );
     assert!(!out.exists(), "a failed run made {}", out.display());
     // A directory under a file cannot be made, even by root.
