@@ -142,6 +142,18 @@ impl Placement {
         self.gpu_at(default_gpu(), instead)
     }
 
+    /// Refuses the launch options `options` (`given`: any of them is) with `--engine host`, where
+    /// they would be ignored.
+    pub fn check_launch(self, given: bool, options: &str) -> std::result::Result<(), String> {
+        match self == Placement::Host && given {
+            true => Err(format!(
+                "{options} with --engine host: the launch shape is the GPU's, and --engine host \
+                 runs on the CPU; leave them out, or run on the GPU (--engine auto or device)"
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// [`gpu`](Self::gpu) with GPU `ordinal`.
     pub fn gpu_at(self, ordinal: usize, instead: &str) -> Result<Option<Arc<Gpu>>> {
         match self {
@@ -490,14 +502,10 @@ impl EngineArgs {
                     .into(),
             );
         }
-        if self.engine == Placement::Host && (self.block.is_some() || self.march.is_some()) {
-            return Err(
-                "--block and --march fix the GPU's launch shape, and --engine host runs on the CPU: \
-                 leave them out, or run on the GPU (--engine auto or device)"
-                    .into(),
-            );
-        }
-        Ok(())
+        self.engine.check_launch(
+            self.block.is_some() || self.march.is_some(),
+            "--block and --march",
+        )
     }
 
     /// The GPU ordinal: `--gpu`, or [`default_gpu`].

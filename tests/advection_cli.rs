@@ -577,7 +577,7 @@ const BAD: &[Bad] = &[
         "options",
         &["swirl", "--engine", "host", "--block", "32x4"],
         1,
-        "--block fixes the GPU's launch shape, and --engine host runs on the CPU",
+        "--block with --engine host: the launch shape is the GPU's",
     ),
     bad(
         "options",

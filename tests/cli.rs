@@ -264,7 +264,7 @@ const BAD: &[Bad] = &[
         class: "options",
         args: &["--engine", "host", "--size", "8", "--march", "4"],
         code: 1,
-        says: "fix the GPU's launch shape, and --engine host runs on the CPU",
+        says: "--block and --march with --engine host: the launch shape is the GPU's",
     },
     Bad {
         class: "options",

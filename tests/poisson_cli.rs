@@ -529,7 +529,7 @@ fn messages_name_the_option_to_change() {
     assert!(help.contains("host (the CPU)"), "{help}");
     fails_with(
         &[&base[..], &["--march", "4"]].concat(),
-        "--engine host runs on the CPU",
+        "--block and --march with --engine host",
     );
     // Refused before anything was made.
     assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));

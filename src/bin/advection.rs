@@ -433,13 +433,9 @@ fn read_case(a: &FileArgs, [nx, ny]: [usize; 2]) -> Result<Case> {
 /// Refuses, naming the fix, options that the run would ignore; before anything is made.
 fn check_options(c: &Common) -> Result<()> {
     c.split.check_launch(c.mpi).map_err(Error::Invalid)?;
-    if c.block.is_some() && c.engine == Placement::Host {
-        return Err(Error::Invalid(
-            "--block fixes the GPU's launch shape, and --engine host runs on the CPU: leave one of \
-             them out"
-                .into(),
-        ));
-    }
+    c.engine
+        .check_launch(c.block.is_some(), "--block")
+        .map_err(Error::Invalid)?;
     if c.unroll.0.is_some() && c.engine == Placement::Host {
         return Err(Error::Invalid(
             "--unroll sets the points per thread of the GPU kernels, and --engine host runs on the \

@@ -301,13 +301,12 @@ fn problem(a: &RunArgs) -> Result<Problem> {
 /// Refuses options that cannot work or would be ignored, naming the fix, before anything is built.
 fn check_options(a: &RunArgs) -> Result<()> {
     check_stop(a.tol, a.max_iter)?;
-    if a.engine == Placement::Host && (a.block.is_some() || a.march.is_some()) {
-        return Err(Error::Invalid(
-            "--block and --march fix the GPU's launch shape, and --engine host runs on the CPU: \
-             leave them out, or run on the GPU (--engine auto or device)"
-                .into(),
-        ));
-    }
+    a.engine
+        .check_launch(
+            a.block.is_some() || a.march.is_some(),
+            "--block and --march",
+        )
+        .map_err(Error::Invalid)?;
     if a.march == Some(0) {
         return Err(Error::Invalid(
             "--march 0: each thread computes at least one point; give --march 1 or more".into(),
