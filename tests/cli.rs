@@ -9,9 +9,7 @@ mod common;
 /// The binary under test: `$LATTICE_GPU_DIFFUSION_BIN` where the test runs away from its build tree
 /// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
 fn binary() -> PathBuf {
-    std::env::var_os("LATTICE_GPU_DIFFUSION_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_diffusion")))
+    common::binary("LATTICE_GPU_DIFFUSION_BIN", env!("CARGO_BIN_EXE_diffusion"))
 }
 
 fn run(args: &[&str]) -> (bool, String) {
@@ -526,15 +524,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 /// Runs the binary in `dir` with `args` and fails the test unless it succeeds; its output.
 fn succeeds_in(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{args:?} failed:\n{text}");
-    text
+    common::succeeds_in(&binary(), dir, args, &[])
 }
 
 /// The field a run wrote into `dir/out`.

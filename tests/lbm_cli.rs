@@ -234,15 +234,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
 /// Runs the binary with `args` in `dir`, failing the test unless it succeeds; its output.
 fn succeeds_in(dir: &Path, args: &[&str]) -> String {
     let bin = common::binary("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"));
-    let out = std::process::Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "lbm {args:?} failed:\n{text}");
-    text
+    common::succeeds_in(&bin, dir, args, &[])
 }
 
 #[test]
@@ -742,19 +734,17 @@ fn a_gpu_run_tunes_its_block_once_then_takes_it_from_the_tune_cache() {
     let cache = dir.join("tunecache.tsv");
     let bin = common::binary("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"));
     let run = |extra: &[&str]| {
-        let out = std::process::Command::new(&bin)
-            .args(words(
-                "cavity --engine device --size 32x32x32 --steps 400 --output out",
-            ))
-            .args(extra)
-            .current_dir(&dir)
-            .env("LATTICE_GPU_TUNE_CACHE", &cache)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        text
+        let args = [
+            &words("cavity --engine device --size 32x32x32 --steps 400 --output out")[..],
+            extra,
+        ]
+        .concat();
+        common::succeeds_in(
+            &bin,
+            &dir,
+            &args,
+            &[("LATTICE_GPU_TUNE_CACHE", cache.as_os_str())],
+        )
     };
     let first = run(&[]);
     assert!(first.contains("tuned on the run's first"), "{first}");

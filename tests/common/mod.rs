@@ -246,6 +246,34 @@ pub fn signalled(
     (status.code(), text)
 }
 
+/// Runs `bin` with `args` in `dir`, `env` added to its environment, and fails the test unless it
+/// succeeds; its stdout and stderr.
+pub fn succeeds_in<S: AsRef<std::ffi::OsStr>>(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    args: &[S],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> String {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        out.status.success(),
+        "{} {shown:?} failed:\n{text}",
+        bin.display()
+    );
+    text
+}
+
 /// Runs `bin` with `args` in `dir` for its memory report (on a pool of 2 threads, see
 /// [`estimate_holds`]), fails the test unless the run succeeds, and returns the report
 /// ([`memory_report`]).
@@ -254,20 +282,11 @@ pub fn measured<S: AsRef<std::ffi::OsStr>>(
     args: &[S],
     dir: &std::path::Path,
 ) -> [u64; 4] {
-    let out = std::process::Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .env("LATTICE_GPU_MEMORY_REPORT", "1")
-        .env("RAYON_NUM_THREADS", "2")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-    let text = String::from_utf8_lossy(&out.stderr).to_string();
-    let shown: Vec<String> = args
-        .iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    assert!(out.status.success(), "{shown:?}: {text}");
-    memory_report(&text)
+    let env = [
+        ("LATTICE_GPU_MEMORY_REPORT", "1".as_ref()),
+        ("RAYON_NUM_THREADS", "2".as_ref()),
+    ];
+    memory_report(&succeeds_in(bin, dir, args, &env))
 }
 
 /// The line `LATTICE_GPU_MEMORY_REPORT` makes a binary print, as bytes: (estimated host, estimated
