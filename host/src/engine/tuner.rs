@@ -101,8 +101,9 @@ pub fn tune<T: Tunable + ?Sized>(
         Some(entry) => work.set_params(&entry.params)?,
         None => false,
     };
-    if work.on_all_ranks(usable)? {
-        let entry = cached.expect("usable only with an entry");
+    // Asked on every rank (it is collective), whatever this one holds.
+    let everywhere = work.on_all_ranks(usable)?;
+    if let (true, Some(entry)) = (everywhere, cached) {
         return Ok(Some(Tuned {
             params: entry.params,
             ms_per_call: entry.time_ms,
