@@ -13,7 +13,7 @@ use lattice_gpu::host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, Solve
 use lattice_gpu::host::split::{DeviceRanks, HostStaged, SideLayers};
 use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{DeviceBuffer, Gpu};
-use lattice_gpu::kernels::wilson::{Dslash, PackFaces};
+use lattice_gpu::kernels::wilson::{Dslash, HopFields, PackFaces};
 use lattice_gpu::lqcd::gauge::GaugeField;
 use lattice_gpu::lqcd::geometry::Lattice;
 use lattice_gpu::lqcd::gpu::{
@@ -54,8 +54,7 @@ fn dslash_case<T: WilsonReal>(gpu: &Arc<Gpu>, dims: [usize; 4], antiperiodic: bo
             let out =
                 DeviceBuffer::from_host(gpu, &vec![T::from_f64(f64::NAN); 2 * parity_len(&lat)])
                     .unwrap();
-            w.hopping(&out, parity, &inp, Some(&xp), a, std::ptr::null())
-                .unwrap();
+            w.hopping(&out, parity, &inp, Some(&xp), a, None).unwrap();
             let mut got = vec![Complex64::new(0.0, 0.0); 12 * lat.volume()];
             unpack_parity(&lat, &out.download().unwrap(), parity, &mut got);
             let mut want = got.clone();
@@ -101,8 +100,7 @@ fn the_tuned_hopping_block_changes_no_bit() {
     let inp = w.upload_parity(&psi, 1).unwrap();
     let hop = |w: &WilsonGpu<f32>| {
         let out = DeviceBuffer::from_host(&gpu, &vec![f32::NAN; 2 * parity_len(&lat)]).unwrap();
-        w.hopping(&out, 0, &inp, None, 0.3, std::ptr::null())
-            .unwrap();
+        w.hopping(&out, 0, &inp, None, 0.3, None).unwrap();
         out.download().unwrap()
     };
     assert_eq!(w.hopping_block(), HOPPING_BLOCK);
@@ -310,10 +308,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
     let n = 2 * parity_len(&local);
     let a = 0.43;
     let up = |v: &[f64]| DeviceBuffer::from_host(&gpu, v).unwrap();
-    for (recon, entry) in [
-        (Recon::R18, "dslash_split_f64_r18"),
-        (Recon::R12, "dslash_split_f64_r12"),
-    ] {
+    for recon in [Recon::R18, Recon::R12] {
         let gauge = block.pack_gauge::<f64>(&u, recon);
         for parity in 0..2 {
             let inp = block.pack_parity::<f64>(&psi.data, 1 - parity);
@@ -324,11 +319,12 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
                 (up(&gauge), up(&inp), up(&xp), up(&vec![f64::NAN; n]));
             macro_rules! go {
                 ($r:literal) => {{
+                    let null = std::ptr::null();
                     let d = Dslash::<f64, $r, true> {
-                        out: g_out.ptr(),
-                        inp: g_inp.ptr(),
-                        gauge: g_gauge.ptr(),
-                        x: g_x.ptr(),
+                        out: std::ptr::null_mut(),
+                        inp: null,
+                        gauge: null,
+                        x: null,
                         a,
                         t_boundary: -1.0,
                         dims: local.dims.map(|d| d as u32),
@@ -336,11 +332,17 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
                         halt: std::ptr::null(),
                         split: block.split(),
                         sites: std::ptr::null(),
-                    };
-                    // SAFETY: the entry takes one `Dslash<f64, R, true>`; the buffers have the block's
-                    // layouts and the grid covers its half volume.
-                    unsafe { gpu.launch(entry, &d, Gpu::blocks_for(local.half_volume(), 64), 64) }
-                        .unwrap();
+                    }
+                    .bind(HopFields {
+                        out: g_out.span_mut(),
+                        inp: g_inp.span(),
+                        gauge: g_gauge.span(),
+                        x: Some(g_x.span()),
+                        halt: None,
+                        sites: None,
+                    })
+                    .unwrap();
+                    gpu.launch_items(gpu.stream(), &d, 64).unwrap();
                 }};
             }
             match recon {
@@ -365,12 +367,13 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
     data[n..].fill(f64::NAN);
     let buf = up(&data);
     let p = PackFaces {
-        spinor: buf.ptr::<f64>(),
+        spinor: std::ptr::null_mut(),
         dims: local.dims.map(|d| d as u32),
         split: block.split(),
-    };
-    // SAFETY: the entry takes one `PackFaces<f64>`; `buf` is a stored parity of the block.
-    unsafe { gpu.launch("pack_faces_f64", &p, Gpu::blocks_for(p.threads(), 64), 64) }.unwrap();
+    }
+    .bind(buf.span_mut())
+    .unwrap();
+    gpu.launch_items(gpu.stream(), &p, 64).unwrap();
     pack_faces_on_host(&block, &mut data);
     let got = buf.download().unwrap();
     assert!(data[24 * block.halo().link_sites..]

@@ -8,8 +8,8 @@ use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory;
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
-use lattice_gpu_kernels::advection::{Advect, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
-use lattice_gpu_kernels::stencil::FieldRef;
+use lattice_gpu_kernels::advection::{Advect, Packed, Separate, Uv, BRANCH_FREE, QUEUE, SHARED};
+use lattice_gpu_kernels::bind::bits;
 use rayon::prelude::*;
 
 use crate::{Error, Result};
@@ -281,15 +281,15 @@ fn rank_layout(
 /// An array of `shape` (this rank's `[nx, rows]` nodes from the whole grid's row `y0`) holding
 /// `width` values per node from `at(k, values)` (`k`: the node of the whole grid, x fastest), except
 /// where `skip(k)`; those nodes, the margins and the padding stay 0.
-fn spread_rows(
+fn spread_rows<T: Copy + Default + Send + Sync>(
     shape: Shape,
     [nx, rows]: [usize; 2],
     y0: usize,
     width: usize,
     skip: &(dyn Fn(usize) -> bool + Sync),
-    at: &(dyn Fn(usize, &mut [f32]) + Sync),
-) -> Vec<f32> {
-    let mut a = vec![0.0f32; width * shape.len()];
+    at: &(dyn Fn(usize, &mut [T]) + Sync),
+) -> Vec<T> {
+    let mut a = vec![T::default(); width * shape.len()];
     let [x0, y_first, _] = shape.first();
     a.par_chunks_mut(width * shape.size()[0])
         .skip(y_first)
@@ -388,7 +388,7 @@ pub struct Advection<'e, E: LoopEngine, C: Communicator = Solo> {
     plan: Vec<Face<2>>,
     f: E::Field<f32>,
     g: E::Field<f32>,
-    velocity: Velocity<E::Field<f32>>,
+    velocity: Velocity<E>,
     c: f32,
     kernel: Kernel,
     site: Loop2D<'e, E>,
@@ -410,12 +410,17 @@ struct Parts<'e, E: LoopEngine> {
     transport: LayerExchange<'e, f32>,
 }
 
+/// A fault of this crate's own state (a kernel given the other velocity layout).
+fn internal(what: &str) -> crate::Error {
+    lattice_gpu_host::Error::Internal(what.into()).into()
+}
+
 /// The velocities in the layout the kernel reads, and only that one.
-enum Velocity<F> {
+enum Velocity<E: LoopEngine> {
     /// u and v, one field each.
-    Separate { u: F, v: F },
-    /// (u, v) pairs, two f32 per node of the array shape.
-    Packed(F),
+    Separate { u: E::Field<f32>, v: E::Field<f32> },
+    /// (u, v) pairs, each held as the f64 of the same bits ([`Uv`]).
+    Packed(E::Field<f64>),
 }
 
 static SOLO: Solo = Solo;
@@ -459,32 +464,38 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let nx = problem.size[0];
         let (split, y0, rows, shape) =
             rank_layout(problem.size, comm.size(), comm.rank(), aligned)?;
-        let packed = Shape::new_2d([2 * shape.size()[0], shape.size()[1]], 0)?;
         let fields = memory::bytes(&[shape.len(), 4], 4, "the advection fields")?;
         engine.check_fits(fields, &format!("the {nx} x {rows} advection fields"))?;
         // Velocities zero on the fixed nodes, so that the kernels keep those nodes' values without a
         // branch (s = 0 gives the node's own value exactly).
-        let spread = |width: usize, velocity: bool, at: &(dyn Fn(usize, &mut [f32]) + Sync)| {
+        let spread = |velocity: bool, at: &(dyn Fn(usize, &mut [f32]) + Sync)| {
             let skip = |k: usize| velocity && problem.is_fixed(k);
-            spread_rows(shape, [nx, rows], y0, width, &skip, at)
+            spread_rows(shape, [nx, rows], y0, 1, &skip, at)
         };
-        let field = |data: Vec<f32>, s: Shape| -> Result<E::Field<f32>> {
-            let mut f = engine.alloc::<f32>(s)?;
+        let field = |data: Vec<f32>| -> Result<E::Field<f32>> {
+            let mut f = engine.alloc::<f32>(shape)?;
             f.upload(&data)?;
             Ok(f)
         };
         // One velocity array on the host at a time, each freed once uploaded: the set-up's peak.
         let velocity = if kernel.packed() {
-            let uv = spread(2, true, &|k, w| {
-                w.copy_from_slice(&[problem.u[k] as f32, problem.v[k] as f32])
+            let skip = |k: usize| problem.is_fixed(k);
+            let uv = spread_rows(shape, [nx, rows], y0, 1, &skip, &|k, w: &mut [Uv]| {
+                w[0] = Uv {
+                    u: problem.u[k] as f32,
+                    v: problem.v[k] as f32,
+                }
             });
-            Velocity::Packed(field(uv, packed)?)
+            // The runtime's fields hold numbers: the pairs go up as the f64s of the same bits.
+            let mut pairs = engine.alloc::<f64>(shape)?;
+            pairs.upload(bits(&uv))?;
+            Velocity::Packed(pairs)
         } else {
-            let u = field(spread(1, true, &|k, w| w[0] = problem.u[k] as f32), shape)?;
-            let v = field(spread(1, true, &|k, w| w[0] = problem.v[k] as f32), shape)?;
+            let u = field(spread(true, &|k, w| w[0] = problem.u[k] as f32))?;
+            let v = field(spread(true, &|k, w| w[0] = problem.v[k] as f32))?;
             Velocity::Separate { u, v }
         };
-        let f0 = spread(1, false, &|k, w| w[0] = problem.f0[k] as f32);
+        let f0 = spread(false, &|k, w| w[0] = problem.f0[k] as f32);
         let mut f = engine.alloc::<f32>(shape)?;
         f.upload(&f0)?;
         let mut g = engine.alloc::<f32>(shape)?;
@@ -590,27 +601,41 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         Ok(())
     }
 
-    /// The kernel's arguments; the velocity layout it does not read points at `f` (never read).
-    fn args<const K: u32>(&mut self) -> Advect<K> {
-        let f = self.f.view();
-        let (u, v, uv) = match &self.velocity {
-            Velocity::Separate { u, v } => (u.view(), v.view(), f.as_ptr() as *const Uv),
-            Velocity::Packed(uv) => (f, f, uv.view().as_ptr() as *const Uv),
+    /// The kernel's arguments with separate velocity fields.
+    fn separate<const K: u32>(&mut self) -> Result<Advect<K, Separate>> {
+        let Velocity::Separate { u, v } = &self.velocity else {
+            return Err(internal(
+                "the separate-velocity kernel on packed velocities",
+            ));
         };
-        debug_assert_eq!(
-            K & PACKED != 0,
-            matches!(self.velocity, Velocity::Packed(_))
-        );
-        Advect {
-            f,
+        let vel = Separate {
+            u: u.view(),
+            v: v.view(),
+        };
+        Ok(Advect {
+            f: self.f.view(),
             out: self.g.view_mut(),
-            u,
-            v,
-            // SAFETY: a packed field holds two f32 per array point, so it covers every index of `shape`;
-            // otherwise the kernel does not read it.
-            uv: unsafe { FieldRef::from_raw(uv) },
+            vel,
             c: self.c,
-        }
+        })
+    }
+
+    /// The kernel's arguments with packed velocities.
+    fn packed<const K: u32>(&mut self) -> Result<Advect<K, Packed>> {
+        let Velocity::Packed(uv) = &self.velocity else {
+            return Err(internal(
+                "the packed-velocity kernel on separate velocities",
+            ));
+        };
+        let vel = Packed {
+            uv: uv.view().cast(),
+        };
+        Ok(Advect {
+            f: self.f.view(),
+            out: self.g.view_mut(),
+            vel,
+            c: self.c,
+        })
     }
 
     /// With `false`, a decomposed run's exchange completes before any row runs instead of behind the
@@ -679,8 +704,8 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
     /// Queues the kernel over `site`'s rows (`None`: the whole grid, one rank's loop).
     fn run(&mut self, site: Option<&mut Loop2D<'e, E>>) -> Result<()> {
         macro_rules! go {
-            ($k:expr) => {{
-                let a = self.args::<{ $k }>();
+            ($args:ident, $k:expr) => {{
+                let a = self.$args::<{ $k }>()?;
                 match site {
                     Some(site) => site.run(&a)?,
                     None => self.site.run(&a)?,
@@ -688,11 +713,11 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             }};
         }
         match self.kernel {
-            Kernel::Plain => go!(0),
-            Kernel::Queue => go!(QUEUE),
-            Kernel::QueueBranchFree => go!(QUEUE | BRANCH_FREE),
-            Kernel::Packed => go!(QUEUE | BRANCH_FREE | PACKED),
-            Kernel::Shared => go!(QUEUE | BRANCH_FREE | PACKED | SHARED),
+            Kernel::Plain => go!(separate, 0),
+            Kernel::Queue => go!(separate, QUEUE),
+            Kernel::QueueBranchFree => go!(separate, QUEUE | BRANCH_FREE),
+            Kernel::Packed => go!(packed, QUEUE | BRANCH_FREE),
+            Kernel::Shared => go!(packed, QUEUE | BRANCH_FREE | SHARED),
         }
         Ok(())
     }

@@ -9,8 +9,10 @@ use lattice_gpu_advection::reference;
 use lattice_gpu_advection::{Advection, Kernel, Problem};
 use lattice_gpu_host::comm::{Halos, Solo};
 use lattice_gpu_host::{Field, HostField, HostLoopEngine, Shape};
-use lattice_gpu_kernels::advection::{Advect, BlockPlace, Uv, BRANCH_FREE, PACKED, QUEUE, SHARED};
-use lattice_gpu_kernels::stencil::{FieldMut, FieldRef};
+use lattice_gpu_kernels::advection::{
+    Advect, Packed, Separate, Uv, Velocity, BRANCH_FREE, QUEUE, SHARED,
+};
+use lattice_gpu_kernels::bind::bits;
 use rand::{Rng, SeedableRng};
 
 /// A random field and a random divergence-free velocity (from a random stream function) scaled to CFL
@@ -206,8 +208,13 @@ fn rotation_converges_with_resolution() {
     );
 }
 
-/// Runs the queue kernels' column march on the CPU over every column, in chunks of `march` rows.
-fn march_on_host<const K: u32>(p: &Problem, march: u32) -> Vec<f64> {
+/// Runs the queue kernels' column march on the CPU over every column, in chunks of `march` rows, with
+/// the velocities `pick` chooses from the two layouts.
+fn march_on_host<const K: u32, V: Velocity>(
+    p: &Problem,
+    march: u32,
+    pick: fn(Separate, Packed) -> V,
+) -> Vec<f64> {
     let shared = K & SHARED != 0;
     let [nx, ny] = p.size;
     let engine = HostLoopEngine;
@@ -221,38 +228,39 @@ fn march_on_host<const K: u32>(p: &Problem, march: u32) -> Vec<f64> {
                 a[shape.index(k % nx + 2, k / nx + 2, 0)] = d[k] as f32;
             }
         }
-        a
+        let mut field = HostField::<f32>::zeros(shape);
+        field.upload(&a).unwrap();
+        field
     };
     let (f, u, v) = (spread(&p.f0, false), spread(&p.u, true), spread(&p.v, true));
-    let uv: Vec<Uv> = u.iter().zip(&v).map(|(&u, &v)| Uv { u, v }).collect();
+    let (ud, vd) = (u.download().unwrap(), v.download().unwrap());
+    let uv: Vec<Uv> = ud.iter().zip(&vd).map(|(&u, &v)| Uv { u, v }).collect();
+    let mut pairs = HostField::<f64>::zeros(shape);
+    pairs.upload(bits(&uv)).unwrap();
     let mut out = HostField::<f32>::zeros(shape);
-    // SAFETY: every pointer covers `shape`, which the march indexes within its margin of 2.
-    let a = unsafe {
-        Advect::<K> {
-            f: FieldRef::from_raw(f.as_ptr()),
-            out: FieldMut::from_raw(out.view_mut().as_ptr()),
-            u: FieldRef::from_raw(u.as_ptr()),
-            v: FieldRef::from_raw(v.as_ptr()),
-            uv: FieldRef::from_raw(uv.as_ptr()),
-            c: p.c as f32,
-        }
+    let vel = pick(
+        Separate {
+            u: u.view(),
+            v: v.view(),
+        },
+        Packed {
+            uv: pairs.view().cast(),
+        },
+    );
+    let a = Advect::<K, V> {
+        f: f.view(),
+        out: out.view_mut(),
+        vel,
+        c: p.c as f32,
     };
     let row = shape.size()[0];
     for i in 0..nx {
         let mut j = 0;
         while j < ny {
             let n = march.min((ny - j) as u32);
+            let (i0, j0) = (i as u32 + 2, j as u32 + 2);
             if shared {
-                // One thread per block on the host: it loads its row's 5 values itself.
-                let place = BlockPlace {
-                    i0: i as u32 + 2,
-                    tx: 0,
-                    bx: 1,
-                    ty: 0,
-                    j0: j as u32 + 2,
-                };
-                // SAFETY: a block of one thread, within the shared buffer's limits.
-                unsafe { a.march_shared(&shape.interior_range(), place, march) };
+                a.march_shared_alone(&shape.interior_range(), i0, j0, march);
             } else {
                 a.march(shape.index(i + 2, j + 2, 0), row, n);
             }
@@ -265,6 +273,16 @@ fn march_on_host<const K: u32>(p: &Problem, march: u32) -> Vec<f64> {
         .collect()
 }
 
+/// The separate velocity fields.
+fn separate(s: Separate, _: Packed) -> Separate {
+    s
+}
+
+/// The packed pairs.
+fn packed(_: Separate, p: Packed) -> Packed {
+    p
+}
+
 #[test]
 fn column_march_matches_the_update() {
     let p = random_problem(45, 37, 5, 0.95);
@@ -272,18 +290,18 @@ fn column_march_matches_the_update() {
     let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
     for march in [1, 4, 8, 16, 32] {
         for (name, got) in [
-            ("queue", march_on_host::<QUEUE>(&p, march)),
+            ("queue", march_on_host::<QUEUE, _>(&p, march, separate)),
             (
                 "queue-bf",
-                march_on_host::<{ QUEUE | BRANCH_FREE }>(&p, march),
+                march_on_host::<{ QUEUE | BRANCH_FREE }, _>(&p, march, separate),
             ),
             (
                 "packed",
-                march_on_host::<{ QUEUE | BRANCH_FREE | PACKED }>(&p, march),
+                march_on_host::<{ QUEUE | BRANCH_FREE }, _>(&p, march, packed),
             ),
             (
                 "shared",
-                march_on_host::<{ QUEUE | BRANCH_FREE | PACKED | SHARED }>(&p, march),
+                march_on_host::<{ QUEUE | BRANCH_FREE | SHARED }, _>(&p, march, packed),
             ),
         ] {
             let worst = got

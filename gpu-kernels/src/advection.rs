@@ -10,12 +10,14 @@
 //! the host gives them zero velocity (then `s = 0` and the update returns the node's own value exactly),
 //! and the fields have a margin of 2 (finite values) so that no update reads outside them.
 //!
-//! Kernels: [`Advect`] with technique flags `K` ([`BRANCH_FREE`], [`PACKED`], [`QUEUE`], [`SHARED`]). Without
+//! Kernels: [`Advect`] with technique flags `K` ([`BRANCH_FREE`], [`QUEUE`], [`SHARED`]) and a velocity
+//! layout ([`Separate`] fields, or [`Packed`] pairs read with one 8-byte load). Without
 //! [`QUEUE`] the kernel is the framework's plain 2-D loop over [`Advect::update`], one point at a time.
 //! With it each thread marches `march` points up a column (the tuner's unroll factor, 4..32) keeping a
 //! queue of 5 rows in registers, each row with the velocity-independent coefficients of its two cubics
 //! (left- and right-biased, Newton form), computed once and used by the 5 outputs that share the row.
 
+use crate::bind::Bits;
 use crate::device::math::{abs, fma};
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -23,8 +25,6 @@ use crate::stencil::{ArrayIndex2D, FieldMut, FieldRef, PointUpdate2D};
 
 /// Upwind selection without divergent branches (absolute values and selects).
 pub const BRANCH_FREE: u32 = 1;
-/// Velocities packed as one 8-byte (u, v) value per node, loaded at once.
-pub const PACKED: u32 = 2;
 /// Each thread marches up a column with a register queue of 5 rows and their coefficients.
 pub const QUEUE: u32 = 4;
 /// With [`QUEUE`]: each row is loaded once per block into shared memory (one load per thread, plus the
@@ -46,6 +46,51 @@ pub struct Uv {
     pub v: f32,
 }
 
+// SAFETY: 8 bytes, 8-aligned, both; any bits are a valid pair of f32 and a valid f64. The runtime's
+// fields hold real numbers, so a field of pairs is allocated as an f64 field and viewed as pairs.
+unsafe impl Bits<f64> for Uv {}
+// SAFETY: as above.
+unsafe impl Bits<Uv> for f64 {}
+
+/// Where an [`Advect`] reads the velocities.
+pub trait Velocity: Copy + Send + Sync {
+    /// `(u, v)` at array index `ix`.
+    fn at(&self, ix: usize) -> (f32, f32);
+}
+
+/// The velocities as two fields, `u` and `v`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Separate {
+    /// x velocity.
+    pub u: FieldRef<f32>,
+    /// y velocity.
+    pub v: FieldRef<f32>,
+}
+
+impl Velocity for Separate {
+    #[inline(always)]
+    fn at(&self, ix: usize) -> (f32, f32) {
+        (self.u.get(ix), self.v.get(ix))
+    }
+}
+
+/// The velocities as one field of (u, v) pairs, each read with one 8-byte load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Packed {
+    /// The pairs.
+    pub uv: FieldRef<Uv>,
+}
+
+impl Velocity for Packed {
+    #[inline(always)]
+    fn at(&self, ix: usize) -> (f32, f32) {
+        let w = self.uv.get(ix);
+        (w.u, w.v)
+    }
+}
+
 /// The cubic Lagrange weights of the nodes at offsets -2, -1, 0, 1 for the point at offset `s`.
 /// Multiplications by 1/6 and 1/2, not divisions: a `div.rn.f32` is a multi-instruction sequence on the GPU.
 #[inline(always)]
@@ -62,39 +107,31 @@ pub fn weights(s: f32) -> [f32; 4] {
 
 const SIXTH: f32 = 1.0 / 6.0;
 
-/// One step of the advection: `out` from `f` with velocities `u`, `v` (or `uv` with [`PACKED`]) and
-/// `c = dt / h`. All fields share one array shape (margin 2).
+/// One step of the advection: `out` from `f` with velocities `vel` and `c = dt / h`. All fields share
+/// one array shape (margin 2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Advect<const K: u32> {
+pub struct Advect<const K: u32, V = Separate> {
     /// The field at the start of the step.
     pub f: FieldRef<f32>,
     /// The field at the end of the step.
     pub out: FieldMut<f32>,
-    /// x velocity (unused with [`PACKED`]).
-    pub u: FieldRef<f32>,
-    /// y velocity (unused with [`PACKED`]).
-    pub v: FieldRef<f32>,
-    /// Packed velocities (only with [`PACKED`]).
-    pub uv: FieldRef<Uv>,
+    /// The velocities.
+    pub vel: V,
     /// `dt / h`.
     pub c: f32,
 }
 
-impl<const K: u32> Advect<K> {
+impl<const K: u32, V: Velocity> Advect<K, V> {
     /// Courant numbers `(a, b)` at array index `ix`.
     #[inline(always)]
     fn courant(&self, ix: usize) -> (f32, f32) {
-        if K & PACKED != 0 {
-            let w = self.uv.get(ix);
-            (w.u * self.c, w.v * self.c)
-        } else {
-            (self.u.get(ix) * self.c, self.v.get(ix) * self.c)
-        }
+        let (u, v) = self.vel.at(ix);
+        (u * self.c, v * self.c)
     }
 }
 
-impl<const K: u32> PointUpdate2D for Advect<K> {
+impl<const K: u32, V: Velocity> PointUpdate2D for Advect<K, V> {
     type Real = f32;
     const RADIUS: [u32; 2] = [2, 2];
 
@@ -191,7 +228,7 @@ fn select(c: bool, a: f32, b: f32) -> f32 {
     f32::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
 }
 
-impl<const K: u32> Advect<K> {
+impl<const K: u32, V: Velocity> Advect<K, V> {
     /// The 5 values of the row around array index `ix`.
     #[inline(always)]
     fn values(&self, ix: usize) -> [f32; 5] {
@@ -310,7 +347,7 @@ pub struct BlockPlace {
     pub j0: u32,
 }
 
-impl<const K: u32> Advect<K> {
+impl<const K: u32, V: Velocity> Advect<K, V> {
     /// The [`SHARED`] kernels' thread: `march` outputs up its column as in [`march`](Self::march), each
     /// row staged by its block row in shared memory (two slots, one barrier a row). Every thread of the
     /// block takes part in every barrier, so those outside the range only help load.
@@ -358,11 +395,30 @@ impl<const K: u32> Advect<K> {
     }
 }
 
+impl<const K: u32, V: Velocity> Advect<K, V> {
+    /// [`march_shared`](Self::march_shared) by a block of one thread on the host, which loads each
+    /// row's values itself: column `i0`, `march` rows from `j0` (array coordinates). The CPU check of
+    /// the shared kernels' arithmetic.
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub fn march_shared_alone(&self, r: &crate::stencil::LoopRange, i0: u32, j0: u32, march: u32) {
+        let place = BlockPlace {
+            i0,
+            tx: 0,
+            bx: 1,
+            ty: 0,
+            j0,
+        };
+        // SAFETY: a block of one thread: `bx` 1 and `ty` 0 within the shared buffer, and its one thread
+        // is every thread of the block.
+        unsafe { self.march_shared(r, place, march) }
+    }
+}
+
 macro_rules! advect_entries {
-    ($($plain:ident, $k:expr;)*) => {$(
+    ($($plain:ident, $k:expr, $v:ty;)*) => {$(
         crate::kernel! {
             /// Generated kernel entry: the framework's 2-D launch, each thread marching `march` rows.
-            pub unsafe fn $plain(a: Advect<{ $k }>, r: crate::stencil::LoopRange, march: u32) {
+            pub unsafe fn $plain(a: Advect<{ $k }, $v>, r: crate::stencil::LoopRange, march: u32) {
                 if $k & QUEUE == 0 {
                     crate::stencil::device_loop2d(&a, &r, march)
                 } else if $k & SHARED != 0 {
@@ -391,7 +447,7 @@ macro_rules! advect_entries {
                 }
             }
         }
-        impl crate::stencil::GpuEntry for Advect<{ $k }> {
+        impl crate::stencil::GpuEntry for Advect<{ $k }, $v> {
             const MODULE: &'static str = env!("CARGO_CRATE_NAME");
             const ENTRY: &'static str = stringify!($plain);
         }
@@ -399,11 +455,11 @@ macro_rules! advect_entries {
 }
 
 advect_entries! {
-    advect_plain, 0;
-    advect_queue, QUEUE;
-    advect_queue_bf, QUEUE | BRANCH_FREE;
-    advect_queue_bf_packed, QUEUE | BRANCH_FREE | PACKED;
-    advect_queue_bf_packed_shared, QUEUE | BRANCH_FREE | PACKED | SHARED;
+    advect_plain, 0, Separate;
+    advect_queue, QUEUE, Separate;
+    advect_queue_bf, QUEUE | BRANCH_FREE, Separate;
+    advect_queue_bf_packed, QUEUE | BRANCH_FREE, Packed;
+    advect_queue_bf_packed_shared, QUEUE | BRANCH_FREE | SHARED, Packed;
 }
 
 #[cfg(test)]

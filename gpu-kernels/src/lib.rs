@@ -65,6 +65,7 @@
 extern crate std;
 
 pub mod advection;
+pub mod bind;
 pub mod complex;
 pub mod device;
 pub mod diffusion;

@@ -78,6 +78,9 @@ pub enum Error {
     /// serve, a call made where it may not run.
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
+    /// A kernel's argument struct does not fit the memory it was to be bound to.
+    #[error(transparent)]
+    Bind(#[from] lattice_gpu_kernels::bind::SpanError),
     /// A check of the runtime's own state failed: a fault of lattice-gpu, not of its input.
     #[error("internal error: {0} (please report it)")]
     Internal(String),

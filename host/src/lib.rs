@@ -6,7 +6,8 @@
 //! - [`engine`]: the loop engines ([`HostLoopEngine`], [`DeviceLoopEngine`], [`DeviceAutoTuningLoopEngine`])
 //!   and the persistent tune cache.
 //! - [`lattice`]: [`Loop3D`] and [`Loop2D`], which run a point update over a range on an engine.
-//! - [`buffer`]: typed device arrays and launches of kernels with one argument struct.
+//! - [`buffer`]: typed device arrays; [`kernel`]: typed kernels (argument structs bound to their
+//!   memory) launched on the GPU or run on the CPU.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
 //!   ([`threads`]: the ranks as threads of one process).
 //! - [`solvers`]: the Krylov solvers, [`solvers::cg`] (preconditioned conjugate gradients on any
@@ -56,6 +57,7 @@ pub mod gpu;
 pub mod health;
 pub mod interrupt;
 pub mod io;
+pub mod kernel;
 pub mod lattice;
 pub mod memory;
 pub mod module;

@@ -10,11 +10,14 @@ use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::health::{self, Verdict};
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
+use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::memory::{self, Footprint};
+use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
+use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
-    equilibrium, opposite, Half, Scheme, Step, StepEntry, Storage, C, Q, W,
+    equilibrium, opposite, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
 };
 use rayon::prelude::*;
 
@@ -59,11 +62,9 @@ impl Streaming {
 
 /// A population storage with a host representation of its bits (so the host runtime can allocate it)
 /// and its step's kernel entries.
-pub trait LbmStorage: Storage<Real: Plain + Element> {
+pub trait LbmStorage: Storage<Real: Plain + Element> + Bits<Self::Raw> {
     /// The plain type with the same bits (what a checkpoint stores: f64, f32, or u16 for f16).
     type Raw: Plain + Wire + Stored;
-    /// Kernel entries, indexed by `Scheme as usize`.
-    const ENTRIES: [&'static str; 3];
     /// A NaN, to poison what a step should overwrite.
     const NAN: Self::Raw;
 }
@@ -72,7 +73,6 @@ macro_rules! lbm_storage {
     ($s:ty, $raw:ty, $nan:expr) => {
         impl LbmStorage for $s {
             type Raw = $raw;
-            const ENTRIES: [&'static str; 3] = <Step<$s> as StepEntry>::ENTRIES;
             const NAN: $raw = $nan;
         }
     };
@@ -92,10 +92,10 @@ fn encode<S: LbmStorage>(
 ) -> Vec<S::Raw> {
     const RUN: usize = 4096;
     let mut raw = vec![S::Raw::default(); Q * cells];
-    let mut runs: Vec<Vec<&mut [S::Raw]>> = (0..cells.div_ceil(RUN))
+    let mut runs: Vec<Vec<&mut [S]>> = (0..cells.div_ceil(RUN))
         .map(|_| Vec::with_capacity(Q))
         .collect();
-    for slot in raw.chunks_mut(cells.max(1)) {
+    for slot in bits_mut::<S::Raw, S>(&mut raw).chunks_mut(cells.max(1)) {
         for (run, part) in runs.iter_mut().zip(slot.chunks_mut(RUN)) {
             run.push(part);
         }
@@ -105,8 +105,7 @@ fn encode<S: LbmStorage>(
         for i in 0..slots[0].len() {
             let values = post(r * RUN + i);
             for (part, &q) in slots.iter_mut().zip(&order) {
-                // SAFETY: `part` holds more than `i` elements with the bits of `S`.
-                unsafe { S::store(part.as_mut_ptr() as *mut S, i, S::Real::from_f64(values[q])) };
+                part[i] = S::encode(S::Real::from_f64(values[q]));
             }
         }
     });
@@ -970,12 +969,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             Memory::Device { f, .. } => f.download()?,
         };
         let mut post = vec![0.0; Q * cells];
-        for (slot, chunk) in raw.chunks(cells).enumerate() {
+        for (slot, chunk) in bits::<S::Raw, S>(&raw).chunks(cells).enumerate() {
             let q = self.streaming.population_in(slot);
-            let ptr = chunk.as_ptr() as *const S;
-            for n in 0..cells {
-                // SAFETY: `chunk` holds `cells` elements with the bits of `S`.
-                post[q * cells + n] = unsafe { S::load(ptr, n) }.to_f64();
+            for (n, v) in chunk.iter().enumerate() {
+                post[q * cells + n] = v.decode().to_f64();
             }
         }
         Ok(post)
@@ -1014,46 +1011,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
     }
 
-    fn step_args(&self, with_moments: bool) -> Step<S> {
+    /// The relaxation rates, body force and wall velocity of a step, in the storage's arithmetic.
+    fn physics(&self) -> Physics<S::Real> {
         let real = S::Real::from_f64;
         let p = &self.params;
-        let (f, g, tags, moments) = match &self.mem {
-            Memory::Host {
-                f,
-                g,
-                tags,
-                moments,
-            } => (
-                f.as_ptr() as *mut S,
-                g.as_ptr() as *mut S,
-                tags.as_ptr(),
-                moments.as_ptr() as *mut S::Real,
-            ),
-            Memory::Device {
-                f,
-                g,
-                tags,
-                moments,
-                ..
-            } => (
-                f.ptr::<S>(),
-                g.as_ref().map_or(std::ptr::null_mut(), |g| g.ptr::<S>()),
-                tags.ptr::<u8>() as *const u8,
-                moments.ptr::<S::Real>(),
-            ),
-        };
-        let d = self.geometry.dims();
-        Step {
-            f,
-            g,
-            tags,
-            moments: if with_moments {
-                moments
-            } else {
-                std::ptr::null_mut()
-            },
-            dims: [d[0] as u32, d[1] as u32, d[2] as u32],
-            planes: self.planes(),
+        Physics {
             omega: real(p.omega()),
             omega_minus: real(p.omega_minus()),
             force: p.force.map(real),
@@ -1079,11 +1041,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// (`step_beside`).
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
-        let step = self.step_args(with_moments);
+        let wm = with_moments;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
             Some(_) if scheme != Scheme::AaEven && self.overlap && self.nccl_beside() => {
-                self.step_beside(scheme, step)?;
+                self.step_beside(scheme, wm)?;
             }
             Some(_) if scheme != Scheme::AaEven => {
                 self.halos_current = false;
@@ -1091,13 +1053,13 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 if !self.overlap {
                     self.finish_exchange()?;
                 }
-                self.launch_inner(scheme, step)?;
+                self.launch_all(scheme, wm, self.inner_planes())?;
                 if self.overlap {
                     self.finish_exchange()?;
                 }
-                self.launch_ends(scheme, step)?;
+                self.launch_all(scheme, wm, self.end_planes())?;
             }
-            _ => self.launch(scheme, step)?,
+            _ => self.launch(scheme, wm, self.planes())?,
         }
         if scheme == Scheme::Ab {
             match &mut self.mem {
@@ -1129,102 +1091,121 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// An overlapped split step through NCCL (two-lattice): the first and the last plane on the
     /// exchange's stream, then the exchange of what they wrote there, both beside the interior planes
     /// on the GPU's stream, as diffusion's split step (Shimokawabe et al.).
-    fn step_beside(&mut self, scheme: Scheme, step: Step<S>) -> Result<()> {
+    fn step_beside(&mut self, scheme: Scheme, with_moments: bool) -> Result<()> {
         #[cfg(feature = "nccl")]
         if let (Some((n, halo)), Memory::Device { f, g: Some(g), .. }) = (&self.nccl, &self.mem) {
             if !self.halos_current {
                 n.start_on(halo, f)?;
             }
-            n.beside(|| self.launch_ends(scheme, step))?;
+            n.beside(|| {
+                self.end_planes()
+                    .into_iter()
+                    .try_for_each(|p| self.launch_device(scheme, with_moments, p))
+            })?;
             n.start_on(halo, g)?;
-            self.launch_inner(scheme, step)?;
+            if let Some(p) = self.inner_planes() {
+                self.launch_device(scheme, with_moments, p)?;
+            }
             n.finish()?;
             self.halos_current = true;
             return Ok(());
         }
-        let _ = (scheme, step);
+        let _ = (scheme, with_moments);
         Err(crate::Error::InvalidParameter(
             "a step beside the interior needs two-lattice streaming on a GPU with halos through NCCL"
                 .into(),
         ))
     }
 
-    /// Queues `step`'s first and last plane (its one plane, where it has one).
-    fn launch_ends(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
-        let [first, count] = step.planes;
-        self.launch(
-            scheme,
-            Step {
-                planes: [first, 1],
-                ..step
-            },
-        )?;
-        if count > 1 {
-            self.launch(
-                scheme,
-                Step {
-                    planes: [first + count - 1, 1],
-                    ..step
-                },
-            )?;
+    /// The first and the last of the step's planes (its one plane, where it has one), as `[first, 1]`.
+    fn end_planes(&self) -> Vec<[u32; 2]> {
+        let [first, count] = self.planes();
+        match count {
+            0 => vec![],
+            1 => vec![[first, 1]],
+            _ => vec![[first, 1], [first + count - 1, 1]],
         }
+    }
+
+    /// The step's planes between its first and its last, where there are any.
+    fn inner_planes(&self) -> Option<[u32; 2]> {
+        let [first, count] = self.planes();
+        (count > 2).then_some([first + 1, count - 2])
+    }
+
+    /// [`launch`](Self::launch) for each of `planes`.
+    fn launch_all(
+        &mut self,
+        scheme: Scheme,
+        with_moments: bool,
+        planes: impl IntoIterator<Item = [u32; 2]>,
+    ) -> Result<()> {
+        planes
+            .into_iter()
+            .try_for_each(|p| self.launch(scheme, with_moments, p))
+    }
+
+    /// Runs `scheme`'s step over `planes` (`[first, count]`) on the CPU, or queues it on the GPU; with
+    /// `with_moments` it writes the density and velocity too.
+    fn launch(&mut self, scheme: Scheme, with_moments: bool, planes: [u32; 2]) -> Result<()> {
+        let (dims, physics) = (self.dims_u32(), self.physics());
+        let Memory::Host {
+            f,
+            g,
+            tags,
+            moments,
+        } = &mut self.mem
+        else {
+            return self.launch_device(scheme, with_moments, planes);
+        };
+        let mem = Lattices::<S> {
+            f: SpanMut::of(bits_mut(f)),
+            g: (scheme == Scheme::Ab).then(|| SpanMut::of(bits_mut(g))),
+            tags: Span::of(tags),
+            moments: with_moments.then(|| SpanMut::of(&mut moments[..])),
+        };
+        let mut step = Step::bind(scheme, mem, dims, planes, physics).map_err(HostError::from)?;
+        // Rows of cells at least, so that small grids do not drown in scheduling.
+        run_on_host(&mut step, 4096)?;
         Ok(())
     }
 
-    /// Queues `step`'s planes between its first and its last.
-    fn launch_inner(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
-        let [first, count] = step.planes;
-        if count > 2 {
-            self.launch(
-                scheme,
-                Step {
-                    planes: [first + 1, count - 2],
-                    ..step
-                },
-            )?;
-        }
+    /// Queues `scheme`'s step over `planes` on the GPU's launch stream (2-D blocks of whole warps along
+    /// x, one z plane per grid layer).
+    fn launch_device(&self, scheme: Scheme, with_moments: bool, planes: [u32; 2]) -> Result<()> {
+        let Memory::Device {
+            gpu,
+            f,
+            g,
+            tags,
+            moments,
+        } = &self.mem
+        else {
+            return Err(crate::Error::InvalidParameter(
+                "a GPU launch of a lattice held in host memory".into(),
+            ));
+        };
+        let mem = Lattices::<S> {
+            f: f.span_mut().cast(),
+            g: g.as_ref()
+                .filter(|_| scheme == Scheme::Ab)
+                .map(|g| g.span_mut().cast()),
+            tags: tags.span(),
+            moments: with_moments.then(|| moments.span_mut()),
+        };
+        let step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
+            .map_err(HostError::from)?;
+        let [nx, ny, _] = self.dims_u32();
+        let bx = self.block.min(nx.div_ceil(32) * 32);
+        let by = (self.block / bx).min(ny).max(1);
+        let grid = [nx.div_ceil(bx), ny.div_ceil(by), planes[1]];
+        gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
         Ok(())
     }
 
-    /// Queues `step` over its planes (on the CPU, runs it).
-    fn launch(&self, scheme: Scheme, step: Step<S>) -> Result<()> {
-        match &self.mem {
-            Memory::Host { .. } => {
-                let [nx, ny, _] = step.dims;
-                let [z0, nz] = step.planes;
-                let row = |r: u32| {
-                    let (y, z) = (r % ny, z0 + r / ny);
-                    for x in 0..nx {
-                        // SAFETY: the pointers cover the grid; within a step every slot belongs to one
-                        // cell.
-                        unsafe {
-                            match scheme {
-                                Scheme::Ab => step.cell::<{ Scheme::Ab as u32 }>([x, y, z]),
-                                Scheme::AaEven => step.cell::<{ Scheme::AaEven as u32 }>([x, y, z]),
-                                Scheme::AaOdd => step.cell::<{ Scheme::AaOdd as u32 }>([x, y, z]),
-                            }
-                        }
-                    }
-                };
-                let min_rows = (4096 / nx as usize).max(1);
-                (0..ny * nz)
-                    .into_par_iter()
-                    .with_min_len(min_rows)
-                    .for_each(row);
-            }
-            Memory::Device { gpu, .. } => {
-                let entry = S::ENTRIES[scheme as usize];
-                let [nx, ny, _] = step.dims;
-                let nz = step.planes[1];
-                // Whole warps along x, as many rows as fill the block.
-                let bx = self.block.min(nx.div_ceil(32) * 32);
-                let by = (self.block / bx).min(ny).max(1);
-                let grid = [nx.div_ceil(bx), ny.div_ceil(by), nz];
-                // SAFETY: the entry takes one `Step<S>`; its buffers cover the grid.
-                unsafe { gpu.launch_3d_on(&gpu.launch_stream(), entry, &step, grid, [bx, by, 1])? };
-            }
-        }
-        Ok(())
+    /// The grid `[nx, ny, nz]`.
+    fn dims_u32(&self) -> [u32; 3] {
+        self.geometry.dims().map(|d| d as u32)
     }
 
     /// `n` steps; the last one writes the moments.

@@ -8,18 +8,21 @@ use std::sync::{Arc, OnceLock};
 use lattice_gpu_host::decomp::{Decomposition, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
+use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
 };
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
+use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
+use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::GridBarrier;
-use lattice_gpu_kernels::stencil::GpuEntry;
 use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
-    edge_order, tile_index, Dslash, FusedIteration, PackFaces, Phase, FLOPS_PER_SITE, FUSED_BLOCK,
-    INNER, OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
+    edge_order, tile_index, Dslash, FusedFields, FusedIteration, HopFields, PackFaces, Phase,
+    WilsonEntries, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE,
+    T_SPLIT, Y_SPLIT, Z_SPLIT,
 };
 use num_complex::Complex64;
 
@@ -55,43 +58,20 @@ impl Recon {
     }
 }
 
-/// A precision of the Wilson fields (f32 or f64), with its kernels in the embedded PTX.
+/// A precision of the Wilson fields (f32 or f64), with its kernels in the embedded PTX
+/// ([`WilsonEntries`]).
 pub trait WilsonReal:
-    Element + ComplexReal + Default + Unpin + lattice_gpu_host::comm::Wire
+    Element + ComplexReal + WilsonEntries + Default + Unpin + lattice_gpu_host::comm::Wire
 {
-    /// The hopping-term entry for each link storage, on one lattice or on a rank's block of a split.
-    fn dslash_entry(recon: Recon, split: bool) -> &'static str;
-    /// The fused BiCGStab iteration's entry for each link storage.
-    fn fused_entry(recon: Recon) -> &'static str;
-    /// The entry that packs a split block's faces.
-    fn pack_entry() -> &'static str;
 }
 
-macro_rules! wilson_real {
-    ($t:ty) => {
-        impl WilsonReal for $t {
-            fn dslash_entry(recon: Recon, split: bool) -> &'static str {
-                match (recon, split) {
-                    (Recon::R18, false) => <Dslash<$t, 9> as GpuEntry>::ENTRY,
-                    (Recon::R12, false) => <Dslash<$t, 6> as GpuEntry>::ENTRY,
-                    (Recon::R18, true) => <Dslash<$t, 9, true> as GpuEntry>::ENTRY,
-                    (Recon::R12, true) => <Dslash<$t, 6, true> as GpuEntry>::ENTRY,
-                }
-            }
-            fn fused_entry(recon: Recon) -> &'static str {
-                match recon {
-                    Recon::R18 => <FusedIteration<$t, 9> as GpuEntry>::ENTRY,
-                    Recon::R12 => <FusedIteration<$t, 6> as GpuEntry>::ENTRY,
-                }
-            }
-            fn pack_entry() -> &'static str {
-                <PackFaces<$t> as GpuEntry>::ENTRY
-            }
-        }
-    };
+impl WilsonReal for f32 {}
+impl WilsonReal for f64 {}
+
+/// The hopping kernel's entry of precision `T` for `recon`, on one lattice or on a rank's block.
+fn dslash_entry<T: WilsonEntries>(recon: Recon, split: bool) -> &'static str {
+    T::DSLASH[split as usize][(recon == Recon::R12) as usize]
 }
-wilson_real!(f32);
-wilson_real!(f64);
 
 /// Complex elements of one parity's spinor in the tiled layout (padding included).
 pub fn parity_len(lat: &Lattice) -> usize {
@@ -682,7 +662,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
         inp: &DeviceBuffer<T>,
         x: Option<&DeviceBuffer<T>>,
         a: f64,
-        halt: *const u32,
+        halt: Option<Span<'_, u32>>,
     ) -> Result<()> {
         let hop = |split| self.launch_hopping(out, parity, inp, x, a, halt, split);
         let Some(s) = &self.split else {
@@ -709,17 +689,13 @@ impl<T: WilsonReal> WilsonGpu<T> {
     /// Queues the packing of `buf`'s layers across `z` and `y` into their staging ([`PackFaces`]).
     fn pack_faces(&self, buf: &DeviceBuffer<T>, split: u32) -> Result<()> {
         let p = PackFaces {
-            spinor: buf.ptr::<T>(),
+            spinor: std::ptr::null_mut(),
             dims: self.lat.dims.map(|d| d as u32),
             split,
-        };
-        // SAFETY: the entry takes one `PackFaces<T>`; `buf` is a stored parity of this block (every
-        // spinor of a split operator is allocated with its staging) and the grid covers the faces.
-        unsafe {
-            self.gpu
-                .launch(T::pack_entry(), &p, Gpu::blocks_for(p.threads(), 128), 128)
-        }?;
-        Ok(())
+        }
+        .bind(buf.span_mut())
+        .map_err(HostError::from)?;
+        Ok(self.gpu.launch_items(self.gpu.stream(), &p, 128)?)
     }
 
     /// Queues the hopping kernel: on the whole lattice (`split` none), or with the split kernel's
@@ -732,25 +708,25 @@ impl<T: WilsonReal> WilsonGpu<T> {
         inp: &DeviceBuffer<T>,
         x: Option<&DeviceBuffer<T>>,
         a: f64,
-        halt: *const u32,
+        halt: Option<Span<'_, u32>>,
         split: Option<u32>,
     ) -> Result<()> {
-        let x = x.map_or(std::ptr::null(), |b| b.ptr::<T>() as *const T);
         let word = split.unwrap_or(0);
         macro_rules! go {
             ($r:literal, $split:literal) => {{
-                let d = self.dslash::<$r, $split>(out.ptr(), inp.ptr(), x, a, parity as u32, halt, word);
-                // SAFETY: the entry takes one `Dslash<T, R, SPLIT>`; the buffers have this lattice's
-                // tiled layouts (built by this type, with ghosts when split) and the grid covers
-                // exactly the sites the word selects.
-                unsafe {
-                    self.gpu.launch(
-                        T::dslash_entry(self.recon, $split),
-                        &d,
-                        Gpu::blocks_for(d.threads(), self.block),
-                        self.block,
-                    )
-                }
+                let mem = HopFields {
+                    out: out.span_mut(),
+                    inp: inp.span(),
+                    gauge: self.gauge.span(),
+                    x: x.map(|b| b.span()),
+                    halt,
+                    sites: self.split.as_ref().map(|s| s.sites.span()),
+                };
+                let d = self
+                    .dslash::<$r, $split>(a, parity as u32, word)
+                    .bind(mem)
+                    .map_err(HostError::from)?;
+                self.gpu.launch_items(self.gpu.stream(), &d, self.block)
             }};
         }
         Ok(match (self.recon, split.is_some()) {
@@ -761,35 +737,15 @@ impl<T: WilsonReal> WilsonGpu<T> {
         }?)
     }
 
-    /// The kernel arguments of `out = x + a H inp` on the sites of `parity`, for this lattice and gauge
-    /// field.
-    #[allow(clippy::too_many_arguments)]
+    /// The numbers of `out = x + a H inp` on the sites of `parity` for this lattice, to bind to the
+    /// fields ([`Dslash::bind`]).
     fn dslash<const R: usize, const SPLIT: bool>(
         &self,
-        out: *mut T,
-        inp: *const T,
-        x: *const T,
         a: f64,
         parity: u32,
-        halt: *const u32,
         split: u32,
     ) -> Dslash<T, R, SPLIT> {
-        Dslash {
-            out,
-            inp,
-            gauge: self.gauge.ptr::<T>(),
-            x,
-            a: T::from_f64(a),
-            t_boundary: T::from_f64(if self.lat.antiperiodic_t { -1.0 } else { 1.0 }),
-            dims: self.lat.dims.map(|d| d as u32),
-            parity,
-            halt,
-            split,
-            sites: self
-                .split
-                .as_ref()
-                .map_or(std::ptr::null(), |s| s.sites.ptr::<u32>()),
-        }
+        dslash_numbers(&self.lat, a, parity, split)
     }
 
     /// Floating-point operations of one hopping term on one parity.
@@ -823,12 +779,11 @@ impl<T: WilsonReal> EvenOdd<T> {
         let w = &self.0;
         let inp = w.upload_parity(psi, 0)?;
         let out = w.parity_buffer()?;
-        let null = std::ptr::null();
-        self.apply(&out, &inp, null)?;
+        self.apply(&out, &inp, None)?;
         let reps = reps.max(1);
         let ms = w.gpu.time_ms(|| {
             for _ in 0..reps {
-                self.apply(&out, &inp, null)?;
+                self.apply(&out, &inp, None)?;
             }
             Ok(())
         })?;
@@ -844,7 +799,7 @@ impl<T: WilsonReal> EvenOdd<T> {
         }
         let b = w
             .gpu
-            .cooperative_blocks(T::fused_entry(w.recon), FUSED_BLOCK)?
+            .cooperative_blocks(T::FUSED[(w.recon == Recon::R12) as usize], FUSED_BLOCK)?
             .min(Gpu::blocks_for(parity_len(&w.lat), FUSED_BLOCK));
         Ok(*w.fused_blocks.get_or_init(|| b))
     }
@@ -867,7 +822,7 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
         &self,
         out: &DeviceBuffer<T>,
         inp: &DeviceBuffer<T>,
-        halt: *const u32,
+        halt: Option<Span<'_, u32>>,
     ) -> lattice_gpu_host::Result<()> {
         let w = &self.0;
         let k2 = w.kappa * w.kappa;
@@ -881,35 +836,39 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
 
     /// The iteration as one cooperative kernel ([`FusedIteration`]): as many blocks of
     /// [`FUSED_BLOCK`] threads as the GPU runs at once, at most one per `FUSED_BLOCK` elements.
-    fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
+    fn queue_fused_iteration(&self, f: FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
         let w = &self.0;
         if w.split.is_some() {
             return Ok(false);
         }
-        let n = parity_len(&w.lat);
-        let entry = T::fused_entry(w.recon);
         let blocks = self.fused_blocks()?.min((f.partials.len() / 8) as u32);
-        let [x, r, r0, p, v, s, t] = f.vectors.map(|b| b.ptr::<T>());
-        let barrier: *mut u32 = f.barrier.ptr();
+        let [x, r, r0, p, v, s, t] = f.vectors.map(|b| b.span_mut());
         macro_rules! go {
             ($r:literal) => {{
-                let null = std::ptr::null();
                 let args = FusedIteration::<T, $r> {
                     // The phases set the vectors, factor and parity.
-                    hop: w.dslash(std::ptr::null_mut(), null, null, 1.0, 0, std::ptr::null(), 0),
+                    hop: w.dslash(1.0, 0, 0),
                     kappa2: T::from_f64(w.kappa * w.kappa),
-                    vec: [x, r, r0, p, v, s, t, w.tmp.ptr::<T>()],
-                    n: n as u32,
-                    state: f.state,
-                    partials: f.partials.ptr(),
-                    barrier: GridBarrier { count: barrier },
+                    vec: [std::ptr::null_mut(); 8],
+                    n: parity_len(&w.lat) as u32,
+                    state: std::ptr::null_mut(),
+                    partials: std::ptr::null_mut(),
+                    barrier: GridBarrier {
+                        count: std::ptr::null_mut(),
+                    },
                     phases: Phase::ALL.len() as u32,
-                };
-                // SAFETY: the entry takes one `FusedIteration<T, R>`; the vectors and the gauge field
-                // have this lattice's layouts, `partials` room for 8 per block, the barrier's word is
-                // this solver's alone (one launch at a time on its stream), and `blocks` is within
-                // what the GPU runs at once.
-                unsafe { w.gpu.launch_cooperative(entry, &args, blocks, FUSED_BLOCK) }
+                    blocks: 0,
+                }
+                .bind(FusedFields {
+                    gauge: w.gauge.span(),
+                    vec: [x, r, r0, p, v, s, t, w.tmp.span_mut()],
+                    state: f.state,
+                    // Only as many partials as the blocks this GPU runs at once use.
+                    partials: f.partials.span_mut().prefix(8 * blocks as usize),
+                    barrier: f.barrier.span_mut(),
+                })
+                .map_err(HostError::from)?;
+                w.gpu.launch_cooperative_kernel(&args)
             }};
         }
         match w.recon {
@@ -944,7 +903,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
         (
             format!(
                 "{}[r{}]",
-                T::dslash_entry(self.w.recon, false),
+                dslash_entry::<T>(self.w.recon, false),
                 self.w.recon.name()
             ),
             format!("{}x{}x{}x{}", d[0], d[1], d[2], d[3]),
@@ -960,7 +919,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
         let max = self
             .w
             .gpu
-            .max_block_of(T::dslash_entry(self.w.recon, false))?;
+            .max_block_of(dslash_entry::<T>(self.w.recon, false))?;
         match param(params, BLOCK) {
             Some(b) if b > 0 && b <= max && b.is_multiple_of(32) => {
                 self.w.block = b;
@@ -974,7 +933,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
         let w = &*self.w;
         w.gpu.time_ms(|| {
             for _ in 0..calls {
-                w.hopping(self.out, 0, self.inp, None, 0.5, std::ptr::null())?;
+                w.hopping(self.out, 0, self.inp, None, 0.5, None)?;
             }
             Ok(())
         })
@@ -997,17 +956,17 @@ pub fn solve_with<T: WilsonReal>(
     let b_e = w.upload_parity(b, 0)?;
     let b_o = w.upload_parity(b, 1)?;
     let src = w.parity_buffer()?;
-    w.hopping(&src, 0, &b_o, Some(&b_e), kappa, std::ptr::null())?;
+    w.hopping(&src, 0, &b_o, Some(&b_e), kappa, None)?;
     let mut x_e = w.parity_buffer()?;
     let report = solver.solve(&src, &mut x_e, opt, on_check)?;
     let w = &solver.operator().0;
     let x_o = w.parity_buffer()?;
-    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, std::ptr::null())?;
+    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, None)?;
     // D x, parity by parity, for the true residual.
     let dx_e = w.parity_buffer()?;
     let dx_o = w.parity_buffer()?;
-    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, std::ptr::null())?;
-    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, std::ptr::null())?;
+    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, None)?;
+    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, None)?;
     let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
     let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
     let true_res = if be + bo > 0.0 {
@@ -1068,13 +1027,14 @@ pub fn hopping_on_block<T: WilsonReal>(
 /// [`PackFaces`] on the CPU (the GPU kernel's own body): `data` is one stored parity of `block`.
 pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
     assert_eq!(data.len(), 2 * block.parity_len());
-    let p = PackFaces {
-        spinor: data.as_mut_ptr(),
+    let mut p = PackFaces {
+        spinor: std::ptr::null_mut(),
         dims: block.size.map(|d| d as u32),
         split: block.split(),
-    };
-    // SAFETY: `data` is a stored parity of the block (checked length); one site at a time.
-    (0..p.threads()).for_each(|i| unsafe { p.site(i) });
+    }
+    .bind(SpanMut::of(data))
+    .expect("a stored parity of the block (checked length)");
+    run_on_host(&mut p, 1).expect("bound to host memory");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1089,43 +1049,52 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
     x: Option<&[T]>,
     a: f64,
 ) {
-    use rayon::prelude::*;
-    let dims = lat.dims.map(|d| d as u32);
-    let t_boundary = T::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 });
-    let x_ptr = x.map_or(std::ptr::null(), |x| x.as_ptr());
-    let out_ptr = out.as_mut_ptr();
+    // The tiled layouts must match exactly: a longer slice means the caller packed another lattice.
+    let len = 2 * parity_len(lat);
+    assert!(out.len() == len && x.is_none_or(|x| x.len() == len));
     macro_rules! go {
         ($r:literal) => {{
-            let d = Dslash::<T, $r, SPLIT> {
-                out: out_ptr,
-                inp: inp.as_ptr(),
-                gauge: gauge.as_ptr(),
-                x: x_ptr,
-                a: T::from_f64(a),
-                t_boundary,
-                dims,
-                parity: parity as u32,
-                halt: std::ptr::null(),
-                split,
+            let mem = HopFields {
+                out: SpanMut::of(out),
+                inp: Span::of(inp),
+                gauge: Span::of(gauge),
+                x: x.map(Span::of),
+                halt: None,
                 // Every site, in order: no INNER or OUTER selection here.
-                sites: std::ptr::null(),
+                sites: None,
             };
-            // Reals of the arrays a site may read: the own sites (out, x), and with the ghosts (inp,
-            // at least, and each parity and direction's links).
-            let len = 2 * parity_len(lat);
-            let tiles = d.link_sites().div_ceil(TILE);
-            assert!(out.len() == len && x.is_none_or(|x| x.len() == len));
-            assert!(inp.len() >= 2 * tiles * TILE * 12);
-            assert_eq!(gauge.len(), 2 * 8 * tiles * $r * TILE);
-            // SAFETY: the slices have the tiled layouts of this lattice (checked lengths), and each site
-            // writes only its own 12 entries of `out`.
-            (0..lat.half_volume())
-                .into_par_iter()
-                .for_each(|cb| unsafe { d.site(cb) });
+            let mut d = dslash_numbers::<T, $r, SPLIT>(lat, a, parity as u32, split)
+                .bind(mem)
+                .expect("fields in this lattice's tiled layouts");
+            run_on_host(&mut d, 64).expect("bound to host memory");
         }};
     }
     match recon {
         Recon::R18 => go!(9),
         Recon::R12 => go!(6),
+    }
+}
+
+/// The numbers of `out = x + a H inp` on the sites of `parity` of `lat` (a rank's block cut as `split`
+/// says), to bind to the fields ([`Dslash::bind`]): one definition for the GPU and the CPU.
+fn dslash_numbers<T: WilsonReal, const R: usize, const SPLIT: bool>(
+    lat: &Lattice,
+    a: f64,
+    parity: u32,
+    split: u32,
+) -> Dslash<T, R, SPLIT> {
+    let null = std::ptr::null();
+    Dslash {
+        out: std::ptr::null_mut(),
+        inp: null,
+        gauge: null,
+        x: null,
+        a: T::from_f64(a),
+        t_boundary: T::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 }),
+        dims: lat.dims.map(|d| d as u32),
+        parity,
+        halt: std::ptr::null(),
+        split,
+        sites: std::ptr::null(),
     }
 }

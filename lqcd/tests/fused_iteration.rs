@@ -3,10 +3,12 @@
 //! solution's true residual `|b - D x| / |b|`, measured with the independent nalgebra operator, meets
 //! the tolerance, in f64 and f32, with 18- and 12-number links.
 
+use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::Element;
+use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::krylov::{BiCgState, Stage, CONVERGED, RUNNING};
-use lattice_gpu_kernels::wilson::{Dslash, FusedIteration, Phase};
+use lattice_gpu_kernels::wilson::{Dslash, FusedFields, FusedIteration, Phase};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
@@ -44,12 +46,13 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
     let dims_u32 = dims.map(|d| d as u32);
     macro_rules! run {
         ($r:literal) => {{
-            let f = FusedIteration::<T, $r> {
+            let null = std::ptr::null();
+            let template = FusedIteration::<T, $r> {
                 hop: Dslash {
                     out: std::ptr::null_mut(),
-                    inp: std::ptr::null(),
-                    gauge: gauge.as_ptr(),
-                    x: std::ptr::null(),
+                    inp: null,
+                    gauge: null,
+                    x: null,
                     a: T::ONE,
                     t_boundary: T::from_f64(-1.0),
                     dims: dims_u32,
@@ -59,18 +62,29 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
                     sites: std::ptr::null(),
                 },
                 kappa2: T::from_f64(kappa * kappa),
-                vec: std::array::from_fn(|k| vec[k].as_mut_ptr()),
+                vec: [std::ptr::null_mut(); 8],
                 n: (len / 2) as u32,
-                state: &mut st,
-                partials: partials.as_mut_ptr(),
-                barrier: GridBarrier { count: &mut count },
+                state: std::ptr::null_mut(),
+                partials: std::ptr::null_mut(),
+                barrier: GridBarrier {
+                    count: std::ptr::null_mut(),
+                },
                 phases: Phase::ALL.len() as u32,
+                blocks: 0,
             };
             for _ in 0..500 {
-                // SAFETY: every field has this lattice's tiled layout and `len / 2` complex elements.
-                unsafe { f.emulate() };
-                // SAFETY: the state outlives the loop; nothing else writes it meanwhile.
-                if unsafe { (*f.state).status } != RUNNING {
+                let mut vectors = vec.iter_mut();
+                let mut f = template
+                    .bind(FusedFields {
+                        gauge: Span::of(&gauge),
+                        vec: std::array::from_fn(|_| SpanMut::of(vectors.next().unwrap())),
+                        state: SpanMut::of(std::slice::from_mut(&mut st)),
+                        partials: SpanMut::of(&mut partials),
+                        barrier: SpanMut::of(std::slice::from_mut(&mut count)),
+                    })
+                    .unwrap();
+                run_on_host(&mut f, 1).unwrap();
+                if st.status != RUNNING {
                     break;
                 }
             }

@@ -2025,7 +2025,7 @@ fn bench_dslash<T: WilsonReal>(
     tuning.apply(&mut w, false)?;
     let inp = w.upload_parity(psi, 1)?;
     let out: DeviceBuffer<T> = w.parity_buffer()?;
-    let call = || w.hopping(&out, 0, &inp, None, 1.0, std::ptr::null());
+    let call = || w.hopping(&out, 0, &inp, None, 1.0, None);
     call()?;
     let once = g.time_ms(|| call().map_err(HostError::from))?;
     let reps = ((20.0 / once.max(1e-3)) as usize).clamp(10, 2000);

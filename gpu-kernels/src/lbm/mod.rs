@@ -13,7 +13,7 @@
 mod step;
 mod storage;
 
-pub use step::{equilibrium, Scheme, Step, StepEntry};
+pub use step::{equilibrium, Lattices, Physics, Scheme, Step, StepEntry};
 pub use storage::{Half, Storage, HALF_SCALE};
 
 /// Populations per cell.

@@ -6,6 +6,7 @@
 
 use super::storage::Storage;
 use super::{opposite, tag, C, Q, W};
+use crate::bind::{check_len, Bound, Kernel, Place, Span, SpanError, SpanMut};
 use crate::device::math::Real;
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -40,7 +41,8 @@ pub enum Scheme {
     AaOdd = 2,
 }
 
-/// The arguments of one time step over the whole grid (the kernel's one parameter).
+/// The arguments of one time step over the whole grid (the kernel's one parameter), made by
+/// [`Step::bind`].
 ///
 /// Lattice `f` holds, before a step, the post-collision populations of the previous step (for
 /// [`Scheme::Ab`] and [`Scheme::AaOdd`]) or the streamed ones (for [`Scheme::AaEven`]), as deviations
@@ -49,26 +51,49 @@ pub enum Scheme {
 #[derive(Clone, Copy, Debug)]
 pub struct Step<S: Storage> {
     /// The lattice read (and, in place, written).
-    pub f: *mut S,
+    f: *mut S,
     /// The lattice written by [`Scheme::Ab`]; unused in place.
-    pub g: *mut S,
+    g: *mut S,
     /// One tag per cell ([`tag`]).
-    pub tags: *const u8,
+    tags: *const u8,
     /// Where to write density and velocity (`rho`, `ux`, `uy`, `uz`, each `cells` long), or null.
-    pub moments: *mut S::Real,
+    moments: *mut S::Real,
     /// Grid `[nx, ny, nz]`.
-    pub dims: [u32; 3],
+    dims: [u32; 3],
     /// The z planes the step updates, `first .. first + count` (all of them but the halo planes of a
     /// decomposed run, which hold the neighbours' planes).
-    pub planes: [u32; 2],
+    planes: [u32; 2],
+    /// The relaxation rates, body force and wall velocity.
+    physics: Physics<S::Real>,
+    /// The [`Scheme`] as `u32`: which entry runs it, and what the CPU engine's items run.
+    scheme: u32,
+}
+
+/// The physical parameters of a step.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Physics<R> {
     /// The relaxation rate of the symmetric part, `1 / tau`.
-    pub omega: S::Real,
+    pub omega: R,
     /// The relaxation rate of the antisymmetric part (TRT); equal to `omega` for BGK.
-    pub omega_minus: S::Real,
+    pub omega_minus: R,
     /// Body force per unit volume (Guo forcing).
-    pub force: [S::Real; 3],
+    pub force: [R; 3],
     /// Velocity of the moving-wall cells.
-    pub wall: [S::Real; 3],
+    pub wall: [R; 3],
+}
+
+/// The memory of a step: the lattices, the tags and, where the step writes them, the moments.
+#[derive(Debug)]
+pub struct Lattices<'a, S: Storage> {
+    /// The lattice read (and, in place, written): `19 * cells` populations.
+    pub f: SpanMut<'a, S>,
+    /// The lattice a two-lattice step writes (`19 * cells`); `None` in place.
+    pub g: Option<SpanMut<'a, S>>,
+    /// One tag per cell.
+    pub tags: Span<'a, u8>,
+    /// Density and velocity (`4 * cells`), or `None` for a step that does not write them.
+    pub moments: Option<SpanMut<'a, S::Real>>,
 }
 
 // SAFETY: each population slot is read and written by one cell only within a step (see `cell`); the
@@ -107,6 +132,78 @@ fn dot<R: Real>(q: usize, v: [R; 3]) -> R {
 }
 
 impl<S: Storage> Step<S> {
+    /// A step of `scheme` over `planes` (`[first, count]`) of grid `dims`, checked against its memory:
+    /// every lattice must hold `19 * cells` populations, `tags` one per cell, `moments` four per cell,
+    /// the lattices may not overlap, a two-lattice step needs `g`, and the planes lie in the grid.
+    pub fn bind<'a>(
+        scheme: Scheme,
+        mem: Lattices<'a, S>,
+        dims: [u32; 3],
+        planes: [u32; 2],
+        physics: Physics<S::Real>,
+    ) -> Result<Bound<'a, Self>, SpanError> {
+        let cells = dims.iter().map(|&d| d as usize).product::<usize>();
+        let mut places = [
+            mem.f.place(),
+            mem.tags.place(),
+            mem.f.place(),
+            mem.f.place(),
+        ];
+        if let Some(g) = &mem.g {
+            places[2] = g.place();
+        }
+        if let Some(m) = &mem.moments {
+            places[3] = m.place();
+        }
+        let place = Place::common(&places)?;
+        check_len("f", mem.f.len(), Q * cells)?;
+        check_len("tags", mem.tags.len(), cells)?;
+        if let Some(m) = &mem.moments {
+            check_len("moments", m.len(), 4 * cells)?;
+        }
+        let g = match (&mem.g, scheme) {
+            (Some(g), _) => {
+                check_len("g", g.len(), Q * cells)?;
+                let (f0, g0) = (mem.f.ptr() as usize, g.ptr() as usize);
+                let bytes = Q * cells * core::mem::size_of::<S>();
+                if f0 < g0 + bytes && g0 < f0 + bytes {
+                    return Err(SpanError {
+                        argument: "g (overlaps f)",
+                        needs: 0,
+                        has: 0,
+                    });
+                }
+                g.ptr()
+            }
+            (None, Scheme::Ab) => check_len("g", 0, Q * cells).map(|_| core::ptr::null_mut())?,
+            (None, _) => core::ptr::null_mut(),
+        };
+        let step = Step {
+            f: mem.f.ptr(),
+            g,
+            tags: mem.tags.ptr(),
+            moments: mem.moments.map_or(core::ptr::null_mut(), |m| m.ptr()),
+            dims,
+            planes: [0, 0],
+            physics,
+            scheme: scheme as u32,
+        };
+        // SAFETY: every span was checked above to cover the grid, and they are borrowed for `'a`.
+        let mut bound = unsafe { Bound::new_unchecked(step, place) };
+        bound.set_planes(planes)?;
+        Ok(bound)
+    }
+
+    /// Grid `[nx, ny, nz]`.
+    pub fn dims(&self) -> [u32; 3] {
+        self.dims
+    }
+
+    /// The z planes the step updates, `[first, count]`.
+    pub fn planes(&self) -> [u32; 2] {
+        self.planes
+    }
+
     /// Cells of the grid.
     #[inline(always)]
     pub fn cells(&self) -> usize {
@@ -118,7 +215,7 @@ impl<S: Storage> Step<S> {
     #[inline(always)]
     fn bounce(&self, v: S::Real, q: usize, t: u8) -> S::Real {
         if t & tag::MOVING_WALL != 0 {
-            v + S::Real::from_f64(6.0 * W[q]) * dot(q, self.wall)
+            v + S::Real::from_f64(6.0 * W[q]) * dot(q, self.physics.wall)
         } else {
             v
         }
@@ -244,7 +341,7 @@ impl<S: Storage> Step<S> {
         }
         let rho = S::Real::ONE + drho;
         let inv = S::Real::ONE / rho;
-        let force = self.force;
+        let force = self.physics.force;
         let u = [0, 1, 2].map(|a| (j[a] + c(0.5) * force[a]) * inv);
         if !self.moments.is_null() {
             // SAFETY: `moments` covers 4 * cells (the step's contract).
@@ -257,7 +354,7 @@ impl<S: Storage> Step<S> {
         }
         let usq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         let uf = u[0] * force[0] + u[1] * force[1] + u[2] * force[2];
-        let (wp, wm) = (self.omega, self.omega_minus);
+        let (wp, wm) = (self.physics.omega, self.physics.omega_minus);
         let (kp, km) = (S::Real::ONE - c(0.5) * wp, S::Real::ONE - c(0.5) * wm);
         let (hwp, hwm) = (c(0.5) * wp, c(0.5) * wm);
         let base = drho - c(1.5) * rho * usq;
@@ -369,18 +466,61 @@ fn opaque(v: u64) -> u64 {
     v
 }
 
-/// A [`Step`] type with GPU kernel entries, one per [`Scheme`].
+impl<S: Storage> Bound<'_, Step<S>> {
+    /// Restricts the step to z planes `[first, count]`, which must lie in the grid.
+    pub fn set_planes(&mut self, [first, count]: [u32; 2]) -> Result<(), SpanError> {
+        let nz = self.args().dims[2];
+        check_len("planes", nz as usize, first as usize + count as usize)?;
+        self.args_mut().planes = [first, count];
+        Ok(())
+    }
+}
+
+/// A storage type's [`Step`] kernel entries, one per [`Scheme`] (a supertrait of [`Storage`], so that
+/// generic code over storages needs no bound of its own).
 pub trait StepEntry {
     /// Entry names, indexed by `Scheme as usize`.
     const ENTRIES: [&'static str; 3];
 }
 
+// SAFETY: the entries (`step_entries!`) take one `Step<S>`; a bound step covers its grid
+// (`Step::bind`), its threads guard the planes and rows, and each cell of one step writes only its own
+// population slots and moments.
+unsafe impl<S: Storage> Kernel for Step<S> {
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        S::ENTRIES[self.scheme as usize]
+    }
+
+    fn items(&self) -> usize {
+        self.dims[0] as usize * self.dims[1] as usize * self.planes[1] as usize
+    }
+
+    #[inline(always)]
+    unsafe fn item(&self, i: usize) {
+        let (nx, ny) = (self.dims[0] as usize, self.dims[1] as usize);
+        let xyz = [
+            (i % nx) as u32,
+            (i / nx % ny) as u32,
+            self.planes[0] + (i / nx / ny) as u32,
+        ];
+        // SAFETY: bound, so the grid is covered and the planes lie in it; the caller runs each item once.
+        unsafe {
+            match self.scheme {
+                0 => self.cell::<{ Scheme::Ab as u32 }>(xyz),
+                1 => self.cell::<{ Scheme::AaEven as u32 }>(xyz),
+                _ => self.cell::<{ Scheme::AaOdd as u32 }>(xyz),
+            }
+        }
+    }
+}
 macro_rules! step_entries {
     ($s:ty => $ab:ident, $even:ident, $odd:ident) => {
         step_entries!(@one $s, $ab, Scheme::Ab);
         step_entries!(@one $s, $even, Scheme::AaEven);
         step_entries!(@one $s, $odd, Scheme::AaOdd);
-        impl StepEntry for Step<$s> {
+        impl StepEntry for $s {
             const ENTRIES: [&'static str; 3] =
                 [stringify!($ab), stringify!($even), stringify!($odd)];
         }
@@ -392,8 +532,9 @@ macro_rules! step_entries {
             pub unsafe fn $name(s: Step<$s>) {
                 let x = thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
                 let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
-                if x < s.dims[0] && y < s.dims[1] {
-                    s.cell::<{ $scheme as u32 }>([x, y, s.planes[0] + thread::block_idx_z()])
+                let z = thread::block_idx_z();
+                if x < s.dims[0] && y < s.dims[1] && z < s.planes[1] {
+                    s.cell::<{ $scheme as u32 }>([x, y, s.planes[0] + z])
                 }
             }
         }

@@ -9,7 +9,7 @@ use crate::device::math::Real;
 pub const HALF_SCALE: f32 = 32768.0;
 
 /// A population storage type and the precision the collision computes in.
-pub trait Storage: Copy + Default + Send + Sync + 'static {
+pub trait Storage: Copy + Default + Send + Sync + 'static + super::step::StepEntry {
     /// The arithmetic precision.
     type Real: Real;
     /// `"f32"`, `"f64"` or `"f16"`: names kernels, tables and files.
@@ -26,6 +26,10 @@ pub trait Storage: Copy + Default + Send + Sync + 'static {
     /// # Safety
     /// `p.add(i)` must be valid for writes.
     unsafe fn store(p: *mut Self, i: usize, v: Self::Real);
+    /// The stored form of deviation `v`.
+    fn encode(v: Self::Real) -> Self;
+    /// The deviation this holds.
+    fn decode(self) -> Self::Real;
 }
 
 macro_rules! plain_storage {
@@ -44,6 +48,14 @@ macro_rules! plain_storage {
             unsafe fn store(p: *mut Self, i: usize, v: $t) {
                 // SAFETY: the caller's contract.
                 unsafe { *p.add(i) = v }
+            }
+            #[inline(always)]
+            fn encode(v: $t) -> Self {
+                v
+            }
+            #[inline(always)]
+            fn decode(self) -> $t {
+                self
             }
         }
     };
@@ -93,7 +105,18 @@ impl Storage for Half {
         // SAFETY: the caller's contract.
         unsafe { *p.add(i) = Half::encode(v) }
     }
+    #[inline(always)]
+    fn encode(v: f32) -> Self {
+        Half::encode(v)
+    }
+    #[inline(always)]
+    fn decode(self) -> f32 {
+        Half::decode(self)
+    }
 }
+
+// SAFETY: `Half` is a transparent `u16`; every bit pattern is a valid value of either.
+unsafe impl crate::bind::Bits<u16> for Half {}
 
 #[cfg(test)]
 mod tests {

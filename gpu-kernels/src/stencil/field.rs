@@ -1,6 +1,8 @@
 //! Field pointers held by point updates. They are plain addresses (host or device memory, whichever the
 //! engine allocated), `#[repr(transparent)]` so a point-update struct has the same layout on both sides.
 
+use crate::bind::Bits;
+
 /// A read-only field: element `ix` of a linear array (see [`ArrayIndex3D`](super::ArrayIndex3D)).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +42,11 @@ impl<T: Copy> FieldRef<T> {
     /// The address.
     pub fn as_ptr(self) -> *const T {
         self.0
+    }
+
+    /// The same field read as `U`, a type of the same size, alignment and bits: the same indices.
+    pub fn cast<U: Bits<T>>(self) -> FieldRef<U> {
+        FieldRef(self.0 as *const U)
     }
 }
 

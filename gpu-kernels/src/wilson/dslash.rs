@@ -3,9 +3,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::halo::{face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE};
+use crate::bind::{check_len, Bound, Place, Span, SpanError, SpanMut};
 use crate::complex::{Complex, ComplexReal};
-#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
-use crate::device::thread;
 
 /// Floating-point operations per site of one hopping-term application, as QUDA counts them (so GFLOPS
 /// figures compare with QUDA's).
@@ -182,7 +181,93 @@ impl Edges {
     }
 }
 
+/// The memory a hopping term addresses ([`Dslash::bind`]): reals, tiled as [`crate::wilson`] says.
+#[derive(Debug)]
+pub struct HopFields<'a, T> {
+    /// The output parity.
+    pub out: SpanMut<'a, T>,
+    /// The input parity (with the ghosts, on a block of a split lattice).
+    pub inp: Span<'a, T>,
+    /// The gauge field, both parities (with the ghosts' links, on a block).
+    pub gauge: Span<'a, T>,
+    /// The spinor added to the result, if any.
+    pub x: Option<Span<'a, T>>,
+    /// The solver's status word, if the term stops with the solve.
+    pub halt: Option<Span<'a, u32>>,
+    /// A block's sites in edge order ([`edge_order`]), for [`INNER`] and [`OUTER`] launches.
+    pub sites: Option<Span<'a, u32>>,
+}
+
+/// Reals of a tiled spinor of `sites` sites.
+fn spinor_reals(sites: usize) -> usize {
+    2 * 12 * sites.div_ceil(TILE) * TILE
+}
+
+/// Checks a lattice or block `dims` (with its cut axes `split`, when split): every axis at least one
+/// site, `x` even, and a cut axis at least two.
+pub(crate) fn check_dims(dims: [u32; 4], split: u32) -> Result<(), SpanError> {
+    let bad =
+        dims.contains(&0) || !dims[0].is_multiple_of(2) || (1..4).any(|a| is_cut(split, a) && dims[a] < 2);
+    match bad {
+        true => Err(SpanError {
+            argument: "dims (every axis at least 1, x even, a cut axis at least 2)",
+            needs: 0,
+            has: 0,
+        }),
+        false => Ok(()),
+    }
+}
+
 impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
+    /// These numbers (`a`, `t_boundary`, `dims`, `parity`, `split`) with `mem`'s addresses, checked:
+    /// `out` and `x` hold the output parity, `inp` the input parity and its ghosts, `gauge` the links
+    /// of both parities (and the ghosts'), `halt` one word, and an [`INNER`] or [`OUTER`] launch has
+    /// the block's `sites`.
+    pub fn bind<'a>(self, mem: HopFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+        check_dims(self.dims, if SPLIT { self.split } else { 0 })?;
+        let (own, links) = (self.half_volume(), self.link_sites());
+        let mut places = [mem.out.place(); 6];
+        places[1] = mem.inp.place();
+        places[2] = mem.gauge.place();
+        check_len("out", mem.out.len(), spinor_reals(own))?;
+        check_len("inp", mem.inp.len(), spinor_reals(links))?;
+        check_len(
+            "gauge",
+            mem.gauge.len(),
+            2 * 8 * links.div_ceil(TILE) * R * TILE,
+        )?;
+        if let Some(x) = &mem.x {
+            check_len("x", x.len(), spinor_reals(own))?;
+            places[3] = x.place();
+        }
+        if let Some(h) = &mem.halt {
+            check_len("halt", h.len(), 1)?;
+            places[4] = h.place();
+        }
+        let listed = SPLIT && self.split & (INNER | OUTER) != 0;
+        let sites = match (&mem.sites, listed) {
+            (Some(l), true) => {
+                check_len("sites", l.len(), own)?;
+                places[5] = l.place();
+                l.ptr()
+            }
+            (None, true) => check_len("sites", 0, own).map(|_| core::ptr::null())?,
+            (_, false) => core::ptr::null(),
+        };
+        let place = Place::common(&places)?;
+        let d = Self {
+            out: mem.out.ptr(),
+            inp: mem.inp.ptr(),
+            gauge: mem.gauge.ptr(),
+            x: mem.x.map_or(core::ptr::null(), |x| x.ptr()),
+            halt: mem.halt.map_or(core::ptr::null(), |h| h.ptr()),
+            sites,
+            ..self
+        };
+        // SAFETY: every span was checked above against the sites, ghosts and links the hops address.
+        Ok(unsafe { Bound::new_unchecked(d, place) })
+    }
+
     /// Sites of one parity.
     #[inline(always)]
     pub fn half_volume(&self) -> usize {
@@ -477,30 +562,44 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     }
 }
 
+/// Makes one hopping-kernel entry ([`wilson_entries!`](super) names them for the precision).
 macro_rules! dslash_entry {
     ($name:ident => $t:ty, $r:literal, $split:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per site of the output parity (or of the slices
             /// selected).
-            pub unsafe fn $name(d: Dslash<$t, $r, $split>) {
-                let i = thread::index_1d();
+            pub unsafe fn $name(d: crate::wilson::Dslash<$t, $r, $split>) {
+                let i = crate::device::thread::index_1d();
                 if i < d.threads() {
-                    d.site(d.site_of(i))
+                    <crate::wilson::Dslash<$t, $r, $split> as crate::bind::Kernel>::item(&d, i)
                 }
             }
-        }
-        impl crate::stencil::GpuEntry for Dslash<$t, $r, $split> {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
         }
     };
 }
 
-dslash_entry!(dslash_f32_r18 => f32, 9, false);
-dslash_entry!(dslash_f32_r12 => f32, 6, false);
-dslash_entry!(dslash_f64_r18 => f64, 9, false);
-dslash_entry!(dslash_f64_r12 => f64, 6, false);
-dslash_entry!(dslash_split_f32_r18 => f32, 9, true);
-dslash_entry!(dslash_split_f32_r12 => f32, 6, true);
-dslash_entry!(dslash_split_f64_r18 => f64, 9, true);
-dslash_entry!(dslash_split_f64_r12 => f64, 6, true);
+// SAFETY: the entries (`dslash_entry!`) take one `Dslash<T, R, SPLIT>` and run `item` for their thread;
+// a bound value's spans cover the sites, links and ghosts the hops read (`Dslash::bind`), an item
+// skips a listed site outside the parity, and each item writes only its own site of `out`.
+unsafe impl<T: super::WilsonEntries, const R: usize, const SPLIT: bool> crate::bind::Kernel
+    for Dslash<T, R, SPLIT>
+{
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        T::DSLASH[SPLIT as usize][(R == 6) as usize]
+    }
+
+    fn items(&self) -> usize {
+        self.threads()
+    }
+
+    #[inline(always)]
+    unsafe fn item(&self, i: usize) {
+        let cb = self.site_of(i);
+        if cb < self.half_volume() {
+            // SAFETY: bound, and `cb` a site of the output parity.
+            unsafe { self.site(cb) }
+        }
+    }
+}

@@ -14,7 +14,9 @@
 //! into the next reduction cannot overwrite what a slower one is still adding.
 #![allow(clippy::needless_range_loop)]
 
+use super::dslash::check_dims;
 use super::{component_index, Dslash, TILE};
+use crate::bind::{check_len, Bound, Cooperative, Kernel, Place, Span, SpanError, SpanMut};
 use crate::complex::{Complex, ComplexReal};
 use crate::device::grid::GridBarrier;
 use crate::device::thread::{self, sync_threads};
@@ -114,6 +116,24 @@ pub struct FusedIteration<T, const R: usize> {
     /// hopping term and of the vector code instead of one per phase (which took 255 registers and
     /// spilled).
     pub phases: u32,
+    /// The most blocks `partials` serves (set by [`bind`](Self::bind); the launch's grid, not the
+    /// kernel, reads it).
+    pub blocks: u32,
+}
+
+/// The memory of a fused iteration ([`FusedIteration::bind`]).
+#[derive(Debug)]
+pub struct FusedFields<'a, T> {
+    /// The gauge field, both parities.
+    pub gauge: Span<'a, T>,
+    /// `x, r, r0, p, v, s, t` (even sites) and `tmp` (odd sites).
+    pub vec: [SpanMut<'a, T>; 8],
+    /// The solver state.
+    pub state: SpanMut<'a, BiCgState>,
+    /// Partial sums: 8 per block.
+    pub partials: SpanMut<'a, f64>,
+    /// The grid barrier's word.
+    pub barrier: SpanMut<'a, u32>,
 }
 
 // SAFETY: every element is written by exactly one thread per phase.
@@ -131,6 +151,55 @@ const TV: usize = 6;
 const TMP: usize = 7;
 
 impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
+    /// These numbers (`hop`'s lattice and boundary, `kappa2`, `n`, `phases`) with `mem`'s addresses,
+    /// checked: every vector holds `n` complex elements and at least a parity of the lattice, the gauge
+    /// field both parities' links, the state and the barrier one each, and `partials` 8 per block (the
+    /// blocks it serves bound the launch: [`Cooperative::blocks`]).
+    pub fn bind<'a>(self, mem: FusedFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+        check_dims(self.hop.dims, 0)?;
+        let own = self.hop.half_volume();
+        let reals = (2 * self.n as usize).max(2 * 12 * own.div_ceil(TILE) * TILE);
+        let mut places = [mem.gauge.place(); 12];
+        for (k, v) in mem.vec.iter().enumerate() {
+            check_len("vec", v.len(), reals)?;
+            places[k + 1] = v.place();
+        }
+        check_len(
+            "gauge",
+            mem.gauge.len(),
+            2 * 8 * own.div_ceil(TILE) * R * TILE,
+        )?;
+        check_len("state", mem.state.len(), 1)?;
+        check_len("partials", mem.partials.len(), 8)?;
+        check_len("barrier", mem.barrier.len(), 1)?;
+        places[9] = mem.state.place();
+        places[10] = mem.partials.place();
+        places[11] = mem.barrier.place();
+        let place = Place::common(&places)?;
+        let null = core::ptr::null();
+        let f = Self {
+            hop: Dslash {
+                out: core::ptr::null_mut(),
+                inp: null,
+                gauge: mem.gauge.ptr(),
+                x: null,
+                halt: core::ptr::null(),
+                sites: core::ptr::null(),
+                ..self.hop
+            },
+            vec: mem.vec.map(|v| v.ptr()),
+            state: mem.state.ptr(),
+            partials: mem.partials.ptr(),
+            barrier: GridBarrier {
+                count: mem.barrier.ptr(),
+            },
+            blocks: (mem.partials.len() / 8).min(u32::MAX as usize) as u32,
+            ..self
+        };
+        // SAFETY: every span was checked above against what the phases address.
+        Ok(unsafe { Bound::new_unchecked(f, place) })
+    }
+
     /// The hopping term `out = x + a H inp` on `parity`.
     fn hop(&self, out: usize, inp: usize, x: Option<usize>, a: T, parity: u32) -> Dslash<T, R> {
         Dslash {
@@ -398,22 +467,44 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
     }
 }
 
+// SAFETY: the entries (`fused_entry!`) take one `FusedIteration<T, R>`; a bound value's spans cover
+// every phase's sites and elements, and on the CPU the one item is the whole iteration, phase after
+// phase ([`FusedIteration::emulate`]).
+unsafe impl<T: super::WilsonEntries, const R: usize> Kernel for FusedIteration<T, R> {
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        T::FUSED[(R == 6) as usize]
+    }
+
+    fn items(&self) -> usize {
+        1
+    }
+
+    unsafe fn item(&self, _: usize) {
+        // SAFETY: bound; one item, so one thread.
+        unsafe { self.emulate() }
+    }
+}
+
+// SAFETY: with at most `blocks` blocks of `FUSED_BLOCK` threads, all resident, the partials hold 8 per
+// block and every thread reaches every grid barrier.
+unsafe impl<T: super::WilsonEntries, const R: usize> Cooperative for FusedIteration<T, R> {
+    const BLOCK: u32 = FUSED_BLOCK;
+
+    fn blocks(&self) -> u32 {
+        self.blocks
+    }
+}
+
+/// Makes one fused-iteration entry ([`wilson_entries!`](super) names them for the precision).
 macro_rules! fused_entry {
     ($name:ident => $t:ty, $r:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one BiCGStab iteration, launched cooperatively.
-            pub unsafe fn $name(f: FusedIteration<$t, $r>) {
+            pub unsafe fn $name(f: crate::wilson::FusedIteration<$t, $r>) {
                 f.run()
             }
         }
-        impl crate::stencil::GpuEntry for FusedIteration<$t, $r> {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-        }
     };
 }
-
-fused_entry!(bicg_fused_f32_r18 => f32, 9);
-fused_entry!(bicg_fused_f32_r12 => f32, 6);
-fused_entry!(bicg_fused_f64_r18 => f64, 9);
-fused_entry!(bicg_fused_f64_r12 => f64, 6);

@@ -13,9 +13,8 @@
 //! neighbour's link). A face site is numbered like `cb` with the cut axis's coordinate left out, so a
 //! site and its neighbour across the edge have the same face index on both ranks.
 
+use crate::bind::{check_len, Bound, SpanError, SpanMut};
 use crate::complex::ComplexReal;
-#[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
-use crate::device::thread;
 
 use super::{tile_index, TILE};
 
@@ -151,6 +150,21 @@ unsafe impl<T> Send for PackFaces<T> {}
 unsafe impl<T> Sync for PackFaces<T> {}
 
 impl<T: ComplexReal> PackFaces<T> {
+    /// These numbers (`dims`, `split`) with `spinor`'s address, checked: it holds a stored parity of
+    /// the block, own sites, ghosts and staging ([`Halo::sites`]).
+    pub fn bind<'a>(self, spinor: SpanMut<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+        super::dslash::check_dims(self.dims, self.split)?;
+        let sites = Halo::new(self.dims, self.split).sites;
+        check_len("spinor", spinor.len(), 2 * 12 * sites)?;
+        let place = spinor.place();
+        let p = Self {
+            spinor: spinor.ptr(),
+            ..self
+        };
+        // SAFETY: the span holds every region the packing reads and writes.
+        Ok(unsafe { Bound::new_unchecked(p, place) })
+    }
+
     /// Threads a launch needs: two faces per packed axis.
     #[inline(always)]
     pub fn threads(&self) -> usize {
@@ -207,23 +221,37 @@ impl<T: ComplexReal> PackFaces<T> {
     }
 }
 
+/// Makes the face-packing entry of a precision.
 macro_rules! pack_entry {
     ($name:ident => $t:ty) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per packed face site.
-            pub unsafe fn $name(p: PackFaces<$t>) {
-                let i = thread::index_1d();
+            pub unsafe fn $name(p: crate::wilson::PackFaces<$t>) {
+                let i = crate::device::thread::index_1d();
                 if i < p.threads() {
                     p.site(i)
                 }
             }
         }
-        impl crate::stencil::GpuEntry for PackFaces<$t> {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-        }
     };
 }
 
-pack_entry!(pack_faces_f32 => f32);
-pack_entry!(pack_faces_f64 => f64);
+// SAFETY: the entries (`pack_entry!`) take one `PackFaces<T>` and guard their thread; a bound value's
+// spinor holds the block's sites and staging (`PackFaces::bind`), and each item writes one staging site.
+unsafe impl<T: super::WilsonEntries> crate::bind::Kernel for PackFaces<T> {
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        T::PACK
+    }
+
+    fn items(&self) -> usize {
+        self.threads()
+    }
+
+    #[inline(always)]
+    unsafe fn item(&self, i: usize) {
+        // SAFETY: bound, and `i < threads()` (the caller's contract).
+        unsafe { self.site(i) }
+    }
+}

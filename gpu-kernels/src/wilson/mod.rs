@@ -16,12 +16,58 @@
 //!   the whole matrix (`k = 3 a + b`), `R = 6` only rows 0 and 1, row 2 being rebuilt as
 //!   `conj(row0 x row1)` (exact for SU(3)).
 
+#[macro_use]
 mod dslash;
+#[macro_use]
 mod fused;
+#[macro_use]
 pub mod halo;
 
 pub use dslash::{
-    component_index, edge_order, tile_index, Dslash, Neighbours, FLOPS_PER_SITE, TILE,
+    component_index, edge_order, tile_index, Dslash, HopFields, Neighbours, FLOPS_PER_SITE, TILE,
 };
-pub use fused::{FusedIteration, Phase, FUSED_BLOCK};
+pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT};
+
+/// A precision with the Wilson kernels' entries in the framework's module: a supertrait of a precision
+/// bound, so that generic code over precisions names no kernel type.
+pub trait WilsonEntries: crate::complex::ComplexReal {
+    /// The hopping kernel's entries, `[split][r12]` (one lattice or a rank's block; 18 or 12 numbers).
+    const DSLASH: [[&'static str; 2]; 2];
+    /// The fused BiCGStab iteration's entries, `[r12]`.
+    const FUSED: [&'static str; 2];
+    /// The face packing's entry.
+    const PACK: &'static str;
+}
+
+/// Makes a precision's Wilson entries and names them in its [`WilsonEntries`].
+macro_rules! wilson_entries {
+    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], [$f18:ident, $f12:ident], $pack:ident) => {
+        dslash_entry!($d18 => $t, 9, false);
+        dslash_entry!($d12 => $t, 6, false);
+        dslash_entry!($s18 => $t, 9, true);
+        dslash_entry!($s12 => $t, 6, true);
+        fused_entry!($f18 => $t, 9);
+        fused_entry!($f12 => $t, 6);
+        pack_entry!($pack => $t);
+        impl WilsonEntries for $t {
+            const DSLASH: [[&'static str; 2]; 2] = [
+                [stringify!($d18), stringify!($d12)],
+                [stringify!($s18), stringify!($s12)],
+            ];
+            const FUSED: [&'static str; 2] = [stringify!($f18), stringify!($f12)];
+            const PACK: &'static str = stringify!($pack);
+        }
+    };
+}
+
+wilson_entries!(
+    f32 => [dslash_f32_r18, dslash_f32_r12, dslash_split_f32_r18, dslash_split_f32_r12],
+    [bicg_fused_f32_r18, bicg_fused_f32_r12],
+    pack_faces_f32
+);
+wilson_entries!(
+    f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
+    [bicg_fused_f64_r18, bicg_fused_f64_r12],
+    pack_faces_f64
+);

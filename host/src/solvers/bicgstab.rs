@@ -19,6 +19,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
+use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 use lattice_gpu_kernels::krylov::{
@@ -49,15 +50,20 @@ pub trait DeviceOperator<T> {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Queues `out = A inp` on the GPU's stream. When `halt` is not null and the `u32` there is non-zero
+    /// Queues `out = A inp` on the GPU's stream. When `halt` is given and the `u32` there is non-zero
     /// when the kernels run, they must do nothing (the solve has stopped).
-    fn apply(&self, out: &DeviceBuffer<T>, inp: &DeviceBuffer<T>, halt: *const u32) -> Result<()>;
+    fn apply(
+        &self,
+        out: &DeviceBuffer<T>,
+        inp: &DeviceBuffer<T>,
+        halt: Option<Span<'_, u32>>,
+    ) -> Result<()>;
     /// Floating-point operations of one application (for GFLOPS).
     fn flops(&self) -> u64;
     /// Queues one whole BiCGStab iteration on `f` as a single kernel, if this operator has one (its
     /// hopping terms, vector updates and reductions separated by grid barriers); `Ok(false)` if it has
     /// none, and the solver queues the separate kernels.
-    fn queue_fused_iteration(&self, f: &FusedVectors<'_, T>) -> Result<bool> {
+    fn queue_fused_iteration(&self, f: FusedVectors<'_, T>) -> Result<bool> {
         let _ = f;
         Ok(false)
     }
@@ -96,8 +102,8 @@ impl FromStr for Fusion {
 pub struct FusedVectors<'a, T> {
     /// `x, r, r0, p, v, s, t`.
     pub vectors: [&'a DeviceBuffer<T>; 7],
-    /// The solver state ([`BiCgState`]).
-    pub state: *mut BiCgState,
+    /// The solver state.
+    pub state: SpanMut<'a, BiCgState>,
     /// Partial sums.
     pub partials: &'a DeviceBuffer<f64>,
     /// The grid barrier's word.
@@ -714,19 +720,19 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 vectors: [
                     &self.x, &self.r, &self.r0, &self.p, &self.v, &self.s, &self.t,
                 ],
-                state: self.state.ptr(),
+                state: self.state_span(),
                 partials: &self.fused_partials,
                 barrier: &self.barrier,
             };
-            if self.op.queue_fused_iteration(&f)? {
+            if self.op.queue_fused_iteration(f)? {
                 return Ok(());
             }
         }
         let halt = self.halt();
-        self.op.apply(&self.v, &self.p, halt)?;
+        self.op.apply(&self.v, &self.p, Some(halt))?;
         self.reduce(&mut host, Op::Dot, &[&self.v, &self.r0], Stage::Alpha)?;
         self.blas(Op::S, &[&self.s, &self.r, &self.v], HOST_FINISHES)?;
-        self.op.apply(&self.t, &self.s, halt)?;
+        self.op.apply(&self.t, &self.s, Some(halt))?;
         self.reduce(&mut host, Op::Dot, &[&self.t, &self.s], Stage::Omega)?;
         let xr = [&self.x, &self.p, &self.s, &self.t, &self.r, &self.r0];
         self.reduce(&mut host, Op::Xr, &xr, Stage::Beta)?;
@@ -772,9 +778,18 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         }
     }
 
+    /// The state as the kernels see it.
+    fn state_span(&self) -> SpanMut<'_, BiCgState> {
+        // SAFETY: the buffer holds `STATE_WORDS` u64 (8-byte aligned, as `BiCgState` needs), room for
+        // one state, and lives while the span borrows it.
+        unsafe { SpanMut::from_device_parts(self.state.ptr::<BiCgState>(), 1) }
+    }
+
     /// The device address of the state's status word: the operator's kernels stop when it is set.
-    fn halt(&self) -> *const u32 {
-        (self.state.addr() + std::mem::offset_of!(BiCgState, status) as u64) as *const u32
+    fn halt(&self) -> Span<'_, u32> {
+        let at = self.state.addr() + std::mem::offset_of!(BiCgState, status) as u64;
+        // SAFETY: the status word of the state buffer, which lives while the span borrows it.
+        unsafe { Span::from_device_parts(at as *const u32, 1) }
     }
 
     fn blas(&self, op: Op, v: &[&DeviceBuffer<T>], stage: u32) -> Result<()> {
