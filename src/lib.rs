@@ -32,6 +32,7 @@
 //! ```
 
 pub use lattice_gpu_advection as advection;
+pub use lattice_gpu_cli as cli;
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
 pub use lattice_gpu_lbm as lbm;
@@ -39,5 +40,4 @@ pub use lattice_gpu_lqcd as lqcd;
 pub use lattice_gpu_poisson as poisson;
 
 pub mod bench;
-pub mod cli;
 pub mod diffusion;
