@@ -36,8 +36,8 @@ use lattice_gpu::host::{
 use lattice_gpu::kernels::lbm::tag;
 use lattice_gpu::lbm::{Collision, Engine, Geometry, Lbm, Moments, Params, Streaming};
 
-mod common;
 use common::{gpu, poison, random, split_solve_matches_whole};
+use lattice_gpu_testkit as common;
 
 /// Whether NCCL loads; otherwise says why the test is skipped (or fails where it is required).
 fn nccl_present(test: &str) -> bool {

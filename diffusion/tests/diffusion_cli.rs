@@ -1,10 +1,14 @@
 //! The `diffusion` binary on bad input: a message naming the problem, a non-zero exit, no panic, and no
 //! output file left behind. Runs on the CPU engine, so it needs no GPU.
+//!
+//! Split over the threads of one process (`--gpus N`), on the CPU engine and, where there is one, the
+//! GPU engine: the bytes of the one-domain run, impossible splits refused with the reason, and
+//! the fallback to the CPU said once for all ranks.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
+use lattice_gpu_testkit as common;
 
 /// The binary under test: `$LATTICE_GPU_DIFFUSION_BIN` where the test runs away from its build tree
 /// (scripts/gpu-check.sh on the GPU machine), else the one cargo built.
@@ -375,7 +379,7 @@ fn entries(dir: &Path) -> Vec<String> {
 
 #[test]
 fn missing_gpu_names_the_fix_that_fits() {
-    if lattice_gpu::host::Gpu::probe().is_ok() {
+    if lattice_gpu_host::Gpu::probe().is_ok() {
         eprintln!("missing_gpu_names_the_fix_that_fits: SKIPPED (a GPU is present)");
         return;
     }
@@ -675,4 +679,66 @@ fn corrupt_foreign_or_other_runs_checkpoints_are_refused_and_nothing_is_overwrit
         &[&base[..], &["--checkpoint-every", "0"]].concat(),
         "neither a number of steps nor a time",
     );
+}
+
+/// Over 2 and 3 ranks run as threads of this process (`--gpus N`, no MPI), the bytes of the one-domain
+/// run; on the CPU engine always, on the GPU engine too where there is a GPU (ranks beyond the GPUs
+/// there are share them, halos through host memory).
+#[test]
+fn over_threads_writes_the_one_domain_bytes() {
+    for engine in common::engines("over_threads_writes_the_one_domain_bytes") {
+        common::same_bytes_over_threads(
+            "LATTICE_GPU_DIFFUSION_BIN",
+            env!("CARGO_BIN_EXE_diffusion"),
+            &["--engine", engine, "--size", "21x17x23", "--steps", "40"],
+            "diffusion.npy",
+            &format!("threads-diffusion-{engine}"),
+        );
+    }
+}
+
+/// Splits over more threads than the grid has planes, and `--gpus` with `--mpi`, are refused with the
+/// reason.
+#[test]
+fn impossible_thread_splits_are_refused() {
+    let dir = common::temp_dir("threads-refused-diffusion");
+    let o = dir.join("out").to_string_lossy().to_string();
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &[
+                "--engine", "host", "--gpus", "3", "--size", "8x8x2", "--steps", "2",
+            ],
+            "split over at most 2 ranks; give --gpus 2 or fewer",
+        ),
+        (
+            &[
+                "--engine", "host", "--gpus", "2", "--mpi", "--size", "8", "--steps", "2",
+            ],
+            "give one of them",
+        ),
+    ];
+    for (args, needle) in cases {
+        let a = [args, &["--output", &o]].concat();
+        let (ok, text) = run(&a);
+        assert!(!ok && text.contains(needle), "{a:?}:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ranks run as threads that open the GPU themselves (no `--engine`) fall back to the CPU alike
+/// without one, and one line says so.
+#[test]
+fn the_fallback_to_the_cpu_is_said_once_for_all_ranks() {
+    let test = "the_fallback_to_the_cpu_is_said_once_for_all_ranks";
+    let dir = common::temp_dir("threads-notice-diffusion");
+    let o = dir.join("out").to_string_lossy().to_string();
+    common::fallback_said_once(
+        "LATTICE_GPU_DIFFUSION_BIN",
+        env!("CARGO_BIN_EXE_diffusion"),
+        &[
+            "--gpus", "3", "--size", "12", "--steps", "4", "--output", &o,
+        ],
+        test,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,7 +15,7 @@ use lattice_gpu_host::{
 use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu_kernels::stencil::GpuEntry;
 
-use crate::diffusion::{queue_steps, Problem, Result};
+use crate::{queue_steps, Problem, Result};
 
 /// The kernel variants a benchmark row is tuned over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use lattice_gpu::bench::{run_until_tuned, time_steps};
-use lattice_gpu::diffusion::Problem;
-use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::{
+use lattice_gpu_diffusion::bench::{run_until_tuned, time_steps};
+use lattice_gpu_diffusion::Problem;
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Field, Gpu, HostLoopEngine, LaunchShape, Loop3D,
     LoopEngine,
 };
@@ -73,7 +73,7 @@ fn gpu(c: &mut Criterion) {
 /// `n` steps as criterion wants them, timed by CUDA events (ms per step from `per_step`).
 fn event_timed(
     n: u64,
-    per_step: impl FnOnce(usize) -> lattice_gpu::diffusion::Result<f64>,
+    per_step: impl FnOnce(usize) -> lattice_gpu_diffusion::Result<f64>,
 ) -> Duration {
     let ms = per_step(n as usize).unwrap();
     Duration::from_secs_f64(ms * 1e-3 * n as f64)

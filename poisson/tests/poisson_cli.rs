@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use lattice_gpu::host::io::npy::write_npy;
+use lattice_gpu_host::io::npy::write_npy;
 
-mod common;
+use lattice_gpu_testkit as common;
 
 fn poisson(args: &[&str]) -> (bool, String) {
     common::run_cli(

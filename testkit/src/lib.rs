@@ -1,12 +1,13 @@
-//! Helpers shared by the integration tests (each test file is its own crate and uses a part of them).
-#![allow(dead_code)]
+//! Helpers shared by the integration tests of every crate of the workspace (each test file is its own
+//! crate and uses a part of them; `use lattice_gpu_testkit as common;`). A dev-dependency only: never
+//! published.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use lattice_gpu::host::{Element, Error, Gpu, Shape};
-use lattice_gpu::kernels::device::math::Real;
-use lattice_gpu::kernels::stencil::LoopRange;
+use lattice_gpu_host::{Element, Error, Gpu, Shape};
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::stencil::LoopRange;
 use rand::{Rng, SeedableRng};
 
 /// The GPU for one test, held alone: the tests of a binary that use the GPU take turns (a test's
@@ -129,13 +130,13 @@ pub fn number_after(text: &str, key: &str) -> f64 {
 /// round-off (the sums are only finished elsewhere), and the same true residual.
 pub fn split_solve_matches_whole(
     gpu: &Arc<Gpu>,
-    ranks: &dyn Fn() -> Box<dyn lattice_gpu::host::split::DeviceRanks<f64>>,
-    variants: &[lattice_gpu::host::solvers::bicgstab::Variant],
+    ranks: &dyn Fn() -> Box<dyn lattice_gpu_host::split::DeviceRanks<f64>>,
+    variants: &[lattice_gpu_host::solvers::bicgstab::Variant],
     overlap: bool,
 ) {
-    use lattice_gpu::host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus};
-    use lattice_gpu::lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu};
-    use lattice_gpu::lqcd::{gauge::GaugeField, geometry::Lattice, spinor::SpinorField};
+    use lattice_gpu_host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus};
+    use lattice_gpu_lqcd::gpu::{solve_with, Block, EvenOdd, Recon, WilsonGpu};
+    use lattice_gpu_lqcd::{gauge::GaugeField, geometry::Lattice, spinor::SpinorField};
     let dims = [4, 4, 4, 8];
     let lat = Lattice::new(dims, true).unwrap();
     let u = GaugeField::random(dims, 41);
@@ -369,4 +370,83 @@ pub fn half_then_whole(
         assert!(then_text.contains("resuming from step 30"), "{then_text}");
         check(first, then, &first_text, &then_text);
     }
+}
+
+/// The engines a test of a binary runs on: the CPU always, and the GPU where there is one.
+pub fn engines(test: &str) -> Vec<&'static str> {
+    let mut e = vec!["host"];
+    if gpu(test).is_some() {
+        e.push("device");
+    } else {
+        let _ = writeln!(std::io::stderr(), "{test}: CPU engine only");
+    }
+    e
+}
+
+/// The binary (`var`, `built`: as [`run_cli`]) with `args --output DIR` on one domain and over 2 and
+/// 3 ranks run as threads of one process (`--gpus N`): `file` byte for byte. `name` names the
+/// temporary directory.
+pub fn same_bytes_over_threads(var: &str, built: &str, args: &[&str], file: &str, name: &str) {
+    let dir = temp_dir(name);
+    let out = |tag: &str| dir.join(tag).to_string_lossy().to_string();
+    let one = out("one");
+    let mut a = args.to_vec();
+    a.extend(["--output", &one]);
+    let (ok, text) = run_cli(var, built, &a);
+    assert!(ok, "{built} {a:?}:\n{text}");
+    let want = std::fs::read(dir.join("one").join(file)).unwrap();
+    for n in ["2", "3"] {
+        let split = out(n);
+        let mut a = args.to_vec();
+        a.extend(["--gpus", n, "--output", &split]);
+        let (ok, text) = run_cli(var, built, &a);
+        assert!(ok, "{built} {a:?}:\n{text}");
+        assert!(
+            text.contains(&format!("over {n} ranks run as threads of this process")),
+            "{text}"
+        );
+        let got = std::fs::read(dir.join(n).join(file)).unwrap();
+        assert!(
+            got == want,
+            "{built} {args:?} over {n} threads: {file} differs"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the binary (`var`, `built`) with `args`, ranks that open the GPU themselves (no `--engine`):
+/// without a GPU they fall back to the CPU alike, and one line says so, not one per rank.
+pub fn fallback_said_once(var: &str, built: &str, args: &[&str], test: &str) {
+    let want = usize::from(gpu(test).is_none());
+    let (ok, text) = run_cli(var, built, args);
+    assert!(ok, "{built} {args:?}:\n{text}");
+    // Other notices (the tuner's, on a GPU) are not the fallback.
+    let said = text
+        .lines()
+        .filter(|l| l.starts_with("notice: ") && l.contains("; running "))
+        .count();
+    assert_eq!(said, want, "{built} {args:?}:\n{text}");
+}
+
+/// Runs the binary (`var`, `built`) with `args` on the GPU and holds its memory estimates against the
+/// peaks it measures: the host's (VmHWM, the CUDA driver's share included) within `host_slack` of the
+/// measured peak, the GPU's (what the run's own allocations held at once) within `gpu_slack`. The
+/// CPU engine's estimates are held in each binary's own CLI tests.
+pub fn gpu_estimates_hold(var: &str, built: &str, args: &str, host_slack: f64, gpu_slack: f64) {
+    let dir = temp_dir(&format!("memory-gpu-{}", var.to_lowercase()));
+    let bin = binary(var, built);
+    let words: Vec<&str> = args.split_whitespace().collect();
+    let [est_host, est_gpu, got_host, got_gpu] = measured(&bin, &words, &dir);
+    eprintln!(
+        "{args}: host estimated {} MiB, measured {} MiB ({:.2}x); GPU estimated {} MiB, measured {} MiB ({:.2}x)",
+        est_host >> 20,
+        got_host >> 20,
+        est_host as f64 / got_host as f64,
+        est_gpu >> 20,
+        got_gpu >> 20,
+        est_gpu as f64 / got_gpu.max(1) as f64,
+    );
+    estimate_holds(est_host, got_host, host_slack, &format!("{args}: host"));
+    estimate_holds(est_gpu, got_gpu, gpu_slack, &format!("{args}: GPU"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

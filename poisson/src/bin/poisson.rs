@@ -9,27 +9,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::{self, parse_size3, progress, Placement, VariantArg};
-use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::engine::Variant;
-use lattice_gpu::host::health;
-use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
-use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::io::IoError;
-use lattice_gpu::host::memory::Footprint;
-use lattice_gpu::host::{
+use lattice_gpu_cli::{self as cli, parse_size3, progress, Placement, VariantArg};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::Variant;
+use lattice_gpu_host::health;
+use lattice_gpu_host::io::npy::{read_npy_shaped, write_npy};
+use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
+use lattice_gpu_host::io::IoError;
+use lattice_gpu_host::memory::Footprint;
+use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
     LaunchShape, LoopEngine,
 };
-use lattice_gpu::lbm::output::{numbers, write_csv};
-use lattice_gpu::poisson::multigrid::{
+use lattice_gpu_lbm::output::{numbers, write_csv};
+use lattice_gpu_poisson::multigrid::{
     check_cycle, max_levels, Cycle, Layout, Smoother, COARSE_SWEEPS, FUSED_CELLS,
 };
-use lattice_gpu::poisson::problem::{manufactured_error, manufactured_problem, Problem, Walls};
-use lattice_gpu::poisson::solver::{
+use lattice_gpu_poisson::problem::{manufactured_error, manufactured_problem, Problem, Walls};
+use lattice_gpu_poisson::solver::{
     check_stop, footprint as footprint_of, stop_for_signal, Precision, Report, Solver,
 };
-use lattice_gpu::poisson::{Error, Result};
+use lattice_gpu_poisson::{Error, Result};
 
 /// Variable-coefficient Poisson solver: CG (f64) with a geometric-multigrid preconditioner (f32 or f64).
 /// Without --coeffs/--rhs it solves a manufactured problem with a known solution and reports the error.
@@ -150,7 +150,7 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
     /// Block shape XxY of a fixed GPU launch of every level's loops; given, they are not tuned.
-    #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
+    #[arg(long, value_parser = lattice_gpu_cli::parse_block)]
     block: Option<(u32, u32)>,
     /// Points each thread of a fixed GPU launch marches along the last axis [default: 2]; given,
     /// the loops are not tuned.
@@ -834,7 +834,7 @@ struct SolveRow {
 /// One level of the level table: time per V-cycle against the floor of [`Multigrid::traffic`]'s byte
 /// model at the copy bandwidth.
 ///
-/// [`Multigrid::traffic`]: lattice_gpu::poisson::multigrid::Multigrid::traffic
+/// [`Multigrid::traffic`]: lattice_gpu_poisson::multigrid::Multigrid::traffic
 struct LevelRow {
     size: [usize; 3],
     config: Config,
@@ -848,7 +848,7 @@ struct LevelRow {
 }
 
 /// The finest smoother alone: milliseconds per sweep (GPU events over `--sweeps` sweeps) and the bytes of
-/// [`SweepBytes`](lattice_gpu::poisson::multigrid::SweepBytes)' two models.
+/// [`SweepBytes`](lattice_gpu_poisson::multigrid::SweepBytes)' two models.
 struct SweepRow {
     size: [usize; 3],
     config: Config,
@@ -990,7 +990,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
                 .into(),
         ));
     }
-    let gpu = lattice_gpu::cli::bench_gpu("poisson", 0)?;
+    let gpu = lattice_gpu_cli::bench_gpu("poisson", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!(
         "GPU: {}; device-to-device copy {copy:.1} GB/s; CG in f64 from x = 0 to a relative residual of {:.0e}",

@@ -3,13 +3,17 @@
 //! where the run does), its message and nothing written, never a panic; signals, memory, outputs all
 //! or nothing; and the propagator's checkpoints: a stopped or failed propagator resumed from its
 //! checkpoint gives the bytes of one never stopped.
+//!
+//! Split over the threads of one process (`--gpus N`), on the CPU engine and, where there is one, the
+//! GPU engine: the iterations and |x| of the one-domain solve; `--gpus 0` refused; the fallback
+//! to the CPU said once for all ranks.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lattice_gpu::host::io::checkpoint::Checkpoint;
+use lattice_gpu_host::io::checkpoint::Checkpoint;
 
-mod common;
+use lattice_gpu_testkit as common;
 
 fn lqcd(args: &[&str]) -> (bool, String) {
     common::run_cli("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"), args)
@@ -83,7 +87,7 @@ fn lqcd_in(
 /// Writes an ILDG file of unit links on `dims` without a checksum record (as some writers make
 /// them), entry (1, 1) of link `mu` at lexicographic site `n` set to `value` where `bad` says.
 fn unit_gauge_file(path: &std::path::Path, dims: [usize; 4], bad: Option<(usize, usize, f64)>) {
-    use lattice_gpu::lqcd::ildg::{ildg_format_xml, write_lime_file, LimeRecord, Precision};
+    use lattice_gpu_lqcd::ildg::{ildg_format_xml, write_lime_file, LimeRecord, Precision};
     let volume: usize = dims.iter().product();
     let mut data = Vec::with_capacity(volume * 36 * 16);
     for n in 0..volume {
@@ -1222,4 +1226,66 @@ fn a_signal_leaves_the_finished_sources_in_a_checkpoint_that_resumes_to_the_stra
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Iterations and |x| to 10 digits of an lqcd solve's summary line.
+fn solve_summary(text: &str) -> (f64, String) {
+    let it = text
+        .split(" iterations")
+        .next()
+        .and_then(|s| s.split_whitespace().last())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no iteration count in:\n{text}"));
+    let x = common::number_after(text, "|x| = ");
+    (it, format!("{x:.9e}"))
+}
+
+/// The solve split over the threads of one process (`--gpus N`, no MPI) takes the same iterations and
+/// gives the same |x| to 10 digits as one domain; on the CPU engine always, on the GPU engine too where
+/// there is a GPU.
+#[test]
+fn lqcd_split_over_threads_solves_as_one_domain() {
+    let test = "lqcd_split_over_threads_solves_as_one_domain";
+    let dims = ["--dims", "4x4x8x12", "--antiperiodic-t", "--tol", "1e-10"];
+    for engine in common::engines(test) {
+        let base = [&["solve", "--engine", engine][..], &dims].concat();
+        // The CPU engine's split runs the full-system reference solver; its one-domain form is one
+        // thread. On a GPU the split solve must match the unsplit one.
+        let want = if engine == "host" {
+            [&base[..], &["--gpus", "1"]].concat()
+        } else {
+            [&base[..], &["--precision", "f64"]].concat()
+        };
+        let (ok, text) = lqcd(&want);
+        assert!(ok, "{want:?}:\n{text}");
+        let want = solve_summary(&text);
+        for (n, variant) in [("2", "sync"), ("3", "async")] {
+            let mut a = [&base[..], &["--gpus", n, "--variant", variant]].concat();
+            if engine == "device" {
+                a.extend(["--precision", "f64"]);
+            }
+            let (ok, text) = lqcd(&a);
+            assert!(ok, "{a:?}:\n{text}");
+            assert_eq!(solve_summary(&text), want, "{a:?}:\n{text}");
+        }
+    }
+}
+
+/// `--gpus 0` is refused by the parser.
+#[test]
+fn impossible_thread_splits_are_refused() {
+    let (ok, text) = lqcd(&["solve", "--engine", "host", "--gpus", "0", "--dims", "4"]);
+    assert!(!ok && text.contains("--gpus"), "{text}");
+}
+
+/// Ranks run as threads that open the GPU themselves (no `--engine`) fall back to the CPU alike
+/// without one, and one line says so.
+#[test]
+fn the_fallback_to_the_cpu_is_said_once_for_all_ranks() {
+    common::fallback_said_once(
+        "LATTICE_GPU_LQCD_BIN",
+        env!("CARGO_BIN_EXE_lqcd"),
+        &["solve", "--gpus", "2", "--dims", "4x4x4x8"],
+        "the_fallback_to_the_cpu_is_said_once_for_all_ranks",
+    );
 }

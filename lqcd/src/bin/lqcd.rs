@@ -8,28 +8,28 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use lattice_gpu::cli::Placement;
-use lattice_gpu::host::comm::{Communicator, Solo};
-use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::health::Verdict;
-use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
-use lattice_gpu::host::memory::{self, Footprint};
-use lattice_gpu::host::solvers::bicgstab::{
+use lattice_gpu_cli::Placement;
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::health::Verdict;
+use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_host::memory::{self, Footprint};
+use lattice_gpu_host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
     Variant,
 };
-use lattice_gpu::host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu::kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
-use lattice_gpu::lqcd::checkpoint::{self, Progress, SOURCES};
-use lattice_gpu::lqcd::config::{gauge_dims, load_gauge, save_gauge};
-use lattice_gpu::lqcd::gauge::{GaugeField, Su3};
-use lattice_gpu::lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
-use lattice_gpu::lqcd::gpu::{
+use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
+use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
+use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
+use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
+use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
+use lattice_gpu_lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
+use lattice_gpu_lqcd::gpu::{
     gauge_len, gpu_grid, parity_len, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal,
 };
-use lattice_gpu::lqcd::ildg::Precision as FilePrecision;
-use lattice_gpu::lqcd::spinor::SpinorField;
-use lattice_gpu::lqcd::{pion, reference, Error, Result};
+use lattice_gpu_lqcd::ildg::Precision as FilePrecision;
+use lattice_gpu_lqcd::spinor::SpinorField;
+use lattice_gpu_lqcd::{pion, reference, Error, Result};
 use num_complex::Complex64;
 
 /// Lattice QCD with Wilson fermions: solve D x = b by even-odd preconditioned BiCGStab on the GPU (or the
@@ -189,7 +189,7 @@ struct SolveArgs {
     #[arg(long, value_name = "AXES", value_parser = parse_cut)]
     cut: Option<[bool; 3]>,
     #[command(flatten)]
-    split: lattice_gpu::cli::HaloArgs,
+    split: lattice_gpu_cli::HaloArgs,
     /// Instead of one solve, time N iterations (the tolerance set out of reach) of every solver variant
     /// the halos allow, each after an untimed run, and M_hat alone: the strong-scaling figures of a
     /// split run, and the one-GPU baseline without --mpi/--gpus.
@@ -271,7 +271,7 @@ struct BenchArgs {
 }
 
 fn parse_dims4(s: &str) -> std::result::Result<[usize; 4], String> {
-    let v = lattice_gpu::cli::parse_dims(s)?;
+    let v = lattice_gpu_cli::parse_dims(s)?;
     match v.as_slice() {
         [n] => Ok([*n; 4]),
         [x, y, z, t] => Ok([*x, *y, *z, *t]),
@@ -303,7 +303,7 @@ fn parse_count(s: &str) -> std::result::Result<u32, String> {
 }
 
 fn parse_grid(s: &str) -> std::result::Result<[usize; 3], String> {
-    match lattice_gpu::cli::parse_dims(s)?.as_slice() {
+    match lattice_gpu_cli::parse_dims(s)?.as_slice() {
         [y, z, t] => Ok([*y, *z, *t]),
         _ => Err(format!(
             "rank grid `{s}` must be YxZxT, the ranks along y, z and t (e.g. 1x2x4)"
@@ -316,7 +316,7 @@ fn parse_grid(s: &str) -> std::result::Result<[usize; 3], String> {
 fn rank_grid(
     a: &SolveArgs,
     ranks: usize,
-    default: impl FnOnce() -> lattice_gpu::lqcd::Result<[usize; 4]>,
+    default: impl FnOnce() -> lattice_gpu_lqcd::Result<[usize; 4]>,
 ) -> Result<[usize; 4]> {
     let Some([y, z, t]) = a.grid else {
         return default();
@@ -358,8 +358,8 @@ fn parse_recon(s: &str) -> std::result::Result<Recon, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    lattice_gpu::cli::start();
-    lattice_gpu::cli::exit(run(cli))
+    lattice_gpu_cli::start();
+    lattice_gpu_cli::exit(run(cli))
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -573,12 +573,12 @@ fn agree_on_stop<C: Communicator>(comm: &C, iteration: usize) -> Result<()> {
 }
 
 /// [`agree_on_stop`] in the GPU solver's own error type, for its residual checks.
-fn stop_at_signal<C: Communicator>(comm: &C, iteration: usize) -> lattice_gpu::host::Result<()> {
+fn stop_at_signal<C: Communicator>(comm: &C, iteration: usize) -> lattice_gpu_host::Result<()> {
     Verdict::agree(comm, None)?.into_result(iteration as u64, "the solve", |_| String::new(), "")
 }
 
 /// Work of one CPU reference BiCGStab iteration per site, in updates of a diffusion point (what
-/// [`check_interval`](lattice_gpu::host::health::check_interval) budgets): two applications of
+/// [`check_interval`](lattice_gpu_host::health::check_interval) budgets): two applications of
 /// `M_hat`, four half-lattice hopping terms of about 1.3 kflops per site each.
 const ITERATION_WORK: u64 = 1 << 11;
 
@@ -590,7 +590,7 @@ fn split_check_every(lat: &Lattice, max_iter: u32, ranks: usize) -> usize {
         return 1;
     }
     let points = (lat.volume() as u64).saturating_mul(ITERATION_WORK);
-    lattice_gpu::host::health::check_interval(points, max_iter as u64, false) as usize
+    lattice_gpu_host::health::check_interval(points, max_iter as u64, false) as usize
 }
 
 fn check(s: &SolverArgs) -> Result<()> {
@@ -1034,7 +1034,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         #[cfg(feature = "mpi")]
         {
             check(&a.solver)?;
-            let comm = Rc::new(lattice_gpu::host::comm::Mpi::init()?);
+            let comm = Rc::new(lattice_gpu_host::comm::Mpi::init()?);
             let lead = comm.rank() == 0;
             let lat = Lattice::new(gauge_lattice(&a.solver.gauge)?, a.solver.antiperiodic_t)?;
             let on_gpu = ranks_on_gpu(a.solver.engine);
@@ -1048,7 +1048,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
             return Ok(());
         }
         #[cfg(not(feature = "mpi"))]
-        return Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into()));
+        return Err(Error::InvalidParameter(lattice_gpu_cli::NO_MPI.into()));
     }
     let mut s = Solver::new(&a.solver, "a solve")?;
     let b = SpinorField::random(s.lat.dims, a.source_seed);
@@ -1094,11 +1094,11 @@ fn solve_on_threads(a: &SolveArgs, n: usize) -> Result<()> {
     let on_gpu = ranks_on_gpu(a.solver.engine);
     let (most, over) = split_bound(lat.dims, on_gpu);
     // As `on_gpus` refuses them, but before the whole gauge field is made.
-    lattice_gpu::cli::check_gpus(n, most, &over)?;
+    lattice_gpu_cli::check_gpus(n, most, &over)?;
     let footprint = split_footprint(a, &lat, n, n, on_gpu)?;
     footprint.check(None)?;
     let (u, b) = split_fields(a, &lat, true)?;
-    lattice_gpu::cli::on_gpus(n, most, &over, |c| {
+    lattice_gpu_cli::on_gpus(n, most, &over, |c| {
         solve_split(a, Rc::new(c.clone()), &lat, &u, &b, &footprint)
     })?;
     write_gauge(&a.solver.gauge, &u)
@@ -1118,7 +1118,7 @@ fn split_footprint(
     let grid = match on_gpu {
         true => rank_grid(a, ranks, || gpu_grid(lat.dims, ranks))?,
         false => rank_grid(a, ranks, || {
-            lattice_gpu::lqcd::distributed::rank_grid(lat.dims, ranks, 1)
+            lattice_gpu_lqcd::distributed::rank_grid(lat.dims, ranks, 1)
         })?,
     };
     let gpu = on_gpu.then_some((a.solver.precision, a.solver.recon, &cuts[..]));
@@ -1133,8 +1133,8 @@ fn split_fields(a: &SolveArgs, lat: &Lattice, lead: bool) -> Result<(GaugeField,
 }
 
 /// How a split solve fills its ghosts.
-fn ghosts(split: &lattice_gpu::cli::HaloArgs) -> &'static str {
-    use lattice_gpu::cli::HaloTransport;
+fn ghosts(split: &lattice_gpu_cli::HaloArgs) -> &'static str {
+    use lattice_gpu_cli::HaloTransport;
     match (split.halos, split.no_overlap) {
         (HaloTransport::Host, _) => "ghosts through host memory before each hopping term",
         (HaloTransport::Nccl, true) => "ghosts through NCCL before each hopping term (no overlap)",
@@ -1155,7 +1155,7 @@ fn bench_variants<T: WilsonReal>(
     lead: bool,
     stop: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<()> {
-    use lattice_gpu::host::solvers::bicgstab::DeviceOperator;
+    use lattice_gpu_host::solvers::bicgstab::DeviceOperator;
     let src = solver.operator().0.upload_parity(b, 0)?;
     let mut x = solver.operator().0.parity_buffer()?;
     let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
@@ -1169,7 +1169,7 @@ fn bench_variants<T: WilsonReal>(
             tol: f64::MIN_POSITIVE,
             max_iter: n.max(1),
             variant,
-            check_every: check_every.min(lattice_gpu::host::solvers::bicgstab::MAX_HELD_ITERATIONS),
+            check_every: check_every.min(lattice_gpu_host::solvers::bicgstab::MAX_HELD_ITERATIONS),
             fused: Fusion::Auto,
         };
         solver.solve(&src, &mut x, &opt, &mut |_, _| Ok(()))?;
@@ -1227,7 +1227,7 @@ fn solve_split<C: Communicator + 'static>(
     footprint: &Footprint,
 ) -> Result<()> {
     let args = &a.solver;
-    lattice_gpu::cli::same_options(&*comm).map_err(Error::InvalidParameter)?;
+    lattice_gpu_cli::same_options(&*comm).map_err(Error::InvalidParameter)?;
     let gpu = args.engine.gpu("the CPU reference split over the ranks")?;
     a.split
         .check(gpu.is_some())
@@ -1246,9 +1246,9 @@ fn solve_split<C: Communicator + 'static>(
     }
     let comm = &*comm;
     let g = rank_grid(a, comm.size(), || {
-        lattice_gpu::lqcd::distributed::rank_grid(lat.dims, comm.size(), 1)
+        lattice_gpu_lqcd::distributed::rank_grid(lat.dims, comm.size(), 1)
     })?;
-    let d = lattice_gpu::lqcd::distributed::Distributed::on_grid(comm, lat, u, g)?;
+    let d = lattice_gpu_lqcd::distributed::Distributed::on_grid(comm, lat, u, g)?;
     let every = split_check_every(lat, args.max_iter, comm.size());
     let mut on_iteration = |it: usize, _: f64| match it.is_multiple_of(every) {
         true => agree_on_stop(comm, it),
@@ -1297,8 +1297,8 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     b: &SpinorField,
     footprint: &Footprint,
 ) -> Result<()> {
-    use lattice_gpu::cli::HaloTransport;
-    use lattice_gpu::host::split::{DeviceRanks, HostStaged};
+    use lattice_gpu_cli::HaloTransport;
+    use lattice_gpu_host::split::{DeviceRanks, HostStaged};
     let args = &a.solver;
     let size = comm.size();
     let grid = rank_grid(a, size, || gpu_grid(lat.dims, size))?;
@@ -1327,10 +1327,10 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     let ranks: Box<dyn DeviceRanks<T>> = match a.split.halos {
         HaloTransport::Host => Box::new(HostStaged(comm.clone())),
         #[cfg(feature = "nccl")]
-        HaloTransport::Nccl => Box::new(lattice_gpu::host::nccl::Nccl::new(&**comm, g)?),
+        HaloTransport::Nccl => Box::new(lattice_gpu_host::nccl::Nccl::new(&**comm, g)?),
         #[cfg(not(feature = "nccl"))]
         HaloTransport::Nccl => {
-            return Err(Error::InvalidParameter(lattice_gpu::cli::NO_NCCL.into()))
+            return Err(Error::InvalidParameter(lattice_gpu_cli::NO_NCCL.into()))
         }
     };
     let word = block.split();
@@ -1425,7 +1425,7 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
 /// stops the run, the last checkpoint complete on disk; pion.csv is staged and appears only when the
 /// correlator is complete and finite, with `--write-gauge` written after it.
 fn propagator(a: &PropagatorArgs) -> Result<()> {
-    let out = lattice_gpu::cli::output_dir(&a.output)?;
+    let out = lattice_gpu_cli::output_dir(&a.output)?;
     let ck_dir = a
         .checkpoint
         .clone()
@@ -1435,7 +1435,7 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
     // this run is known once the field's checksum is.
     let resumed = match &a.resume {
         Some(path) => {
-            let file = lattice_gpu::cli::checkpoint_file(path, checkpoint::FILE);
+            let file = lattice_gpu_cli::checkpoint_file(path, checkpoint::FILE);
             Some((read_checkpoint(&file)?, file))
         }
         None => {
@@ -1467,7 +1467,7 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
         let kept = match (written.last(), &a.resume) {
             (Some(w), _) => Some((ck_path.clone(), ck_dir.clone(), w.step)),
             (None, Some(r)) if first > 0 => Some((
-                lattice_gpu::cli::checkpoint_file(r, checkpoint::FILE),
+                lattice_gpu_cli::checkpoint_file(r, checkpoint::FILE),
                 r.clone(),
                 first as u64,
             )),
@@ -1530,7 +1530,7 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
     pion::write_csv(&out.file("pion.csv"), c, &m)?;
     // The directory first: its commit is what the state of the output directory can refuse. The
     // gauge file's path was checked at the start.
-    lattice_gpu::cli::commit(out)?;
+    lattice_gpu_cli::commit(out)?;
     write_gauge(&a.solver.gauge, &s.u)?;
     if let Some(w) = written.last() {
         println!(
@@ -1618,7 +1618,7 @@ fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
                 "it is {}, not a directory",
                 match m.is_file() {
                     true => "a file",
-                    false => lattice_gpu::lqcd::ildg::kind_of(&m),
+                    false => lattice_gpu_lqcd::ildg::kind_of(&m),
                 }
             ));
         }
@@ -1629,7 +1629,7 @@ fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
             return bad(format!(
                 "its {} is {}, not a regular file",
                 checkpoint::FILE,
-                lattice_gpu::lqcd::ildg::kind_of(&m)
+                lattice_gpu_lqcd::ildg::kind_of(&m)
             ));
         }
     }
@@ -1641,11 +1641,11 @@ fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
 fn read_checkpoint(file: &std::path::Path) -> Result<Checkpoint> {
     if let Ok(m) = std::fs::metadata(file) {
         if !m.is_file() {
-            return Err(lattice_gpu::host::io::IoError::Checkpoint {
+            return Err(lattice_gpu_host::io::IoError::Checkpoint {
                 path: file.to_path_buf(),
                 problem: format!(
                     "it is {}, not a checkpoint file; give the checkpoint's directory or file",
-                    lattice_gpu::lqcd::ildg::kind_of(&m)
+                    lattice_gpu_lqcd::ildg::kind_of(&m)
                 ),
             }
             .into());
@@ -1765,7 +1765,7 @@ fn resume_progress(
         if let (Some(there), Some(here)) = (checkpoint::param(&ck, "engine"), ours(must, "engine"))
         {
             if there != here {
-                return Err(lattice_gpu::host::io::IoError::Checkpoint {
+                return Err(lattice_gpu_host::io::IoError::Checkpoint {
                     path: file.to_path_buf(),
                     problem: format!(
                         "its sources were solved on the {there} and this run solves on the {here}: \
@@ -1814,7 +1814,7 @@ fn resume_progress(
 }
 
 fn bench(a: &BenchArgs) -> Result<()> {
-    let g = lattice_gpu::cli::bench_gpu("lqcd", 0)?;
+    let g = lattice_gpu_cli::bench_gpu("lqcd", 0)?;
     let copy = g.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", g.name());
     let mut csv = String::from("kind,lattice,precision,variant,ms,gflops,gbs,of_copy,iterations\n");
@@ -1949,7 +1949,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         }
     }
     if let Some(path) = &a.csv {
-        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
+        lattice_gpu_host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
     }
     largest.report(Some(&g));
     Ok(())

@@ -9,10 +9,13 @@
 //! steady state (which stop where the straight one does) and the Taylor-Green vortex (whose energy
 //! samples the checkpoint carries). The memory estimate covers the measured peak, --gpus is bounded by
 //! the z layers, and messages name the option that fixes them.
+//!
+//! Split over the threads of one process (`--gpus N`), on the CPU engine and, where there is one, the
+//! GPU engine: the bytes of the one-domain run; impossible splits refused with the reason.
 
 use std::path::{Path, PathBuf};
 
-mod common;
+use lattice_gpu_testkit as common;
 
 fn lbm(args: &[&str]) -> (bool, String) {
     common::run_cli("LATTICE_GPU_LBM_BIN", env!("CARGO_BIN_EXE_lbm"), args)
@@ -756,5 +759,62 @@ fn a_gpu_run_tunes_its_block_once_then_takes_it_from_the_tune_cache() {
     let before = std::fs::read_to_string(&cache).unwrap();
     assert!(run(&["--no-tune-cache"]).contains("tuned on the run's first"));
     assert_eq!(std::fs::read_to_string(&cache).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Over 2 and 3 ranks run as threads of this process (`--gpus N`, no MPI), the bytes of the one-domain
+/// run; on the CPU engine always, on the GPU engine too where there is a GPU (ranks beyond the GPUs
+/// there are share them, halos through host memory).
+#[test]
+fn over_threads_writes_the_one_domain_bytes() {
+    for engine in common::engines("over_threads_writes_the_one_domain_bytes") {
+        common::same_bytes_over_threads(
+            "LATTICE_GPU_LBM_BIN",
+            env!("CARGO_BIN_EXE_lbm"),
+            &[
+                "cavity",
+                "--engine",
+                engine,
+                "--streaming",
+                "ab",
+                "--precision",
+                "f64",
+                "--size",
+                "18x18x11",
+                "--closed-z",
+                "--re",
+                "20",
+                "--steps",
+                "120",
+            ],
+            "velocity.npy",
+            &format!("threads-lbm-{engine}"),
+        );
+    }
+}
+
+/// A split over more threads than the grid has planes is refused with the reason.
+#[test]
+fn impossible_thread_splits_are_refused() {
+    let dir = temp_dir("threads-refused");
+    let o = dir.join("out").to_string_lossy().to_string();
+    let a = [
+        "taylor-green",
+        "--engine",
+        "host",
+        "--gpus",
+        "3",
+        "--size",
+        "16x16x2",
+        "--steps",
+        "20",
+        "--output",
+        &o,
+    ];
+    let (ok, text) = lbm(&a);
+    assert!(
+        !ok && text.contains("give --gpus 2 or fewer"),
+        "{a:?}:\n{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

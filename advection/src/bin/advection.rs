@@ -9,23 +9,23 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
-use lattice_gpu::advection::cases::{self, Case};
-use lattice_gpu::advection::checkpoint;
-use lattice_gpu::advection::norms::{mass_drift, norms};
-use lattice_gpu::advection::{
+use lattice_gpu_advection::cases::{self, Case};
+use lattice_gpu_advection::checkpoint;
+use lattice_gpu_advection::norms::{mass_drift, norms};
+use lattice_gpu_advection::{
     check_size, most_ranks, Advection, Error, Halos, Kernel, Problem, RankMemory, Result,
 };
-use lattice_gpu::cli::{self, parse_dims, progress, unfinished_tuning, Placement};
-use lattice_gpu::host::comm::{Communicator, Solo};
-use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::engine::Variant;
-use lattice_gpu::host::health::{check_interval, Verdict};
-use lattice_gpu::host::io::checkpoint::{Saver, Written};
-use lattice_gpu::host::io::npy::{read_npy_shape, read_npy_shaped, write_npy};
-use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::io::OutputDir;
-use lattice_gpu::host::memory::{self, Footprint};
-use lattice_gpu::host::{
+use lattice_gpu_cli::{self as cli, parse_dims, progress, unfinished_tuning, Placement};
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::Variant;
+use lattice_gpu_host::health::{check_interval, Verdict};
+use lattice_gpu_host::io::checkpoint::{Saver, Written};
+use lattice_gpu_host::io::npy::{read_npy_shape, read_npy_shaped, write_npy};
+use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
+use lattice_gpu_host::io::OutputDir;
+use lattice_gpu_host::memory::{self, Footprint};
+use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
     LaunchShape, LoopEngine,
 };
@@ -74,7 +74,7 @@ struct Common {
     #[arg(long, value_enum, default_value_t = Placement::Auto)]
     engine: Placement,
     /// Block shape XxY of a fixed GPU launch; given, the launch is not tuned.
-    #[arg(long, value_parser = lattice_gpu::cli::parse_block)]
+    #[arg(long, value_parser = lattice_gpu_cli::parse_block)]
     block: Option<(u32, u32)>,
     /// Points per thread of the GPU kernels (the unroll factor): `auto` (tuned; 8 with --block) or a
     /// number.
@@ -108,7 +108,7 @@ struct Common {
     #[arg(long)]
     mpi: bool,
     #[command(flatten)]
-    split: lattice_gpu::cli::SplitArgs,
+    split: lattice_gpu_cli::SplitArgs,
 }
 
 /// The grid of a built-in case.
@@ -767,7 +767,7 @@ fn run_case(c: &Common, source: Source, size: [usize; 2], revolutions: Option<f6
     }
     #[cfg(feature = "mpi")]
     {
-        let comm = lattice_gpu::host::comm::Mpi::init()?;
+        let comm = lattice_gpu_host::comm::Mpi::init()?;
         cli::same_options(&comm).map_err(Error::Invalid)?;
         let main = gpu()?;
         c.split.halo.check(main.is_some()).map_err(Error::Invalid)?;
@@ -784,7 +784,7 @@ fn run_case(c: &Common, source: Source, size: [usize; 2], revolutions: Option<f6
         run_on(c, &run, &comm)
     }
     #[cfg(not(feature = "mpi"))]
-    Err(Error::Invalid(lattice_gpu::cli::NO_MPI.into()))
+    Err(Error::Invalid(lattice_gpu_cli::NO_MPI.into()))
 }
 
 /// This rank's part of the run `r`; rank 0 reports it and writes its files, all or nothing.
@@ -822,7 +822,7 @@ fn run_on<C: Communicator>(c: &Common, r: &Prepared, comm: &C) -> Result<()> {
         return Ok(());
     };
     #[cfg(feature = "nccl")]
-    lattice_gpu::cli::print_exchange_time(lattice_gpu::cli::exchange_time(nccl.as_ref())?);
+    lattice_gpu_cli::print_exchange_time(lattice_gpu_cli::exchange_time(nccl.as_ref())?);
     let (p, case, steps, dt) = (&r.problem, &r.case, r.steps, r.dt);
     let t = dt * steps as f64;
     println!(
@@ -1173,7 +1173,7 @@ struct Row {
 }
 
 fn bench(b: &BenchArgs) -> Result<()> {
-    let gpu = lattice_gpu::cli::bench_gpu("advection", 0)?;
+    let gpu = lattice_gpu_cli::bench_gpu("advection", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s; 16 bytes per point (f read and written, u and v read)", gpu.name());
     println!(
@@ -1265,7 +1265,7 @@ fn bench(b: &BenchArgs) -> Result<()> {
                 ]
             })
             .collect();
-        lattice_gpu::lbm::output::write_csv(
+        lattice_gpu_lbm::output::write_csv(
             path,
             "nx,ny,kernel,launch,ms_per_step,gpoints_per_s,of_copy,copy_gb_per_s",
             &lines,

@@ -6,6 +6,9 @@
 //! `f0 = sin(pi x) sin(pi y) sin(pi z)` decays as `exp(-3 kappa pi^2 t)`; the scheme's own answer is
 //! `G^n f0` with `G = 1 - 4 sum_a (kappa dt / h_a^2) sin^2(pi h_a / 2)`, which differs from the
 //! continuous one by O(h^2).
+//!
+//! The `diffusion` binary runs it; [`bench`] holds the benchmark of the paper's table (`diffusion
+//! bench`) and the timing the criterion benchmark shares.
 
 use std::f64::consts::PI;
 use std::time::Instant;
@@ -21,6 +24,8 @@ use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
 use lattice_gpu_kernels::stencil::GpuEntry;
+
+pub mod bench;
 
 /// How a decomposed run exchanges its halos.
 #[derive(Clone, Copy, Debug)]
@@ -473,11 +478,11 @@ pub enum Every {
     Seconds(f64),
 }
 
-impl From<crate::cli::Every> for Every {
-    fn from(e: crate::cli::Every) -> Self {
+impl From<lattice_gpu_cli::Every> for Every {
+    fn from(e: lattice_gpu_cli::Every) -> Self {
         match e {
-            crate::cli::Every::Steps(n) => Every::Steps(n),
-            crate::cli::Every::Seconds(t) => Every::Seconds(t),
+            lattice_gpu_cli::Every::Steps(n) => Every::Steps(n),
+            lattice_gpu_cli::Every::Seconds(t) => Every::Seconds(t),
         }
     }
 }

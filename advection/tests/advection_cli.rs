@@ -6,15 +6,18 @@
 //! measured peak; the output appears all or nothing. A run resumed from a checkpoint gives the bytes
 //! of a run never stopped, over any number of thread ranks; a checkpoint of another run, or damaged,
 //! is refused by name and overwrites nothing.
+//!
+//! Split over the threads of one process (`--gpus N`), on the CPU engine and, where there is one, the
+//! GPU engine: the bytes of the one-domain run; impossible splits refused with the reason.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lattice_gpu::host::io::checkpoint::Checkpoint;
-use lattice_gpu::host::io::npy::write_npy;
+use lattice_gpu_host::io::checkpoint::Checkpoint;
+use lattice_gpu_host::io::npy::write_npy;
 
-mod common;
+use lattice_gpu_testkit as common;
 
 fn advection(args: &[&str]) -> (bool, String) {
     common::run_cli(
@@ -1430,4 +1433,39 @@ fn the_help_documents_the_checkpoint_options() {
     ] {
         assert!(text.contains(piece), "`{piece}` is not in:\n{text}");
     }
+}
+
+/// Over 2 and 3 ranks run as threads of this process (`--gpus N`, no MPI), the bytes of the one-domain
+/// run; on the CPU engine always, on the GPU engine too where there is a GPU (ranks beyond the GPUs
+/// there are share them, halos through host memory).
+#[test]
+fn over_threads_writes_the_one_domain_bytes() {
+    for engine in common::engines("over_threads_writes_the_one_domain_bytes") {
+        common::same_bytes_over_threads(
+            "LATTICE_GPU_ADVECTION_BIN",
+            env!("CARGO_BIN_EXE_advection"),
+            &[
+                "swirl", "--engine", engine, "--size", "41x37", "--steps", "30",
+            ],
+            "field.npy",
+            &format!("threads-advection-{engine}"),
+        );
+    }
+}
+
+/// A split over more threads than the grid has rows for its halo is refused with the reason.
+#[test]
+fn impossible_thread_splits_are_refused() {
+    let dir = temp_dir("threads-refused");
+    let o = dir.join("out").to_string_lossy().to_string();
+    let a = [
+        "swirl", "--engine", "host", "--gpus", "3", "--size", "41x5", "--steps", "2", "--output",
+        &o,
+    ];
+    let (ok, text) = advection(&a);
+    assert!(
+        !ok && text.contains("give --gpus 2 or fewer"),
+        "{a:?}:\n{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

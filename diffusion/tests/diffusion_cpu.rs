@@ -2,19 +2,19 @@
 //! exact decay of the sine mode, and bad input; and every GPU kernel variant with every tuning candidate,
 //! run by the launch emulator on the CPU, against the CPU engine bit for bit.
 
-use lattice_gpu::diffusion::{relative_l2, simulate, Problem};
-use lattice_gpu::host::engine::emulate::EMULATED_MAX_THREADS;
-use lattice_gpu::host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
-use lattice_gpu::host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
-use lattice_gpu::kernels::diffusion::Diffusion3d;
-use lattice_gpu::kernels::stencil::{
+use lattice_gpu_diffusion::{relative_l2, simulate, Problem};
+use lattice_gpu_host::engine::emulate::EMULATED_MAX_THREADS;
+use lattice_gpu_host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
+use lattice_gpu_host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
+use lattice_gpu_kernels::diffusion::Diffusion3d;
+use lattice_gpu_kernels::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
 };
-use lattice_gpu::kernels::stencil::{LoopRange, VECTOR_BYTES};
+use lattice_gpu_kernels::stencil::{LoopRange, VECTOR_BYTES};
 use rand::{Rng, SeedableRng};
 
-mod common;
 use common::{check_written, random};
+use lattice_gpu_testkit as common;
 
 /// One explicit step written plainly in f64 on a `(nx+2) x (ny+2) x (nz+2)` array: shares no code with
 /// the point update, the index type or the loops.

@@ -4,19 +4,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use lattice_gpu::bench::{bench_variants, BenchRow, VariantSet};
-use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Precision};
-use lattice_gpu::diffusion::{
+use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
+use lattice_gpu_diffusion::bench::{bench_variants, BenchRow, VariantSet};
+use lattice_gpu_diffusion::{
     simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
     Problem, Result, Schedule,
 };
-use lattice_gpu::host::comm::{Communicator, Solo};
-use lattice_gpu::host::engine::LoopEngine;
-use lattice_gpu::host::field::fmt_dims;
-use lattice_gpu::host::io::{npy, png, OutputDir};
-use lattice_gpu::host::{DeviceLoopEngine, Element, HostLoopEngine};
-use lattice_gpu::kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
-use lattice_gpu::kernels::stencil::GpuEntry;
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::engine::LoopEngine;
+use lattice_gpu_host::field::fmt_dims;
+use lattice_gpu_host::io::{npy, png, OutputDir};
+use lattice_gpu_host::{DeviceLoopEngine, Element, HostLoopEngine};
+use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
+use lattice_gpu_kernels::stencil::GpuEntry;
 
 /// 3-D heat equation df/dt = kappa lap f on the unit cube (f = 0 on the walls), explicit 7-point
 /// stencil, on the CPU or an NVIDIA GPU. Starts from sin(pi x) sin(pi y) sin(pi z), whose exact decay
@@ -133,7 +133,7 @@ fn run(args: &RunArgs) -> Result<()> {
     }
     #[cfg(feature = "mpi")]
     {
-        run_with(args, &lattice_gpu::host::comm::Mpi::init()?)
+        run_with(args, &lattice_gpu_host::comm::Mpi::init()?)
     }
     #[cfg(not(feature = "mpi"))]
     Err(invalid(cli::NO_MPI.into()))
@@ -229,7 +229,7 @@ where
     let resumed = match &args.resume {
         Some(path) => {
             let file = cli::checkpoint_file(path, "diffusion.ckpt");
-            let (step, field) = lattice_gpu::diffusion::resume::<T>(problem, &file)?;
+            let (step, field) = lattice_gpu_diffusion::resume::<T>(problem, &file)?;
             if step >= args.steps {
                 return Err(invalid(format!(
                     "{} is at step {step}, and --steps {} asks for no more; give --steps above {step} \
@@ -336,12 +336,12 @@ where
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
-    let gpu = lattice_gpu::cli::bench_gpu("diffusion", args.gpu)?;
+    let gpu = lattice_gpu_cli::bench_gpu("diffusion", args.gpu)?;
     println!(
         "device: {} ({} SMs), PTX {}",
         gpu.name(),
         gpu.sm_count(),
-        lattice_gpu::host::module::FRAMEWORK_ARCH
+        lattice_gpu_host::module::FRAMEWORK_ARCH
     );
     let copy = gpu.copy_bandwidth(args.copy_bytes, 20)?;
     println!(
@@ -418,7 +418,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
     println!("{}", table.join("\n"));
     if let Some(path) = &args.csv {
         let text = csv.join("\n") + "\n";
-        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
+        lattice_gpu_host::io::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
         println!("wrote {}", path.display());
     }
     Ok(())

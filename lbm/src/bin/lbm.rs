@@ -8,24 +8,24 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
-use lattice_gpu::cli::{self, parse_size3, progress, HaloTransport, Placement};
+use lattice_gpu_cli::{self as cli, parse_size3, progress, HaloTransport, Placement};
 #[cfg(feature = "mpi")]
-use lattice_gpu::host::comm::Mpi;
-use lattice_gpu::host::comm::{Communicator, Solo};
-use lattice_gpu::host::engine::tunecache::TuneCache;
-use lattice_gpu::host::health::Verdict;
-use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
-use lattice_gpu::host::io::OutputDir;
-use lattice_gpu::host::memory::Footprint;
-use lattice_gpu::host::threads::Threads;
-use lattice_gpu::host::{Error as HostError, Gpu};
-use lattice_gpu::kernels::lbm::Half;
-use lattice_gpu::lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
-use lattice_gpu::lbm::geometry::MAX_SIDE;
-use lattice_gpu::lbm::output::{numbers, write_csv, write_fields};
-use lattice_gpu::lbm::restart;
-use lattice_gpu::lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
-use lattice_gpu::lbm::{
+use lattice_gpu_host::comm::Mpi;
+use lattice_gpu_host::comm::{Communicator, Solo};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::health::Verdict;
+use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_host::io::OutputDir;
+use lattice_gpu_host::memory::Footprint;
+use lattice_gpu_host::threads::Threads;
+use lattice_gpu_host::{Error as HostError, Gpu};
+use lattice_gpu_kernels::lbm::Half;
+use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
+use lattice_gpu_lbm::geometry::MAX_SIDE;
+use lattice_gpu_lbm::output::{numbers, write_csv, write_fields};
+use lattice_gpu_lbm::restart;
+use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
+use lattice_gpu_lbm::{
     Collision, Engine, Error, Geometry, Lbm, LbmStorage, Moments, Params, Result, Streaming,
 };
 
@@ -129,7 +129,7 @@ struct Common {
     #[arg(long)]
     mpi: bool,
     #[command(flatten)]
-    split: lattice_gpu::cli::SplitArgs,
+    split: lattice_gpu_cli::SplitArgs,
 }
 
 /// `--gpu N`: lbm has none, and clap's own answer would point at --gpus, which splits the run.
@@ -385,7 +385,7 @@ fn parse_width(s: &str) -> std::result::Result<usize, String> {
 }
 
 fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
-    match lattice_gpu::cli::parse_dims(s)?.as_slice() {
+    match lattice_gpu_cli::parse_dims(s)?.as_slice() {
         [a, b] => Ok((*a, *b)),
         _ => Err(format!("`{s}` must be two sizes, AxB (e.g. 4x4)")),
     }
@@ -869,7 +869,7 @@ fn advance_with<S: LbmStorage, C: Communicator>(
             cells * (done - first) as f64 / secs / 1e6
         );
         #[cfg(feature = "nccl")]
-        lattice_gpu::cli::print_exchange_time(lbm.exchange_time()?);
+        lattice_gpu_cli::print_exchange_time(lbm.exchange_time()?);
     }
     if lead && steady {
         eprintln!("warning: not steady after --max-steps {}", stop.max_steps);
@@ -1353,7 +1353,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
              --sizes 128,256"
         )));
     }
-    let gpu = lattice_gpu::cli::bench_gpu("lbm", 0)?;
+    let gpu = lattice_gpu_cli::bench_gpu("lbm", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
     println!("size  storage streaming block   MLUPs/s  B/cell    GB/s  of copy  B/cell held");
@@ -1432,7 +1432,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 .map_err(Error::InvalidParameter)?;
             if let Some(n) = split.halo.gpus {
                 let layers: usize = $layers;
-                return lattice_gpu::cli::on_gpus(
+                return lattice_gpu_cli::on_gpus(
                     n as usize,
                     layers,
                     &format!("the grid's {layers} z layers ({})", $set),
@@ -1454,7 +1454,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 #[cfg(feature = "mpi")]
                 (Storage::F16, true) => $f::<Half, Mpi>($a, Mpi::init()?),
                 #[cfg(not(feature = "mpi"))]
-                (_, true) => Err(Error::InvalidParameter(lattice_gpu::cli::NO_MPI.into())),
+                (_, true) => Err(Error::InvalidParameter(lattice_gpu_cli::NO_MPI.into())),
             }
         }};
     }
