@@ -4,8 +4,8 @@
 //! the tolerance, in f64 and f32, with 18- and 12-number links.
 
 use lattice_gpu_host::Element;
+use lattice_gpu_kernels::bicgstab::{BiCgState, Stage, CONVERGED, RUNNING};
 use lattice_gpu_kernels::device::grid::GridBarrier;
-use lattice_gpu_kernels::krylov::{BiCgState, Stage, CONVERGED, RUNNING};
 use lattice_gpu_kernels::wilson::{Dslash, FusedIteration, Phase};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;

@@ -9,7 +9,9 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus, Variant};
+use lattice_gpu_host::solvers::bicgstab::{
+    BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveStatus,
+};
 use lattice_gpu_host::split::{DeviceRanks, HostStaged, SideLayers};
 use lattice_gpu_host::threads::Threads;
 use lattice_gpu_host::{DeviceBuffer, Gpu};
@@ -141,10 +143,10 @@ fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {
     let mut solver = BiCgStab::new(gpu, EvenOdd(w)).unwrap();
     let mut iterations = Vec::new();
     // Every variant with its nine kernels per iteration, then every one but sync fused into one.
-    let runs = Variant::ALL
+    let runs = OverheadHiding::ALL
         .map(|v| (v, false))
         .into_iter()
-        .chain(Variant::ALL.into_iter().skip(1).map(|v| (v, true)));
+        .chain(OverheadHiding::ALL.into_iter().skip(1).map(|v| (v, true)));
     for (variant, fused) in runs {
         let opt = SolveOptions {
             tol,
@@ -229,7 +231,7 @@ fn iteration_limit_and_repeated_solves() {
     let b = SpinorField::random(dims, 42);
     let w = WilsonGpu::<f64>::new(&gpu, &lat, &u, 0.12, Recon::R18).unwrap();
     let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
-    for variant in Variant::ALL {
+    for variant in OverheadHiding::ALL {
         for fused in [Fusion::Off, Fusion::On] {
             let opt = SolveOptions {
                 tol: 1e-14,
@@ -251,7 +253,7 @@ fn iteration_limit_and_repeated_solves() {
     let opt = SolveOptions {
         tol: 1e-10,
         max_iter: 500,
-        variant: Variant::Graph,
+        variant: OverheadHiding::Graph,
         check_every: 3,
         fused: Fusion::Off,
     };
@@ -272,9 +274,9 @@ fn automatic_fusion_where_the_grid_holds_every_site() {
     // 4x4x4x8: 8 tiles of sites, one pass of any GPU's cooperative grid; 16^4: 1024 tiles, eight
     // passes of an H100's (one 256-thread block per SM). sync never fuses.
     for (dims, variant, want) in [
-        ([4, 4, 4, 8], Variant::Async, true),
-        ([4, 4, 4, 8], Variant::Sync, false),
-        ([16, 16, 16, 16], Variant::Async, false),
+        ([4, 4, 4, 8], OverheadHiding::Async, true),
+        ([4, 4, 4, 8], OverheadHiding::Sync, false),
+        ([16, 16, 16, 16], OverheadHiding::Async, false),
     ] {
         let lat = Lattice::new(dims, false).unwrap();
         let u = GaugeField::random(dims, 51);
@@ -390,14 +392,23 @@ fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
     let test = "split_over_one_rank_through_host_memory_solves_as_the_whole_lattice";
     let Some(gpu) = gpu(test) else { return };
     let ranks = || Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<f64>>;
-    split_solve_matches_whole(&gpu, &ranks, &[Variant::Sync, Variant::Async], true);
+    split_solve_matches_whole(
+        &gpu,
+        &ranks,
+        &[OverheadHiding::Sync, OverheadHiding::Async],
+        true,
+    );
     // Halos staged through the host wait for the GPU: the variants that queue ahead are refused.
     let lat = Lattice::new([4, 4, 4, 8], false).unwrap();
     let u = GaugeField::random(lat.dims, 1);
     let block = Block::new(lat, [1; 4], 0).unwrap().cutting(&[3]).unwrap();
     let w = WilsonGpu::<f64>::split(&gpu, block, &u, 0.12, Recon::R12, ranks(), true).unwrap();
     let mut solver = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
-    for variant in [Variant::Graph, Variant::WaitKernel, Variant::StreamWait] {
+    for variant in [
+        OverheadHiding::Graph,
+        OverheadHiding::WaitKernel,
+        OverheadHiding::StreamWait,
+    ] {
         let opt = SolveOptions {
             tol: 1e-8,
             max_iter: 10,
@@ -466,7 +477,7 @@ fn split_ranks_stop_after_the_same_block_whenever_each_reads_its_state() {
     let opt = SolveOptions {
         tol: 1e-14,
         max_iter: 10,
-        variant: Variant::Async,
+        variant: OverheadHiding::Async,
         check_every: 1,
         fused: Fusion::Off,
     };

@@ -131,7 +131,7 @@ pub fn number_after(text: &str, key: &str) -> f64 {
 pub fn split_solve_matches_whole(
     gpu: &Arc<Gpu>,
     ranks: &dyn Fn() -> Box<dyn lattice_gpu_host::split::DeviceRanks<f64>>,
-    variants: &[lattice_gpu_host::solvers::bicgstab::Variant],
+    variants: &[lattice_gpu_host::solvers::bicgstab::OverheadHiding],
     overlap: bool,
 ) {
     use lattice_gpu_host::solvers::bicgstab::{BiCgStab, Fusion, SolveOptions, SolveStatus};

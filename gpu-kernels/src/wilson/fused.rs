@@ -15,10 +15,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::{component_index, Dslash, TILE};
+use crate::bicgstab::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
 use crate::complex::{Complex, ComplexReal};
 use crate::device::grid::GridBarrier;
 use crate::device::thread::{self, sync_threads};
-use crate::krylov::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
 
 /// Threads per block of the fused kernel: a warp for each of the eight hops of a site.
 pub const FUSED_BLOCK: u32 = 8 * TILE as u32;

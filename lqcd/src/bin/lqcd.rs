@@ -15,8 +15,8 @@ use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::solvers::bicgstab::{
-    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
-    Variant,
+    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
+    SolveReport, SolveStatus,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, FUSED_BLOCK, T_SPLIT, Y_SPLIT, Z_SPLIT};
@@ -95,7 +95,7 @@ struct SolverArgs {
     precision: Prec,
     /// How the host drives the GPU: sync, async, graph, waitkernel, streamwait.
     #[arg(long, default_value = "async")]
-    variant: Variant,
+    variant: OverheadHiding,
     /// Relative residual to reach.
     #[arg(long, allow_hyphen_values = true, default_value_t = 1e-10)]
     tol: f64,
@@ -1160,8 +1160,8 @@ fn bench_variants<T: WilsonReal>(
     let mut x = solver.operator().0.parity_buffer()?;
     let staged = solver.operator().ranks().is_some_and(|r| r.waits_for_gpu());
     let flops = flops_per_iteration(lat);
-    for (k, variant) in Variant::ALL.into_iter().enumerate() {
-        if staged && !matches!(variant, Variant::Sync | Variant::Async) {
+    for (k, variant) in OverheadHiding::ALL.into_iter().enumerate() {
+        if staged && !matches!(variant, OverheadHiding::Sync | OverheadHiding::Async) {
             continue;
         }
         stop(k as u64)?;
@@ -1908,10 +1908,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
             solver.kernel_ms_per_iteration(&b_e, 32, true)? * 1e3,
         ];
         // Each variant as nine kernels per iteration, then (all but sync) as one fused kernel.
-        let runs = Variant::ALL
+        let runs = OverheadHiding::ALL
             .map(|v| (v, false))
             .into_iter()
-            .chain(Variant::ALL.into_iter().skip(1).map(|v| (v, true)));
+            .chain(OverheadHiding::ALL.into_iter().skip(1).map(|v| (v, true)));
         for (variant, fused) in runs {
             stop()?;
             let kernels = kernel_us[fused as usize];
@@ -1928,7 +1928,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
             solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
             let r = solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
             let us = r.seconds / r.iterations.max(1) as f64 * 1e6;
-            if variant == Variant::Sync {
+            if variant == OverheadHiding::Sync {
                 sync_us = us;
             }
             let name = dims_name(dims);
