@@ -4,9 +4,9 @@
 //! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the applications'
 //! crates, each with its binary, benchmark and tests (the diffusion equation [`diffusion`], lattice QCD
 //! [`lqcd`], lattice Boltzmann [`lbm`], advection [`advection`] and the Poisson solver [`poisson`]), and
-//! their command-line kit ([`cli`]). The framework's PTX is
-//! embedded by the host crate ([`host::Module::framework`]); a crate with kernels of its own builds them
-//! with lattice-gpu-builder (README: "Use lattice-gpu in your own crate").
+//! their command-line kit ([`cli`]). The framework's PTX is embedded by the host crate
+//! ([`host::Module::framework`]); a crate with kernels of its own builds them with lattice-gpu-builder
+//! (README: "Use lattice-gpu in your own crate").
 
 //!
 //! A point update runs on the GPU, auto-tuned, as it runs on the CPU (`HostLoopEngine`):

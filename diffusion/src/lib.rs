@@ -7,8 +7,8 @@
 //! `G^n f0` with `G = 1 - 4 sum_a (kappa dt / h_a^2) sin^2(pi h_a / 2)`, which differs from the
 //! continuous one by O(h^2).
 //!
-//! The `diffusion` binary runs it; [`bench`] holds the benchmark of the paper's table (`diffusion
-//! bench`) and the timing the criterion benchmark shares.
+//! The `diffusion` binary runs it; [`bench`](mod@bench) holds the benchmark of the paper's table
+//! (`diffusion bench`) and the timing the criterion benchmark shares.
 
 use std::f64::consts::PI;
 use std::time::Instant;
