@@ -63,6 +63,8 @@ BIN=.gpu-bin
 stage() {
     set -e
     rm -rf "$BIN" && mkdir -p "$BIN/tests"
+    # The workspace's default members: each application's crate with its binary, and the facade with
+    # scaling-plot.
     cargo build --release --bins
     cp target/release/diffusion target/release/lqcd target/release/lbm target/release/advection target/release/poisson \
         target/release/scaling-plot "$BIN/"
@@ -88,7 +90,7 @@ for l in sys.stdin:
         | while read -r exe; do cp "$exe" "$BIN/tests/gray_scott_$(basename "$exe")"; done
     # The NCCL tests (the `nccl` feature; libnccl is loaded at run time). Without the feature the file
     # holds none, and that binary's log would take the name: left out above.
-    cargo test --release --features nccl --test nccl_gpu --no-run --message-format=json 2>/dev/null \
+    cargo test --release -p lattice-gpu --features nccl --test nccl_gpu --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -12,8 +12,8 @@ use lattice_gpu::kernels::stencil::{
     VECTOR_BYTES,
 };
 
-mod common;
 use common::{check_written, poison, random};
+use lattice_gpu_testkit as common;
 
 /// Two inputs, two outputs, radius (2, 1, 1): each output reads both inputs, at the point, along the
 /// column, in the rows, two points left and right, and off the column in other planes (from memory).

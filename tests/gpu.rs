@@ -20,8 +20,8 @@ use lattice_gpu::kernels::diffusion::Diffusion3d;
 use lattice_gpu::kernels::selftest::Smooth2d;
 use lattice_gpu::kernels::stencil::GpuEntry;
 
-mod common;
 use common::{check_written, gpu, poison, random};
+use lattice_gpu_testkit as common;
 
 fn diffusion_every_candidate<T: Element>(gpu: &Arc<Gpu>)
 where

@@ -13,8 +13,8 @@ use lattice_gpu::host::{
 use lattice_gpu::kernels::diffusion::Diffusion3d;
 use lattice_gpu::kernels::stencil::{ArrayIndex3D, FieldMut, GpuEntry, PointUpdate3D};
 
-mod common;
 use common::{gpu, poison};
+use lattice_gpu_testkit as common;
 
 const HANDMADE: &str = "\
 .version 7.0

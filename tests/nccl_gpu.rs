@@ -36,8 +36,8 @@ use lattice_gpu::host::{
 use lattice_gpu::kernels::lbm::tag;
 use lattice_gpu::lbm::{Collision, Engine, Geometry, Lbm, Moments, Params, Streaming};
 
-mod common;
 use common::{gpu, poison, random, split_solve_matches_whole};
+use lattice_gpu_testkit as common;
 
 /// Whether NCCL loads; otherwise says why the test is skipped (or fails where it is required).
 fn nccl_present(test: &str) -> bool {
@@ -193,7 +193,7 @@ fn several_gpus_of_one_process_sum_and_pass_a_ring() {
 
 #[test]
 fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
-    use lattice_gpu::host::solvers::bicgstab::Variant;
+    use lattice_gpu::host::solvers::bicgstab::OverheadHiding;
     use lattice_gpu::host::split::DeviceRanks;
     let test = "lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice";
     let Some(g) = gpu(test) else { return };
@@ -201,8 +201,8 @@ fn lqcd_split_over_one_nccl_rank_solves_as_the_whole_lattice() {
         return;
     }
     let ranks = || Box::new(Nccl::new(&Solo, &g).unwrap()) as Box<dyn DeviceRanks<f64>>;
-    split_solve_matches_whole(&g, &ranks, &Variant::ALL, true);
-    split_solve_matches_whole(&g, &ranks, &[Variant::Async], false);
+    split_solve_matches_whole(&g, &ranks, &OverheadHiding::ALL, true);
+    split_solve_matches_whole(&g, &ranks, &[OverheadHiding::Async], false);
 }
 
 /// Diffusion cut over one NCCL rank on `engine`: its field after `steps` from `input`.

@@ -4,7 +4,7 @@
 
 use std::fs;
 
-mod common;
+use lattice_gpu_testkit as common;
 
 fn scaling_plot(args: &[&str]) -> (bool, String) {
     common::run_cli(

@@ -8,7 +8,7 @@
 //! - [`stencil`]: the stencil framework's device half (point index, loop range, point-update traits, loops,
 //!   kernel-entry macros).
 //! - [`diffusion`]: the 3-D diffusion point update.
-//! - [`complex`], [`wilson`], [`krylov`]: complex numbers, the Wilson-Dirac hopping term and the device half
+//! - [`complex`], [`wilson`], [`bicgstab`]: complex numbers, the Wilson-Dirac hopping term and the device half
 //!   of BiCGStab, for lattice QCD.
 //! - [`lbm`]: the D3Q19 lattice-Boltzmann collide-and-stream body and its kernels.
 //! - [`poisson`]: the multigrid point updates of the variable-coefficient Poisson solver.
@@ -65,11 +65,11 @@
 extern crate std;
 
 pub mod advection;
+pub mod bicgstab;
 pub mod bind;
 pub mod complex;
 pub mod device;
 pub mod diffusion;
-pub mod krylov;
 pub mod lbm;
 pub mod poisson;
 pub mod selftest;

@@ -5,9 +5,9 @@
 
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::Element;
+use lattice_gpu_kernels::bicgstab::{BiCgState, Stage, CONVERGED, RUNNING};
 use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::device::grid::GridBarrier;
-use lattice_gpu_kernels::krylov::{BiCgState, Stage, CONVERGED, RUNNING};
 use lattice_gpu_kernels::wilson::{Dslash, FusedFields, FusedIteration, Phase};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;

@@ -49,7 +49,7 @@ crate::kernel! {
     pub unsafe fn field_dot_f64(d: FieldDot) {
         let stride = thread::grid_dim_x() as u64 * thread::block_dim_x() as u64;
         let s = d.share(thread::index_1d() as u64, stride);
-        let total = crate::krylov::block_sum([s, 0.0, 0.0, 0.0]);
+        let total = crate::bicgstab::block_sum([s, 0.0, 0.0, 0.0]);
         if thread::thread_idx_x() == 0 {
             *d.partials.add(thread::block_idx_x() as usize) = total[0];
         }
@@ -101,7 +101,7 @@ impl SumInto {
         let (group, groups) = (block / SUM_GROUP, blocks.div_ceil(SUM_GROUP));
         let start = group * SUM_GROUP;
         let members = (blocks - start).min(SUM_GROUP);
-        let total = crate::krylov::block_sum([mine, 0.0, 0.0, 0.0])[0];
+        let total = crate::bicgstab::block_sum([mine, 0.0, 0.0, 0.0])[0];
         // Warp 0 alone goes on (it holds the block's total): the other warps leave at once, rather
         // than wait at a barrier while it takes its tickets, so the block's place frees sooner.
         if thread::thread_rank_in_block() >= WARP_SIZE {
@@ -242,7 +242,7 @@ macro_rules! count_non_finite {
             pub unsafe fn $name(d: CountNonFinite<$t>) {
                 let stride = thread::grid_dim_x() as u64 * thread::block_dim_x() as u64;
                 let bad = d.share(thread::index_1d() as u64, stride);
-                let total = crate::krylov::block_sum([bad, 0.0, 0.0, 0.0]);
+                let total = crate::bicgstab::block_sum([bad, 0.0, 0.0, 0.0]);
                 if thread::thread_idx_x() == 0 {
                     *d.partials.add(thread::block_idx_x() as usize) = total[0];
                 }

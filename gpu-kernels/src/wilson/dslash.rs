@@ -206,8 +206,9 @@ fn spinor_reals(sites: usize) -> usize {
 /// Checks a lattice or block `dims` (with its cut axes `split`, when split): every axis at least one
 /// site, `x` even, and a cut axis at least two.
 pub(crate) fn check_dims(dims: [u32; 4], split: u32) -> Result<(), SpanError> {
-    let bad =
-        dims.contains(&0) || !dims[0].is_multiple_of(2) || (1..4).any(|a| is_cut(split, a) && dims[a] < 2);
+    let bad = dims.contains(&0)
+        || !dims[0].is_multiple_of(2)
+        || (1..4).any(|a| is_cut(split, a) && dims[a] < 2);
     match bad {
         true => Err(SpanError {
             argument: "dims (every axis at least 1, x even, a cut axis at least 2)",

@@ -16,11 +16,11 @@
 
 use super::dslash::check_dims;
 use super::{component_index, Dslash, TILE};
+use crate::bicgstab::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
 use crate::bind::{check_len, Bound, Cooperative, Kernel, Place, Span, SpanError, SpanMut};
 use crate::complex::{Complex, ComplexReal};
 use crate::device::grid::GridBarrier;
 use crate::device::thread::{self, sync_threads};
-use crate::krylov::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
 
 /// Threads per block of the fused kernel: a warp for each of the eight hops of a site.
 pub const FUSED_BLOCK: u32 = 8 * TILE as u32;

@@ -1,5 +1,5 @@
 //! BiCGStab on the GPU with its scalars in device memory, and the ways of hiding CUDA launch overhead
-//! that Doi's strong-scaling paper compares (see [`Variant`]).
+//! that Doi's strong-scaling paper compares (see [`OverheadHiding`]).
 //!
 //! The solver works on any [`DeviceOperator`] (complex vectors of `len()` elements). One iteration queues
 //! two operator applications and five vector kernels, three of them reductions whose last block to finish
@@ -19,13 +19,13 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
-use lattice_gpu_kernels::bind::{Span, SpanMut};
-use lattice_gpu_kernels::complex::ComplexReal;
-use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
-use lattice_gpu_kernels::krylov::{
+use lattice_gpu_kernels::bicgstab::{
     BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V,
     BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TOTALS,
 };
+use lattice_gpu_kernels::bind::{Span, SpanMut};
+use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{CudaContext, Error, Result};
@@ -110,9 +110,10 @@ pub struct FusedVectors<'a, T> {
     pub barrier: &'a DeviceBuffer<u32>,
 }
 
-/// How the host drives the iterations (Doi's comparison).
+/// How the host drives the iterations, hiding the CUDA launch and synchronisation overhead or not: the
+/// ways Doi's paper compares, from none (`Sync`) to a queue the GPU never waits on (`WaitKernel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Variant {
+pub enum OverheadHiding {
     /// Every dot product is copied to the host, which computes the scalars and launches the next kernels.
     Sync,
     /// Scalars stay on the device; the host only reads the state every few iterations through pinned
@@ -128,35 +129,35 @@ pub enum Variant {
     StreamWait,
 }
 
-impl Variant {
+impl OverheadHiding {
     /// Every variant, in the order benchmarks print them.
-    pub const ALL: [Variant; 5] = [
-        Variant::Sync,
-        Variant::Async,
-        Variant::Graph,
-        Variant::WaitKernel,
-        Variant::StreamWait,
+    pub const ALL: [OverheadHiding; 5] = [
+        OverheadHiding::Sync,
+        OverheadHiding::Async,
+        OverheadHiding::Graph,
+        OverheadHiding::WaitKernel,
+        OverheadHiding::StreamWait,
     ];
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
         match self {
-            Variant::Sync => "sync",
-            Variant::Async => "async",
-            Variant::Graph => "graph",
-            Variant::WaitKernel => "waitkernel",
-            Variant::StreamWait => "streamwait",
+            OverheadHiding::Sync => "sync",
+            OverheadHiding::Async => "async",
+            OverheadHiding::Graph => "graph",
+            OverheadHiding::WaitKernel => "waitkernel",
+            OverheadHiding::StreamWait => "streamwait",
         }
     }
 }
 
-impl fmt::Display for Variant {
+impl fmt::Display for OverheadHiding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl FromStr for Variant {
+impl FromStr for OverheadHiding {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         Self::ALL
@@ -179,7 +180,7 @@ pub struct SolveOptions {
     /// Iteration limit.
     pub max_iter: u32,
     /// How the host drives the GPU.
-    pub variant: Variant,
+    pub variant: OverheadHiding,
     /// Iterations between residual reads (all variants but `sync`, which sees every iteration).
     pub check_every: u32,
     /// All variants but `sync`: each iteration as one kernel where the operator has one
@@ -379,7 +380,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             )));
         }
         if let Some(ranks) = self.op.ranks() {
-            if ranks.waits_for_gpu() && !matches!(opt.variant, Variant::Sync | Variant::Async) {
+            if ranks.waits_for_gpu()
+                && !matches!(opt.variant, OverheadHiding::Sync | OverheadHiding::Async)
+            {
                 return Err(Error::InvalidSetting(format!(
                     "the {} variant queues iterations ahead of the GPU, which halos staged through \
                      host memory cannot (each exchange waits for the GPU); exchange through NCCL \
@@ -388,8 +391,10 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 )));
             }
         }
-        if matches!(opt.variant, Variant::WaitKernel | Variant::StreamWait)
-            && opt.check_every > MAX_HELD_ITERATIONS
+        if matches!(
+            opt.variant,
+            OverheadHiding::WaitKernel | OverheadHiding::StreamWait
+        ) && opt.check_every > MAX_HELD_ITERATIONS
         {
             return Err(Error::InvalidSetting(format!(
                 "check_every = {} with the {} variant would hold more launches behind one wait than the driver queues; use at most {MAX_HELD_ITERATIONS}",
@@ -399,7 +404,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         let start = Instant::now();
         let mut st = self.start(b, opt)?;
         let mut history = Vec::new();
-        if opt.variant == Variant::Sync {
+        if opt.variant == OverheadHiding::Sync {
             history.push((0, 1.0));
             while st.status == RUNNING {
                 self.iteration(Some(&mut st))?;
@@ -449,7 +454,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// (on the host for `sync`, which then waits for it).
     fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
         // A split operator's iteration has exchanges and sums over the ranks between its kernels.
-        self.fused = opt.variant != Variant::Sync
+        self.fused = opt.variant != OverheadHiding::Sync
             && self.op.ranks().is_none()
             && match opt.fused {
                 Fusion::Off => false,
@@ -463,7 +468,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         self.r.copy_from(b)?;
         self.r0.copy_from(b)?;
         self.p.copy_from(b)?;
-        let mut host = (opt.variant == Variant::Sync).then_some(&mut st);
+        let mut host = (opt.variant == OverheadHiding::Sync).then_some(&mut st);
         self.reduce(&mut host, Op::Dot, &[&self.r0, &self.r0], Stage::Init)?;
         Ok(st)
     }
@@ -481,7 +486,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         let opt = SolveOptions {
             tol: f64::MIN_POSITIVE,
             max_iter: n + 1,
-            variant: Variant::Async,
+            variant: OverheadHiding::Async,
             check_every: n,
             fused: if fused { Fusion::On } else { Fusion::Off },
         };
@@ -511,7 +516,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     ) -> Result<BiCgState> {
         let k = opt.check_every;
         let key = (k, self.fused);
-        if opt.variant == Variant::Graph && self.graphs.as_ref().map(|g| g.0) != Some(key) {
+        if opt.variant == OverheadHiding::Graph && self.graphs.as_ref().map(|g| g.0) != Some(key) {
             self.graphs = None;
             let graphs = (0..SLOTS)
                 .map(|slot| self.capture(k, slot))
@@ -519,7 +524,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             self.graphs = Some((key, graphs));
         }
         let helper = match opt.variant {
-            Variant::WaitKernel | Variant::StreamWait => Some(self.spawn_releaser(opt.variant)?),
+            OverheadHiding::WaitKernel | OverheadHiding::StreamWait => {
+                Some(self.spawn_releaser(opt.variant)?)
+            }
             _ => None,
         };
         // Ranks of a split solve must stop after the same block, for each block queues collective calls
@@ -598,10 +605,16 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     }
 
     /// Queues one block: (a wait), `k` iterations (or their graph), the state copy to `slot`, its event.
-    fn queue_block(&mut self, variant: Variant, k: u32, slot: usize, target: u32) -> Result<()> {
+    fn queue_block(
+        &mut self,
+        variant: OverheadHiding,
+        k: u32,
+        slot: usize,
+        target: u32,
+    ) -> Result<()> {
         let stream = self.gpu.stream().clone();
         match variant {
-            Variant::WaitKernel => {
+            OverheadHiding::WaitKernel => {
                 let sig = Signal {
                     flag: self.flag.ptr(),
                     value: target,
@@ -609,7 +622,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 // SAFETY: `wait_kernel` takes one `Signal`; the flag is a live device u32.
                 unsafe { self.gpu.launch("wait_kernel", &sig, 1, 1)? };
             }
-            Variant::StreamWait => {
+            OverheadHiding::StreamWait => {
                 // SAFETY: the flag is a live device u32; GEQ (a cyclic comparison) waits until the helper writes
                 // `target`.
                 unsafe {
@@ -625,7 +638,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             }
             _ => {}
         }
-        if variant == Variant::Graph {
+        if variant == OverheadHiding::Graph {
             let (_, graphs) = self.graphs.as_ref().expect("captured before the loop");
             graphs[slot]
                 .launch()
@@ -669,7 +682,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     #[allow(clippy::type_complexity)]
     fn spawn_releaser(
         &self,
-        variant: Variant,
+        variant: OverheadHiding,
     ) -> Result<(mpsc::Sender<u32>, std::thread::JoinHandle<Result<()>>)> {
         let stream: Arc<CudaStream> = self
             .gpu
@@ -684,7 +697,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 .bind_to_thread()
                 .cuda(|| "binding the context to the release thread".into())?;
             for value in rx {
-                if variant == Variant::WaitKernel {
+                if variant == OverheadHiding::WaitKernel {
                     let sig = Signal {
                         flag: flag as *mut u32,
                         value,

@@ -1,0 +1,260 @@
+//! The diffusion benchmark of the paper's table: for each grid and precision, the launch shape the tuner
+//! chose, its GLUPS and effective bandwidth against a device-to-device copy measured in the same run, and
+//! the fixed (128,1)/march=2 launch for comparison. Kernels are timed with CUDA events, after tuning.
+//! Each grid can be tuned several times, over every kernel variant ([`VariantSet::Auto`]) and over each
+//! one alone, so one run shows what each variant reaches and what the tuner picks.
+
+use std::sync::Arc;
+
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::{LoopEngine, TuningReport, Variant};
+use lattice_gpu_host::{
+    DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
+    Loop3D,
+};
+use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
+use lattice_gpu_kernels::stencil::GpuEntry;
+
+use crate::{queue_steps, Problem, Result};
+
+/// The kernel variants a benchmark row is tuned over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VariantSet {
+    /// Every variant, the tuner choosing (what applications get by default).
+    Auto,
+    /// One variant, forced.
+    Only(Variant),
+}
+
+impl VariantSet {
+    /// `"auto"` or the variant's name.
+    pub fn label(self) -> &'static str {
+        match self {
+            VariantSet::Auto => "auto",
+            VariantSet::Only(v) => v.name(),
+        }
+    }
+
+    /// The set named `s` (`auto`, `plain`, `zqueue`, `tiled`, `vector`).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(VariantSet::Auto),
+            _ => Variant::from_name(s).map(VariantSet::Only).ok_or_else(|| {
+                format!("`{s}` is not a kernel variant: use auto, plain, zqueue, tiled or vector")
+            }),
+        }
+    }
+
+    /// The variants tuned over.
+    pub fn variants(self) -> Vec<Variant> {
+        match self {
+            VariantSet::Auto => Variant::ALL.to_vec(),
+            VariantSet::Only(v) => vec![v],
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct BenchRow {
+    /// Interior size.
+    pub size: [usize; 3],
+    /// "f32" or "f64".
+    pub precision: &'static str,
+    /// The variants tuned over.
+    pub variants: VariantSet,
+    /// What the tuner found.
+    pub tuning: TuningReport,
+    /// Median ms per step with the tuned shape.
+    pub tuned_ms: f64,
+    /// Median ms per step with the fixed shape.
+    pub fixed_ms: f64,
+    /// Median ms per step with the tuned shape, a batch of steps recorded once and replayed as a graph
+    /// (the GPU's gaps between launches without the host queueing each).
+    pub tuned_graph_ms: f64,
+    /// The same with the fixed shape.
+    pub fixed_graph_ms: f64,
+    /// Bytes per step (each point read and written once).
+    pub bytes: f64,
+    /// Interior points.
+    pub points: u64,
+}
+
+impl BenchRow {
+    /// Giga lattice-point updates per second, tuned.
+    pub fn glups(&self) -> f64 {
+        self.points as f64 / self.tuned_ms / 1e6
+    }
+    /// GFLOPS, tuned (13 flops per point).
+    pub fn gflops(&self) -> f64 {
+        self.glups() * FLOPS_PER_POINT as f64
+    }
+    /// Effective bandwidth, GB/s, tuned.
+    pub fn gbs(&self) -> f64 {
+        self.bytes / self.tuned_ms / 1e6
+    }
+    /// GLUPS of the fixed launch.
+    pub fn fixed_glups(&self) -> f64 {
+        self.points as f64 / self.fixed_ms / 1e6
+    }
+    /// GLUPS, tuned, steps replayed from a graph.
+    pub fn graph_glups(&self) -> f64 {
+        self.points as f64 / self.tuned_graph_ms / 1e6
+    }
+}
+
+fn median(mut ms: Vec<f64>) -> f64 {
+    ms.sort_by(f64::total_cmp);
+    ms[ms.len() / 2]
+}
+
+/// Median ms per step over `batches` event-timed batches of `per_batch` steps.
+pub fn time_steps<E: LoopEngine, T: Element>(
+    gpu: &Gpu,
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    per_batch: usize,
+    batches: usize,
+) -> Result<f64>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let mut times = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let ms = gpu.time_ms(|| queue_steps(lp, f, g, problem, per_batch))?;
+        times.push(ms / per_batch as f64);
+    }
+    Ok(median(times))
+}
+
+/// Median ms per step over `batches` event-timed replays of `per_batch` steps (rounded up to even, so
+/// that the fields end where they started) recorded once on `engine`, which must record (a GPU engine).
+#[allow(clippy::too_many_arguments)]
+pub fn time_recorded_steps<E: LoopEngine, T: Element>(
+    gpu: &Gpu,
+    engine: &E,
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    per_batch: usize,
+    batches: usize,
+) -> Result<f64>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let per_batch = per_batch.next_multiple_of(2);
+    let recording = engine
+        .record(&mut || queue_steps(lp, f, g, problem, per_batch))?
+        .ok_or_else(|| {
+            lattice_gpu_host::Error::NoGpu(format!("{} cannot record a graph", engine.describe()))
+        })?;
+    let mut times = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        times.push(gpu.time_ms(|| engine.replay(&recording))? / per_batch as f64);
+    }
+    Ok(median(times))
+}
+
+/// Runs real steps on an auto-tuned loop until its tuning has finished; the result.
+pub fn run_until_tuned<T: Element>(
+    lp: &mut Loop3D<'_, DeviceAutoTuningLoopEngine>,
+    f: &mut DeviceField<T>,
+    g: &mut DeviceField<T>,
+    problem: &Problem,
+) -> Result<TuningReport>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    loop {
+        if let Some(report) = lp.info().report() {
+            return Ok(report.clone());
+        }
+        lp.run(&problem.update(f, g))?;
+        std::mem::swap(f, g);
+    }
+}
+
+/// Benchmarks one grid and precision on `gpu`, tuned over every variant.
+pub fn bench_one<T: Element>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let mut rows = bench_variants::<T>(gpu, size, &[VariantSet::Auto])?;
+    Ok(rows.remove(0))
+}
+
+/// Benchmarks one grid and precision on `gpu`: one row per entry of `sets`, each tuned afresh (in
+/// memory) over its variants and timed; the fixed launch is timed once and shared by the rows.
+pub fn bench_variants<T: Element>(
+    gpu: &Arc<Gpu>,
+    size: [usize; 3],
+    sets: &[VariantSet],
+) -> Result<Vec<BenchRow>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let problem = Problem::new(size, 0.1, None)?;
+    let shape = problem.shape::<T>()?;
+    gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;
+    let fixed = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let initial = shape.embed(&problem.sine_mode::<T>(), T::ZERO)?;
+    let mut f = fixed.alloc::<T>(shape)?;
+    let mut g = fixed.alloc::<T>(shape)?;
+    f.upload(&initial)?;
+    g.upload(&initial)?;
+
+    let mut lp = Loop3D::new(&fixed, shape.interior_range())?;
+    let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, 3, 1)?;
+    let per_batch = ((20.0 / fixed_ms.max(1e-3)) as usize).clamp(3, 2000);
+    let fixed_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
+    let fixed_graph_ms =
+        time_recorded_steps(gpu, &fixed, &mut lp, &mut f, &mut g, &problem, per_batch, 5)?;
+
+    let mut rows = Vec::with_capacity(sets.len());
+    for &set in sets {
+        let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+            .variants(&set.variants());
+        let mut lp = Loop3D::new(&tuner, shape.interior_range())?;
+        let tuning = run_until_tuned(&mut lp, &mut f, &mut g, &problem)?;
+        // Batches of about 20 ms, so event resolution and launch gaps do not matter.
+        let per_batch = ((20.0 / tuning.best_ms.max(1e-3)) as usize).clamp(5, 2000);
+        let tuned_ms = time_steps(gpu, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
+        let tuned_graph_ms =
+            time_recorded_steps(gpu, &tuner, &mut lp, &mut f, &mut g, &problem, per_batch, 7)?;
+        rows.push(BenchRow {
+            size,
+            precision: T::NAME,
+            variants: set,
+            tuning,
+            tuned_ms,
+            fixed_ms,
+            tuned_graph_ms,
+            fixed_graph_ms,
+            bytes: problem.bytes_per_step::<T>(),
+            points: problem.points(),
+        });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_sets_parse_and_name_themselves() {
+        for name in ["auto", "plain", "zqueue", "tiled", "vector"] {
+            assert_eq!(VariantSet::parse(name).unwrap().label(), name);
+        }
+        assert_eq!(VariantSet::Auto.variants(), Variant::ALL.to_vec());
+        assert_eq!(
+            VariantSet::parse("tiled").unwrap().variants(),
+            vec![Variant::Tiled]
+        );
+        let e = VariantSet::parse("fast").unwrap_err();
+        assert!(e.contains("fast") && e.contains("zqueue"), "{e}");
+    }
+}

@@ -1,0 +1,845 @@
+//! The 3-D diffusion application: `df/dt = kappa lap f` on the unit cube with `f = 0` on the walls,
+//! explicit 7-point stencil, run by any loop engine.
+//!
+//! Grid: `nx x ny x nz` interior points at `x_i = i h_x` (`i = 1..=nx`, `h_x = 1 / (nx + 1)`), with one
+//! margin point per side holding the wall value 0. The initial condition
+//! `f0 = sin(pi x) sin(pi y) sin(pi z)` decays as `exp(-3 kappa pi^2 t)`; the scheme's own answer is
+//! `G^n f0` with `G = 1 - 4 sum_a (kappa dt / h_a^2) sin^2(pi h_a / 2)`, which differs from the
+//! continuous one by O(h^2).
+//!
+//! The `diffusion` binary runs it; [`bench`](mod@bench) holds the benchmark of the paper's table
+//! (`diffusion bench`) and the timing the criterion benchmark shares.
+
+use std::f64::consts::PI;
+use std::time::Instant;
+
+pub use lattice_gpu_host::comm::Halos;
+use lattice_gpu_host::comm::{Communicator, LayerExchange, Solo};
+use lattice_gpu_host::decomp::{Decomposition, Face};
+use lattice_gpu_host::engine::{LoopEngine, TuningReport};
+use lattice_gpu_host::field::fmt_dims;
+use lattice_gpu_host::health::{check_interval, Verdict};
+use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_host::{Element, Field, Loop3D, Shape};
+use lattice_gpu_kernels::device::math::Real;
+use lattice_gpu_kernels::diffusion::Diffusion3d;
+use lattice_gpu_kernels::stencil::GpuEntry;
+
+pub mod bench;
+
+/// How a decomposed run exchanges its halos.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange<'a> {
+    /// Through what.
+    pub halos: Halos<'a>,
+    /// Whether the planes that read no halo run during the exchange; `false`: the exchange completes
+    /// before any plane runs (the baseline that overlap is measured against).
+    pub overlap: bool,
+    /// Whether one rank splits its steps as several do (boundary planes apart from the interior, with
+    /// an exchange that moves nothing): what the split costs on one GPU.
+    pub cut: bool,
+}
+
+/// Errors of the diffusion application.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffusionError {
+    /// A parameter that cannot work, with the reason and the fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// An error of the runtime (GPU, memory, files).
+    #[error(transparent)]
+    Host(#[from] lattice_gpu_host::Error),
+    /// A file could not be read or written.
+    #[error(transparent)]
+    Io(#[from] lattice_gpu_host::io::IoError),
+}
+
+/// Results of the diffusion application.
+pub type Result<T, E = DiffusionError> = std::result::Result<T, E>;
+
+/// A diffusion problem: grid, diffusivity and time step, checked for stability.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Problem {
+    /// Interior points (nx, ny, nz).
+    pub size: [usize; 3],
+    /// Grid spacing per axis.
+    pub h: [f64; 3],
+    /// Diffusivity.
+    pub kappa: f64,
+    /// Time step.
+    pub dt: f64,
+}
+
+/// The largest stable `kappa dt sum_a 1/h_a^2` of the explicit scheme (1/6 per axis on a cubic grid).
+pub const STABILITY_LIMIT: f64 = 0.5;
+
+impl Problem {
+    /// A problem on the unit cube with `size` interior points; `dt` defaults to `0.1 h_min^2 / kappa`.
+    pub fn new(size: [usize; 3], kappa: f64, dt: Option<f64>) -> Result<Self> {
+        if size.contains(&0) {
+            return Err(DiffusionError::Invalid(format!(
+                "grid size {} has an axis of zero points; give at least 1 point per axis (e.g. --size 128)",
+                fmt_dims(&size)
+            )));
+        }
+        if !(kappa.is_finite() && kappa > 0.0) {
+            return Err(DiffusionError::Invalid(format!(
+                "kappa = {kappa} is not a positive diffusivity; give --kappa > 0"
+            )));
+        }
+        let h = size.map(|n| 1.0 / (n as f64 + 1.0));
+        let hmin = h.iter().cloned().fold(f64::INFINITY, f64::min);
+        let dt = dt.unwrap_or(0.1 * hmin * hmin / kappa);
+        if dt.is_infinite() && kappa < 1.0 {
+            return Err(DiffusionError::Invalid(format!(
+                "kappa = {kappa:e} is so small that the default time step 0.1 h^2 / kappa overflows; \
+                 give a larger --kappa, or a time step with --dt"
+            )));
+        }
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(DiffusionError::Invalid(format!(
+                "dt = {dt} is not a positive time step"
+            )));
+        }
+        let p = Self { size, h, kappa, dt };
+        let sum = p.stability_number();
+        if sum > STABILITY_LIMIT {
+            let max_dt = STABILITY_LIMIT / (kappa * h.iter().map(|h| 1.0 / (h * h)).sum::<f64>());
+            return Err(DiffusionError::Invalid(format!(
+                "dt = {dt:e} is unstable: kappa dt sum(1/h^2) = {sum:.4} exceeds {STABILITY_LIMIT} \
+                 (kappa dt / h^2 > 1/6 on a cubic grid); use dt <= {max_dt:e} or leave --dt out for a stable default"
+            )));
+        }
+        Ok(p)
+    }
+
+    /// `kappa dt sum_a 1/h_a^2`: the scheme is stable up to 1/2.
+    pub fn stability_number(&self) -> f64 {
+        self.kappa * self.dt * self.h.iter().map(|h| 1.0 / (h * h)).sum::<f64>()
+    }
+
+    /// The field's shape for elements of `T`: the interior with a one-point margin holding the walls,
+    /// rows aligned to 128 bytes where that costs at most a quarter more memory.
+    pub fn shape<T>(&self) -> Result<Shape> {
+        Self::shape_of::<T>(self.size)
+    }
+
+    /// The shape of a field of `size` interior points (one rank's part of a decomposed run).
+    fn shape_of<T>(size: [usize; 3]) -> Result<Shape> {
+        Ok(Shape::new_3d(size, 1)?.aligned_rows(std::mem::size_of::<T>(), 1.25))
+    }
+
+    /// The point update from `f` to `fnew`.
+    pub fn update<T: Element>(
+        &self,
+        f: &impl Field<T>,
+        fnew: &mut impl Field<T>,
+    ) -> Diffusion3d<T> {
+        Diffusion3d::new(f.view(), fnew.view_mut(), self.kappa, self.dt, self.h)
+    }
+
+    /// `sin(pi x) sin(pi y) sin(pi z)` at the interior points, x fastest.
+    pub fn sine_mode<T: Real>(&self) -> Vec<T> {
+        self.sine_mode_values().map(T::from_f64).collect()
+    }
+
+    /// The values of [`sine_mode`](Self::sine_mode) in f64, computed as they are taken.
+    fn sine_mode_values(&self) -> impl Iterator<Item = f64> {
+        let s = std::rc::Rc::new([0, 1, 2].map(|a| {
+            (1..=self.size[a])
+                .map(|i| (PI * i as f64 * self.h[a]).sin())
+                .collect::<Vec<f64>>()
+        }));
+        let [nx, ny, nz] = self.size;
+        (0..nz).flat_map(move |k| {
+            let s = s.clone();
+            (0..ny).flat_map(move |j| {
+                let s = s.clone();
+                (0..nx).map(move |i| s[0][i] * s[1][j] * s[2][k])
+            })
+        })
+    }
+
+    /// The continuous solution's decay factor after `steps` steps: `exp(-3 kappa pi^2 t)`.
+    pub fn analytic_decay(&self, steps: usize) -> f64 {
+        (-3.0 * self.kappa * PI * PI * self.dt * steps as f64).exp()
+    }
+
+    /// The scheme's own decay factor of the sine mode after `steps` steps, `G^steps`.
+    pub fn discrete_decay(&self, steps: usize) -> f64 {
+        let g = 1.0
+            - 4.0
+                * self
+                    .h
+                    .iter()
+                    .map(|h| self.kappa * self.dt / (h * h) * (PI * h / 2.0).sin().powi(2))
+                    .sum::<f64>();
+        g.powi(steps as i32)
+    }
+
+    /// Bytes one step moves at least: each point read once and written once.
+    pub fn bytes_per_step<T>(&self) -> f64 {
+        2.0 * std::mem::size_of::<T>() as f64 * self.points() as f64
+    }
+
+    /// The peak memory of a run split over `ranks` ranks, `in_process` of them threads of this
+    /// process, on a GPU or not, as [`simulate_on`] and the `diffusion` binary hold it. Per rank (`S`
+    /// its array, `L` its interior, `P` the whole grid's points, in elements): the whole initial
+    /// field and this rank's array while it is set up (`P + S`); on the CPU the two fields (`2S`) all
+    /// along, and at the end a downloaded copy and its interior (`+ S + L`); then, the fields freed,
+    /// the interiors and the gathered result (`P`) on rank 0, which the binary keeps while it writes.
+    /// On a GPU its two fields (`2S`) and the halo layers.
+    pub fn footprint<T>(
+        &self,
+        ranks: usize,
+        in_process: usize,
+        on_gpu: bool,
+    ) -> Result<lattice_gpu_host::memory::Footprint> {
+        let el = std::mem::size_of::<T>() as u64;
+        let nz = self.size[2].div_ceil(ranks.max(1));
+        let shape = Self::shape_of::<T>([self.size[0], self.size[1], nz])?;
+        let p = lattice_gpu_host::memory::bytes(&self.size, 1, "the grid")?;
+        let [s, l] = [shape.len() as u64, p / self.size[2] as u64 * nz as u64];
+        let fields = if on_gpu { 0 } else { 2 * s };
+        let rank = [p + s, fields + s + l].into_iter().max().unwrap_or(0);
+        let k = in_process as u64;
+        let host = (k * rank).max(k * l + p);
+        let layers = 4 * (shape.size()[0] * shape.size()[1]) as u64;
+        let gpu = if on_gpu { 2 * s + layers } else { 0 };
+        Ok(lattice_gpu_host::memory::Footprint::new(
+            format!(
+                "a {} {} diffusion run{}",
+                fmt_dims(&self.size),
+                std::any::type_name::<T>(),
+                if ranks > 1 {
+                    format!(" split over {ranks} ranks")
+                } else {
+                    String::new()
+                }
+            ),
+            host.saturating_mul(el),
+            gpu.saturating_mul(el),
+            on_gpu,
+        ))
+    }
+
+    /// Interior points.
+    pub fn points(&self) -> u64 {
+        self.size.iter().map(|&v| v as u64).product()
+    }
+}
+
+/// Relative L2 difference `|a - factor * m| / |factor * m|` of `a` (interior points, x fastest) from the
+/// sine mode `m` ([`Problem::sine_mode`]), for each factor of `factors`; the mode is computed point by
+/// point rather than stored, which would double a run's peak memory in f32.
+pub fn sine_mode_errors<A: Real, const N: usize>(
+    problem: &Problem,
+    a: &[A],
+    factors: [f64; N],
+) -> [f64; N] {
+    let (mut num, mut den) = ([0.0; N], 0.0);
+    let mut at = a.iter();
+    for m in problem.sine_mode_values() {
+        let v = at.next().map_or(f64::NAN, |v| v.to_f64());
+        for (n, f) in num.iter_mut().zip(factors) {
+            *n += (v - f * m).powi(2);
+        }
+        den += m * m;
+    }
+    let mut out = [0.0; N];
+    for ((o, n), f) in out.iter_mut().zip(num).zip(factors) {
+        *o = (n / (f * f * den)).sqrt();
+    }
+    out
+}
+
+/// Relative L2 difference `|a - factor * b| / |factor * b|`.
+pub fn relative_l2<A: Real, B: Real>(a: &[A], b: &[B], factor: f64) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        let y = factor * y.to_f64();
+        num += (x.to_f64() - y).powi(2);
+        den += y * y;
+    }
+    (num / den).sqrt()
+}
+
+/// What a run produced.
+pub struct RunOutput<T> {
+    /// The final field at the interior points, x fastest.
+    pub field: Vec<T>,
+    /// Wall-clock seconds of all steps (queued and finished).
+    pub seconds: f64,
+    /// The auto-tuner's result, when the engine tunes.
+    pub tuning: Option<TuningReport>,
+    /// (steps timed, steps needed) when the run ended before the tuner had timed every candidate.
+    pub tuning_unfinished: Option<(usize, usize)>,
+    /// The checkpoints written (rank 0).
+    pub checkpoints: Vec<Written>,
+    /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
+    pub checkpoint_wait: f64,
+}
+
+/// Runs `steps` steps from the interior field `initial` makes (x fastest; the walls are 0) on `engine`.
+/// Memory is checked before `initial` is called, so a grid too large fails with a clear error before
+/// anything big is allocated. `progress` is called with the number of finished steps now and then.
+pub fn simulate<E: LoopEngine, T: Element>(
+    engine: &E,
+    problem: &Problem,
+    initial: impl FnOnce() -> Result<Vec<T>>,
+    steps: usize,
+    progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    simulate_on(
+        engine,
+        &Solo,
+        Exchange {
+            halos: Halos::Host,
+            overlap: true,
+            cut: false,
+        },
+        problem,
+        initial,
+        steps,
+        progress,
+    )
+}
+
+/// Queues `n` steps, `f` and `g` swapping after each.
+pub fn queue_steps<E: LoopEngine, T: Element>(
+    lp: &mut Loop3D<'_, E>,
+    f: &mut E::Field<T>,
+    g: &mut E::Field<T>,
+    problem: &Problem,
+    n: usize,
+) -> lattice_gpu_host::Result<()>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    for _ in 0..n {
+        lp.run(&problem.update(f, g))?;
+        std::mem::swap(f, g);
+    }
+    Ok(())
+}
+
+/// A decomposed step that hides the halo exchange behind the interior. Through NCCL the two boundary
+/// planes run first, on the exchange's stream, and the exchange of what they wrote follows them there,
+/// both beside the interior planes on the GPU's stream (Shimokawabe et al.): the step waits for
+/// neither unless they outlast the interior. Through the host the exchange starts first (the faces
+/// this rank sends are copied out), the interior is queued (on a GPU it runs meanwhile), then the
+/// received halos are in and the boundary planes run. Only the face planes move, not the whole array.
+struct Overlap<'e, E: LoopEngine, T: Element> {
+    /// Loops over the planes that read no halo, and over the first and (where it is another) the last
+    /// plane.
+    inner: Option<Loop3D<'e, E>>,
+    ends: Vec<Loop3D<'e, E>>,
+    transport: LayerExchange<'e, T>,
+    /// Whether the interior runs during the exchange; `false`: the exchange completes first (the
+    /// baseline overlap is measured against).
+    overlap: bool,
+}
+
+impl<'e, E: LoopEngine, T: Element> Overlap<'e, E, T>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    fn new(
+        engine: &'e E,
+        shape: Shape,
+        plan: &[Face<3>],
+        initial: &[T],
+        exchange: Exchange<'e>,
+    ) -> Result<Self> {
+        let r = shape.interior_range();
+        let at = |z0: u32, z1: u32| {
+            let mut q = r;
+            (q.begin[2], q.end[2]) = (z0, z1);
+            q
+        };
+        let (z0, z1) = (r.begin[2], r.end[2]);
+        let [nx, ny, _] = shape.size();
+        // Local z (margin at 0) to the array's plane.
+        let plane = |z: usize| shape.first()[2] + z - 1;
+        let mut ends = vec![Loop3D::new(engine, at(z0, z0 + 1))?];
+        if z1 - z0 > 1 {
+            ends.push(Loop3D::new(engine, at(z1 - 1, z1))?);
+        }
+        Ok(Self {
+            inner: (z1 - z0 > 2)
+                .then(|| Loop3D::new(engine, at(z0 + 1, z1 - 1)))
+                .transpose()?,
+            ends,
+            transport: LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?,
+            overlap: exchange.overlap,
+        })
+    }
+
+    /// `g` from `f`, its halos exchanged through `comm` (`index` maps the plan's local points).
+    fn step<C: Communicator>(
+        &mut self,
+        comm: &C,
+        plan: &[Face<3>],
+        index: &impl Fn([usize; 3]) -> usize,
+        problem: &Problem,
+        f: &mut E::Field<T>,
+        g: &mut E::Field<T>,
+    ) -> Result<()> {
+        if self.overlap && self.transport.runs_beside() {
+            // `f`'s halos came with the step before (or the exchange before the first).
+            let ends = &mut self.ends;
+            self.transport.beside(|| {
+                ends.iter_mut()
+                    .try_for_each(|e| e.run(&problem.update(f, g)))
+            })?;
+            self.transport.start(g)?;
+            if let Some(inner) = &mut self.inner {
+                inner.run(&problem.update(f, g))?;
+            }
+            return Ok(self.transport.finish(comm, plan, index, g)?);
+        }
+        self.transport.start(f)?;
+        if !self.overlap {
+            self.transport.finish(comm, plan, index, f)?;
+        }
+        if let Some(inner) = &mut self.inner {
+            inner.run(&problem.update(f, g))?;
+        }
+        if self.overlap {
+            self.transport.finish(comm, plan, index, f)?;
+        }
+        for end in &mut self.ends {
+            end.run(&problem.update(f, g))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`simulate`] decomposed along z over the ranks of `comm`: each rank runs its slab of planes on its
+/// `engine` and exchanges one plane with each neighbour before every step, as `exchange` says; rank 0
+/// gathers the final field (the others return an empty one). The result is bit-identical to one rank's:
+/// every point sees the same values. Every rank calls `initial` (the whole field) and keeps its slab.
+pub fn simulate_on<'e, E: LoopEngine, T: Element, C: Communicator>(
+    engine: &'e E,
+    comm: &C,
+    exchange: Exchange<'e>,
+    problem: &Problem,
+    initial: impl FnOnce() -> Result<Vec<T>>,
+    steps: usize,
+    progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let schedule = Schedule {
+        first: 0,
+        last: steps,
+        checkpoints: None,
+    };
+    simulate_scheduled(
+        engine, comm, exchange, problem, initial, &schedule, progress,
+    )
+}
+
+/// The steps a run does and the checkpoints it writes.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The step it starts from: 0, or a resumed checkpoint's step (the initial field is then that
+    /// checkpoint's).
+    pub first: usize,
+    /// The step it ends at.
+    pub last: usize,
+    /// Where and when it writes checkpoints; `None`: never, not even when a signal stops it.
+    pub checkpoints: Option<Checkpoints>,
+}
+
+/// Where and how often a run writes checkpoints (rank 0, from a gathered host copy, in the background).
+#[derive(Clone, Debug)]
+pub struct Checkpoints {
+    /// The checkpoint file.
+    pub path: std::path::PathBuf,
+    /// How often; a signal writes one whatever this says.
+    pub every: Every,
+    /// Options shown in the messages (e.g. `--resume out/checkpoint`).
+    pub resume_hint: String,
+}
+
+/// How often checkpoints are written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Every {
+    /// Only when a signal stops the run.
+    Signal,
+    /// Every this many steps (counted from step 0, so a resumed run writes at the same steps).
+    Steps(usize),
+    /// At the first health check after this many seconds since the last (rank 0's clock).
+    Seconds(f64),
+}
+
+impl From<lattice_gpu_cli::Every> for Every {
+    fn from(e: lattice_gpu_cli::Every) -> Self {
+        match e {
+            lattice_gpu_cli::Every::Steps(n) => Every::Steps(n),
+            lattice_gpu_cli::Every::Seconds(t) => Every::Seconds(t),
+        }
+    }
+}
+
+/// The parameters a resumed diffusion run must share with the run that wrote the checkpoint.
+pub fn checkpoint_params<T: Element>(problem: &Problem) -> Vec<(String, String)> {
+    vec![
+        ("size".into(), fmt_dims(&problem.size)),
+        ("precision".into(), T::NAME.into()),
+        ("kappa".into(), problem.kappa.to_string()),
+        ("dt".into(), problem.dt.to_string()),
+    ]
+}
+
+/// The checkpoint of a diffusion run at `step`, from the gathered interior field.
+pub fn checkpoint<T: Element>(problem: &Problem, step: usize, field: &[T]) -> Checkpoint {
+    let mut ck = Checkpoint::new("diffusion", step as u64);
+    ck.params = checkpoint_params::<T>(problem);
+    ck.array("field", field)
+}
+
+/// The step and the interior field of a diffusion checkpoint at `path`, after checking that it is one
+/// of this problem.
+pub fn resume<T: Element>(problem: &Problem, path: &std::path::Path) -> Result<(usize, Vec<T>)> {
+    let mut ck = Checkpoint::read(path)?;
+    ck.check_resume("diffusion", &checkpoint_params::<T>(problem), path)?;
+    let field = ck.take::<T>("field", path)?;
+    if field.len() as u64 != problem.points() {
+        return Err(lattice_gpu_host::io::IoError::Checkpoint {
+            path: path.to_path_buf(),
+            problem: format!(
+                "its field holds {} values, and the grid {} has {}",
+                field.len(),
+                fmt_dims(&problem.size),
+                problem.points()
+            ),
+        }
+        .into());
+    }
+    Ok((ck.step as usize, field))
+}
+
+/// [`simulate_on`] over the steps of `schedule`, writing its checkpoints: at the steps or times it
+/// asks for, and when a signal stops the run (then the error is [`Error::Interrupted`] after the
+/// checkpoint is on disk).
+///
+/// [`Error::Interrupted`]: lattice_gpu_host::Error::Interrupted
+pub fn simulate_scheduled<'e, E: LoopEngine, T: Element, C: Communicator>(
+    engine: &'e E,
+    comm: &C,
+    exchange: Exchange<'e>,
+    problem: &Problem,
+    initial: impl FnOnce() -> Result<Vec<T>>,
+    schedule: &Schedule,
+    mut progress: impl FnMut(usize),
+) -> Result<RunOutput<T>>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    let (first_step, steps) = (schedule.first, schedule.last);
+    let rank = comm.rank();
+    let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;
+    let own = split.owned(rank);
+    // Where each rank's slab starts in z, to name the global point of a value found on any rank.
+    let z_begin: Vec<usize> = (0..comm.size()).map(|r| split.owned(r).begin[2]).collect();
+    let shape = Problem::shape_of::<T>(own.size)?;
+    let need = problem.footprint::<T>(comm.size(), comm.ranks_here(), engine.device().is_some())?;
+    need.check(engine.device().map(|g| &**g))?;
+    let global = initial()?;
+    let plane = problem.size[0] * problem.size[1];
+    // A NaN or infinity would run every step and be written out as the result.
+    if let Some(i) = global.iter().position(|v| !v.to_f64().is_finite()) {
+        let nx = problem.size[0];
+        return Err(DiffusionError::Invalid(format!(
+            "the initial field is {} at point (x, y, z) = ({}, {}, {}); give finite values",
+            global[i].to_f64(),
+            i % nx,
+            i % plane / nx,
+            i / plane
+        )));
+    }
+    let slab = &global[plane * own.begin[2]..plane * (own.begin[2] + own.size[2])];
+    let initial = shape.embed(slab, T::ZERO)?;
+    drop(global);
+    let mut f = engine.alloc::<T>(shape)?;
+    let mut g = engine.alloc::<T>(shape)?;
+    f.upload(&initial)?;
+    // The margins of both buffers are the walls; copying the initial field into both keeps them equal.
+    g.upload(&initial)?;
+    let plan = split.halo_plan(rank);
+    let first = shape.first();
+    // Local point p of the plan (margins at 0) in the array (which may pad rows before the margin).
+    let index = |p: [usize; 3]| {
+        shape.index(
+            first[0] + p[0] - 1,
+            first[1] + p[1] - 1,
+            first[2] + p[2] - 1,
+        )
+    };
+    let mut step = Loop3D::new(engine, shape.interior_range())?;
+    let mut split = if plan.is_empty() && !exchange.cut {
+        None
+    } else {
+        Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
+    };
+    drop(initial);
+    // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
+    let cell = |r: usize, i: u64| {
+        let [sx, sy, _] = shape.size();
+        let i = i as usize;
+        let p = [i % sx, i / sx % sy, i / (sx * sy)];
+        let begin = z_begin[r];
+        format!(
+            "point (x, y, z) = ({}, {}, {})",
+            p[0] as i64 - first[0] as i64 + 1,
+            p[1] as i64 - first[1] as i64 + 1,
+            p[2] as i64 - first[2] as i64 + 1 + begin as i64
+        )
+    };
+    // Every rank checks its field, and all decide together: go on, or stop for NaN or a signal.
+    let verdict = |f: &E::Field<T>| -> Result<Verdict> {
+        let found = match engine.first_non_finite(f)? {
+            Some(i) => Some((i as u64, f.download_span(i, 1)?[0].to_f64())),
+            None => None,
+        };
+        Ok(Verdict::agree(comm, found)?)
+    };
+    let end = |v: Verdict, s: usize| -> Result<()> {
+        Ok(v.into_result(
+            s as u64,
+            "the temperature",
+            |nf| cell(nf.rank, nf.index),
+            "under its stability limit the scheme keeps every value between the initial field's \
+             extremes (a maximum principle), so this is a fault of the GPU, the memory or \
+             lattice-gpu: please report it with the command line",
+        )?)
+    };
+    let plan_ck = schedule.checkpoints.as_ref();
+    let mut saver = plan_ck.filter(|_| rank == 0).map(|c| Saver::new(&c.path));
+    let mut written = Vec::new();
+    // Gathers the field on rank 0, which starts writing its checkpoint (collective).
+    // The previous checkpoint's record comes back, once that write has finished: it is on disk
+    // before this one is copied, so one copy of the field is held at a time (as the estimate counts).
+    let save = |f: &E::Field<T>, s: usize, saver: &mut Option<Saver>| -> Result<Option<Written>> {
+        let before = match saver {
+            Some(sv) => sv.wait()?,
+            None => None,
+        };
+        let global = comm.gather(&shape.extract(&f.download()?))?;
+        Ok(match saver {
+            Some(sv) => before.or(sv.save(checkpoint(problem, s, &global))?),
+            None => None,
+        })
+    };
+    let every_steps = match plan_ck.map(|c| c.every) {
+        Some(Every::Steps(n)) => Some(n.max(1)),
+        _ => None,
+    };
+    let every_seconds = match plan_ck.map(|c| c.every) {
+        Some(Every::Seconds(t)) => Some(t),
+        _ => None,
+    };
+    let check_every = check_interval(problem.points(), steps as u64, engine.device().is_some());
+    // Even, so that a recorded batch of steps leaves the fields where it found them; and a divisor of
+    // the checkpoint interval, so that the batches stop at every checkpoint's step.
+    let mut report_every = match (steps / 100).clamp(1, check_every as usize) {
+        1 => 1,
+        n => n.next_multiple_of(2),
+    };
+    if let Some(n) = every_steps {
+        report_every = (1..=report_every.min(n))
+            .rev()
+            .find(|d| n % d == 0 && (d % 2 == 0 || *d == 1))
+            .unwrap_or(1);
+    }
+    // Once the launch is final (tuned, or never tuned), whole batches between reports are replayed
+    // from a recorded graph: the host no longer queues each step and the GPU's gaps between kernels
+    // shrink (3 to 5% of a step at 256^3). `None` after a try: the engine cannot record.
+    let mut batch: Option<Option<E::Recording>> = None;
+    // One exchange before the clock starts: it only writes what the first step's exchange writes
+    // again, and it takes the transports' connection set-up (NCCL connects peers on first use) out of
+    // the timed steps.
+    if let Some(o) = &mut split {
+        o.transport.start(&f)?;
+        o.transport.finish(comm, &plan, &index, &mut f)?;
+    }
+    engine.synchronize()?;
+    let start = Instant::now();
+    let mut last_save = Instant::now();
+    let mut s = first_step;
+    let mut checked = first_step;
+    while s < steps {
+        let settled = !engine.tunes() || E::tuning(step.info()).is_some();
+        if split.is_none()
+            && report_every > 1
+            && settled
+            && s % report_every == 0
+            && batch.is_none()
+        {
+            batch =
+                Some(engine.record(&mut || {
+                    queue_steps(&mut step, &mut f, &mut g, problem, report_every)
+                })?);
+        }
+        match (&batch, &mut split) {
+            (Some(Some(graph)), None) if s % report_every == 0 && s + report_every <= steps => {
+                engine.replay(graph)?;
+                s += report_every;
+            }
+            (_, Some(o)) => {
+                o.step(comm, &plan, &index, problem, &mut f, &mut g)?;
+                std::mem::swap(&mut f, &mut g);
+                s += 1;
+            }
+            _ => {
+                step.run(&problem.update(&f, &mut g))?;
+                std::mem::swap(&mut f, &mut g);
+                s += 1;
+            }
+        }
+        if s % report_every != 0 {
+            continue;
+        }
+        engine.synchronize()?;
+        progress(s);
+        let step_due = every_steps.is_some_and(|n| s % n == 0);
+        if (s - checked) as u64 >= check_every || step_due {
+            checked = s;
+            // A signal at the last step stops nothing: the run's results are complete.
+            let v = match verdict(&f)? {
+                Verdict::Stop(_) if s == steps => Verdict::Healthy,
+                v => v,
+            };
+            let time_due = match every_seconds {
+                // Rank 0's clock decides for all.
+                Some(t) => {
+                    let mine = rank == 0 && last_save.elapsed().as_secs_f64() >= t;
+                    comm.sum(f64::from(u8::from(mine)))? > 0.0
+                }
+                None => false,
+            };
+            match v {
+                Verdict::Healthy if step_due || time_due => {
+                    written.extend(save(&f, s, &mut saver)?);
+                    last_save = Instant::now();
+                }
+                Verdict::Stop(_) if plan_ck.is_some() => {
+                    written.extend(save(&f, s, &mut saver)?);
+                    if let (Some(sv), Some(c)) = (&mut saver, plan_ck) {
+                        written.extend(sv.wait()?);
+                        eprintln!(
+                            "checkpoint of step {s} written to {}; continue the run with {}",
+                            sv.path().display(),
+                            c.resume_hint
+                        );
+                    }
+                }
+                _ => {}
+            }
+            end(v, s)?;
+        }
+    }
+    engine.synchronize()?;
+    let seconds = start.elapsed().as_secs_f64();
+    // Nothing non-finite is handed on to be written.
+    if checked < steps {
+        match verdict(&f)? {
+            Verdict::Stop(_) => {}
+            v => end(v, steps)?,
+        }
+    }
+    if let Some(sv) = &mut saver {
+        written.extend(sv.wait()?);
+    }
+    let checkpoint_wait = saver.as_ref().map_or(0.0, Saver::waited);
+    // A decomposed run reports the interior's tuning (its largest loop).
+    let site = match &split {
+        Some(o) => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
+        None => step.info(),
+    };
+    let (tuning, tuning_unfinished) = (E::tuning(site).cloned(), E::tuning_progress(site));
+    let local = shape.extract(&f.download()?);
+    // The fields go before the gather, which holds the whole grid on rank 0.
+    drop((f, g, split));
+    Ok(RunOutput {
+        field: comm.gather(&local)?,
+        seconds,
+        tuning,
+        tuning_unfinished,
+        checkpoints: written,
+        checkpoint_wait,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stability_limit_is_one_sixth_per_axis_on_cubic_grids() {
+        let h = 1.0 / 33.0;
+        let ok = Problem::new([32; 3], 1.0, Some(h * h / 6.0 * 0.999)).unwrap();
+        assert!(ok.stability_number() < 0.5);
+        let e = Problem::new([32; 3], 1.0, Some(h * h / 6.0 * 1.01))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unstable") && e.contains("1/6") && e.contains("dt <="),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn discrete_decay_approaches_analytic_as_h_shrinks() {
+        // Same end time on both grids, dt ~ h^2: both the space and the time error fall as h^2.
+        let err = |n: usize| {
+            let h = 1.0 / (n as f64 + 1.0);
+            let steps = (0.01 / (0.1 * h * h / 0.1)).ceil() as usize;
+            let p = Problem::new([n; 3], 0.1, Some(0.01 / steps as f64)).unwrap();
+            (p.discrete_decay(steps) / p.analytic_decay(steps) - 1.0).abs()
+        };
+        let (e16, e32) = (err(16), err(32));
+        // (33/17)^2 = 3.8
+        assert!(e32 < e16 / 3.5 && e32 > e16 / 4.2, "{e16} {e32}");
+    }
+
+    #[test]
+    fn steps_cut_on_one_rank_equal_the_whole_grids() {
+        let problem = Problem::new([9, 7, 6], 0.2, None).unwrap();
+        let input: Vec<f64> = (0..problem.points())
+            .map(|i| (i as f64 * 0.7).sin())
+            .collect();
+        let run = |cut: Option<bool>| {
+            let exchange = Exchange {
+                halos: Halos::Host,
+                overlap: cut.unwrap_or(true),
+                cut: cut.is_some(),
+            };
+            let e = &lattice_gpu_host::HostLoopEngine;
+            let out = simulate_on(
+                e,
+                &Solo,
+                exchange,
+                &problem,
+                || Ok(input.clone()),
+                9,
+                |_| {},
+            );
+            out.unwrap()
+                .field
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        let whole = run(None);
+        assert_ne!(whole, input.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(run(Some(true)), whole);
+        assert_eq!(run(Some(false)), whole);
+    }
+}

@@ -1,0 +1,274 @@
+//! `lqcd bench`: the hopping term's GFLOPS and bandwidth in each precision and link storage, and
+//! every solver variant's time per iteration, against the device-to-device copy bandwidth.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::memory::Footprint;
+use lattice_gpu_host::solvers::bicgstab::{
+    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
+};
+use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
+use lattice_gpu_kernels::wilson::FUSED_BLOCK;
+use lattice_gpu_lqcd::gauge::GaugeField;
+use lattice_gpu_lqcd::geometry::Lattice;
+use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu_lqcd::spinor::SpinorField;
+use lattice_gpu_lqcd::Result;
+
+use super::{
+    agree_on_stop, dims_name, parse_count, parse_dims4, prec_name, reals, volume_bytes, with_slack,
+    Prec, TuningArgs, GAUGE_SITE, GPU_SMALL, SPINOR_SITE,
+};
+
+#[derive(Args)]
+pub(super) struct BenchArgs {
+    /// Dslash lattices.
+    #[arg(long, value_delimiter = ',', default_value = "16,24,32x32x32x64,48x48x48x96",
+          allow_hyphen_values = true, value_parser = parse_dims4)]
+    dslash: Vec<[usize; 4]>,
+    /// Solver lattices.
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32x32x32x64,48x48x48x96",
+          allow_hyphen_values = true, value_parser = parse_dims4)]
+    solver: Vec<[usize; 4]>,
+    /// Solver iterations timed per variant (fixed count: the tolerance is set unreachable).
+    #[arg(long, default_value_t = 200, allow_hyphen_values = true, value_parser = parse_count)]
+    iterations: u32,
+    /// Iterations per residual read for the pipelined variants.
+    #[arg(long, default_value_t = 20, allow_hyphen_values = true, value_parser = parse_count)]
+    check_every: u32,
+    /// CSV of the results.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: TuningArgs,
+}
+
+pub(super) fn bench(a: &BenchArgs) -> Result<()> {
+    let g = lattice_gpu_cli::bench_gpu("lqcd", 0)?;
+    let copy = g.copy_bandwidth(1 << 30, 20)?;
+    println!("GPU: {}; device-to-device copy {copy:.1} GB/s", g.name());
+    let mut csv = String::from("kind,lattice,precision,variant,ms,gflops,gbs,of_copy,iterations\n");
+    println!("\ndslash (one hopping term on one parity): GFLOPS at QUDA's 1320 flops/site; GB/s in QUDA's");
+    println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
+    println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction");
+    println!(
+        "lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
+    );
+    // A signal stops the benchmark between its measurements; the CSV is written only at its end.
+    let mut step = 0u64;
+    let mut stop = || {
+        step += 1;
+        agree_on_stop(&Solo, step as usize - 1)
+    };
+    let mut largest = Footprint::default();
+    for &dims in &a.dslash {
+        let lat = Lattice::new(dims, false)?;
+        let footprint = bench_footprint(&lat, true)?;
+        footprint.check(Some(&g))?;
+        largest = larger(largest, footprint);
+        let u = GaugeField::random(dims, 3);
+        let psi = SpinorField::random(dims, 4);
+        for prec in [Prec::F32, Prec::F64] {
+            for recon in [Recon::R18, Recon::R12] {
+                stop()?;
+                let row = match prec {
+                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon, a.tuning)?,
+                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon, a.tuning)?,
+                };
+                let (ms, gflops, quda_gbs, gbs, block) = row;
+                let name = dims_name(dims);
+                println!(
+                    "{name:12} {:4} {:>5} {:8.1} {gflops:8.0} {quda_gbs:10.0} {gbs:10.0} {:7.1}% {block:6}",
+                    prec_name(prec),
+                    recon.name(),
+                    ms * 1e3,
+                    100.0 * gbs / copy
+                );
+                csv.push_str(&format!(
+                    "dslash,{name},{},r{},{ms},{gflops},{gbs},{},\n",
+                    prec_name(prec),
+                    recon.name(),
+                    gbs / copy
+                ));
+            }
+        }
+    }
+    let (host_us, gpu_us) = launch_overhead(&g)?;
+    println!(
+        "\nlaunch overhead: {host_us:.2} us of host time per kernel launch, {gpu_us:.2} us of GPU time per empty kernel queued ahead"
+    );
+    csv.push_str(&format!(
+        "launch,host,,,{},,,,\nlaunch,gpu,,,{},,,,\n",
+        host_us / 1e3,
+        gpu_us / 1e3
+    ));
+    // What the fused iteration is made of: a cooperative launch and grid barriers (7 per iteration).
+    for blocks in [8, g.sm_count()] {
+        let (launch_us, barrier_us) = grid_barrier_cost(&g, blocks, FUSED_BLOCK)?;
+        println!(
+            "grid of {blocks} blocks of {FUSED_BLOCK}: {launch_us:.2} us of GPU time per empty cooperative launch queued ahead, {barrier_us:.2} us per grid barrier"
+        );
+        csv.push_str(&format!(
+            "cooperative_launch,{blocks} blocks,,,{},,,,\ngrid_barrier,{blocks} blocks,,,{},,,,\n",
+            launch_us / 1e3,
+            barrier_us / 1e3
+        ));
+    }
+    println!(
+        "\nsolver (f32, recon 12, {} iterations, reads every {}): time per iteration",
+        a.iterations, a.check_every
+    );
+    println!("lattice       variant            us/iter  kernels us/iter  vs sync");
+    for &dims in &a.solver {
+        let lat = Lattice::new(dims, false)?;
+        let footprint = bench_footprint(&lat, false)?;
+        footprint.check(Some(&g))?;
+        largest = larger(largest, footprint);
+        let u = GaugeField::random(dims, 1);
+        let b = SpinorField::random(dims, 2);
+        let mut w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
+        a.tuning.apply(&mut w, false)?;
+        let mut solver = BiCgStab::new(&g, EvenOdd(w))?;
+        let b_e = solver.operator().0.upload_parity(&b, 0)?;
+        let mut x_e = solver.operator().0.parity_buffer()?;
+        let mut sync_us = 0.0;
+        // GPU time per iteration as nine kernels, and as one fused kernel.
+        let kernel_us = [
+            solver.kernel_ms_per_iteration(&b_e, 32, false)? * 1e3,
+            solver.kernel_ms_per_iteration(&b_e, 32, true)? * 1e3,
+        ];
+        // Each variant as nine kernels per iteration, then (all but sync) as one fused kernel.
+        let runs = OverheadHiding::ALL
+            .map(|v| (v, false))
+            .into_iter()
+            .chain(OverheadHiding::ALL.into_iter().skip(1).map(|v| (v, true)));
+        for (variant, fused) in runs {
+            stop()?;
+            let kernels = kernel_us[fused as usize];
+            let opt = SolveOptions {
+                // Unreachable: every variant runs exactly `iterations`.
+                tol: f64::MIN_POSITIVE,
+                max_iter: a.iterations,
+                variant,
+                check_every: a.check_every,
+                fused: if fused { Fusion::On } else { Fusion::Off },
+            };
+            // Once to capture graphs and warm up, once timed; straight on M_hat with the even half of
+            // `b`, so no host packing is timed or repeated.
+            solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
+            let r = solver.solve(&b_e, &mut x_e, &opt, &mut |_, _| Ok(()))?;
+            let us = r.seconds / r.iterations.max(1) as f64 * 1e6;
+            if variant == OverheadHiding::Sync {
+                sync_us = us;
+            }
+            let name = dims_name(dims);
+            let label = match fused {
+                true => format!("{}+fused", variant.name()),
+                false => variant.name().to_string(),
+            };
+            println!(
+                "{name:12} {label:16} {us:9.1} {:16.1} {:7.2}x",
+                kernels,
+                sync_us / us
+            );
+            csv.push_str(&format!(
+                "solver,{name},f32,{label},{},,,,{}\n",
+                us / 1e3,
+                r.iterations
+            ));
+        }
+    }
+    if let Some(path) = &a.csv {
+        lattice_gpu_host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
+    }
+    largest.report(Some(&g));
+    Ok(())
+}
+
+/// The peak of one lattice of `lqcd bench`: on the host the gauge field, a spinor and the packed links
+/// being uploaded (f64 with 18 reals per link at most); on the GPU, for the dslash the links, the
+/// operator's temporary, input and output (f64, 18), for the solver (f32, 12) the links, the
+/// temporary, BiCGStab's seven vectors, and the source and solution.
+fn bench_footprint(lat: &Lattice, dslash: bool) -> Result<Footprint> {
+    let dims = lat.dims;
+    let fields = volume_bytes(
+        dims,
+        GAUGE_SITE + SPINOR_SITE,
+        "the gauge field and a spinor",
+    )?;
+    let (links, parity, count) = match dslash {
+        true => (
+            reals::<f64>(gauge_len(lat, Recon::R18), "the packed gauge field")?,
+            reals::<f64>(2 * parity_len(lat), "a spinor parity")?,
+            3,
+        ),
+        false => (
+            reals::<f32>(gauge_len(lat, Recon::R12), "the packed gauge field")?,
+            reals::<f32>(2 * parity_len(lat), "a spinor parity")?,
+            10,
+        ),
+    };
+    Ok(Footprint::new(
+        format!(
+            "the {} benchmark on a {} lattice",
+            if dslash { "dslash" } else { "solver" },
+            dims_name(dims)
+        ),
+        with_slack(fields.saturating_add(links)),
+        links
+            .saturating_add(parity.saturating_mul(count))
+            .saturating_add(GPU_SMALL),
+        true,
+    ))
+}
+
+/// The footprint with the larger total of `a` and `b`.
+fn larger(a: Footprint, b: Footprint) -> Footprint {
+    match a.host.saturating_add(a.gpu) >= b.host.saturating_add(b.gpu) {
+        true => a,
+        false => b,
+    }
+}
+
+/// (ms per call, GFLOPS, GB/s in QUDA's model, least-traffic DRAM GB/s, threads per block) of one
+/// hopping term on one parity with the tuned block, event-timed over a batch.
+fn bench_dslash<T: WilsonReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    psi: &SpinorField,
+    recon: Recon,
+    tuning: TuningArgs,
+) -> Result<(f64, f64, f64, f64, u32)> {
+    let mut w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
+    tuning.apply(&mut w, false)?;
+    let inp = w.upload_parity(psi, 1)?;
+    let out: DeviceBuffer<T> = w.parity_buffer()?;
+    let call = || w.hopping(&out, 0, &inp, None, 1.0, None);
+    call()?;
+    let once = g.time_ms(|| call().map_err(HostError::from))?;
+    let reps = ((20.0 / once.max(1e-3)) as usize).clamp(10, 2000);
+    let mut times = (0..5)
+        .map(|_| {
+            g.time_ms(|| {
+                for _ in 0..reps {
+                    call().map_err(HostError::from)?;
+                }
+                Ok(())
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    times.sort_by(f64::total_cmp);
+    let ms = times[2] / reps as f64;
+    let per_s = |x: u64| x as f64 / (ms * 1e-3) / 1e9;
+    Ok((
+        ms,
+        per_s(w.hopping_flops()),
+        per_s(w.hopping_bytes()),
+        per_s(w.hopping_min_bytes(false)),
+        w.hopping_block(),
+    ))
+}
