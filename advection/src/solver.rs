@@ -7,6 +7,7 @@ use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory;
+use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Field, Loop2D, LoopEngine, Shape};
 use lattice_gpu_kernels::advection::{Advect, Packed, Separate, Uv, BRANCH_FREE, QUEUE, SHARED};
 use lattice_gpu_kernels::bind::bits;
@@ -415,6 +416,41 @@ fn internal(what: &str) -> crate::Error {
     lattice_gpu_host::Error::Internal(what.into()).into()
 }
 
+/// One decomposed step as the framework's schedule sees it ([`overlap::step`]).
+struct StepParts<'s, 'e, E: LoopEngine, C: Communicator> {
+    a: &'s mut Advection<'e, E, C>,
+    p: &'s mut Parts<'e, E>,
+}
+
+impl<'e, E: LoopEngine, C: Communicator> OverlapStep for StepParts<'_, 'e, E, C> {
+    type Error = crate::Error;
+
+    fn runs_beside(&self) -> bool {
+        self.p.transport.runs_beside()
+    }
+
+    fn start(&mut self, next: bool) -> Result<()> {
+        let field = if next { &self.a.g } else { &self.a.f };
+        Ok(self.p.transport.start(field)?)
+    }
+
+    fn finish(&mut self, next: bool) -> Result<()> {
+        self.a.finish_exchange(self.p, next)
+    }
+
+    fn boundary(&mut self, beside: bool) -> Result<()> {
+        let (a, ends) = (&mut *self.a, &mut self.p.ends);
+        match beside {
+            true => self.p.transport.beside(|| a.run_each(ends)),
+            false => a.run_each(ends),
+        }
+    }
+
+    fn interior(&mut self) -> Result<()> {
+        self.a.run_each(&mut self.p.inner)
+    }
+}
+
 /// The velocities in the layout the kernel reads, and only that one.
 enum Velocity<E: LoopEngine> {
     /// u and v, one field each.
@@ -659,28 +695,11 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         Ok(())
     }
 
-    /// A decomposed step over `p`'s rows. Through NCCL, overlapped: the two rows at each end on the
-    /// exchange's stream, then the exchange of what they wrote, both beside the inner rows (`f`'s halo
-    /// rows came with the step before). Otherwise the exchange of `f`'s rows starts first (through the
-    /// host: the rows this rank sends are copied out), the inner rows are queued (on a GPU they run
-    /// meanwhile), then the received rows are in and the rows at each end run.
+    /// A decomposed step over `p`'s rows, in the framework's order ([`overlap::step`]): the two rows at
+    /// each end read the halo rows, the inner rows do not.
     fn step_in(&mut self, p: &mut Parts<'e, E>) -> Result<()> {
-        if self.overlap && p.transport.runs_beside() {
-            let ends = &mut p.ends;
-            p.transport.beside(|| self.run_each(ends))?;
-            p.transport.start(&self.g)?;
-            self.run_each(&mut p.inner)?;
-            return self.finish_exchange(p, true);
-        }
-        p.transport.start(&self.f)?;
-        if !self.overlap {
-            self.finish_exchange(p, false)?;
-        }
-        self.run_each(&mut p.inner)?;
-        if self.overlap {
-            self.finish_exchange(p, false)?;
-        }
-        self.run_each(&mut p.ends)
+        let overlap = self.overlap;
+        overlap::step(&mut StepParts { a: self, p }, overlap)
     }
 
     /// Completes the exchange `p` started: the halo rows are in `f` (`into_g`: in `g`; on a GPU: for

@@ -20,6 +20,7 @@ use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::health::{check_interval, Verdict};
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
@@ -326,12 +327,9 @@ where
     Ok(())
 }
 
-/// A decomposed step that hides the halo exchange behind the interior. Through NCCL the two boundary
-/// planes run first, on the exchange's stream, and the exchange of what they wrote follows them there,
-/// both beside the interior planes on the GPU's stream (Shimokawabe et al.): the step waits for
-/// neither unless they outlast the interior. Through the host the exchange starts first (the faces
-/// this rank sends are copied out), the interior is queued (on a GPU it runs meanwhile), then the
-/// received halos are in and the boundary planes run. Only the face planes move, not the whole array.
+/// A decomposed step's parts: the loops over the planes that read no halo and over the two boundary
+/// planes, and the exchange of the face planes (only those move, not the whole array). The framework
+/// orders them ([`overlap::step`]).
 struct Overlap<'e, E: LoopEngine, T: Element> {
     /// Loops over the planes that read no halo, and over the first and (where it is another) the last
     /// plane.
@@ -378,43 +376,84 @@ where
         })
     }
 
-    /// `g` from `f`, its halos exchanged through `comm` (`index` maps the plan's local points).
-    fn step<C: Communicator>(
+    /// `g` from `f`, its halos exchanged through `comm` (`index` maps the plan's local points), in the
+    /// framework's order ([`overlap::step`]).
+    fn step<C: Communicator, I: Fn([usize; 3]) -> usize>(
         &mut self,
         comm: &C,
         plan: &[Face<3>],
-        index: &impl Fn([usize; 3]) -> usize,
+        index: &I,
         problem: &Problem,
         f: &mut E::Field<T>,
         g: &mut E::Field<T>,
     ) -> Result<()> {
-        if self.overlap && self.transport.runs_beside() {
-            // `f`'s halos came with the step before (or the exchange before the first).
-            let ends = &mut self.ends;
-            self.transport.beside(|| {
-                ends.iter_mut()
-                    .try_for_each(|e| e.run(&problem.update(f, g)))
-            })?;
-            self.transport.start(g)?;
-            if let Some(inner) = &mut self.inner {
-                inner.run(&problem.update(f, g))?;
-            }
-            return Ok(self.transport.finish(comm, plan, index, g)?);
+        let overlap = self.overlap;
+        let mut parts = StepParts {
+            o: self,
+            comm,
+            plan,
+            index,
+            problem,
+            f,
+            g,
+        };
+        Ok(overlap::step(&mut parts, overlap)?)
+    }
+}
+
+/// One decomposed step as the framework's schedule sees it: `f`'s halos and `g`'s, the planes that
+/// read them and those that do not.
+struct StepParts<'s, 'e, E: LoopEngine, T: Element, C, I> {
+    o: &'s mut Overlap<'e, E, T>,
+    comm: &'s C,
+    plan: &'s [Face<3>],
+    index: &'s I,
+    problem: &'s Problem,
+    f: &'s mut E::Field<T>,
+    g: &'s mut E::Field<T>,
+}
+
+impl<E: LoopEngine, T: Element, C: Communicator, I: Fn([usize; 3]) -> usize> OverlapStep
+    for StepParts<'_, '_, E, T, C, I>
+where
+    Diffusion3d<T>: GpuEntry,
+{
+    type Error = lattice_gpu_host::Error;
+
+    fn runs_beside(&self) -> bool {
+        self.o.transport.runs_beside()
+    }
+
+    fn start(&mut self, next: bool) -> lattice_gpu_host::Result<()> {
+        let field = if next { &*self.g } else { &*self.f };
+        self.o.transport.start(field)
+    }
+
+    fn finish(&mut self, next: bool) -> lattice_gpu_host::Result<()> {
+        let field = if next { &mut *self.g } else { &mut *self.f };
+        self.o
+            .transport
+            .finish(self.comm, self.plan, self.index, field)
+    }
+
+    fn boundary(&mut self, beside: bool) -> lattice_gpu_host::Result<()> {
+        let (ends, transport) = (&mut self.o.ends, &self.o.transport);
+        let (f, g, problem) = (&*self.f, &mut *self.g, self.problem);
+        let mut run = || {
+            ends.iter_mut()
+                .try_for_each(|e| e.run(&problem.update(f, g)))
+        };
+        match beside {
+            true => transport.beside(run),
+            false => run(),
         }
-        self.transport.start(f)?;
-        if !self.overlap {
-            self.transport.finish(comm, plan, index, f)?;
+    }
+
+    fn interior(&mut self) -> lattice_gpu_host::Result<()> {
+        match &mut self.o.inner {
+            Some(inner) => inner.run(&self.problem.update(&*self.f, &mut *self.g)),
+            None => Ok(()),
         }
-        if let Some(inner) = &mut self.inner {
-            inner.run(&problem.update(f, g))?;
-        }
-        if self.overlap {
-            self.transport.finish(comm, plan, index, f)?;
-        }
-        for end in &mut self.ends {
-            end.run(&problem.update(f, g))?;
-        }
-        Ok(())
     }
 }
 

@@ -9,7 +9,8 @@
 //! - [`buffer`]: typed device arrays; [`kernel`]: typed kernels (argument structs bound to their
 //!   memory) launched on the GPU or run on the CPU.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
-//!   ([`threads`]: the ranks as threads of one process).
+//!   ([`threads`]: the ranks as threads of one process); [`overlap`]: the decomposed step with its
+//!   exchange hidden behind the interior, written once for every application.
 //! - [`solvers`]: the Krylov solvers, [`solvers::cg`] (preconditioned conjugate gradients on any
 //!   engine's fields, host or device scalars) and [`solvers::bicgstab`] (BiCGStab on the GPU with
 //!   device-resident scalars and four ways of hiding launch overhead); [`split`]: the sums and ghost
@@ -63,6 +64,7 @@ pub mod memory;
 pub mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod overlap;
 pub mod solvers;
 pub mod split;
 pub mod threads;

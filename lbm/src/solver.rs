@@ -12,6 +12,7 @@ use lattice_gpu_host::health::{self, Verdict};
 use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::memory::{self, Footprint};
+use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
@@ -253,6 +254,62 @@ enum Memory<S: LbmStorage> {
         tags: DeviceBuffer<u8>,
         moments: DeviceBuffer<S::Real>,
     },
+}
+
+/// One split step as the framework's schedule sees it ([`overlap::step`]): the halo planes' exchange,
+/// the first and last planes that read them, the planes between that do not.
+struct StepParts<'s, S: LbmStorage, C: Communicator> {
+    lbm: &'s mut Lbm<S, C>,
+    scheme: Scheme,
+    with_moments: bool,
+}
+
+impl<S: LbmStorage, C: Communicator> OverlapStep for StepParts<'_, S, C> {
+    type Error = crate::Error;
+
+    fn runs_beside(&self) -> bool {
+        self.lbm.nccl_beside()
+    }
+
+    fn start(&mut self, next: bool) -> Result<()> {
+        if next {
+            return self.lbm.start_next();
+        }
+        self.lbm.halos_current = false;
+        self.lbm.start_exchange()
+    }
+
+    fn finish(&mut self, next: bool) -> Result<()> {
+        self.lbm.finish_exchange()?;
+        // Through NCCL beside the interior, the exchange moved the halos this step wrote: the next
+        // step's boundary reads them without another.
+        self.lbm.halos_current = next;
+        Ok(())
+    }
+
+    fn boundary(&mut self, beside: bool) -> Result<()> {
+        let (scheme, wm) = (self.scheme, self.with_moments);
+        match beside {
+            true => self.lbm.boundary_beside(scheme, wm),
+            false => {
+                let ends = self.lbm.end_planes();
+                self.lbm.launch_all(scheme, wm, ends)
+            }
+        }
+    }
+
+    fn interior(&mut self) -> Result<()> {
+        let inner = self.lbm.inner_planes();
+        self.lbm.launch_all(self.scheme, self.with_moments, inner)
+    }
+}
+
+/// The error of a step beside the interior where it cannot run.
+fn beside_needs() -> crate::Error {
+    crate::Error::InvalidParameter(
+        "a step beside the interior needs two-lattice streaming on a GPU with halos through NCCL"
+            .into(),
+    )
 }
 
 /// The threads per block [`Lbm::tune_block`] tries.
@@ -1034,30 +1091,21 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 
     /// Queues one time step (on a GPU it runs asynchronously); with `with_moments` it also writes the
-    /// density and velocity that [`moments`](Self::moments) reads. A split run starts its exchange
-    /// (copies out the planes its neighbours need, or queues the NCCL exchange), queues the planes that
-    /// read no halo (on a GPU they run meanwhile), completes the exchange, then runs its first and last
-    /// plane; through NCCL, overlapped, those two planes come first, beside the others
-    /// (`step_beside`).
+    /// density and velocity that [`moments`](Self::moments) reads. A split run's step hides its halo
+    /// exchange behind the planes that read no halo, in the framework's order ([`overlap::step`]).
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
         let wm = with_moments;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
-            Some(_) if scheme != Scheme::AaEven && self.overlap && self.nccl_beside() => {
-                self.step_beside(scheme, wm)?;
-            }
             Some(_) if scheme != Scheme::AaEven => {
-                self.halos_current = false;
-                self.start_exchange()?;
-                if !self.overlap {
-                    self.finish_exchange()?;
-                }
-                self.launch_all(scheme, wm, self.inner_planes())?;
-                if self.overlap {
-                    self.finish_exchange()?;
-                }
-                self.launch_all(scheme, wm, self.end_planes())?;
+                let overlap = self.overlap;
+                let mut parts = StepParts {
+                    lbm: self,
+                    scheme,
+                    with_moments: wm,
+                };
+                overlap::step(&mut parts, overlap)?;
             }
             _ => self.launch(scheme, wm, self.planes())?,
         }
@@ -1088,33 +1136,32 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         false
     }
 
-    /// An overlapped split step through NCCL (two-lattice): the first and the last plane on the
-    /// exchange's stream, then the exchange of what they wrote there, both beside the interior planes
-    /// on the GPU's stream, as diffusion's split step (Shimokawabe et al.).
-    fn step_beside(&mut self, scheme: Scheme, with_moments: bool) -> Result<()> {
+    /// Starts the exchange of what this step writes, on the exchange's stream, after the boundary
+    /// planes queued there (through NCCL, two-lattice: [`overlap::step`] beside the interior).
+    fn start_next(&mut self) -> Result<()> {
         #[cfg(feature = "nccl")]
-        if let (Some((n, halo)), Memory::Device { f, g: Some(g), .. }) = (&self.nccl, &self.mem) {
+        if let (Some((n, halo)), Memory::Device { g: Some(g), .. }) = (&self.nccl, &self.mem) {
+            return Ok(n.start_on(halo, g)?);
+        }
+        Err(beside_needs())
+    }
+
+    /// Queues the boundary planes on the exchange's stream: after the exchange of the lattice they
+    /// read where the step before did not leave it current (the first split step).
+    fn boundary_beside(&self, scheme: Scheme, with_moments: bool) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let (Some((n, halo)), Memory::Device { f, g: Some(_), .. }) = (&self.nccl, &self.mem) {
             if !self.halos_current {
                 n.start_on(halo, f)?;
             }
-            n.beside(|| {
+            return n.beside(|| {
                 self.end_planes()
                     .into_iter()
                     .try_for_each(|p| self.launch_device(scheme, with_moments, p))
-            })?;
-            n.start_on(halo, g)?;
-            if let Some(p) = self.inner_planes() {
-                self.launch_device(scheme, with_moments, p)?;
-            }
-            n.finish()?;
-            self.halos_current = true;
-            return Ok(());
+            });
         }
         let _ = (scheme, with_moments);
-        Err(crate::Error::InvalidParameter(
-            "a step beside the interior needs two-lattice streaming on a GPU with halos through NCCL"
-                .into(),
-        ))
+        Err(beside_needs())
     }
 
     /// The first and the last of the step's planes (its one plane, where it has one), as `[first, 1]`.
