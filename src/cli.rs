@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use lattice_gpu_formats::{IoError, OutputDir};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Variant;
-use lattice_gpu_host::io::{IoError, OutputDir};
 use lattice_gpu_host::{DeviceAutoTuningLoopEngine, Error, Gpu, LaunchShape, Result};
 
 /// How a GPU engine launches its kernels.

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lattice_gpu::host::io::checkpoint::Checkpoint;
-use lattice_gpu::host::io::npy::write_npy;
+use lattice_gpu::formats::checkpoint::Checkpoint;
+use lattice_gpu::formats::npy::write_npy;
 
 mod common;
 

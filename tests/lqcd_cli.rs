@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lattice_gpu::host::io::checkpoint::Checkpoint;
+use lattice_gpu::formats::checkpoint::Checkpoint;
 
 mod common;
 

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use lattice_gpu::host::io::npy::write_npy;
+use lattice_gpu::formats::npy::write_npy;
 
 mod common;
 

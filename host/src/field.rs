@@ -15,7 +15,7 @@ use crate::gpu::Gpu;
 
 /// Element types of fields: f32 and f64.
 pub trait Element:
-    Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire + crate::io::checkpoint::Stored
+    Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire + lattice_gpu_formats::checkpoint::Stored
 {
 }
 impl Element for f32 {}

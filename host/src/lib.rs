@@ -13,12 +13,13 @@
 //!   engine's fields, host or device scalars) and [`solvers::bicgstab`] (BiCGStab on the GPU with
 //!   device-resident scalars and four ways of hiding launch overhead); [`split`]: the sums and ghost
 //!   layers of a solve split over GPUs.
-//! - [`io`]: `.npy` fields, PNG pictures, atomic writes, all-or-nothing output directories.
 //! - [`memory`]: a run's peak memory estimated before it allocates, and measured.
 //! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM,
 //!   SIGHUP and SIGUSR1 taken at a step boundary, temporaries removed.
 //!
-//! Applications see fields, point updates and loops; only this crate talks to cudarc.
+//! Applications see fields, point updates and loops; only this crate talks to cudarc. Files (`.npy`,
+//! checkpoints, VTK, PNG, atomic writes, output directories) are the business of the crate below this
+//! one, `lattice-gpu-formats`.
 //!
 //! A point update runs on any engine; here the framework's diffusion update on the CPU engine (a GPU
 //! engine is `DeviceAutoTuningLoopEngine::new(Gpu::open(0)?, TuneCache::per_user())`, the rest the
@@ -55,7 +56,6 @@ pub mod field;
 pub mod gpu;
 pub mod health;
 pub mod interrupt;
-pub mod io;
 pub mod lattice;
 pub mod memory;
 pub mod module;

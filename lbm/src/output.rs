@@ -7,11 +7,11 @@
 use std::io::Write;
 use std::path::Path;
 
+use lattice_gpu_formats::npy::write_npy;
+use lattice_gpu_formats::png::{write_png_scaled, ColorMap};
+use lattice_gpu_formats::vtk::{write_vtk, VtkField};
+use lattice_gpu_formats::{write_atomically, IoError, OutputDir};
 use lattice_gpu_host::health::first_non_finite;
-use lattice_gpu_host::io::npy::write_npy;
-use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu_host::io::vtk::{write_vtk, VtkField};
-use lattice_gpu_host::io::{write_atomically, IoError, OutputDir};
 
 use crate::solver::{non_finite_at, Moments};
 use crate::{Error, Result};

@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use lattice_gpu_host::io::write_atomically;
+use lattice_gpu_formats::write_atomically;
 use num_complex::Complex64;
 
 use crate::error::{Error, Result};

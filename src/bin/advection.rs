@@ -16,14 +16,14 @@ use lattice_gpu::advection::{
     check_size, most_ranks, Advection, Error, Halos, Kernel, Problem, RankMemory, Result,
 };
 use lattice_gpu::cli::{self, parse_dims, progress, unfinished_tuning, Placement};
+use lattice_gpu::formats::checkpoint::{Saver, Written};
+use lattice_gpu::formats::npy::{read_npy_shape, read_npy_shaped, write_npy};
+use lattice_gpu::formats::png::{write_png_scaled, ColorMap};
+use lattice_gpu::formats::OutputDir;
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::health::{check_interval, Verdict};
-use lattice_gpu::host::io::checkpoint::{Saver, Written};
-use lattice_gpu::host::io::npy::{read_npy_shape, read_npy_shaped, write_npy};
-use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::io::OutputDir;
 use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,

@@ -10,10 +10,10 @@ use lattice_gpu::diffusion::{
     simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
     Problem, Result, Schedule,
 };
+use lattice_gpu::formats::{npy, png, OutputDir};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::field::fmt_dims;
-use lattice_gpu::host::io::{npy, png, OutputDir};
 use lattice_gpu::host::{DeviceLoopEngine, Element, HostLoopEngine};
 use lattice_gpu::kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu::kernels::stencil::GpuEntry;
@@ -418,7 +418,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
     println!("{}", table.join("\n"));
     if let Some(path) = &args.csv {
         let text = csv.join("\n") + "\n";
-        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
+        lattice_gpu::formats::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
         println!("wrote {}", path.display());
     }
     Ok(())

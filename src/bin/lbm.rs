@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
 use lattice_gpu::cli::{self, parse_size3, progress, HaloTransport, Placement};
+use lattice_gpu::formats::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu::formats::OutputDir;
 #[cfg(feature = "mpi")]
 use lattice_gpu::host::comm::Mpi;
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::health::Verdict;
-use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
-use lattice_gpu::host::io::OutputDir;
 use lattice_gpu::host::memory::Footprint;
 use lattice_gpu::host::threads::Threads;
 use lattice_gpu::host::{Error as HostError, Gpu};

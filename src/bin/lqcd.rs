@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::Placement;
+use lattice_gpu::formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::comm::{Communicator, Solo};
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::health::Verdict;
-use lattice_gpu::host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu::host::memory::{self, Footprint};
 use lattice_gpu::host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, SolveOptions, SolveReport, SolveStatus,
@@ -1641,7 +1641,7 @@ fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
 fn read_checkpoint(file: &std::path::Path) -> Result<Checkpoint> {
     if let Ok(m) = std::fs::metadata(file) {
         if !m.is_file() {
-            return Err(lattice_gpu::host::io::IoError::Checkpoint {
+            return Err(lattice_gpu::formats::IoError::Checkpoint {
                 path: file.to_path_buf(),
                 problem: format!(
                     "it is {}, not a checkpoint file; give the checkpoint's directory or file",
@@ -1765,7 +1765,7 @@ fn resume_progress(
         if let (Some(there), Some(here)) = (checkpoint::param(&ck, "engine"), ours(must, "engine"))
         {
             if there != here {
-                return Err(lattice_gpu::host::io::IoError::Checkpoint {
+                return Err(lattice_gpu::formats::IoError::Checkpoint {
                     path: file.to_path_buf(),
                     problem: format!(
                         "its sources were solved on the {there} and this run solves on the {here}: \
@@ -1949,7 +1949,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         }
     }
     if let Some(path) = &a.csv {
-        lattice_gpu::host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
+        lattice_gpu::formats::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
     }
     largest.report(Some(&g));
     Ok(())

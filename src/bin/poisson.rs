@@ -10,12 +10,12 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::{self, parse_size3, progress, Placement, VariantArg};
+use lattice_gpu::formats::npy::{read_npy_shaped, write_npy};
+use lattice_gpu::formats::png::{write_png_scaled, ColorMap};
+use lattice_gpu::formats::IoError;
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
 use lattice_gpu::host::health;
-use lattice_gpu::host::io::npy::{read_npy_shaped, write_npy};
-use lattice_gpu::host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu::host::io::IoError;
 use lattice_gpu::host::memory::Footprint;
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use lattice_gpu::host::io::plot::{
+use lattice_gpu::formats::IoError;
+use lattice_gpu::plot::{
     text_width, Canvas, Chart, Marker, Rect, Series, BLACK, GREY, PALETTE, WHITE,
 };
-use lattice_gpu::host::io::IoError;
 
 /// Draws the scaling table that scripts/scaling-check.sh writes (scaling.csv) as a PNG: rate
 /// against GPU count, one panel per application (per lattice size for lqcd), one line per run,

@@ -11,7 +11,7 @@ use gray_scott_kernels::{GrayScott2d, GrayScott3d};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Placement, Precision};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::health;
-use lattice_gpu::host::io::{npy, png, OutputDir};
+use lattice_gpu::formats::{npy, png, OutputDir};
 use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
 use lattice_gpu::kernels::stencil::GpuEntry;
 

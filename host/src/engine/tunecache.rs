@@ -44,7 +44,7 @@
 //! is read (a read-only cache is used), and the first insert says once that
 //! tuned launches are kept in memory only.
 
-use crate::io::{write_atomically, IoError};
+use lattice_gpu_formats::{write_atomically, IoError};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
@@ -390,7 +390,7 @@ fn read_entries(path: &Path) -> (Entries, Vec<String>) {
                 "{} is {}, not a tune cache file; tuning results stay in memory (name a file in \
                  LATTICE_GPU_TUNE_CACHE)",
                 path.display(),
-                crate::io::kind_of(&m)
+                lattice_gpu_formats::kind_of(&m)
             )],
         );
     }

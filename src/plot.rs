@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::IoError;
+use lattice_gpu_formats::IoError;
 
 /// An RGB colour.
 pub type Rgb = [u8; 3];
@@ -404,7 +404,7 @@ impl Canvas {
     /// Fails with [`IoError::Png`] for an empty canvas and [`IoError::Write`] if the file cannot
     /// be written.
     pub fn write_png(&self, path: &Path) -> Result<(), IoError> {
-        super::png::write_rgb(path, self.width, self.height, |stream| {
+        lattice_gpu_formats::png::write_rgb(path, self.width, self.height, |stream| {
             stream.write_all(&self.rgb)
         })
     }
@@ -789,7 +789,34 @@ mod tests {
     use super::*;
     use std::fs;
 
-    use crate::io::test_support::{decode, entries, scratch_dir};
+    /// A fresh, empty directory for the test `name`.
+    fn scratch_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lattice-plot-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Decodes a PNG that must be 8-bit RGB: width, height and RGB bytes.
+    fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
+        let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        buf.truncate(info.buffer_size());
+        (info.width, info.height, buf)
+    }
+
+    /// The sorted file names in `dir`.
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
 
     const RED: Rgb = [214, 39, 40];
 

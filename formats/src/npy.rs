@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read};
 use std::path::Path;
 
-use super::{shape_repr, write_atomically, IoError};
+use crate::{shape_repr, write_atomically, IoError};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
@@ -218,7 +218,7 @@ impl NpyFile {
             return Err(bad(format!(
                 "it is {}, not a regular file; .npy input is read from a file (save the array to one \
                  first, e.g. numpy.save)",
-                super::kind_of(&meta)
+                crate::kind_of(&meta)
             )));
         }
         let file_len = meta.len();
@@ -621,7 +621,7 @@ mod tests {
     use rand::Rng;
     use std::fs;
 
-    use crate::io::test_support::{entries, scratch_dir};
+    use crate::test_support::{entries, scratch_dir};
 
     /// A file with a hand-written header dict, padded as NumPy pads (version 1.0 or 2.0).
     fn raw_npy(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {

@@ -9,7 +9,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{write_atomically, IoError};
+use crate::{write_atomically, IoError};
 
 /// How values become colours: the lowest value of the range gets the map's first colour, the
 /// highest its last.
@@ -198,7 +198,7 @@ fn check_not_empty(path: &Path, width: usize, height: usize) -> Result<(), IoErr
 /// Writes an 8-bit RGB PNG of `width` × `height` pixels atomically ([`write_atomically`]), `rows`
 /// writing its pixels row by row, top first. Fails with [`IoError::Png`] for an empty picture or
 /// one too large for PNG, and [`IoError::Write`] if the file cannot be written.
-pub(crate) fn write_rgb(
+pub fn write_rgb(
     path: &Path,
     width: usize,
     height: usize,
@@ -248,7 +248,7 @@ mod tests {
     use super::*;
     use std::fs;
 
-    use crate::io::test_support::{decode, scratch_dir};
+    use crate::test_support::{decode, scratch_dir};
 
     fn pixel(rgb: &[u8], width: u32, x: u32, y_from_top: u32) -> [u8; 3] {
         let i = 3 * (y_from_top * width + x) as usize;

@@ -8,7 +8,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{write_atomically, IoError};
+use crate::{write_atomically, IoError};
 
 /// Values converted per write, so that huge fields need no second copy in memory.
 const CHUNK_VALUES: usize = 1 << 18;
@@ -179,7 +179,7 @@ mod tests {
     use super::*;
     use std::fs;
 
-    use crate::io::test_support::{entries, scratch_dir};
+    use crate::test_support::{entries, scratch_dir};
 
     /// Splits a file into its first `lines` text lines and the bytes after them.
     fn split_lines(bytes: &[u8], lines: usize) -> (Vec<String>, &[u8]) {
