@@ -11,9 +11,9 @@
 //!
 //! # What npyz does here, and what is written by hand
 //!
-//! [npyz](https://crates.io/crates/npyz) (0.9, maintained, the fork of npy-rs that ndarray users
-//! take) reads the data: it decodes the elements in the file's byte order and element type, so
-//! big-endian files load too. It is handed a header this module has checked, not the file's own,
+//! [npyz](https://crates.io/crates/npyz) (0.9.1, the newest release; the fork that replaced the
+//! outdated npy-rs, and the crate that reads every NumPy dtype and byte order) reads the data: it
+//! decodes the elements in the file's byte order and element type, so big-endian files load too. It is handed a header this module has checked, not the file's own,
 //! because on input that comes from people and other programs its header reader falls short of
 //! what every reader here promises (never a panic, never an allocation the file does not justify,
 //! an error naming the problem and the fix):
