@@ -38,7 +38,9 @@
 //! writes the result to a uniquely named temporary file in the same directory
 //! and renames it over the cache file. The lock keeps two merges from
 //! interleaving, so no entry is lost; the rename is atomic, so readers only
-//! ever see a complete file; for a given key the last writer wins.
+//! ever see a complete file; for a given key the last writer wins. The lock is std's
+//! [`File::lock`](std::fs::File::lock) (stable since Rust 1.89: `flock` on Unix, `LockFileEx` on
+//! Windows), the well-kept way now, so no locking crate is used.
 //!
 //! A file that is not a tune cache, or a read-only one, is never replaced: it
 //! is read (a read-only cache is used), and the first insert says once that
