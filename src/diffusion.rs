@@ -11,11 +11,12 @@ use std::f64::consts::PI;
 use std::time::Instant;
 
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
-pub use lattice_gpu_host::comm::Halos;
-use lattice_gpu_host::comm::{Communicator, LayerExchange, Solo};
+use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
+pub use lattice_gpu_host::halo::Halos;
+use lattice_gpu_host::halo::LayerExchange;
 use lattice_gpu_host::health::{check_interval, Verdict};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;

@@ -94,7 +94,7 @@ pub enum Error {
     #[error("stopped by {signal} after step {step}; the run's results were not written")]
     Interrupted {
         /// The signal.
-        signal: crate::interrupt::Signal,
+        signal: crate::signal::Signal,
         /// The last step done.
         step: u64,
     },

@@ -46,6 +46,7 @@
 //! is read (a read-only cache is used), and the first insert says once that
 //! tuned launches are kept in memory only.
 
+pub use crate::module::fnv1a64;
 use lattice_gpu_formats::{write_atomically, IoError};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
@@ -301,16 +302,6 @@ impl TuneCache {
             self.warnings.push(message);
         }
     }
-}
-
-/// FNV-1a 64-bit hash (of the PTX text), stable across runs and platforms.
-#[must_use]
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    })
 }
 
 /// [`TuneCache::default_path`] with the environment variable's value and the
@@ -1063,13 +1054,6 @@ mod tests {
         names.sort();
         assert_eq!(names, [".tunecache.tsv.lock", "tunecache.tsv"]);
         assert!(!TuneCache::load(path).is_empty());
-    }
-
-    #[test]
-    fn fnv1a64_known_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
     }
 
     #[test]
