@@ -326,7 +326,19 @@ where
         .map(|v| v.to_f64())
         .collect();
     let png_path = out.file("diffusion_midz.png");
-    png::write_png_scaled(&png_path, nx, ny, &slice, None, png::ColorMap::Viridis, 256)?;
+    let [hx, hy, hz] = problem.h;
+    let picture = png::Picture::new(
+        format!(
+            "diffusion {nx}×{ny}×{nz}: f at z = {}, t = {} (step {})",
+            png::significant((mid + 1) as f64 * hz),
+            png::significant(problem.dt * args.steps as f64),
+            args.steps
+        ),
+        "f",
+        png::Axis::cells("x", hx, hx, nx),
+        png::Axis::cells("y", hy, hy, ny),
+    );
+    png::write_field_png(&png_path, nx, ny, &slice, &picture)?;
     drop((field, slice));
     cli::commit(out)?;
     problem

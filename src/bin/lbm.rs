@@ -1017,7 +1017,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
     let m = advance(&mut lbm, &a.common, &a.stop, &fix, &mut plan, before)?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1036,6 +1036,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         out,
         m,
         &format!("lid-driven cavity Re {re}"),
+        step,
         &run.footprint,
         gpu,
     )
@@ -1076,7 +1077,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
     let m = advance(&mut lbm, &a.common, &a.stop, fix, &mut plan, before)?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1095,7 +1096,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         "L2 error of the profile against the parabola: {:.3e}",
         cases::poiseuille_error(&m, &p)
     );
-    finish(out, m, "Poiseuille channel", &run.footprint, gpu)
+    finish(out, m, "Poiseuille channel", step, &run.footprint, gpu)
 }
 
 /// The name of the checkpoint array of the Taylor-Green vortex's energy samples: (step, energy)
@@ -1181,7 +1182,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     }
     let rows = rows?;
     let m = lbm.moments()?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1203,7 +1204,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     );
     let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
     write_csv(&out.file("energy.csv"), "step,kinetic_energy", &lines)?;
-    finish(out, m, "Taylor-Green vortex", &run.footprint, gpu)
+    finish(out, m, "Taylor-Green vortex", step, &run.footprint, gpu)
 }
 
 /// Runs the Taylor-Green vortex to step `steps` after the energy samples `rows` (rank 0's) of the
@@ -1266,10 +1267,11 @@ fn finish(
     out: OutputDir,
     m: Moments,
     title: &str,
+    step: u64,
     footprint: &Footprint,
     gpu: Option<Arc<Gpu>>,
 ) -> Result<()> {
-    write_fields(&out, &m, title)?;
+    write_fields(&out, &m, title, step)?;
     drop(m);
     cli::commit(out)?;
     footprint.report(gpu.as_deref());

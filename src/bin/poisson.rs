@@ -11,7 +11,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu::cli::{self, parse_size3, progress, Placement, VariantArg};
 use lattice_gpu::formats::npy::{read_npy_shaped, write_npy};
-use lattice_gpu::formats::png::{write_png_scaled, ColorMap};
+use lattice_gpu::formats::png::{significant, write_field_png, Axis, Picture};
 use lattice_gpu::formats::IoError;
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::Variant;
@@ -527,14 +527,22 @@ fn run(a: &RunArgs) -> Result<()> {
     let [nx, ny, nz] = p.n;
     write_npy(&out.file("pressure.npy"), &[nz, ny, nx], &x).map_err(HostError::from)?;
     let mid = nz / 2;
-    write_png_scaled(
+    let [hx, hy, hz] = p.h;
+    let picture = Picture::new(
+        format!(
+            "poisson {nx}×{ny}×{nz}: solution p at z = {}",
+            significant((mid as f64 + 0.5) * hz)
+        ),
+        "p",
+        Axis::cells("x", hx / 2.0, hx, nx),
+        Axis::cells("y", hy / 2.0, hy, ny),
+    );
+    write_field_png(
         &out.file("pressure_midz.png"),
         nx,
         ny,
         &x[nx * ny * mid..nx * ny * (mid + 1)],
-        None,
-        ColorMap::Viridis,
-        256,
+        &picture,
     )
     .map_err(HostError::from)?;
     let rows: Vec<Vec<String>> = report
