@@ -4,10 +4,9 @@
 //! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the file formats
 //! ([`formats`]: `.npy`, checkpoints, VTK, PNG, atomic writes, output directories), the lattice-QCD
 //! crate ([`lqcd`]), the lattice-Boltzmann crate ([`lbm`]), the advection crate ([`advection`]) and the Poisson
-//! crate ([`poisson`]), and holds the applications' drivers ([`diffusion`]) and the line charts of
-//! `scaling-plot` ([`plot`]). The framework's PTX is embedded by the host crate
-//! ([`host::Module::framework`]); a crate with kernels of its own builds them with lattice-gpu-builder
-//! (README: "Use lattice-gpu in your own crate").
+//! crate ([`poisson`]), and holds the applications' drivers ([`diffusion`]). The framework's PTX is
+//! embedded by the host crate ([`host::Module::framework`]); a crate with kernels of its own builds
+//! them with lattice-gpu-builder (README: "Use lattice-gpu in your own crate").
 
 //!
 //! A point update runs on the GPU, auto-tuned, as it runs on the CPU (`HostLoopEngine`):
@@ -44,4 +43,3 @@ pub use lattice_gpu_poisson as poisson;
 pub mod bench;
 pub mod cli;
 pub mod diffusion;
-pub mod plot;
