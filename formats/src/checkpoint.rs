@@ -21,6 +21,10 @@
 //! is checked before anything large is allocated: a truncated, corrupt or foreign file is refused with
 //! a message, never half-read.
 //!
+//! The format is this project's own: a text header a person can read with `head` and raw arrays need
+//! no library on either side (HDF5 would need its C library to build and run), and the header says
+//! everything a resume must check.
+//!
 //! The file is written through [`write_atomically`](crate::write_atomically), so the previous
 //! checkpoint stays whole until the new one is complete; [`Saver`] writes it from a host copy on
 //! another thread while the run goes on.

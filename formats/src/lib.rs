@@ -124,6 +124,11 @@ pub fn shape_repr(shape: &[usize]) -> String {
 ///
 /// On any error the temporary file is removed, `path` is left as it was, and the error is
 /// [`IoError::Write`]. The directory must exist already; creating it is the caller's decision.
+///
+/// Written here rather than taken from tempfile (`NamedTempFile::persist`), which renames too but
+/// replaces a symbolic link instead of writing through it, refuses no device or directory in the
+/// way, leaves the rename unsynced, and cannot register its temporary for removal on a second
+/// signal; the rest is a few lines.
 pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,

@@ -4,6 +4,10 @@
 //! the grid, then each field as raw big-endian float32 values, x fastest (the order of the
 //! simulation's cell index `x + nx*(y + ny*z)`). Binary keeps files at 4 bytes a value and
 //! exact, which ASCII would not be.
+//!
+//! Written by hand: the header is five lines, and the writer streams each field from the caller's
+//! slice in chunks, where the VTK crate (vtkio) writes from its own model of the whole data set,
+//! which would hold a second copy of every field.
 
 use std::io;
 use std::path::Path;
