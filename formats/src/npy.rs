@@ -274,7 +274,13 @@ impl NpyFile {
 
         let count = element_count(&shape);
         let needed = count.and_then(|n| n.checked_mul(dtype.size));
-        let (Some(count), Some(needed)) = (count, needed) else {
+        // Every partial product of the axes must be addressable too, not only the whole, which a zero
+        // axis makes 0: npyz computes strides from the last axis, and (0, 2^40, 2^40)'s overflow.
+        let partial = shape
+            .iter()
+            .filter(|&&d| d != 0)
+            .try_fold(1usize, |n, &d| n.checked_mul(d));
+        let (Some(count), Some(needed), Some(_)) = (count, needed, partial) else {
             return Err(bad(format!(
                 "shape {} is too large to address",
                 shape_repr(&shape)
@@ -858,6 +864,28 @@ mod tests {
         fs::write(&path, &file[..50]).unwrap();
         let msg = problem(read_npy::<f32>(&path).unwrap_err());
         assert!(msg.contains("truncated"), "{msg}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A shape whose axes multiply beyond 64 bits is refused by name, also where a zero axis makes
+    /// the array empty (the data reader's strides would overflow on the axes after it).
+    #[test]
+    fn shapes_beyond_addressing_are_refused() {
+        let dir = scratch_dir("huge-shape");
+        let path = dir.join("a.npy");
+        for shape in [
+            "(4294967296, 4294967296, 16)",
+            "(0, 1099511627776, 1099511627776)",
+        ] {
+            let dict = format!("{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}");
+            fs::write(&path, raw_npy(1, &dict, &[])).unwrap();
+            let msg = problem(read_npy::<f64>(&path).unwrap_err());
+            assert!(msg.contains("too large to address"), "{shape}: {msg}");
+        }
+        // An empty array with a small shape reads as empty.
+        let dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 3), }";
+        fs::write(&path, raw_npy(1, dict, &[])).unwrap();
+        assert_eq!(read_npy::<f64>(&path).unwrap(), (vec![0, 3], vec![]));
         fs::remove_dir_all(&dir).unwrap();
     }
 
