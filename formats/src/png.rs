@@ -97,16 +97,14 @@ impl ColorMap {
 /// The font family of the pictures' text ([`register_fonts`] registers it).
 pub const FONT: &str = "sans-serif";
 
-/// Registers DejaVu Sans (regular and bold), compiled into the program, as plotters' [`FONT`]
-/// family: plotters' text backend knows only the fonts registered with it. Called by every drawing
+/// Registers DejaVu Sans, compiled into the program, as plotters' [`FONT`] family: plotters' text backend knows only the fonts registered with it. Called by every drawing
 /// function here; a program drawing with plotters itself calls it first.
 pub fn register_fonts() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // The fonts are the dejavu crate's own files, which parse; were one refused, text would fail
-        // to draw and the picture's writer would report that.
+        // The font is the dejavu crate's own file, which parses; were it refused, text would fail to
+        // draw and the picture's writer would report that.
         let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
-        let _ = plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold());
     });
 }
 
