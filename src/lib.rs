@@ -1,7 +1,8 @@
 //! lattice-gpu: write the update of one grid point once, in plain `no_std` Rust, and run it over a whole
 //! lattice on the CPU or an NVIDIA GPU, with launch configurations tuned automatically.
 //!
-//! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the applications'
+//! This facade re-exports the device crate ([`kernels`]), the host runtime ([`host`]), the file formats
+//! ([`formats`]: `.npy`, checkpoints, VTK, PNG, atomic writes, output directories), the applications'
 //! crates, each with its binary, benchmark and tests (the diffusion equation [`diffusion`], lattice QCD
 //! [`lqcd`], lattice Boltzmann [`lbm`], advection [`advection`] and the Poisson solver [`poisson`]), and
 //! their command-line kit ([`cli`]). The framework's PTX is embedded by the host crate
@@ -35,6 +36,7 @@
 pub use lattice_gpu_advection as advection;
 pub use lattice_gpu_cli as cli;
 pub use lattice_gpu_diffusion as diffusion;
+pub use lattice_gpu_formats as formats;
 pub use lattice_gpu_host as host;
 pub use lattice_gpu_kernels as kernels;
 pub use lattice_gpu_lbm as lbm;

@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use lattice_gpu::advection::{cases, Advection, Kernel, Problem as AdvectionProblem};
 use lattice_gpu::diffusion::{simulate, simulate_on, Exchange, Problem};
-use lattice_gpu::host::comm::{Communicator, Halos, Solo, Wire};
+use lattice_gpu::host::comm::{Communicator, Solo, Wire};
 use lattice_gpu::host::decomp::Face;
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::{LoopEngine, TuneSpace};
+use lattice_gpu::host::halo::Halos;
 use lattice_gpu::host::nccl::{self, Nccl};
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceBuffer, DeviceLoopEngine, Gpu, LaunchShape, Result,

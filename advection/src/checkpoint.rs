@@ -1,4 +1,4 @@
-//! Checkpoints of an advection run ([`lattice_gpu_host::io::checkpoint`]): the field in f32 as the
+//! Checkpoints of an advection run ([`lattice_gpu_formats::checkpoint`]): the field in f32 as the
 //! run holds it, of the whole grid whatever the split ([`Advection::state`]), the steps done, and
 //! what a resumed run must share with the one that wrote it. The velocities are steady and rebuilt
 //! from the run's options, so they are not stored; their checksum is, with the initial field's.
@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
+use lattice_gpu_formats::checkpoint::Checkpoint;
+use lattice_gpu_formats::IoError;
 use lattice_gpu_host::health::first_non_finite;
-use lattice_gpu_host::io::checkpoint::Checkpoint;
-use lattice_gpu_host::io::IoError;
 use rayon::prelude::*;
 
 use crate::{Problem, Result};

@@ -11,7 +11,7 @@ pub enum Error {
     Host(#[from] lattice_gpu_host::Error),
     /// A file could not be read or written.
     #[error(transparent)]
-    Io(#[from] lattice_gpu_host::io::IoError),
+    Io(#[from] lattice_gpu_formats::IoError),
 }
 
 /// Results of the advection crate.

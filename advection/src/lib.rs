@@ -38,5 +38,5 @@ pub mod reference;
 pub mod solver;
 
 pub use error::{Error, Result};
-pub use lattice_gpu_host::comm::Halos;
+pub use lattice_gpu_host::halo::Halos;
 pub use solver::{check_size, most_ranks, Advection, Kernel, Problem, RankMemory};

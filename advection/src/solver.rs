@@ -2,9 +2,10 @@
 //! velocities (zero on the two outermost nodes of every side, which therefore keep their values), and the
 //! kernel variant that carries the step.
 
-use lattice_gpu_host::comm::{Communicator, Halos, LayerExchange, Solo};
+use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::autotune::TuneSpace;
+use lattice_gpu_host::halo::{Halos, LayerExchange};
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory;
 use lattice_gpu_host::overlap::{self, OverlapStep};

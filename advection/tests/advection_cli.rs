@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lattice_gpu_host::io::checkpoint::Checkpoint;
-use lattice_gpu_host::io::npy::write_npy;
+use lattice_gpu_formats::checkpoint::Checkpoint;
+use lattice_gpu_formats::npy::write_npy;
 
 use lattice_gpu_testkit as common;
 

@@ -7,7 +7,8 @@ use lattice_gpu_advection::cases;
 use lattice_gpu_advection::norms::norms;
 use lattice_gpu_advection::reference;
 use lattice_gpu_advection::{Advection, Kernel, Problem};
-use lattice_gpu_host::comm::{Halos, Solo};
+use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::halo::Halos;
 use lattice_gpu_host::{Field, HostField, HostLoopEngine, Shape};
 use lattice_gpu_kernels::advection::{
     Advect, Packed, Separate, Uv, Velocity, BRANCH_FREE, QUEUE, SHARED,

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lattice_gpu_host::io::{IoError, OutputDir};
+use lattice_gpu_formats::{IoError, OutputDir};
 
 /// Stages the run's output directory ([`OutputDir`]): its files appear together when the run
 /// succeeds, or not at all.

@@ -13,13 +13,14 @@
 use std::f64::consts::PI;
 use std::time::Instant;
 
-pub use lattice_gpu_host::comm::Halos;
-use lattice_gpu_host::comm::{Communicator, LayerExchange, Solo};
+use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
 use lattice_gpu_host::engine::{LoopEngine, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
+pub use lattice_gpu_host::halo::Halos;
+use lattice_gpu_host::halo::LayerExchange;
 use lattice_gpu_host::health::{check_interval, Verdict};
-use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
@@ -52,7 +53,7 @@ pub enum DiffusionError {
     Host(#[from] lattice_gpu_host::Error),
     /// A file could not be read or written.
     #[error(transparent)]
-    Io(#[from] lattice_gpu_host::io::IoError),
+    Io(#[from] lattice_gpu_formats::IoError),
 }
 
 /// Results of the diffusion application.
@@ -550,7 +551,7 @@ pub fn resume<T: Element>(problem: &Problem, path: &std::path::Path) -> Result<(
     ck.check_resume("diffusion", &checkpoint_params::<T>(problem), path)?;
     let field = ck.take::<T>("field", path)?;
     if field.len() as u64 != problem.points() {
-        return Err(lattice_gpu_host::io::IoError::Checkpoint {
+        return Err(lattice_gpu_formats::IoError::Checkpoint {
             path: path.to_path_buf(),
             problem: format!(
                 "its field holds {} values, and the grid {} has {}",

@@ -3,7 +3,7 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let path = lattice_gpu_fuzz_input(data);
-    if let Ok(mut ck) = lattice_gpu_host::io::checkpoint::Checkpoint::read(&path) {
+    if let Ok(mut ck) = lattice_gpu_formats::checkpoint::Checkpoint::read(&path) {
         let _ = ck.take::<f32>("field", &path);
     }
 });

@@ -8,6 +8,8 @@ use cudarc::driver::{
     ValidAsZeroBits,
 };
 
+use lattice_gpu_kernels::device::math::Real;
+
 use crate::error::{CudaContext, Error, Result};
 use crate::gpu::Gpu;
 
@@ -61,10 +63,10 @@ impl<T: Plain> DeviceBuffer<T> {
     /// copied to the host only when there is one to find.
     pub fn first_non_finite(&self) -> Result<Option<usize>>
     where
-        T: crate::field::Element,
+        T: Real,
     {
         let n = self.len();
-        match crate::engine::device::device_count_non_finite(&self.gpu, self.ptr::<T>(), n)? {
+        match device_count_non_finite(&self.gpu, self.ptr::<T>(), n)? {
             0 => Ok(None),
             _ => Ok(crate::health::first_non_finite(&self.download()?)),
         }
@@ -430,4 +432,29 @@ impl Gpu {
     pub fn blocks_for(threads: usize, block: u32) -> u32 {
         threads.div_ceil(block as usize).max(1) as u32
     }
+}
+
+/// Threads per block of the reductions over device arrays (dot products, counts of non-finite values).
+pub(crate) const DOT_BLOCK: u32 = 256;
+
+/// How many of the `n` values at `a` on `gpu` are NaN or infinite: one count per block on the GPU
+/// (`count_non_finite_f32`/`_f64`), added on the host. `a` must point to `n` values of a live
+/// allocation on `gpu`.
+pub(crate) fn device_count_non_finite<T: Real>(
+    gpu: &Arc<Gpu>,
+    a: *const T,
+    n: usize,
+) -> Result<u64> {
+    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK));
+    let partials = DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
+    let args = lattice_gpu_kernels::stencil::CountNonFinite {
+        a,
+        n: n as u64,
+        partials: partials.ptr(),
+    };
+    let entry = format!("count_non_finite_{}", T::NAME);
+    // SAFETY: the kernel takes one `CountNonFinite<T>`; `a` holds `n` values (the caller's contract)
+    // and `partials` one per block.
+    unsafe { gpu.launch(&entry, &args, blocks, DOT_BLOCK)? };
+    Ok(partials.download()?.iter().sum::<f64>() as u64)
 }

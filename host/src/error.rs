@@ -92,12 +92,12 @@ pub enum Error {
     Comm(String),
     /// A file could not be read or written.
     #[error(transparent)]
-    Io(#[from] crate::io::IoError),
+    Io(#[from] lattice_gpu_formats::IoError),
     /// A signal asked the run to stop ([`interrupt`](crate::interrupt)), and it did after `step`.
     #[error("stopped by {signal} after step {step}; the run's results were not written")]
     Interrupted {
         /// The signal.
-        signal: crate::interrupt::Signal,
+        signal: crate::signal::Signal,
         /// The last step done.
         step: u64,
     },

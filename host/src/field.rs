@@ -15,7 +15,7 @@ use crate::gpu::Gpu;
 
 /// Element types of fields: f32 and f64.
 pub trait Element:
-    Real + DeviceRepr + ValidAsZeroBits + crate::comm::Wire + crate::io::checkpoint::Stored
+    Real + DeviceRepr + ValidAsZeroBits + crate::wire::Wire + lattice_gpu_formats::checkpoint::Stored
 {
 }
 impl Element for f32 {}
@@ -333,7 +333,7 @@ impl<T: Element> DeviceField<T> {
     /// counted on the GPU, copied to the host only when there is one to find.
     pub fn first_non_finite(&self) -> Result<Option<usize>> {
         let n = self.shape.len();
-        match crate::engine::device::device_count_non_finite(&self.gpu, self.view().as_ptr(), n)? {
+        match crate::buffer::device_count_non_finite(&self.gpu, self.view().as_ptr(), n)? {
             0 => Ok(None),
             _ => Ok(crate::health::first_non_finite(&self.download()?)),
         }

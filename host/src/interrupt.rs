@@ -17,46 +17,11 @@
 //! runs as ordinary code (file removal is not async-signal-safe). Without [`watch`], nothing changes:
 //! the signals keep their default action.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 
-/// A signal that asks a run to stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Signal(pub i32);
-
-impl Signal {
-    /// Its conventional name (`SIGINT`), or its number.
-    pub fn name(self) -> String {
-        #[cfg(unix)]
-        {
-            use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-            for (n, name) in [
-                (SIGHUP, "SIGHUP"),
-                (SIGINT, "SIGINT"),
-                (SIGTERM, "SIGTERM"),
-                (SIGUSR1, "SIGUSR1"),
-            ] {
-                if self.0 == n {
-                    return name.into();
-                }
-            }
-        }
-        format!("signal {}", self.0)
-    }
-
-    /// The status a shell reports for a process ended by this signal: 128 + its number.
-    pub fn exit_code(self) -> u8 {
-        (128 + self.0).clamp(0, 255) as u8
-    }
-}
-
-impl std::fmt::Display for Signal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
+pub use crate::signal::Signal;
+pub use lattice_gpu_formats::temporary::Temporary;
 
 /// The first signal received, 0 before one.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
@@ -109,84 +74,8 @@ fn on_signal(s: Signal) {
         eprintln!("\n{s}: stopping at the run's next check; send it again to stop at once");
         return;
     }
-    // Held until exit: a write starting now waits on the lock and never makes its temporary.
-    let mut live = TEMPORARIES.lock().unwrap_or_else(|p| p.into_inner());
-    for (path, dir) in std::mem::take(&mut *live).into_values() {
-        let _ = match dir {
-            true => std::fs::remove_dir_all(&path),
-            false => std::fs::remove_file(&path),
-        };
-    }
+    // Held until exit: a write starting now waits on the registry and never makes its temporary.
+    let _removed = lattice_gpu_formats::temporary::remove_all();
     eprintln!("{s} again: stopped at once; temporary files removed, the run's output not written");
     std::process::exit(i32::from(s.exit_code()));
-}
-
-/// Temporary paths that exist now, by registration number: (path, is a directory).
-static TEMPORARIES: Mutex<BTreeMap<u64, (PathBuf, bool)>> = Mutex::new(BTreeMap::new());
-
-/// A temporary file or directory that a second signal removes before the process exits; dropping
-/// the guard unregisters it (the owner has renamed or removed it by then).
-#[derive(Debug)]
-pub struct Temporary(u64);
-
-impl Temporary {
-    /// Registers the temporary file `path`, before it is created.
-    pub fn file(path: &Path) -> Self {
-        Self::new(path, false)
-    }
-
-    /// Registers the temporary directory `path` (removed with its contents), before it is created.
-    pub fn dir(path: &Path) -> Self {
-        Self::new(path, true)
-    }
-
-    fn new(path: &Path, dir: bool) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        TEMPORARIES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, (path.to_path_buf(), dir));
-        Temporary(id)
-    }
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        TEMPORARIES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_and_names_are_the_shells() {
-        assert_eq!(Signal(2).exit_code(), 130);
-        assert_eq!(Signal(15).exit_code(), 143);
-        assert_eq!(Signal(1).exit_code(), 129);
-        assert_eq!(Signal(15).to_string(), "SIGTERM");
-        assert_eq!(Signal(10).to_string(), "SIGUSR1");
-        assert_eq!(Signal(10).exit_code(), 138);
-    }
-
-    #[test]
-    fn temporaries_leave_the_registry_when_dropped() {
-        let p = Path::new("/nonexistent/x.tmp");
-        let t = Temporary::file(p);
-        let has = || {
-            TEMPORARIES
-                .lock()
-                .unwrap()
-                .values()
-                .any(|(q, _)| q.as_path() == p)
-        };
-        assert!(has());
-        drop(t);
-        assert!(!has());
-    }
 }

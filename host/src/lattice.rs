@@ -5,8 +5,8 @@ use lattice_gpu_kernels::stencil::{
     GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
 };
 
-use crate::engine::LoopEngine;
-use crate::error::{Error, Result};
+use crate::engine::{check_radius, check_range, LoopEngine};
+use crate::error::Result;
 
 /// Runs a 3-D point update over a range on an engine (the paper's `Loop3D<Engine>`).
 ///
@@ -127,35 +127,6 @@ impl<E: LoopEngine> std::fmt::Debug for Loop2D<'_, E> {
             .field("range", &self.range)
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
-    if dims == 2 && (r.n[2] != 1 || r.begin[2] != 0 || r.end[2] != 1) {
-        return Err(Error::InvalidSize(format!(
-            "a 2-D range needs n[2] = 1 and z range 0..1, got {r:?}"
-        )));
-    }
-    for a in 0..dims {
-        if r.begin[a] >= r.end[a] || r.end[a] > r.n[a] {
-            return Err(Error::InvalidSize(format!(
-                "axis {a} of the range runs {}..{} in an array of {} points; it needs begin < end <= size",
-                r.begin[a], r.end[a], r.n[a]
-            )));
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn check_radius(r: &LoopRange, radius: &[u32], entry: &str) -> Result<()> {
-    for (a, &rad) in radius.iter().enumerate() {
-        if r.begin[a] < rad || r.end[a] + rad > r.n[a] {
-            return Err(Error::InvalidSize(format!(
-                "{entry} reads {rad} point(s) beyond each point along axis {a}, but the range {}..{} of {} leaves less margin; allocate the fields with a margin of at least {rad}",
-                r.begin[a], r.end[a], r.n[a]
-            )));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -9,18 +9,22 @@
 //! - [`buffer`]: typed device arrays; [`kernel`]: typed kernels (argument structs bound to their
 //!   memory) launched on the GPU or run on the CPU.
 //! - [`decomp`]: domain decomposition over ranks and the halo plan; [`comm`]: the communicators that run it
-//!   ([`threads`]: the ranks as threads of one process); [`overlap`]: the decomposed step with its
+//!   ([`threads`]: the ranks as threads of one process); [`halo`]: a field's halo exchange through host
+//!   memory or NCCL; [`wire`]: the values they move as bytes; [`overlap`]: the decomposed step with its
 //!   exchange hidden behind the interior, written once for every application.
 //! - [`solvers`]: the Krylov solvers, [`solvers::cg`] (preconditioned conjugate gradients on any
 //!   engine's fields, host or device scalars) and [`solvers::bicgstab`] (BiCGStab on the GPU with
 //!   device-resident scalars and four ways of hiding launch overhead); [`split`]: the sums and ghost
 //!   layers of a solve split over GPUs.
-//! - [`io`]: `.npy` fields, PNG pictures, atomic writes, all-or-nothing output directories.
 //! - [`memory`]: a run's peak memory estimated before it allocates, and measured.
 //! - [`health`]: non-finite state found and agreed on by every rank; [`interrupt`]: SIGINT, SIGTERM,
-//!   SIGHUP and SIGUSR1 taken at a step boundary, temporaries removed.
+//!   SIGHUP and SIGUSR1 taken at a step boundary, temporaries removed ([`signal`]: the signals).
 //!
-//! Applications see fields, point updates and loops; only this crate talks to cudarc.
+//! The modules import each other in layers, never in a cycle (`scripts/module-cycles.py`, run by CI's
+//! lint stage, checks it), each only from the layers below: [`wire`], [`signal`], [`module`],
+//! [`overlap`]; [`error`]; [`decomp`], [`gpu`], [`interrupt`]; [`comm`], [`memory`]; [`health`],
+//! [`threads`]; [`buffer`]; [`field`], [`kernel`]; [`engine`], NCCL; [`halo`], [`lattice`], [`split`];
+//! [`solvers`].
 //!
 //! A point update runs on any engine; here the framework's diffusion update on the CPU engine (a GPU
 //! engine is `DeviceAutoTuningLoopEngine::new(Gpu::open(0)?, TuneCache::per_user())`, the rest the
@@ -55,9 +59,9 @@ pub mod engine;
 pub mod error;
 pub mod field;
 pub mod gpu;
+pub mod halo;
 pub mod health;
 pub mod interrupt;
-pub mod io;
 pub mod kernel;
 pub mod lattice;
 pub mod memory;
@@ -65,9 +69,11 @@ pub mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod overlap;
+pub mod signal;
 pub mod solvers;
 pub mod split;
 pub mod threads;
+pub mod wire;
 
 pub use buffer::{DeviceBuffer, Plain};
 pub use engine::{

@@ -7,7 +7,15 @@
 
 use std::borrow::Cow;
 
-use crate::engine::tunecache::fnv1a64;
+/// FNV-1a 64-bit hash (of the PTX text), stable across runs and platforms.
+#[must_use]
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
 
 /// The framework's module, compiled from lattice-gpu-kernels by this crate's build script.
 const FRAMEWORK_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/lattice_gpu_kernels.ptx"));
@@ -116,6 +124,13 @@ pub fn cuda_for_isa((major, minor): (u32, u32)) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fnv1a64_known_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
+    }
 
     const PTX: &str = "//\n.version 7.8\n.target sm_70\n.address_size 64\n\n\
                        .visible .entry step_f32(\n\t.param .u64 a\n)\n{\n}\n\

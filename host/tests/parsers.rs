@@ -8,9 +8,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
+use lattice_gpu_formats::checkpoint::Checkpoint;
+use lattice_gpu_formats::npy;
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::io::checkpoint::Checkpoint;
-use lattice_gpu_host::io::npy;
 use rand::{Rng, SeedableRng};
 
 /// Counts the largest single allocation of the thread that asked for it ([`largest_allocation`]).

@@ -12,7 +12,7 @@ pub enum Error {
     Host(#[from] lattice_gpu_host::Error),
     /// A file could not be written.
     #[error(transparent)]
-    Io(#[from] lattice_gpu_host::io::IoError),
+    Io(#[from] lattice_gpu_formats::IoError),
     /// What rank 0 met where only it looks (the checkpoint a run resumes from), as every other rank
     /// of a split run reports it.
     #[error("{0}")]

@@ -7,11 +7,11 @@
 use std::io::Write;
 use std::path::Path;
 
+use lattice_gpu_formats::npy::write_npy;
+use lattice_gpu_formats::png::{write_field_png, Axis, Picture};
+use lattice_gpu_formats::vtk::{write_vtk, VtkField};
+use lattice_gpu_formats::{write_atomically, IoError, OutputDir};
 use lattice_gpu_host::health::first_non_finite;
-use lattice_gpu_host::io::npy::write_npy;
-use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu_host::io::vtk::{write_vtk, VtkField};
-use lattice_gpu_host::io::{write_atomically, IoError, OutputDir};
 
 use crate::solver::{non_finite_at, Moments};
 use crate::{Error, Result};
@@ -20,9 +20,9 @@ use crate::{Error, Result};
 pub const FIELD_FILES: [&str; 4] = ["velocity.npy", "density.npy", "fields.vtk", "speed.png"];
 
 /// Writes `velocity.npy` (shape `(nz, ny, nx, 3)`, f32), `density.npy` (`(nz, ny, nx)`), `fields.vtk`
-/// and `speed.png` (the middle z plane, y up) into the staged `out`. Refuses moments with a NaN or an
-/// infinity, which are no result.
-pub fn write_fields(out: &OutputDir, m: &Moments, title: &str) -> Result<()> {
+/// and `speed.png` (the middle z plane, y up, titled with the case `title` and the `step`) into the
+/// staged `out`. Refuses moments with a NaN or an infinity, which are no result.
+pub fn write_fields(out: &OutputDir, m: &Moments, title: &str, step: u64) -> Result<()> {
     let [nx, ny, nz] = m.dims;
     let cells = m.rho.len() as u64;
     let bad = first_non_finite(&m.rho).map(|i| i as u64).or_else(|| {
@@ -63,7 +63,14 @@ pub fn write_fields(out: &OutputDir, m: &Moments, title: &str) -> Result<()> {
             (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt()
         })
         .collect();
-    write_png_scaled(&path(3), nx, ny, &speed, None, ColorMap::Viridis, 256)?;
+    // Cell centres at 0, 1, 2, ... lattice units.
+    let picture = Picture::new(
+        format!("{title} {nx}×{ny}×{nz}: speed |u| at z = {z}, step {step}"),
+        "|u| (lattice units)",
+        Axis::cells("x (lattice units)", 0.0, 1.0, nx),
+        Axis::cells("y (lattice units)", 0.0, 1.0, ny),
+    );
+    write_field_png(&path(3), nx, ny, &speed, &picture)?;
     Ok(())
 }
 

@@ -19,9 +19,9 @@
 
 use std::path::Path;
 
+use lattice_gpu_formats::checkpoint::Checkpoint;
+use lattice_gpu_formats::IoError;
 use lattice_gpu_host::comm::Communicator;
-use lattice_gpu_host::io::checkpoint::Checkpoint;
-use lattice_gpu_host::io::IoError;
 
 use crate::params::{Collision, Params};
 use crate::solver::{LbmStorage, Moments, Streaming};

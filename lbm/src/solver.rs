@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use lattice_gpu_formats::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::health::{self, Verdict};
-use lattice_gpu_host::io::checkpoint::{Checkpoint, Stored};
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::overlap::{self, OverlapStep};
@@ -1415,7 +1415,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// [`restore_state`](Self::restore_state) checks first, to be checked before a lattice is built.
     pub fn check_checkpoint(ck: &Checkpoint, cells: usize, path: &Path) -> Result<()> {
         let bad = |problem: String| -> crate::Error {
-            lattice_gpu_host::io::IoError::Checkpoint {
+            lattice_gpu_formats::IoError::Checkpoint {
                 path: path.to_path_buf(),
                 problem,
             }

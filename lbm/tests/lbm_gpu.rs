@@ -9,11 +9,11 @@
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
 //! scripts/gpu-check.sh) turns the skip into a failure.
 
+use lattice_gpu_formats::checkpoint::Checkpoint;
 use lattice_gpu_host::comm::Communicator;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{self, param};
 use lattice_gpu_host::health::Verdict;
-use lattice_gpu_host::io::checkpoint::Checkpoint;
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_kernels::lbm::{tag, Half, Q};
 use lattice_gpu_lbm::cases;

@@ -1,4 +1,4 @@
-//! Checkpoints of a point-source propagator ([`lattice_gpu_host::io::checkpoint`]): one is written
+//! Checkpoints of a point-source propagator ([`lattice_gpu_formats::checkpoint`]): one is written
 //! after every finished source, so that a stopped run loses at most the source it was solving.
 //!
 //! The sources are solved in a fixed order (spin, then colour: [`source`]), so the finished ones are
@@ -14,8 +14,8 @@
 
 use std::path::Path;
 
-use lattice_gpu_host::io::checkpoint::Checkpoint;
-use lattice_gpu_host::io::IoError;
+use lattice_gpu_formats::checkpoint::Checkpoint;
+use lattice_gpu_formats::IoError;
 use num_complex::Complex64;
 use rayon::prelude::*;
 

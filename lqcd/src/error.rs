@@ -81,8 +81,8 @@ fn fmt_history(h: &[(usize, f64)]) -> String {
 }
 
 /// A file the host's I/O layer could not read or write (it names the file and the fix).
-impl From<lattice_gpu_host::io::IoError> for Error {
-    fn from(e: lattice_gpu_host::io::IoError) -> Self {
+impl From<lattice_gpu_formats::IoError> for Error {
+    fn from(e: lattice_gpu_formats::IoError) -> Self {
         Error::Host(e.into())
     }
 }

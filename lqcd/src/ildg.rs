@@ -13,12 +13,15 @@
 //!
 //! Reading never trusts the file: every length is checked against the file's real size before
 //! anything is allocated, and every problem comes back as [`Error::GaugeFile`] naming it.
+//!
+//! Written by hand because no Rust crate reads or writes LIME or ILDG (the reference is USQCD's C
+//! library, c-lime); the format is small and fixed.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use lattice_gpu_host::io::write_atomically;
+use lattice_gpu_formats::write_atomically;
 use num_complex::Complex64;
 
 use crate::error::{Error, Result};

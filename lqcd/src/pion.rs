@@ -2,7 +2,7 @@
 //! the same in every gamma basis (gamma_5 hermiticity turns the pion's trace into this sum of squares), so
 //! other codes can check it.
 
-use lattice_gpu_host::io::write_atomically;
+use lattice_gpu_formats::write_atomically;
 use std::path::Path;
 
 use crate::geometry::Lattice;

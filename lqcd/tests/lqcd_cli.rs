@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use lattice_gpu_host::io::checkpoint::Checkpoint;
+use lattice_gpu_formats::checkpoint::Checkpoint;
 
 use lattice_gpu_testkit as common;
 

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use lattice_gpu_host::io::npy::write_npy;
+use lattice_gpu_formats::npy::write_npy;
 
 use lattice_gpu_testkit as common;
 

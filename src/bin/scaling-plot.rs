@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use lattice_gpu::host::io::plot::{
-    text_width, Canvas, Chart, Marker, Rect, Series, BLACK, GREY, PALETTE, WHITE,
-};
-use lattice_gpu::host::io::IoError;
+use lattice_gpu::formats::IoError;
+
+#[path = "../scaling_chart.rs"]
+mod scaling_chart;
+use scaling_chart::{Chart, Figure, Marker, Series, GREY, PALETTE};
 
 /// Draws the scaling table that scripts/scaling-check.sh writes (scaling.csv) as a PNG: rate
 /// against GPU count, one panel per application (per lattice size for lqcd), one line per run,
@@ -365,7 +366,7 @@ impl Panel {
             .lines
             .iter()
             .map(|l| Series {
-                dash: l.kind.dashed.then_some((9.0, 5.0)),
+                dash: l.kind.dashed.then_some((9, 5)),
                 marker: Some(l.kind.marker),
                 ..Series::new(
                     l.kind.label.clone(),
@@ -380,8 +381,8 @@ impl Panel {
             .ideal_base()
             .filter(|_| most > 1)
             .map(|(one, label)| Series {
-                width: 1.5,
-                dash: Some((5.0, 4.0)),
+                width: 1,
+                dash: Some((5, 4)),
                 marker: None,
                 ..Series::new(
                     format!("ideal: n x {label} on 1 GPU"),
@@ -405,8 +406,6 @@ impl Panel {
             } else {
                 2
             }),
-            title_scale: 2,
-            text_scale: 1,
         }
     }
 }
@@ -501,7 +500,7 @@ const HEADER_HEIGHT: i64 = 56;
 
 /// The figure: a row of the stencil panels, then a row per lattice size (BiCGStab over two
 /// columns, M_hat beside it).
-fn render(panels: &[Panel], source: &Path) -> Canvas {
+fn render(panels: &[Panel], source: &Path) -> Figure {
     let mut rows: Vec<Vec<&Panel>> = Vec::new();
     let mut last_row = None;
     for panel in panels {
@@ -514,39 +513,34 @@ fn render(panels: &[Panel], source: &Path) -> Canvas {
             r.push(panel);
         }
     }
-    let width = 3 * COLUMN_WIDTH;
-    let height = HEADER_HEIGHT + ROW_HEIGHT * rows.len() as i64;
-    let mut canvas = Canvas::new(width as usize, height as usize, WHITE);
     let name = source.file_name().map_or_else(
         || source.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let title = format!("Scaling over the GPUs of one host, one rank per GPU ({name})");
-    canvas.text(
-        (width - text_width(&title, 2) as i64) / 2,
-        10,
-        &title,
-        2,
-        BLACK,
-    );
-    let note = "rate against GPU count, one line per run; dashed grey: ideal scaling, n x the \
-                panel's first line on 1 GPU (efficiency = rate / ideal); lqcd: dashed lines, \
-                squares: no overlap";
-    canvas.text((width - text_width(note, 1) as i64) / 2, 34, note, 1, BLACK);
+    let mut figure = Figure {
+        width: (3 * COLUMN_WIDTH) as u32,
+        height: (HEADER_HEIGHT + ROW_HEIGHT * rows.len() as i64) as u32,
+        title: format!("Scaling over the GPUs of one host, one rank per GPU ({name})"),
+        note: "rate against GPU count, one line per run; dashed grey: ideal scaling, n x the \
+               panel's first line on 1 GPU (efficiency = rate / ideal); lqcd: dashed lines, \
+               squares: no overlap"
+            .into(),
+        panels: Vec::new(),
+    };
     for (r, row) in rows.iter().enumerate() {
         let mut column = 0;
         for panel in row {
-            let area = Rect::new(
-                column * COLUMN_WIDTH,
-                HEADER_HEIGHT + r as i64 * ROW_HEIGHT,
-                panel.kind.span() * COLUMN_WIDTH,
-                ROW_HEIGHT,
+            let at = (
+                (column * COLUMN_WIDTH) as i32,
+                (HEADER_HEIGHT + r as i64 * ROW_HEIGHT) as i32,
+                (panel.kind.span() * COLUMN_WIDTH) as u32,
+                ROW_HEIGHT as u32,
             );
-            panel.chart().draw(&mut canvas, area);
+            figure.panels.push((panel.chart(), at));
             column += panel.kind.span();
         }
     }
-    canvas
+    figure
 }
 
 fn run(cli: &Cli) -> Result<()> {

@@ -10,10 +10,10 @@ use lattice_gpu_diffusion::{
     simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
     Problem, Result, Schedule,
 };
+use lattice_gpu_formats::{npy, png, OutputDir};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::LoopEngine;
 use lattice_gpu_host::field::fmt_dims;
-use lattice_gpu_host::io::{npy, png, OutputDir};
 use lattice_gpu_host::{DeviceLoopEngine, Element, HostLoopEngine};
 use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
 use lattice_gpu_kernels::stencil::GpuEntry;
@@ -326,7 +326,19 @@ where
         .map(|v| v.to_f64())
         .collect();
     let png_path = out.file("diffusion_midz.png");
-    png::write_png_scaled(&png_path, nx, ny, &slice, None, png::ColorMap::Viridis, 256)?;
+    let [hx, hy, hz] = problem.h;
+    let picture = png::Picture::new(
+        format!(
+            "diffusion {nx}×{ny}×{nz}: f at z = {}, t = {} (step {})",
+            png::significant((mid + 1) as f64 * hz),
+            png::significant(problem.dt * args.steps as f64),
+            args.steps
+        ),
+        "f",
+        png::Axis::cells("x", hx, hx, nx),
+        png::Axis::cells("y", hy, hy, ny),
+    );
+    png::write_field_png(&png_path, nx, ny, &slice, &picture)?;
     drop((field, slice));
     cli::commit(out)?;
     problem
@@ -418,7 +430,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
     println!("{}", table.join("\n"));
     if let Some(path) = &args.csv {
         let text = csv.join("\n") + "\n";
-        lattice_gpu_host::io::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
+        lattice_gpu_formats::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -26,7 +26,7 @@ pub enum Error {
     Host(#[from] lattice_gpu::host::Error),
     /// A file could not be written.
     #[error(transparent)]
-    Io(#[from] lattice_gpu::host::io::IoError),
+    Io(#[from] lattice_gpu::formats::IoError),
 }
 
 /// Results of the Gray–Scott application.

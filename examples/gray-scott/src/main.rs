@@ -9,9 +9,9 @@ use clap::Parser;
 use gray_scott::{load_kernels, simulate, Error, Grid, Model, Problem, Result, Simulation};
 use gray_scott_kernels::{GrayScott2d, GrayScott3d};
 use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Placement, Precision};
+use lattice_gpu::formats::{npy, png, OutputDir};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::health;
-use lattice_gpu::host::io::{npy, png, OutputDir};
 use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
 use lattice_gpu::kernels::stencil::GpuEntry;
 
@@ -174,7 +174,7 @@ where
         every,
         |step, v| {
             let path = out.file(&format!("frame-{:05}.png", step / every.unwrap_or(1)));
-            picture(&path, nx, ny, v)?;
+            picture(&path, problem, step, v)?;
             frames += 1;
             Ok(())
         },
@@ -213,7 +213,7 @@ where
     npy::write_npy(&out.file("v.npy"), &shape, &run.fields.v)?;
     let [_, _, nz] = problem.grid.size();
     let mid = &run.fields.v[nx * ny * (nz / 2)..nx * ny * (nz / 2 + 1)];
-    picture(&out.file("v.png"), nx, ny, mid)?;
+    picture(&out.file("v.png"), problem, cli.steps, mid)?;
     if frames > 0 {
         println!("{frames} frames (frame-00000.png ...)");
     }
@@ -231,10 +231,28 @@ fn short(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A PNG of the `nx x ny` plane `v`, at least 256 pixels a side.
-fn picture<T: Element>(path: &Path, nx: usize, ny: usize, v: &[T]) -> Result<()> {
+/// A PNG of the `nx x ny` plane `v` of `problem` after `step` steps: axes in the grid's units
+/// (points `h` apart), colours over [`V_RANGE`] so that frames compare.
+fn picture<T: Element>(path: &Path, problem: &Problem, step: usize, v: &[T]) -> Result<()> {
+    let [nx, ny, nz] = problem.grid.size();
+    let h = problem.model.h;
     let v: Vec<f64> = v.iter().map(|x| x.to_f64()).collect();
-    png::write_png_scaled(path, nx, ny, &v, Some(V_RANGE), png::ColorMap::Viridis, 256)?;
+    let plane = match nz {
+        1 => String::new(),
+        _ => format!(" at z = {}", png::significant((nz / 2) as f64 * h)),
+    };
+    let picture = png::Picture::new(
+        format!(
+            "gray-scott {}: v{plane}, t = {} (step {step})",
+            problem.grid,
+            png::significant(step as f64 * problem.dt)
+        ),
+        "v",
+        png::Axis::cells("x", 0.0, h, nx),
+        png::Axis::cells("y", 0.0, h, ny),
+    )
+    .range(V_RANGE.0, V_RANGE.1);
+    png::write_field_png(path, nx, ny, &v, &picture)?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lattice_gpu::host::io::npy;
+use lattice_gpu::formats::npy;
 
 /// The binary under test: `$GRAY_SCOTT_BIN` where the test runs away from its build tree (the GPU
 /// machine's scripts/gpu-check.sh), else the one cargo built.

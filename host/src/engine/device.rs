@@ -10,7 +10,7 @@ use lattice_gpu_kernels::stencil::{
 };
 
 use super::LoopEngine;
-use crate::buffer::{ByValue, DeviceBuffer};
+use crate::buffer::{ByValue, DeviceBuffer, DOT_BLOCK};
 use crate::error::{CudaContext, Error, Result};
 use crate::field::{DeviceField, Element, Field, Shape};
 use crate::gpu::Gpu;
@@ -601,30 +601,6 @@ pub(crate) fn device_dot_into(
         // value, and the partials and counters of a `SumInto` over `blocks` (`DotScratch::with`).
         unsafe { gpu.launch("field_dot_into_f64", &args, blocks, DOT_BLOCK) }
     })
-}
-
-const DOT_BLOCK: u32 = 256;
-
-/// How many of the `n` values at `a` on `gpu` are NaN or infinite: one count per block on the GPU
-/// (`count_non_finite_f32`/`_f64`), added on the host. `a` must point to `n` values of a live
-/// allocation on `gpu`.
-pub(crate) fn device_count_non_finite<T: Element>(
-    gpu: &Arc<Gpu>,
-    a: *const T,
-    n: usize,
-) -> Result<u64> {
-    let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(n, DOT_BLOCK));
-    let partials = DeviceBuffer::<f64>::zeros(gpu, blocks as usize)?;
-    let args = lattice_gpu_kernels::stencil::CountNonFinite {
-        a,
-        n: n as u64,
-        partials: partials.ptr(),
-    };
-    let entry = format!("count_non_finite_{}", T::NAME);
-    // SAFETY: the kernel takes one `CountNonFinite<T>`; `a` holds `n` values (the caller's contract)
-    // and `partials` one per block.
-    unsafe { gpu.launch(&entry, &args, blocks, DOT_BLOCK)? };
-    Ok(partials.download()?.iter().sum::<f64>() as u64)
 }
 
 /// The block count of a dot product of `a` and `b`, and their length (checked to be one).

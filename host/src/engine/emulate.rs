@@ -19,8 +19,8 @@ use lattice_gpu_kernels::stencil::{
 use rayon::prelude::*;
 
 use super::device::{KernelInfo, LaunchShape};
+use super::{check_radius, check_range};
 use crate::error::{Error, Result};
-use crate::lattice::{check_radius, check_range};
 
 /// The most threads per block the emulated device accepts (as every GPU from Volta on).
 pub const EMULATED_MAX_THREADS: u32 = 1024;

@@ -32,7 +32,7 @@ use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
 };
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::field::{Element, Field, Shape};
 
 /// Runs point updates over ranges of fields it allocates. Engines differ in where the fields live and how
@@ -127,4 +127,35 @@ pub trait LoopEngine {
     fn tunes(&self) -> bool {
         false
     }
+}
+
+/// Refuses a range that is empty or leaves its array along an axis (`dims`: 2 or 3).
+pub(crate) fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
+    if dims == 2 && (r.n[2] != 1 || r.begin[2] != 0 || r.end[2] != 1) {
+        return Err(Error::InvalidSize(format!(
+            "a 2-D range needs n[2] = 1 and z range 0..1, got {r:?}"
+        )));
+    }
+    for a in 0..dims {
+        if r.begin[a] >= r.end[a] || r.end[a] > r.n[a] {
+            return Err(Error::InvalidSize(format!(
+                "axis {a} of the range runs {}..{} in an array of {} points; it needs begin < end <= size",
+                r.begin[a], r.end[a], r.n[a]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a range that leaves less margin than the update `entry` reads beyond each point.
+pub(crate) fn check_radius(r: &LoopRange, radius: &[u32], entry: &str) -> Result<()> {
+    for (a, &rad) in radius.iter().enumerate() {
+        if r.begin[a] < rad || r.end[a] + rad > r.n[a] {
+            return Err(Error::InvalidSize(format!(
+                "{entry} reads {rad} point(s) beyond each point along axis {a}, but the range {}..{} of {} leaves less margin; allocate the fields with a margin of at least {rad}",
+                r.begin[a], r.end[a], r.n[a]
+            )));
+        }
+    }
+    Ok(())
 }

@@ -38,13 +38,16 @@
 //! writes the result to a uniquely named temporary file in the same directory
 //! and renames it over the cache file. The lock keeps two merges from
 //! interleaving, so no entry is lost; the rename is atomic, so readers only
-//! ever see a complete file; for a given key the last writer wins.
+//! ever see a complete file; for a given key the last writer wins. The lock is std's
+//! [`File::lock`](std::fs::File::lock) (stable since Rust 1.89: `flock` on Unix, `LockFileEx` on
+//! Windows), the well-kept way now, so no locking crate is used.
 //!
 //! A file that is not a tune cache, or a read-only one, is never replaced: it
 //! is read (a read-only cache is used), and the first insert says once that
 //! tuned launches are kept in memory only.
 
-use crate::io::{write_atomically, IoError};
+pub use crate::module::fnv1a64;
+use lattice_gpu_formats::{write_atomically, IoError};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
@@ -301,16 +304,6 @@ impl TuneCache {
     }
 }
 
-/// FNV-1a 64-bit hash (of the PTX text), stable across runs and platforms.
-#[must_use]
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    })
-}
-
 /// [`TuneCache::default_path`] with the environment variable's value and the
 /// platform cache directory passed in, so that it can be tested.
 fn default_path_from(env: Option<OsString>, cache_dir: Option<PathBuf>) -> Option<PathBuf> {
@@ -390,7 +383,7 @@ fn read_entries(path: &Path) -> (Entries, Vec<String>) {
                 "{} is {}, not a tune cache file; tuning results stay in memory (name a file in \
                  LATTICE_GPU_TUNE_CACHE)",
                 path.display(),
-                crate::io::kind_of(&m)
+                lattice_gpu_formats::kind_of(&m)
             )],
         );
     }
@@ -1061,13 +1054,6 @@ mod tests {
         names.sort();
         assert_eq!(names, [".tunecache.tsv.lock", "tunecache.tsv"]);
         assert!(!TuneCache::load(path).is_empty());
-    }
-
-    #[test]
-    fn fnv1a64_known_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
     }
 
     #[test]

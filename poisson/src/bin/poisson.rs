@@ -10,12 +10,12 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu_cli::{self as cli, parse_size3, progress, Placement, VariantArg};
+use lattice_gpu_formats::npy::{read_npy_shaped, write_npy};
+use lattice_gpu_formats::png::{significant, write_field_png, Axis, Picture};
+use lattice_gpu_formats::IoError;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Variant;
 use lattice_gpu_host::health;
-use lattice_gpu_host::io::npy::{read_npy_shaped, write_npy};
-use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu_host::io::IoError;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, HostLoopEngine,
@@ -527,14 +527,22 @@ fn run(a: &RunArgs) -> Result<()> {
     let [nx, ny, nz] = p.n;
     write_npy(&out.file("pressure.npy"), &[nz, ny, nx], &x).map_err(HostError::from)?;
     let mid = nz / 2;
-    write_png_scaled(
+    let [hx, hy, hz] = p.h;
+    let picture = Picture::new(
+        format!(
+            "poisson {nx}×{ny}×{nz}: solution p at z = {}",
+            significant((mid as f64 + 0.5) * hz)
+        ),
+        "p",
+        Axis::cells("x", hx / 2.0, hx, nx),
+        Axis::cells("y", hy / 2.0, hy, ny),
+    );
+    write_field_png(
         &out.file("pressure_midz.png"),
         nx,
         ny,
         &x[nx * ny * mid..nx * ny * (mid + 1)],
-        None,
-        ColorMap::Viridis,
-        256,
+        &picture,
     )
     .map_err(HostError::from)?;
     let rows: Vec<Vec<String>> = report

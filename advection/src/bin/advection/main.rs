@@ -16,14 +16,14 @@ use lattice_gpu_advection::{
     check_size, most_ranks, Advection, Error, Halos, Kernel, Problem, RankMemory, Result,
 };
 use lattice_gpu_cli::{self as cli, parse_dims, progress, unfinished_tuning, Placement};
+use lattice_gpu_formats::checkpoint::{Saver, Written};
+use lattice_gpu_formats::npy::{read_npy_shape, read_npy_shaped, write_npy};
+use lattice_gpu_formats::png::{significant, write_field_png, Axis, Picture};
+use lattice_gpu_formats::OutputDir;
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Variant;
 use lattice_gpu_host::health::{check_interval, Verdict};
-use lattice_gpu_host::io::checkpoint::{Saver, Written};
-use lattice_gpu_host::io::npy::{read_npy_shape, read_npy_shaped, write_npy};
-use lattice_gpu_host::io::png::{write_png_scaled, ColorMap};
-use lattice_gpu_host::io::OutputDir;
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Gpu, HostLoopEngine, LaunchShape, LoopEngine,
@@ -833,7 +833,8 @@ fn run_on<C: Communicator>(c: &Common, r: &Prepared, comm: &C) -> Result<()> {
         );
     }
     println!("mass drift {:+.4e}", mass_drift(&field, &p.f0));
-    write_outputs(&out, &field, p.size, range_of(&p.f0), "field")?;
+    let picture = picture(r, steps, range_of(&p.f0));
+    write_outputs(&out, &field, p.size, &picture, "field")?;
     drop(field);
     cli::commit(out)?;
     r.footprint.report(gpu.as_deref());
@@ -882,20 +883,37 @@ fn range_of(f: &[f64]) -> (f64, f64) {
     }
 }
 
-/// Stages `f` on a `size` grid as `stem.npy` (f32) and `stem.png`.
+/// Stages `f` on a `size` grid as `stem.npy` (f32) and `stem.png` (drawn as `picture` says).
 fn write_outputs(
     out: &OutputDir,
     f: &[f64],
     [nx, ny]: [usize; 2],
-    range: (f64, f64),
+    picture: &Picture,
     stem: &str,
 ) -> Result<()> {
     let data: Vec<f32> = f.iter().map(|&x| x as f32).collect();
     write_npy(&out.file(&format!("{stem}.npy")), &[ny, nx], &data)?;
     drop(data);
-    let png = out.file(&format!("{stem}.png"));
-    write_png_scaled(&png, nx, ny, f, Some(range), ColorMap::Viridis, 256)?;
+    write_field_png(&out.file(&format!("{stem}.png")), nx, ny, f, picture)?;
     Ok(())
+}
+
+/// What the picture of run `r`'s field after `step` steps shows: the case, the field, the step and
+/// time, the domain's axes (nodes `h` apart from 0), colours over `range` (the initial field's, so
+/// that the pictures of one run compare).
+fn picture(r: &Prepared, step: u64, (lo, hi): (f64, f64)) -> Picture {
+    let ([nx, ny], h) = (r.problem.size, r.case.h);
+    Picture::new(
+        format!(
+            "{} {nx}×{ny}: f at step {step}, t = {}",
+            r.title,
+            significant(r.dt * step as f64)
+        ),
+        "f",
+        Axis::cells("x", 0.0, h, nx),
+        Axis::cells("y", 0.0, h, ny),
+    )
+    .range(lo, hi)
 }
 
 /// Runs the steps of `r` on `engine` (from its checkpoint's state where it resumes one) with a
@@ -1016,15 +1034,7 @@ fn simulate<E: LoopEngine, C: Communicator>(
                 let f = a.field()?;
                 if let Some(out) = out {
                     let png = out.file(&format!("field-{s:07}.png"));
-                    write_png_scaled(
-                        &png,
-                        p.size[0],
-                        p.size[1],
-                        &f,
-                        Some(range),
-                        ColorMap::Viridis,
-                        256,
-                    )?;
+                    write_field_png(&png, p.size[0], p.size[1], &f, &picture(r, s, range))?;
                 }
                 writing += t.elapsed().as_secs_f64();
             }

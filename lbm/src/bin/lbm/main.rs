@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
 use lattice_gpu_cli::{self as cli, parse_size3, progress, HaloTransport, Placement};
+use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_formats::OutputDir;
 #[cfg(feature = "mpi")]
 use lattice_gpu_host::comm::Mpi;
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::health::Verdict;
-use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
-use lattice_gpu_host::io::OutputDir;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::threads::Threads;
 use lattice_gpu_host::Gpu;
@@ -1005,7 +1005,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
     let m = advance(&mut lbm, &a.common, &a.stop, &fix, &mut plan, before)?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1024,6 +1024,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         out,
         m,
         &format!("lid-driven cavity Re {re}"),
+        step,
         &run.footprint,
         gpu,
     )
@@ -1064,7 +1065,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
     let m = advance(&mut lbm, &a.common, &a.stop, fix, &mut plan, before)?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1083,7 +1084,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         "L2 error of the profile against the parabola: {:.3e}",
         cases::poiseuille_error(&m, &p)
     );
-    finish(out, m, "Poiseuille channel", &run.footprint, gpu)
+    finish(out, m, "Poiseuille channel", step, &run.footprint, gpu)
 }
 
 /// The name of the checkpoint array of the Taylor-Green vortex's energy samples: (step, energy)
@@ -1169,7 +1170,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     }
     let rows = rows?;
     let m = lbm.moments()?;
-    let gpu = release(lbm);
+    let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
@@ -1191,7 +1192,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     );
     let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
     write_csv(&out.file("energy.csv"), "step,kinetic_energy", &lines)?;
-    finish(out, m, "Taylor-Green vortex", &run.footprint, gpu)
+    finish(out, m, "Taylor-Green vortex", step, &run.footprint, gpu)
 }
 
 /// Runs the Taylor-Green vortex to step `steps` after the energy samples `rows` (rank 0's) of the
@@ -1254,10 +1255,11 @@ fn finish(
     out: OutputDir,
     m: Moments,
     title: &str,
+    step: u64,
     footprint: &Footprint,
     gpu: Option<Arc<Gpu>>,
 ) -> Result<()> {
-    write_fields(&out, &m, title)?;
+    write_fields(&out, &m, title, step)?;
     drop(m);
     cli::commit(out)?;
     footprint.report(gpu.as_deref());

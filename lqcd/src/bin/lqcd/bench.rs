@@ -182,7 +182,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         }
     }
     if let Some(path) = &a.csv {
-        lattice_gpu_host::io::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
+        lattice_gpu_formats::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
     }
     largest.report(Some(&g));
     Ok(())

@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lattice_gpu_cli::Placement;
+use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::health::Verdict;
-use lattice_gpu_host::io::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
@@ -1620,7 +1620,7 @@ fn checkpoint_path(dir: &std::path::Path, named: bool) -> Result<PathBuf> {
 fn read_checkpoint(file: &std::path::Path) -> Result<Checkpoint> {
     if let Ok(m) = std::fs::metadata(file) {
         if !m.is_file() {
-            return Err(lattice_gpu_host::io::IoError::Checkpoint {
+            return Err(lattice_gpu_formats::IoError::Checkpoint {
                 path: file.to_path_buf(),
                 problem: format!(
                     "it is {}, not a checkpoint file; give the checkpoint's directory or file",
@@ -1744,7 +1744,7 @@ fn resume_progress(
         if let (Some(there), Some(here)) = (checkpoint::param(&ck, "engine"), ours(must, "engine"))
         {
             if there != here {
-                return Err(lattice_gpu_host::io::IoError::Checkpoint {
+                return Err(lattice_gpu_formats::IoError::Checkpoint {
                     path: file.to_path_buf(),
                     problem: format!(
                         "its sources were solved on the {there} and this run solves on the {here}: \

@@ -11,8 +11,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::IoError;
-use crate::interrupt::Temporary;
+use crate::temporary::Temporary;
+use crate::IoError;
 
 /// An output directory whose files are staged until [`commit`](Self::commit).
 #[derive(Debug)]
@@ -83,7 +83,7 @@ impl OutputDir {
 
     /// Moves every staged file into the output directory (made now if it is missing), and returns
     /// their final paths, sorted. A file of the same name there is replaced, through a symbolic link
-    /// as [`write_atomically`](super::write_atomically) does. Every target path is checked before the
+    /// as [`write_atomically`](crate::write_atomically) does. Every target path is checked before the
     /// first is moved: if one is a directory or a device, nothing moves and the staged files are
     /// removed.
     pub fn commit(mut self) -> Result<Vec<PathBuf>, IoError> {
@@ -100,7 +100,7 @@ impl OutputDir {
                 continue;
             };
             let to =
-                super::follow_links(&self.target.join(name)).map_err(|source| IoError::Write {
+                crate::follow_links(&self.target.join(name)).map_err(|source| IoError::Write {
                     path: self.target.join(name),
                     source,
                 })?;
@@ -133,7 +133,7 @@ impl OutputDir {
             })?;
             done.push(self.target.join(from.file_name().unwrap_or_default()));
         }
-        super::sync_dir(&self.target);
+        crate::sync_dir(&self.target);
         self.committed = true;
         let _ = fs::remove_dir(&self.staging);
         Ok(done)
@@ -150,16 +150,16 @@ impl Drop for OutputDir {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{entries, scratch_dir};
     use super::*;
+    use crate::test_support::{entries, scratch_dir};
 
     #[test]
     fn files_appear_together_at_the_commit() {
         let dir = scratch_dir("output-commit");
         let target = dir.join("a/b/out");
         let out = OutputDir::stage(&target).unwrap();
-        super::super::write_atomically(&out.file("x.csv"), |w| w.write_all(b"1\n")).unwrap();
-        super::super::write_atomically(&out.file("y.csv"), |w| w.write_all(b"2\n")).unwrap();
+        crate::write_atomically(&out.file("x.csv"), |w| w.write_all(b"1\n")).unwrap();
+        crate::write_atomically(&out.file("y.csv"), |w| w.write_all(b"2\n")).unwrap();
         assert!(!target.exists(), "nothing before the commit");
         let paths = out.commit().unwrap();
         assert_eq!(paths, vec![target.join("x.csv"), target.join("y.csv")]);

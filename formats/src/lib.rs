@@ -1,5 +1,9 @@
-//! Files in and out of a simulation: `.npy` arrays, PNG pictures of 2-D slices and line charts,
-//! checkpoints, and the run's output directory.
+//! Files in and out of a simulation: `.npy` arrays ([`npy`]), PNG pictures of 2-D slices ([`png`]),
+//! legacy VTK for ParaView ([`vtk`]), checkpoints ([`checkpoint`]), atomic writes
+//! ([`write_atomically`]) and the run's all-or-nothing output directory ([`OutputDir`]).
+//!
+//! This crate knows nothing of GPUs or the runtime (`lattice-gpu-host` depends on it, not the other
+//! way), so a tool that only reads or writes these files builds without CUDA bindings.
 //!
 //! All are standard formats, so fields go straight into NumPy, ParaView or an image viewer and
 //! initial conditions come straight out of them, with no converter to write or trust.
@@ -18,8 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub mod checkpoint;
 pub mod npy;
 pub mod output;
-pub mod plot;
 pub mod png;
+pub mod temporary;
 pub mod vtk;
 
 pub use output::OutputDir;
@@ -103,7 +107,7 @@ pub enum IoError {
 
 /// A shape as Python writes a tuple, `(4, 3, 2)`, `(5,)` or `()`, since that is how users see
 /// shapes in NumPy and how `.npy` headers spell them.
-pub(crate) fn shape_repr(shape: &[usize]) -> String {
+pub fn shape_repr(shape: &[usize]) -> String {
     match shape {
         [n] => format!("({n},)"),
         _ => {
@@ -120,6 +124,11 @@ pub(crate) fn shape_repr(shape: &[usize]) -> String {
 ///
 /// On any error the temporary file is removed, `path` is left as it was, and the error is
 /// [`IoError::Write`]. The directory must exist already; creating it is the caller's decision.
+///
+/// Written here rather than taken from tempfile (`NamedTempFile::persist`), which renames too but
+/// replaces a symbolic link instead of writing through it, refuses no device or directory in the
+/// way, leaves the rename unsynced, and cannot register its temporary for removal on a second
+/// signal; the rest is a few lines.
 pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
@@ -177,8 +186,8 @@ pub fn write_atomically(
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
-    // A second SIGINT removes it before the process exits ([`crate::interrupt`]).
-    let _registered = crate::interrupt::Temporary::file(&temp);
+    // A second SIGINT removes it before the process exits ([`temporary`]).
+    let _registered = temporary::Temporary::file(&temp);
     if let Err(source) = write_file(&temp, write).and_then(|()| fs::rename(&temp, path)) {
         // Best effort: the original error is the one worth reporting.
         let _ = fs::remove_file(&temp);
@@ -190,7 +199,7 @@ pub fn write_atomically(
 
 /// What a path that is not a regular file is, for messages: "a directory", "a pipe", "a device", "a
 /// socket".
-pub(crate) fn kind_of(meta: &fs::Metadata) -> &'static str {
+pub fn kind_of(meta: &fs::Metadata) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

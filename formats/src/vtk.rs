@@ -4,11 +4,15 @@
 //! the grid, then each field as raw big-endian float32 values, x fastest (the order of the
 //! simulation's cell index `x + nx*(y + ny*z)`). Binary keeps files at 4 bytes a value and
 //! exact, which ASCII would not be.
+//!
+//! Written by hand: the header is five lines, and the writer streams each field from the caller's
+//! slice in chunks, where the VTK crate (vtkio) writes from its own model of the whole data set,
+//! which would hold a second copy of every field.
 
 use std::io;
 use std::path::Path;
 
-use super::{write_atomically, IoError};
+use crate::{write_atomically, IoError};
 
 /// Values converted per write, so that huge fields need no second copy in memory.
 const CHUNK_VALUES: usize = 1 << 18;
@@ -179,7 +183,7 @@ mod tests {
     use super::*;
     use std::fs;
 
-    use crate::io::test_support::{entries, scratch_dir};
+    use crate::test_support::{entries, scratch_dir};
 
     /// Splits a file into its first `lines` text lines and the bytes after them.
     fn split_lines(bytes: &[u8], lines: usize) -> (Vec<String>, &[u8]) {

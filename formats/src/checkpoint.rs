@@ -21,7 +21,11 @@
 //! is checked before anything large is allocated: a truncated, corrupt or foreign file is refused with
 //! a message, never half-read.
 //!
-//! The file is written through [`write_atomically`](super::write_atomically), so the previous
+//! The format is this project's own: a text header a person can read with `head` and raw arrays need
+//! no library on either side (HDF5 would need its C library to build and run), and the header says
+//! everything a resume must check.
+//!
+//! The file is written through [`write_atomically`](crate::write_atomically), so the previous
 //! checkpoint stays whole until the new one is complete; [`Saver`] writes it from a host copy on
 //! another thread while the run goes on.
 
@@ -31,8 +35,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::IoError;
-use crate::comm::Wire;
+use crate::IoError;
 
 /// The format version this crate writes and reads.
 pub const VERSION: u32 = 1;
@@ -43,8 +46,9 @@ const MAGIC: &str = "lattice-gpu checkpoint";
 /// foreign file makes it read.
 const MAX_HEADER: u64 = 1 << 16;
 
-/// Element types a checkpoint stores, with the name its header gives them.
-pub trait Stored: Wire {
+/// Element types a checkpoint stores, with the name its header gives them: plain numbers
+/// ([`bytemuck::Pod`]: no padding, every bit pattern a value), so an array is its bytes.
+pub trait Stored: bytemuck::Pod + Default {
     /// The type's name in the header.
     const DTYPE: &'static str;
 }
@@ -104,12 +108,6 @@ pub struct Checkpoint {
     pub arrays: Vec<Array>,
 }
 
-/// The bytes of `data` (little-endian hosts only: every host this crate runs on).
-fn as_bytes<T: Wire>(data: &[T]) -> &[u8] {
-    // SAFETY: `Wire` types have no padding bytes, so every byte of the slice is initialised.
-    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
-}
-
 #[cfg(target_endian = "big")]
 compile_error!(
     "checkpoints are stored little-endian, as the arrays are in memory on little-endian hosts"
@@ -141,7 +139,8 @@ impl Checkpoint {
         self.arrays.push(Array {
             name: name.to_string(),
             dtype: T::DTYPE.to_string(),
-            bytes: as_bytes(data).to_vec(),
+            // Little-endian hosts only: every host this crate runs on.
+            bytes: bytemuck::cast_slice(data).to_vec(),
         });
         self
     }
@@ -165,14 +164,8 @@ impl Checkpoint {
             ));
         }
         let mut out = vec![T::default(); a.bytes.len() / std::mem::size_of::<T>()];
-        // SAFETY: `Wire` types accept every bit pattern and have no padding; the lengths match.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(
-                out.as_mut_ptr().cast::<u8>(),
-                std::mem::size_of_val(&out[..]),
-            )
-        };
-        dst.copy_from_slice(&a.bytes);
+        // The bytes may not be aligned for `T`, so they are copied rather than cast in place.
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&a.bytes);
         Ok(out)
     }
 
@@ -214,7 +207,7 @@ impl Checkpoint {
             path: path.to_path_buf(),
             source,
         })?;
-        super::write_atomically(path, |w| {
+        crate::write_atomically(path, |w| {
             w.write_all(header.as_bytes())?;
             for a in &self.arrays {
                 w.write_all(&a.bytes)?;
@@ -240,7 +233,7 @@ impl Checkpoint {
         if let Some(m) = std::fs::metadata(path).ok().filter(|m| !m.is_file()) {
             return Err(bad(
                 path,
-                format!("it is {}, not a checkpoint file", super::kind_of(&m)),
+                format!("it is {}, not a checkpoint file", crate::kind_of(&m)),
             ));
         }
         let file = File::open(path).map_err(read_error)?;
@@ -248,7 +241,7 @@ impl Checkpoint {
         if !meta.is_file() {
             return Err(bad(
                 path,
-                format!("it is {}, not a checkpoint file", super::kind_of(&meta)),
+                format!("it is {}, not a checkpoint file", crate::kind_of(&meta)),
             ));
         }
         let mut r = BufReader::new(file).take(MAX_HEADER);
@@ -505,8 +498,8 @@ impl Saver {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::scratch_dir;
     use super::*;
+    use crate::test_support::scratch_dir;
 
     fn sample() -> Checkpoint {
         Checkpoint::new("diffusion", 1200)
