@@ -1,5 +1,5 @@
 //! Files in and out of a simulation: `.npy` arrays ([`npy`]), PNG pictures of 2-D slices ([`png`]),
-//! legacy VTK for ParaView ([`vtk`]), checkpoints ([`checkpoint`]), atomic writes
+//! legacy VTK for ParaView ([`vtk`]), CSV tables ([`csv`]), checkpoints ([`checkpoint`]), atomic writes
 //! ([`write_atomically`]) and the run's all-or-nothing output directory ([`OutputDir`]).
 //!
 //! This crate knows nothing of GPUs or the runtime (`lattice-gpu-host` depends on it, not the other
@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod checkpoint;
+pub mod csv;
 pub mod npy;
 pub mod output;
 pub mod png;

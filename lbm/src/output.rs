@@ -4,13 +4,10 @@
 //! that fails or is stopped half-way leaves the previous files, never some new beside some old; and
 //! every file is written atomically.
 
-use std::io::Write;
-use std::path::Path;
-
 use lattice_gpu_formats::npy::write_npy;
 use lattice_gpu_formats::png::{write_field_png, Axis, Picture};
 use lattice_gpu_formats::vtk::{write_vtk, VtkField};
-use lattice_gpu_formats::{write_atomically, IoError, OutputDir};
+use lattice_gpu_formats::OutputDir;
 use lattice_gpu_host::health::first_non_finite;
 
 use crate::solver::{non_finite_at, Moments};
@@ -72,20 +69,4 @@ pub fn write_fields(out: &OutputDir, m: &Moments, title: &str, step: u64) -> Res
     );
     write_field_png(&path(3), nx, ny, &speed, &picture)?;
     Ok(())
-}
-
-/// Writes a CSV file: a header line, then one line per row, values joined by commas.
-pub fn write_csv(path: &Path, header: &str, rows: &[Vec<String>]) -> Result<(), IoError> {
-    write_atomically(path, |w: &mut dyn Write| {
-        writeln!(w, "{header}")?;
-        for r in rows {
-            writeln!(w, "{}", r.join(","))?;
-        }
-        Ok(())
-    })
-}
-
-/// Numbers as CSV fields, with enough digits to read them back as f64 would round them for plots.
-pub fn numbers(values: &[f64]) -> Vec<String> {
-    values.iter().map(|v| format!("{v:.9e}")).collect()
 }

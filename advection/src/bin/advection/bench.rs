@@ -132,7 +132,7 @@ pub(super) fn bench(b: &BenchArgs) -> Result<()> {
                 ]
             })
             .collect();
-        lattice_gpu_lbm::output::write_csv(
+        lattice_gpu_formats::csv::write_csv(
             path,
             "nx,ny,kernel,launch,ms_per_step,gpoints_per_s,of_copy,copy_gb_per_s",
             &lines,

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases;
 use lattice_gpu_lbm::geometry::MAX_SIDE;
-use lattice_gpu_lbm::output::{numbers, write_csv};
 use lattice_gpu_lbm::solver::{check_memory, Spread};
 use lattice_gpu_lbm::{Engine, Error, Geometry, Lbm, LbmStorage, Params, Result, Streaming};
 

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
 use lattice_gpu_cli::{self as cli, parse_size3, progress, HaloTransport, Placement};
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
+use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_formats::OutputDir;
 #[cfg(feature = "mpi")]
 use lattice_gpu_host::comm::Mpi;
@@ -22,7 +23,7 @@ use lattice_gpu_host::Gpu;
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
 use lattice_gpu_lbm::geometry::MAX_SIDE;
-use lattice_gpu_lbm::output::{numbers, write_csv, write_fields};
+use lattice_gpu_lbm::output::write_fields;
 use lattice_gpu_lbm::restart;
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu_lbm::{
