@@ -315,15 +315,17 @@ fn beside_needs() -> crate::Error {
 /// The threads per block [`Lbm::tune_block`] tries.
 pub const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
 
-/// How [`Lbm::tune_block`] tries each block size: two steps settle the new launch (an even count keeps
-/// in-place streaming's odd and even steps in balance), four are timed.
+/// How [`Lbm::tune_block`] tries each block size: two passes over them (the first block size also
+/// runs while the GPU raises its clocks after the set-up), each with two steps that settle the new
+/// launch (an even count keeps in-place streaming's odd and even steps in balance) and four timed.
 pub const TUNE_TRIALS: Trials = Trials {
+    rounds: 2,
     settle: 2,
     timed: 4,
 };
 
 /// Steps [`Lbm::tune_block`] runs at each block size.
-pub const TUNE_STEPS: u64 = TUNE_TRIALS.settle + TUNE_TRIALS.timed;
+pub const TUNE_STEPS: u64 = TUNE_TRIALS.calls_each();
 
 /// A GPU run's step, tuned over its block size: each rank's own lattice (its planes, with the halo
 /// planes), streaming and precision key the cache; every rank tries the same blocks (a split run

@@ -458,8 +458,9 @@ fn prepare<S: LbmStorage, C: Communicator>(
     })
 }
 
-/// The fewest steps a run must have for [`advance`] to tune its block size on the first ones.
-const TUNE_AT_LEAST: u64 = 10 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
+/// The fewest steps a run must have for [`advance`] to tune its block size on the first ones: the
+/// tuning is at most a fifth of the run (its steps are the run's own, each block size's as exact).
+const TUNE_AT_LEAST: u64 = 5 * TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
 
 /// The most steps [`Lbm::tune_block`] takes.
 const TUNE_MOST: u64 = TUNE_BLOCKS.len() as u64 * TUNE_STEPS;
