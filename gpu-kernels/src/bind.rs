@@ -28,11 +28,7 @@ impl Place {
         let first = places.first().copied().unwrap_or(Place::Host);
         match places.iter().all(|&p| p == first) {
             true => Ok(first),
-            false => Err(SpanError {
-                argument: "(host and device memory mixed)",
-                needs: 0,
-                has: 0,
-            }),
+            false => Err(SpanError::Mixed),
         }
     }
 }
@@ -216,25 +212,54 @@ pub fn bits_mut<T, U: Bits<T>>(s: &mut [T]) -> &mut [U] {
     unsafe { core::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut U, s.len()) }
 }
 
-/// Why a span does not fit a kernel: which argument, and how many elements it needs.
+/// Why memory cannot be bound into a kernel's arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpanError {
-    /// The kernel argument.
-    pub argument: &'static str,
-    /// Elements it must have at least.
-    pub needs: usize,
-    /// Elements it has.
-    pub has: usize,
+pub enum SpanError {
+    /// A span holds fewer elements than the kernel addresses.
+    Short {
+        /// The kernel argument.
+        argument: &'static str,
+        /// Elements it must have at least.
+        needs: usize,
+        /// Elements it has.
+        has: usize,
+    },
+    /// A span the kernel writes overlaps another it reads.
+    Overlap {
+        /// The argument written.
+        written: &'static str,
+        /// The argument it overlaps.
+        other: &'static str,
+    },
+    /// Some spans are host memory and others device memory.
+    Mixed,
+    /// The lattice sizes cannot be laid out (what they must be).
+    Dims(&'static str),
 }
 
 impl core::fmt::Display for SpanError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "kernel argument `{}` holds {} elements, but the kernel addresses {}: allocate it for this \
-             lattice",
-            self.argument, self.has, self.needs
-        )
+        match self {
+            Self::Short {
+                argument,
+                needs,
+                has,
+            } => write!(
+                f,
+                "kernel argument `{argument}` holds {has} elements, but the kernel addresses {needs}: \
+                 allocate it for this lattice"
+            ),
+            Self::Overlap { written, other } => write!(
+                f,
+                "kernel argument `{written}` overlaps `{other}`: give the kernel separate buffers"
+            ),
+            Self::Mixed => write!(
+                f,
+                "a kernel's arguments mix host and device memory: bind slices to run it on the CPU, \
+                 device buffers to launch it on the GPU"
+            ),
+            Self::Dims(what) => write!(f, "a kernel's lattice sizes cannot be laid out: {what}"),
+        }
     }
 }
 
@@ -244,7 +269,7 @@ impl core::error::Error for SpanError {}
 pub fn check_len(argument: &'static str, has: usize, needs: usize) -> Result<(), SpanError> {
     match has >= needs {
         true => Ok(()),
-        false => Err(SpanError {
+        false => Err(SpanError::Short {
             argument,
             needs,
             has,
@@ -324,5 +349,101 @@ impl<'a, K: Copy> Bound<'a, K> {
     /// The argument struct, for this crate's checked setters.
     pub(crate) fn args_mut(&mut self) -> &mut K {
         &mut self.args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lbm::{Lattices, Physics, Scheme, Step, Q};
+    use std::string::ToString;
+    use std::vec;
+
+    const PHYSICS: Physics<f32> = Physics {
+        omega: 1.0,
+        omega_minus: 1.0,
+        force: [0.0; 3],
+        wall: [0.0; 3],
+    };
+
+    /// A step of a 4x3x2 grid over `f`, `g` and `tags`.
+    fn bind<'a>(
+        f: &'a mut [f32],
+        g: Option<&'a mut [f32]>,
+        tags: &'a [u8],
+        planes: [u32; 2],
+    ) -> Result<Bound<'a, Step<f32>>, SpanError> {
+        let mem = Lattices {
+            f: SpanMut::of(f),
+            g: g.map(SpanMut::of),
+            tags: Span::of(tags),
+            moments: None,
+        };
+        Step::bind(Scheme::Ab, mem, [4, 3, 2], planes, PHYSICS)
+    }
+
+    #[test]
+    fn binding_checks_every_extent_and_names_what_is_wrong() {
+        let cells = 24;
+        let (mut f, mut g, tags) = (vec![0.0; Q * cells], vec![0.0; Q * cells], vec![0u8; cells]);
+        let ok = bind(&mut f, Some(&mut g), &tags, [0, 2]).unwrap();
+        assert_eq!((ok.place(), ok.args().items()), (Place::Host, cells));
+        let short = bind(&mut f[1..], Some(&mut g), &tags, [0, 2]).unwrap_err();
+        let needs = Q * cells;
+        assert_eq!(
+            short,
+            SpanError::Short {
+                argument: "f",
+                needs,
+                has: needs - 1,
+            }
+        );
+        assert!(short.to_string().contains("allocate it"), "{short}");
+        let no_g = bind(&mut f, None, &tags, [0, 2]).unwrap_err();
+        assert!(matches!(no_g, SpanError::Short { argument: "g", .. }));
+        let planes = bind(&mut f, Some(&mut g), &tags, [1, 2]).unwrap_err();
+        assert!(matches!(
+            planes,
+            SpanError::Short {
+                argument: "planes",
+                needs: 3,
+                has: 2
+            }
+        ));
+        // Two views of one buffer, as spans of one device buffer may be, and the tags beside them.
+        let (p, t) = (f.as_mut_ptr(), tags.as_ptr());
+        // SAFETY: the binding only compares these addresses, and refuses them.
+        let (a, b, on_device) = unsafe {
+            (
+                SpanMut::from_device_parts(p, Q * cells),
+                SpanMut::from_device_parts(p, Q * cells),
+                Span::from_device_parts(t, cells),
+            )
+        };
+        let mem = Lattices {
+            f: a,
+            g: Some(b),
+            tags: on_device,
+            moments: None,
+        };
+        let err = Step::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        assert_eq!(
+            err,
+            SpanError::Overlap {
+                written: "g",
+                other: "f"
+            }
+        );
+        // Device lattices with host tags.
+        let mixed = Lattices {
+            // SAFETY: as above.
+            f: unsafe { SpanMut::from_device_parts(p, Q * cells) },
+            g: None,
+            tags: Span::of(&tags),
+            moments: None,
+        };
+        let err = Step::bind(Scheme::AaEven, mixed, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        assert_eq!(err, SpanError::Mixed);
+        assert!(err.to_string().contains("host and device"), "{err}");
     }
 }

@@ -12,6 +12,7 @@ use lattice_gpu_kernels::bind::{Bound, Cooperative, Kernel, Place, Span, SpanMut
 use rayon::prelude::*;
 
 use crate::buffer::DeviceBuffer;
+use crate::error::CudaContext;
 use crate::gpu::Gpu;
 use crate::Result;
 
@@ -73,10 +74,7 @@ impl Gpu {
         let (f, _) = self.lookup_in(K::MODULE, k.entry())?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(K::BLOCK, 0, None)
-            .map_err(|e| crate::Error::Cuda {
-                context: format!("reading the occupancy of kernel {}", k.entry()),
-                source: e,
-            })?;
+            .cuda(|| format!("reading the occupancy of kernel {}", k.entry()))?;
         Ok((per_sm * self.sm_count()).min(k.blocks()))
     }
 

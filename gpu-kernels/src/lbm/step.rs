@@ -167,10 +167,9 @@ impl<S: Storage> Step<S> {
                 let (f0, g0) = (mem.f.ptr() as usize, g.ptr() as usize);
                 let bytes = Q * cells * core::mem::size_of::<S>();
                 if f0 < g0 + bytes && g0 < f0 + bytes {
-                    return Err(SpanError {
-                        argument: "g (overlaps f)",
-                        needs: 0,
-                        has: 0,
+                    return Err(SpanError::Overlap {
+                        written: "g",
+                        other: "f",
                     });
                 }
                 g.ptr()

@@ -210,11 +210,9 @@ pub(crate) fn check_dims(dims: [u32; 4], split: u32) -> Result<(), SpanError> {
         || !dims[0].is_multiple_of(2)
         || (1..4).any(|a| is_cut(split, a) && dims[a] < 2);
     match bad {
-        true => Err(SpanError {
-            argument: "dims (every axis at least 1, x even, a cut axis at least 2)",
-            needs: 0,
-            has: 0,
-        }),
+        true => Err(SpanError::Dims(
+            "every axis at least 1 site, x even, a cut axis at least 2",
+        )),
         false => Ok(()),
     }
 }
