@@ -153,16 +153,6 @@ impl<'a, T> SpanMut<'a, T> {
         }
     }
 
-    /// The same memory, read-only.
-    pub fn as_span(&self) -> Span<'_, T> {
-        Span {
-            ptr: self.ptr,
-            len: self.len,
-            place: self.place,
-            _borrow: PhantomData,
-        }
-    }
-
     /// The address.
     pub fn ptr(&self) -> *mut T {
         self.ptr

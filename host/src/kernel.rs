@@ -12,7 +12,6 @@ use lattice_gpu_kernels::bind::{Bound, Cooperative, Kernel, Place, Span, SpanMut
 use rayon::prelude::*;
 
 use crate::buffer::DeviceBuffer;
-use crate::error::CudaContext;
 use crate::gpu::Gpu;
 use crate::Result;
 
@@ -62,31 +61,17 @@ impl Gpu {
         self.launch_kernel(stream, k, [grid, 1, 1], [block, 1, 1])
     }
 
-    /// The most threads a block of `k`'s entry may have (fewer than the device's limit when the kernel
-    /// needs many registers).
-    pub fn max_block_of_kernel<K: Kernel>(&self, k: &K) -> Result<u32> {
-        Ok(self.lookup_in(K::MODULE, k.entry())?.1)
-    }
-
-    /// The blocks of a cooperative launch of `k`: as many as the GPU runs at once and its memory
-    /// serves ([`Cooperative::blocks`]).
-    pub fn cooperative_blocks_of<K: Cooperative>(&self, k: &K) -> Result<u32> {
-        let (f, _) = self.lookup_in(K::MODULE, k.entry())?;
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(K::BLOCK, 0, None)
-            .cuda(|| format!("reading the occupancy of kernel {}", k.entry()))?;
-        Ok((per_sm * self.sm_count()).min(k.blocks()))
-    }
-
-    /// Launches bound cooperative kernel `k` on the GPU's stream, with all its blocks resident at once
-    /// (`cuLaunchCooperativeKernel`), as a kernel with grid barriers needs.
+    /// Launches bound cooperative kernel `k` on the GPU's stream as [`Cooperative::blocks`] blocks,
+    /// all resident at once (`cuLaunchCooperativeKernel`), as a kernel with grid barriers needs. The
+    /// caller sizes the grid ([`cooperative_blocks`](Self::cooperative_blocks), once); the driver
+    /// refuses one that cannot be resident.
     pub fn launch_cooperative_kernel<K: Cooperative>(&self, k: &Bound<'_, K>) -> Result<()> {
         let args = on_device(k)?;
-        let blocks = self.cooperative_blocks_of(args)?;
+        let blocks = args.blocks();
         let entry = args.entry();
         let (f, _) = self.lookup_in(K::MODULE, entry)?;
-        // SAFETY: `Cooperative`'s contract: at most `blocks()` blocks, all resident (the occupancy
-        // bound), touch only the spans' memory.
+        // SAFETY: `Cooperative`'s contract: `blocks()` blocks, all resident (or the driver refuses the
+        // launch), touch only the spans' memory.
         unsafe {
             self.launch_function(
                 self.stream(),

@@ -61,8 +61,8 @@ impl Streaming {
     }
 }
 
-/// A population storage with a host representation of its bits (so the host runtime can allocate it)
-/// and its step's kernel entries.
+/// A population storage with a host representation of its bits (so the host runtime can allocate it);
+/// its step's kernel entries come with [`Storage`].
 pub trait LbmStorage: Storage<Real: Plain + Element> + Bits<Self::Raw> {
     /// The plain type with the same bits (what a checkpoint stores: f64, f32, or u16 for f16).
     type Raw: Plain + Wire + Stored;
@@ -1097,7 +1097,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// exchange behind the planes that read no halo, in the framework's order ([`overlap::step`]).
     pub fn step(&mut self, with_moments: bool) -> Result<()> {
         let scheme = self.scheme();
-        let wm = with_moments;
         // The even in-place step reads only its own cells; the others read the neighbours'.
         match &self.split {
             Some(_) if scheme != Scheme::AaEven => {
@@ -1105,11 +1104,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 let mut parts = StepParts {
                     lbm: self,
                     scheme,
-                    with_moments: wm,
+                    with_moments,
                 };
                 overlap::step(&mut parts, overlap)?;
             }
-            _ => self.launch(scheme, wm, self.planes())?,
+            _ => self.launch(scheme, with_moments, self.planes())?,
         }
         if scheme == Scheme::Ab {
             match &mut self.mem {

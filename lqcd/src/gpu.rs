@@ -723,8 +723,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
                     halt,
                     sites: self.split.as_ref().map(|s| s.sites.span()),
                 };
-                let d = self
-                    .dslash::<$r, $split>(a, parity as u32, word)
+                let d = dslash_numbers::<T, $r, $split>(&self.lat, a, parity as u32, word)
                     .bind(mem)
                     .map_err(HostError::from)?;
                 self.gpu.launch_items(self.gpu.stream(), &d, self.block)
@@ -736,17 +735,6 @@ impl<T: WilsonReal> WilsonGpu<T> {
             (Recon::R18, true) => go!(9, true),
             (Recon::R12, true) => go!(6, true),
         }?)
-    }
-
-    /// The numbers of `out = x + a H inp` on the sites of `parity` for this lattice, to bind to the
-    /// fields ([`Dslash::bind`]).
-    fn dslash<const R: usize, const SPLIT: bool>(
-        &self,
-        a: f64,
-        parity: u32,
-        split: u32,
-    ) -> Dslash<T, R, SPLIT> {
-        dslash_numbers(&self.lat, a, parity, split)
     }
 
     /// Floating-point operations of one hopping term on one parity.
@@ -848,7 +836,7 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
             ($r:literal) => {{
                 let args = FusedIteration::<T, $r> {
                     // The phases set the vectors, factor and parity.
-                    hop: w.dslash(1.0, 0, 0),
+                    hop: dslash_numbers(&w.lat, 1.0, 0, 0),
                     kappa2: T::from_f64(w.kappa * w.kappa),
                     vec: [std::ptr::null_mut(); 8],
                     n: parity_len(&w.lat) as u32,
