@@ -649,12 +649,7 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
             u: u.view(),
             v: v.view(),
         };
-        Ok(Advect {
-            f: self.f.view(),
-            out: self.g.view_mut(),
-            vel,
-            c: self.c,
-        })
+        Ok(self.args(vel))
     }
 
     /// The kernel's arguments with packed velocities.
@@ -667,12 +662,17 @@ impl<'e, E: LoopEngine, C: Communicator> Advection<'e, E, C> {
         let vel = Packed {
             uv: uv.view().cast(),
         };
-        Ok(Advect {
+        Ok(self.args(vel))
+    }
+
+    /// The kernel's arguments: `g` from `f` with the velocities `vel`.
+    fn args<const K: u32, V>(&mut self, vel: V) -> Advect<K, V> {
+        Advect {
             f: self.f.view(),
             out: self.g.view_mut(),
             vel,
             c: self.c,
-        })
+        }
     }
 
     /// With `false`, a decomposed run's exchange completes before any row runs instead of behind the
