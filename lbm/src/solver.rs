@@ -9,6 +9,7 @@ use lattice_gpu_host::comm::{Communicator, Solo, Wire};
 use lattice_gpu_host::decomp::{layers, Decomposition, Face, Region, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
+use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::health::{self, Verdict};
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::memory::{self, Footprint};
@@ -347,6 +348,17 @@ impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
         Ok(param(params, BLOCK).is_some_and(|b| self.set_block(b).is_ok()))
+    }
+
+    /// This rank's cells (its halo planes too, on a split run), each population read and written once;
+    /// LBM is measured in cell updates, its flops are not counted.
+    fn cost(&self) -> Cost {
+        let cells = self.geometry.cells() as f64;
+        Cost {
+            points: cells,
+            flops: 0.0,
+            bytes: cells * Self::traffic_per_cell() as f64,
+        }
     }
 
     fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use lattice_gpu_host::decomp::{Decomposition, Side};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
+use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
@@ -737,6 +738,17 @@ impl<T: WilsonReal> WilsonGpu<T> {
         }?)
     }
 
+    /// One hopping term on one parity as a [`Cost`]: its sites, [`hopping_flops`](Self::hopping_flops)
+    /// and its least DRAM traffic ([`hopping_min_bytes`](Self::hopping_min_bytes)), whose rate against
+    /// the copy bandwidth is the roofline fraction.
+    pub fn hopping_cost(&self, with_x: bool) -> Cost {
+        Cost {
+            points: self.lat.half_volume() as f64,
+            flops: self.hopping_flops() as f64,
+            bytes: self.hopping_min_bytes(with_x) as f64,
+        }
+    }
+
     /// Floating-point operations of one hopping term on one parity.
     pub fn hopping_flops(&self) -> u64 {
         FLOPS_PER_SITE * self.lat.half_volume() as u64
@@ -916,6 +928,10 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
             }
             _ => Ok(false),
         }
+    }
+
+    fn cost(&self) -> Cost {
+        self.w.hopping_cost(false)
     }
 
     fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {

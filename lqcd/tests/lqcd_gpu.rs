@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::tunecache::{TuneCache, TuneEntry, TuneKey};
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveStatus,
 };
@@ -128,6 +128,98 @@ fn the_tuned_hopping_block_changes_no_bit() {
     );
     let again = w.tune_block(&mut cache, false).unwrap().unwrap();
     assert!(again.cached && again.calls == 0, "{again:?}");
+}
+
+/// The solver's vector kernels at every launch the tuner may choose (set through the tune cache, as a
+/// tuned run takes it): each solve converges to the CPU reference's solution in the iterations of the
+/// untuned launch (within 1), with the host finishing the reductions (sync) and the device (async).
+/// Then tuned for real: one of those launches, and taken from the cache the second time.
+#[test]
+fn every_tuned_vector_launch_solves_to_the_reference() {
+    let Some(gpu) = gpu("every_tuned_vector_launch_solves_to_the_reference") else {
+        return;
+    };
+    // 2^13 even sites: the largest candidate grids (8 blocks of 1024 a multiprocessor) are cut to what
+    // the vectors need, so several candidates share a grid.
+    let dims = [8, 8, 8, 32];
+    let (kappa, tol) = (0.12, 1e-5);
+    let lat = Lattice::new(dims, true).unwrap();
+    let u = GaugeField::random(dims, 51);
+    let b = SpinorField::random(dims, 52);
+    let (x_ref, _, _) = reference::solve_eo(&lat, &u, kappa, &b, 1e-12, 1000).unwrap();
+    let solver = |cache: Option<&mut TuneCache>| {
+        let w = WilsonGpu::<f32>::new(&gpu, &lat, &u, kappa, Recon::R12).unwrap();
+        let mut s = BiCgStab::new(&gpu, EvenOdd(w)).unwrap();
+        if let Some(cache) = cache {
+            let t = s.tune_vectors(cache, false).unwrap().unwrap();
+            assert!(t.cached && t.calls == 0, "{t:?}");
+        }
+        s
+    };
+    let solve = |s: &mut BiCgStab<f32, EvenOdd<f32>>, variant| {
+        let opt = SolveOptions {
+            tol,
+            max_iter: 500,
+            variant,
+            check_every: 4,
+            fused: Fusion::Off,
+        };
+        let (x, report, _) = solve_with(s, &b, &opt, &mut |_, _| Ok(())).unwrap();
+        assert_eq!(report.status, SolveStatus::Converged, "{variant}");
+        let d = max_rel_diff(&x.data, &x_ref.data);
+        assert!(
+            d <= 1e-4,
+            "{variant} at {:?}: solution off by {d:e}",
+            s.vector_launch()
+        );
+        report.iterations as i64
+    };
+    let variants = [OverheadHiding::Sync, OverheadHiding::Async];
+    let untuned: Vec<i64> = variants.map(|v| solve(&mut solver(None), v)).to_vec();
+    let key = |ptx_hash| TuneKey {
+        kernel: "bicgstab_vectors".into(),
+        size: parity_len(&lat).to_string(),
+        precision: "f32".into(),
+        device: gpu.name().into(),
+        ptx_hash,
+    };
+    let hash = gpu.module_hash(lattice_gpu_kernels::MODULE).unwrap();
+    let mut launches = Vec::new();
+    for block in [128, 256, 512, 1024] {
+        for waves in [1, 2, 4, 8] {
+            let mut cache = TuneCache::in_memory();
+            let params = vec![("block".to_string(), block), ("waves".to_string(), waves)];
+            let entry = TuneEntry {
+                params,
+                time_ms: 1.0,
+            };
+            cache.insert(key(hash), entry).unwrap();
+            let mut s = solver(Some(&mut cache));
+            assert_eq!(s.vector_launch().0, block);
+            launches.push(s.vector_launch());
+            for (v, it) in variants.iter().zip(&untuned) {
+                let got = solve(&mut s, *v);
+                assert!(
+                    (got - it).abs() <= 1,
+                    "{v} at {:?}: {got} iterations, untuned {it}",
+                    s.vector_launch()
+                );
+            }
+        }
+    }
+    // Tuned for real, then from the cache.
+    let mut cache = TuneCache::in_memory();
+    let mut s = solver(None);
+    let t = s.tune_vectors(&mut cache, false).unwrap().unwrap();
+    assert!(!t.cached && t.calls > 0 && t.cost.bytes > 0.0, "{t:?}");
+    assert!(
+        launches.contains(&s.vector_launch()),
+        "{:?}",
+        s.vector_launch()
+    );
+    solve(&mut s, OverheadHiding::Async);
+    let again = solver(Some(&mut cache)).vector_launch();
+    assert_eq!(again, s.vector_launch());
 }
 
 fn solver_case<T: WilsonReal>(gpu: &Arc<Gpu>, tol: f64, solution_tol: f64) {

@@ -5,8 +5,8 @@
 //! step: the steps run back to back among the rest of the work, as they will once tuned. (Timed one at a
 //! time on an idle GPU, the f32 red-black sweep's best shapes came within 1% of each other, and the pick
 //! changed from run to run, up to 11% slower in the stream.) Once every candidate has been timed `reps`
-//! times (round robin, so clock drift spreads evenly), the fastest median wins, is used from then on and
-//! is stored in the tune cache, keyed by kernel (with the kernel variants tuned over), range, precision,
+//! times (round robin, so clock drift spreads evenly), the one tuner's [`Search`] picks the fastest (by
+//! its median), which is used from then on and is stored in the tune cache, keyed by kernel (with the kernel variants tuned over), range, precision,
 //! device and PTX hash, so the next run of the program starts tuned.
 //!
 //! The kernel [`Variant`] is a tuning parameter like the block shape (`variant`, its `u32` value): by
@@ -19,7 +19,8 @@ use lattice_gpu_kernels::stencil::{
 };
 
 use super::device::{launch, DotScratch, KernelInfo, LaunchShape, SumTarget};
-use super::tunecache::{TuneCache, TuneEntry, TuneKey};
+use super::tunecache::{TuneCache, TuneKey};
+use super::tuner::Search;
 use super::LoopEngine;
 use crate::error::Result;
 use crate::field::{DeviceField, Element, Shape};
@@ -161,7 +162,7 @@ impl std::fmt::Display for TuningReport {
 }
 
 struct Tuning {
-    key: TuneKey,
+    search: Search,
     candidates: Vec<LaunchShape>,
     /// Each step's candidate and its timing, read once every step has run.
     steps: Vec<(usize, Timed)>,
@@ -371,7 +372,7 @@ impl DeviceAutoTuningLoopEngine {
             self.gpu.module_hash(kernel.module)?,
         );
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let cached = if self.retune { None } else { cache.get(&key) };
+        let cached = Search::cached(&mut cache, &key, self.retune);
         Self::warn_cache(&mut cache);
         let max = self.gpu.max_threads_per_block();
         if let Some(shape) = cached
@@ -409,8 +410,9 @@ impl DeviceAutoTuningLoopEngine {
             }));
         }
         let needed = candidates.len() * self.reps;
+        let params = candidates.iter().map(|s| s.to_params()).collect();
         Ok(State::Tuning(Tuning {
-            key,
+            search: Search::new(key, params),
             needed,
             candidates,
             steps: Vec::with_capacity(needed),
@@ -441,40 +443,18 @@ impl DeviceAutoTuningLoopEngine {
             .timed(|| launch(&self.gpu, kernel, f, r, t.candidates[c], sum))?;
         t.steps.push((c, timed));
         if t.steps.len() == t.needed {
-            let mut times = vec![Vec::with_capacity(self.reps); t.candidates.len()];
             let mut total_ms = 0.0;
             for (c, timed) in &t.steps {
                 let ms = timed.ms()?;
-                times[*c].push(ms);
+                t.search.record(*c, ms);
                 total_ms += ms;
             }
-            let (best, best_ms) = t
-                .candidates
-                .iter()
-                .zip(&mut times)
-                .map(|(s, v)| {
-                    v.sort_by(f64::total_cmp);
-                    (*s, v[v.len() / 2])
-                })
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .expect("at least one candidate");
-            let entry_ = TuneEntry {
-                params: best.to_params(),
-                time_ms: best_ms,
-            };
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            // Refusals name the file themselves, and the cache forgets it after one.
-            let path = cache.path().map(|p| p.display().to_string());
-            if let Err(e) = cache.insert(t.key.clone(), entry_) {
-                match path {
-                    Some(path) if !e.to_string().contains(&path) => {
-                        eprintln!("lattice-gpu: warning: could not save the tune cache {path}: {e}")
-                    }
-                    _ => eprintln!("lattice-gpu: warning: tune cache: {e}"),
-                }
-            }
+            // Every candidate was timed (`needed` is `reps` steps of each), so there is a fastest.
+            let (best, best_ms) = t.search.finish(&mut cache).unwrap_or((0, f64::NAN));
+            Self::warn_cache(&mut cache);
             info.state = State::Tuned(TuningReport {
-                best,
+                best: t.candidates[best],
                 best_ms,
                 candidates: t.candidates.len(),
                 steps: t.needed,

@@ -6,12 +6,13 @@
 //! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] (block shape,
 //!   march and kernel [`Variant`]) on the real work and keeping the fastest, persisted in the
 //!   [`tunecache`].
-//! - [`tuner`]: the same tuning and cache for work that is not a point loop (a whole LBM step), through
-//!   its [`Tunable`] trait.
+//! - [`tuner`]: the one tuner ([`Search`]) and its [`Tunable`] trait for work that is not a point loop
+//!   (a whole LBM step, a hopping term); [`cost`] its rates.
 //!
 //! [`emulate3d`] runs a GPU launch's per-thread code on the CPU, for tests without a GPU.
 
 pub mod autotune;
+pub mod cost;
 pub mod device;
 pub mod emulate;
 pub mod host;
@@ -22,11 +23,12 @@ pub use autotune::{
     tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace,
     TuningReport,
 };
+pub use cost::{Cost, Rate};
 pub use device::{DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SHARED_BYTES};
 pub use emulate::emulate3d;
 pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
-pub use tuner::{tune, Trials, Tunable, Tuned};
+pub use tuner::{tune, Params, Search, Trials, Tunable, Tuned};
 
 use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,

@@ -289,6 +289,23 @@ impl TuneCache {
         self.entries.is_empty()
     }
 
+    /// [`insert`](Self::insert), with a failure to save kept among the [`warnings`](Self::take_warnings)
+    /// (the entry stays in memory either way): what a tuner does, whose result counts for this run
+    /// whether or not the file takes it.
+    pub fn store(&mut self, key: TuneKey, entry: TuneEntry) {
+        // Refusals name the file themselves, and the cache forgets it after one.
+        let path = self.path.as_ref().map(|p| p.display().to_string());
+        if let Err(e) = self.insert(key, entry) {
+            let message = match path {
+                Some(path) if !e.to_string().contains(&path) => {
+                    format!("could not save the tune cache {path}: {e}")
+                }
+                _ => format!("tune cache: {e}"),
+            };
+            self.warn(message);
+        }
+    }
+
     /// Warnings collected since the last call (corrupt lines with the file
     /// path and line number, stale entries, unreadable or foreign file),
     /// drained.

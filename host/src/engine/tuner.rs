@@ -1,11 +1,19 @@
-//! One tuner for work that is not a point loop: QUDA's `Tunable`. The work names its tune key and its
-//! candidate launch parameters, says how it launches with each and how long a few calls of it take;
-//! [`tune`] times every candidate on the real work, keeps the fastest and stores it in the tune cache,
-//! which later runs read instead of tuning. Point loops tune through
-//! [`DeviceAutoTuningLoopEngine`](super::DeviceAutoTuningLoopEngine), which stores into the same cache.
+//! One tuner for every launch: QUDA's `Tunable`. Work names its tune key, its candidate launch
+//! parameters and its cost, and says how it launches with each. A [`Search`] picks the fastest
+//! candidate and stores it in the one tune cache, which later runs read instead of tuning. It is fed two
+//! ways:
+//! - [`tune`] times calls of the work itself (a whole LBM step, a hopping term, a solver's vector
+//!   kernels): work that may be run again for a timing;
+//! - the point-loop engine ([`DeviceAutoTuningLoopEngine`](super::DeviceAutoTuningLoopEngine)) times
+//!   the real steps of a simulation as they run, one candidate a step in turn, for work that must not
+//!   run twice (an over-relaxed sweep in place).
 
+use super::cost::Cost;
 use super::tunecache::{TuneCache, TuneEntry, TuneKey};
 use crate::Result;
+
+/// Named launch parameters, as the tune cache holds them: `[("block", 256)]`.
+pub type Params = Vec<(String, u32)>;
 
 /// Work whose launch parameters can be tuned. Its results must not depend on them: the tuner runs the
 /// real work (e.g. a simulation's first steps) with each candidate.
@@ -16,7 +24,7 @@ pub trait Tunable {
 
     /// The candidates in the order tried, each as named values (e.g. `[("block", 256)]`; names
     /// `[A-Za-z0-9_]+`).
-    fn candidates(&self) -> Vec<Vec<(String, u32)>>;
+    fn candidates(&self) -> Vec<Params>;
 
     /// Launches with `params` from now on; `Ok(false)` where this GPU cannot run them (the candidate
     /// is passed over, and the parameters before stay).
@@ -24,6 +32,9 @@ pub trait Tunable {
 
     /// Runs `calls` calls of the work and returns their milliseconds (measured on the GPU's stream).
     fn time_ms(&mut self, calls: u64) -> Result<f64>;
+
+    /// One call's floating-point operations and device-memory bytes, for its rates.
+    fn cost(&self) -> Cost;
 
     /// Whether `here` holds on every rank of work split over several (each decision of the tuner is
     /// taken by all of them together, so that they run the same calls); one rank: `here`.
@@ -33,7 +44,7 @@ pub trait Tunable {
 }
 
 /// How [`tune`] runs each candidate: `rounds` passes over all of them, each candidate in each pass
-/// `settle` untimed calls, then `timed` calls timed together; a candidate's time is its fastest pass.
+/// `settle` untimed calls, then `timed` calls timed together.
 /// Passes, not one longer timing each: a GPU that is still raising its clocks (or warming a cache)
 /// slows whichever candidate runs first, and only a second pass over all of them undoes that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,13 +68,15 @@ impl Trials {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tuned {
     /// The parameters now in use.
-    pub params: Vec<(String, u32)>,
+    pub params: Params,
     /// Their milliseconds per call, as timed when they were tuned.
     pub ms_per_call: f64,
     /// Calls of the work the tuning ran now (0 where the cache had the result).
     pub calls: u64,
     /// Whether the result came from the tune cache.
     pub cached: bool,
+    /// One call's work, as the work states it.
+    pub cost: Cost,
 }
 
 /// The name of the parameter [`blocks`] tries.
@@ -71,7 +84,7 @@ pub const BLOCK: &str = "block";
 
 /// The candidates of work tuned over its threads per block alone: one per size of `sizes`, named
 /// [`BLOCK`].
-pub fn blocks(sizes: &[u32]) -> Vec<Vec<(String, u32)>> {
+pub fn blocks(sizes: &[u32]) -> Vec<Params> {
     sizes
         .iter()
         .map(|&b| vec![(BLOCK.to_string(), b)])
@@ -81,6 +94,76 @@ pub fn blocks(sizes: &[u32]) -> Vec<Vec<(String, u32)>> {
 /// The value named `name` in `params`, if there is one.
 pub fn param(params: &[(String, u32)], name: &str) -> Option<u32> {
     params.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+}
+
+/// One tuning under way, however its calls are timed: the candidates and each one's timings so far.
+/// Both ways of tuning ([`tune`] and the point-loop engine) look up, pick and store through it, so the
+/// rule and the cache are one.
+#[derive(Clone, Debug)]
+pub struct Search {
+    key: TuneKey,
+    candidates: Vec<Params>,
+    times: Vec<Vec<f64>>,
+}
+
+impl Search {
+    /// The cache's entry for `key`, unless `retune` (which tunes again, replacing it).
+    pub fn cached(cache: &mut TuneCache, key: &TuneKey, retune: bool) -> Option<TuneEntry> {
+        match retune {
+            true => None,
+            false => cache.get(key),
+        }
+    }
+
+    /// A search over `candidates` for the entry `key`.
+    pub fn new(key: TuneKey, candidates: Vec<Params>) -> Self {
+        let times = vec![Vec::new(); candidates.len()];
+        Self {
+            key,
+            candidates,
+            times,
+        }
+    }
+
+    /// The candidates, in the order given.
+    pub fn candidates(&self) -> &[Params] {
+        &self.candidates
+    }
+
+    /// Records a timing of candidate `i`: milliseconds per call.
+    pub fn record(&mut self, i: usize, ms: f64) {
+        self.times[i].push(ms);
+    }
+
+    /// The fastest candidate timed and its milliseconds per call. A candidate's time is the lower
+    /// median of its timings: the median of an odd count (one slow step in a stream does not count),
+    /// the faster of two passes (the slower one ran while the GPU warmed up). The first of equal times
+    /// wins, so that the candidates' order decides ties.
+    pub fn fastest(&self) -> Option<(usize, f64)> {
+        self.times
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.is_empty())
+            .map(|(i, t)| {
+                let mut t = t.clone();
+                t.sort_by(f64::total_cmp);
+                (i, t[(t.len() - 1) / 2])
+            })
+            .reduce(|a, b| if b.1 < a.1 { b } else { a })
+    }
+
+    /// Ends the search: the fastest candidate's index and time ([`fastest`](Self::fastest)), stored in
+    /// `cache` (a file that cannot take it is one of the cache's warnings; the result counts for this
+    /// run either way). `None` where no candidate was timed.
+    pub fn finish(&self, cache: &mut TuneCache) -> Option<(usize, f64)> {
+        let (i, ms) = self.fastest()?;
+        let entry = TuneEntry {
+            params: self.candidates[i].clone(),
+            time_ms: ms,
+        };
+        cache.store(self.key.clone(), entry);
+        Some((i, ms))
+    }
 }
 
 /// Sets the fastest of `work`'s candidates: the tune cache's (under `device` and `ptx_hash`) where it
@@ -104,10 +187,8 @@ pub fn tune<T: Tunable + ?Sized>(
         device: device.to_string(),
         ptx_hash,
     };
-    let cached = match retune {
-        true => None,
-        false => cache.get(&key),
-    };
+    let cost = work.cost();
+    let cached = Search::cached(cache, &key, retune);
     // A rank whose cached parameters it cannot run (another GPU wrote them) tunes with the others.
     let usable = match &cached {
         Some(entry) => work.set_params(&entry.params)?,
@@ -121,47 +202,37 @@ pub fn tune<T: Tunable + ?Sized>(
             ms_per_call: entry.time_ms,
             calls: 0,
             cached: true,
+            cost,
         }));
     }
     if !may_time {
         return Ok(None);
     }
-    let candidates = work.candidates();
-    let mut fastest: Vec<Option<f64>> = vec![None; candidates.len()];
+    let mut search = Search::new(key, work.candidates());
     let mut calls = 0;
     for _ in 0..trials.rounds.max(1) {
-        for (candidate, fastest) in candidates.iter().zip(&mut fastest) {
-            let here = work.set_params(candidate)?;
+        for i in 0..search.candidates().len() {
+            let here = work.set_params(&search.candidates()[i])?;
             if !work.on_all_ranks(here)? {
                 continue;
             }
             work.time_ms(trials.settle)?;
             let ms = work.time_ms(trials.timed)? / trials.timed.max(1) as f64;
             calls += trials.settle + trials.timed;
-            *fastest = Some(fastest.map_or(ms, |f| f.min(ms)));
+            search.record(i, ms);
         }
     }
-    // The first of the fastest, so that equal times keep the candidates' order.
-    let best = candidates
-        .into_iter()
-        .zip(fastest)
-        .filter_map(|(c, t)| t.map(|t| (c, t)))
-        .reduce(|a, b| if b.1 < a.1 { b } else { a });
-    let Some((params, ms)) = best else {
+    let Some((i, ms)) = search.finish(cache) else {
         return Ok(None);
     };
+    let params = search.candidates()[i].clone();
     work.set_params(&params)?;
-    let entry = TuneEntry {
-        params: params.clone(),
-        time_ms: ms,
-    };
-    // Not saved: the cache keeps the entry in memory and says why in its warnings.
-    let _ = cache.insert(key, entry);
     Ok(Some(Tuned {
         params,
         ms_per_call: ms,
         calls,
         cached: false,
+        cost,
     }))
 }
 
@@ -197,6 +268,9 @@ mod tests {
             self.block = b;
             Ok(true)
         }
+        fn cost(&self) -> Cost {
+            Cost::UNKNOWN
+        }
         fn time_ms(&mut self, calls: u64) -> Result<f64> {
             self.calls += calls;
             Ok(calls as f64 * Self::cost(self.block))
@@ -224,6 +298,9 @@ mod tests {
         }
         fn set_params(&mut self, params: &[(String, u32)]) -> Result<bool> {
             self.fake.set_params(params)
+        }
+        fn cost(&self) -> Cost {
+            Cost::UNKNOWN
         }
         fn time_ms(&mut self, calls: u64) -> Result<f64> {
             let ms: f64 = (0..calls)
@@ -325,5 +402,52 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((t.cached, work.block, work.calls), (false, 128, 6));
+    }
+
+    fn key() -> TuneKey {
+        TuneKey {
+            kernel: "fake_step".into(),
+            size: "8x8x8".into(),
+            precision: "f32".into(),
+            device: "GPU".into(),
+            ptx_hash: 5,
+        }
+    }
+
+    #[test]
+    fn a_candidate_counts_its_lower_median_and_ties_keep_the_order() {
+        let mut s = Search::new(key(), blocks(&[64, 128, 256]));
+        for ms in [5.0, 1.0, 9.0] {
+            s.record(0, ms);
+        }
+        for ms in [8.0, 4.0] {
+            s.record(1, ms);
+        }
+        assert_eq!(s.fastest(), Some((1, 4.0)));
+        s.record(2, 4.0);
+        assert_eq!(s.fastest(), Some((1, 4.0)));
+        let mut cache = TuneCache::in_memory();
+        assert_eq!(s.finish(&mut cache), Some((1, 4.0)));
+        assert_eq!(cache.get(&key()).unwrap().time_ms, 4.0);
+        assert_eq!(Search::cached(&mut cache, &key(), true), None);
+        assert_eq!(Search::new(key(), blocks(&[64])).finish(&mut cache), None);
+    }
+
+    #[test]
+    fn a_result_the_file_cannot_take_is_kept_and_said() {
+        let dir = std::env::temp_dir().join(format!("tuner-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tunecache.tsv");
+        std::fs::write(&path, "not a cache\n").unwrap();
+        let mut cache = TuneCache::load(path.clone());
+        cache.take_warnings();
+        let mut s = Search::new(key(), blocks(&[64]));
+        s.record(0, 2.0);
+        assert!(s.finish(&mut cache).is_some());
+        assert_eq!(cache.get(&key()).unwrap().time_ms, 2.0);
+        let w = cache.take_warnings().join("\n");
+        assert!(w.contains("not a lattice-gpu tune cache"), "{w}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a cache\n");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -28,6 +28,9 @@ use lattice_gpu_kernels::complex::ComplexReal;
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 
 use crate::buffer::DeviceBuffer;
+use crate::engine::tunecache::TuneCache;
+use crate::engine::tuner::{param, tune, Params, Trials, Tunable, Tuned, BLOCK as BLOCK_PARAM};
+use crate::engine::Cost;
 use crate::error::{CudaContext, Error, Result};
 use crate::field::Element;
 use crate::gpu::Gpu;
@@ -216,7 +219,16 @@ pub struct SolveReport {
     pub fused: bool,
 }
 
+/// The vector kernels' launch until tuned ([`BiCgStab::tune_vectors`]): blocks of 256 threads, four a
+/// multiprocessor.
 const BLOCK: u32 = 256;
+const WAVES: u32 = 4;
+/// The tuner's candidates: threads per block, and blocks per multiprocessor (the grid strides over the
+/// vectors; each block adds one partial sum for the last one to add up).
+const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
+const TUNE_WAVES: [u32; 4] = [1, 2, 4, 8];
+/// The tuner's name of the blocks per multiprocessor.
+const WAVES_PARAM: &str = "waves";
 const STATE_WORDS: usize = std::mem::size_of::<BiCgState>().div_ceil(8);
 const SLOTS: usize = 2;
 /// Iterations (about ten launches each) that may wait behind one wait kernel: far below the driver's
@@ -296,6 +308,8 @@ pub struct BiCgStab<T, O> {
     /// The flag's value after every release queued so far. It only grows (wrapping; the waits compare
     /// cyclically): clearing it on the stream instead would race with a release already on its way.
     released: u32,
+    /// The vector kernels' threads per block and blocks.
+    block: u32,
     blocks: u32,
     pinned: Vec<Pinned>,
     events: Vec<CudaEvent>,
@@ -315,9 +329,6 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             "the BiCGStab work vectors",
         )?;
         let vec = || DeviceBuffer::<T>::zeros(gpu, reals);
-        // Enough blocks to fill the GPU, but no more than the vectors need: every extra block is one more
-        // partial sum for the last block to add up.
-        let blocks = (4 * gpu.sm_count()).min(Gpu::blocks_for(op.len(), BLOCK));
         let ctx = gpu.context();
         let events = (0..SLOTS)
             .map(|_| {
@@ -334,12 +345,13 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             s: vec()?,
             t: vec()?,
             state: DeviceBuffer::zeros(gpu, STATE_WORDS)?,
-            partials: DeviceBuffer::zeros(gpu, 4 * blocks as usize)?,
+            partials: DeviceBuffer::zeros(gpu, 4 * Self::most_blocks(gpu) as usize)?,
             sums: DeviceBuffer::zeros(gpu, 4)?,
             done: DeviceBuffer::zeros(gpu, 1)?,
             flag: Flag::new()?,
             released: 0,
-            blocks,
+            block: BLOCK,
+            blocks: grid(gpu, op.len(), BLOCK, WAVES),
             pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
             events,
             graphs: None,
@@ -349,6 +361,36 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             gpu: gpu.clone(),
             op,
         })
+    }
+
+    /// The most blocks a vector kernel is launched with ([`TUNE_WAVES`]' largest).
+    fn most_blocks(gpu: &Gpu) -> u32 {
+        TUNE_WAVES.iter().max().unwrap_or(&WAVES) * gpu.sm_count()
+    }
+
+    /// The vector kernels' (threads per block, blocks).
+    pub fn vector_launch(&self) -> (u32, u32) {
+        (self.block, self.blocks)
+    }
+
+    /// Sets the vector kernels' threads per block and blocks: the tune cache's for this vector length
+    /// and precision on this GPU, else the fastest of timing one iteration's vector kernels (about 2 ms
+    /// of calls a candidate) with each, stored in `cache`. It runs them on the solver's work vectors:
+    /// call it before a solve (which sets them up again), not between.
+    pub fn tune_vectors(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
+        let gpu = self.gpu.clone();
+        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
+        // A running state, so that the kernels are not skipped; a solve writes its own.
+        self.write_state(&BiCgState::new(0.5, 1))?;
+        let mut launch = VectorLaunch(self);
+        launch.time_ms(1)?;
+        let once = launch.time_ms(1)?.max(1e-3);
+        let trials = Trials {
+            rounds: 2,
+            settle: 2,
+            timed: ((2.0 / once) as u64).clamp(5, 1000),
+        };
+        tune(&mut launch, cache, build, retune, true, trials)
     }
 
     /// The operator.
@@ -826,10 +868,15 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             Op::P => "bicg_p",
             Op::DiffNorm => "bicg_diffnorm",
         };
-        // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex elements.
+        // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex elements; the
+        // partial sums have room for `most_blocks`, at least `self.blocks`.
         unsafe {
-            self.gpu
-                .launch(&format!("{name}_{}", T::NAME), &args, self.blocks, BLOCK)
+            self.gpu.launch(
+                &format!("{name}_{}", T::NAME),
+                &args,
+                self.blocks,
+                self.block,
+            )
         }
     }
 
@@ -889,6 +936,97 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             parts[2 * n..3 * n].iter().sum(),
             parts[3 * n..4 * n].iter().sum(),
         ))
+    }
+}
+
+/// Blocks of `block` threads for vectors of `len` elements: `waves` a multiprocessor, to fill the GPU,
+/// but no more than the vectors need.
+fn grid(gpu: &Gpu, len: usize, block: u32, waves: u32) -> u32 {
+    (waves * gpu.sm_count())
+        .min(Gpu::blocks_for(len, block))
+        .max(1)
+}
+
+/// One iteration's vector kernels (two dot products, `s`, `x` and `r` with their sums, `p`) on a
+/// solver's work vectors, tuned over their threads per block and blocks per multiprocessor: the vector
+/// length and precision key the cache. Timed with the host finishing each reduction, so that no state
+/// changes (the device-side finish is one block's work at the end).
+struct VectorLaunch<'a, T, O>(&'a mut BiCgStab<T, O>);
+
+impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
+    for VectorLaunch<'_, T, O>
+{
+    fn tune_key(&self) -> (String, String, String) {
+        (
+            "bicgstab_vectors".into(),
+            self.0.op.len().to_string(),
+            T::NAME.into(),
+        )
+    }
+
+    fn candidates(&self) -> Vec<Params> {
+        let (gpu, len) = (&self.0.gpu, self.0.op.len());
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for block in TUNE_BLOCKS {
+            for waves in TUNE_WAVES {
+                // Small vectors give several candidates the same grid: timed once.
+                let launch = (block, grid(gpu, len, block, waves));
+                if !seen.contains(&launch) {
+                    seen.push(launch);
+                    out.push(vec![
+                        (BLOCK_PARAM.into(), block),
+                        (WAVES_PARAM.into(), waves),
+                    ]);
+                }
+            }
+        }
+        out
+    }
+
+    fn set_params(&mut self, params: &[(String, u32)]) -> Result<bool> {
+        let (Some(block), Some(waves)) = (param(params, BLOCK_PARAM), param(params, WAVES_PARAM))
+        else {
+            return Ok(false);
+        };
+        let s = &mut *self.0;
+        let max = s.gpu.max_threads_per_block();
+        if !block.is_multiple_of(32) || block > max.min(1024) || !TUNE_WAVES.contains(&waves) {
+            return Ok(false);
+        }
+        s.block = block;
+        s.blocks = grid(&s.gpu, s.op.len(), block, waves);
+        // Captured with the launch before.
+        s.graphs = None;
+        Ok(true)
+    }
+
+    fn time_ms(&mut self, calls: u64) -> Result<f64> {
+        let s = &*self.0;
+        let gpu = s.gpu.clone();
+        gpu.time_ms(|| {
+            for _ in 0..calls {
+                s.blas(Op::Dot, &[&s.v, &s.r0], HOST_FINISHES)?;
+                s.blas(Op::S, &[&s.s, &s.r, &s.v], HOST_FINISHES)?;
+                s.blas(Op::Dot, &[&s.t, &s.s], HOST_FINISHES)?;
+                let xr = [&s.x, &s.p, &s.s, &s.t, &s.r, &s.r0];
+                s.blas(Op::Xr, &xr, HOST_FINISHES)?;
+                s.blas(Op::P, &[&s.p, &s.r, &s.v], HOST_FINISHES)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Per element: 18 vectors moved (the dot products read 2 each, `s` 3, `x` and `r` 7, `p` 4) and
+    /// 81 flops (12 a dot product: a complex product and two norms; `s` 8; `x`, `r` and their sums 33;
+    /// `p` 16; the sums' additions not counted).
+    fn cost(&self) -> Cost {
+        let n = self.0.op.len() as f64;
+        Cost {
+            points: n,
+            flops: 81.0 * n,
+            bytes: 18.0 * 2.0 * std::mem::size_of::<T>() as f64 * n,
+        }
     }
 }
 

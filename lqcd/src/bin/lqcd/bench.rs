@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::engine::Rate;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
@@ -75,23 +76,27 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
                 let row = match prec {
-                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon, a.tuning)?,
-                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon, a.tuning)?,
+                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon, a.tuning, copy)?,
+                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon, a.tuning, copy)?,
                 };
-                let (ms, gflops, quda_gbs, gbs, block) = row;
+                let (ms, rate, quda_gbs, block) = row;
                 let name = dims_name(dims);
                 println!(
-                    "{name:12} {:4} {:>5} {:8.1} {gflops:8.0} {quda_gbs:10.0} {gbs:10.0} {:7.1}% {block:6}",
+                    "{name:12} {:4} {:>5} {:8.1} {:8.0} {quda_gbs:10.0} {:10.0} {:7.1}% {block:6}",
                     prec_name(prec),
                     recon.name(),
                     ms * 1e3,
-                    100.0 * gbs / copy
+                    rate.gflops,
+                    rate.gbs,
+                    100.0 * rate.of_copy
                 );
                 csv.push_str(&format!(
-                    "dslash,{name},{},r{},{ms},{gflops},{gbs},{},\n",
+                    "dslash,{name},{},r{},{ms},{},{},{},\n",
                     prec_name(prec),
                     recon.name(),
-                    gbs / copy
+                    rate.gflops,
+                    rate.gbs,
+                    rate.of_copy
                 ));
             }
         }
@@ -132,6 +137,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         let mut w = WilsonGpu::<f32>::new(&g, &lat, &u, 0.12, Recon::R12)?;
         a.tuning.apply(&mut w, false)?;
         let mut solver = BiCgStab::new(&g, EvenOdd(w))?;
+        a.tuning.apply_vectors(&mut solver, false)?;
         let b_e = solver.operator().0.upload_parity(&b, 0)?;
         let mut x_e = solver.operator().0.parity_buffer()?;
         let mut sync_us = 0.0;
@@ -233,8 +239,8 @@ fn larger(a: Footprint, b: Footprint) -> Footprint {
     }
 }
 
-/// (ms per call, GFLOPS, GB/s in QUDA's model, least-traffic DRAM GB/s, threads per block) of one
-/// hopping term on one parity with the tuned block, event-timed over a batch.
+/// (ms per call, its rates against `copy` GB/s, GB/s in QUDA's model, threads per block) of one hopping
+/// term on one parity with the tuned block, event-timed over a batch.
 fn bench_dslash<T: WilsonReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
@@ -242,7 +248,8 @@ fn bench_dslash<T: WilsonReal>(
     psi: &SpinorField,
     recon: Recon,
     tuning: TuningArgs,
-) -> Result<(f64, f64, f64, f64, u32)> {
+    copy: f64,
+) -> Result<(f64, Rate, f64, u32)> {
     let mut w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
     tuning.apply(&mut w, false)?;
     let inp = w.upload_parity(psi, 1)?;
@@ -263,12 +270,11 @@ fn bench_dslash<T: WilsonReal>(
         .collect::<std::result::Result<Vec<_>, _>>()?;
     times.sort_by(f64::total_cmp);
     let ms = times[2] / reps as f64;
-    let per_s = |x: u64| x as f64 / (ms * 1e-3) / 1e9;
+    let quda_gbs = w.hopping_bytes() as f64 / (ms * 1e6);
     Ok((
         ms,
-        per_s(w.hopping_flops()),
-        per_s(w.hopping_bytes()),
-        per_s(w.hopping_min_bytes(false)),
+        w.hopping_cost(false).rate(ms, copy),
+        quda_gbs,
         w.hopping_block(),
     ))
 }

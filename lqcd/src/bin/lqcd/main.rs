@@ -12,10 +12,11 @@ use lattice_gpu_cli::Placement;
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::Tuned;
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::solvers::bicgstab::{
-    BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
+    BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
 };
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_SPLIT, Y_SPLIT, Z_SPLIT};
@@ -140,30 +141,65 @@ struct TuningArgs {
 }
 
 impl TuningArgs {
+    /// The tune cache these options name.
+    fn cache(self) -> TuneCache {
+        match self.no_tune_cache {
+            false => TuneCache::per_user(),
+            true => TuneCache::in_memory(),
+        }
+    }
+
     /// Sets the hopping kernel's block of `w` (the tune cache's, or timed and stored); says which
     /// where `say`.
     fn apply<T: WilsonReal>(self, w: &mut WilsonGpu<T>, say: bool) -> Result<()> {
-        let mut cache = match self.no_tune_cache {
-            false => TuneCache::per_user(),
-            true => TuneCache::in_memory(),
-        };
+        let mut cache = self.cache();
         let tuned = w.tune_block(&mut cache, self.retune)?;
         if let (Some(t), true) = (tuned, say) {
             println!(
                 "hopping kernel: blocks of {} threads ({:.1} us per call; {})",
                 w.hopping_block(),
                 t.ms_per_call * 1e3,
-                if t.cached {
-                    "from the tune cache"
-                } else {
-                    "tuned"
-                }
+                tuned_from(&t)
             );
         }
-        for warning in cache.take_warnings() {
-            eprintln!("warning: {warning}");
-        }
+        warn_of(&mut cache);
         Ok(())
+    }
+
+    /// Sets the launch of `solver`'s vector kernels (the tune cache's, or timed and stored); says which
+    /// where `say`.
+    fn apply_vectors<T: WilsonReal, O: DeviceOperator<T>>(
+        self,
+        solver: &mut BiCgStab<T, O>,
+        say: bool,
+    ) -> Result<()> {
+        let mut cache = self.cache();
+        let tuned = solver.tune_vectors(&mut cache, self.retune)?;
+        if let (Some(t), true) = (tuned, say) {
+            let (block, blocks) = solver.vector_launch();
+            println!(
+                "solver vector kernels: {blocks} blocks of {block} threads ({:.1} us per iteration; {})",
+                t.ms_per_call * 1e3,
+                tuned_from(&t)
+            );
+        }
+        warn_of(&mut cache);
+        Ok(())
+    }
+}
+
+/// Where a tuned launch came from, for the line that reports it.
+fn tuned_from(t: &Tuned) -> &'static str {
+    match t.cached {
+        true => "from the tune cache",
+        false => "tuned",
+    }
+}
+
+/// Prints the tune cache's warnings.
+fn warn_of(cache: &mut TuneCache) {
+    for warning in cache.take_warnings() {
+        eprintln!("warning: {warning}");
     }
 }
 
@@ -930,7 +966,9 @@ fn make<T: WilsonReal>(
 ) -> Result<BiCgStab<T, EvenOdd<T>>> {
     let mut w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
     a.tuning.apply(&mut w, true)?;
-    Ok(BiCgStab::new(g, EvenOdd(w))?)
+    let mut solver = BiCgStab::new(g, EvenOdd(w))?;
+    a.tuning.apply_vectors(&mut solver, true)?;
+    Ok(solver)
 }
 
 /// Turns a stopped-but-not-converged report into the error that says so.
@@ -1340,6 +1378,8 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     )?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     let lead = comm.rank() == 0;
+    // Each rank's vector kernels run on its own sites alone: each tunes them for its own GPU.
+    args.tuning.apply_vectors(&mut solver, lead)?;
     if let Some(n) = a.bench {
         if lead {
             println!("{split}, {}", ghosts(&a.split));
