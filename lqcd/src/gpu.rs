@@ -459,6 +459,8 @@ pub struct WilsonGpu<T> {
     split: Option<Split<T>>,
     /// Threads per block of the hopping kernel ([`tune_block`](Self::tune_block)).
     block: u32,
+    /// Threads per block of the face packing of a split lattice ([`tune_block`](Self::tune_block)).
+    pack_block: u32,
 }
 
 /// Threads per block of the hopping kernel until [`WilsonGpu::tune_block`] picks: 128, the launch of
@@ -468,6 +470,16 @@ pub const HOPPING_BLOCK: u32 = 128;
 /// The threads per block [`WilsonGpu::tune_block`] tries: whole warps, since each warp holds one tile
 /// of [`TILE`] sites.
 pub const HOPPING_BLOCKS: [u32; 5] = [64, 128, 256, 512, 1024];
+
+/// Threads per block of the face packing until [`WilsonGpu::tune_block`] picks.
+pub const PACK_BLOCK: u32 = 128;
+
+/// The threads per block [`WilsonGpu::tune_block`] tries for the face packing (one thread a site of a
+/// face).
+pub const PACK_BLOCKS: [u32; 4] = [64, 128, 256, 512];
+
+/// The tuner's name of the face packing's threads per block.
+const PACK: &str = "pack";
 
 /// A rank's part of a split operator.
 struct Split<T> {
@@ -563,6 +575,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
             fused_blocks: OnceLock::new(),
             split,
             block: HOPPING_BLOCK,
+            pack_block: PACK_BLOCK,
         })
     }
 
@@ -571,14 +584,17 @@ impl<T: WilsonReal> WilsonGpu<T> {
         self.block
     }
 
-    /// Sets the hopping kernel's threads per block: the tune cache's for this lattice, precision and
-    /// reconstruction on this GPU, else the fastest of [`HOPPING_BLOCKS`] timed on the whole-lattice
-    /// hopping term (about 2 ms of calls each), stored in `cache`. A split lattice keeps
-    /// [`HOPPING_BLOCK`] (`None`): its ranks would have to time their exchanges together.
+    /// Threads per block of the face packing (which runs on a lattice split across z or y).
+    pub fn pack_block(&self) -> u32 {
+        self.pack_block
+    }
+
+    /// Sets the hopping kernel's threads per block, and on a lattice split across z or y the face
+    /// packing's: the tune cache's for this lattice (a rank's block and its cuts), precision and
+    /// reconstruction on this GPU, else the fastest of [`HOPPING_BLOCKS`] (and [`PACK_BLOCKS`]) timed
+    /// on the hopping term (about 2 ms of calls each), stored in `cache`. On a split lattice each
+    /// call times the exchange with it: every rank calls this together, and they run the same calls.
     pub fn tune_block(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
-        if self.split.is_some() {
-            return Ok(None);
-        }
         let mut inp = self.parity_buffer()?;
         inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
         let out = self.parity_buffer()?;
@@ -590,14 +606,33 @@ impl<T: WilsonReal> WilsonGpu<T> {
             inp: &inp,
         };
         // Calls enough for about 2 ms a candidate and pass: one call is 5 us at 8^4, 1 ms at 48^3x96.
+        // The ranks of a split lattice take their mean, so that they run the same number.
         launch.time_ms(1)?;
-        let once = launch.time_ms(1)?.max(1e-3);
+        let once = launch.time_ms(1)?;
+        let once = launch.w.rank_mean(once)?.max(1e-3);
         let trials = Trials {
             rounds: 2,
             settle: 2,
             timed: ((2.0 / once) as u64).clamp(5, 1000),
         };
         Ok(tune(&mut launch, cache, build, retune, true, trials)?)
+    }
+
+    /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
+    fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
+        let Some(s) = &self.split else {
+            return Ok(x);
+        };
+        let buf = DeviceBuffer::from_host(&self.gpu, &[x])?;
+        s.ranks.sum_in_place(&buf)?;
+        Ok(buf.download()?[0] / s.ranks.size() as f64)
+    }
+
+    /// Whether this lattice packs faces before its exchange (it is split across z or y).
+    fn packs_faces(&self) -> bool {
+        self.split
+            .as_ref()
+            .is_some_and(|s| !s.sides.is_empty() && s.block.split() & (Z_SPLIT | Y_SPLIT) != 0)
     }
 
     /// This rank's block, on a split lattice.
@@ -697,7 +732,9 @@ impl<T: WilsonReal> WilsonGpu<T> {
         }
         .bind(buf.span_mut())
         .map_err(HostError::from)?;
-        Ok(self.gpu.launch_items(self.gpu.stream(), &p, 128)?)
+        Ok(self
+            .gpu
+            .launch_items(self.gpu.stream(), &p, self.pack_block)?)
     }
 
     /// Queues the hopping kernel: on the whole lattice (`split` none), or with the split kernel's
@@ -890,8 +927,9 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
     }
 }
 
-/// The whole-lattice hopping term `out = 0.5 H inp` on the even sites, tuned over its block size:
-/// the lattice, precision and reconstruction key the cache.
+/// The hopping term `out = 0.5 H inp` on the even sites (on a split lattice with its exchange), tuned
+/// over its threads per block (and the face packing's): the lattice (a rank's block and its cuts),
+/// precision and reconstruction key the cache.
 struct HoppingLaunch<'a, T: WilsonReal> {
     w: &'a mut WilsonGpu<T>,
     out: &'a DeviceBuffer<T>,
@@ -900,34 +938,63 @@ struct HoppingLaunch<'a, T: WilsonReal> {
 
 impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
     fn tune_key(&self) -> (String, String, String) {
-        let d = self.w.lat.dims;
+        let w = &*self.w;
+        let d = w.lat.dims;
+        let cut = match &w.split {
+            Some(s) => format!("/cut{}", s.block.split()),
+            None => String::new(),
+        };
         (
             format!(
                 "{}[r{}]",
-                dslash_entry::<T>(self.w.recon, false),
-                self.w.recon.name()
+                dslash_entry::<T>(w.recon, w.split.is_some()),
+                w.recon.name()
             ),
-            format!("{}x{}x{}x{}", d[0], d[1], d[2], d[3]),
+            format!("{}x{}x{}x{}{cut}", d[0], d[1], d[2], d[3]),
             T::NAME.to_string(),
         )
     }
 
     fn candidates(&self) -> Vec<Vec<(String, u32)>> {
-        blocks(&HOPPING_BLOCKS)
+        let hopping = blocks(&HOPPING_BLOCKS);
+        if !self.w.packs_faces() {
+            return hopping;
+        }
+        hopping
+            .iter()
+            .flat_map(|h| {
+                PACK_BLOCKS.map(|p| {
+                    let mut c = h.clone();
+                    c.push((PACK.to_string(), p));
+                    c
+                })
+            })
+            .collect()
     }
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
-        let max = self
-            .w
+        let w = &mut *self.w;
+        let max = w
             .gpu
-            .max_block_of(dslash_entry::<T>(self.w.recon, false))?;
+            .max_block_of(dslash_entry::<T>(w.recon, w.split.is_some()))?;
+        let whole_warps = |b: u32| b > 0 && b.is_multiple_of(32);
+        let pack = match (param(params, PACK), w.packs_faces()) {
+            (Some(p), true) if whole_warps(p) && PACK_BLOCKS.contains(&p) => p,
+            (None, false) => w.pack_block,
+            _ => return Ok(false),
+        };
         match param(params, BLOCK) {
-            Some(b) if b > 0 && b <= max && b.is_multiple_of(32) => {
-                self.w.block = b;
+            Some(b) if whole_warps(b) && b <= max => {
+                w.block = b;
+                w.pack_block = pack;
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    fn on_all_ranks(&self, here: bool) -> lattice_gpu_host::Result<bool> {
+        Ok(self.w.rank_mean(f64::from(u8::from(here)))? == 1.0)
     }
 
     fn cost(&self) -> Cost {

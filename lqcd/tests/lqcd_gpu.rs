@@ -9,6 +9,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::{TuneCache, TuneEntry, TuneKey};
+use lattice_gpu_host::engine::tuner::param;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveStatus,
 };
@@ -20,7 +21,8 @@ use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
     hopping_on_block, pack_faces_on_host, pack_parity, parity_len, solve_with, unpack_parity,
-    Block, EvenOdd, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
+    Block, EvenOdd, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS, PACK_BLOCK,
+    PACK_BLOCKS,
 };
 use lattice_gpu_lqcd::reference;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -517,6 +519,63 @@ fn split_over_one_rank_through_host_memory_solves_as_the_whole_lattice() {
             .to_string();
         assert!(e.contains("--halos nccl"), "{variant}: {e}");
     }
+}
+
+/// A split lattice's hopping kernel and face packing, tuned with the exchange they run beside (one
+/// rank cut along y, z and t: every ghost from its own far side, packed and exchanged): blocks among the
+/// candidates, the cache's the second time, and every bit of the hopping term as with the untuned one.
+#[test]
+fn a_split_lattice_tunes_its_hopping_and_packing_blocks_and_changes_no_bit() {
+    use lattice_gpu_host::comm::Solo;
+    let test = "a_split_lattice_tunes_its_hopping_and_packing_blocks_and_changes_no_bit";
+    let Some(gpu) = gpu(test) else { return };
+    let lat = Lattice::new([4, 4, 4, 8], true).unwrap();
+    let u = GaugeField::random(lat.dims, 61);
+    let psi = SpinorField::random(lat.dims, 62);
+    let split = || {
+        let ranks = Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<f64>>;
+        let block = Block::new(lat, [1; 4], 0)
+            .unwrap()
+            .cutting(&[1, 2, 3])
+            .unwrap();
+        WilsonGpu::<f64>::split(&gpu, block, &u, 0.12, Recon::R12, ranks, true).unwrap()
+    };
+    let hop = |w: &WilsonGpu<f64>| {
+        let inp = w.upload_parity(&psi, 1).unwrap();
+        let out = DeviceBuffer::from_host(&gpu, &vec![f64::NAN; 2 * w.storage_len()]).unwrap();
+        w.hopping(&out, 0, &inp, None, 0.3, None).unwrap();
+        out.download().unwrap()
+    };
+    let mut w = split();
+    assert_eq!(
+        (w.hopping_block(), w.pack_block()),
+        (HOPPING_BLOCK, PACK_BLOCK)
+    );
+    let fixed = hop(&w);
+    assert!(fixed.iter().any(|x| x.is_finite() && *x != 0.0));
+    let mut cache = TuneCache::in_memory();
+    let t = w.tune_block(&mut cache, false).unwrap().expect("tuned");
+    assert!(!t.cached && t.calls > 0, "{t:?}");
+    assert_eq!(param(&t.params, "pack"), Some(w.pack_block()), "{t:?}");
+    assert!(HOPPING_BLOCKS.contains(&w.hopping_block()) && PACK_BLOCKS.contains(&w.pack_block()));
+    let tuned = hop(&w);
+    let same = fixed
+        .iter()
+        .zip(&tuned)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(
+        same,
+        "blocks of {} threads, packing {}, changed the split hopping term",
+        w.hopping_block(),
+        w.pack_block()
+    );
+    let mut again = split();
+    let t = again.tune_block(&mut cache, false).unwrap().unwrap();
+    assert!(t.cached && t.calls == 0, "{t:?}");
+    assert_eq!(
+        (again.hopping_block(), again.pack_block()),
+        (w.hopping_block(), w.pack_block())
+    );
 }
 
 /// Host-staged halos and sums that leave the GPU busy for a while after each call (a copy of 1 GB

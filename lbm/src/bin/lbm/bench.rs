@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::Tunable;
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases;
@@ -64,7 +65,6 @@ fn bench_one<S: LbmStorage>(
         streaming,
         cases::taylor_green(dims, 0.02)?,
     )?;
-    let cells = (n * n * n) as f64;
     lbm.tune_block(&mut TuneCache::per_user(), false, true)?;
     // Even step counts keep the in-place lattice in the same phase.
     let timed = steps + steps % 2;
@@ -83,18 +83,16 @@ fn bench_one<S: LbmStorage>(
         streaming.name()
     );
     lbm.stop_on(lbm.verdict()?, &fix)?;
-    let mlups = cells / (ms * 1e-3) / 1e6;
-    let bytes = Lbm::<S>::traffic_per_cell();
-    let gbs = mlups * 1e6 * bytes as f64 / 1e9;
+    let rate = lbm.cost().rate(ms, copy);
     Ok(Row {
         size: n,
         storage: S::NAME,
         streaming: streaming.name(),
         block: lbm.block(),
-        mlups,
-        bytes,
-        gbs,
-        of_copy: gbs / copy,
+        mlups: 1e3 * rate.gpoints,
+        bytes: Lbm::<S>::traffic_per_cell(),
+        gbs: rate.gbs,
+        of_copy: rate.of_copy,
         mem_per_cell: Lbm::<S>::bytes_per_cell(streaming),
     })
 }

@@ -12,6 +12,7 @@ use lattice_gpu_cli::Placement;
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::tuner::param;
 use lattice_gpu_host::engine::Tuned;
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory::{self, Footprint};
@@ -131,11 +132,11 @@ struct SolverArgs {
 /// 128 threads).
 #[derive(Args, Clone, Copy)]
 struct TuningArgs {
-    /// On a GPU, time the hopping kernel's block sizes again even where the tune cache has this
-    /// lattice's (a lattice split over ranks keeps blocks of 128 threads).
+    /// On a GPU, time the hopping kernel's block sizes (and the face packing's, and the solver's vector
+    /// launches) again even where the tune cache has this lattice's.
     #[arg(long)]
     retune: bool,
-    /// On a GPU, keep the tuned block size in memory only (do not read or write the tune cache file).
+    /// On a GPU, keep the tuned launches in memory only (do not read or write the tune cache file).
     #[arg(long)]
     no_tune_cache: bool,
 }
@@ -155,8 +156,12 @@ impl TuningArgs {
         let mut cache = self.cache();
         let tuned = w.tune_block(&mut cache, self.retune)?;
         if let (Some(t), true) = (tuned, say) {
+            let pack = match param(&t.params, "pack") {
+                Some(p) => format!(", face packing {p}"),
+                None => String::new(),
+            };
             println!(
-                "hopping kernel: blocks of {} threads ({:.1} us per call; {})",
+                "hopping kernel: blocks of {} threads{pack} ({:.1} us per call; {})",
                 w.hopping_block(),
                 t.ms_per_call * 1e3,
                 tuned_from(&t)
@@ -1367,7 +1372,7 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
             cut.join(", ")
         }
     );
-    let w = WilsonGpu::<T>::split(
+    let mut w = WilsonGpu::<T>::split(
         g,
         block,
         u,
@@ -1376,8 +1381,10 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
         ranks,
         !a.split.no_overlap,
     )?;
-    let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     let lead = comm.rank() == 0;
+    // Collective: the ranks time their exchanges together.
+    args.tuning.apply(&mut w, lead)?;
+    let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     // Each rank's vector kernels run on its own sites alone: each tunes them for its own GPU.
     args.tuning.apply_vectors(&mut solver, lead)?;
     if let Some(n) = a.bench {
