@@ -5,7 +5,7 @@
 //! ([`formats`]: `.npy`, checkpoints, VTK, PNG, atomic writes, output directories), the applications'
 //! crates, each with its binary, benchmark and tests (the diffusion equation [`diffusion`], lattice QCD
 //! [`lqcd`], lattice Boltzmann [`lbm`], advection [`advection`] and the Poisson solver [`poisson`]), and
-//! their command-line kit ([`cli`]). The framework's PTX is embedded by the host crate
+//! their command-line kit (`cli`, the default feature of that name). The framework's PTX is embedded by the host crate
 //! ([`host::Module::framework`]); a crate with kernels of its own builds them with lattice-gpu-builder
 //! (README: "Use lattice-gpu in your own crate").
 
@@ -34,6 +34,8 @@
 //! ```
 
 pub use lattice_gpu_advection as advection;
+/// The applications' command-line kit (the `cli` feature, on by default).
+#[cfg(feature = "cli")]
 pub use lattice_gpu_cli as cli;
 pub use lattice_gpu_diffusion as diffusion;
 pub use lattice_gpu_formats as formats;

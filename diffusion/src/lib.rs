@@ -518,6 +518,9 @@ pub enum Every {
     Seconds(f64),
 }
 
+/// The program's `--checkpoint-every` as the run takes it (here, not in the program: neither type is the
+/// program's own).
+#[cfg(feature = "cli")]
 impl From<lattice_gpu_cli::Every> for Every {
     fn from(e: lattice_gpu_cli::Every) -> Self {
         match e {
