@@ -236,7 +236,7 @@ impl Spread {
     }
 
     /// Whether each rank holds halo planes (and the host mirror of its lattice that moves them).
-    fn split(self) -> bool {
+    fn has_halos(self) -> bool {
         self.ranks > 1 || self.cut
     }
 }
@@ -562,7 +562,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let p = memory::bytes(&dims, 1, &what)?;
         let plane = memory::bytes(&dims[..2], 1, &what)?;
         let ranks = spread.ranks.max(1) as u64;
-        let (local, own) = match spread.split() {
+        let (local, own) = match spread.has_halos() {
             true => {
                 let planes = (dims[2] as u64).div_ceil(ranks);
                 (plane * (planes + 2), plane * planes)
@@ -575,9 +575,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let lattice = times(local, Q as u64 * raw);
         let lattices = times(streaming.lattices() as u64, lattice);
         let moments = times(local, 4 * size_of::<S::Real>() as u64);
-        let split = spread.split();
-        let tags = sum(&[p, if split { local } else { 0 }]);
-        let mirror = if split { lattice } else { 0 };
+        let halos = spread.has_halos();
+        let tags = sum(&[p, if halos { local } else { 0 }]);
+        let mirror = if halos { lattice } else { 0 };
         // Per rank: while it is built, and while it runs and reads its moments.
         let (built, running) = match on_gpu {
             true => (sum(&[tags, lattice, local]), sum(&[tags, mirror])),

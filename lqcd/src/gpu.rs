@@ -22,8 +22,8 @@ use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
     edge_order, tile_index, Dslash, FusedFields, FusedIteration, HopFields, PackFaces, Phase,
-    WilsonEntries, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE, T_HIGH_EDGE, T_LOW_EDGE,
-    T_SPLIT, Y_SPLIT, Z_SPLIT,
+    WilsonEntries, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE, T_CUT, T_HIGH_EDGE, T_LOW_EDGE,
+    Y_CUT, Z_CUT,
 };
 use num_complex::Complex64;
 
@@ -197,7 +197,7 @@ pub struct Block {
     pub origin: [usize; 4],
     /// Sites along each axis.
     pub size: [usize; 4],
-    /// The axes cut, as [`Dslash::split`] flags.
+    /// The axes cut, as [`Dslash::cut`] flags.
     cut: u32,
     /// The pairs of planes, split over the grid: the ranks' boxes and neighbours.
     pairs: Decomposition<4>,
@@ -286,7 +286,7 @@ impl Block {
 
     /// A `t` layer travels from where it is stored: every rank's must be whole tiles.
     fn check_tiles(&self) -> Result<()> {
-        if self.cut & T_SPLIT == 0 {
+        if self.cut & T_CUT == 0 {
             return Ok(());
         }
         for r in 0..self.pairs.ranks() {
@@ -312,8 +312,8 @@ impl Block {
         }
     }
 
-    /// [`Dslash::split`] of this rank: the axes cut, and which `t` edges are the global boundary.
-    pub fn split(&self) -> u32 {
+    /// [`Dslash::cut`] of this rank: the axes cut, and which `t` edges are the global boundary.
+    pub fn cut_flags(&self) -> u32 {
         let low = if self.origin[3] == 0 { T_LOW_EDGE } else { 0 };
         let high = if self.origin[3] + self.size[3] == self.global.dims[3] {
             T_HIGH_EDGE
@@ -532,7 +532,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
         let links = block.pack_gauge::<T>(u, recon);
         let (local, storage) = (block.local(), block.parity_len());
         let dims = local.dims.map(|d| d as u32);
-        let order: Vec<u32> = edge_order(dims, block.split()).collect();
+        let order: Vec<u32> = edge_order(dims, block.cut_flags()).collect();
         let split = Split {
             sides: block.sides(),
             block,
@@ -701,15 +701,15 @@ impl<T: WilsonReal> WilsonGpu<T> {
         a: f64,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()> {
-        let hop = |split| self.launch_hopping(out, parity, inp, x, a, halt, split);
+        let hop = |cut| self.launch_hopping(out, parity, inp, x, a, halt, cut);
         let Some(s) = &self.split else {
             return hop(None);
         };
-        let word = s.block.split();
+        let word = s.block.cut_flags();
         if s.sides.is_empty() {
             return hop(Some(word));
         }
-        if word & (Z_SPLIT | Y_SPLIT) != 0 {
+        if word & (Z_CUT | Y_CUT) != 0 {
             self.pack_faces(inp, word)?;
         }
         s.ranks.start_layers(inp, &s.sides)?;
@@ -724,11 +724,11 @@ impl<T: WilsonReal> WilsonGpu<T> {
     }
 
     /// Queues the packing of `buf`'s layers across `z` and `y` into their staging ([`PackFaces`]).
-    fn pack_faces(&self, buf: &DeviceBuffer<T>, split: u32) -> Result<()> {
+    fn pack_faces(&self, buf: &DeviceBuffer<T>, cut: u32) -> Result<()> {
         let p = PackFaces {
             spinor: std::ptr::null_mut(),
             dims: self.lat.dims.map(|d| d as u32),
-            split,
+            cut,
         }
         .bind(buf.span_mut())
         .map_err(HostError::from)?;
@@ -737,8 +737,8 @@ impl<T: WilsonReal> WilsonGpu<T> {
             .launch_items(self.gpu.stream(), &p, self.pack_block)?)
     }
 
-    /// Queues the hopping kernel: on the whole lattice (`split` none), or with the split kernel's
-    /// [`Dslash::split`] word (its sites and edges).
+    /// Queues the hopping kernel: on the whole lattice (`cut` none), or with the split kernel's
+    /// [`Dslash::cut`] word (its sites and edges).
     #[allow(clippy::too_many_arguments)]
     fn launch_hopping(
         &self,
@@ -748,9 +748,9 @@ impl<T: WilsonReal> WilsonGpu<T> {
         x: Option<&DeviceBuffer<T>>,
         a: f64,
         halt: Option<Span<'_, u32>>,
-        split: Option<u32>,
+        cut: Option<u32>,
     ) -> Result<()> {
-        let word = split.unwrap_or(0);
+        let word = cut.unwrap_or(0);
         macro_rules! go {
             ($r:literal, $split:literal) => {{
                 let mem = HopFields {
@@ -767,7 +767,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
                 self.gpu.launch_items(self.gpu.stream(), &d, self.block)
             }};
         }
-        Ok(match (self.recon, split.is_some()) {
+        Ok(match (self.recon, cut.is_some()) {
             (Recon::R18, false) => go!(9, false),
             (Recon::R12, false) => go!(6, false),
             (Recon::R18, true) => go!(9, true),
@@ -1085,7 +1085,7 @@ pub fn hopping_on_block<T: WilsonReal>(
     assert_eq!(inp.len(), 2 * block.parity_len());
     hopping_with::<T, true>(
         &block.local(),
-        block.split(),
+        block.cut_flags(),
         gauge,
         recon,
         out,
@@ -1102,7 +1102,7 @@ pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
     let mut p = PackFaces {
         spinor: std::ptr::null_mut(),
         dims: block.size.map(|d| d as u32),
-        split: block.split(),
+        cut: block.cut_flags(),
     }
     .bind(SpanMut::of(data))
     .expect("a stored parity of the block (checked length)");
@@ -1112,7 +1112,7 @@ pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
 #[allow(clippy::too_many_arguments)]
 fn hopping_with<T: WilsonReal, const SPLIT: bool>(
     lat: &Lattice,
-    split: u32,
+    cut: u32,
     gauge: &[T],
     recon: Recon,
     out: &mut [T],
@@ -1135,7 +1135,7 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
                 // Every site, in order: no INNER or OUTER selection here.
                 sites: None,
             };
-            let mut d = dslash_numbers::<T, $r, SPLIT>(lat, a, parity as u32, split)
+            let mut d = dslash_numbers::<T, $r, SPLIT>(lat, a, parity as u32, cut)
                 .bind(mem)
                 .expect("fields in this lattice's tiled layouts");
             run_on_host(&mut d, 64).expect("bound to host memory");
@@ -1147,13 +1147,13 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
     }
 }
 
-/// The numbers of `out = x + a H inp` on the sites of `parity` of `lat` (a rank's block cut as `split`
+/// The numbers of `out = x + a H inp` on the sites of `parity` of `lat` (a rank's block cut as `cut`
 /// says), to bind to the fields ([`Dslash::bind`]): one definition for the GPU and the CPU.
 fn dslash_numbers<T: WilsonReal, const R: usize, const SPLIT: bool>(
     lat: &Lattice,
     a: f64,
     parity: u32,
-    split: u32,
+    cut: u32,
 ) -> Dslash<T, R, SPLIT> {
     let null = std::ptr::null();
     Dslash {
@@ -1166,7 +1166,7 @@ fn dslash_numbers<T: WilsonReal, const R: usize, const SPLIT: bool>(
         dims: lat.dims.map(|d| d as u32),
         parity,
         halt: std::ptr::null(),
-        split,
+        cut,
         sites: std::ptr::null(),
     }
 }

@@ -7,7 +7,7 @@
 //! outer launches of an overlapped hopping term compute every site once.
 
 use lattice_gpu_kernels::wilson::{
-    edge_order, Dslash, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE, T_SPLIT, Y_SPLIT, Z_SPLIT,
+    edge_order, Dslash, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
@@ -94,20 +94,20 @@ fn blocks_of_a_split_give_the_whole_lattices_bits() {
 #[test]
 fn block_edges_and_bad_blocks() {
     let global = Lattice::new([8, 4, 8, 8], true).unwrap();
-    let split = |grid, rank| Block::new(global, grid, rank).unwrap().split();
+    let cut_flags = |grid, rank| Block::new(global, grid, rank).unwrap().cut_flags();
     // One rank: nothing cut, and both t edges are the global boundary.
-    assert_eq!(split([1, 1, 1, 1], 0), T_LOW_EDGE | T_HIGH_EDGE);
-    assert_eq!(split([1, 1, 1, 2], 0), T_SPLIT | T_LOW_EDGE);
-    assert_eq!(split([1, 1, 1, 2], 1), T_SPLIT | T_HIGH_EDGE);
-    assert_eq!(split([1, 1, 1, 4], 1), T_SPLIT);
+    assert_eq!(cut_flags([1, 1, 1, 1], 0), T_LOW_EDGE | T_HIGH_EDGE);
+    assert_eq!(cut_flags([1, 1, 1, 2], 0), T_CUT | T_LOW_EDGE);
+    assert_eq!(cut_flags([1, 1, 1, 2], 1), T_CUT | T_HIGH_EDGE);
+    assert_eq!(cut_flags([1, 1, 1, 4], 1), T_CUT);
     // Ranks y fastest: rank 5 of 2x2x2 is at y 1, z 0, t 1.
     assert_eq!(
-        split([1, 2, 2, 2], 5),
-        T_SPLIT | Z_SPLIT | Y_SPLIT | T_HIGH_EDGE
+        cut_flags([1, 2, 2, 2], 5),
+        T_CUT | Z_CUT | Y_CUT | T_HIGH_EDGE
     );
     let b = Block::new(global, [1, 2, 2, 2], 5).unwrap();
     assert_eq!((b.origin, b.size), ([0, 2, 0, 4], [8, 2, 4, 4]));
-    assert_eq!(split([1, 1, 2, 1], 1), Z_SPLIT | T_LOW_EDGE | T_HIGH_EDGE);
+    assert_eq!(cut_flags([1, 1, 2, 1], 1), Z_CUT | T_LOW_EDGE | T_HIGH_EDGE);
     let err = |dims, grid| {
         let lat = Lattice::new(dims, false).unwrap();
         Block::new(lat, grid, 0).unwrap_err().to_string()
@@ -124,8 +124,8 @@ fn block_edges_and_bad_blocks() {
     let e = Block::new(global, [1, 1, 1, 1], 0)
         .unwrap()
         .cutting(&[3])
-        .map(|b| b.split());
-    assert_eq!(e.unwrap(), T_SPLIT | T_LOW_EDGE | T_HIGH_EDGE);
+        .map(|b| b.cut_flags());
+    assert_eq!(e.unwrap(), T_CUT | T_LOW_EDGE | T_HIGH_EDGE);
     let thin = Lattice::new([2, 2, 2, 8], false).unwrap();
     let e = Block::new(thin, [1, 1, 1, 1], 0)
         .unwrap()
@@ -241,22 +241,22 @@ fn inner_and_outer_launches_compute_each_site_once() {
         dims,
         parity: 0,
         halt: std::ptr::null(),
-        split: word,
+        cut: word,
         sites: order.as_ptr(),
     };
     let sites = |d: &Dslash<f64, 6, true>| -> Vec<usize> {
         (0..d.threads()).map(|i| d.site_of(i)).collect()
     };
     for (dims, cut) in [
-        ([4, 4, 4, 2], T_SPLIT),
-        ([4, 4, 4, 4], T_SPLIT),
-        ([4, 4, 4, 6], T_SPLIT),
-        ([4, 4, 6, 4], Z_SPLIT),
-        ([4, 6, 4, 4], Y_SPLIT | T_SPLIT),
-        ([4, 4, 4, 4], Y_SPLIT | Z_SPLIT | T_SPLIT),
-        ([4, 2, 4, 4], Y_SPLIT | Z_SPLIT),
-        ([6, 6, 8, 6], Y_SPLIT | T_SPLIT),
-        ([4, 4, 2, 6], Z_SPLIT | T_SPLIT),
+        ([4, 4, 4, 2], T_CUT),
+        ([4, 4, 4, 4], T_CUT),
+        ([4, 4, 4, 6], T_CUT),
+        ([4, 4, 6, 4], Z_CUT),
+        ([4, 6, 4, 4], Y_CUT | T_CUT),
+        ([4, 4, 4, 4], Y_CUT | Z_CUT | T_CUT),
+        ([4, 2, 4, 4], Y_CUT | Z_CUT),
+        ([6, 6, 8, 6], Y_CUT | T_CUT),
+        ([4, 4, 2, 6], Z_CUT | T_CUT),
     ] {
         let order: Vec<u32> = edge_order(dims, cut).collect();
         let launch = |word| launch(dims, word, &order);
@@ -270,7 +270,7 @@ fn inner_and_outer_launches_compute_each_site_once() {
             let c = cb as u32 / (nx / 2);
             let (y, z, t) = (c % ny, c / ny % nz, c / ny / nz);
             let edge = |v: u32, n: u32, flag: u32| cut & flag != 0 && (v == 0 || v + 1 == n);
-            edge(y, ny, Y_SPLIT) || edge(z, nz, Z_SPLIT) || edge(t, dims[3], T_SPLIT)
+            edge(y, ny, Y_CUT) || edge(z, nz, Z_CUT) || edge(t, dims[3], T_CUT)
         };
         assert!(outer.iter().all(|&cb| on_edge(cb)), "{dims:?} {cut}");
         assert!(sites(&launch(cut | INNER)).iter().all(|&cb| !on_edge(cb)));
@@ -279,9 +279,9 @@ fn inner_and_outer_launches_compute_each_site_once() {
         let [x, y, z, t] = dims.map(|d| d as usize);
         let inner_len = |n: usize, axis_cut: bool| if axis_cut { n - 2 } else { n };
         let inner = x
-            * inner_len(y, cut & Y_SPLIT != 0)
-            * inner_len(z, cut & Z_SPLIT != 0)
-            * inner_len(t, cut & T_SPLIT != 0)
+            * inner_len(y, cut & Y_CUT != 0)
+            * inner_len(z, cut & Z_CUT != 0)
+            * inner_len(t, cut & T_CUT != 0)
             / 2;
         assert_eq!(parts.len(), inner, "{dims:?} {cut}");
         parts.extend(outer);

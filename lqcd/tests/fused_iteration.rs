@@ -58,7 +58,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
                     dims: dims_u32,
                     parity: 0,
                     halt: std::ptr::null(),
-                    split: 0,
+                    cut: 0,
                     sites: std::ptr::null(),
                 },
                 kappa2: T::from_f64(kappa * kappa),

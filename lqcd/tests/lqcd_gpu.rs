@@ -426,7 +426,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
                         dims: local.dims.map(|d| d as u32),
                         parity: parity as u32,
                         halt: std::ptr::null(),
-                        split: block.split(),
+                        cut: block.cut_flags(),
                         sites: std::ptr::null(),
                     }
                     .bind(HopFields {
@@ -465,7 +465,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
     let p = PackFaces {
         spinor: std::ptr::null_mut(),
         dims: local.dims.map(|d| d as u32),
-        split: block.split(),
+        cut: block.cut_flags(),
     }
     .bind(buf.span_mut())
     .unwrap();

@@ -37,28 +37,28 @@ pub struct Dslash<T, const R: usize, const SPLIT: bool = false> {
     /// Solver status flag, or null.
     pub halt: *const u32,
     /// With `SPLIT` (a rank's block of a lattice split over GPUs, [`super::halo`]): the axes cut
-    /// ([`T_SPLIT`](super::T_SPLIT), [`Z_SPLIT`](super::Z_SPLIT), [`Y_SPLIT`](super::Y_SPLIT)),
+    /// ([`T_CUT`](super::T_CUT), [`Z_CUT`](super::Z_CUT), [`Y_CUT`](super::Y_CUT)),
     /// [`T_LOW_EDGE`] and [`T_HIGH_EDGE`] where this rank's `t` edge is the global boundary (only hops
     /// across a global edge take `t_boundary`), and [`INNER`] or [`OUTER`] to compute only the sites
     /// that read no ghost or only those that do. Hops across a local edge of a cut axis read the ghost
     /// faces stored after the block's sites, backward ones the ghosts' links ([`Halo`]). Without
     /// `SPLIT` (a compile-time choice, so that the kernel of one lattice keeps its registers), every
     /// axis wraps on this lattice and this is ignored.
-    pub split: u32,
+    pub cut: u32,
     /// With `SPLIT` and [`INNER`] or [`OUTER`]: the block's sites off the edges of its cut axes, then
     /// those on an edge ([`edge_order`]), so that each launch's threads take consecutive entries (a
     /// list: computed in the kernel, the order cost 40 registers). Null otherwise.
     pub sites: *const u32,
 }
 
-/// The sites `cb` of a block `dims` cut as `split` says, those that read no ghost first (in order),
+/// The sites `cb` of a block `dims` cut as `cut` says, those that read no ghost first (in order),
 /// then those on an edge of a cut axis (in order): [`Dslash::sites`].
-pub fn edge_order(dims: [u32; 4], split: u32) -> impl Iterator<Item = u32> {
+pub fn edge_order(dims: [u32; 4], cut: u32) -> impl Iterator<Item = u32> {
     let [nx, ny, nz, nt] = dims;
     let on_edge = move |cb: u32| {
         let r = cb / (nx / 2);
         let (y, z, t) = (r % ny, r / ny % nz, r / ny / nz);
-        let edge = |a: usize, v: u32, n: u32| is_cut(split, a) && (v == 0 || v + 1 == n);
+        let edge = |a: usize, v: u32, n: u32| is_cut(cut, a) && (v == 0 || v + 1 == n);
         edge(1, y, ny) || edge(2, z, nz) || edge(3, t, nt)
     };
     let all = nx * ny * nz * nt / 2;
@@ -152,8 +152,8 @@ struct Edges {
 
 impl Edges {
     #[inline(always)]
-    fn new(dims: [u32; 4], split: u32) -> Self {
-        let lo = [0, 1, 2, 3].map(|a| usize::from(a > 0 && is_cut(split, a)));
+    fn new(dims: [u32; 4], cut: u32) -> Self {
+        let lo = [0, 1, 2, 3].map(|a| usize::from(a > 0 && is_cut(cut, a)));
         // Literal axes (no loop over a runtime index: these stay in registers).
         let len = [
             dims[0] as usize / 2,
@@ -203,12 +203,12 @@ fn spinor_reals(sites: usize) -> usize {
     2 * 12 * sites.div_ceil(TILE) * TILE
 }
 
-/// Checks a lattice or block `dims` (with its cut axes `split`, when split): every axis at least one
+/// Checks a lattice or block `dims` (its axes cut as `cut` says): every axis at least one
 /// site, `x` even, and a cut axis at least two.
-pub(crate) fn check_dims(dims: [u32; 4], split: u32) -> Result<(), SpanError> {
+pub(crate) fn check_dims(dims: [u32; 4], cut: u32) -> Result<(), SpanError> {
     let bad = dims.contains(&0)
         || !dims[0].is_multiple_of(2)
-        || (1..4).any(|a| is_cut(split, a) && dims[a] < 2);
+        || (1..4).any(|a| is_cut(cut, a) && dims[a] < 2);
     match bad {
         true => Err(SpanError::Dims(
             "every axis at least 1 site, x even, a cut axis at least 2",
@@ -218,12 +218,12 @@ pub(crate) fn check_dims(dims: [u32; 4], split: u32) -> Result<(), SpanError> {
 }
 
 impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
-    /// These numbers (`a`, `t_boundary`, `dims`, `parity`, `split`) with `mem`'s addresses, checked:
+    /// These numbers (`a`, `t_boundary`, `dims`, `parity`, `cut`) with `mem`'s addresses, checked:
     /// `out` and `x` hold the output parity, `inp` the input parity and its ghosts, `gauge` the links
     /// of both parities (and the ghosts'), `halt` one word, and an [`INNER`] or [`OUTER`] launch has
     /// the block's `sites`.
     pub fn bind<'a>(self, mem: HopFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
-        check_dims(self.dims, if SPLIT { self.split } else { 0 })?;
+        check_dims(self.dims, if SPLIT { self.cut } else { 0 })?;
         let (own, links) = (self.half_volume(), self.link_sites());
         let mut places = [mem.out.place(); 6];
         places[1] = mem.inp.place();
@@ -243,7 +243,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             check_len("halt", h.len(), 1)?;
             places[4] = h.place();
         }
-        let listed = SPLIT && self.split & (INNER | OUTER) != 0;
+        let listed = SPLIT && self.cut & (INNER | OUTER) != 0;
         let sites = match (&mem.sites, listed) {
             (Some(l), true) => {
                 check_len("sites", l.len(), own)?;
@@ -312,11 +312,11 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     /// that [`INNER`] or [`OUTER`] selects.
     #[inline(always)]
     pub fn threads(&self) -> usize {
-        if !SPLIT || self.split & (INNER | OUTER) == 0 {
+        if !SPLIT || self.cut & (INNER | OUTER) == 0 {
             return self.half_volume();
         }
-        let e = Edges::new(self.dims, self.split);
-        if self.split & INNER != 0 {
+        let e = Edges::new(self.dims, self.cut);
+        if self.cut & INNER != 0 {
             e.inner()
         } else {
             e.outer()
@@ -327,11 +327,11 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     /// of sites ([`Dslash::sites`]).
     #[inline(always)]
     pub fn site_of(&self, i: usize) -> usize {
-        if !SPLIT || self.split & (INNER | OUTER) == 0 {
+        if !SPLIT || self.cut & (INNER | OUTER) == 0 {
             return i;
         }
-        let first = if self.split & OUTER != 0 {
-            Edges::new(self.dims, self.split).inner()
+        let first = if self.cut & OUTER != 0 {
+            Edges::new(self.dims, self.cut).inner()
         } else {
             0
         };
@@ -344,7 +344,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     #[inline(always)]
     pub fn link_sites(&self) -> usize {
         if SPLIT {
-            Halo::new(self.dims, self.split).link_sites
+            Halo::new(self.dims, self.cut).link_sites
         } else {
             self.half_volume()
         }
@@ -374,7 +374,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
         let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
         let halo = if SPLIT {
-            Some(Halo::new(self.dims, self.split))
+            Some(Halo::new(self.dims, self.cut))
         } else {
             None
         };
@@ -383,7 +383,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             halo.and_then(|h| {
                 let (at, n) = (c[axis], self.dims[axis]);
                 let edge = if lower { at == 0 } else { at + 1 == n };
-                (edge && is_cut(self.split, axis)).then(|| {
+                (edge && is_cut(self.cut, axis)).then(|| {
                     h.ghost[axis]
                         + if lower { h.room(axis) } else { 0 }
                         + face_index(self.dims, c, axis)
@@ -391,7 +391,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             })
         };
         let sign = |edge: bool, global: u32| {
-            if edge && (!SPLIT || self.split & global != 0) {
+            if edge && (!SPLIT || self.cut & global != 0) {
                 self.t_boundary
             } else {
                 T::ONE

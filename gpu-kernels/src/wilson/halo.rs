@@ -18,37 +18,37 @@ use crate::complex::ComplexReal;
 
 use super::{tile_index, TILE};
 
-/// [`Dslash::split`](super::Dslash::split): `t` is cut.
-pub const T_SPLIT: u32 = 1;
-/// [`Dslash::split`](super::Dslash::split): this rank's lower `t` edge is the global boundary.
+/// [`Dslash::cut`](super::Dslash::cut): `t` is cut.
+pub const T_CUT: u32 = 1;
+/// [`Dslash::cut`](super::Dslash::cut): this rank's lower `t` edge is the global boundary.
 pub const T_LOW_EDGE: u32 = 2;
-/// [`Dslash::split`](super::Dslash::split): this rank's upper `t` edge is the global boundary.
+/// [`Dslash::cut`](super::Dslash::cut): this rank's upper `t` edge is the global boundary.
 pub const T_HIGH_EDGE: u32 = 4;
-/// [`Dslash::split`](super::Dslash::split): only the sites that read no ghost; they run while the
+/// [`Dslash::cut`](super::Dslash::cut): only the sites that read no ghost; they run while the
 /// ghosts are exchanged.
 pub const INNER: u32 = 8;
-/// [`Dslash::split`](super::Dslash::split): only the sites that read a ghost.
+/// [`Dslash::cut`](super::Dslash::cut): only the sites that read a ghost.
 pub const OUTER: u32 = 16;
-/// [`Dslash::split`](super::Dslash::split): `z` is cut.
-pub const Z_SPLIT: u32 = 32;
-/// [`Dslash::split`](super::Dslash::split): `y` is cut.
-pub const Y_SPLIT: u32 = 64;
+/// [`Dslash::cut`](super::Dslash::cut): `z` is cut.
+pub const Z_CUT: u32 = 32;
+/// [`Dslash::cut`](super::Dslash::cut): `y` is cut.
+pub const Y_CUT: u32 = 64;
 
 /// The flag of cut axis `axis` (1: `y`, 2: `z`, 3: `t`).
 #[inline(always)]
 pub const fn cut_flag(axis: usize) -> u32 {
     match axis {
-        1 => Y_SPLIT,
-        2 => Z_SPLIT,
-        3 => T_SPLIT,
+        1 => Y_CUT,
+        2 => Z_CUT,
+        3 => T_CUT,
         _ => 0,
     }
 }
 
-/// Whether `split` cuts `axis`.
+/// Whether `cut` cuts `axis`.
 #[inline(always)]
-pub const fn is_cut(split: u32, axis: usize) -> bool {
-    split & cut_flag(axis) != 0
+pub const fn is_cut(cut: u32, axis: usize) -> bool {
+    cut & cut_flag(axis) != 0
 }
 
 #[inline(always)]
@@ -72,9 +72,9 @@ pub struct Halo {
 }
 
 impl Halo {
-    /// The layout of a block `dims` (local sizes, all even) cut as `split` says.
+    /// The layout of a block `dims` (local sizes, all even) cut as `cut` says.
     #[inline(always)]
-    pub fn new(dims: [u32; 4], split: u32) -> Self {
+    pub fn new(dims: [u32; 4], cut: u32) -> Self {
         let half = dims.iter().map(|&d| d as usize).product::<usize>() / 2;
         let mut h = Self {
             face: [0; 4],
@@ -87,7 +87,7 @@ impl Halo {
         // Literal axes, no loop: every index is a constant, so the struct lives in registers (a loop
         // left rolled indexes it at run time and puts it on the stack).
         let mut ghost = |h: &mut Self, a: usize| {
-            if is_cut(split, a) {
+            if is_cut(cut, a) {
                 h.face[a] = half / dims[a] as usize;
                 h.ghost[a] = at;
                 at += 2 * whole_tiles(h.face[a]);
@@ -98,7 +98,7 @@ impl Halo {
         ghost(&mut h, 1);
         h.link_sites = at;
         let mut stage = |h: &mut Self, a: usize| {
-            if is_cut(split, a) {
+            if is_cut(cut, a) {
                 h.stage[a] = at;
                 at += 2 * whole_tiles(h.face[a]);
             }
@@ -140,8 +140,8 @@ pub struct PackFaces<T> {
     pub spinor: *mut T,
     /// The block `[X, Y, Z, T]`.
     pub dims: [u32; 4],
-    /// The cut axes ([`Dslash::split`](super::Dslash::split)).
-    pub split: u32,
+    /// The cut axes ([`Dslash::cut`](super::Dslash::cut)).
+    pub cut: u32,
 }
 
 // SAFETY: each thread writes one staging site and reads only own sites, which nobody writes.
@@ -150,11 +150,11 @@ unsafe impl<T> Send for PackFaces<T> {}
 unsafe impl<T> Sync for PackFaces<T> {}
 
 impl<T: ComplexReal> PackFaces<T> {
-    /// These numbers (`dims`, `split`) with `spinor`'s address, checked: it holds a stored parity of
+    /// These numbers (`dims`, `cut`) with `spinor`'s address, checked: it holds a stored parity of
     /// the block, own sites, ghosts and staging ([`Halo::sites`]).
     pub fn bind<'a>(self, spinor: SpanMut<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
-        super::dslash::check_dims(self.dims, self.split)?;
-        let sites = Halo::new(self.dims, self.split).sites;
+        super::dslash::check_dims(self.dims, self.cut)?;
+        let sites = Halo::new(self.dims, self.cut).sites;
         check_len("spinor", spinor.len(), 2 * 12 * sites)?;
         let place = spinor.place();
         let p = Self {
@@ -168,7 +168,7 @@ impl<T: ComplexReal> PackFaces<T> {
     /// Threads a launch needs: two faces per packed axis.
     #[inline(always)]
     pub fn threads(&self) -> usize {
-        let h = Halo::new(self.dims, self.split);
+        let h = Halo::new(self.dims, self.cut);
         2 * (h.face[1] + h.face[2])
     }
 
@@ -178,7 +178,7 @@ impl<T: ComplexReal> PackFaces<T> {
     /// `spinor` must hold a stored parity of this block ([`Halo::sites`] sites) and `i < threads()`.
     #[inline(always)]
     pub unsafe fn site(&self, i: usize) {
-        let h = Halo::new(self.dims, self.split);
+        let h = Halo::new(self.dims, self.cut);
         let (fz, fy) = (h.face[2], h.face[1]);
         // Literal axes (see `Halo::new`).
         unsafe {

@@ -20,7 +20,7 @@ use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
 };
 use lattice_gpu_host::{Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_SPLIT, Y_SPLIT, Z_SPLIT};
+use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
@@ -1355,8 +1355,8 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
             return Err(Error::InvalidParameter(lattice_gpu_cli::NO_NCCL.into()))
         }
     };
-    let word = block.split();
-    let cut: Vec<&str> = [(Y_SPLIT, "y"), (Z_SPLIT, "z"), (T_SPLIT, "t")]
+    let word = block.cut_flags();
+    let cut: Vec<&str> = [(Y_CUT, "y"), (Z_CUT, "z"), (T_CUT, "t")]
         .into_iter()
         .filter(|&(flag, _)| word & flag != 0)
         .map(|(_, axis)| axis)
