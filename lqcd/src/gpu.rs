@@ -632,7 +632,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
     fn packs_faces(&self) -> bool {
         self.split
             .as_ref()
-            .is_some_and(|s| !s.sides.is_empty() && s.block.split() & (Z_SPLIT | Y_SPLIT) != 0)
+            .is_some_and(|s| !s.sides.is_empty() && s.block.cut_flags() & (Z_CUT | Y_CUT) != 0)
     }
 
     /// This rank's block, on a split lattice.
@@ -941,7 +941,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
         let w = &*self.w;
         let d = w.lat.dims;
         let cut = match &w.split {
-            Some(s) => format!("/cut{}", s.block.split()),
+            Some(s) => format!("/cut{}", s.block.cut_flags()),
             None => String::new(),
         };
         (
