@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::{LoopEngine, TuningReport, Variant};
+use lattice_gpu_host::engine::{LoopEngine, Rate, TuningReport, Variant};
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
     Loop3D,
 };
-use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
+use lattice_gpu_kernels::diffusion::Diffusion3d;
 use lattice_gpu_kernels::stencil::GpuEntry;
 
 use crate::{queue_steps, Problem, Result};
@@ -74,32 +74,33 @@ pub struct BenchRow {
     pub tuned_graph_ms: f64,
     /// The same with the fixed shape.
     pub fixed_graph_ms: f64,
-    /// Bytes per step (each point read and written once).
-    pub bytes: f64,
-    /// Interior points.
-    pub points: u64,
 }
 
 impl BenchRow {
+    /// The rates of a step of `ms` milliseconds against a copy bandwidth of `copy` GB/s, from the
+    /// update's stated work (13 flops per point, each point read and written once).
+    pub fn rate(&self, ms: f64, copy: f64) -> Rate {
+        self.tuning.cost.rate(ms, copy)
+    }
     /// Giga lattice-point updates per second, tuned.
     pub fn glups(&self) -> f64 {
-        self.points as f64 / self.tuned_ms / 1e6
+        self.rate(self.tuned_ms, 1.0).gpoints
     }
-    /// GFLOPS, tuned (13 flops per point).
+    /// GFLOPS, tuned.
     pub fn gflops(&self) -> f64 {
-        self.glups() * FLOPS_PER_POINT as f64
+        self.rate(self.tuned_ms, 1.0).gflops
     }
     /// Effective bandwidth, GB/s, tuned.
     pub fn gbs(&self) -> f64 {
-        self.bytes / self.tuned_ms / 1e6
+        self.rate(self.tuned_ms, 1.0).gbs
     }
     /// GLUPS of the fixed launch.
     pub fn fixed_glups(&self) -> f64 {
-        self.points as f64 / self.fixed_ms / 1e6
+        self.rate(self.fixed_ms, 1.0).gpoints
     }
     /// GLUPS, tuned, steps replayed from a graph.
     pub fn graph_glups(&self) -> f64 {
-        self.points as f64 / self.tuned_graph_ms / 1e6
+        self.rate(self.tuned_graph_ms, 1.0).gpoints
     }
 }
 
@@ -233,8 +234,6 @@ where
             fixed_ms,
             tuned_graph_ms,
             fixed_graph_ms,
-            bytes: problem.bytes_per_step::<T>(),
-            points: problem.points(),
         });
     }
     Ok(rows)

@@ -25,7 +25,7 @@ use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::Diffusion3d;
-use lattice_gpu_kernels::stencil::GpuEntry;
+use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
 
 pub mod bench;
 
@@ -179,9 +179,10 @@ impl Problem {
         g.powi(steps as i32)
     }
 
-    /// Bytes one step moves at least: each point read once and written once.
-    pub fn bytes_per_step<T>(&self) -> f64 {
-        2.0 * std::mem::size_of::<T>() as f64 * self.points() as f64
+    /// Bytes one step moves at least, as the update states them per point
+    /// ([`PointUpdate3D::BYTES`]: each point read once and written once).
+    pub fn bytes_per_step<T: Real>(&self) -> f64 {
+        f64::from(<Diffusion3d<T> as PointUpdate3D>::BYTES) * self.points() as f64
     }
 
     /// The peak memory of a run split over `ranks` ranks, `in_process` of them threads of this

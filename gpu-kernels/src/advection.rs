@@ -107,6 +107,9 @@ pub fn weights(s: f32) -> [f32; 4] {
 
 const SIXTH: f32 = 1.0 / 6.0;
 
+/// Bytes a step must move per point at the least: `f` read and written, `u` and `v` read (f32 each).
+pub const BYTES_PER_POINT: u32 = 16;
+
 /// One step of the advection: `out` from `f` with velocities `vel` and `c = dt / h`. All fields share
 /// one array shape (margin 2).
 #[repr(C)]
@@ -134,6 +137,8 @@ impl<const K: u32, V: Velocity> Advect<K, V> {
 impl<const K: u32, V: Velocity> PointUpdate2D for Advect<K, V> {
     type Real = f32;
     const RADIUS: [u32; 2] = [2, 2];
+    /// The variants' flops differ, and are not stated.
+    const BYTES: u32 = BYTES_PER_POINT;
 
     /// The scheme exactly as written: upwind side by branch, Lagrange weights, rows in x, then y.
     #[inline(always)]

@@ -46,6 +46,9 @@ impl<T: Real> Diffusion3d<T> {
 
 impl<T: Real> PointUpdate3D for Diffusion3d<T> {
     type Real = T;
+    const FLOPS: u32 = FLOPS_PER_POINT as u32;
+    /// The point read once and written once.
+    const BYTES: u32 = 2 * core::mem::size_of::<T>() as u32;
 
     #[inline(always)]
     fn update(&self, idx: &ArrayIndex3D) {

@@ -679,6 +679,7 @@ mod tests {
                     steps: 3,
                     tuning_ms: 0.0,
                     from_cache: false,
+                    cost: lattice_gpu_host::engine::Cost::UNKNOWN,
                 });
             }
         }

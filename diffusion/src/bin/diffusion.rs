@@ -398,8 +398,8 @@ fn bench(args: &BenchArgs) -> Result<()> {
         table.push(format!(
             "| {} | {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0} | {:.0}% | {:.1} | {:.1}x | {} | {:.1} | {:.1} | {:.0}% | {:.1}x |",
             fmt_dims(&r.size), r.precision, r.variants.label(), s, r.tuned_ms, r.glups(), r.gflops(), r.gbs(),
-            100.0 * r.gbs() / copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms(),
-            r.graph_glups(), 100.0 * r.gbs() * r.tuned_ms / r.tuned_graph_ms / copy, r.fixed_graph_ms / r.tuned_graph_ms
+            100.0 * r.rate(r.tuned_ms, copy).of_copy, r.fixed_glups(), r.fixed_ms / r.tuned_ms, r.tuning.steps, r.tuning.overhead_ms(),
+            r.graph_glups(), 100.0 * r.rate(r.tuned_graph_ms, copy).of_copy, r.fixed_graph_ms / r.tuned_graph_ms
         ));
         csv.push(format!(
             "{},{},{},{},{},{},{},{:.6},{:.3},{:.1},{:.1},{:.1},{:.4},{:.3},{:.3},{},{:.3},{:.6},{:.3},{:.6},{:.3}",
@@ -415,7 +415,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
             r.gflops(),
             r.gbs(),
             copy,
-            r.gbs() / copy,
+            r.rate(r.tuned_ms, copy).of_copy,
             r.fixed_glups(),
             r.fixed_ms / r.tuned_ms,
             r.tuning.steps,

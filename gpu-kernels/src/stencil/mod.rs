@@ -37,6 +37,11 @@ pub trait PointUpdate3D: Copy + Send + Sync {
     /// The largest neighbour offset `update` reads along each axis (x, y, z). The loop checks that the
     /// range leaves at least this much margin, so `update` may index without bounds checks.
     const RADIUS: [u32; 3] = [1, 1, 1];
+    /// Floating-point operations per point, for the rates benchmarks print (0: not stated).
+    const FLOPS: u32 = 0;
+    /// Bytes per point the update must move through device memory at the least (each value it reads
+    /// or writes once, neighbours from cache), for the fraction of the copy bandwidth (0: not stated).
+    const BYTES: u32 = 0;
     /// Computes the point `idx`.
     fn update(&self, idx: &ArrayIndex3D);
 }
@@ -212,6 +217,10 @@ pub trait PointUpdate2D: Copy + Send + Sync {
     type Real: Real;
     /// The largest neighbour offset `update` reads along each axis (x, y).
     const RADIUS: [u32; 2] = [1, 1];
+    /// Floating-point operations per point (0: not stated), as [`PointUpdate3D::FLOPS`].
+    const FLOPS: u32 = 0;
+    /// Bytes per point it must move at the least (0: not stated), as [`PointUpdate3D::BYTES`].
+    const BYTES: u32 = 0;
     /// Computes the point `idx`.
     fn update(&self, idx: &ArrayIndex2D);
 }

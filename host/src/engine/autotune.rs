@@ -18,6 +18,7 @@ use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D, Variant,
 };
 
+use super::cost::Cost;
 use super::device::{launch, DotScratch, KernelInfo, LaunchShape, SumTarget};
 use super::tunecache::{TuneCache, TuneKey};
 use super::tuner::Search;
@@ -129,6 +130,8 @@ pub struct TuningReport {
     pub tuning_ms: f64,
     /// True when the shape came from the tune cache and no step was spent tuning.
     pub from_cache: bool,
+    /// One step's work over the call site's range, as the update states it per point.
+    pub cost: Cost,
 }
 
 impl TuningReport {
@@ -234,6 +237,12 @@ pub fn tune_candidates(
         })
         .filter(|s| s.config(range, kernel, max_threads).is_ok())
         .collect()
+}
+
+/// `kernel`'s work over every point of `r`.
+fn range_cost(kernel: &KernelInfo, r: &LoopRange) -> Cost {
+    let points: f64 = r.extent().iter().map(|&e| f64::from(e)).product();
+    Cost::point(kernel.point_flops, kernel.point_bytes) * points
 }
 
 /// The tune-cache key of `kernel` over `range` tuned over `variants`: the kernel field is the plain entry
@@ -391,6 +400,7 @@ impl DeviceAutoTuningLoopEngine {
                 steps: 0,
                 tuning_ms: 0.0,
                 from_cache: true,
+                cost: range_cost(kernel, r),
             }));
         }
         let candidates = self.candidates(r, kernel);
@@ -407,6 +417,7 @@ impl DeviceAutoTuningLoopEngine {
                 steps: 0,
                 tuning_ms: 0.0,
                 from_cache: false,
+                cost: range_cost(kernel, r),
             }));
         }
         let needed = candidates.len() * self.reps;
@@ -460,6 +471,7 @@ impl DeviceAutoTuningLoopEngine {
                 steps: t.needed,
                 tuning_ms: total_ms,
                 from_cache: false,
+                cost: range_cost(kernel, r),
             });
         }
         Ok(())
@@ -640,6 +652,8 @@ mod tests {
             elem_bytes: 4,
             dims: Dims::Three,
             sums: false,
+            point_flops: 13,
+            point_bytes: 8,
         };
         let k2 = KernelInfo {
             module: lattice_gpu_kernels::MODULE,
@@ -648,6 +662,8 @@ mod tests {
             elem_bytes: 4,
             dims: Dims::Two,
             sums: false,
+            point_flops: 0,
+            point_bytes: 0,
         };
         (k3, k2)
     }
@@ -782,6 +798,23 @@ mod tests {
     }
 
     #[test]
+    fn a_call_site_costs_its_points_work_over_its_range() {
+        let (k3, k2) = kernels();
+        let c = range_cost(&k3, &range([8, 4, 2]));
+        assert_eq!(
+            (c.points, c.flops, c.bytes),
+            (64.0, 13.0 * 64.0, 8.0 * 64.0)
+        );
+        let r2 = LoopRange {
+            n: [12, 7, 1],
+            begin: [2, 2, 0],
+            end: [10, 5, 1],
+        };
+        assert_eq!(range_cost(&k2, &r2).points, 24.0);
+        assert_eq!(range_cost(&k2, &r2).bytes, 0.0);
+    }
+
+    #[test]
     fn overhead_is_time_beyond_best() {
         let r = TuningReport {
             best: LaunchShape::FIXED,
@@ -790,6 +823,7 @@ mod tests {
             steps: 4,
             tuning_ms: 6.5,
             from_cache: false,
+            cost: Cost::UNKNOWN,
         };
         assert_eq!(r.overhead_ms(), 2.5);
     }

@@ -25,6 +25,15 @@ impl Cost {
         bytes: 0.0,
     };
 
+    /// One lattice point's work of `flops` and `bytes`.
+    pub fn point(flops: u32, bytes: u32) -> Self {
+        Self {
+            points: 1.0,
+            flops: flops.into(),
+            bytes: bytes.into(),
+        }
+    }
+
     /// The rates of this work done in `ms` milliseconds, against a copy bandwidth of `copy_gbs` GB/s
     /// measured in the same run.
     pub fn rate(&self, ms: f64, copy_gbs: f64) -> Rate {

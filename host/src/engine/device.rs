@@ -180,6 +180,10 @@ pub struct KernelInfo {
     pub dims: Dims,
     /// Whether the kernel sums its update's terms ([`GpuEntry::SUMS`]).
     pub sums: bool,
+    /// One point's floating-point operations, as the update states them ([`PointUpdate3D::FLOPS`]).
+    pub point_flops: u32,
+    /// One point's least device-memory bytes, as the update states them ([`PointUpdate3D::BYTES`]).
+    pub point_bytes: u32,
 }
 
 impl KernelInfo {
@@ -192,6 +196,8 @@ impl KernelInfo {
             elem_bytes: std::mem::size_of::<F::Real>(),
             dims: Dims::Three,
             sums: F::SUMS,
+            point_flops: F::FLOPS,
+            point_bytes: F::BYTES,
         }
     }
 
@@ -204,6 +210,8 @@ impl KernelInfo {
             elem_bytes: std::mem::size_of::<F::Real>(),
             dims: Dims::Two,
             sums: F::SUMS,
+            point_flops: F::FLOPS,
+            point_bytes: F::BYTES,
         }
     }
 

@@ -8,11 +8,12 @@ use clap::Args;
 use lattice_gpu_advection::cases;
 use lattice_gpu_advection::{check_size, Advection, Error, Kernel, Problem, RankMemory, Result};
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::Variant;
+use lattice_gpu_host::engine::{Cost, Variant};
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, LaunchShape, LoopEngine,
 };
+use lattice_gpu_kernels::advection::BYTES_PER_POINT;
 
 use super::parse_size2;
 
@@ -42,7 +43,7 @@ struct Row {
 pub(super) fn bench(b: &BenchArgs) -> Result<()> {
     let gpu = lattice_gpu_cli::bench_gpu("advection", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
-    println!("GPU: {}; device-to-device copy {copy:.1} GB/s; 16 bytes per point (f read and written, u and v read)", gpu.name());
+    println!("GPU: {}; device-to-device copy {copy:.1} GB/s; {BYTES_PER_POINT} bytes per point (f read and written, u and v read)", gpu.name());
     println!(
         "{:<10} {:<24} {:<22} {:>9} {:>10} {:>8}",
         "grid", "kernel", "launch", "ms/step", "Gpoints/s", "of copy"
@@ -59,11 +60,11 @@ pub(super) fn bench(b: &BenchArgs) -> Result<()> {
             v: case.v,
             c: 0.5 / um.max(vm),
         };
-        let points = (size[0] * size[1]) as f64;
+        let step = Cost::point(0, BYTES_PER_POINT) * (size[0] * size[1]) as f64;
         let mut time = |label: String, engine: &dyn Fn() -> Result<(f64, String)>| -> Result<()> {
             let (ms, shape) = engine()?;
-            let gpts = points / (ms * 1e-3) / 1e9;
-            let of_copy = gpts * 16.0 / copy;
+            let rate = step.rate(ms, copy);
+            let (gpts, of_copy) = (rate.gpoints, rate.of_copy);
             println!(
                 "{:<10} {:<24} {:<22} {:>9.4} {:>10.2} {:>7.1}%",
                 format!("{}x{}", size[0], size[1]),

@@ -10,7 +10,7 @@ use clap::Args;
 use lattice_gpu_cli::{parse_size3, VariantArg};
 use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_formats::IoError;
-use lattice_gpu_host::engine::Variant;
+use lattice_gpu_host::engine::{Cost, Rate, Variant};
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Error as HostError, Gpu, LaunchShape, LoopEngine,
@@ -289,6 +289,17 @@ struct SweepRow {
     ms: f64,
     needed: f64,
     sectors: f64,
+}
+
+impl SweepRow {
+    /// The sweep's rates against `copy` GB/s, in the model of the values it must move.
+    fn rate(&self, copy: f64) -> Rate {
+        let sweep = Cost {
+            bytes: self.needed,
+            ..Cost::UNKNOWN
+        };
+        sweep.rate(self.ms, copy)
+    }
 }
 
 fn size_name(n: [usize; 3]) -> String {
@@ -584,15 +595,15 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         "size", "preconditioner", "launch", "ms/sweep", "GB/s", "of copy", "sector GB/s"
     );
     for r in &sweeps {
-        let gbs = r.needed / (r.ms * 1e-3) / 1e9;
+        let rate = r.rate(copy);
         println!(
             "{:<8} {:<28} {:<18} {:>9.4} {:>8.1} {:>7.1}% {:>11.1}",
             size_name(r.size),
             r.config.name,
             r.launch,
             r.ms,
-            gbs,
-            100.0 * gbs / copy,
+            rate.gbs,
+            100.0 * rate.of_copy,
             r.sectors / (r.ms * 1e-3) / 1e9
         );
     }
@@ -690,12 +701,12 @@ fn write_bench_csv(
         .map(|r| {
             let mut line = head(r.size, &r.config);
             line.push(format!("\"{}\"", r.launch));
-            let gbs = r.needed / (r.ms * 1e-3) / 1e9;
+            let rate = r.rate(copy);
             line.extend(numbers(&[
                 r.ms,
                 r.needed,
-                gbs,
-                gbs / copy,
+                rate.gbs,
+                rate.of_copy,
                 r.sectors / (r.ms * 1e-3) / 1e9,
                 copy,
             ]));
