@@ -468,3 +468,70 @@ macro_rules! kernel2d {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{GpuEntry, Variant};
+    use crate::diffusion::{Diffusion3d, DiffusionReal};
+    use crate::poisson::colours::{FromColoursDot, RedBlackByColour};
+    use crate::poisson::{CoarseCycle, CoeffsAos, Convert, Jacobi, PoissonReal};
+    use crate::vector::CgStep;
+
+    /// The names a kernel type has for the engines: module, every variant's entry, and whether it sums.
+    fn names<K: GpuEntry>() -> (&'static str, [Option<&'static str>; 4], bool) {
+        (K::MODULE, Variant::ALL.map(K::entry), K::SUMS)
+    }
+
+    // Bounded by the precision traits alone: these compile only if the traits carry the entries.
+    fn diffusion<T: DiffusionReal>() -> [Option<&'static str>; 4] {
+        names::<Diffusion3d<T>>().1
+    }
+
+    fn poisson<T: PoissonReal>() -> [(&'static str, [Option<&'static str>; 4], bool); 5] {
+        [
+            names::<Jacobi<T>>(),
+            names::<Convert<f64, T>>(),
+            names::<RedBlackByColour<T>>(),
+            names::<FromColoursDot<T>>(),
+            names::<CoarseCycle<T, CoeffsAos<T>>>(),
+        ]
+    }
+
+    #[test]
+    fn precision_generic_forms_name_each_precisions_entries() {
+        assert_eq!(
+            diffusion::<f32>(),
+            [
+                Some("diffusion3d_f32"),
+                Some("diffusion3d_zqueue_f32"),
+                Some("diffusion3d_tiled_f32"),
+                Some("diffusion3d_vector_f32")
+            ]
+        );
+        assert_eq!(diffusion::<f64>()[3], Some("diffusion3d_vector_f64"));
+        let plain = |e: &'static str| [Some(e), None, None, None];
+        let module = crate::MODULE;
+        assert_eq!(
+            poisson::<f64>(),
+            [
+                (module, plain("poisson_jacobi_f64"), false),
+                (module, plain("convert_f64_f64"), false),
+                (
+                    module,
+                    [
+                        Some("poisson_redblack_colours_f64"),
+                        None,
+                        None,
+                        Some("poisson_redblack_colours_vector_f64")
+                    ],
+                    false
+                ),
+                (module, plain("poisson_from_colours_dot_f64"), true),
+                (module, plain("poisson_coarse_cycle_aos_f64"), false),
+            ]
+        );
+        assert_eq!(poisson::<f32>()[1].1[0], Some("convert_f64_f32"));
+        // The single-type form, unchanged.
+        assert_eq!(names::<CgStep>(), (module, plain("cg_step_f64"), true));
+    }
+}
