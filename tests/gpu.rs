@@ -16,17 +16,13 @@ use lattice_gpu::host::{
     HostLoopEngine, LaunchShape, Loop2D, Loop3D, Shape,
 };
 use lattice_gpu::kernels::device::math;
-use lattice_gpu::kernels::diffusion::Diffusion3d;
+use lattice_gpu::kernels::diffusion::{Diffusion3d, DiffusionReal};
 use lattice_gpu::kernels::selftest::Smooth2d;
-use lattice_gpu::kernels::stencil::GpuEntry;
 
 use common::{check_written, gpu, poison, random};
 use lattice_gpu_testkit as common;
 
-fn diffusion_every_candidate<T: Element>(gpu: &Arc<Gpu>)
-where
-    Diffusion3d<T>: GpuEntry,
-{
+fn diffusion_every_candidate<T: Element + DiffusionReal>(gpu: &Arc<Gpu>) {
     let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
     let compact = problem.shape::<T>().unwrap();
     // Also the 128-byte row padding that large grids get.
@@ -37,10 +33,7 @@ where
     }
 }
 
-fn every_candidate_on<T: Element>(gpu: &Arc<Gpu>, problem: &Problem, shape: Shape)
-where
-    Diffusion3d<T>: GpuEntry,
-{
+fn every_candidate_on<T: Element + DiffusionReal>(gpu: &Arc<Gpu>, problem: &Problem, shape: Shape) {
     let input = random::<T>(shape.len(), 7);
 
     let mut hf = HostLoopEngine.alloc::<T>(shape).unwrap();
@@ -98,10 +91,7 @@ fn device_engine_matches_host_for_every_candidate_f64() {
     }
 }
 
-fn autotuned_run_matches_host<T: Element>(gpu: &Arc<Gpu>)
-where
-    Diffusion3d<T>: GpuEntry,
-{
+fn autotuned_run_matches_host<T: Element + DiffusionReal>(gpu: &Arc<Gpu>) {
     let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
     let input = random::<T>(problem.points() as usize, 11);
     let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory()).reps(2);
@@ -149,10 +139,7 @@ fn autotuned_steps_are_real_steps() {
 }
 
 /// A tuner forced to one variant tunes only its shapes, picks it, and its run equals the host engine's.
-fn forced_variant_runs_match_host<T: Element>(gpu: &Arc<Gpu>)
-where
-    Diffusion3d<T>: GpuEntry,
-{
+fn forced_variant_runs_match_host<T: Element + DiffusionReal>(gpu: &Arc<Gpu>) {
     let problem = Problem::new([37, 29, 23], 0.2, None).unwrap();
     let input = random::<T>(problem.points() as usize, 17);
     let steps = 40;

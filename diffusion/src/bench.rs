@@ -12,8 +12,7 @@ use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
     Loop3D,
 };
-use lattice_gpu_kernels::diffusion::Diffusion3d;
-use lattice_gpu_kernels::stencil::GpuEntry;
+use lattice_gpu_kernels::diffusion::DiffusionReal;
 
 use crate::{queue_steps, Problem, Result};
 
@@ -110,7 +109,7 @@ fn median(mut ms: Vec<f64>) -> f64 {
 }
 
 /// Median ms per step over `batches` event-timed batches of `per_batch` steps.
-pub fn time_steps<E: LoopEngine, T: Element>(
+pub fn time_steps<E: LoopEngine, T: Element + DiffusionReal>(
     gpu: &Gpu,
     lp: &mut Loop3D<'_, E>,
     f: &mut E::Field<T>,
@@ -118,10 +117,7 @@ pub fn time_steps<E: LoopEngine, T: Element>(
     problem: &Problem,
     per_batch: usize,
     batches: usize,
-) -> Result<f64>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<f64> {
     let mut times = Vec::with_capacity(batches);
     for _ in 0..batches {
         let ms = gpu.time_ms(|| queue_steps(lp, f, g, problem, per_batch))?;
@@ -133,7 +129,7 @@ where
 /// Median ms per step over `batches` event-timed replays of `per_batch` steps (rounded up to even, so
 /// that the fields end where they started) recorded once on `engine`, which must record (a GPU engine).
 #[allow(clippy::too_many_arguments)]
-pub fn time_recorded_steps<E: LoopEngine, T: Element>(
+pub fn time_recorded_steps<E: LoopEngine, T: Element + DiffusionReal>(
     gpu: &Gpu,
     engine: &E,
     lp: &mut Loop3D<'_, E>,
@@ -142,10 +138,7 @@ pub fn time_recorded_steps<E: LoopEngine, T: Element>(
     problem: &Problem,
     per_batch: usize,
     batches: usize,
-) -> Result<f64>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<f64> {
     let per_batch = per_batch.next_multiple_of(2);
     let recording = engine
         .record(&mut || queue_steps(lp, f, g, problem, per_batch))?
@@ -160,15 +153,12 @@ where
 }
 
 /// Runs real steps on an auto-tuned loop until its tuning has finished; the result.
-pub fn run_until_tuned<T: Element>(
+pub fn run_until_tuned<T: Element + DiffusionReal>(
     lp: &mut Loop3D<'_, DeviceAutoTuningLoopEngine>,
     f: &mut DeviceField<T>,
     g: &mut DeviceField<T>,
     problem: &Problem,
-) -> Result<TuningReport>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<TuningReport> {
     loop {
         if let Some(report) = lp.info().report() {
             return Ok(report.clone());
@@ -179,24 +169,18 @@ where
 }
 
 /// Benchmarks one grid and precision on `gpu`, tuned over every variant.
-pub fn bench_one<T: Element>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+pub fn bench_one<T: Element + DiffusionReal>(gpu: &Arc<Gpu>, size: [usize; 3]) -> Result<BenchRow> {
     let mut rows = bench_variants::<T>(gpu, size, &[VariantSet::Auto])?;
     Ok(rows.remove(0))
 }
 
 /// Benchmarks one grid and precision on `gpu`: one row per entry of `sets`, each tuned afresh (in
 /// memory) over its variants and timed; the fixed launch is timed once and shared by the rows.
-pub fn bench_variants<T: Element>(
+pub fn bench_variants<T: Element + DiffusionReal>(
     gpu: &Arc<Gpu>,
     size: [usize; 3],
     sets: &[VariantSet],
-) -> Result<Vec<BenchRow>>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<Vec<BenchRow>> {
     let problem = Problem::new(size, 0.1, None)?;
     let shape = problem.shape::<T>()?;
     gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;

@@ -24,8 +24,8 @@ use lattice_gpu_host::health::{check_interval, Verdict};
 use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
-use lattice_gpu_kernels::diffusion::Diffusion3d;
-use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D};
+use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
+use lattice_gpu_kernels::stencil::PointUpdate3D;
 
 pub mod bench;
 
@@ -286,16 +286,13 @@ pub struct RunOutput<T> {
 /// Runs `steps` steps from the interior field `initial` makes (x fastest; the walls are 0) on `engine`.
 /// Memory is checked before `initial` is called, so a grid too large fails with a clear error before
 /// anything big is allocated. `progress` is called with the number of finished steps now and then.
-pub fn simulate<E: LoopEngine, T: Element>(
+pub fn simulate<E: LoopEngine, T: Element + DiffusionReal>(
     engine: &E,
     problem: &Problem,
     initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
     progress: impl FnMut(usize),
-) -> Result<RunOutput<T>>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<RunOutput<T>> {
     simulate_on(
         engine,
         &Solo,
@@ -312,16 +309,13 @@ where
 }
 
 /// Queues `n` steps, `f` and `g` swapping after each.
-pub fn queue_steps<E: LoopEngine, T: Element>(
+pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
     lp: &mut Loop3D<'_, E>,
     f: &mut E::Field<T>,
     g: &mut E::Field<T>,
     problem: &Problem,
     n: usize,
-) -> lattice_gpu_host::Result<()>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> lattice_gpu_host::Result<()> {
     for _ in 0..n {
         lp.run(&problem.update(f, g))?;
         std::mem::swap(f, g);
@@ -343,10 +337,7 @@ struct Overlap<'e, E: LoopEngine, T: Element> {
     overlap: bool,
 }
 
-impl<'e, E: LoopEngine, T: Element> Overlap<'e, E, T>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
     fn new(
         engine: &'e E,
         shape: Shape,
@@ -415,10 +406,8 @@ struct StepParts<'s, 'e, E: LoopEngine, T: Element, C, I> {
     g: &'s mut E::Field<T>,
 }
 
-impl<E: LoopEngine, T: Element, C: Communicator, I: Fn([usize; 3]) -> usize> OverlapStep
-    for StepParts<'_, '_, E, T, C, I>
-where
-    Diffusion3d<T>: GpuEntry,
+impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3]) -> usize>
+    OverlapStep for StepParts<'_, '_, E, T, C, I>
 {
     type Error = lattice_gpu_host::Error;
 
@@ -463,7 +452,7 @@ where
 /// `engine` and exchanges one plane with each neighbour before every step, as `exchange` says; rank 0
 /// gathers the final field (the others return an empty one). The result is bit-identical to one rank's:
 /// every point sees the same values. Every rank calls `initial` (the whole field) and keeps its slab.
-pub fn simulate_on<'e, E: LoopEngine, T: Element, C: Communicator>(
+pub fn simulate_on<'e, E: LoopEngine, T: Element + DiffusionReal, C: Communicator>(
     engine: &'e E,
     comm: &C,
     exchange: Exchange<'e>,
@@ -471,10 +460,7 @@ pub fn simulate_on<'e, E: LoopEngine, T: Element, C: Communicator>(
     initial: impl FnOnce() -> Result<Vec<T>>,
     steps: usize,
     progress: impl FnMut(usize),
-) -> Result<RunOutput<T>>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<RunOutput<T>> {
     let schedule = Schedule {
         first: 0,
         last: steps,
@@ -574,7 +560,7 @@ pub fn resume<T: Element>(problem: &Problem, path: &std::path::Path) -> Result<(
 /// checkpoint is on disk).
 ///
 /// [`Error::Interrupted`]: lattice_gpu_host::Error::Interrupted
-pub fn simulate_scheduled<'e, E: LoopEngine, T: Element, C: Communicator>(
+pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Communicator>(
     engine: &'e E,
     comm: &C,
     exchange: Exchange<'e>,
@@ -582,10 +568,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element, C: Communicator>(
     initial: impl FnOnce() -> Result<Vec<T>>,
     schedule: &Schedule,
     mut progress: impl FnMut(usize),
-) -> Result<RunOutput<T>>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<RunOutput<T>> {
     let (first_step, steps) = (schedule.first, schedule.last);
     let rank = comm.rank();
     let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;

@@ -6,7 +6,7 @@ use lattice_gpu_diffusion::{relative_l2, simulate, Problem};
 use lattice_gpu_host::engine::emulate::EMULATED_MAX_THREADS;
 use lattice_gpu_host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
 use lattice_gpu_host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
-use lattice_gpu_kernels::diffusion::Diffusion3d;
+use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
 use lattice_gpu_kernels::stencil::{
     ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
 };
@@ -248,10 +248,7 @@ fn every_candidate_emulated<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>
     (counts, vectors)
 }
 
-fn diffusion_variants_emulated<T: Element>()
-where
-    Diffusion3d<T>: GpuEntry,
-{
+fn diffusion_variants_emulated<T: Element + DiffusionReal>() {
     let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
     let compact = problem.shape::<T>().unwrap();
     let padded = compact.aligned_rows(std::mem::size_of::<T>(), f64::INFINITY);
@@ -259,7 +256,7 @@ where
     // The compact rows are odd (vectors fall back to single columns), the padded ones are whole vectors,
     // with a partial last vector per row.
     for (shape, vectors) in [(compact, false), (padded, true)] {
-        let (counts, vectorised) = every_candidate_emulated(
+        let (counts, vectorised) = every_candidate_emulated::<T, _>(
             shape,
             shape.interior_range(),
             |f, g| Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h),

@@ -1,7 +1,9 @@
 //! The 3-D diffusion point update: `df/dt = kappa lap f`, explicit Euler in time, 7-point Laplacian.
 
 use crate::device::math::Real;
-use crate::stencil::{ArrayIndex3D, FieldMut, FieldRef, PointUpdate3D, Source3D, StencilUpdate3D};
+use crate::stencil::{
+    ArrayIndex3D, EntryOf, FieldMut, FieldRef, PointUpdate3D, Source3D, StencilUpdate3D,
+};
 
 /// One explicit step of the heat equation at one point (the paper's `Diffusion3d` functor):
 /// `fnew = cc f + ce f(x+1) + cw f(x-1) + cn f(y+1) + cs f(y-1) + ct f(z+1) + cb f(z-1)`.
@@ -79,7 +81,17 @@ impl<T: Real> StencilUpdate3D for Diffusion3d<T> {
     }
 }
 
-crate::kernel3d!(diffusion3d_f32 => Diffusion3d<f32>;
-    zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32);
-crate::kernel3d!(diffusion3d_f64 => Diffusion3d<f64>;
-    zqueue = diffusion3d_zqueue_f64, tiled = diffusion3d_tiled_f64, vector = diffusion3d_vector_f64);
+crate::kernel3d!(for<T> Diffusion3d<T> {
+    f32 => diffusion3d_f32 {
+        zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32
+    },
+    f64 => diffusion3d_f64 {
+        zqueue = diffusion3d_zqueue_f64, tiled = diffusion3d_tiled_f64, vector = diffusion3d_vector_f64
+    },
+});
+
+/// A precision of the diffusion kernels: the one bound generic code over precisions needs for
+/// `Diffusion3d<T>: GpuEntry`.
+pub trait DiffusionReal: Real + EntryOf<Diffusion3d<Self>> {}
+impl DiffusionReal for f32 {}
+impl DiffusionReal for f64 {}

@@ -45,6 +45,10 @@
 //! // The GPU entry `smooth_f32` in this crate's module; on the host, the engines' knowledge of it.
 //! lattice_gpu_kernels::kernel3d!(smooth_f32 => Smooth);
 //! ```
+//!
+//! An update generic over its precision declares every precision's entry at once,
+//! `kernel3d!(for<T> Smooth<T> { f32 => smooth_f32, f64 => smooth_f64 })`, so that generic host code
+//! bounds only the precision ([`stencil::EntryOf`]).
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",

@@ -265,11 +265,8 @@ impl<A: Real> SumUpdate3D for ConvertDot<A> {
 }
 
 crate::kernel3d_sum!(cg_step_f64 => CgStep);
-crate::kernel3d_sum!(convert_dot_f32 => ConvertDot<f32>);
-crate::kernel3d_sum!(convert_dot_f64 => ConvertDot<f64>);
+crate::kernel3d_sum!(for<T> ConvertDot<T> { f32 => convert_dot_f32, f64 => convert_dot_f64 });
 crate::kernel3d!(cg_direction_f64 => CgDirection);
 crate::kernel3d!(cg_finish_f64 => CgFinish);
-crate::kernel3d!(convert_f64_f32 => Convert<f64, f32>);
-crate::kernel3d!(convert_f64_f64 => Convert<f64, f64>);
-crate::kernel3d!(fill_f32 => Fill<f32>);
-crate::kernel3d!(fill_f64 => Fill<f64>);
+crate::kernel3d!(for<T> Convert<f64, T> { f32 => convert_f64_f32, f64 => convert_f64_f64 });
+crate::kernel3d!(for<T> Fill<T> { f32 => fill_f32, f64 => fill_f64 });

@@ -14,8 +14,8 @@ use lattice_gpu_kernels::poisson::colours::{
     ConvertByColour, FromColoursDot, Halves, ProlongAddByColour, RedBlackByColour, ResidualByColour,
 };
 use lattice_gpu_kernels::poisson::{
-    CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, ProlongAdd, RedBlack,
-    Residual, Restrict, RestrictPairs, COARSE_MAX_LEVELS,
+    CoarseCycle, CoarseLevel, Coeffs, CoeffsAos, Convert, Fill, Jacobi, PoissonReal, ProlongAdd,
+    RedBlack, Residual, Restrict, RestrictPairs, COARSE_MAX_LEVELS,
 };
 use lattice_gpu_kernels::stencil::{GpuEntry, PointUpdate3D, SumUpdate3D};
 use lattice_gpu_kernels::vector::ConvertDot;
@@ -600,30 +600,7 @@ pub struct SweepBytes {
     pub sectors: f64,
 }
 
-impl<'e, E: LoopEngine, T: Element> Multigrid<'e, E, T>
-where
-    Fill<T>: GpuEntry,
-    Jacobi<T>: GpuEntry,
-    RedBlack<T>: GpuEntry,
-    Residual<T>: GpuEntry,
-    Jacobi<T, CoeffsAos<T>>: GpuEntry,
-    RedBlack<T, CoeffsAos<T>>: GpuEntry,
-    Residual<T, CoeffsAos<T>>: GpuEntry,
-    Restrict<T>: GpuEntry,
-    RestrictPairs<T>: GpuEntry,
-    ProlongAdd<T>: GpuEntry,
-    Convert<f64, T>: GpuEntry,
-    ConvertDot<T>: GpuEntry,
-    CoarseCycle<T>: GpuEntry,
-    CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
-    RedBlackByColour<T>: GpuEntry,
-    ResidualByColour<T>: GpuEntry,
-    ProlongAddByColour<T>: GpuEntry,
-    ProlongAddByColour<T, Halves>: GpuEntry,
-    Restrict<T, Halves>: GpuEntry,
-    ConvertByColour<f64, T>: GpuEntry,
-    FromColoursDot<T>: GpuEntry,
-{
+impl<'e, E: LoopEngine, T: Element + PoissonReal> Multigrid<'e, E, T> {
     /// Builds the levels of `problem` (checked) on `engine`. Fails, saying how many levels the sizes
     /// allow, when they do not halve `cycle.levels - 1` times.
     pub fn new(engine: &'e E, problem: &Problem, cycle: Cycle) -> Result<Self> {
@@ -1265,30 +1242,7 @@ where
     }
 }
 
-impl<'e, E: LoopEngine, T: Element> Preconditioner<E> for Multigrid<'e, E, T>
-where
-    Fill<T>: GpuEntry,
-    Jacobi<T>: GpuEntry,
-    RedBlack<T>: GpuEntry,
-    Residual<T>: GpuEntry,
-    Jacobi<T, CoeffsAos<T>>: GpuEntry,
-    RedBlack<T, CoeffsAos<T>>: GpuEntry,
-    Residual<T, CoeffsAos<T>>: GpuEntry,
-    Restrict<T>: GpuEntry,
-    RestrictPairs<T>: GpuEntry,
-    ProlongAdd<T>: GpuEntry,
-    Convert<f64, T>: GpuEntry,
-    ConvertDot<T>: GpuEntry,
-    CoarseCycle<T>: GpuEntry,
-    CoarseCycle<T, CoeffsAos<T>>: GpuEntry,
-    RedBlackByColour<T>: GpuEntry,
-    ResidualByColour<T>: GpuEntry,
-    ProlongAddByColour<T>: GpuEntry,
-    ProlongAddByColour<T, Halves>: GpuEntry,
-    Restrict<T, Halves>: GpuEntry,
-    ConvertByColour<f64, T>: GpuEntry,
-    FromColoursDot<T>: GpuEntry,
-{
+impl<'e, E: LoopEngine, T: Element + PoissonReal> Preconditioner<E> for Multigrid<'e, E, T> {
     /// `r` converted into the finest right-hand side, one V-cycle, the result converted back with
     /// `r.z`: nothing leaves the engine. A recorded graph holds all but the last conversion, whose sum
     /// goes to a new place each time.

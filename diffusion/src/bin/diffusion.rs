@@ -15,8 +15,7 @@ use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::engine::LoopEngine;
 use lattice_gpu_host::field::fmt_dims;
 use lattice_gpu_host::{DeviceLoopEngine, Element, HostLoopEngine};
-use lattice_gpu_kernels::diffusion::{Diffusion3d, FLOPS_PER_POINT};
-use lattice_gpu_kernels::stencil::GpuEntry;
+use lattice_gpu_kernels::diffusion::{DiffusionReal, FLOPS_PER_POINT};
 
 /// 3-D heat equation df/dt = kappa lap f on the unit cube (f = 0 on the walls), explicit 7-point
 /// stencil, on the CPU or an NVIDIA GPU. Starts from sin(pi x) sin(pi y) sin(pi z), whose exact decay
@@ -153,15 +152,12 @@ fn run_with<C: Communicator>(args: &RunArgs, comm: &C) -> Result<()> {
     }
 }
 
-fn run_precision<T: Element + npy::NpyElement, C: Communicator>(
+fn run_precision<T: Element + DiffusionReal + npy::NpyElement, C: Communicator>(
     args: &RunArgs,
     comm: &C,
     problem: &Problem,
     out: Option<OutputDir>,
-) -> Result<()>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<()> {
     let chosen = args.engine.choose()?;
     let gpu = match &chosen {
         Chosen::Host => None,
@@ -175,8 +171,8 @@ where
     #[cfg(not(feature = "nccl"))]
     let halos = Halos::Host;
     match chosen {
-        Chosen::Host => run_on(&HostLoopEngine, comm, halos, args, problem, out),
-        Chosen::Gpu(Launch::Fixed, gpu) => run_on(
+        Chosen::Host => run_on::<_, T, _>(&HostLoopEngine, comm, halos, args, problem, out),
+        Chosen::Gpu(Launch::Fixed, gpu) => run_on::<_, T, _>(
             &DeviceLoopEngine::new(gpu, args.engine.shape()),
             comm,
             halos,
@@ -184,7 +180,9 @@ where
             problem,
             out,
         ),
-        Chosen::Gpu(_, gpu) => run_on(&args.engine.autotuner(gpu), comm, halos, args, problem, out),
+        Chosen::Gpu(_, gpu) => {
+            run_on::<_, T, _>(&args.engine.autotuner(gpu), comm, halos, args, problem, out)
+        }
     }?;
     #[cfg(feature = "nccl")]
     if comm.rank() == 0 {
@@ -198,17 +196,14 @@ fn zyx(s: [usize; 3]) -> [usize; 3] {
     [s[2], s[1], s[0]]
 }
 
-fn run_on<E: LoopEngine, T: Element + npy::NpyElement, C: Communicator>(
+fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Communicator>(
     engine: &E,
     comm: &C,
     halos: Halos<'_>,
     args: &RunArgs,
     problem: &Problem,
     out: Option<OutputDir>,
-) -> Result<()>
-where
-    Diffusion3d<T>: GpuEntry,
-{
+) -> Result<()> {
     let lead = comm.rank() == 0;
     if let Some(line) = args.split.describe('z', comm.size()).filter(|_| lead) {
         println!("{line}");

@@ -8,12 +8,11 @@
 
 use std::time::Instant;
 
-use gray_scott_kernels::{Coefficients, GrayScott2d, GrayScott3d};
+use gray_scott_kernels::{Coefficients, GrayScott2d, GrayScott3d, GrayScottReal};
 use lattice_gpu::host::engine::{LoopEngine, TuningReport};
 use lattice_gpu::host::field::fmt_dims;
 use lattice_gpu::host::{Element, Field, Gpu, HostLoopEngine, Loop2D, Loop3D, Shape};
 use lattice_gpu::kernels::device::math::Real;
-use lattice_gpu::kernels::stencil::GpuEntry;
 
 /// Errors of the Gray–Scott application.
 #[derive(Debug, thiserror::Error)]
@@ -312,11 +311,7 @@ pub struct Simulation<'e, E: LoopEngine, T: Element> {
     steps: usize,
 }
 
-impl<'e, E: LoopEngine, T: Element> Simulation<'e, E, T>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+impl<'e, E: LoopEngine, T: Element + GrayScottReal> Simulation<'e, E, T> {
     /// Sets up `problem` on `engine` from the state `initial` makes. Memory is checked first, so a
     /// grid too large fails with a clear error before anything big is allocated.
     pub fn new(
@@ -446,7 +441,7 @@ pub struct Run<T> {
 /// Runs `steps` steps of `problem` on `engine` from the state `initial` makes. With `frame_every =
 /// Some(n)`, `on_frame(step, v)` gets the middle z plane of `v` ([`Simulation::v_mid_plane`]) at steps
 /// 0, n, 2n, ...; `progress(step)` is called now and then. Both run outside the timed steps.
-pub fn simulate<E: LoopEngine, T: Element>(
+pub fn simulate<E: LoopEngine, T: Element + GrayScottReal>(
     engine: &E,
     problem: &Problem,
     initial: impl FnOnce() -> Fields<T>,
@@ -454,11 +449,7 @@ pub fn simulate<E: LoopEngine, T: Element>(
     frame_every: Option<usize>,
     mut on_frame: impl FnMut(usize, &[T]) -> Result<()>,
     mut progress: impl FnMut(usize),
-) -> Result<Run<T>>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+) -> Result<Run<T>> {
     let mut sim = Simulation::new(engine, problem, initial)?;
     let report_every = (steps / 100).max(1);
     let mut seconds = 0.0;

@@ -7,13 +7,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gray_scott::{load_kernels, simulate, Error, Grid, Model, Problem, Result, Simulation};
-use gray_scott_kernels::{GrayScott2d, GrayScott3d};
+use gray_scott_kernels::GrayScottReal;
 use lattice_gpu::cli::{self, Chosen, EngineArgs, Launch, Placement, Precision};
 use lattice_gpu::formats::{npy, png, OutputDir};
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::health;
 use lattice_gpu::host::{DeviceLoopEngine, Element, Gpu, HostLoopEngine};
-use lattice_gpu::kernels::stencil::GpuEntry;
 
 /// Gray–Scott reaction–diffusion, du/dt = Du lap u - u v^2 + F (1 - u), dv/dt = Dv lap v + u v^2 -
 /// (F + k) v, explicit Euler with the 7-point (2-D: 5-point) Laplacian, u = 1 and v = 0 on the walls.
@@ -111,15 +110,11 @@ fn run(cli: &Cli) -> Result<()> {
     }
 }
 
-fn run_precision<T: Element + npy::NpyElement>(
+fn run_precision<T: Element + GrayScottReal + npy::NpyElement>(
     cli: &Cli,
     problem: &Problem,
     out: OutputDir,
-) -> Result<()>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+) -> Result<()> {
     match cli.engine.choose()? {
         Chosen::Host => run_on::<_, T>(&HostLoopEngine, cli, problem, out),
         Chosen::Gpu(kind, gpu) => {
@@ -135,16 +130,12 @@ where
     }
 }
 
-fn run_on<E: LoopEngine, T: Element + npy::NpyElement>(
+fn run_on<E: LoopEngine, T: Element + GrayScottReal + npy::NpyElement>(
     engine: &E,
     cli: &Cli,
     problem: &Problem,
     out: OutputDir,
-) -> Result<()>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+) -> Result<()> {
     let m = &problem.model;
     println!(
         "gray-scott {} {}, {} steps, F {} k {} Du {} Dv {} h {} dt {} (dt max(Du, Dv) {}/h^2 = {:.3}), \
@@ -256,11 +247,7 @@ fn picture<T: Element>(path: &Path, problem: &Problem, step: usize, v: &[T]) -> 
     Ok(())
 }
 
-fn bench<T: Element>(cli: &Cli, problem: &Problem) -> Result<()>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+fn bench<T: Element + GrayScottReal>(cli: &Cli, problem: &Problem) -> Result<()> {
     if cli.engine.engine == Placement::Host {
         return Err(Error::Invalid(
             "--bench measures the GPU: leave out --engine host".into(),
@@ -302,16 +289,12 @@ where
 
 /// The median GPU time of a step, ms: 7 event-timed batches of about 20 ms each, after the launch
 /// has been tuned (the tuner times its candidates on real steps, which must not count).
-fn time_step<E: LoopEngine, T: Element>(
+fn time_step<E: LoopEngine, T: Element + GrayScottReal>(
     gpu: &Gpu,
     engine: &E,
     cli: &Cli,
     problem: &Problem,
-) -> Result<f64>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+) -> Result<f64> {
     println!(
         "bench {} {}, engine: {}",
         problem.grid,

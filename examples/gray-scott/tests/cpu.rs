@@ -5,12 +5,11 @@
 //! emulator, against the CPU engine bit for bit.
 
 use gray_scott::{simulate, Fields, Grid, Model, Problem};
-use gray_scott_kernels::GrayScott3d;
+use gray_scott_kernels::{GrayScott3d, GrayScottReal};
 use lattice_gpu::host::engine::emulate::{emulate3d_fields, EMULATED_MAX_THREADS};
 use lattice_gpu::host::engine::{tune_candidates, KernelInfo, TuneSpace};
 use lattice_gpu::host::{Element, Field, HostLoopEngine, Loop3D, LoopEngine, Shape};
 use lattice_gpu::kernels::device::math::Real;
-use lattice_gpu::kernels::stencil::GpuEntry;
 
 /// Interior values with u in [0.2, 1] and v in [0, 0.5] from a small LCG of this file's own.
 fn random_state(points: usize, seed: u64) -> Fields<f64> {
@@ -37,15 +36,11 @@ fn convert<S: Real, T: Real>(f: &Fields<S>) -> Fields<T> {
 }
 
 /// The CPU engine's state after `steps` steps from `initial`.
-fn host_run<T: lattice_gpu::host::Element>(
+fn host_run<T: lattice_gpu::host::Element + gray_scott_kernels::GrayScottReal>(
     problem: &Problem,
     initial: Fields<T>,
     steps: usize,
-) -> Fields<T>
-where
-    gray_scott_kernels::GrayScott3d<T>: lattice_gpu::kernels::stencil::GpuEntry,
-    gray_scott_kernels::GrayScott2d<T>: lattice_gpu::kernels::stencil::GpuEntry,
-{
+) -> Fields<T> {
     simulate(
         &HostLoopEngine,
         problem,
@@ -306,10 +301,7 @@ fn the_initial_state_is_a_noisy_centred_patch_fixed_by_the_seed() {
 /// of each launch computes the same bits as the CPU engine and writes nothing outside the interior.
 /// Rows of odd length (the vector variant falls back to columns) and rows padded to whole vectors,
 /// with a partial vector at the end of each row.
-fn emulated_launches_match_the_cpu<T: Element>()
-where
-    GrayScott3d<T>: GpuEntry,
-{
+fn emulated_launches_match_the_cpu<T: Element + GrayScottReal>() {
     let grid = Grid::Volume([37, 9, 7]);
     let problem = Problem::new(grid, Model::default(), None).unwrap();
     let compact = Shape::new_3d(grid.size(), 1).unwrap();

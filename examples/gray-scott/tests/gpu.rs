@@ -9,13 +9,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gray_scott::{load_kernels, simulate, Fields, Grid, Model, Problem};
-use gray_scott_kernels::{GrayScott2d, GrayScott3d};
+use gray_scott_kernels::GrayScottReal;
 use lattice_gpu::host::engine::tunecache::TuneCache;
 use lattice_gpu::host::engine::LoopEngine;
 use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Gpu, HostLoopEngine, LaunchShape,
 };
-use lattice_gpu::kernels::stencil::GpuEntry;
 
 /// The GPU with this crate's kernels loaded, held by one test at a time; `None` after printing why
 /// the test is skipped.
@@ -35,11 +34,11 @@ fn gpu(test: &str) -> Option<(Arc<Gpu>, MutexGuard<'static, ()>)> {
     Some((gpu, turn))
 }
 
-fn run<E: LoopEngine, T: Element>(engine: &E, problem: &Problem, steps: usize) -> gray_scott::Run<T>
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+fn run<E: LoopEngine, T: Element + GrayScottReal>(
+    engine: &E,
+    problem: &Problem,
+    steps: usize,
+) -> gray_scott::Run<T> {
     simulate(
         engine,
         problem,
@@ -84,11 +83,7 @@ fn problems() -> Vec<Problem> {
     .collect()
 }
 
-fn fixed_launches_match_the_cpu<T: Element>(test: &str)
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+fn fixed_launches_match_the_cpu<T: Element + GrayScottReal>(test: &str) {
     let Some((gpu, _turn)) = gpu(test) else {
         return;
     };
@@ -111,11 +106,7 @@ where
     }
 }
 
-fn tuned_launches_match_the_cpu<T: Element>(test: &str)
-where
-    GrayScott3d<T>: GpuEntry,
-    GrayScott2d<T>: GpuEntry,
-{
+fn tuned_launches_match_the_cpu<T: Element + GrayScottReal>(test: &str) {
     let Some((gpu, _turn)) = gpu(test) else {
         return;
     };

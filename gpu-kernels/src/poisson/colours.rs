@@ -357,20 +357,30 @@ impl<A: Real> SumUpdate3D for FromColoursDot<A> {
     }
 }
 
-crate::kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>;
-    lanes = poisson_redblack_colours_vector_f32);
-crate::kernel3d!(poisson_redblack_colours_f64 => RedBlackByColour<f64>;
-    lanes = poisson_redblack_colours_vector_f64);
-crate::kernel3d!(poisson_residual_colours_f32 => ResidualByColour<f32>);
-crate::kernel3d!(poisson_residual_colours_f64 => ResidualByColour<f64>);
-crate::kernel3d!(poisson_prolong_colours_f32 => ProlongAddByColour<f32>);
-crate::kernel3d!(poisson_prolong_colours_f64 => ProlongAddByColour<f64>);
-crate::kernel3d!(poisson_prolong_colours_colours_f32 => ProlongAddByColour<f32, Halves>);
-crate::kernel3d!(poisson_prolong_colours_colours_f64 => ProlongAddByColour<f64, Halves>);
-crate::kernel3d!(poisson_convert_colours_f64_f32 => ConvertByColour<f64, f32>);
-crate::kernel3d!(poisson_convert_colours_f64_f64 => ConvertByColour<f64, f64>);
-crate::kernel3d_sum!(poisson_from_colours_dot_f32 => FromColoursDot<f32>);
-crate::kernel3d_sum!(poisson_from_colours_dot_f64 => FromColoursDot<f64>);
+crate::kernel3d!(for<T> RedBlackByColour<T> {
+    f32 => poisson_redblack_colours_f32 { lanes = poisson_redblack_colours_vector_f32 },
+    f64 => poisson_redblack_colours_f64 { lanes = poisson_redblack_colours_vector_f64 },
+});
+crate::kernel3d!(for<T> ResidualByColour<T> {
+    f32 => poisson_residual_colours_f32,
+    f64 => poisson_residual_colours_f64,
+});
+crate::kernel3d!(for<T> ProlongAddByColour<T> {
+    f32 => poisson_prolong_colours_f32,
+    f64 => poisson_prolong_colours_f64,
+});
+crate::kernel3d!(for<T> ProlongAddByColour<T, Halves> {
+    f32 => poisson_prolong_colours_colours_f32,
+    f64 => poisson_prolong_colours_colours_f64,
+});
+crate::kernel3d!(for<T> ConvertByColour<f64, T> {
+    f32 => poisson_convert_colours_f64_f32,
+    f64 => poisson_convert_colours_f64_f64,
+});
+crate::kernel3d_sum!(for<T> FromColoursDot<T> {
+    f32 => poisson_from_colours_dot_f32,
+    f64 => poisson_from_colours_dot_f64,
+});
 
 #[cfg(test)]
 mod tests {

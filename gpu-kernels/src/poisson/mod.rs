@@ -12,7 +12,8 @@ pub use crate::vector::{Convert, Fill};
 use crate::device::math::Real;
 use crate::device::warp;
 use crate::stencil::{
-    ArrayIndex3D, BlockProgram, FieldMut, FieldRef, LoopRange, Passes, PointUpdate3D, SumUpdate3D,
+    ArrayIndex3D, BlockProgram, EntryOf, FieldMut, FieldRef, LoopRange, Passes, PointUpdate3D,
+    SumUpdate3D,
 };
 
 /// A 7-point operator as the point updates read it: `(A x)` at a point and its diagonal.
@@ -529,29 +530,69 @@ impl<T: Real, A: Operator7<T>> BlockProgram for CoarseCycle<T, A> {
     }
 }
 
-crate::block_kernel!(poisson_coarse_cycle_f32 => CoarseCycle<f32>);
-crate::block_kernel!(poisson_coarse_cycle_f64 => CoarseCycle<f64>);
-crate::block_kernel!(poisson_coarse_cycle_aos_f32 => CoarseCycle<f32, CoeffsAos<f32>>);
-crate::block_kernel!(poisson_coarse_cycle_aos_f64 => CoarseCycle<f64, CoeffsAos<f64>>);
+crate::block_kernel!(for<T> CoarseCycle<T> {
+    f32 => poisson_coarse_cycle_f32,
+    f64 => poisson_coarse_cycle_f64,
+});
+crate::block_kernel!(for<T> CoarseCycle<T, CoeffsAos<T>> {
+    f32 => poisson_coarse_cycle_aos_f32,
+    f64 => poisson_coarse_cycle_aos_f64,
+});
 crate::kernel3d_sum!(poisson_apply_aos_f64 => Apply<f64, CoeffsAos<f64>>);
-crate::kernel3d!(poisson_residual_aos_f32 => Residual<f32, CoeffsAos<f32>>);
-crate::kernel3d!(poisson_residual_aos_f64 => Residual<f64, CoeffsAos<f64>>);
-crate::kernel3d!(poisson_jacobi_aos_f32 => Jacobi<f32, CoeffsAos<f32>>);
-crate::kernel3d!(poisson_jacobi_aos_f64 => Jacobi<f64, CoeffsAos<f64>>);
-crate::kernel3d!(poisson_redblack_aos_f32 => RedBlack<f32, CoeffsAos<f32>>);
-crate::kernel3d!(poisson_redblack_aos_f64 => RedBlack<f64, CoeffsAos<f64>>);
+crate::kernel3d!(for<T> Residual<T, CoeffsAos<T>> {
+    f32 => poisson_residual_aos_f32,
+    f64 => poisson_residual_aos_f64,
+});
+crate::kernel3d!(for<T> Jacobi<T, CoeffsAos<T>> {
+    f32 => poisson_jacobi_aos_f32,
+    f64 => poisson_jacobi_aos_f64,
+});
+crate::kernel3d!(for<T> RedBlack<T, CoeffsAos<T>> {
+    f32 => poisson_redblack_aos_f32,
+    f64 => poisson_redblack_aos_f64,
+});
 crate::kernel3d_sum!(poisson_apply_f64 => Apply<f64>);
-crate::kernel3d!(poisson_residual_f32 => Residual<f32>);
-crate::kernel3d!(poisson_residual_f64 => Residual<f64>);
-crate::kernel3d!(poisson_jacobi_f32 => Jacobi<f32>);
-crate::kernel3d!(poisson_jacobi_f64 => Jacobi<f64>);
-crate::kernel3d!(poisson_redblack_f32 => RedBlack<f32>);
-crate::kernel3d!(poisson_redblack_f64 => RedBlack<f64>);
-crate::kernel3d!(poisson_restrict_f32 => Restrict<f32>);
-crate::kernel3d!(poisson_restrict_f64 => Restrict<f64>);
-crate::kernel3d!(poisson_restrict_colours_f32 => Restrict<f32, colours::Halves>);
-crate::kernel3d!(poisson_restrict_colours_f64 => Restrict<f64, colours::Halves>);
-crate::kernel3d!(poisson_restrict_pairs_f32 => RestrictPairs<f32>);
-crate::kernel3d!(poisson_restrict_pairs_f64 => RestrictPairs<f64>);
-crate::kernel3d!(poisson_prolong_f32 => ProlongAdd<f32>);
-crate::kernel3d!(poisson_prolong_f64 => ProlongAdd<f64>);
+crate::kernel3d!(for<T> Residual<T> { f32 => poisson_residual_f32, f64 => poisson_residual_f64 });
+crate::kernel3d!(for<T> Jacobi<T> { f32 => poisson_jacobi_f32, f64 => poisson_jacobi_f64 });
+crate::kernel3d!(for<T> RedBlack<T> { f32 => poisson_redblack_f32, f64 => poisson_redblack_f64 });
+crate::kernel3d!(for<T> Restrict<T> { f32 => poisson_restrict_f32, f64 => poisson_restrict_f64 });
+crate::kernel3d!(for<T> Restrict<T, colours::Halves> {
+    f32 => poisson_restrict_colours_f32,
+    f64 => poisson_restrict_colours_f64,
+});
+crate::kernel3d!(for<T> RestrictPairs<T> {
+    f32 => poisson_restrict_pairs_f32,
+    f64 => poisson_restrict_pairs_f64,
+});
+crate::kernel3d!(for<T> ProlongAdd<T> { f32 => poisson_prolong_f32, f64 => poisson_prolong_f64 });
+
+/// A precision of the multigrid solver's kernels: every kernel type of its levels, by colour and in
+/// either coefficient layout, and the conversions and fills around them, at this precision. The one
+/// bound generic multigrid code needs for all of them to be [`GpuEntry`](crate::stencil::GpuEntry).
+pub trait PoissonReal:
+    Real
+    + EntryOf<Fill<Self>>
+    + EntryOf<Convert<f64, Self>>
+    + EntryOf<crate::vector::ConvertDot<Self>>
+    + EntryOf<Jacobi<Self>>
+    + EntryOf<RedBlack<Self>>
+    + EntryOf<Residual<Self>>
+    + EntryOf<Jacobi<Self, CoeffsAos<Self>>>
+    + EntryOf<RedBlack<Self, CoeffsAos<Self>>>
+    + EntryOf<Residual<Self, CoeffsAos<Self>>>
+    + EntryOf<Restrict<Self>>
+    + EntryOf<Restrict<Self, colours::Halves>>
+    + EntryOf<RestrictPairs<Self>>
+    + EntryOf<ProlongAdd<Self>>
+    + EntryOf<CoarseCycle<Self>>
+    + EntryOf<CoarseCycle<Self, CoeffsAos<Self>>>
+    + EntryOf<colours::RedBlackByColour<Self>>
+    + EntryOf<colours::ResidualByColour<Self>>
+    + EntryOf<colours::ProlongAddByColour<Self>>
+    + EntryOf<colours::ProlongAddByColour<Self, colours::Halves>>
+    + EntryOf<colours::ConvertByColour<f64, Self>>
+    + EntryOf<colours::FromColoursDot<Self>>
+{
+}
+impl PoissonReal for f32 {}
+impl PoissonReal for f64 {}

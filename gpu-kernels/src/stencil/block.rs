@@ -67,19 +67,35 @@ impl Passes for BlockStrided {
 }
 
 /// Makes the GPU kernel that runs a [`BlockProgram`] type in one block, and names it for the engines
-/// ([`GpuEntry`](super::GpuEntry)).
+/// ([`GpuEntry`](super::GpuEntry)): `block_kernel!(name => Type)`, or for a type generic over its
+/// precision the precision-generic form of [`kernel3d!`](crate::kernel3d):
+/// `block_kernel!(for<T> CoarseCycle<T> { f32 => poisson_coarse_cycle_f32, f64 => poisson_coarse_cycle_f64 });`
 #[macro_export]
 macro_rules! block_kernel {
-    ($name:ident => $ty:ty) => {
+    (@kernels $name:ident => $ty:ty) => {
         $crate::kernel! {
             /// Generated kernel entry: the block program, run by the one block of the launch.
             pub unsafe fn $name(program: $ty) {
                 $crate::stencil::BlockProgram::run(&program, &$crate::stencil::BlockStrided)
             }
         }
+    };
+    (for<$p:ident> $ty:ty { $($real:ty => $name:ident),+ $(,)? }) => {
+        $(
+            const _: () = {
+                type $p = $real;
+                $crate::block_kernel!(@kernels $name => $ty);
+                impl $crate::stencil::EntryOf<$ty> for $real {
+                    $crate::kernel3d!(@names $name);
+                }
+            };
+        )+
+        $crate::kernel3d!(@generic $p, $ty);
+    };
+    ($name:ident => $ty:ty) => {
+        $crate::block_kernel!(@kernels $name => $ty);
         impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
+            $crate::kernel3d!(@names $name);
         }
     };
 }

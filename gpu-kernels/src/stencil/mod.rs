@@ -254,6 +254,28 @@ pub trait GpuEntry {
     }
 }
 
+/// A precision's entries of the kernel type `K` (a point-update type at this precision): what the
+/// precision-generic forms of the kernel macros (`kernel3d!(for<T> Type<T> { f32 => .., f64 => .. })`)
+/// make, one impl per precision, beside the one `impl<T: EntryOf<Type<T>>> GpuEntry for Type<T>` that
+/// reads them. A precision trait with `EntryOf<Type<Self>>` among its supertraits (as
+/// [`DiffusionReal`](crate::diffusion::DiffusionReal)) then gives generic code `Type<T>: GpuEntry` from
+/// its one bound `T: ThatTrait`: rustc carries a trait's supertraits to every use of the bound, but not
+/// a where-clause on another type. The items mean what [`GpuEntry`]'s do.
+pub trait EntryOf<K: ?Sized> {
+    /// [`GpuEntry::MODULE`].
+    const MODULE: &'static str;
+    /// [`GpuEntry::ENTRY`].
+    const ENTRY: &'static str;
+    /// [`GpuEntry::ZQUEUE_ENTRY`].
+    const ZQUEUE_ENTRY: Option<&'static str> = None;
+    /// [`GpuEntry::TILED_ENTRY`].
+    const TILED_ENTRY: Option<&'static str> = None;
+    /// [`GpuEntry::VECTOR_ENTRY`].
+    const VECTOR_ENTRY: Option<&'static str> = None;
+    /// [`GpuEntry::SUMS`].
+    const SUMS: bool = false;
+}
+
 /// Makes the GPU kernel that runs a [`PointUpdate3D`] type over a range: a 2-D grid of 2-D blocks in the xy
 /// plane, each thread marching in z (the paper's Fig. 1). `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>);`
 /// The entry takes `(update: T, range: LoopRange, march: u32)`.
@@ -266,65 +288,44 @@ pub trait GpuEntry {
 /// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
 /// So does a [`FieldsUpdate3D`] type (its numbers of fields are those of its one impl):
 /// `kernel3d!(gray_scott3d_f32 => GrayScott3d<f32>; fields, vector = gray_scott3d_vector_f32);`
+///
+/// A type generic over its precision takes the precision-generic form, which names the entries of each
+/// precision (and, in braces, what follows `;` above):
+/// `kernel3d!(for<T> Residual<T> { f32 => poisson_residual_f32, f64 => poisson_residual_f64 });`
+/// `kernel3d!(for<T> Diffusion3d<T> { f32 => diffusion3d_f32 { zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32 }, f64 => ... });`
+/// It makes the same entries, an [`EntryOf`] impl per precision and one generic [`GpuEntry`] impl, so
+/// that a precision trait with `EntryOf<Type<Self>>` among its supertraits is all the bound generic
+/// code needs ([`EntryOf`]).
 #[macro_export]
 macro_rules! kernel3d {
-    ($name:ident => $ty:ty) => {
+    (@kernels $name:ident => $ty:ty) => {
         $crate::kernel! {
             /// Generated kernel entry: runs the point update over the range, marching in z.
             pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
                 $crate::stencil::device_loop3d(&update, &range, march)
             }
-        }
-        impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
         }
     };
-    ($name:ident => $ty:ty; lanes = $lanes:ident $(,)?) => {
-        $crate::kernel! {
-            /// Generated kernel entry: runs the point update over the range, marching in z.
-            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
-                $crate::stencil::device_loop3d(&update, &range, march)
-            }
-        }
+    (@kernels $name:ident => $ty:ty; lanes = $lanes:ident $(,)?) => {
+        $crate::kernel3d!(@kernels $name => $ty);
         $crate::kernel! {
             /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
             pub unsafe fn $lanes(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
                 $crate::stencil::device_loop3d_lanes(&update, &range, march)
             }
         }
-        impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($lanes));
-        }
     };
-    ($name:ident => $ty:ty; fields, vector = $vector:ident $(,)?) => {
-        $crate::kernel! {
-            /// Generated kernel entry: runs the point update over the range, marching in z.
-            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
-                $crate::stencil::device_loop3d(&update, &range, march)
-            }
-        }
+    (@kernels $name:ident => $ty:ty; fields, vector = $vector:ident $(,)?) => {
+        $crate::kernel3d!(@kernels $name => $ty);
         $crate::kernel! {
             /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
             pub unsafe fn $vector(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
                 $crate::stencil::device_loop3d_fields_vector(&update, &range, march)
             }
         }
-        impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
-        }
     };
-    ($name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
-        $crate::kernel! {
-            /// Generated kernel entry: runs the point update over the range, marching in z.
-            pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
-                $crate::stencil::device_loop3d(&update, &range, march)
-            }
-        }
+    (@kernels $name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
+        $crate::kernel3d!(@kernels $name => $ty);
         $crate::kernel! {
             /// Generated kernel entry: as the plain one, with the input column in a register z-queue.
             pub unsafe fn $zqueue(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
@@ -343,12 +344,58 @@ macro_rules! kernel3d {
                 $crate::stencil::device_loop3d_vector(&update, &range, march)
             }
         }
+    };
+    // The names, as the items of a `GpuEntry` or `EntryOf` impl.
+    (@names $name:ident) => {
+        const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+        const ENTRY: &'static str = stringify!($name);
+    };
+    (@names $name:ident; lanes = $lanes:ident $(,)?) => {
+        $crate::kernel3d!(@names $name);
+        const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($lanes));
+    };
+    (@names $name:ident; fields, vector = $vector:ident $(,)?) => {
+        $crate::kernel3d!(@names $name);
+        const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
+    };
+    (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
+        $crate::kernel3d!(@names $name);
+        const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
+        const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
+        const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
+    };
+    // The one `GpuEntry` impl of a precision-generic form: every name read from the precision.
+    (@generic $p:ident, $ty:ty) => {
+        impl<$p: $crate::stencil::EntryOf<$ty>> $crate::stencil::GpuEntry for $ty {
+            const MODULE: &'static str = <$p as $crate::stencil::EntryOf<$ty>>::MODULE;
+            const ENTRY: &'static str = <$p as $crate::stencil::EntryOf<$ty>>::ENTRY;
+            const ZQUEUE_ENTRY: Option<&'static str> =
+                <$p as $crate::stencil::EntryOf<$ty>>::ZQUEUE_ENTRY;
+            const TILED_ENTRY: Option<&'static str> =
+                <$p as $crate::stencil::EntryOf<$ty>>::TILED_ENTRY;
+            const VECTOR_ENTRY: Option<&'static str> =
+                <$p as $crate::stencil::EntryOf<$ty>>::VECTOR_ENTRY;
+            const SUMS: bool = <$p as $crate::stencil::EntryOf<$ty>>::SUMS;
+        }
+    };
+    // Each precision's entries and names in a block of its own, where the type's parameter is an
+    // alias of that precision (a `macro_rules!` macro cannot substitute it in the type).
+    (for<$p:ident> $ty:ty { $($real:ty => $name:ident $({ $($opt:tt)* })?),+ $(,)? }) => {
+        $(
+            const _: () = {
+                type $p = $real;
+                $crate::kernel3d!(@kernels $name => $ty $(; $($opt)*)?);
+                impl $crate::stencil::EntryOf<$ty> for $real {
+                    $crate::kernel3d!(@names $name $(; $($opt)*)?);
+                }
+            };
+        )+
+        $crate::kernel3d!(@generic $p, $ty);
+    };
+    ($name:ident => $ty:ty $(; $($opt:tt)*)?) => {
+        $crate::kernel3d!(@kernels $name => $ty $(; $($opt)*)?);
         impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-            const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
-            const TILED_ENTRY: Option<&'static str> = Some(stringify!($tiled));
-            const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
+            $crate::kernel3d!(@names $name $(; $($opt)*)?);
         }
     };
 }
@@ -356,10 +403,11 @@ macro_rules! kernel3d {
 /// Makes the GPU kernel that runs a [`SumUpdate3D`] type over a range and sums its terms: the plain loop
 /// of [`kernel3d!`](crate::kernel3d), then the block's and grid's sums ([`device_sum3d`]).
 /// `kernel3d_sum!(cg_step_f64 => CgStep);` The entry takes `(update: T, range: LoopRange, march: u32,
-/// sum: SumInto)`.
+/// sum: SumInto)`. A type generic over its precision takes the precision-generic form of
+/// [`kernel3d!`](crate::kernel3d): `kernel3d_sum!(for<T> ConvertDot<T> { f32 => convert_dot_f32, f64 => convert_dot_f64 });`
 #[macro_export]
 macro_rules! kernel3d_sum {
-    ($name:ident => $ty:ty) => {
+    (@kernels $name:ident => $ty:ty) => {
         $crate::kernel! {
             /// Generated kernel entry: runs the point update over the range, marching in z, and sums
             /// its terms into `sum.out`.
@@ -372,28 +420,127 @@ macro_rules! kernel3d_sum {
                 $crate::stencil::device_sum3d(&update, &range, march, &sum)
             }
         }
+    };
+    (@names $name:ident) => {
+        $crate::kernel3d!(@names $name);
+        const SUMS: bool = true;
+    };
+    (for<$p:ident> $ty:ty { $($real:ty => $name:ident),+ $(,)? }) => {
+        $(
+            const _: () = {
+                type $p = $real;
+                $crate::kernel3d_sum!(@kernels $name => $ty);
+                impl $crate::stencil::EntryOf<$ty> for $real {
+                    $crate::kernel3d_sum!(@names $name);
+                }
+            };
+        )+
+        $crate::kernel3d!(@generic $p, $ty);
+    };
+    ($name:ident => $ty:ty) => {
+        $crate::kernel3d_sum!(@kernels $name => $ty);
         impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
-            const SUMS: bool = true;
+            $crate::kernel3d_sum!(@names $name);
         }
     };
 }
 
 /// Makes the GPU kernel that runs a [`PointUpdate2D`] type over a range: 2-D blocks, each thread marching
-/// over consecutive rows in y. As [`kernel3d!`](crate::kernel3d).
+/// over consecutive rows in y. As [`kernel3d!`](crate::kernel3d), with its precision-generic form:
+/// `kernel2d!(for<T> GrayScott2d<T> { f32 => gray_scott2d_f32, f64 => gray_scott2d_f64 });`
 #[macro_export]
 macro_rules! kernel2d {
-    ($name:ident => $ty:ty) => {
+    (@kernels $name:ident => $ty:ty) => {
         $crate::kernel! {
             /// Generated kernel entry: runs the point update over the range, marching in y.
             pub unsafe fn $name(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
                 $crate::stencil::device_loop2d(&update, &range, march)
             }
         }
+    };
+    (for<$p:ident> $ty:ty { $($real:ty => $name:ident),+ $(,)? }) => {
+        $(
+            const _: () = {
+                type $p = $real;
+                $crate::kernel2d!(@kernels $name => $ty);
+                impl $crate::stencil::EntryOf<$ty> for $real {
+                    $crate::kernel3d!(@names $name);
+                }
+            };
+        )+
+        $crate::kernel3d!(@generic $p, $ty);
+    };
+    ($name:ident => $ty:ty) => {
+        $crate::kernel2d!(@kernels $name => $ty);
         impl $crate::stencil::GpuEntry for $ty {
-            const MODULE: &'static str = env!("CARGO_CRATE_NAME");
-            const ENTRY: &'static str = stringify!($name);
+            $crate::kernel3d!(@names $name);
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GpuEntry, Variant};
+    use crate::diffusion::{Diffusion3d, DiffusionReal};
+    use crate::poisson::colours::{FromColoursDot, RedBlackByColour};
+    use crate::poisson::{CoarseCycle, CoeffsAos, Convert, Jacobi, PoissonReal};
+    use crate::vector::CgStep;
+
+    /// The names a kernel type has for the engines: module, every variant's entry, and whether it sums.
+    fn names<K: GpuEntry>() -> (&'static str, [Option<&'static str>; 4], bool) {
+        (K::MODULE, Variant::ALL.map(K::entry), K::SUMS)
+    }
+
+    // Bounded by the precision traits alone: these compile only if the traits carry the entries.
+    fn diffusion<T: DiffusionReal>() -> [Option<&'static str>; 4] {
+        names::<Diffusion3d<T>>().1
+    }
+
+    fn poisson<T: PoissonReal>() -> [(&'static str, [Option<&'static str>; 4], bool); 5] {
+        [
+            names::<Jacobi<T>>(),
+            names::<Convert<f64, T>>(),
+            names::<RedBlackByColour<T>>(),
+            names::<FromColoursDot<T>>(),
+            names::<CoarseCycle<T, CoeffsAos<T>>>(),
+        ]
+    }
+
+    #[test]
+    fn precision_generic_forms_name_each_precisions_entries() {
+        assert_eq!(
+            diffusion::<f32>(),
+            [
+                Some("diffusion3d_f32"),
+                Some("diffusion3d_zqueue_f32"),
+                Some("diffusion3d_tiled_f32"),
+                Some("diffusion3d_vector_f32")
+            ]
+        );
+        assert_eq!(diffusion::<f64>()[3], Some("diffusion3d_vector_f64"));
+        let plain = |e: &'static str| [Some(e), None, None, None];
+        let module = crate::MODULE;
+        assert_eq!(
+            poisson::<f64>(),
+            [
+                (module, plain("poisson_jacobi_f64"), false),
+                (module, plain("convert_f64_f64"), false),
+                (
+                    module,
+                    [
+                        Some("poisson_redblack_colours_f64"),
+                        None,
+                        None,
+                        Some("poisson_redblack_colours_vector_f64")
+                    ],
+                    false
+                ),
+                (module, plain("poisson_from_colours_dot_f64"), true),
+                (module, plain("poisson_coarse_cycle_aos_f64"), false),
+            ]
+        );
+        assert_eq!(poisson::<f32>()[1].1[0], Some("convert_f64_f32"));
+        // The single-type form, unchanged.
+        assert_eq!(names::<CgStep>(), (module, plain("cg_step_f64"), true));
+    }
 }

@@ -16,8 +16,8 @@
 
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::stencil::{
-    ArrayIndex2D, ArrayIndex3D, FieldMut, FieldRef, FieldsUpdate3D, PointUpdate2D, PointUpdate3D,
-    Source3D,
+    ArrayIndex2D, ArrayIndex3D, EntryOf, FieldMut, FieldRef, FieldsUpdate3D, PointUpdate2D,
+    PointUpdate3D, Source3D,
 };
 
 /// The model's constants folded with the time step and grid spacing on the host, so that a point
@@ -190,7 +190,17 @@ impl<T: Real> PointUpdate2D for GrayScott2d<T> {
     }
 }
 
-lattice_gpu_kernels::kernel3d!(gray_scott3d_f32 => GrayScott3d<f32>; fields, vector = gray_scott3d_vector_f32);
-lattice_gpu_kernels::kernel3d!(gray_scott3d_f64 => GrayScott3d<f64>; fields, vector = gray_scott3d_vector_f64);
-lattice_gpu_kernels::kernel2d!(gray_scott2d_f32 => GrayScott2d<f32>);
-lattice_gpu_kernels::kernel2d!(gray_scott2d_f64 => GrayScott2d<f64>);
+lattice_gpu_kernels::kernel3d!(for<T> GrayScott3d<T> {
+    f32 => gray_scott3d_f32 { fields, vector = gray_scott3d_vector_f32 },
+    f64 => gray_scott3d_f64 { fields, vector = gray_scott3d_vector_f64 },
+});
+lattice_gpu_kernels::kernel2d!(for<T> GrayScott2d<T> {
+    f32 => gray_scott2d_f32,
+    f64 => gray_scott2d_f64,
+});
+
+/// A precision of the Gray-Scott kernels: the one bound generic host code needs for both updates'
+/// kernels (`GrayScott3d<T>: GpuEntry` and `GrayScott2d<T>: GpuEntry` follow from it).
+pub trait GrayScottReal: Real + EntryOf<GrayScott3d<Self>> + EntryOf<GrayScott2d<Self>> {}
+impl GrayScottReal for f32 {}
+impl GrayScottReal for f64 {}
