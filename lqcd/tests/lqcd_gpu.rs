@@ -186,8 +186,18 @@ fn every_tuned_vector_launch_solves_to_the_reference() {
         ptx_hash,
     };
     let hash = gpu.module_hash(lattice_gpu_kernels::MODULE).unwrap();
+    // The blocks every vector kernel takes here (their registers bound them).
+    let max = ["dot", "s", "xr", "p", "diffnorm"]
+        .map(|k| gpu.max_block_of(&format!("bicg_{k}_f32")).unwrap())
+        .into_iter()
+        .min()
+        .unwrap();
+    assert!(
+        max >= 512,
+        "the vector kernels take blocks of {max} threads at most"
+    );
     let mut launches = Vec::new();
-    for block in [128, 256, 512, 1024] {
+    for block in [128, 256, 512, 1024].into_iter().filter(|&b| b <= max) {
         for waves in [1, 2, 4, 8] {
             let mut cache = TuneCache::in_memory();
             let params = vec![("block".to_string(), block), ("waves".to_string(), waves)];
@@ -209,6 +219,19 @@ fn every_tuned_vector_launch_solves_to_the_reference() {
             }
         }
     }
+    // A cached launch some kernel cannot take (another GPU's, say) is passed over and tuned again.
+    let mut cache = TuneCache::in_memory();
+    let entry = TuneEntry {
+        params: vec![("block".to_string(), 2048), ("waves".to_string(), 4)],
+        time_ms: 1.0,
+    };
+    cache.insert(key(hash), entry).unwrap();
+    let mut s = solver(None);
+    let t = s.tune_vectors(&mut cache, false).unwrap().unwrap();
+    assert!(
+        !t.cached && t.calls > 0 && s.vector_launch().0 <= max,
+        "{t:?}"
+    );
     // Tuned for real, then from the cache.
     let mut cache = TuneCache::in_memory();
     let mut s = solver(None);

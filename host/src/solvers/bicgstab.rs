@@ -861,22 +861,11 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             done: self.done.ptr(),
             sums: self.sums.ptr(),
         };
-        let name = match op {
-            Op::Dot => "bicg_dot",
-            Op::S => "bicg_s",
-            Op::Xr => "bicg_xr",
-            Op::P => "bicg_p",
-            Op::DiffNorm => "bicg_diffnorm",
-        };
         // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex elements; the
         // partial sums have room for `most_blocks`, at least `self.blocks`.
         unsafe {
-            self.gpu.launch(
-                &format!("{name}_{}", T::NAME),
-                &args,
-                self.blocks,
-                self.block,
-            )
+            self.gpu
+                .launch(&blas_entry::<T>(op), &args, self.blocks, self.block)
         }
     }
 
@@ -939,6 +928,21 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     }
 }
 
+/// The vector kernels' operations.
+const OPS: [Op; 5] = [Op::Dot, Op::S, Op::Xr, Op::P, Op::DiffNorm];
+
+/// The entry of vector kernel `op` in precision `T`.
+fn blas_entry<T: ComplexReal>(op: Op) -> String {
+    let name = match op {
+        Op::Dot => "bicg_dot",
+        Op::S => "bicg_s",
+        Op::Xr => "bicg_xr",
+        Op::P => "bicg_p",
+        Op::DiffNorm => "bicg_diffnorm",
+    };
+    format!("{name}_{}", T::NAME)
+}
+
 /// Blocks of `block` threads for vectors of `len` elements: `waves` a multiprocessor, to fill the GPU,
 /// but no more than the vectors need.
 fn grid(gpu: &Gpu, len: usize, block: u32, waves: u32) -> u32 {
@@ -990,8 +994,12 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
             return Ok(false);
         };
         let s = &mut *self.0;
-        let max = s.gpu.max_threads_per_block();
-        if !block.is_multiple_of(32) || block > max.min(1024) || !TUNE_WAVES.contains(&waves) {
+        // Every one of the kernels runs with it (their registers bound the block, f64's below 1024).
+        let mut max = s.gpu.max_threads_per_block().min(1024);
+        for op in OPS {
+            max = max.min(s.gpu.max_block_of(&blas_entry::<T>(op))?);
+        }
+        if !block.is_multiple_of(32) || block > max || !TUNE_WAVES.contains(&waves) {
             return Ok(false);
         }
         s.block = block;
