@@ -6,8 +6,9 @@
 //! time on an idle GPU, the f32 red-black sweep's best shapes came within 1% of each other, and the pick
 //! changed from run to run, up to 11% slower in the stream.) Once every candidate has been timed `reps`
 //! times (round robin, so clock drift spreads evenly), the one tuner's [`Search`] picks the fastest (by
-//! its median), which is used from then on and is stored in the tune cache, keyed by kernel (with the kernel variants tuned over), range, precision,
-//! device and PTX hash, so the next run of the program starts tuned.
+//! its median), which is used from then on and is stored in the tune cache, keyed by kernel (with the
+//! kernel variants tuned over), range, precision, device and PTX hash, so the next run of the program
+//! starts tuned.
 //!
 //! The kernel [`Variant`] is a tuning parameter like the block shape (`variant`, its `u32` value): by
 //! default the tuner times every variant the kernel has, with every shape, and keeps the fastest pair.
