@@ -49,8 +49,51 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Clover
+//!
+//! The Wilson-clover (Sheikholeslami-Wohlert) operator, module `clover`, follows QUDA and Chroma, which agree
+//! on every convention below (read in QUDA `include/kernels/field_strength_tensor.cuh` `computeFmunuCore`,
+//! `include/kernels/clover_compute.cuh` `CloverCompute`, `lib/interface_quda.cpp` `loadCloverQuda`; Chroma
+//! `lib/meas/glue/mesfield.cc` `mesField`, `lib/actions/ferm/linop/clover_term_qdp_w.h` `makeClov`):
+//!
+//! - `sigma_mu_nu = (i/2) [g_mu, g_nu]` with the gammas above: hermitian, and block-diagonal in
+//!   chirality (spins 0, 1 and 2, 3), so it commutes with `g_5`.
+//! - The clover leaf `Q_mu_nu(n)` is the sum of the four plaquettes in the `(mu, nu)` plane that start and
+//!   end at `n`, all in the same sense (a step along `+mu` is followed by one along `+nu`):
+//!
+//! ```text
+//!   U_mu(n) U_nu(n+mu) U_mu(n+nu)^dag U_nu(n)^dag
+//! + U_nu(n) U_mu(n+nu-mu)^dag U_nu(n-mu)^dag U_mu(n-mu)
+//! + U_mu(n-mu)^dag U_nu(n-mu-nu)^dag U_mu(n-mu-nu) U_nu(n-nu)
+//! + U_nu(n-nu)^dag U_mu(n-nu) U_nu(n-nu+mu) U_mu(n)^dag
+//! ```
+//!
+//!   Gauge links are periodic in every direction here: the antiperiodic `t` boundary is the fermions'.
+//! - `F_mu_nu(n) = (Q_mu_nu(n) - Q_mu_nu(n)^dag) / 8`: anti-hermitian and antisymmetric in `(mu, nu)`,
+//!   and not made traceless (neither QUDA nor Chroma subtracts the trace). It is `i` times the hermitian
+//!   field strength of the textbooks, `F_mu_nu = i F^herm_mu_nu`.
+//! - In this crate's kappa normalisation the operator is `D = A - kappa H`, with per site
+//!
+//!   `A(n) = 1 + i kappa c_sw sum_{mu<nu} sigma_mu_nu F_mu_nu(n)
+//!         = 1 - (kappa c_sw / 2) sum_{mu,nu} sigma_mu_nu F^herm_mu_nu(n)`,
+//!
+//!   hermitian and block-diagonal: `A = diag(A_+, A_-)`, two 6x6 blocks indexed `3 s + c` (spin `s` within
+//!   the block, colour `c`), as QUDA stores a clover field. `c_sw = 0` gives the Wilson operator exactly.
+//!
+//!   The sign and factor were worked out by hand against both codes. With `c = c_sw / 2` (Chroma halves
+//!   `clovCoeff` in `create`), Chroma's `makeClov` builds, in mass normalisation, `(4 + m) + i c (F_01 - F_23)`
+//!   for the spin-0, spin-0 colour block (it adds `Im` of `c (F_23 - F_01)` to the real diagonal) and
+//!   `c [i (F_12 - F_03) - (F_02 + F_13)]` for spin 1, spin 0; times `2 kappa = 1 / (4 + m)`
+//!   these are the entries of `A` above (`sigma_01 = diag(s_3, s_3)`, `sigma_23 = diag(-s_3, s_3)` in the
+//!   Pauli matrices `s_k`). QUDA's `CloverCompute` comment and code give the same block,
+//!   `1 + c i (F[0,1] - F[2,3])` (its code holds `F_10 = -F_01` and subtracts), with `c = kappa * csw` (`loadCloverQuda` sets `clover_coeff` to
+//!   `kappa * clover_csw`); QUDA then halves it (`A *= 0.5`) for its own storage, whose accessors scale by 2
+//!   (`clover_field_order.h`, "normalization of native storage"). That halving was not traced further
+//!   through QUDA's basis change; Chroma's DeGrand-Rossi code fixes the factor on its own.
 
 pub mod checkpoint;
+pub mod clover;
 pub mod config;
 pub mod distributed;
 pub mod error;
