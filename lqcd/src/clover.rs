@@ -1,6 +1,7 @@
 //! The CPU reference for the Wilson-clover (Sheikholeslami-Wohlert) operator `D = A - kappa H`, in f64,
-//! written from the formulas of the crate docs' `# Clover` section: the four-leaf field strength, `sigma_mu_nu`
-//! and the per-site clover matrix `A` kept as its two 6x6 chiral blocks with their inverses.
+//! written from the formulas of the crate docs' `# Clover` section: the four-leaf field strength,
+//! `sigma_mu_nu` and the per-site clover matrix `A` kept as its two 6x6 chiral blocks with their
+//! inverses.
 
 use nalgebra::{SMatrix, Vector3};
 use num_complex::Complex64;

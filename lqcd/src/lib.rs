@@ -1,6 +1,6 @@
 //! Lattice QCD on lattice-gpu: the Wilson-Dirac operator, even-odd preconditioned BiCGStab run entirely on
-//! the GPU with CUDA-overhead hiding (after Doi's strong-scaling paper), ILDG/LIME gauge files, and the pion
-//! two-point correlator.
+//! the GPU with CUDA-overhead hiding (after Doi's strong-scaling paper), ILDG/LIME gauge files, the pion
+//! two-point correlator, and the Wilson-clover term (its CPU reference so far, [`clover`]).
 //!
 //! # Conventions (every module and kernel follows these)
 //!
@@ -82,14 +82,15 @@
 //!   the block, colour `c`), as QUDA stores a clover field. `c_sw = 0` gives the Wilson operator exactly.
 //!
 //!   The sign and factor were worked out by hand against both codes. With `c = c_sw / 2` (Chroma halves
-//!   `clovCoeff` in `create`), Chroma's `makeClov` builds, in mass normalisation, `(4 + m) + i c (F_01 - F_23)`
-//!   for the spin-0, spin-0 colour block (it adds `Im` of `c (F_23 - F_01)` to the real diagonal) and
-//!   `c [i (F_12 - F_03) - (F_02 + F_13)]` for spin 1, spin 0; times `2 kappa = 1 / (4 + m)`
-//!   these are the entries of `A` above (`sigma_01 = diag(s_3, s_3)`, `sigma_23 = diag(-s_3, s_3)` in the
-//!   Pauli matrices `s_k`). QUDA's `CloverCompute` comment and code give the same block,
-//!   `1 + c i (F[0,1] - F[2,3])` (its code holds `F_10 = -F_01` and subtracts), with `c = kappa * csw` (`loadCloverQuda` sets `clover_coeff` to
-//!   `kappa * clover_csw`); QUDA then halves it (`A *= 0.5`) for its own storage, whose accessors scale by 2
-//!   (`clover_field_order.h`, "normalization of native storage"). That halving was not traced further
+//!   `clovCoeff` in `create`), Chroma's `makeClov` builds, in mass normalisation,
+//!   `(4 + m) + i c (F_01 - F_23)` for the spin-0, spin-0 colour block (it adds `Im` of
+//!   `c (F_23 - F_01)` to the real diagonal) and `c [i (F_12 - F_03) - (F_02 + F_13)]` for spin 1,
+//!   spin 0; times `2 kappa = 1 / (4 + m)` these are the entries of `A` above
+//!   (`sigma_01 = diag(s_3, s_3)`, `sigma_23 = diag(-s_3, s_3)` in the Pauli matrices `s_k`). QUDA's
+//!   `CloverCompute` comment and code give the same block, `1 + c i (F[0,1] - F[2,3])` (its code holds
+//!   `F_10 = -F_01` and subtracts), with `c = kappa * csw` (`loadCloverQuda` sets `clover_coeff` to
+//!   `kappa * clover_csw`); QUDA then halves it (`A *= 0.5`) for its own storage, whose accessors scale
+//!   by 2 (`clover_field_order.h`, "normalization of native storage"). That halving was not traced further
 //!   through QUDA's basis change; Chroma's DeGrand-Rossi code fixes the factor on its own.
 
 pub mod checkpoint;
