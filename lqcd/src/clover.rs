@@ -284,13 +284,7 @@ pub fn clover_dirac(
     clover: &CloverField,
     psi: &SpinorField,
 ) -> SpinorField {
-    assert_eq!(
-        clover.dims, lat.dims,
-        "clover field and lattice differ in dims"
-    );
-    let mut out = apply_clover(clover, psi);
-    out.axpy(Complex64::new(-clover.kappa, 0.0), &hopping(lat, u, psi));
-    out
+    clover_with(clover, psi, &hopping(lat, u, psi), lat)
 }
 
 /// `D^dag psi = A psi - kappa H^dag psi`, from the definition (`A` is hermitian), not as `g5 D g5`.
@@ -303,15 +297,22 @@ pub fn clover_dirac_dagger(
     clover: &CloverField,
     psi: &SpinorField,
 ) -> SpinorField {
+    clover_with(clover, psi, &hopping_dagger(lat, u, psi), lat)
+}
+
+/// `A psi - kappa h`, `h` being a hopping term of `psi`.
+fn clover_with(
+    clover: &CloverField,
+    psi: &SpinorField,
+    h: &SpinorField,
+    lat: &Lattice,
+) -> SpinorField {
     assert_eq!(
         clover.dims, lat.dims,
         "clover field and lattice differ in dims"
     );
     let mut out = apply_clover(clover, psi);
-    out.axpy(
-        Complex64::new(-clover.kappa, 0.0),
-        &hopping_dagger(lat, u, psi),
-    );
+    out.axpy(Complex64::new(-clover.kappa, 0.0), h);
     out
 }
 
