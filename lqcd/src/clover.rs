@@ -10,8 +10,11 @@ use crate::error::{Error, Result};
 use crate::gamma::{gamma, SpinMatrix};
 use crate::gauge::{GaugeField, Su3};
 use crate::geometry::{Lattice, SPINOR_LEN};
-use crate::reference::{check_kappa, hopping, hopping_dagger};
-use crate::spinor::{write_site, SiteSpinor, SpinorField};
+use crate::reference::{
+    bicgstab, check_kappa, check_solve_inputs, hopping, hopping_dagger, hopping_eo, hopping_oe,
+    Solve,
+};
+use crate::spinor::{axpy, write_site, SiteSpinor, SpinorField};
 
 /// One chiral block of the clover matrix: spins `2 * chirality + {0, 1}` x 3 colours, index `3 * s + c`.
 pub type CloverBlock = SMatrix<Complex64, 6, 6>;
@@ -238,21 +241,49 @@ fn invert_block(
     }
 }
 
+/// One site's chiral blocks times the spinor `d` (12 entries, index `3 * s + c`).
+fn block_times(pair: &[CloverBlock; 2], d: &[Complex64]) -> SiteSpinor {
+    let mut site: SiteSpinor = [Vector3::zeros(); 4];
+    for (ch, b) in pair.iter().enumerate() {
+        let v = SMatrix::<Complex64, 6, 1>::from_fn(|i, _| d[6 * ch + i]);
+        let w = b * v;
+        for i in 0..6 {
+            site[2 * ch + i / 3][i % 3] = w[i];
+        }
+    }
+    site
+}
+
 /// Applies per-site chiral blocks to a spinor field.
 fn apply_blocks(dims: [usize; 4], per_site: &[[CloverBlock; 2]], psi: &SpinorField) -> SpinorField {
     assert_eq!(psi.dims, dims, "spinor and clover field differ in dims");
     let mut out = SpinorField::zeros(dims);
     for (n, pair) in per_site.iter().enumerate() {
-        let d = &psi.data[SPINOR_LEN * n..SPINOR_LEN * (n + 1)];
-        let mut site: SiteSpinor = [Vector3::zeros(); 4];
-        for (ch, b) in pair.iter().enumerate() {
-            let v = SMatrix::<Complex64, 6, 1>::from_fn(|i, _| d[6 * ch + i]);
-            let w = b * v;
-            for i in 0..6 {
-                site[2 * ch + i / 3][i % 3] = w[i];
-            }
-        }
+        let site = block_times(pair, &psi.data[SPINOR_LEN * n..SPINOR_LEN * (n + 1)]);
         write_site(&mut out.data, n, &site);
+    }
+    out
+}
+
+/// Applies the blocks of the sites of `parity` to a half field in checkerboard order.
+fn apply_blocks_parity(
+    dims: [usize; 4],
+    per_site: &[[CloverBlock; 2]],
+    parity: usize,
+    half: &[Complex64],
+) -> Vec<Complex64> {
+    let lat = periodic(dims);
+    let hv = lat.half_volume();
+    assert_eq!(
+        half.len(),
+        SPINOR_LEN * hv,
+        "half spinor has the wrong length"
+    );
+    let mut out = vec![Complex64::new(0.0, 0.0); half.len()];
+    for cb in 0..hv {
+        let n = lat.site_of_eo(parity * hv + cb);
+        let site = block_times(&per_site[n], &half[SPINOR_LEN * cb..SPINOR_LEN * (cb + 1)]);
+        write_site(&mut out, cb, &site);
     }
     out
 }
@@ -271,6 +302,33 @@ pub fn apply_clover(clover: &CloverField, psi: &SpinorField) -> SpinorField {
 /// If `psi` does not live on the clover field's lattice.
 pub fn apply_clover_inverse(clover: &CloverField, psi: &SpinorField) -> SpinorField {
     apply_blocks(clover.dims, &clover.inverse, psi)
+}
+
+/// `A_pp x_p`: the clover term of the sites of `parity` (0 even, 1 odd) on a half field in checkerboard
+/// order.
+///
+/// # Panics
+/// If `parity > 1` or `x_p` is not `12 * volume / 2` long.
+pub fn apply_clover_parity(
+    clover: &CloverField,
+    parity: usize,
+    x_p: &[Complex64],
+) -> Vec<Complex64> {
+    assert!(parity < 2, "parity {parity} must be 0 (even) or 1 (odd)");
+    apply_blocks_parity(clover.dims, &clover.blocks, parity, x_p)
+}
+
+/// `A_pp^{-1} x_p`: the inverse clover term of the sites of `parity` on a half field in checkerboard order.
+///
+/// # Panics
+/// If `parity > 1` or `x_p` is not `12 * volume / 2` long.
+pub fn apply_clover_inverse_parity(
+    clover: &CloverField,
+    parity: usize,
+    x_p: &[Complex64],
+) -> Vec<Complex64> {
+    assert!(parity < 2, "parity {parity} must be 0 (even) or 1 (odd)");
+    apply_blocks_parity(clover.dims, &clover.inverse, parity, x_p)
 }
 
 /// The Wilson-clover operator `D psi = A psi - kappa H psi`, with the `kappa` the clover field was built
@@ -314,6 +372,133 @@ fn clover_with(
     let mut out = apply_clover(clover, psi);
     out.axpy(Complex64::new(-clover.kappa, 0.0), h);
     out
+}
+
+/// The even-odd preconditioned clover operator on even sites, in QUDA's asymmetric form
+/// (`QUDA_MATPC_EVEN_EVEN_ASYMMETRIC`): `M_hat x_e = A_ee x_e - kappa^2 H_eo A_oo^{-1} H_oe x_e`.
+///
+/// In even-odd order `D = [[A_ee, -kappa H_eo], [-kappa H_oe, A_oo]]` (`A` is site-diagonal, `H` only
+/// joins opposite parities). The odd rows of `D x = b` give `x_o = A_oo^{-1} (b_o + kappa H_oe x_e)`;
+/// putting that into the even rows, `A_ee x_e - kappa H_eo x_o = b_e`, leaves the Schur complement
+/// `M_hat x_e = b_hat` with `b_hat = b_e + kappa H_eo A_oo^{-1} b_o`. QUDA's symmetric form
+/// `1 - kappa^2 A_ee^{-1} H_eo A_oo^{-1} H_oe` is this `M_hat` multiplied by `A_ee^{-1}` from the left
+/// (source `A_ee^{-1} b_hat`); it is not implemented here. With `A = 1` this is
+/// [`crate::reference::m_hat`], operation for operation.
+///
+/// # Panics
+/// If `u` or `clover` does not live on `lat` or `x_e` is not `12 * volume / 2` long.
+pub fn clover_m_hat(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    x_e: &[Complex64],
+) -> Vec<Complex64> {
+    assert_eq!(
+        clover.dims, lat.dims,
+        "clover field and lattice differ in dims"
+    );
+    let t = apply_clover_inverse_parity(clover, 1, &hopping_oe(lat, u, x_e));
+    let mut y = hopping_eo(lat, u, &t);
+    let a = apply_clover_parity(clover, 0, x_e);
+    let k2 = clover.kappa * clover.kappa;
+    // The same update as the Wilson `m_hat`, so that `c_sw = 0` reproduces it bit for bit.
+    for (y, a) in y.iter_mut().zip(&a) {
+        *y = a - k2 * *y;
+    }
+    y
+}
+
+/// The true relative residual `|b - D x| / |b|` of the clover operator (`|x|` for `b = 0`).
+///
+/// # Panics
+/// If `u`, `clover`, `b` or `x` does not live on `lat`.
+pub fn clover_true_residual(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    b: &SpinorField,
+    x: &SpinorField,
+) -> f64 {
+    let b_norm = b.norm2().sqrt();
+    if b_norm == 0.0 {
+        return x.norm2().sqrt();
+    }
+    b.sub(&clover_dirac(lat, u, clover, x)).norm2().sqrt() / b_norm
+}
+
+/// The solvers' input checks, as errors: the Wilson ones plus a clover field on the same lattice.
+fn check_clover_solve(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    b: &SpinorField,
+) -> Result<()> {
+    check_solve_inputs(lat, u, clover.kappa, b)?;
+    if clover.dims != lat.dims || clover.blocks.len() != lat.volume() {
+        return Err(Error::InvalidParameter(format!(
+            "the clover field ({:?}, {} sites) does not live on the lattice {:?}",
+            clover.dims,
+            clover.blocks.len(),
+            lat.dims
+        )));
+    }
+    Ok(())
+}
+
+/// Solves `D x = b` for the clover operator by BiCGStab on the full lattice. Returns `x`, the solver record
+/// and the true relative residual `|b - D x| / |b|`.
+pub fn solve_clover_full(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    b: &SpinorField,
+    tol: f64,
+    max_iter: usize,
+) -> Result<(SpinorField, Solve, f64)> {
+    check_clover_solve(lat, u, clover, b)?;
+    let op = |v: &[Complex64]| {
+        let psi = SpinorField {
+            dims: lat.dims,
+            data: v.to_vec(),
+        };
+        clover_dirac(lat, u, clover, &psi).data
+    };
+    let solve = bicgstab(op, &b.data, tol, max_iter)?;
+    let x = SpinorField {
+        dims: lat.dims,
+        data: solve.x.clone(),
+    };
+    let res = clover_true_residual(lat, u, clover, b, &x);
+    Ok((x, solve, res))
+}
+
+/// Solves `D x = b` for the clover operator by even-odd preconditioning ([`clover_m_hat`]): BiCGStab on
+/// `M_hat x_e = b_e + kappa H_eo A_oo^{-1} b_o`, then `x_o = A_oo^{-1} (b_o + kappa H_oe x_e)`. Returns
+/// the full-lattice `x`, the record of the even-site solve (its residuals are those of the `M_hat`
+/// system) and the true relative residual `|b - D x| / |b|`.
+pub fn solve_clover_eo(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    b: &SpinorField,
+    tol: f64,
+    max_iter: usize,
+) -> Result<(SpinorField, Solve, f64)> {
+    check_clover_solve(lat, u, clover, b)?;
+    let kappa = Complex64::new(clover.kappa, 0.0);
+    let (b_e, b_o) = b.to_eo();
+    let mut src = b_e;
+    let a_inv_b_o = apply_clover_inverse_parity(clover, 1, &b_o);
+    axpy(kappa, &hopping_eo(lat, u, &a_inv_b_o), &mut src);
+    drop(a_inv_b_o);
+    let solve = bicgstab(|v| clover_m_hat(lat, u, clover, v), &src, tol, max_iter)?;
+    drop(src);
+    let mut rhs_o = b_o;
+    axpy(kappa, &hopping_oe(lat, u, &solve.x), &mut rhs_o);
+    let x_o = apply_clover_inverse_parity(clover, 1, &rhs_o);
+    let x = SpinorField::from_eo(lat.dims, &solve.x, &x_o)?;
+    let res = clover_true_residual(lat, u, clover, b, &x);
+    Ok((x, solve, res))
 }
 
 #[cfg(test)]

@@ -92,6 +92,10 @@
 //!   `kappa * clover_csw`); QUDA then halves it (`A *= 0.5`) for its own storage, whose accessors scale
 //!   by 2 (`clover_field_order.h`, "normalization of native storage"). That halving was not traced further
 //!   through QUDA's basis change; Chroma's DeGrand-Rossi code fixes the factor on its own.
+//! - Even-odd preconditioning puts the clover term on the diagonal, `D = [[A_ee, -kappa H_eo],
+//!   [-kappa H_oe, A_oo]]`, and solves QUDA's asymmetric form `M_hat = A_ee - kappa^2 H_eo A_oo^{-1} H_oe`
+//!   on even sites with `M_hat x_e = b_e + kappa H_eo A_oo^{-1} b_o`, then
+//!   `x_o = A_oo^{-1} (b_o + kappa H_oe x_e)`; `A^{-1}` is the per-site inverse held in the clover field.
 
 pub mod checkpoint;
 pub mod clover;

@@ -404,7 +404,13 @@ pub(crate) fn bicgstab_with(
     })
 }
 
-fn check_solve_inputs(lat: &Lattice, u: &GaugeField, kappa: f64, b: &SpinorField) -> Result<()> {
+/// The solvers' input checks as errors rather than panics: `kappa` in range, `u` and `b` on `lat`.
+pub(crate) fn check_solve_inputs(
+    lat: &Lattice,
+    u: &GaugeField,
+    kappa: f64,
+    b: &SpinorField,
+) -> Result<()> {
     check_kappa(kappa)?;
     if u.dims != lat.dims || u.links.len() != 4 * lat.volume() {
         return Err(Error::InvalidParameter(format!(
