@@ -12,7 +12,7 @@ use crate::gauge::{GaugeField, Su3};
 use crate::geometry::{Lattice, SPINOR_LEN};
 use crate::reference::{
     bicgstab, check_kappa, check_solve_inputs, hopping, hopping_dagger, hopping_eo, hopping_oe,
-    Solve,
+    solve_full_by, Solve,
 };
 use crate::spinor::{axpy, write_site, SiteSpinor, SpinorField};
 
@@ -456,20 +456,13 @@ pub fn solve_clover_full(
     max_iter: usize,
 ) -> Result<(SpinorField, Solve, f64)> {
     check_clover_solve(lat, u, clover, b)?;
-    let op = |v: &[Complex64]| {
-        let psi = SpinorField {
-            dims: lat.dims,
-            data: v.to_vec(),
-        };
-        clover_dirac(lat, u, clover, &psi).data
-    };
-    let solve = bicgstab(op, &b.data, tol, max_iter)?;
-    let x = SpinorField {
-        dims: lat.dims,
-        data: solve.x.clone(),
-    };
-    let res = clover_true_residual(lat, u, clover, b, &x);
-    Ok((x, solve, res))
+    solve_full_by(
+        |psi| clover_dirac(lat, u, clover, psi),
+        b,
+        tol,
+        max_iter,
+        |x| clover_true_residual(lat, u, clover, b, x),
+    )
 }
 
 /// Solves `D x = b` for the clover operator by even-odd preconditioning ([`clover_m_hat`]): BiCGStab on

@@ -466,19 +466,27 @@ pub fn solve_full(
     max_iter: usize,
 ) -> Result<(SpinorField, Solve, f64)> {
     check_solve_inputs(lat, u, kappa, b)?;
-    let op = |v: &[Complex64]| {
-        let psi = SpinorField {
-            dims: lat.dims,
-            data: v.to_vec(),
-        };
-        wilson_dirac(lat, u, kappa, &psi).data
-    };
-    let solve = bicgstab(op, &b.data, tol, max_iter)?;
-    let x = SpinorField {
-        dims: lat.dims,
-        data: solve.x.clone(),
-    };
-    let res = true_residual(lat, u, kappa, b, &x);
+    solve_full_by(
+        |psi| wilson_dirac(lat, u, kappa, psi),
+        b,
+        tol,
+        max_iter,
+        |x| true_residual(lat, u, kappa, b, x),
+    )
+}
+
+/// BiCGStab on the full lattice for the operator `apply`: `x`, the solver record and `residual(x)`.
+pub(crate) fn solve_full_by(
+    apply: impl Fn(&SpinorField) -> SpinorField,
+    b: &SpinorField,
+    tol: f64,
+    max_iter: usize,
+    residual: impl Fn(&SpinorField) -> f64,
+) -> Result<(SpinorField, Solve, f64)> {
+    let field = |data: Vec<Complex64>| SpinorField { dims: b.dims, data };
+    let solve = bicgstab(|v| apply(&field(v.to_vec())).data, &b.data, tol, max_iter)?;
+    let x = field(solve.x.clone());
+    let res = residual(&x);
     Ok((x, solve, res))
 }
 
