@@ -15,15 +15,16 @@ use lattice_gpu_host::solvers::bicgstab::{
 };
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::Error as HostError;
-use lattice_gpu_host::{DeviceBuffer, Element, Gpu};
+use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::bind::{Span, SpanMut};
-use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::complex::Complex;
 use lattice_gpu_kernels::device::grid::GridBarrier;
+use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
-    edge_order, tile_index, Dslash, FusedFields, FusedIteration, HopFields, PackFaces, Phase,
-    WilsonEntries, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE, T_CUT, T_HIGH_EDGE, T_LOW_EDGE,
-    Y_CUT, Z_CUT,
+    edge_order, tile_index, Dslash, FusedEntries, FusedFields, FusedIteration, HopFields,
+    PackFaces, Phase, WilsonEntries, WilsonStore, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE,
+    T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
 };
 use num_complex::Complex64;
 
@@ -59,29 +60,79 @@ impl Recon {
     }
 }
 
-/// A precision of the Wilson fields (f32 or f64), with its kernels in the embedded PTX
-/// ([`WilsonEntries`]).
-pub trait WilsonReal:
-    Element + ComplexReal + WilsonEntries + Default + Unpin + lattice_gpu_host::comm::Wire
-{
+/// A storage of the Wilson fields on the GPU: f32, f64 or half precision
+/// ([`Half`](lattice_gpu_kernels::wilson::Half)), with its kernels in the embedded PTX
+/// ([`WilsonEntries`]). Buffers hold its [`Elem`](WilsonStore::Elem).
+pub trait WilsonStorage: WilsonEntries<Elem: Plain + lattice_gpu_host::comm::Wire> + Unpin {
+    /// Queues [`EvenOdd`]'s BiCGStab iteration as one kernel, where this storage has it (a plain
+    /// precision: [`FusedEntries`]); `Ok(false)` otherwise.
+    fn queue_fused(
+        op: &EvenOdd<Self>,
+        f: FusedVectors<'_, Self::Elem>,
+    ) -> lattice_gpu_host::Result<bool> {
+        let _ = (op, f);
+        Ok(false)
+    }
+    /// Whether that fused iteration is the faster form for `op`.
+    fn fused_pays(op: &EvenOdd<Self>) -> lattice_gpu_host::Result<bool> {
+        let _ = op;
+        Ok(false)
+    }
 }
 
-impl WilsonReal for f32 {}
-impl WilsonReal for f64 {}
+/// A plain precision of the Wilson fields (f32 or f64, stored as it computes), which the device
+/// solvers iterate in.
+pub trait WilsonReal: WilsonStorage + FusedEntries + Element + Default {}
+
+macro_rules! plain_storage {
+    ($($t:ty),*) => {$(
+        impl WilsonStorage for $t {
+            fn queue_fused(
+                op: &EvenOdd<Self>,
+                f: FusedVectors<'_, Self>,
+            ) -> lattice_gpu_host::Result<bool> {
+                op.queue_fused(f)
+            }
+            fn fused_pays(op: &EvenOdd<Self>) -> lattice_gpu_host::Result<bool> {
+                op.fused_pays_here()
+            }
+        }
+        impl WilsonReal for $t {}
+    )*};
+}
+plain_storage!(f32, f64);
+impl WilsonStorage for lattice_gpu_kernels::wilson::Half {}
+
+/// The bound on the rounding of one hopping term `x + a H psi` in half precision
+/// ([`Half`](lattice_gpu_kernels::wilson::Half)), relative to the f64 result in the 2-norm over a
+/// parity: `2^-13`. Each stored real is kept to half a step of `1/32767` of its site's largest (links:
+/// of 1), about `2^-16` of the field in RMS; the result sums eight hops of a spinor and a link each
+/// and is rounded once more when stored. Measured on random fields: `3.4e-5` (`lqcd/tests/half.rs`).
+pub const HALF_HOPPING_BOUND: f64 = 1.0 / 8192.0;
 
 /// The hopping kernel's entry of precision `T` for `recon`, on one lattice or on a rank's block.
 fn dslash_entry<T: WilsonEntries>(recon: Recon, split: bool) -> &'static str {
     T::DSLASH[split as usize][(recon == Recon::R12) as usize]
 }
 
-/// Complex elements of one parity's spinor in the tiled layout (padding included).
+/// Complex elements of one parity's spinor in the tiled layout (padding included), in a plain
+/// precision.
 pub fn parity_len(lat: &Lattice) -> usize {
-    lat.half_volume().div_ceil(TILE) * TILE * 12
+    parity_slots::<f64>(lat)
 }
 
-/// One parity of `psi` in the tiled layout, as reals (re, im interleaved).
-pub fn pack_parity<T: WilsonReal>(lat: &Lattice, psi: &[Complex64], parity: usize) -> Vec<T> {
-    pack_spinor(2 * parity_len(lat), sites_of(lat, parity), psi)
+/// Complex slots of one parity's spinor in the tiled layout of storage `T` (padding included).
+pub fn parity_slots<T: WilsonStore>(lat: &Lattice) -> usize {
+    lat.half_volume().div_ceil(TILE) * TILE * T::SLOTS
+}
+
+/// One parity of `psi` in the tiled layout of storage `T` (re, im interleaved).
+pub fn pack_parity<T: WilsonStore>(
+    lat: &Lattice,
+    psi: &[Complex64],
+    parity: usize,
+) -> Vec<T::Elem> {
+    pack_spinor::<T>(2 * parity_slots::<T>(lat), sites_of(lat, parity), psi)
 }
 
 /// The sites of `parity` as (stored site, site of the lattice).
@@ -91,19 +142,21 @@ fn sites_of(lat: &Lattice, parity: usize) -> impl Iterator<Item = (usize, usize)
         .map(|n| (n / 2, n))
 }
 
-/// `len` reals holding, for each (stored site, site of `psi`) of `sites`, that site's spinor.
-fn pack_spinor<T: WilsonReal>(
+/// `len` numbers holding, for each (stored site, site of `psi`) of `sites`, that site's spinor.
+fn pack_spinor<T: WilsonStore>(
     len: usize,
     sites: impl Iterator<Item = (usize, usize)>,
     psi: &[Complex64],
-) -> Vec<T> {
-    let mut out = vec![T::ZERO; len];
+) -> Vec<T::Elem> {
+    let mut out = vec![T::Elem::default(); len];
     for (cb, n) in sites {
-        let at = tile_index(cb, 12);
-        for k in 0..12 {
+        let site = std::array::from_fn(|k| {
             let z = psi[n * 12 + k];
-            out[2 * (at + k * TILE)] = T::from_f64(z.re);
-            out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+            Complex::new(z.re, z.im)
+        });
+        let at = tile_index(cb, T::SLOTS);
+        for (k, slot) in T::encode_site(&site).iter().take(T::SLOTS).enumerate() {
+            out[2 * (at + k * TILE)..][..2].copy_from_slice(slot);
         }
     }
     out
@@ -111,14 +164,14 @@ fn pack_spinor<T: WilsonReal>(
 
 /// The links of `u` with `recon` entries, `tiles` tiles per parity and direction, for each (stored
 /// site, site of `u`) that `sites` gives for a parity.
-fn pack_links<T: WilsonReal, I: Iterator<Item = (usize, usize)>>(
+fn pack_links<T: WilsonStore, I: Iterator<Item = (usize, usize)>>(
     tiles: usize,
     sites: impl Fn(usize) -> I,
     u: &GaugeField,
     recon: Recon,
-) -> Vec<T> {
+) -> Vec<T::Elem> {
     let r = recon.entries();
-    let mut out = vec![T::ZERO; 2 * 8 * tiles * r * TILE];
+    let mut out = vec![T::Elem::default(); 2 * 8 * tiles * r * TILE];
     for p in 0..2 {
         for (cb, n) in sites(p) {
             for mu in 0..4 {
@@ -126,8 +179,8 @@ fn pack_links<T: WilsonReal, I: Iterator<Item = (usize, usize)>>(
                 let link = &u.links[4 * n + mu];
                 for k in 0..r {
                     let z = link[(k / 3, k % 3)];
-                    out[2 * (at + k * TILE)] = T::from_f64(z.re);
-                    out[2 * (at + k * TILE) + 1] = T::from_f64(z.im);
+                    let e = T::encode_link(Complex::new(z.re, z.im));
+                    out[2 * (at + k * TILE)..][..2].copy_from_slice(&e);
                 }
             }
         }
@@ -136,26 +189,29 @@ fn pack_links<T: WilsonReal, I: Iterator<Item = (usize, usize)>>(
 }
 
 /// Writes one parity from the tiled layout back into `psi` (lexicographic, 12 per site).
-pub fn unpack_parity<T: WilsonReal>(
+pub fn unpack_parity<T: WilsonStore>(
     lat: &Lattice,
-    data: &[T],
+    data: &[T::Elem],
     parity: usize,
     psi: &mut [Complex64],
 ) {
-    unpack_spinor(sites_of(lat, parity), data, psi)
+    unpack_spinor::<T>(sites_of(lat, parity), data, psi)
 }
 
 /// For each (stored site, site of `psi`) of `sites`, that site's spinor from `data` into `psi`.
-fn unpack_spinor<T: WilsonReal>(
+fn unpack_spinor<T: WilsonStore>(
     sites: impl Iterator<Item = (usize, usize)>,
-    data: &[T],
+    data: &[T::Elem],
     psi: &mut [Complex64],
 ) {
     for (cb, n) in sites {
-        let at = tile_index(cb, 12);
-        for k in 0..12 {
-            let i = 2 * (at + k * TILE);
-            psi[n * 12 + k] = Complex64::new(data[i].to_f64(), data[i + 1].to_f64());
+        let at = tile_index(cb, T::SLOTS);
+        let mut slots = [[T::Elem::default(); 2]; 13];
+        for (k, slot) in slots.iter_mut().take(T::SLOTS).enumerate() {
+            slot.copy_from_slice(&data[2 * (at + k * TILE)..][..2]);
+        }
+        for (k, z) in T::decode_site(&slots).into_iter().enumerate() {
+            psi[n * 12 + k] = Complex64::new(z.re, z.im);
         }
     }
 }
@@ -167,9 +223,9 @@ pub fn gauge_len(lat: &Lattice, recon: Recon) -> usize {
 }
 
 /// The gauge field in the tiled layout with `recon` entries per link.
-pub fn pack_gauge<T: WilsonReal>(lat: &Lattice, u: &GaugeField, recon: Recon) -> Vec<T> {
+pub fn pack_gauge<T: WilsonStore>(lat: &Lattice, u: &GaugeField, recon: Recon) -> Vec<T::Elem> {
     let tiles = lat.half_volume().div_ceil(TILE);
-    pack_links(tiles, |p| sites_of(lat, p), u, recon)
+    pack_links::<T, _>(tiles, |p| sites_of(lat, p), u, recon)
 }
 
 /// The rank grid `[1, py, pz, pt]` of a GPU split of `dims` over `ranks` ranks: as
@@ -334,9 +390,14 @@ impl Block {
         (1..4).all(|a| !halo::is_cut(self.cut, a) || self.size[a] > 2)
     }
 
-    /// Complex elements of one stored parity (own sites, ghosts and staging).
+    /// Complex elements of one stored parity (own sites, ghosts and staging) in a plain precision.
     pub fn parity_len(&self) -> usize {
-        self.halo().sites * 12
+        self.parity_slots::<f64>()
+    }
+
+    /// Complex slots of one stored parity (own sites, ghosts and staging) in storage `T`.
+    pub fn parity_slots<T: WilsonStore>(&self) -> usize {
+        self.halo().sites * T::SLOTS
     }
 
     /// The ghost exchange of one stored parity (element ranges in reals), one entry per cut axis (`t`,
@@ -344,8 +405,14 @@ impl Block {
     /// neighbour's lower ghost (every axis is periodic; the sign of the global `t` boundary is the
     /// kernel's). Layers across `z` and `y` leave from their staging, which [`PackFaces`] fills.
     pub fn sides(&self) -> Vec<SideLayers> {
+        self.sides_of::<f64>()
+    }
+
+    /// [`sides`](Self::sides) for a spinor in storage `T`, in its numbers.
+    pub fn sides_of<T: WilsonStore>(&self) -> Vec<SideLayers> {
         let h = self.halo();
-        let reals = |first: usize, sites: usize| 24 * first..24 * (first + sites);
+        let per_site = 2 * T::SLOTS;
+        let reals = |first: usize, sites: usize| per_site * first..per_site * (first + sites);
         [3, 2, 1]
             .into_iter()
             .filter(|&a| halo::is_cut(self.cut, a))
@@ -411,9 +478,9 @@ impl Block {
     }
 
     /// One parity of the global `psi` on this rank, ghosts filled (as an exchange would), staging zero.
-    pub fn pack_parity<T: WilsonReal>(&self, psi: &[Complex64], parity: usize) -> Vec<T> {
-        pack_spinor(
-            2 * self.parity_len(),
+    pub fn pack_parity<T: WilsonStore>(&self, psi: &[Complex64], parity: usize) -> Vec<T::Elem> {
+        pack_spinor::<T>(
+            2 * self.parity_slots::<T>(),
             self.global_sites(parity).into_iter(),
             psi,
         )
@@ -421,13 +488,18 @@ impl Block {
 
     /// Writes this rank's sites of one parity from the stored layout (`data`, ghosts after them ignored)
     /// into the global lexicographic `psi`; the other ranks' sites are left as they are.
-    pub fn unpack_parity<T: WilsonReal>(&self, data: &[T], parity: usize, psi: &mut [Complex64]) {
+    pub fn unpack_parity<T: WilsonStore>(
+        &self,
+        data: &[T::Elem],
+        parity: usize,
+        psi: &mut [Complex64],
+    ) {
         let v = self.local().half_volume();
         let own = self
             .global_sites(parity)
             .into_iter()
             .filter(|&(cb, _)| cb < v);
-        unpack_spinor(own, data, psi)
+        unpack_spinor::<T>(own, data, psi)
     }
 
     /// Reals of this rank's links with `recon` entries per link ([`pack_gauge`](Self::pack_gauge)).
@@ -437,22 +509,22 @@ impl Block {
 
     /// This rank's links of the global field `u`, with the ghosts' after each parity and direction's
     /// own sites (the backward hops across a lower edge read the lower ghost's).
-    pub fn pack_gauge<T: WilsonReal>(&self, u: &GaugeField, recon: Recon) -> Vec<T> {
+    pub fn pack_gauge<T: WilsonStore>(&self, u: &GaugeField, recon: Recon) -> Vec<T::Elem> {
         let tiles = self.halo().link_sites / TILE;
-        pack_links(tiles, |p| self.global_sites(p).into_iter(), u, recon)
+        pack_links::<T, _>(tiles, |p| self.global_sites(p).into_iter(), u, recon)
     }
 }
 
 /// The Wilson-Dirac operator of one gauge field on the GPU: the whole lattice, or one rank's block of a
 /// lattice split over GPUs.
-pub struct WilsonGpu<T> {
+pub struct WilsonGpu<T: WilsonStorage> {
     gpu: Arc<Gpu>,
     /// The lattice this GPU holds (a rank's block).
     lat: Lattice,
-    gauge: DeviceBuffer<T>,
+    gauge: DeviceBuffer<T::Elem>,
     recon: Recon,
     kappa: f64,
-    tmp: DeviceBuffer<T>,
+    tmp: DeviceBuffer<T::Elem>,
     /// Blocks of the fused iteration's cooperative launch, found once (an occupancy query per launch
     /// would cost every iteration host time).
     fused_blocks: OnceLock<u32>,
@@ -482,18 +554,18 @@ pub const PACK_BLOCKS: [u32; 4] = [64, 128, 256, 512];
 const PACK: &str = "pack";
 
 /// A rank's part of a split operator.
-struct Split<T> {
+struct Split<T: WilsonStorage> {
     block: Block,
     /// One parity's ghost exchange, per cut axis.
     sides: Vec<SideLayers>,
-    ranks: Box<dyn DeviceRanks<T>>,
+    ranks: Box<dyn DeviceRanks<T::Elem>>,
     /// Whether the sites that read no ghost run while the ghosts travel.
     overlap: bool,
     /// The block's sites, those that read no ghost first ([`Dslash::sites`]).
     sites: DeviceBuffer<u32>,
 }
 
-impl<T: WilsonReal> WilsonGpu<T> {
+impl<T: WilsonStorage> WilsonGpu<T> {
     /// Uploads `u` for the operator with hopping parameter `kappa`. Checks the memory first.
     pub fn new(
         gpu: &Arc<Gpu>,
@@ -516,7 +588,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
         u: &GaugeField,
         kappa: f64,
         recon: Recon,
-        ranks: Box<dyn DeviceRanks<T>>,
+        ranks: Box<dyn DeviceRanks<T::Elem>>,
         overlap: bool,
     ) -> Result<Self> {
         let grid: usize = block.grid.iter().product();
@@ -530,11 +602,11 @@ impl<T: WilsonReal> WilsonGpu<T> {
             )));
         }
         let links = block.pack_gauge::<T>(u, recon);
-        let (local, storage) = (block.local(), block.parity_len());
+        let (local, storage) = (block.local(), block.parity_slots::<T>());
         let dims = local.dims.map(|d| d as u32);
         let order: Vec<u32> = edge_order(dims, block.cut_flags()).collect();
         let split = Split {
-            sides: block.sides(),
+            sides: block.sides_of::<T>(),
             block,
             ranks,
             overlap,
@@ -557,13 +629,13 @@ impl<T: WilsonReal> WilsonGpu<T> {
     fn with_links(
         gpu: &Arc<Gpu>,
         lat: Lattice,
-        links: &[T],
+        links: &[T::Elem],
         storage: usize,
         kappa: f64,
         recon: Recon,
         split: Option<Split<T>>,
     ) -> Result<Self> {
-        let bytes = (links.len() + 2 * storage) as u64 * std::mem::size_of::<T>() as u64;
+        let bytes = (links.len() + 2 * storage) as u64 * std::mem::size_of::<T::Elem>() as u64;
         gpu.check_fits(bytes, "the gauge field")?;
         Ok(Self {
             gpu: gpu.clone(),
@@ -596,7 +668,7 @@ impl<T: WilsonReal> WilsonGpu<T> {
     /// call times the exchange with it: every rank calls this together, and they run the same calls.
     pub fn tune_block(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
         let mut inp = self.parity_buffer()?;
-        inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
+        inp.upload(&self.filled(0.5))?;
         let out = self.parity_buffer()?;
         let gpu = self.gpu.clone();
         let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
@@ -640,13 +712,26 @@ impl<T: WilsonReal> WilsonGpu<T> {
         self.split.as_ref().map(|s| &s.block)
     }
 
-    /// Complex elements a spinor of one parity is stored in (with ghosts and staging on a split
-    /// lattice).
+    /// Complex slots a spinor of one parity is stored in (with ghosts and staging on a split
+    /// lattice): its complex elements in a plain precision.
     pub fn storage_len(&self) -> usize {
         match &self.split {
-            Some(s) => s.block.parity_len(),
-            None => parity_len(&self.lat),
+            Some(s) => s.block.parity_slots::<T>(),
+            None => parity_slots::<T>(&self.lat),
         }
+    }
+
+    /// A stored parity whose every site (ghosts and staging too) holds `v` in each component.
+    fn filled(&self, v: f64) -> Vec<T::Elem> {
+        let slots = T::encode_site(&[Complex::new(v, v); 12]);
+        let mut data = vec![T::Elem::default(); 2 * self.storage_len()];
+        for cb in 0..self.storage_len() / T::SLOTS {
+            let at = tile_index(cb, T::SLOTS);
+            for (k, slot) in slots.iter().take(T::SLOTS).enumerate() {
+                data[2 * (at + k * TILE)..][..2].copy_from_slice(slot);
+            }
+        }
+        data
     }
 
     /// The lattice this GPU holds (a rank's block on a split lattice).
@@ -660,13 +745,13 @@ impl<T: WilsonReal> WilsonGpu<T> {
     }
 
     /// A zeroed spinor of one parity.
-    pub fn parity_buffer(&self) -> Result<DeviceBuffer<T>> {
+    pub fn parity_buffer(&self) -> Result<DeviceBuffer<T::Elem>> {
         Ok(DeviceBuffer::zeros(&self.gpu, 2 * self.storage_len())?)
     }
 
     /// Uploads one parity of a lexicographic spinor of the whole lattice (this rank's block of it, on a
     /// split lattice).
-    pub fn upload_parity(&self, psi: &SpinorField, parity: usize) -> Result<DeviceBuffer<T>> {
+    pub fn upload_parity(&self, psi: &SpinorField, parity: usize) -> Result<DeviceBuffer<T::Elem>> {
         let data = match &self.split {
             Some(s) => s.block.pack_parity::<T>(&psi.data, parity),
             None => pack_parity::<T>(&self.lat, &psi.data, parity),
@@ -678,14 +763,14 @@ impl<T: WilsonReal> WilsonGpu<T> {
     /// lattice).
     pub fn download_parity(
         &self,
-        buf: &DeviceBuffer<T>,
+        buf: &DeviceBuffer<T::Elem>,
         parity: usize,
         psi: &mut SpinorField,
     ) -> Result<()> {
         let data = buf.download()?;
         match &self.split {
-            Some(s) => s.block.unpack_parity(&data, parity, &mut psi.data),
-            None => unpack_parity(&self.lat, &data, parity, &mut psi.data),
+            Some(s) => s.block.unpack_parity::<T>(&data, parity, &mut psi.data),
+            None => unpack_parity::<T>(&self.lat, &data, parity, &mut psi.data),
         }
         Ok(())
     }
@@ -694,10 +779,10 @@ impl<T: WilsonReal> WilsonGpu<T> {
     /// other parity. On a split lattice the ghosts of `inp` are exchanged first.
     pub fn hopping(
         &self,
-        out: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
         parity: usize,
-        inp: &DeviceBuffer<T>,
-        x: Option<&DeviceBuffer<T>>,
+        inp: &DeviceBuffer<T::Elem>,
+        x: Option<&DeviceBuffer<T::Elem>>,
         a: f64,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()> {
@@ -724,8 +809,8 @@ impl<T: WilsonReal> WilsonGpu<T> {
     }
 
     /// Queues the packing of `buf`'s layers across `z` and `y` into their staging ([`PackFaces`]).
-    fn pack_faces(&self, buf: &DeviceBuffer<T>, cut: u32) -> Result<()> {
-        let p = PackFaces {
+    fn pack_faces(&self, buf: &DeviceBuffer<T::Elem>, cut: u32) -> Result<()> {
+        let p = PackFaces::<T> {
             spinor: std::ptr::null_mut(),
             dims: self.lat.dims.map(|d| d as u32),
             cut,
@@ -742,10 +827,10 @@ impl<T: WilsonReal> WilsonGpu<T> {
     #[allow(clippy::too_many_arguments)]
     fn launch_hopping(
         &self,
-        out: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
         parity: usize,
-        inp: &DeviceBuffer<T>,
-        x: Option<&DeviceBuffer<T>>,
+        inp: &DeviceBuffer<T::Elem>,
+        x: Option<&DeviceBuffer<T::Elem>>,
         a: f64,
         halt: Option<Span<'_, u32>>,
         cut: Option<u32>,
@@ -794,23 +879,34 @@ impl<T: WilsonReal> WilsonGpu<T> {
     /// Bytes of one hopping term on one parity in QUDA's model: per site, 8 neighbour spinors and 8
     /// links as stored (no cache reuse, output not counted). The figure QUDA's GB/s are quoted in.
     pub fn hopping_bytes(&self) -> u64 {
-        let per_site = 8 * (24 + 2 * self.recon.entries()) * std::mem::size_of::<T>();
+        let per_site = 8 * (self.spinor_bytes() + self.link_bytes());
         per_site as u64 * self.lat.half_volume() as u64
+    }
+
+    /// Bytes of one stored spinor site (a fixed-point site's norm included).
+    fn spinor_bytes(&self) -> usize {
+        2 * T::SLOTS * std::mem::size_of::<T::Elem>()
+    }
+
+    /// Bytes of one stored link.
+    fn link_bytes(&self) -> usize {
+        2 * self.recon.entries() * std::mem::size_of::<T::Elem>()
     }
 
     /// Bytes one hopping term on one parity must move through DRAM at the least: every link of the
     /// lattice once (8 per output site), each input spinor once (the caches serve its other 7 reads), the
     /// output once, and `x` once if added. Against the copy bandwidth this is the roofline fraction.
     pub fn hopping_min_bytes(&self, with_x: bool) -> u64 {
-        let reals = 8 * 2 * self.recon.entries() + 24 + 24 + if with_x { 24 } else { 0 };
-        (reals * std::mem::size_of::<T>()) as u64 * self.lat.half_volume() as u64
+        let spinors = 2 + usize::from(with_x);
+        let per_site = 8 * self.link_bytes() + spinors * self.spinor_bytes();
+        per_site as u64 * self.lat.half_volume() as u64
     }
 }
 
 /// `M_hat = 1 - kappa^2 H_eo H_oe` on even sites, for [`BiCgStab`].
-pub struct EvenOdd<T>(pub WilsonGpu<T>);
+pub struct EvenOdd<T: WilsonStorage>(pub WilsonGpu<T>);
 
-impl<T: WilsonReal> EvenOdd<T> {
+impl<T: WilsonStorage> EvenOdd<T> {
     /// GPU milliseconds of one application of `M_hat` to the even part of `psi` (two hopping terms, on
     /// a split lattice each with its ghost exchange): the mean of `reps` after an untimed one.
     pub fn time_apply(&self, psi: &SpinorField, reps: u32) -> Result<f64> {
@@ -827,7 +923,51 @@ impl<T: WilsonReal> EvenOdd<T> {
         })?;
         Ok(ms / reps as f64)
     }
+}
 
+impl<T: WilsonStorage> DeviceOperator<T::Elem> for EvenOdd<T> {
+    fn len(&self) -> usize {
+        parity_slots::<T>(&self.0.lat)
+    }
+
+    fn storage_len(&self) -> usize {
+        self.0.storage_len()
+    }
+
+    fn ranks(&self) -> Option<&dyn DeviceRanks<T::Elem>> {
+        self.0.split.as_ref().map(|s| &*s.ranks)
+    }
+
+    fn apply(
+        &self,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
+        halt: Option<Span<'_, u32>>,
+    ) -> lattice_gpu_host::Result<()> {
+        let w = &self.0;
+        let k2 = w.kappa * w.kappa;
+        w.hopping(&w.tmp, 1, inp, None, 1.0, halt)?;
+        Ok(w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt)?)
+    }
+
+    fn flops(&self) -> u64 {
+        2 * self.0.hopping_flops()
+    }
+
+    fn queue_fused_iteration(
+        &self,
+        f: FusedVectors<'_, T::Elem>,
+    ) -> lattice_gpu_host::Result<bool> {
+        T::queue_fused(self, f)
+    }
+
+    fn fused_pays(&self) -> lattice_gpu_host::Result<bool> {
+        T::fused_pays(self)
+    }
+}
+
+/// The fused iteration, in a plain precision.
+impl<T: WilsonReal> EvenOdd<T> {
     /// Blocks of the fused iteration's cooperative launch: as many as the GPU runs at once, at most one
     /// per [`FUSED_BLOCK`] elements (found once).
     fn fused_blocks(&self) -> lattice_gpu_host::Result<u32> {
@@ -841,40 +981,10 @@ impl<T: WilsonReal> EvenOdd<T> {
             .min(Gpu::blocks_for(parity_len(&w.lat), FUSED_BLOCK));
         Ok(*w.fused_blocks.get_or_init(|| b))
     }
-}
-
-impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
-    fn len(&self) -> usize {
-        parity_len(&self.0.lat)
-    }
-
-    fn storage_len(&self) -> usize {
-        self.0.storage_len()
-    }
-
-    fn ranks(&self) -> Option<&dyn DeviceRanks<T>> {
-        self.0.split.as_ref().map(|s| &*s.ranks)
-    }
-
-    fn apply(
-        &self,
-        out: &DeviceBuffer<T>,
-        inp: &DeviceBuffer<T>,
-        halt: Option<Span<'_, u32>>,
-    ) -> lattice_gpu_host::Result<()> {
-        let w = &self.0;
-        let k2 = w.kappa * w.kappa;
-        w.hopping(&w.tmp, 1, inp, None, 1.0, halt)?;
-        Ok(w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt)?)
-    }
-
-    fn flops(&self) -> u64 {
-        2 * self.0.hopping_flops()
-    }
 
     /// The iteration as one cooperative kernel ([`FusedIteration`]): as many blocks of
     /// [`FUSED_BLOCK`] threads as the GPU runs at once, at most one per `FUSED_BLOCK` elements.
-    fn queue_fused_iteration(&self, f: FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
+    fn queue_fused(&self, f: FusedVectors<'_, T>) -> lattice_gpu_host::Result<bool> {
         let w = &self.0;
         if w.split.is_some() {
             return Ok(false);
@@ -918,7 +1028,7 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
 
     /// When the cooperative grid holds every site's tile at once, so that each hopping phase is one
     /// pass: measured 3.4x faster than nine kernels at 8^4 (one pass), 1.25x slower at 16^4 (eight).
-    fn fused_pays(&self) -> lattice_gpu_host::Result<bool> {
+    fn fused_pays_here(&self) -> lattice_gpu_host::Result<bool> {
         if self.0.split.is_some() {
             return Ok(false);
         }
@@ -930,13 +1040,13 @@ impl<T: WilsonReal> DeviceOperator<T> for EvenOdd<T> {
 /// The hopping term `out = 0.5 H inp` on the even sites (on a split lattice with its exchange), tuned
 /// over its threads per block (and the face packing's): the lattice (a rank's block and its cuts),
 /// precision and reconstruction key the cache.
-struct HoppingLaunch<'a, T: WilsonReal> {
+struct HoppingLaunch<'a, T: WilsonStorage> {
     w: &'a mut WilsonGpu<T>,
-    out: &'a DeviceBuffer<T>,
-    inp: &'a DeviceBuffer<T>,
+    out: &'a DeviceBuffer<T::Elem>,
+    inp: &'a DeviceBuffer<T::Elem>,
 }
 
-impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
+impl<T: WilsonStorage> Tunable for HoppingLaunch<'_, T> {
     fn tune_key(&self) -> (String, String, String) {
         let w = &*self.w;
         let d = w.lat.dims;
@@ -951,7 +1061,7 @@ impl<T: WilsonReal> Tunable for HoppingLaunch<'_, T> {
                 w.recon.name()
             ),
             format!("{}x{}x{}x{}{cut}", d[0], d[1], d[2], d[3]),
-            T::NAME.to_string(),
+            T::PRECISION.to_string(),
         )
     }
 
@@ -1056,14 +1166,14 @@ pub fn solve_with<T: WilsonReal>(
 /// The hopping term on the CPU, running the GPU kernel's own site body over the sites with rayon:
 /// `out = x + a H inp` on `parity`, all fields in the tiled layout (as [`pack_parity`], [`pack_gauge`]).
 #[allow(clippy::too_many_arguments)]
-pub fn hopping_on_host<T: WilsonReal>(
+pub fn hopping_on_host<T: WilsonStorage>(
     lat: &Lattice,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    out: &mut [T],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
 ) {
     hopping_with::<T, false>(lat, 0, gauge, recon, out, parity, inp, x, a)
@@ -1072,17 +1182,17 @@ pub fn hopping_on_host<T: WilsonReal>(
 /// [`hopping_on_host`] on one rank's block of a split: `inp` and `gauge` with their ghosts
 /// ([`Block::pack_parity`], [`Block::pack_gauge`]), `out` and `x` this rank's sites.
 #[allow(clippy::too_many_arguments)]
-pub fn hopping_on_block<T: WilsonReal>(
+pub fn hopping_on_block<T: WilsonStorage>(
     block: &Block,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    out: &mut [T],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
 ) {
-    assert_eq!(inp.len(), 2 * block.parity_len());
+    assert_eq!(inp.len(), 2 * block.parity_slots::<T>());
     hopping_with::<T, true>(
         &block.local(),
         block.cut_flags(),
@@ -1097,9 +1207,9 @@ pub fn hopping_on_block<T: WilsonReal>(
 }
 
 /// [`PackFaces`] on the CPU (the GPU kernel's own body): `data` is one stored parity of `block`.
-pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
-    assert_eq!(data.len(), 2 * block.parity_len());
-    let mut p = PackFaces {
+pub fn pack_faces_on_host<T: WilsonStorage>(block: &Block, data: &mut [T::Elem]) {
+    assert_eq!(data.len(), 2 * block.parity_slots::<T>());
+    let mut p = PackFaces::<T> {
         spinor: std::ptr::null_mut(),
         dims: block.size.map(|d| d as u32),
         cut: block.cut_flags(),
@@ -1110,19 +1220,19 @@ pub fn pack_faces_on_host<T: WilsonReal>(block: &Block, data: &mut [T]) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn hopping_with<T: WilsonReal, const SPLIT: bool>(
+fn hopping_with<T: WilsonStorage, const SPLIT: bool>(
     lat: &Lattice,
     cut: u32,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    out: &mut [T],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
 ) {
     // The tiled layouts must match exactly: a longer slice means the caller packed another lattice.
-    let len = 2 * parity_len(lat);
+    let len = 2 * parity_slots::<T>(lat);
     assert!(out.len() == len && x.is_none_or(|x| x.len() == len));
     macro_rules! go {
         ($r:literal) => {{
@@ -1149,7 +1259,7 @@ fn hopping_with<T: WilsonReal, const SPLIT: bool>(
 
 /// The numbers of `out = x + a H inp` on the sites of `parity` of `lat` (a rank's block cut as `cut`
 /// says), to bind to the fields ([`Dslash::bind`]): one definition for the GPU and the CPU.
-fn dslash_numbers<T: WilsonReal, const R: usize, const SPLIT: bool>(
+fn dslash_numbers<T: WilsonStorage, const R: usize, const SPLIT: bool>(
     lat: &Lattice,
     a: f64,
     parity: u32,
@@ -1161,8 +1271,8 @@ fn dslash_numbers<T: WilsonReal, const R: usize, const SPLIT: bool>(
         inp: null,
         gauge: null,
         x: null,
-        a: T::from_f64(a),
-        t_boundary: T::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 }),
+        a: T::Real::from_f64(a),
+        t_boundary: T::Real::from_f64(if lat.antiperiodic_t { -1.0 } else { 1.0 }),
         dims: lat.dims.map(|d| d as u32),
         parity,
         halt: std::ptr::null(),

@@ -32,7 +32,7 @@ fn check<T: Element + ComplexReal + Default + Unpin + lattice_gpu_lqcd::gpu::Wil
             let inp = pack_parity::<T>(&lat, &psi.data, 1 - parity);
             let xp = pack_parity::<T>(&lat, &x.data, parity);
             let mut out = vec![T::from_f64(f64::NAN); 2 * parity_len(&lat)];
-            hopping_on_host(&lat, &gauge, recon, &mut out, parity, &inp, Some(&xp), a);
+            hopping_on_host::<T>(&lat, &gauge, recon, &mut out, parity, &inp, Some(&xp), a);
             // Padding sites (beyond the half volume) are never written.
             for cb in lat.half_volume()..parity_len(&lat) / 12 {
                 let at = tile_index(cb, 12);
@@ -42,7 +42,7 @@ fn check<T: Element + ComplexReal + Default + Unpin + lattice_gpu_lqcd::gpu::Wil
                 );
             }
             let mut got = vec![Complex64::new(f64::NAN, 0.0); 12 * lat.volume()];
-            unpack_parity(&lat, &out, parity, &mut got);
+            unpack_parity::<T>(&lat, &out, parity, &mut got);
             let mut err: f64 = 0.0;
             let mut norm: f64 = 0.0;
             for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {

@@ -7,13 +7,13 @@
 //! outer launches of an overlapped hopping term compute every site once.
 
 use lattice_gpu_kernels::wilson::{
-    edge_order, Dslash, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
+    edge_order, Dslash, Half, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
-    hopping_on_block, hopping_on_host, pack_faces_on_host, pack_gauge, pack_parity, parity_len,
-    unpack_parity, Block, Recon,
+    hopping_on_block, hopping_on_host, pack_faces_on_host, pack_gauge, pack_parity, parity_slots,
+    unpack_parity, Block, Recon, WilsonStorage,
 };
 use lattice_gpu_lqcd::spinor::SpinorField;
 use num_complex::Complex64;
@@ -38,6 +38,12 @@ fn blocks(global: Lattice, grid: [usize; 4], cuts: &[usize]) -> Vec<Block> {
 
 #[test]
 fn blocks_of_a_split_give_the_whole_lattices_bits() {
+    split_bits::<f64>();
+    // Half precision: each ghost carries its site's norm.
+    split_bits::<Half>();
+}
+
+fn split_bits<T: WilsonStorage>() {
     let dims = [8, 4, 8, 8];
     let u = GaugeField::random(dims, 21);
     let psi = SpinorField::random(dims, 22);
@@ -46,28 +52,28 @@ fn blocks_of_a_split_give_the_whole_lattices_bits() {
     for antiperiodic in [false, true] {
         let global = Lattice::new(dims, antiperiodic).unwrap();
         for recon in [Recon::R18, Recon::R12] {
-            let gauge = pack_gauge::<f64>(&global, &u, recon);
+            let gauge = pack_gauge::<T>(&global, &u, recon);
             for parity in 0..2 {
-                let inp = pack_parity::<f64>(&global, &psi.data, 1 - parity);
-                let xp = pack_parity::<f64>(&global, &x.data, parity);
-                let mut whole = vec![f64::NAN; 2 * parity_len(&global)];
+                let inp = pack_parity::<T>(&global, &psi.data, 1 - parity);
+                let xp = pack_parity::<T>(&global, &x.data, parity);
+                let mut whole = vec![T::POISON; 2 * parity_slots::<T>(&global)];
                 let (g, i, xs) = (&gauge, &inp, Some(&xp[..]));
-                hopping_on_host(&global, g, recon, &mut whole, parity, i, xs, a);
+                hopping_on_host::<T>(&global, g, recon, &mut whole, parity, i, xs, a);
                 let mut want = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
-                unpack_parity(&global, &whole, parity, &mut want);
+                unpack_parity::<T>(&global, &whole, parity, &mut want);
                 for (grid, cuts) in GRIDS {
                     for block in blocks(global, grid, cuts) {
                         let local = block.local();
-                        let n = 2 * parity_len(&local);
-                        let inp = block.pack_parity::<f64>(&psi.data, 1 - parity);
+                        let n = 2 * parity_slots::<T>(&local);
+                        let inp = block.pack_parity::<T>(&psi.data, 1 - parity);
                         // The own sites of the packed addend: the ghosts come after them.
-                        let xp = &block.pack_parity::<f64>(&x.data, parity)[..n];
-                        let gauge = block.pack_gauge::<f64>(&u, recon);
-                        let mut out = vec![f64::NAN; n];
+                        let xp = &block.pack_parity::<T>(&x.data, parity)[..n];
+                        let gauge = block.pack_gauge::<T>(&u, recon);
+                        let mut out = vec![T::POISON; n];
                         let (g, i) = (&gauge, &inp);
-                        hopping_on_block(&block, g, recon, &mut out, parity, i, Some(xp), a);
+                        hopping_on_block::<T>(&block, g, recon, &mut out, parity, i, Some(xp), a);
                         let mut got = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
-                        block.unpack_parity(&out, parity, &mut got);
+                        block.unpack_parity::<T>(&out, parity, &mut got);
                         for site in (0..local.volume()).filter(|&s| local.parity(s) == parity) {
                             let c = local.coords(site);
                             let g = global.index(std::array::from_fn(|k| block.origin[k] + c[k]));
@@ -184,7 +190,7 @@ fn blocks_tile_the_lattice_and_packing_and_the_exchange_fill_the_ghosts() {
                 .map(|(f, b)| {
                     let mut g = f.clone();
                     g[24 * b.local().half_volume()..].fill(f64::NAN);
-                    pack_faces_on_host(b, &mut g);
+                    pack_faces_on_host::<f64>(b, &mut g);
                     g
                 })
                 .collect();

@@ -32,7 +32,7 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
     );
     // The even-odd right-hand side b_e + kappa H_eo b_o, as the GPU solver makes it.
     let mut src = vec![T::ZERO; len];
-    hopping_on_host(&lat, &gauge, recon, &mut src, 0, &b_o, Some(&b_e), kappa);
+    hopping_on_host::<T>(&lat, &gauge, recon, &mut src, 0, &b_o, Some(&b_e), kappa);
     // x, r, r0, p, v, s, t, tmp.
     let mut vec: Vec<Vec<T>> = (0..8).map(|_| vec![T::ZERO; len]).collect();
     for k in [1, 2, 3] {
@@ -97,11 +97,11 @@ fn solve<T: WilsonReal + Element>(recon: Recon, tol: f64) -> (u32, f64) {
     assert_eq!(st.status, CONVERGED, "{} {}: {st:?}", T::NAME, recon.name());
     // x_o = b_o + kappa H_oe x_e, then |b - D x| / |b| with the reference operator.
     let mut x_o = vec![T::ZERO; len];
-    hopping_on_host(&lat, &gauge, recon, &mut x_o, 1, &vec[0], Some(&b_o), kappa);
+    hopping_on_host::<T>(&lat, &gauge, recon, &mut x_o, 1, &vec[0], Some(&b_o), kappa);
     let mut x = SpinorField::random(dims, 0);
     x.data.fill(Complex64::new(f64::NAN, 0.0));
-    unpack_parity(&lat, &vec[0], 0, &mut x.data);
-    unpack_parity(&lat, &x_o, 1, &mut x.data);
+    unpack_parity::<T>(&lat, &vec[0], 0, &mut x.data);
+    unpack_parity::<T>(&lat, &x_o, 1, &mut x.data);
     let dx = reference::wilson_dirac(&lat, &u, kappa, &x);
     let diff: Vec<Complex64> = b.data.iter().zip(&dx.data).map(|(a, c)| a - c).collect();
     (st.iterations, (norm2(&diff) / norm2(&b.data)).sqrt())

@@ -60,7 +60,7 @@ fn dslash_case<T: WilsonReal>(gpu: &Arc<Gpu>, dims: [usize; 4], antiperiodic: bo
                     .unwrap();
             w.hopping(&out, parity, &inp, Some(&xp), a, None).unwrap();
             let mut got = vec![Complex64::new(0.0, 0.0); 12 * lat.volume()];
-            unpack_parity(&lat, &out.download().unwrap(), parity, &mut got);
+            unpack_parity::<T>(&lat, &out.download().unwrap(), parity, &mut got);
             let mut want = got.clone();
             for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
                 for k in 0..12 {
@@ -433,7 +433,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
             let inp = block.pack_parity::<f64>(&psi.data, 1 - parity);
             let xp = block.pack_parity::<f64>(&x.data, parity)[..n].to_vec();
             let mut want = vec![f64::NAN; n];
-            hopping_on_block(&block, &gauge, recon, &mut want, parity, &inp, Some(&xp), a);
+            hopping_on_block::<f64>(&block, &gauge, recon, &mut want, parity, &inp, Some(&xp), a);
             let (g_gauge, g_inp, g_x, g_out) =
                 (up(&gauge), up(&inp), up(&xp), up(&vec![f64::NAN; n]));
             macro_rules! go {
@@ -485,7 +485,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
     let mut data = block.pack_parity::<f64>(&psi.data, 1);
     data[n..].fill(f64::NAN);
     let buf = up(&data);
-    let p = PackFaces {
+    let p = PackFaces::<f64> {
         spinor: std::ptr::null_mut(),
         dims: local.dims.map(|d| d as u32),
         cut: block.cut_flags(),
@@ -493,7 +493,7 @@ fn split_dslash_and_packing_kernels_match_their_host_runs() {
     .bind(buf.span_mut())
     .unwrap();
     gpu.launch_items(gpu.stream(), &p, 64).unwrap();
-    pack_faces_on_host(&block, &mut data);
+    pack_faces_on_host::<f64>(&block, &mut data);
     let got = buf.download().unwrap();
     assert!(data[24 * block.halo().link_sites..]
         .iter()

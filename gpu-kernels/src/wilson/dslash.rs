@@ -3,8 +3,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::halo::{face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE};
+use super::store::{WilsonStore, FIXED_ONE};
 use crate::bind::{check_len, Bound, Place, Span, SpanError, SpanMut};
-use crate::complex::{Complex, ComplexReal};
+use crate::complex::Complex;
+use crate::device::math::Real;
 
 /// Floating-point operations per site of one hopping-term application, as QUDA counts them (so GFLOPS
 /// figures compare with QUDA's).
@@ -15,21 +17,22 @@ pub const FLOPS_PER_SITE: u64 = 1320;
 /// or `out = a * (...)` when `x` is null. `R` is the number of complex entries stored per link (9 or 6).
 /// `t_boundary` (1 or -1) multiplies every hop across the `t` boundary. When `halt` is not null and the
 /// `u32` it points to is non-zero, the kernel does nothing: a converged solver's queued work becomes free.
+/// `T` is the fields' storage ([`WilsonStore`]): f32, f64 or half precision.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Dslash<T, const R: usize, const SPLIT: bool = false> {
+pub struct Dslash<T: WilsonStore, const R: usize, const SPLIT: bool = false> {
     /// Output spinor (parity `parity`).
-    pub out: *mut T,
+    pub out: *mut T::Elem,
     /// Input spinor (the other parity).
-    pub inp: *const T,
+    pub inp: *const T::Elem,
     /// Gauge field, both parities.
-    pub gauge: *const T,
+    pub gauge: *const T::Elem,
     /// Spinor added to the result (parity `parity`), or null.
-    pub x: *const T,
+    pub x: *const T::Elem,
     /// The factor of the hopping term.
-    pub a: T,
+    pub a: T::Real,
     /// Factor of hops across the `t` boundary: 1 (periodic) or -1 (antiperiodic).
-    pub t_boundary: T,
+    pub t_boundary: T::Real,
     /// Lattice `[X, Y, Z, T]`.
     pub dims: [u32; 4],
     /// Parity of the output sites.
@@ -68,9 +71,9 @@ pub fn edge_order(dims: [u32; 4], cut: u32) -> impl Iterator<Item = u32> {
 }
 
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
-unsafe impl<T, const R: usize, const S: bool> Send for Dslash<T, R, S> {}
+unsafe impl<T: WilsonStore, const R: usize, const S: bool> Send for Dslash<T, R, S> {}
 // SAFETY: as above.
-unsafe impl<T, const R: usize, const S: bool> Sync for Dslash<T, R, S> {}
+unsafe impl<T: WilsonStore, const R: usize, const S: bool> Sync for Dslash<T, R, S> {}
 
 /// `sigma_mu`, the upper-right 2x2 block of `g_mu` (DeGrand-Rossi: every `g_mu` is
 /// `[[0, sigma], [sigma^dag, 0]]`), as one non-zero per row: column `PERM[mu][r]` with phase `PHASE[mu][r]`.
@@ -79,7 +82,7 @@ const PERM: [[usize; 2]; 4] = [[1, 0], [1, 0], [0, 1], [0, 1]];
 const PHASE: [[u8; 2]; 4] = [[2, 2], [1, 0], [2, 3], [0, 0]];
 
 #[inline(always)]
-fn phase<T: ComplexReal>(code: u8, z: Complex<T>) -> Complex<T> {
+fn phase<T: Real>(code: u8, z: Complex<T>) -> Complex<T> {
     match code {
         0 => z,
         1 => -z,
@@ -111,10 +114,11 @@ fn schedule_fence() {
 /// Sites per tile of the field layouts (a warp's worth).
 pub const TILE: usize = 32;
 
-/// Index of spin-colour component `k` of site `cb` in a tiled spinor field.
+/// Index of spin-colour component `k` of site `cb` in a tiled spinor field of storage `T` (its norm
+/// is slot `k = 12` of a fixed-point field).
 #[inline(always)]
-pub fn component_index(cb: usize, k: usize) -> usize {
-    tile_index(cb, 12) + k * TILE
+pub fn component_index<T: WilsonStore>(cb: usize, k: usize) -> usize {
+    tile_index(cb, T::SLOTS) + k * TILE
 }
 
 /// Index of entry 0 of site `cb` in a tiled array of `ncomp` entries per site; entry `k` is `TILE * k`
@@ -141,7 +145,7 @@ pub struct Neighbours<T> {
     /// Sites each parity and direction's links take room for ([`Dslash::link_sites`]).
     pub link_sites: usize,
 }
-type Half<T> = [[Complex<T>; 3]; 2];
+type HalfSpinor<T> = [[Complex<T>; 3]; 2];
 
 /// The sites of a block off the edges of its cut axes: along each axis, the first coordinate and how
 /// many (an uncut axis keeps all its sites).
@@ -198,9 +202,9 @@ pub struct HopFields<'a, T> {
     pub sites: Option<Span<'a, u32>>,
 }
 
-/// Reals of a tiled spinor of `sites` sites.
-fn spinor_reals(sites: usize) -> usize {
-    2 * 12 * sites.div_ceil(TILE) * TILE
+/// Stored numbers of a tiled spinor of `sites` sites.
+pub(crate) fn spinor_elems<T: WilsonStore>(sites: usize) -> usize {
+    2 * T::SLOTS * sites.div_ceil(TILE) * TILE
 }
 
 /// Checks a lattice or block `dims` (its axes cut as `cut` says): every axis at least one
@@ -217,26 +221,26 @@ pub(crate) fn check_dims(dims: [u32; 4], cut: u32) -> Result<(), SpanError> {
     }
 }
 
-impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
+impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     /// These numbers (`a`, `t_boundary`, `dims`, `parity`, `cut`) with `mem`'s addresses, checked:
     /// `out` and `x` hold the output parity, `inp` the input parity and its ghosts, `gauge` the links
     /// of both parities (and the ghosts'), `halt` one word, and an [`INNER`] or [`OUTER`] launch has
     /// the block's `sites`.
-    pub fn bind<'a>(self, mem: HopFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+    pub fn bind<'a>(self, mem: HopFields<'a, T::Elem>) -> Result<Bound<'a, Self>, SpanError> {
         check_dims(self.dims, if SPLIT { self.cut } else { 0 })?;
         let (own, links) = (self.half_volume(), self.link_sites());
         let mut places = [mem.out.place(); 6];
         places[1] = mem.inp.place();
         places[2] = mem.gauge.place();
-        check_len("out", mem.out.len(), spinor_reals(own))?;
-        check_len("inp", mem.inp.len(), spinor_reals(links))?;
+        check_len("out", mem.out.len(), spinor_elems::<T>(own))?;
+        check_len("inp", mem.inp.len(), spinor_elems::<T>(links))?;
         check_len(
             "gauge",
             mem.gauge.len(),
             2 * 8 * links.div_ceil(TILE) * R * TILE,
         )?;
         if let Some(x) = &mem.x {
-            check_len("x", x.len(), spinor_reals(own))?;
+            check_len("x", x.len(), spinor_elems::<T>(own))?;
             places[3] = x.place();
         }
         if let Some(h) = &mem.halt {
@@ -285,7 +289,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             return;
         }
         let nb = self.neighbours(cb);
-        let mut acc = [Complex::<T>::ZERO; 12];
+        let mut acc = [Complex::<T::Real>::ZERO; 12];
         // Literal directions: each call folds to one hop, and the fences keep one direction's loads live
         // at a time.
         unsafe {
@@ -302,10 +306,49 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             self.hop_at(&mut acc, cb, &nb, 3, false);
             schedule_fence();
         }
+        if T::FIXED {
+            unsafe { self.store_fixed(cb, &acc) };
+            return;
+        }
         for (k, &h) in acc.iter().enumerate() {
-            let at = component_index(cb, k);
+            let at = component_index::<T>(cb, k);
             unsafe { self.store(at, h, || self.addend(at)) };
         }
+    }
+
+    /// Stores site `cb` of a fixed-point output: `x + a h` scaled so that its largest real is
+    /// [`FIXED_ONE`], and the factor back in the norm slot.
+    ///
+    /// # Safety
+    /// As [`site`](Self::site).
+    #[inline(always)]
+    unsafe fn store_fixed(&self, cb: usize, acc: &[Complex<T::Real>; 12]) {
+        let at = tile_index(cb, T::SLOTS);
+        let zero = T::Real::ZERO;
+        // Short loops, the branch outside them: LLVM unrolls these fully and keeps `v` in registers.
+        let mut v = acc.map(|h| h.scale(self.a));
+        if !self.x.is_null() {
+            let x_norm = unsafe { T::norm(self.x, at + 12 * TILE) };
+            for k in 0..12 {
+                v[k] += unsafe { T::load(self.x, at + k * TILE) }.scale(x_norm);
+            }
+        }
+        let (mut m, mut bad) = (zero, zero);
+        for z in &v {
+            m = m.max(z.re.abs()).max(z.im.abs());
+            bad += z.re * zero + z.im * zero;
+        }
+        let one = T::Real::from_f64(FIXED_ONE as f64);
+        let scale = if m > zero { one / m } else { zero };
+        // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
+        macro_rules! store {
+            ($($k:literal)*) => {
+                $(unsafe { T::store(self.out, at + $k * TILE, v[$k].scale(scale)) };)*
+            };
+        }
+        store!(0 1 2 3 4 5 6 7 8 9 10 11);
+        // A NaN or infinity in `v` makes the norm NaN (`site_norm`).
+        unsafe { T::store_norm(self.out, at + 12 * TILE, m / one + bad) };
     }
 
     /// Threads a launch needs: one per site of the output parity, or on a split lattice one per site
@@ -364,7 +407,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
 
     /// The neighbours of output site `cb`, for [`hop_at`](Self::hop_at).
     #[inline(always)]
-    pub fn neighbours(&self, cb: usize) -> Neighbours<T> {
+    pub fn neighbours(&self, cb: usize) -> Neighbours<T::Real> {
         let [nx, ny, nz, nt] = self.dims;
         let xh = nx / 2;
         let c = self.coords(cb);
@@ -394,7 +437,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             if edge && (!SPLIT || self.cut & global != 0) {
                 self.t_boundary
             } else {
-                T::ONE
+                T::Real::ONE
             }
         };
         Neighbours {
@@ -424,15 +467,15 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     #[inline(always)]
     pub unsafe fn hop_at(
         &self,
-        acc: &mut [Complex<T>; 12],
+        acc: &mut [Complex<T::Real>; 12],
         cb: usize,
-        nb: &Neighbours<T>,
+        nb: &Neighbours<T::Real>,
         mu: usize,
         fwd: bool,
     ) {
         let sites = nb.link_sites;
         let (p, other) = (self.parity, self.parity ^ 1);
-        let one = T::ONE;
+        let one = T::Real::ONE;
         unsafe {
             match (mu, fwd) {
                 (0, true) => self.hop::<0, true>(acc, sites, p, cb, nb.fwd[0], one),
@@ -449,12 +492,13 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         }
     }
 
-    /// The spinor added to the hopping term at element `at` of the output: `x`, or zero.
+    /// The spinor added to the hopping term at element `at` of the output: `x`, or zero (plain storage:
+    /// a fixed-point site's values need its norm).
     ///
     /// # Safety
     /// As [`site`](Self::site), `at` inside the output parity.
     #[inline(always)]
-    pub unsafe fn addend(&self, at: usize) -> Complex<T> {
+    pub unsafe fn addend(&self, at: usize) -> Complex<T::Real> {
         if self.x.is_null() {
             Complex::ZERO
         } else {
@@ -463,7 +507,8 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     }
 
     /// Stores `x + a h` (or `a h`) at element `at` of the output, `x` there being what `addend` returns
-    /// ([`addend`](Self::addend), or a value loaded ahead); returns what it stored.
+    /// ([`addend`](Self::addend), or a value loaded ahead); returns what it stored. Plain storage only
+    /// (a fixed-point site is stored whole).
     ///
     /// # Safety
     /// As [`addend`](Self::addend).
@@ -471,9 +516,9 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     pub unsafe fn store(
         &self,
         at: usize,
-        h: Complex<T>,
-        addend: impl FnOnce() -> Complex<T>,
-    ) -> Complex<T> {
+        h: Complex<T::Real>,
+        addend: impl FnOnce() -> Complex<T::Real>,
+    ) -> Complex<T::Real> {
         let mut v = h.scale(self.a);
         // The addend after the scaling: that order keeps the one-thread-per-site kernel's schedule
         // (loading it first cut a third of its registers and made it 40-75% slower on the H100).
@@ -489,30 +534,40 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     #[inline(always)]
     unsafe fn hop<const MU: usize, const FWD: bool>(
         &self,
-        acc: &mut [Complex<T>; 12],
+        acc: &mut [Complex<T::Real>; 12],
         link_sites: usize,
         link_parity: u32,
         link_cb: usize,
         nb_cb: usize,
-        sign: T,
+        sign: T::Real,
     ) {
-        let at = tile_index(nb_cb, 12);
+        let at = tile_index(nb_cb, T::SLOTS);
         let psi = |s: usize, c: usize| unsafe { T::load(self.inp, at + (s * 3 + c) * TILE) };
+        // Fixed point: the site's norm and the links' scale, applied once to the projected half spinor
+        // rather than to each of the values it is made of.
+        let factor = match (T::FIXED, MU == 3) {
+            (false, false) => None,
+            (false, true) => Some(sign),
+            (true, _) => {
+                let n = unsafe { T::norm(self.inp, at + 12 * TILE) };
+                Some(sign * n * T::Real::from_f64(1.0 / FIXED_ONE as f64))
+            }
+        };
         // Project onto the two independent spin components: h_r = psi_r -+ sigma psi_lower.
-        let mut h: Half<T> = [[Complex::ZERO; 3]; 2];
+        let mut h: HalfSpinor<T::Real> = [[Complex::ZERO; 3]; 2];
         for r in 0..2 {
             for c in 0..3 {
                 let low = phase(PHASE[MU][r], psi(2 + PERM[MU][r], c));
                 let up = psi(r, c);
                 h[r][c] = if FWD { up - low } else { up + low };
-                if MU == 3 {
-                    h[r][c] = h[r][c].scale(sign);
+                if let Some(f) = factor {
+                    h[r][c] = h[r][c].scale(f);
                 }
             }
         }
         // Row by row, so that only one row of the link is live at a time (f64 registers are scarce).
         let u = unsafe { self.link(link_parity, MU, link_cb, link_sites) };
-        let mut w: Half<T> = [[Complex::ZERO; 3]; 2];
+        let mut w: HalfSpinor<T::Real> = [[Complex::ZERO; 3]; 2];
         for a in 0..3 {
             for r in 0..2 {
                 for b in 0..3 {
@@ -537,7 +592,7 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     }
 
     #[inline(always)]
-    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, sites: usize) -> Link<T> {
+    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, sites: usize) -> Link<T::Real> {
         let tiles = sites.div_ceil(TILE);
         let at = (parity as usize * 4 + mu) * tiles * R * TILE + tile_index(cb, R);
         let e = |k: usize| unsafe { T::load(self.gauge, at + k * TILE) };
@@ -556,6 +611,11 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             u[2][0] = (r0[1] * r1[2] - r0[2] * r1[1]).conj();
             u[2][1] = (r0[2] * r1[0] - r0[0] * r1[2]).conj();
             u[2][2] = (r0[0] * r1[1] - r0[1] * r1[0]).conj();
+            if T::FIXED {
+                // The product of two stored rows carries the scale twice.
+                let s = T::Real::from_f64(1.0 / FIXED_ONE as f64);
+                u[2] = u[2].map(|z| z.scale(s));
+            }
         }
         u
     }

@@ -15,7 +15,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::dslash::check_dims;
-use super::{component_index, Dslash, TILE};
+use super::{component_index, Dslash, PlainStore, TILE};
 use crate::bicgstab::{block_sum, BiCgState, Blas, Op, Stage, Sums, HOST_FINISHES, RUNNING};
 use crate::bind::{check_len, Bound, Cooperative, Kernel, Place, Span, SpanError, SpanMut};
 use crate::complex::{Complex, ComplexReal};
@@ -88,7 +88,7 @@ impl Phase {
 
 /// What a phase runs: a hopping term, with the dot product of its output and another vector where the
 /// phase reduces (each element read back by the thread that wrote it), or a vector operation.
-enum Work<T, const R: usize> {
+enum Work<T: PlainStore, const R: usize> {
     Sites(Dslash<T, R>, Option<Blas<T>>),
     Elements(Op, Blas<T>),
 }
@@ -96,7 +96,7 @@ enum Work<T, const R: usize> {
 /// The arguments of the fused iteration kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct FusedIteration<T, const R: usize> {
+pub struct FusedIteration<T: PlainStore, const R: usize> {
     /// The lattice, gauge field and boundary of the hopping term (its `out`, `inp`, `x`, `a` and
     /// `parity` are set per phase; `halt` is unused).
     pub hop: Dslash<T, R>,
@@ -137,9 +137,9 @@ pub struct FusedFields<'a, T> {
 }
 
 // SAFETY: every element is written by exactly one thread per phase.
-unsafe impl<T, const R: usize> Send for FusedIteration<T, R> {}
+unsafe impl<T: PlainStore, const R: usize> Send for FusedIteration<T, R> {}
 // SAFETY: as above.
-unsafe impl<T, const R: usize> Sync for FusedIteration<T, R> {}
+unsafe impl<T: PlainStore, const R: usize> Sync for FusedIteration<T, R> {}
 
 const X: usize = 0;
 const RES: usize = 1;
@@ -150,7 +150,7 @@ const S: usize = 5;
 const TV: usize = 6;
 const TMP: usize = 7;
 
-impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
+impl<T: PlainStore, const R: usize> FusedIteration<T, R> {
     /// These numbers (`hop`'s lattice and boundary, `kappa2`, `n`, `phases`) with `mem`'s addresses,
     /// checked: every vector holds `n` complex elements and at least a parity of the lattice, the gauge
     /// field both parities' links, the state and the barrier one each, and `partials` 8 per block (the
@@ -282,12 +282,13 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
                     }
                     for k in 0..12 {
                         let h = by_mu[0][k] + by_mu[1][k] + by_mu[2][k] + by_mu[3][k];
-                        let at = component_index(cb, k);
+                        let at = component_index::<T>(cb, k);
                         // SAFETY: as above.
                         let v = unsafe { d.store(at, h, || d.addend(at)) };
                         if let Some(b) = &dot {
                             // SAFETY: as above.
-                            let s = Blas::dot_terms(v, unsafe { T::load(b.v[1], at) });
+                            let s =
+                                Blas::dot_terms(v, unsafe { <T as ComplexReal>::load(b.v[1], at) });
                             for q in 0..4 {
                                 acc[q] += s[q];
                             }
@@ -347,29 +348,35 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
             if !fwd {
                 for k in 0..12 {
                     // SAFETY: inside `parts`; this warp's own entries.
-                    unsafe { T::store(parts, at(mu, k), h[k]) };
+                    unsafe { <T as ComplexReal>::store(parts, at(mu, k), h[k]) };
                 }
             }
             sync_threads();
             if fwd {
                 for k in 0..12 {
                     // SAFETY: as above; the backward warp wrote them before the barrier.
-                    unsafe { T::store(parts, at(mu, k), h[k] + T::load(parts, at(mu, k))) };
+                    unsafe {
+                        <T as ComplexReal>::store(
+                            parts,
+                            at(mu, k),
+                            h[k] + <T as ComplexReal>::load(parts, at(mu, k)),
+                        )
+                    };
                 }
             }
             sync_threads();
             if live {
                 for i in 0..nk {
                     let k = ks[i];
-                    let e = component_index(cb, k);
+                    let e = component_index::<T>(cb, k);
                     // SAFETY: inside `parts`, complete after the barrier; `cb` in the half volume.
                     let v = unsafe {
-                        let s = |mu| T::load(parts, at(mu, k));
+                        let s = |mu| <T as ComplexReal>::load(parts, at(mu, k));
                         d.store(e, s(0) + s(1) + s(2) + s(3), || d.addend(e))
                     };
                     if let Some(b) = &dot {
                         // SAFETY: `e` is inside the vectors.
-                        let s = Blas::dot_terms(v, unsafe { T::load(b.v[1], e) });
+                        let s = Blas::dot_terms(v, unsafe { <T as ComplexReal>::load(b.v[1], e) });
                         for q in 0..4 {
                             acc[q] += s[q];
                         }
@@ -470,7 +477,7 @@ impl<T: ComplexReal, const R: usize> FusedIteration<T, R> {
 // SAFETY: the entries (`fused_entry!`) take one `FusedIteration<T, R>`; a bound value's spans cover
 // every phase's sites and elements, and on the CPU the one item is the whole iteration, phase after
 // phase ([`FusedIteration::emulate`]).
-unsafe impl<T: super::WilsonEntries, const R: usize> Kernel for FusedIteration<T, R> {
+unsafe impl<T: super::FusedEntries, const R: usize> Kernel for FusedIteration<T, R> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
@@ -489,7 +496,7 @@ unsafe impl<T: super::WilsonEntries, const R: usize> Kernel for FusedIteration<T
 
 // SAFETY: with at most `blocks` blocks of `FUSED_BLOCK` threads, all resident, the partials hold 8 per
 // block and every thread reaches every grid barrier.
-unsafe impl<T: super::WilsonEntries, const R: usize> Cooperative for FusedIteration<T, R> {
+unsafe impl<T: super::FusedEntries, const R: usize> Cooperative for FusedIteration<T, R> {
     const BLOCK: u32 = FUSED_BLOCK;
 
     fn blocks(&self) -> u32 {

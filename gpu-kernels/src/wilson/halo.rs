@@ -13,8 +13,8 @@
 //! neighbour's link). A face site is numbered like `cb` with the cut axis's coordinate left out, so a
 //! site and its neighbour across the edge have the same face index on both ranks.
 
+use super::store::WilsonStore;
 use crate::bind::{check_len, Bound, SpanError, SpanMut};
-use crate::complex::ComplexReal;
 
 use super::{tile_index, TILE};
 
@@ -135,9 +135,9 @@ pub fn face_index(dims: [u32; 4], c: [u32; 4], axis: usize) -> usize {
 /// regions ([`Halo::stage`]), one thread per site, so that each travels as one range.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct PackFaces<T> {
+pub struct PackFaces<T: WilsonStore> {
     /// The stored parity, own sites and staging.
-    pub spinor: *mut T,
+    pub spinor: *mut T::Elem,
     /// The block `[X, Y, Z, T]`.
     pub dims: [u32; 4],
     /// The cut axes ([`Dslash::cut`](super::Dslash::cut)).
@@ -145,17 +145,17 @@ pub struct PackFaces<T> {
 }
 
 // SAFETY: each thread writes one staging site and reads only own sites, which nobody writes.
-unsafe impl<T> Send for PackFaces<T> {}
+unsafe impl<T: WilsonStore> Send for PackFaces<T> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for PackFaces<T> {}
+unsafe impl<T: WilsonStore> Sync for PackFaces<T> {}
 
-impl<T: ComplexReal> PackFaces<T> {
+impl<T: WilsonStore> PackFaces<T> {
     /// These numbers (`dims`, `cut`) with `spinor`'s address, checked: it holds a stored parity of
     /// the block, own sites, ghosts and staging ([`Halo::sites`]).
-    pub fn bind<'a>(self, spinor: SpanMut<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+    pub fn bind<'a>(self, spinor: SpanMut<'a, T::Elem>) -> Result<Bound<'a, Self>, SpanError> {
         super::dslash::check_dims(self.dims, self.cut)?;
         let sites = Halo::new(self.dims, self.cut).sites;
-        check_len("spinor", spinor.len(), 2 * 12 * sites)?;
+        check_len("spinor", spinor.len(), 2 * T::SLOTS * sites)?;
         let place = spinor.place();
         let p = Self {
             spinor: spinor.ptr(),
@@ -206,17 +206,15 @@ impl<T: ComplexReal> PackFaces<T> {
             let (z, t) = (rest % nz, rest / nz);
             ((t * nz + z) * ny + layer) * xh + x2
         };
-        let from = tile_index(cb as usize, 12);
+        let from = tile_index(cb as usize, T::SLOTS);
         let to = tile_index(
             h.stage[axis] + usize::from(last) * h.room(axis) + fi as usize,
-            12,
+            T::SLOTS,
         );
-        for k in 0..12 {
+        // Every slot, a fixed-point site's norm too.
+        for k in 0..T::SLOTS {
             // SAFETY: both sites lie in the stored parity (the caller's contract).
-            unsafe {
-                let v = T::load(self.spinor, from + k * TILE);
-                T::store(self.spinor, to + k * TILE, v);
-            }
+            unsafe { T::copy(self.spinor, from + k * TILE, to + k * TILE) };
         }
     }
 }

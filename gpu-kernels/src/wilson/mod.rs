@@ -22,41 +22,57 @@ mod dslash;
 mod fused;
 #[macro_use]
 pub mod halo;
+mod store;
 
 pub use dslash::{
     component_index, edge_order, tile_index, Dslash, HopFields, Neighbours, FLOPS_PER_SITE, TILE,
 };
 pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT};
+pub use store::{Half, WilsonStore, FIXED_ONE};
 
-/// A precision with the Wilson kernels' entries in the framework's module: a supertrait of a precision
+/// A storage with the Wilson kernels' entries in the framework's module: a supertrait of a precision
 /// bound, so that generic code over precisions names no kernel type.
-pub trait WilsonEntries: crate::complex::ComplexReal {
+pub trait WilsonEntries: WilsonStore {
     /// The hopping kernel's entries, `[split][r12]` (one lattice or a rank's block; 18 or 12 numbers).
     const DSLASH: [[&'static str; 2]; 2];
-    /// The fused BiCGStab iteration's entries, `[r12]`.
-    const FUSED: [&'static str; 2];
     /// The face packing's entry.
     const PACK: &'static str;
 }
 
-/// Makes a precision's Wilson entries and names them in its [`WilsonEntries`].
+/// A plain precision: f32 or f64, stored as it computes.
+pub trait PlainStore: crate::complex::ComplexReal + WilsonStore<Elem = Self, Real = Self> {}
+impl<T: crate::complex::ComplexReal + WilsonStore<Elem = T, Real = T>> PlainStore for T {}
+
+/// A plain precision with the fused BiCGStab iteration, whose vector updates and reductions compute
+/// in the stored numbers.
+pub trait FusedEntries: WilsonEntries + PlainStore {
+    /// The fused BiCGStab iteration's entries, `[r12]`.
+    const FUSED: [&'static str; 2];
+}
+
+/// Makes a storage's Wilson entries and names them in its [`WilsonEntries`].
 macro_rules! wilson_entries {
-    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], [$f18:ident, $f12:ident], $pack:ident) => {
+    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], $pack:ident) => {
         dslash_entry!($d18 => $t, 9, false);
         dslash_entry!($d12 => $t, 6, false);
         dslash_entry!($s18 => $t, 9, true);
         dslash_entry!($s12 => $t, 6, true);
-        fused_entry!($f18 => $t, 9);
-        fused_entry!($f12 => $t, 6);
         pack_entry!($pack => $t);
         impl WilsonEntries for $t {
             const DSLASH: [[&'static str; 2]; 2] = [
                 [stringify!($d18), stringify!($d12)],
                 [stringify!($s18), stringify!($s12)],
             ];
-            const FUSED: [&'static str; 2] = [stringify!($f18), stringify!($f12)];
             const PACK: &'static str = stringify!($pack);
+        }
+    };
+    ($t:ty => $d:tt, [$f18:ident, $f12:ident], $pack:ident) => {
+        wilson_entries!($t => $d, $pack);
+        fused_entry!($f18 => $t, 9);
+        fused_entry!($f12 => $t, 6);
+        impl FusedEntries for $t {
+            const FUSED: [&'static str; 2] = [stringify!($f18), stringify!($f12)];
         }
     };
 }
@@ -70,4 +86,8 @@ wilson_entries!(
     f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
     pack_faces_f64
+);
+wilson_entries!(
+    Half => [dslash_half_r18, dslash_half_r12, dslash_split_half_r18, dslash_split_half_r12],
+    pack_faces_half
 );

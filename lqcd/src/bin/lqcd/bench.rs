@@ -12,16 +12,16 @@ use lattice_gpu_host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::FUSED_BLOCK;
+use lattice_gpu_kernels::wilson::{Half, FUSED_BLOCK};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
-use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonStorage};
 use lattice_gpu_lqcd::spinor::SpinorField;
 use lattice_gpu_lqcd::Result;
 
 use super::{
-    agree_on_stop, dims_name, parse_count, parse_dims4, prec_name, reals, volume_bytes, with_slack,
-    Prec, TuningArgs, GAUGE_SITE, GPU_SMALL, SPINOR_SITE,
+    agree_on_stop, dims_name, parse_count, parse_dims4, reals, volume_bytes, with_slack,
+    TuningArgs, GAUGE_SITE, GPU_SMALL, SPINOR_SITE,
 };
 
 #[derive(Args)]
@@ -54,7 +54,8 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     let mut csv = String::from("kind,lattice,precision,variant,ms,gflops,gbs,of_copy,iterations\n");
     println!("\ndslash (one hopping term on one parity): GFLOPS at QUDA's 1320 flops/site; GB/s in QUDA's");
     println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
-    println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction");
+    println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction;");
+    println!("half: QUDA's 16-bit fixed point with a norm per spinor site, f32 arithmetic");
     println!(
         "lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
     );
@@ -72,18 +73,19 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 3);
         let psi = SpinorField::random(dims, 4);
-        for prec in [Prec::F32, Prec::F64] {
+        for prec in ["f32", "f64", "half"] {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
+                let (g, args) = (&g, (&lat, &u, &psi, recon, a.tuning, copy));
                 let row = match prec {
-                    Prec::F32 => bench_dslash::<f32>(&g, &lat, &u, &psi, recon, a.tuning, copy)?,
-                    Prec::F64 => bench_dslash::<f64>(&g, &lat, &u, &psi, recon, a.tuning, copy)?,
+                    "f32" => bench_dslash::<f32>(g, args)?,
+                    "f64" => bench_dslash::<f64>(g, args)?,
+                    _ => bench_dslash::<Half>(g, args)?,
                 };
                 let (ms, rate, quda_gbs, block) = row;
                 let name = dims_name(dims);
                 println!(
-                    "{name:12} {:4} {:>5} {:8.1} {:8.0} {quda_gbs:10.0} {:10.0} {:7.1}% {block:6}",
-                    prec_name(prec),
+                    "{name:12} {prec:4} {:>5} {:8.1} {:8.0} {quda_gbs:10.0} {:10.0} {:7.1}% {block:6}",
                     recon.name(),
                     ms * 1e3,
                     rate.gflops,
@@ -91,8 +93,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                     100.0 * rate.of_copy
                 );
                 csv.push_str(&format!(
-                    "dslash,{name},{},r{},{ms},{},{},{},\n",
-                    prec_name(prec),
+                    "dslash,{name},{prec},r{},{ms},{},{},{},\n",
                     recon.name(),
                     rate.gflops,
                     rate.gbs,
@@ -239,21 +240,27 @@ fn larger(a: Footprint, b: Footprint) -> Footprint {
     }
 }
 
+/// What one dslash row measures: the lattice, gauge field and input, the link storage, the tuning
+/// options and the copy bandwidth.
+type DslashCase<'a> = (
+    &'a Lattice,
+    &'a GaugeField,
+    &'a SpinorField,
+    Recon,
+    TuningArgs,
+    f64,
+);
+
 /// (ms per call, its rates against `copy` GB/s, GB/s in QUDA's model, threads per block) of one hopping
-/// term on one parity with the tuned block, event-timed over a batch.
-fn bench_dslash<T: WilsonReal>(
+/// term on one parity in storage `T` with the tuned block, event-timed over a batch.
+fn bench_dslash<T: WilsonStorage>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    psi: &SpinorField,
-    recon: Recon,
-    tuning: TuningArgs,
-    copy: f64,
+    (lat, u, psi, recon, tuning, copy): DslashCase<'_>,
 ) -> Result<(f64, Rate, f64, u32)> {
     let mut w = WilsonGpu::<T>::new(g, lat, u, 0.12, recon)?;
     tuning.apply(&mut w, false)?;
     let inp = w.upload_parity(psi, 1)?;
-    let out: DeviceBuffer<T> = w.parity_buffer()?;
+    let out: DeviceBuffer<T::Elem> = w.parity_buffer()?;
     let call = || w.hopping(&out, 0, &inp, None, 1.0, None);
     call()?;
     let once = g.time_ms(|| call().map_err(HostError::from))?;

@@ -27,6 +27,7 @@ use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
 use lattice_gpu_lqcd::gpu::{
     gauge_len, gpu_grid, parity_len, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal,
+    WilsonStorage,
 };
 use lattice_gpu_lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -152,7 +153,7 @@ impl TuningArgs {
 
     /// Sets the hopping kernel's block of `w` (the tune cache's, or timed and stored); says which
     /// where `say`.
-    fn apply<T: WilsonReal>(self, w: &mut WilsonGpu<T>, say: bool) -> Result<()> {
+    fn apply<T: WilsonStorage>(self, w: &mut WilsonGpu<T>, say: bool) -> Result<()> {
         let mut cache = self.cache();
         let tuned = w.tune_block(&mut cache, self.retune)?;
         if let (Some(t), true) = (tuned, say) {

@@ -1,0 +1,287 @@
+//! How the Wilson fields are stored: f32 and f64 as they are, or in QUDA's half precision, 16-bit fixed
+//! point with f32 arithmetic, which halves the bytes a hopping term moves.
+//!
+//! Half precision (as QUDA's `short` fields; Clark et al. 2010, section IV):
+//! - a link entry `u` (every entry of an SU(3) matrix lies in `[-1, 1]`) is stored as
+//!   `round(32767 u)`;
+//! - a spinor site stores its 24 reals as `round(32767 v / m)`, `m` the largest of their magnitudes, and
+//!   `m / 32767` as an f32 in one more complex slot (slot 12 of the tiled layout: a spinor site takes
+//!   13 slots, so ghosts and staging carry their norms with them). Each real is then kept to
+//!   `m / 65534`, 15 bits below its site's largest.
+//!
+//! Fixed point rather than IEEE f16 scaled per site: the same bytes and one conversion per value
+//! either way, but 15 bits instead of 11 for the values near the site's largest, which carry its norm.
+
+use crate::complex::{Complex, ComplexReal};
+
+/// The largest stored magnitude of half precision: 1 (a link entry, or a site's largest real).
+pub const FIXED_ONE: f32 = 32767.0;
+
+/// A storage of the Wilson fields and the precision its arithmetic runs in.
+pub trait WilsonStore: Copy + Default + Send + Sync + 'static {
+    /// The number a buffer holds: `f32`, `f64` or `i16`.
+    type Elem: Copy + Default + Send + Sync + 'static;
+    /// The arithmetic precision.
+    type Real: ComplexReal;
+    /// `"f32"`, `"f64"` or `"half"`: names kernels, tables and tune-cache keys.
+    const PRECISION: &'static str;
+    /// Whether values are fixed point: spinors with a norm per site ([`norm`](Self::norm)), links
+    /// times [`FIXED_ONE`].
+    const FIXED: bool;
+    /// Complex slots of a spinor site in the tiled layout: its 12 components, and its norm if
+    /// [`FIXED`](Self::FIXED).
+    const SLOTS: usize;
+    /// A number to fill a spinor with so that every site decodes to NaN: outputs are poisoned with it
+    /// before a kernel writes them.
+    const POISON: Self::Elem;
+
+    /// Slot `i` of `p` as stored: the value, or for fixed point the integers.
+    ///
+    /// # Safety
+    /// `p` must hold at least `i + 1` slots, aligned to one slot.
+    unsafe fn load(p: *const Self::Elem, i: usize) -> Complex<Self::Real>;
+    /// Stores `v` at slot `i` of `p` (fixed point: rounds `v` to the nearest integers; `|v|` at most
+    /// [`FIXED_ONE`] in each part).
+    ///
+    /// # Safety
+    /// As for [`load`](Self::load), and nothing else may access the slot concurrently.
+    unsafe fn store(p: *mut Self::Elem, i: usize, v: Complex<Self::Real>);
+    /// Copies slot `from` of `p` to slot `to`, bits unchanged.
+    ///
+    /// # Safety
+    /// As for [`store`](Self::store), for both slots.
+    unsafe fn copy(p: *mut Self::Elem, from: usize, to: usize);
+    /// The factor of a fixed-point spinor site's integers, kept in slot `i`; 1 otherwise.
+    ///
+    /// # Safety
+    /// As for [`load`](Self::load).
+    #[inline(always)]
+    unsafe fn norm(p: *const Self::Elem, i: usize) -> Self::Real {
+        let _ = (p, i);
+        <Self::Real as crate::device::math::Real>::ONE
+    }
+    /// Stores a fixed-point spinor site's factor at slot `i`; nothing otherwise.
+    ///
+    /// # Safety
+    /// As for [`store`](Self::store).
+    #[inline(always)]
+    unsafe fn store_norm(p: *mut Self::Elem, i: usize, n: Self::Real) {
+        let _ = (p, i, n);
+    }
+
+    /// A spinor site's 12 components as the slots it stores (the first [`SLOTS`](Self::SLOTS)).
+    fn encode_site(v: &[Complex<f64>; 12]) -> [[Self::Elem; 2]; 13];
+    /// The 12 components a spinor site's slots hold.
+    fn decode_site(s: &[[Self::Elem; 2]; 13]) -> [Complex<f64>; 12];
+    /// A link entry as stored.
+    fn encode_link(u: Complex<f64>) -> [Self::Elem; 2];
+}
+
+macro_rules! plain_store {
+    ($t:ty, $pair:ident, $align:literal, $name:literal) => {
+        #[repr(C, align($align))]
+        #[derive(Clone, Copy)]
+        struct $pair($t, $t);
+
+        impl WilsonStore for $t {
+            type Elem = $t;
+            type Real = $t;
+            const PRECISION: &'static str = $name;
+            const FIXED: bool = false;
+            const SLOTS: usize = 12;
+            const POISON: $t = <$t>::NAN;
+
+            #[inline(always)]
+            unsafe fn load(p: *const $t, i: usize) -> Complex<$t> {
+                // SAFETY: the caller's contract.
+                unsafe { <$t as ComplexReal>::load(p, i) }
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut $t, i: usize, v: Complex<$t>) {
+                // SAFETY: the caller's contract.
+                unsafe { <$t as ComplexReal>::store(p, i, v) }
+            }
+            #[inline(always)]
+            unsafe fn copy(p: *mut $t, from: usize, to: usize) {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    let p = p as *mut $pair;
+                    *p.add(to) = *p.add(from);
+                }
+            }
+            fn encode_site(v: &[Complex<f64>; 12]) -> [[$t; 2]; 13] {
+                let mut s = [[0.0; 2]; 13];
+                for (s, z) in s.iter_mut().zip(v) {
+                    *s = [z.re as $t, z.im as $t];
+                }
+                s
+            }
+            fn decode_site(s: &[[$t; 2]; 13]) -> [Complex<f64>; 12] {
+                core::array::from_fn(|k| Complex::new(s[k][0] as f64, s[k][1] as f64))
+            }
+            fn encode_link(u: Complex<f64>) -> [$t; 2] {
+                [u.re as $t, u.im as $t]
+            }
+        }
+    };
+}
+plain_store!(f32, SlotF32, 8, "f32");
+plain_store!(f64, SlotF64, 16, "f64");
+
+/// QUDA's half precision: 16-bit fixed point with a norm per spinor site, f32 arithmetic (see the
+/// module documentation). Buffers hold `i16`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Half;
+
+/// Two integers of a half-precision slot, loaded and stored as one 32-bit access.
+#[repr(C, align(4))]
+#[derive(Clone, Copy)]
+struct SlotI16(i16, i16);
+
+/// `v` rounded to the nearest integer, ties away from zero, the same on the host and the GPU; 0 for a
+/// value out of range or NaN (its site's norm is NaN then: [`site_norm`]). One compare where a
+/// saturating `as` costs a clamp and a NaN test.
+#[inline(always)]
+fn round_fixed(v: f32) -> i16 {
+    // Selects, not a branch: the callers' loops then unroll.
+    let v = if v.abs() < FIXED_ONE + 0.5 { v } else { 0.0 };
+    let half = if v < 0.0 { -0.5 } else { 0.5 };
+    // SAFETY: `|v| + 0.5 < 32768` truncates to at most 32767 in magnitude.
+    unsafe { (v + half).to_int_unchecked::<i16>() }
+}
+
+/// The norm a fixed-point site stores, from the largest magnitude `m` of its reals and `bad`, the sum
+/// of each real times zero: NaN if any real is not finite, so that a NaN or infinity is not lost
+/// in the rounding to integers.
+#[inline(always)]
+pub fn site_norm(m: f32, bad: f32) -> f32 {
+    m / FIXED_ONE + bad
+}
+
+impl WilsonStore for Half {
+    type Elem = i16;
+    type Real = f32;
+    const PRECISION: &'static str = "half";
+    const FIXED: bool = true;
+    const SLOTS: usize = 13;
+    /// `0x7fc0`: the norm slot reads `0x7fc07fc0`, a NaN.
+    const POISON: i16 = 0x7fc0;
+
+    #[inline(always)]
+    unsafe fn load(p: *const i16, i: usize) -> Complex<f32> {
+        // SAFETY: the caller's contract.
+        let v = unsafe { *(p as *const SlotI16).add(i) };
+        Complex::new(v.0 as f32, v.1 as f32)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut i16, i: usize, v: Complex<f32>) {
+        // SAFETY: the caller's contract.
+        unsafe { *(p as *mut SlotI16).add(i) = SlotI16(round_fixed(v.re), round_fixed(v.im)) }
+    }
+    #[inline(always)]
+    unsafe fn copy(p: *mut i16, from: usize, to: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let p = p as *mut SlotI16;
+            *p.add(to) = *p.add(from);
+        }
+    }
+    #[inline(always)]
+    unsafe fn norm(p: *const i16, i: usize) -> f32 {
+        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
+        unsafe { *(p as *const f32).add(i) }
+    }
+    #[inline(always)]
+    unsafe fn store_norm(p: *mut i16, i: usize, n: f32) {
+        // SAFETY: as for `norm`.
+        unsafe { *(p as *mut f32).add(i) = n }
+    }
+
+    fn encode_site(v: &[Complex<f64>; 12]) -> [[i16; 2]; 13] {
+        let (m, bad) = v.iter().fold((0.0f32, 0.0f32), |(m, bad), z| {
+            let (re, im) = (z.re as f32, z.im as f32);
+            (m.max(re.abs()).max(im.abs()), bad + re * 0.0 + im * 0.0)
+        });
+        let scale = if m > 0.0 { FIXED_ONE / m } else { 0.0 };
+        let mut s = [[0; 2]; 13];
+        for (s, z) in s.iter_mut().zip(v) {
+            *s = [
+                round_fixed(z.re as f32 * scale),
+                round_fixed(z.im as f32 * scale),
+            ];
+        }
+        let bits = site_norm(m, bad).to_bits();
+        s[12] = [bits as u16 as i16, (bits >> 16) as u16 as i16];
+        s
+    }
+    fn decode_site(s: &[[i16; 2]; 13]) -> [Complex<f64>; 12] {
+        let bits = s[12][0] as u16 as u32 | (s[12][1] as u16 as u32) << 16;
+        let n = f32::from_bits(bits) as f64;
+        core::array::from_fn(|k| Complex::new(s[k][0] as f64 * n, s[k][1] as f64 * n))
+    }
+    fn encode_link(u: Complex<f64>) -> [i16; 2] {
+        let f = |v: f64| round_fixed((v as f32 * FIXED_ONE).clamp(-FIXED_ONE, FIXED_ONE));
+        [f(u.re), f(u.im)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_sites_keep_each_real_to_half_a_step_of_the_sites_largest() {
+        let v: [Complex<f64>; 12] = core::array::from_fn(|k| {
+            let x = (k as f64 * 0.731).sin() * 1e-7;
+            Complex::new(x, -0.5 * x + 1e-9 * k as f64)
+        });
+        let m = v
+            .iter()
+            .flat_map(|z| [z.re.abs(), z.im.abs()])
+            .fold(0.0, f64::max);
+        let back = Half::decode_site(&Half::encode_site(&v));
+        for (a, b) in v.iter().zip(&back) {
+            // Half a step of m / 32767, plus the f32 roundings of the value and the norm.
+            let bound = m / 65534.0 * (1.0 + 1e-5);
+            assert!((a.re - b.re).abs() <= bound && (a.im - b.im).abs() <= bound);
+        }
+        // The largest real is kept to the f32 rounding of the norm.
+        assert_eq!(
+            Half::encode_site(&v)
+                .iter()
+                .take(12)
+                .flatten()
+                .map(|x| x.unsigned_abs())
+                .max(),
+            Some(32767)
+        );
+    }
+
+    #[test]
+    fn a_site_with_a_nan_or_infinity_decodes_to_nan() {
+        for bad in [f64::NAN, f64::INFINITY] {
+            let mut v = [Complex::new(0.25, -0.5); 12];
+            v[7].im = bad;
+            assert!(Half::decode_site(&Half::encode_site(&v))
+                .iter()
+                .all(|z| z.re.is_nan() && z.im.is_nan()));
+        }
+    }
+
+    #[test]
+    fn the_poison_decodes_to_nan() {
+        let site = Half::decode_site(&[[Half::POISON; 2]; 13]);
+        assert!(site.iter().all(|z| z.re.is_nan() && z.im.is_nan()));
+    }
+
+    #[test]
+    fn a_zero_site_stays_zero_and_links_round_to_the_nearest_step() {
+        let zero = [Complex::new(0.0, 0.0); 12];
+        assert_eq!(Half::decode_site(&Half::encode_site(&zero)), zero);
+        assert_eq!(Half::encode_link(Complex::new(1.0, -1.0)), [32767, -32767]);
+        assert_eq!(
+            Half::encode_link(Complex::new(0.5 / 32767.0 + 1e-9, -1.49 / 32767.0)),
+            [1, -1]
+        );
+    }
+}
