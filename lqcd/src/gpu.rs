@@ -102,6 +102,7 @@ macro_rules! plain_storage {
 }
 plain_storage!(f32, f64);
 impl WilsonStorage for lattice_gpu_kernels::wilson::Half {}
+impl WilsonStorage for lattice_gpu_kernels::wilson::HalfF16 {}
 
 /// The bound on the rounding of one hopping term `x + a H psi` in half precision
 /// ([`Half`](lattice_gpu_kernels::wilson::Half)), relative to the f64 result in the 2-norm over a
@@ -575,7 +576,15 @@ impl<T: WilsonStorage> WilsonGpu<T> {
         recon: Recon,
     ) -> Result<Self> {
         let links = pack_gauge::<T>(lat, u, recon);
-        Self::with_links(gpu, *lat, &links, parity_len(lat), kappa, recon, None)
+        Self::with_links(
+            gpu,
+            *lat,
+            &links,
+            parity_slots::<T>(lat),
+            kappa,
+            recon,
+            None,
+        )
     }
 
     /// This rank's `block` of a lattice split over the GPUs of `ranks` (its rank `block.rank`, of as

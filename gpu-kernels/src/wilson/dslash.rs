@@ -3,7 +3,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::halo::{face_index, is_cut, Halo, INNER, OUTER, T_HIGH_EDGE, T_LOW_EDGE};
-use super::store::{WilsonStore, FIXED_ONE};
+use super::store::WilsonStore;
 use crate::bind::{check_len, Bound, Place, Span, SpanError, SpanMut};
 use crate::complex::Complex;
 use crate::device::math::Real;
@@ -317,7 +317,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     }
 
     /// Stores site `cb` of a fixed-point output: `x + a h` scaled so that its largest real is
-    /// [`FIXED_ONE`], and the factor back in the norm slot.
+    /// [`UNIT`](WilsonStore::UNIT), and the factor back in the norm slot.
     ///
     /// # Safety
     /// As [`site`](Self::site).
@@ -338,7 +338,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             m = m.max(z.re.abs()).max(z.im.abs());
             bad += z.re * zero + z.im * zero;
         }
-        let one = T::Real::from_f64(FIXED_ONE as f64);
+        let one = T::Real::from_f64(T::UNIT as f64);
         let scale = if m > zero { one / m } else { zero };
         // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
         macro_rules! store {
@@ -550,7 +550,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             (false, true) => Some(sign),
             (true, _) => {
                 let n = unsafe { T::norm(self.inp, at + 12 * TILE) };
-                Some(sign * n * T::Real::from_f64(1.0 / FIXED_ONE as f64))
+                Some(sign * n * T::Real::from_f64(1.0 / T::UNIT as f64))
             }
         };
         // Project onto the two independent spin components: h_r = psi_r -+ sigma psi_lower.
@@ -571,10 +571,11 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         for a in 0..3 {
             for r in 0..2 {
                 for b in 0..3 {
-                    if FWD {
-                        w[r][a] += u[a][b] * h[r][b];
-                    } else {
-                        w[r][b] += u[a][b].conj() * h[r][a];
+                    match (FWD, T::FMA) {
+                        (true, true) => w[r][a] = u[a][b].mul_add(h[r][b], w[r][a]),
+                        (true, false) => w[r][a] += u[a][b] * h[r][b],
+                        (false, true) => w[r][b] = u[a][b].conj_mul_add(h[r][a], w[r][b]),
+                        (false, false) => w[r][b] += u[a][b].conj() * h[r][a],
                     }
                 }
             }
@@ -611,9 +612,9 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             u[2][0] = (r0[1] * r1[2] - r0[2] * r1[1]).conj();
             u[2][1] = (r0[2] * r1[0] - r0[0] * r1[2]).conj();
             u[2][2] = (r0[0] * r1[1] - r0[1] * r1[0]).conj();
-            if T::FIXED {
+            if T::FIXED && T::UNIT != 1.0 {
                 // The product of two stored rows carries the scale twice.
-                let s = T::Real::from_f64(1.0 / FIXED_ONE as f64);
+                let s = T::Real::from_f64(1.0 / T::UNIT as f64);
                 u[2] = u[2].map(|z| z.scale(s));
             }
         }

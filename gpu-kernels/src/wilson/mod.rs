@@ -29,7 +29,7 @@ pub use dslash::{
 };
 pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT};
-pub use store::{Half, WilsonStore, FIXED_ONE};
+pub use store::{Half, HalfF16, WilsonStore, FIXED_ONE};
 
 /// A storage with the Wilson kernels' entries in the framework's module: a supertrait of a precision
 /// bound, so that generic code over precisions names no kernel type.
@@ -86,6 +86,10 @@ wilson_entries!(
     f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
     pack_faces_f64
+);
+wilson_entries!(
+    HalfF16 => [dslash_f16_r18, dslash_f16_r12, dslash_split_f16_r18, dslash_split_f16_r12],
+    pack_faces_f16
 );
 wilson_entries!(
     Half => [dslash_half_r18, dslash_half_r12, dslash_split_half_r18, dslash_split_half_r12],

@@ -12,7 +12,7 @@ use lattice_gpu_host::solvers::bicgstab::{
     grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{Half, FUSED_BLOCK};
+use lattice_gpu_kernels::wilson::{Half, HalfF16, FUSED_BLOCK};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonStorage};
@@ -73,14 +73,15 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 3);
         let psi = SpinorField::random(dims, 4);
-        for prec in ["f32", "f64", "half"] {
+        for prec in ["f32", "f64", "half", "f16"] {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
                 let (g, args) = (&g, (&lat, &u, &psi, recon, a.tuning, copy));
                 let row = match prec {
                     "f32" => bench_dslash::<f32>(g, args)?,
                     "f64" => bench_dslash::<f64>(g, args)?,
-                    _ => bench_dslash::<Half>(g, args)?,
+                    "half" => bench_dslash::<Half>(g, args)?,
+                    _ => bench_dslash::<HalfF16>(g, args)?,
                 };
                 let (ms, rate, quda_gbs, block) = row;
                 let name = dims_name(dims);
