@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::{DeviceBuffer, Gpu};
-use lattice_gpu_kernels::wilson::{Half, WilsonStore};
+use lattice_gpu_kernels::wilson::{Half, HalfF16};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
     hopping_on_host, pack_gauge, pack_parity, parity_slots, unpack_parity, EvenOdd, Recon,
-    WilsonGpu, HALF_HOPPING_BOUND,
+    WilsonGpu, WilsonStorage, F16_HOPPING_BOUND, HALF_HOPPING_BOUND,
 };
 use lattice_gpu_lqcd::reference;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -53,10 +53,10 @@ fn reference_hop(
 #[test]
 fn the_half_kernel_body_keeps_the_stated_bound() {
     body_bound::<Half>(HALF_HOPPING_BOUND);
-    body_bound::<lattice_gpu_kernels::wilson::HalfF16>(4.0 * HALF_HOPPING_BOUND);
+    body_bound::<HalfF16>(F16_HOPPING_BOUND);
 }
 
-fn body_bound<H: lattice_gpu_lqcd::gpu::WilsonStorage>(bound: f64) {
+fn body_bound<H: WilsonStorage>(bound: f64) {
     for (dims, antiperiodic) in [([4, 4, 4, 8], true), ([6, 2, 4, 4], false)] {
         let lat = Lattice::new(dims, antiperiodic).unwrap();
         let u = GaugeField::random(dims, 31);
@@ -92,9 +92,9 @@ fn body_bound<H: lattice_gpu_lqcd::gpu::WilsonStorage>(bound: f64) {
 }
 
 /// The GPU's half-precision hopping term on one parity of `w`'s lattice, its output poisoned first.
-fn gpu_hop(
+fn gpu_hop<H: WilsonStorage>(
     gpu: &Arc<Gpu>,
-    w: &WilsonGpu<Half>,
+    w: &WilsonGpu<H>,
     psi: &SpinorField,
     x: &SpinorField,
     a: f64,
@@ -102,7 +102,7 @@ fn gpu_hop(
 ) -> Vec<Complex64> {
     let inp = w.upload_parity(psi, 1 - parity).unwrap();
     let xp = w.upload_parity(x, parity).unwrap();
-    let out = DeviceBuffer::from_host(gpu, &vec![Half::POISON; 2 * w.storage_len()]).unwrap();
+    let out = DeviceBuffer::from_host(gpu, &vec![H::POISON; 2 * w.storage_len()]).unwrap();
     w.hopping(&out, parity, &inp, Some(&xp), a, None).unwrap();
     let mut got = SpinorField::zeros(psi.dims);
     got.data.fill(Complex64::new(f64::NAN, 0.0));
@@ -114,6 +114,11 @@ fn gpu_hop(
 fn the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body() {
     let test = "the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body";
     let Some(gpu) = common::gpu(test) else { return };
+    gpu_bound::<Half>(&gpu, HALF_HOPPING_BOUND);
+    gpu_bound::<HalfF16>(&gpu, F16_HOPPING_BOUND);
+}
+
+fn gpu_bound<H: WilsonStorage>(gpu: &Arc<Gpu>, bound: f64) {
     for (dims, antiperiodic) in [
         ([4, 4, 4, 8], true),
         ([6, 2, 4, 4], false),
@@ -126,24 +131,24 @@ fn the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body() {
         let a = 0.61;
         let want = reference_hop(&lat, &u, &psi, &x, a);
         for recon in [Recon::R18, Recon::R12] {
-            let w = WilsonGpu::<Half>::new(&gpu, &lat, &u, 0.1, recon).unwrap();
-            let gauge = pack_gauge::<Half>(&lat, &u, recon);
+            let w = WilsonGpu::<H>::new(gpu, &lat, &u, 0.1, recon).unwrap();
+            let gauge = pack_gauge::<H>(&lat, &u, recon);
             for parity in 0..2 {
-                let got = gpu_hop(&gpu, &w, &psi, &x, a, parity);
+                let got = gpu_hop(gpu, &w, &psi, &x, a, parity);
                 let (rel, max) = errors(&lat, parity, &got, &want);
                 assert!(
-                    rel <= HALF_HOPPING_BOUND && max <= 4.0 * HALF_HOPPING_BOUND,
+                    rel <= bound && max <= 4.0 * bound,
                     "{dims:?} recon {} parity {parity}: relative error {rel:e}, largest {max:e}",
                     recon.name()
                 );
                 // The CPU runs the same body; fused multiply-adds on the GPU may move a rounding by a
                 // step (1/32767 of a site's largest), no more.
-                let inp = pack_parity::<Half>(&lat, &psi.data, 1 - parity);
-                let xp = pack_parity::<Half>(&lat, &x.data, parity);
-                let mut out = vec![Half::POISON; 2 * parity_slots::<Half>(&lat)];
-                hopping_on_host::<Half>(&lat, &gauge, recon, &mut out, parity, &inp, Some(&xp), a);
+                let inp = pack_parity::<H>(&lat, &psi.data, 1 - parity);
+                let xp = pack_parity::<H>(&lat, &x.data, parity);
+                let mut out = vec![H::POISON; 2 * parity_slots::<H>(&lat)];
+                hopping_on_host::<H>(&lat, &gauge, recon, &mut out, parity, &inp, Some(&xp), a);
                 let mut host = vec![Complex64::new(f64::NAN, 0.0); 12 * lat.volume()];
-                unpack_parity::<Half>(&lat, &out, parity, &mut host);
+                unpack_parity::<H>(&lat, &out, parity, &mut host);
                 let (rel, max) = errors(&lat, parity, &got, &host);
                 assert!(
                     rel <= 1e-5 && max <= 2.0 / 32767.0,
@@ -157,12 +162,17 @@ fn the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body() {
 
 #[test]
 fn a_split_half_lattice_exchanges_norms_with_its_ghosts() {
-    use lattice_gpu_host::comm::Solo;
-    use lattice_gpu_host::split::{DeviceRanks, HostStaged};
-    use lattice_gpu_lqcd::gpu::Block;
     let Some(gpu) = common::gpu("a_split_half_lattice_exchanges_norms_with_its_ghosts") else {
         return;
     };
+    split_case::<Half>(&gpu);
+    split_case::<HalfF16>(&gpu);
+}
+
+fn split_case<H: WilsonStorage>(gpu: &Arc<Gpu>) {
+    use lattice_gpu_host::comm::Solo;
+    use lattice_gpu_host::split::{DeviceRanks, HostStaged};
+    use lattice_gpu_lqcd::gpu::Block;
     // One rank cut along every axis it may be: each hop across an edge reads a ghost (its own far
     // layer, exchanged through the host), packed across z and y.
     let lat = Lattice::new([8, 4, 4, 8], true).unwrap();
@@ -170,18 +180,18 @@ fn a_split_half_lattice_exchanges_norms_with_its_ghosts() {
     let psi = SpinorField::random(lat.dims, 52);
     let x = SpinorField::random(lat.dims, 53);
     for recon in [Recon::R18, Recon::R12] {
-        let whole = WilsonGpu::<Half>::new(&gpu, &lat, &u, 0.1, recon).unwrap();
+        let whole = WilsonGpu::<H>::new(gpu, &lat, &u, 0.1, recon).unwrap();
         for overlap in [false, true] {
-            let ranks = Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<i16>>;
+            let ranks =
+                Box::new(HostStaged(std::rc::Rc::new(Solo))) as Box<dyn DeviceRanks<H::Elem>>;
             let block = Block::new(lat, [1; 4], 0)
                 .unwrap()
                 .cutting(&[1, 2, 3])
                 .unwrap();
-            let split =
-                WilsonGpu::<Half>::split(&gpu, block, &u, 0.1, recon, ranks, overlap).unwrap();
+            let split = WilsonGpu::<H>::split(gpu, block, &u, 0.1, recon, ranks, overlap).unwrap();
             for parity in 0..2 {
-                let want = gpu_hop(&gpu, &whole, &psi, &x, -0.4, parity);
-                let got = gpu_hop(&gpu, &split, &psi, &x, -0.4, parity);
+                let want = gpu_hop(gpu, &whole, &psi, &x, -0.4, parity);
+                let got = gpu_hop(gpu, &split, &psi, &x, -0.4, parity);
                 let (rel, max) = errors(&lat, parity, &got, &want);
                 assert!(
                     rel <= 1e-5 && max <= 2.0 / 32767.0,
@@ -196,10 +206,15 @@ fn a_split_half_lattice_exchanges_norms_with_its_ghosts() {
 
 #[test]
 fn the_half_even_odd_operator_keeps_the_bound() {
-    use lattice_gpu_host::solvers::bicgstab::DeviceOperator;
     let Some(gpu) = common::gpu("the_half_even_odd_operator_keeps_the_bound") else {
         return;
     };
+    even_odd_case::<Half>(&gpu, HALF_HOPPING_BOUND);
+    even_odd_case::<HalfF16>(&gpu, F16_HOPPING_BOUND);
+}
+
+fn even_odd_case<H: WilsonStorage>(gpu: &Arc<Gpu>, bound: f64) {
+    use lattice_gpu_host::solvers::bicgstab::DeviceOperator;
     let dims = [6, 4, 4, 8];
     let lat = Lattice::new(dims, true).unwrap();
     let u = GaugeField::random(dims, 61);
@@ -218,17 +233,16 @@ fn the_half_even_odd_operator_keeps_the_bound() {
         want[12 * n..12 * n + 12].copy_from_slice(&want_e[12 * e..12 * e + 12]);
     }
     for recon in [Recon::R18, Recon::R12] {
-        let op = EvenOdd(WilsonGpu::<Half>::new(&gpu, &lat, &u, kappa, recon).unwrap());
+        let op = EvenOdd(WilsonGpu::<H>::new(gpu, &lat, &u, kappa, recon).unwrap());
         let inp = op.0.upload_parity(&psi, 0).unwrap();
-        let out =
-            DeviceBuffer::from_host(&gpu, &vec![Half::POISON; 2 * op.0.storage_len()]).unwrap();
+        let out = DeviceBuffer::from_host(gpu, &vec![H::POISON; 2 * op.0.storage_len()]).unwrap();
         op.apply(&out, &inp, None).unwrap();
         let mut got = SpinorField::zeros(dims);
         got.data.fill(Complex64::new(f64::NAN, 0.0));
         op.0.download_parity(&out, 0, &mut got).unwrap();
         let (rel, max) = errors(&lat, 0, &got.data, &want);
         assert!(
-            rel <= HALF_HOPPING_BOUND && max <= 4.0 * HALF_HOPPING_BOUND,
+            rel <= bound && max <= 4.0 * bound,
             "recon {}: M_hat in half precision, relative error {rel:e}, largest {max:e}",
             recon.name()
         );
