@@ -17,12 +17,18 @@
 //!   `conj(row0 x row1)` (exact for SU(3)).
 
 #[macro_use]
+pub mod clover;
+#[macro_use]
 mod dslash;
 #[macro_use]
 mod fused;
 #[macro_use]
 pub mod halo;
 
+pub use clover::{
+    clover_reals, upper_index, CloverDslash, CloverFields, CloverMode, CloverSite, CLOVER_ENTRIES,
+    CLOVER_FLOPS_PER_SITE,
+};
 pub use dslash::{
     component_index, edge_order, tile_index, Dslash, HopFields, Neighbours, FLOPS_PER_SITE, TILE,
 };
@@ -70,4 +76,39 @@ wilson_entries!(
     f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
     pack_faces_f64
+);
+
+/// A precision with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].
+pub trait CloverEntries: WilsonEntries {
+    /// The clover hopping kernel's entries, `[split][r12]`.
+    const CLOVER: [[&'static str; 2]; 2];
+    /// The clover-only entry ([`CloverSite`]).
+    const CLOVER_SITE: &'static str;
+}
+
+/// Makes a precision's clover entries and names them in its [`CloverEntries`].
+macro_rules! clover_entries {
+    ($t:ty => [$c18:ident, $c12:ident, $s18:ident, $s12:ident], $site:ident) => {
+        clover_entry!($c18 => $t, 9, false);
+        clover_entry!($c12 => $t, 6, false);
+        clover_entry!($s18 => $t, 9, true);
+        clover_entry!($s12 => $t, 6, true);
+        clover_site_entry!($site => $t);
+        impl CloverEntries for $t {
+            const CLOVER: [[&'static str; 2]; 2] = [
+                [stringify!($c18), stringify!($c12)],
+                [stringify!($s18), stringify!($s12)],
+            ];
+            const CLOVER_SITE: &'static str = stringify!($site);
+        }
+    };
+}
+
+clover_entries!(
+    f32 => [clover_f32_r18, clover_f32_r12, clover_split_f32_r18, clover_split_f32_r12],
+    clover_site_f32
+);
+clover_entries!(
+    f64 => [clover_f64_r18, clover_f64_r12, clover_split_f64_r18, clover_split_f64_r12],
+    clover_site_f64
 );
