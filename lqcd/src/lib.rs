@@ -99,6 +99,7 @@
 
 pub mod checkpoint;
 pub mod clover;
+pub mod clover_gpu;
 pub mod config;
 pub mod distributed;
 pub mod error;
