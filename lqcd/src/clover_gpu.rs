@@ -99,10 +99,19 @@ fn pack_sites<T: CloverReal>(
         CloverPart::A => &clover.blocks,
         CloverPart::Inverse => &clover.inverse,
     };
+    pack_with(own, sites, |n| &per_site[n])
+}
+
+/// The matrices `matrix(n)` of the (stored site, site `n`) pairs of `sites`, in a field of `own` sites.
+fn pack_with<'m, T: CloverReal>(
+    own: usize,
+    sites: impl Iterator<Item = (usize, usize)>,
+    matrix: impl Fn(usize) -> &'m [CloverBlock; 2],
+) -> Vec<T> {
     let mut out = vec![T::ZERO; clover_reals(own)];
     for (cb, n) in sites {
         let base = tile_index(cb, CLOVER_ENTRIES);
-        for (ch, b) in per_site[n].iter().enumerate() {
+        for (ch, b) in matrix(n).iter().enumerate() {
             let mut put = |k: usize, re: f64, im: f64| {
                 let at = 2 * (base + (18 * ch + k) * TILE);
                 out[at] = T::from_f64(re);
@@ -160,6 +169,34 @@ impl<T: CloverReal> CloverGpu<T> {
         check_fits::<T>(gpu, lat)?;
         let w = WilsonGpu::new(gpu, lat, u, clover.kappa, recon)?;
         Self::with_wilson(w, clover.csw, |p, part| pack_clover(lat, clover, p, part))
+    }
+
+    /// As [`new`](Self::new), with the chiral blocks of `A` and `A^{-1}` of site `n` (lexicographic)
+    /// given by `a(n)` and `a_inv(n)` instead of a whole [`CloverField`] on the host (which takes 2304
+    /// bytes a site): for benchmarks on large lattices. `csw` and `kappa` are the matrices' own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_sites<'m>(
+        gpu: &Arc<Gpu>,
+        lat: &Lattice,
+        u: &GaugeField,
+        csw: f64,
+        kappa: f64,
+        recon: Recon,
+        a: impl Fn(usize) -> &'m [CloverBlock; 2],
+        a_inv: impl Fn(usize) -> &'m [CloverBlock; 2],
+    ) -> Result<Self> {
+        crate::clover::check_csw(csw)?;
+        check_fits::<T>(gpu, lat)?;
+        let w = WilsonGpu::new(gpu, lat, u, kappa, recon)?;
+        Self::with_wilson(w, csw, |p, part| {
+            let sites = (0..lat.volume())
+                .filter(|&n| lat.parity(n) == p)
+                .map(|n| (n / 2, n));
+            match part {
+                CloverPart::A => pack_with(lat.half_volume(), sites, &a),
+                CloverPart::Inverse => pack_with(lat.half_volume(), sites, &a_inv),
+            }
+        })
     }
 
     /// This rank's `block` of a lattice split over the GPUs of `ranks`, as [`WilsonGpu::split`]

@@ -109,7 +109,11 @@ unsafe fn clover_row<T: ComplexReal>(
     let base = tile_index(cb, CLOVER_ENTRIES) + 18 * ch * TILE;
     let e = |k: usize| unsafe { T::load(clover, base + k * TILE) };
     let pair = e(i / 2);
-    let d = if i % 2 == 0 { pair.re } else { pair.im };
+    let d = if i.is_multiple_of(2) {
+        pair.re
+    } else {
+        pair.im
+    };
     let mut w = v[i].scale(d);
     for j in 0..6 {
         if j > i {
