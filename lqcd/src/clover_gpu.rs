@@ -21,8 +21,9 @@ use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::wilson::{
-    clover_reals, tile_index, upper_index, CloverDslash, CloverEntries, CloverFields, CloverMode,
-    CloverSite, HopFields, CLOVER_ENTRIES, CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE, TILE,
+    clover_reals, edge_order, tile_index, upper_index, CloverDslash, CloverEntries, CloverFields,
+    CloverMode, CloverSite, HopFields, CLOVER_ENTRIES, CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE,
+    INNER, OUTER, TILE,
 };
 
 use crate::clover::{CloverBlock, CloverField};
@@ -577,12 +578,15 @@ pub fn clover_hopping_on_host<T: CloverReal>(
     a: f64,
     mode: CloverMode,
 ) -> Result<()> {
-    clover_with::<T, false>(lat, 0, gauge, recon, clover, out, parity, inp, x, a, mode)
+    clover_with::<T, false>(
+        lat, 0, None, gauge, recon, clover, out, parity, inp, x, a, mode,
+    )
 }
 
 /// [`clover_hopping_on_host`] on one rank's block of a split: `inp` and `gauge` with their ghosts
 /// ([`Block::pack_parity`], [`Block::pack_gauge`]), `clover` ([`pack_clover_block`]), `out` and `x` this
-/// rank's sites.
+/// rank's sites. With `overlap` (and sites that read no ghost) as two launches, as the GPU overlaps the
+/// exchange: the sites off the edges of the cut axes ([`INNER`]), then those on them ([`OUTER`]).
 #[allow(clippy::too_many_arguments)]
 pub fn clover_hopping_on_block<T: CloverReal>(
     block: &Block,
@@ -595,11 +599,20 @@ pub fn clover_hopping_on_block<T: CloverReal>(
     x: Option<&[T]>,
     a: f64,
     mode: CloverMode,
+    overlap: bool,
 ) -> Result<()> {
     let (local, cut) = (block.local(), block.cut_flags());
-    clover_with::<T, true>(
-        &local, cut, gauge, recon, clover, out, parity, inp, x, a, mode,
-    )
+    let order: Vec<u32> = edge_order(local.dims.map(|d| d as u32), cut).collect();
+    let launches: &[(u32, Option<&[u32]>)] = match overlap && block.has_inner_sites() {
+        true => &[(cut | INNER, Some(&order)), (cut | OUTER, Some(&order))],
+        false => &[(cut, None)],
+    };
+    for &(word, sites) in launches {
+        clover_with::<T, true>(
+            &local, word, sites, gauge, recon, clover, out, parity, inp, x, a, mode,
+        )?;
+    }
+    Ok(())
 }
 
 /// `out = C x` on the CPU with the GPU kernel's body, on the first `sites` sites of a parity.
@@ -626,6 +639,7 @@ pub fn apply_clover_on_host<T: CloverReal>(
 fn clover_with<T: CloverReal, const SPLIT: bool>(
     lat: &Lattice,
     cut: u32,
+    sites: Option<&[u32]>,
     gauge: &[T],
     recon: Recon,
     clover: &[T],
@@ -645,8 +659,8 @@ fn clover_with<T: CloverReal, const SPLIT: bool>(
                     gauge: Span::of(gauge),
                     x: x.map(Span::of),
                     halt: None,
-                    // Every site, in order: no INNER or OUTER selection here.
-                    sites: None,
+                    // With INNER or OUTER, the block's sites in edge order.
+                    sites: sites.map(Span::of),
                 },
                 clover: Span::of(clover),
             };

@@ -322,7 +322,10 @@ fn blocks_of_a_split_give_the_whole_lattices_clover_bits() {
             let mut want = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
             unpack_parity(&global, &whole, parity, &mut want);
             for (grid, cuts) in GRIDS {
-                for r in 0..grid.iter().product() {
+                let ranks: usize = grid.iter().product();
+                // Each block in one launch, and overlapped: the inner then the outer sites.
+                let runs = (0..ranks).flat_map(|r| [(r, false), (r, true)]);
+                for (r, overlap) in runs {
                     let block = Block::new(global, grid, r).unwrap().cutting(cuts).unwrap();
                     let local = block.local();
                     let n = 2 * parity_len(&local);
@@ -342,6 +345,7 @@ fn blocks_of_a_split_give_the_whole_lattices_clover_bits() {
                         Some(xp),
                         a,
                         mode,
+                        overlap,
                     )
                     .unwrap();
                     let mut got = vec![Complex64::new(f64::NAN, 0.0); 12 * global.volume()];
@@ -355,7 +359,8 @@ fn blocks_of_a_split_give_the_whole_lattices_clover_bits() {
                                 w.re.to_bits() == h.re.to_bits()
                                     && w.im.to_bits() == h.im.to_bits(),
                                 "recon {}, {mode:?} on parity {parity}, grid {grid:?} cutting \
-                                 {cuts:?}, rank {r}, site {site} component {k}: {h} vs {w}",
+                                 {cuts:?}, rank {r} (overlap {overlap}), site {site} component \
+                                 {k}: {h} vs {w}",
                                 recon.name(),
                             );
                         }

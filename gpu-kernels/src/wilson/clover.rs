@@ -131,11 +131,9 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT
     /// output parity's sites.
     pub fn bind<'a>(self, mem: CloverFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
         if self.mode == CloverMode::Diagonal && mem.hop.x.is_none() {
-            return Err(SpanError::Short {
-                argument: "x",
-                needs: 1,
-                has: 0,
-            });
+            // `A x` needs the spinor of the output parity.
+            let needs = 2 * 12 * self.hop.half_volume().div_ceil(TILE) * TILE;
+            check_len("x", 0, needs)?;
         }
         let hop = self.hop.bind(mem.hop)?;
         check_len(

@@ -15,6 +15,8 @@
 //!   parity `p` has entry `k` at `(p * 4 + mu) * tiles * R * 32 + tile_index(cb, R) + 32 k`. `R = 9` holds
 //!   the whole matrix (`k = 3 a + b`), `R = 6` only rows 0 and 1, row 2 being rebuilt as
 //!   `conj(row0 x row1)` (exact for SU(3)).
+//! - clover field on one parity (the Wilson-clover term, [`clover`]): 36 complex entries per site, entry
+//!   `k` of site `cb` at [`tile_index`]`(cb, 36) + 32 k` (two hermitian 6x6 chiral blocks).
 
 #[macro_use]
 pub mod clover;
