@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{BiCgStab, DeviceOperator, SolveOptions, SolveReport};
@@ -29,7 +31,9 @@ use lattice_gpu_kernels::wilson::{
 use crate::clover::{CloverBlock, CloverField};
 use crate::gauge::GaugeField;
 use crate::geometry::Lattice;
-use crate::gpu::{dslash_numbers, parity_len, Block, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK};
+use crate::gpu::{
+    dslash_numbers, parity_len, Block, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
+};
 use crate::spinor::SpinorField;
 use crate::{Error, Result};
 
@@ -231,19 +235,16 @@ impl<T: CloverReal> CloverGpu<T> {
         };
         let a = [up(0, CloverPart::A)?, up(1, CloverPart::A)?];
         let a_inv_odd = up(1, CloverPart::Inverse)?;
-        let split = wilson.block().is_some();
-        let r12 = (wilson.recon() == Recon::R12) as usize;
-        // The most threads a block of either kernel may have (their registers bound it), in warps.
-        let max = gpu
-            .max_block_of(T::CLOVER[split as usize][r12])?
-            .min(gpu.max_block_of(T::CLOVER_SITE)?);
-        Ok(Self {
+        let mut c = Self {
             wilson,
             a,
             a_inv_odd,
             csw,
-            block: HOPPING_BLOCK.min(max / 32 * 32).max(32),
-        })
+            block: HOPPING_BLOCK,
+        };
+        // Whole warps, as many as both kernels take.
+        c.block = HOPPING_BLOCK.min(c.max_block()? / 32 * 32).max(32);
+        Ok(c)
     }
 
     /// The Wilson operator underneath (gauge field, lattice, buffers, exchange).
@@ -268,12 +269,7 @@ impl<T: CloverReal> CloverGpu<T> {
 
     /// Sets the clover kernels' threads per block: whole warps, at most what both kernels take.
     pub fn set_clover_block(&mut self, block: u32) -> Result<()> {
-        let gpu = self.wilson.gpu();
-        let split = self.wilson.block().is_some() as usize;
-        let r12 = (self.wilson.recon() == Recon::R12) as usize;
-        let max = gpu
-            .max_block_of(T::CLOVER[split][r12])?
-            .min(gpu.max_block_of(T::CLOVER_SITE)?);
+        let max = self.max_block()?;
         if block == 0 || !block.is_multiple_of(32) || block > max {
             return Err(Error::InvalidParameter(format!(
                 "{block} threads per block for the clover kernels: use a multiple of 32 up to {max}"
@@ -281,6 +277,42 @@ impl<T: CloverReal> CloverGpu<T> {
         }
         self.block = block;
         Ok(())
+    }
+
+    /// The most threads a block of the clover kernels may have on this GPU (their registers bound it).
+    fn max_block(&self) -> Result<u32> {
+        let gpu = self.wilson.gpu();
+        let split = self.wilson.block().is_some() as usize;
+        let r12 = (self.wilson.recon() == Recon::R12) as usize;
+        Ok(gpu
+            .max_block_of(T::CLOVER[split][r12])?
+            .min(gpu.max_block_of(T::CLOVER_SITE)?))
+    }
+
+    /// Sets the clover kernels' threads per block: the tune cache's for this lattice (a rank's block and
+    /// its cuts), precision and reconstruction on this GPU, else the fastest of [`HOPPING_BLOCKS`] timed
+    /// on `M_hat` (about 2 ms of calls each), stored in `cache`. On a split lattice every rank calls this
+    /// together (the timings include the exchange, and the ranks take the same decisions).
+    pub fn tune_block(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
+        let mut inp = self.wilson.parity_buffer()?;
+        inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
+        let out = self.wilson.parity_buffer()?;
+        let gpu = self.wilson.gpu().clone();
+        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
+        let mut launch = CloverLaunch {
+            c: self,
+            out: &out,
+            inp: &inp,
+        };
+        launch.time_ms(1)?;
+        let once = launch.time_ms(1)?;
+        let once = launch.rank_mean(once)?.max(1e-3);
+        let trials = Trials {
+            rounds: 2,
+            settle: 2,
+            timed: ((2.0 / once) as u64).clamp(5, 1000),
+        };
+        Ok(tune(&mut launch, cache, build, retune, true, trials)?)
     }
 
     /// Queues the hopping term of `inp` (the other parity) on the sites of `parity` followed by the clover
@@ -441,6 +473,86 @@ impl<T: CloverReal> CloverGpu<T> {
             flops: self.clover_flops() as f64,
             bytes: self.clover_min_bytes(with_x) as f64,
         }
+    }
+}
+
+/// `M_hat` with the clover kernels' block under trial, for [`CloverGpu::tune_block`]: the lattice (a
+/// rank's block and its cuts), precision and reconstruction key the cache.
+struct CloverLaunch<'a, T: CloverReal> {
+    c: &'a mut CloverGpu<T>,
+    out: &'a DeviceBuffer<T>,
+    inp: &'a DeviceBuffer<T>,
+}
+
+impl<T: CloverReal> CloverLaunch<'_, T> {
+    /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
+    fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
+        let Some(ranks) = self.c.wilson.device_ranks() else {
+            return Ok(x);
+        };
+        let buf = DeviceBuffer::from_host(self.c.wilson.gpu(), &[x])?;
+        ranks.sum_in_place(&buf)?;
+        Ok(buf.download()?[0] / ranks.size() as f64)
+    }
+
+    fn m_hat(&self) -> Result<()> {
+        let c = &*self.c;
+        let (tmp, k2) = (c.wilson.tmp_buffer(), c.kappa() * c.kappa());
+        c.clover_hopping(tmp, 1, self.inp, None, 1.0, CloverMode::Inverse, None)?;
+        let x = Some(self.inp);
+        c.clover_hopping(self.out, 0, tmp, x, -k2, CloverMode::Diagonal, None)
+    }
+}
+
+impl<T: CloverReal> Tunable for CloverLaunch<'_, T> {
+    fn tune_key(&self) -> (String, String, String) {
+        let w = &self.c.wilson;
+        let d = w.lattice().dims;
+        let cut = match w.block() {
+            Some(b) => format!("/cut{}", b.cut_flags()),
+            None => String::new(),
+        };
+        let split = w.block().is_some() as usize;
+        let r12 = w.recon() == Recon::R12;
+        (
+            format!("{}[m_hat]", T::CLOVER[split][r12 as usize]),
+            format!("{}x{}x{}x{}{cut}", d[0], d[1], d[2], d[3]),
+            T::NAME.to_string(),
+        )
+    }
+
+    fn candidates(&self) -> Vec<Vec<(String, u32)>> {
+        blocks(&HOPPING_BLOCKS)
+    }
+
+    fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
+        match param(params, BLOCK) {
+            Some(b) => Ok(self.c.set_clover_block(b).is_ok()),
+            None => Ok(false),
+        }
+    }
+
+    fn on_all_ranks(&self, here: bool) -> lattice_gpu_host::Result<bool> {
+        Ok(self.rank_mean(f64::from(u8::from(here)))? == 1.0)
+    }
+
+    fn cost(&self) -> Cost {
+        let c = &*self.c;
+        Cost {
+            points: c.wilson.lattice().half_volume() as f64,
+            flops: 2.0 * c.clover_flops() as f64,
+            bytes: (c.clover_min_bytes(false) + c.clover_min_bytes(true)) as f64,
+        }
+    }
+
+    fn time_ms(&mut self, calls: u64) -> lattice_gpu_host::Result<f64> {
+        let gpu = self.c.wilson.gpu().clone();
+        gpu.time_ms(|| {
+            for _ in 0..calls {
+                self.m_hat()?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -19,6 +19,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveStatus,
 };
@@ -38,7 +39,7 @@ use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
     hopping_on_host, pack_gauge, pack_parity, parity_len, unpack_parity, Block, EvenOdd, Recon,
-    WilsonGpu,
+    WilsonGpu, HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use lattice_gpu_lqcd::reference::{hopping_eo, m_hat};
 use lattice_gpu_lqcd::spinor::{axpy, SpinorField};
@@ -497,6 +498,41 @@ fn gpu_csw_zero_is_the_wilson_even_odd_operator_bit_for_bit() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("odd sites"), "{e}");
+}
+
+/// The clover kernels' block, tuned through the one tuner: one of the sizes it tries, from the cache the
+/// second time, and `M_hat` the same bits as with the fixed launch.
+#[test]
+fn gpu_tuned_clover_block_changes_no_bit() {
+    let Some(gpu) = gpu("gpu_tuned_clover_block_changes_no_bit") else {
+        return;
+    };
+    let c = case([8, 8, 8, 16], true, CSW, 59);
+    let mut op =
+        CloverEvenOdd(CloverGpu::<f32>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap());
+    let inp = op.0.wilson().upload_parity(&c.psi, 0).unwrap();
+    let m_hat = |op: &CloverEvenOdd<f32>| {
+        let out = DeviceBuffer::from_host(&gpu, &poisoned::<f32>(&c.lat)).unwrap();
+        op.apply(&out, &inp, None).unwrap();
+        bits(&out.download().unwrap())
+    };
+    assert_eq!(op.0.clover_block(), HOPPING_BLOCK);
+    let fixed = m_hat(&op);
+    let mut cache = TuneCache::in_memory();
+    let t = op.0.tune_block(&mut cache, false).unwrap().unwrap();
+    assert!(
+        !t.cached && t.calls > 0 && HOPPING_BLOCKS.contains(&op.0.clover_block()),
+        "{t:?}"
+    );
+    assert!(
+        m_hat(&op) == fixed,
+        "blocks of {} threads changed M_hat",
+        op.0.clover_block()
+    );
+    let again = op.0.tune_block(&mut cache, false).unwrap().unwrap();
+    assert!(again.cached && again.calls == 0, "{again:?}");
+    let e = op.0.set_clover_block(48).unwrap_err().to_string();
+    assert!(e.contains("multiple of 32"), "{e}");
 }
 
 fn host_ranks() -> Box<dyn DeviceRanks<f64>> {

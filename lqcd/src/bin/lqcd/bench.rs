@@ -11,7 +11,8 @@ use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::engine::Rate;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::solvers::bicgstab::{
-    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
+    grid_barrier_cost, launch_overhead, BiCgStab, DeviceOperator, Fusion, OverheadHiding,
+    SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{CloverMode, FUSED_BLOCK};
@@ -19,9 +20,7 @@ use lattice_gpu_lqcd::clover::{CloverBlock, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverReal};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
-use lattice_gpu_lqcd::gpu::{
-    gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCKS,
-};
+use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonReal};
 use lattice_gpu_lqcd::spinor::SpinorField;
 use lattice_gpu_lqcd::Result;
 
@@ -111,8 +110,12 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                 ));
                 stop()?;
                 let (rows, block) = match prec {
-                    Prec::F32 => bench_clover::<f32>(&g, &lat, &u, &psi, recon, &site, copy)?,
-                    Prec::F64 => bench_clover::<f64>(&g, &lat, &u, &psi, recon, &site, copy)?,
+                    Prec::F32 => {
+                        bench_clover::<f32>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?
+                    }
+                    Prec::F64 => {
+                        bench_clover::<f64>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?
+                    }
                 };
                 for (what, ms, rate) in rows {
                     clover_rows.push(format!(
@@ -141,7 +144,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     println!("GFLOPS at 1320 + 504 flops a site per kernel; DRAM GB/s counts the least traffic (the hopping term's");
     println!("and 72 clover reals a site once), and its ratio to the copy bandwidth is the roofline fraction");
     println!(
-        "lattice       prec recon kernel     us/call   GFLOPS  DRAM GB/s  of copy  block (fastest)"
+        "lattice       prec recon kernel     us/call   GFLOPS  DRAM GB/s  of copy  block (tuned)"
     );
     for row in &clover_rows {
         println!("{row}");
@@ -367,7 +370,9 @@ fn ms_per_call(g: &Arc<Gpu>, call: &dyn Fn() -> Result<()>) -> Result<f64> {
 type CloverRow = (&'static str, f64, Rate);
 
 /// The clover kernels on `lat`: (name, ms per call, rates against `copy` GB/s) of the inverse kernel,
-/// the diagonal kernel and `M_hat`, at the fastest of [`HOPPING_BLOCKS`] for `M_hat`, and that block.
+/// the diagonal kernel and `M_hat`, at the block tuned on `M_hat` ([`CloverGpu::tune_block`]), and that
+/// block.
+#[allow(clippy::too_many_arguments)]
 fn bench_clover<T: CloverReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
@@ -375,34 +380,22 @@ fn bench_clover<T: CloverReal>(
     psi: &SpinorField,
     recon: Recon,
     site: &([CloverBlock; 2], [CloverBlock; 2]),
+    tuning: TuningArgs,
     copy: f64,
 ) -> Result<(Vec<CloverRow>, u32)> {
     let (a, a_inv) = (&site.0, &site.1);
     let c =
         CloverGpu::<T>::from_sites(g, lat, u, CLOVER_CSW, CLOVER_KAPPA, recon, |_| a, |_| a_inv)?;
-    let op = CloverEvenOdd(c);
+    let mut op = CloverEvenOdd(c);
     let w = op.0.wilson();
     let x_e = w.upload_parity(psi, 0)?;
     let x_o = w.upload_parity(psi, 1)?;
     let (out_e, out_o) = (w.parity_buffer()?, w.parity_buffer()?);
     let k2 = CLOVER_KAPPA * CLOVER_KAPPA;
-    let m_hat = |op: &CloverEvenOdd<T>| -> Result<()> {
-        Ok(lattice_gpu_host::solvers::bicgstab::DeviceOperator::apply(
-            op, &out_e, &x_e, None,
-        )?)
-    };
-    let mut op = op;
-    let mut best = (f64::INFINITY, op.0.clover_block());
-    for b in HOPPING_BLOCKS {
-        // Blocks the kernels' registers do not allow are refused, and skipped.
-        if op.0.set_clover_block(b).is_ok() {
-            let ms = ms_per_call(g, &|| m_hat(&op))?;
-            if ms < best.0 {
-                best = (ms, b);
-            }
-        }
-    }
-    op.0.set_clover_block(best.1)?;
+    // The clover kernels' block, tuned on M_hat through the tune cache as the hopping kernel's is.
+    let mut cache = tuning.cache();
+    op.0.tune_block(&mut cache, tuning.retune)?;
+    super::warn_of(&mut cache);
     let c = &op.0;
     let inverse = || c.clover_hopping(&out_o, 1, &x_e, None, 1.0, CloverMode::Inverse, None);
     let diagonal =
@@ -410,7 +403,7 @@ fn bench_clover<T: CloverReal>(
     let ms = [
         ms_per_call(g, &inverse)?,
         ms_per_call(g, &diagonal)?,
-        ms_per_call(g, &|| m_hat(&op))?,
+        ms_per_call(g, &|| Ok(op.apply(&out_e, &x_e, None)?))?,
     ];
     let both = Cost {
         points: lat.half_volume() as f64,
@@ -423,6 +416,6 @@ fn bench_clover<T: CloverReal>(
             ("diagonal", ms[1], c.clover_cost(true).rate(ms[1], copy)),
             ("m_hat", ms[2], both.rate(ms[2], copy)),
         ],
-        best.1,
+        c.clover_block(),
     ))
 }
