@@ -535,6 +535,22 @@ fn gpu_tuned_clover_block_changes_no_bit() {
     assert!(e.contains("multiple of 32"), "{e}");
 }
 
+/// The lattice of the GPU split tests: a t layer of 64 sites (whole tiles), every axis at least 4.
+const SPLIT_DIMS: [usize; 4] = [8, 4, 4, 6];
+/// The axes the GPU split tests cut over one rank.
+const SPLIT_CUTS: [&[usize]; 3] = [&[3], &[2], &[1, 2, 3]];
+
+/// The GPU split tests' blocks can be built (checked without a GPU too, so that the GPU run cannot fail
+/// on its setup).
+#[test]
+fn the_gpu_split_tests_blocks_can_be_built() {
+    let lat = Lattice::new(SPLIT_DIMS, true).unwrap();
+    for cuts in SPLIT_CUTS {
+        let block = Block::new(lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
+        assert_eq!(block.size, SPLIT_DIMS);
+    }
+}
+
 fn host_ranks() -> Box<dyn DeviceRanks<f64>> {
     Box::new(HostStaged(std::rc::Rc::new(Solo)))
 }
@@ -546,7 +562,7 @@ fn gpu_split_clover_gives_the_whole_lattices_bits() {
     let Some(gpu) = gpu("gpu_split_clover_gives_the_whole_lattices_bits") else {
         return;
     };
-    let dims = [8, 4, 4, 6];
+    let dims = SPLIT_DIMS;
     let c = case(dims, true, CSW, 43);
     let x = SpinorField::random(dims, 44);
     for recon in [Recon::R18, Recon::R12] {
@@ -573,7 +589,7 @@ fn gpu_split_clover_gives_the_whole_lattices_bits() {
             [m, r, d].map(|b| bits(&b.download().unwrap()[..2 * n]))
         };
         let want = outputs(&whole);
-        for cuts in [&[3][..], &[2], &[1, 2, 3]] {
+        for cuts in SPLIT_CUTS {
             let block = Block::new(c.lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
             let split =
                 CloverGpu::<f64>::split(&gpu, block, &c.u, &c.clover, recon, host_ranks(), true)
@@ -648,9 +664,8 @@ fn gpu_clover_solve_has_a_small_true_residual_and_agrees_with_the_cpu_solve() {
     };
     gpu_solve_case::<f64>(&gpu, 1e-10, 1e-8);
     gpu_solve_case::<f32>(&gpu, 1e-5, 1e-3);
-    // Split over one rank cutting every axis: the same solution.
-    let (dims, antiperiodic) = CASES[1];
-    let c = case(dims, antiperiodic, CSW, 53);
+    // Split over one rank cutting every axis (a t layer of 64 sites, whole tiles): the same solution.
+    let c = case(SPLIT_DIMS, true, CSW, 53);
     let opt = SolveOptions {
         tol: 1e-10,
         max_iter: 1000,
@@ -664,7 +679,7 @@ fn gpu_clover_solve_has_a_small_true_residual_and_agrees_with_the_cpu_solve() {
         solve_clover_with(&mut solver, &c.psi, &opt, &mut |_, _| Ok(())).unwrap();
     let block = Block::new(c.lat, [1; 4], 0)
         .unwrap()
-        .cutting(&[1, 2, 3])
+        .cutting(SPLIT_CUTS[2])
         .unwrap();
     let split =
         CloverGpu::<f64>::split(&gpu, block, &c.u, &c.clover, Recon::R18, host_ranks(), true)
