@@ -203,6 +203,8 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT
     #[inline(always)]
     unsafe fn chiral<const CH: usize, const INV: bool>(&self, cb: usize, acc: &[Complex<T>; 12]) {
         let d = &self.hop;
+        // `x` and `out` through `Dslash`'s own accessors where they fit (the addend, and `a h + addend`),
+        // so that these follow its storage; only the inverse's plain store addresses `out` itself.
         let mut v = [Complex::<T>::ZERO; 6];
         for i in 0..6 {
             let at = component_index(cb, 6 * CH + i);
@@ -210,25 +212,22 @@ impl<T: ComplexReal, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT
                 // `a h + x` in `Dslash::store`'s order, so that `A = 1` gives its bits.
                 let mut s = acc[6 * CH + i].scale(d.a);
                 if !d.x.is_null() {
-                    s += unsafe { T::load(d.x, at) };
+                    s += unsafe { d.addend(at) };
                 }
                 s
             } else {
-                unsafe { T::load(d.x, at) }
+                unsafe { d.addend(at) }
             };
         }
         for i in 0..6 {
-            let k = 6 * CH + i;
+            let at = component_index(cb, 6 * CH + i);
             let w = unsafe { clover_row(self.clover, cb, CH, i, &v) };
-            let out = if INV {
-                w
+            if INV {
+                unsafe { T::store(d.out, at, w) };
             } else {
-                // `a h` then the addend, as `Dslash::store` adds `x`.
-                let mut s = acc[k].scale(d.a);
-                s += w;
-                s
-            };
-            unsafe { T::store(d.out, component_index(cb, k), out) };
+                // `a h + A x`: `x` is never null here (`bind`).
+                unsafe { d.store(at, acc[6 * CH + i], || w) };
+            }
         }
     }
 }
