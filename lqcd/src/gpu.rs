@@ -800,26 +800,9 @@ impl<T: WilsonStorage> WilsonGpu<T> {
         a: f64,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()> {
-        let hop = |cut| self.launch_hopping(out, parity, inp, x, a, halt, cut);
-        let Some(s) = &self.split else {
-            return hop(None);
-        };
-        let word = s.block.cut_flags();
-        if s.sides.is_empty() {
-            return hop(Some(word));
-        }
-        if word & (Z_CUT | Y_CUT) != 0 {
-            self.pack_faces(inp, word)?;
-        }
-        s.ranks.start_layers(inp, &s.sides)?;
-        if s.overlap && !s.ranks.waits_for_gpu() && s.block.has_inner_sites() {
-            hop(Some(word | INNER))?;
-            s.ranks.finish_layers()?;
-            hop(Some(word | OUTER))
-        } else {
-            s.ranks.finish_layers()?;
-            hop(Some(word))
-        }
+        self.launch_after_exchange(inp, |cut| {
+            self.launch_hopping(out, parity, inp, x, a, halt, cut)
+        })
     }
 
     /// Queues the packing of `buf`'s layers across `z` and `y` into their staging ([`PackFaces`]).
@@ -1273,7 +1256,7 @@ fn hopping_with<T: WilsonStorage, const SPLIT: bool>(
 
 /// The numbers of `out = x + a H inp` on the sites of `parity` of `lat` (a rank's block cut as `cut`
 /// says), to bind to the fields ([`Dslash::bind`]): one definition for the GPU and the CPU.
-fn dslash_numbers<T: WilsonStorage, const R: usize, const SPLIT: bool>(
+pub(crate) fn dslash_numbers<T: WilsonStorage, const R: usize, const SPLIT: bool>(
     lat: &Lattice,
     a: f64,
     parity: u32,
@@ -1292,5 +1275,69 @@ fn dslash_numbers<T: WilsonStorage, const R: usize, const SPLIT: bool>(
         halt: std::ptr::null(),
         cut,
         sites: std::ptr::null(),
+    }
+}
+
+/// Hooks for operators built on this one's gauge field and ghost exchange (the clover operator,
+/// [`crate::clover_gpu`]).
+impl<T: WilsonStorage> WilsonGpu<T> {
+    /// The GPU.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// The links, in the layout of [`pack_gauge`] (or [`Block::pack_gauge`]).
+    pub(crate) fn gauge_buffer(&self) -> &DeviceBuffer<T::Elem> {
+        &self.gauge
+    }
+
+    /// How many numbers of each link are stored.
+    pub(crate) fn recon(&self) -> Recon {
+        self.recon
+    }
+
+    /// The operator's temporary parity (ghosts included).
+    pub(crate) fn tmp_buffer(&self) -> &DeviceBuffer<T::Elem> {
+        &self.tmp
+    }
+
+    /// On a split lattice, the block's sites in edge order ([`Dslash::sites`]).
+    pub(crate) fn edge_sites(&self) -> Option<&DeviceBuffer<u32>> {
+        self.split.as_ref().map(|s| &s.sites)
+    }
+
+    /// The ranks of a split lattice.
+    pub(crate) fn device_ranks(&self) -> Option<&dyn DeviceRanks<T::Elem>> {
+        self.split.as_ref().map(|s| &*s.ranks)
+    }
+
+    /// Queues `launch(cut)`, a kernel computing whole sites of one parity from the hops into `inp`, as
+    /// [`hopping`](Self::hopping) queues the hopping kernel: `cut` none on a whole lattice; on a split
+    /// one the [`Dslash::cut`] word after `inp`'s ghosts are exchanged, or with [`INNER`] while they
+    /// travel and [`OUTER`] after.
+    pub(crate) fn launch_after_exchange(
+        &self,
+        inp: &DeviceBuffer<T::Elem>,
+        launch: impl Fn(Option<u32>) -> Result<()>,
+    ) -> Result<()> {
+        let Some(s) = &self.split else {
+            return launch(None);
+        };
+        let word = s.block.cut_flags();
+        if s.sides.is_empty() {
+            return launch(Some(word));
+        }
+        if word & (Z_CUT | Y_CUT) != 0 {
+            self.pack_faces(inp, word)?;
+        }
+        s.ranks.start_layers(inp, &s.sides)?;
+        if s.overlap && !s.ranks.waits_for_gpu() && s.block.has_inner_sites() {
+            launch(Some(word | INNER))?;
+            s.ranks.finish_layers()?;
+            launch(Some(word | OUTER))
+        } else {
+            s.ranks.finish_layers()?;
+            launch(Some(word))
+        }
     }
 }

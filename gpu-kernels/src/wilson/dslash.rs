@@ -103,7 +103,7 @@ fn conj_code(code: u8) -> u8 {
 /// Keeps LLVM from hoisting the loads of every direction to the top of the kernel: doing so buys
 /// memory-level parallelism the occupancy already gives, at the price of spilling f64 registers.
 #[inline(always)]
-fn schedule_fence() {
+pub(crate) fn schedule_fence() {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: an empty instruction; without `nomem` LLVM may not move memory accesses across it.
     unsafe {

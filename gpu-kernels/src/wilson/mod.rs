@@ -15,7 +15,11 @@
 //!   parity `p` has entry `k` at `(p * 4 + mu) * tiles * R * 32 + tile_index(cb, R) + 32 k`. `R = 9` holds
 //!   the whole matrix (`k = 3 a + b`), `R = 6` only rows 0 and 1, row 2 being rebuilt as
 //!   `conj(row0 x row1)` (exact for SU(3)).
+//! - clover field on one parity (the Wilson-clover term, [`clover`]): 36 complex entries per site, entry
+//!   `k` of site `cb` at [`tile_index`]`(cb, 36) + 32 k` (two hermitian 6x6 chiral blocks).
 
+#[macro_use]
+pub mod clover;
 #[macro_use]
 mod dslash;
 #[macro_use]
@@ -24,6 +28,10 @@ mod fused;
 pub mod halo;
 mod store;
 
+pub use clover::{
+    clover_reals, upper_index, CloverDslash, CloverFields, CloverMode, CloverSite, CLOVER_ENTRIES,
+    CLOVER_FLOPS_PER_SITE,
+};
 pub use dslash::{
     component_index, edge_order, tile_index, Dslash, HopFields, Neighbours, FLOPS_PER_SITE, TILE,
 };
@@ -94,4 +102,39 @@ wilson_entries!(
 wilson_entries!(
     Half => [dslash_half_r18, dslash_half_r12, dslash_split_half_r18, dslash_split_half_r12],
     pack_faces_half
+);
+
+/// A precision with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].
+pub trait CloverEntries: WilsonEntries + PlainStore {
+    /// The clover hopping kernel's entries, `[split][r12]`.
+    const CLOVER: [[&'static str; 2]; 2];
+    /// The clover-only entry ([`CloverSite`]).
+    const CLOVER_SITE: &'static str;
+}
+
+/// Makes a precision's clover entries and names them in its [`CloverEntries`].
+macro_rules! clover_entries {
+    ($t:ty => [$c18:ident, $c12:ident, $s18:ident, $s12:ident], $site:ident) => {
+        clover_entry!($c18 => $t, 9, false);
+        clover_entry!($c12 => $t, 6, false);
+        clover_entry!($s18 => $t, 9, true);
+        clover_entry!($s12 => $t, 6, true);
+        clover_site_entry!($site => $t);
+        impl CloverEntries for $t {
+            const CLOVER: [[&'static str; 2]; 2] = [
+                [stringify!($c18), stringify!($c12)],
+                [stringify!($s18), stringify!($s12)],
+            ];
+            const CLOVER_SITE: &'static str = stringify!($site);
+        }
+    };
+}
+
+clover_entries!(
+    f32 => [clover_f32_r18, clover_f32_r12, clover_split_f32_r18, clover_split_f32_r12],
+    clover_site_f32
+);
+clover_entries!(
+    f64 => [clover_f64_r18, clover_f64_r12, clover_split_f64_r18, clover_split_f64_r12],
+    clover_site_f64
 );

@@ -1,18 +1,23 @@
-//! `lqcd bench`: the hopping term's GFLOPS and bandwidth in each precision and link storage, and
-//! every solver variant's time per iteration, against the device-to-device copy bandwidth.
+//! `lqcd bench`: the hopping term's GFLOPS and bandwidth in each precision and link storage, the same for
+//! the Wilson-clover kernels and their even-odd operator, and every solver variant's time per iteration,
+//! against the device-to-device copy bandwidth.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
 use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::engine::Rate;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::solvers::bicgstab::{
-    grid_barrier_cost, launch_overhead, BiCgStab, Fusion, OverheadHiding, SolveOptions,
+    grid_barrier_cost, launch_overhead, BiCgStab, DeviceOperator, Fusion, OverheadHiding,
+    SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{Half, HalfF16, FUSED_BLOCK};
+use lattice_gpu_kernels::wilson::{CloverMode, Half, HalfF16, FUSED_BLOCK};
+use lattice_gpu_lqcd::clover::{CloverBlock, CloverField};
+use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverReal};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonStorage};
@@ -66,6 +71,11 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         agree_on_stop(&Solo, step as usize - 1)
     };
     let mut largest = Footprint::default();
+    // The clover rows, printed after the Wilson table. Their matrices are one random site's, repeated:
+    // the kernels' time does not depend on the values, and a whole clover field on the host would take
+    // 2304 bytes a site.
+    let site = clover_site()?;
+    let mut clover_rows = Vec::new();
     for &dims in &a.dslash {
         let lat = Lattice::new(dims, false)?;
         let footprint = bench_footprint(&lat, true)?;
@@ -100,8 +110,44 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                     rate.gbs,
                     rate.of_copy
                 ));
+                // The clover kernels are f32 and f64 only, so far.
+                if !matches!(prec, "f32" | "f64") {
+                    continue;
+                }
+                stop()?;
+                let (rows, block) = match prec {
+                    "f32" => bench_clover::<f32>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
+                    _ => bench_clover::<f64>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
+                };
+                for (what, ms, rate) in rows {
+                    clover_rows.push(format!(
+                        "{name:12} {prec:4} {:>5} {what:9} {:8.1} {:8.0} {:10.0} {:7.1}% {block:6}",
+                        recon.name(),
+                        ms * 1e3,
+                        rate.gflops,
+                        rate.gbs,
+                        100.0 * rate.of_copy
+                    ));
+                    csv.push_str(&format!(
+                        "clover_{what},{name},{prec},r{},{ms},{},{},{},\n",
+                        recon.name(),
+                        rate.gflops,
+                        rate.gbs,
+                        rate.of_copy
+                    ));
+                }
             }
         }
+    }
+    println!("\nWilson-clover (c_sw {CLOVER_CSW}, kappa {CLOVER_KAPPA}): inverse = A_oo^-1 H_oe x on the odd sites,");
+    println!("diagonal = A_ee x - kappa^2 H_eo t on the even sites, M_hat = both (QUDA's asymmetric even-odd operator);");
+    println!("GFLOPS at 1320 + 504 flops a site per kernel; DRAM GB/s counts the least traffic (the hopping term's");
+    println!("and 72 clover reals a site once), and its ratio to the copy bandwidth is the roofline fraction");
+    println!(
+        "lattice       prec recon kernel     us/call   GFLOPS  DRAM GB/s  of copy  block (tuned)"
+    );
+    for row in &clover_rows {
+        println!("{row}");
     }
     let (host_us, gpu_us) = launch_overhead(&g)?;
     println!(
@@ -219,6 +265,12 @@ fn bench_footprint(lat: &Lattice, dslash: bool) -> Result<Footprint> {
             10,
         ),
     };
+    // The clover rows (f64): A of both parities and A_oo^-1 on the GPU, packed one at a time on the host.
+    let clover = match dslash {
+        true => reals::<f64>(clover_len(lat), "a packed clover parity")?,
+        false => 0,
+    };
+    let links = links.saturating_add(clover);
     Ok(Footprint::new(
         format!(
             "the {} benchmark on a {} lattice",
@@ -227,6 +279,7 @@ fn bench_footprint(lat: &Lattice, dslash: bool) -> Result<Footprint> {
         ),
         with_slack(fields.saturating_add(links)),
         links
+            .saturating_add(clover.saturating_mul(2))
             .saturating_add(parity.saturating_mul(count))
             .saturating_add(GPU_SMALL),
         true,
@@ -284,5 +337,91 @@ fn bench_dslash<T: WilsonStorage>(
         w.hopping_cost(false).rate(ms, copy),
         quda_gbs,
         w.hopping_block(),
+    ))
+}
+
+/// The clover coefficient of the benchmark's clover matrices.
+const CLOVER_CSW: f64 = 1.0;
+/// The hopping parameter of the benchmark's clover operator.
+const CLOVER_KAPPA: f64 = 0.12;
+
+/// The chiral blocks of `A` and `A^{-1}` of one site of a small random gauge field, which the clover
+/// benchmark repeats at every site.
+fn clover_site() -> Result<([CloverBlock; 2], [CloverBlock; 2])> {
+    let u = GaugeField::random([4; 4], 5);
+    let c = CloverField::new(&u, CLOVER_CSW, CLOVER_KAPPA)?;
+    Ok((c.blocks[0], c.inverse[0]))
+}
+
+/// The median of 5 event-timed batches of `call`, in ms per call (batches of about 20 ms).
+fn ms_per_call(g: &Arc<Gpu>, call: &dyn Fn() -> Result<()>) -> Result<f64> {
+    call()?;
+    let once = g.time_ms(|| call().map_err(HostError::from))?;
+    let reps = ((20.0 / once.max(1e-3)) as usize).clamp(10, 2000);
+    let mut times = (0..5)
+        .map(|_| {
+            g.time_ms(|| {
+                for _ in 0..reps {
+                    call().map_err(HostError::from)?;
+                }
+                Ok(())
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[2] / reps as f64)
+}
+
+/// One clover row: the kernel's name, ms per call and rates.
+type CloverRow = (&'static str, f64, Rate);
+
+/// The clover kernels on `lat`: (name, ms per call, rates against `copy` GB/s) of the inverse kernel,
+/// the diagonal kernel and `M_hat`, at the block tuned on `M_hat` ([`CloverGpu::tune_block`]), and that
+/// block.
+#[allow(clippy::too_many_arguments)]
+fn bench_clover<T: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    psi: &SpinorField,
+    recon: Recon,
+    site: &([CloverBlock; 2], [CloverBlock; 2]),
+    tuning: TuningArgs,
+    copy: f64,
+) -> Result<(Vec<CloverRow>, u32)> {
+    let (a, a_inv) = (&site.0, &site.1);
+    let c =
+        CloverGpu::<T>::from_sites(g, lat, u, CLOVER_CSW, CLOVER_KAPPA, recon, |_| a, |_| a_inv)?;
+    let mut op = CloverEvenOdd(c);
+    let w = op.0.wilson();
+    let x_e = w.upload_parity(psi, 0)?;
+    let x_o = w.upload_parity(psi, 1)?;
+    let (out_e, out_o) = (w.parity_buffer()?, w.parity_buffer()?);
+    let k2 = CLOVER_KAPPA * CLOVER_KAPPA;
+    // The clover kernels' block, tuned on M_hat through the tune cache as the hopping kernel's is.
+    let mut cache = tuning.cache();
+    op.0.tune_block(&mut cache, tuning.retune)?;
+    super::warn_of(&mut cache);
+    let c = &op.0;
+    let inverse = || c.clover_hopping(&out_o, 1, &x_e, None, 1.0, CloverMode::Inverse, None);
+    let diagonal =
+        || c.clover_hopping(&out_e, 0, &x_o, Some(&x_e), -k2, CloverMode::Diagonal, None);
+    let ms = [
+        ms_per_call(g, &inverse)?,
+        ms_per_call(g, &diagonal)?,
+        ms_per_call(g, &|| Ok(op.apply(&out_e, &x_e, None)?))?,
+    ];
+    let both = Cost {
+        points: lat.half_volume() as f64,
+        flops: 2.0 * c.clover_flops() as f64,
+        bytes: (c.clover_min_bytes(false) + c.clover_min_bytes(true)) as f64,
+    };
+    Ok((
+        vec![
+            ("inverse", ms[0], c.clover_cost(false).rate(ms[0], copy)),
+            ("diagonal", ms[1], c.clover_cost(true).rate(ms[1], copy)),
+            ("m_hat", ms[2], both.rate(ms[2], copy)),
+        ],
+        c.clover_block(),
     ))
 }

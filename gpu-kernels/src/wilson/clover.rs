@@ -1,0 +1,395 @@
+//! The Wilson-clover term on the GPU: the hopping term of [`Dslash`] followed, in the same thread, by the
+//! per-site clover matrix `A = 1 + i kappa c_sw sum sigma F` (or its inverse) of the output site, so that
+//! QUDA's asymmetric even-odd operator `M_hat = A_ee - kappa^2 H_eo A_oo^{-1} H_oe` is two launches.
+//!
+//! [`CloverDslash`] computes the hopping sum `h` of an output site exactly as [`Dslash::site`] does (the
+//! same hops in the same order, the same fences), then one of ([`CloverMode`]):
+//! - [`CloverMode::Inverse`]: `out = C (x + a h)` (`a h` without `x`), `C` being `A^{-1}` of the output
+//!   parity: `t = A_oo^{-1} H_oe x_e` in `M_hat`, and the reconstruction
+//!   `x_o = A_oo^{-1} (b_o + kappa H_oe x_e)`;
+//! - [`CloverMode::Diagonal`]: `out = C x + a h`, `C` being `A` of the output parity:
+//!   `M_hat x_e = A_ee x_e - kappa^2 H_eo t`, and `D x = A x - kappa H x` parity by parity.
+//!
+//! [`CloverSite`] applies a clover field alone (`out = C x`, no hops): `A_oo^{-1} b_o` for the source
+//! `b_hat = b_e + kappa H_eo A_oo^{-1} b_o`.
+//!
+//! Layout of a clover field of one parity (the matrix `C` of each site of that parity), tiled like the
+//! spinors ([`crate::wilson`]): per site [`CLOVER_ENTRIES`] = 36 complex entries (72 reals), entry `k`
+//! of site `cb` at [`tile_index`]`(cb, 36) + 32 k`, so that a warp's loads of one entry are one
+//! contiguous run. `C` is block-diagonal in chirality (DeGrand-Rossi: `g_5 = diag(1, 1, -1, -1)`), block
+//! `ch` acting on spins `2 ch` and `2 ch + 1`, i.e. on spinor components `6 ch .. 6 ch + 6` (index
+//! `3 s + c`, row `i` of the block being component `6 ch + i`). Each block is hermitian and stored in
+//! the 18 entries `18 ch .. 18 ch + 18`:
+//! - entries `0, 1, 2`: the real diagonal in pairs, `(C_00, C_11)`, `(C_22, C_33)`, `(C_44, C_55)`;
+//! - entries `3 ..= 17`: the strictly upper triangle `C_ij`, `i < j`, row by row
+//!   (`(0,1), (0,2), .., (0,5), (1,2), .., (4,5)`): entry `3 + `[`upper_index`]`(i, j)`; the lower
+//!   triangle is `C_ji = conj(C_ij)`.
+//!
+//! The blocks are applied row by row, each row's output stored as soon as it is summed, so that only
+//! the block's six input components and one accumulator stay live besides the hopping sum (f64
+//! registers are what limits the hopping kernels).
+// Rows, columns and components run in lock step: index loops read best here.
+#![allow(clippy::needless_range_loop)]
+
+use super::dslash::schedule_fence;
+use super::{component_index, tile_index, Dslash, HopFields, PlainStore, TILE};
+use crate::bind::{check_len, Bound, Place, Span, SpanError, SpanMut};
+use crate::complex::{Complex, ComplexReal};
+
+/// Complex entries per site of a clover field (two hermitian 6x6 blocks of 3 + 15 entries).
+pub const CLOVER_ENTRIES: usize = 36;
+
+/// Floating-point operations per site of one clover-matrix application (both chiral blocks: per row a
+/// real times complex and five complex multiply-adds), as QUDA counts them.
+pub const CLOVER_FLOPS_PER_SITE: u64 = 504;
+
+/// Where the entry of row `i` and column `j > i` of a block lies among its 15 strictly upper entries.
+#[inline(always)]
+pub const fn upper_index(i: usize, j: usize) -> usize {
+    i * 6 - i * (i + 1) / 2 + (j - i - 1)
+}
+
+/// Reals of a clover field of `sites` sites in the tiled layout (padding to whole tiles included).
+#[inline(always)]
+pub const fn clover_reals(sites: usize) -> usize {
+    2 * CLOVER_ENTRIES * sites.div_ceil(TILE) * TILE
+}
+
+/// What [`CloverDslash`] does with the hopping sum `h` of a site.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloverMode {
+    /// `out = C x + a h` (`x` required): `C` holds `A`.
+    Diagonal = 0,
+    /// `out = C (x + a h)`, or `C (a h)` without `x`: `C` holds `A^{-1}`.
+    Inverse = 1,
+}
+
+/// The hopping term and the clover term of the output site in one kernel, as [`CloverMode`] says.
+/// `hop` holds the hopping term's lattice, fields and numbers exactly as for [`Dslash`] (its `x`,
+/// `a`, `halt`, `cut` and `sites` included); `clover` is the clover field of the output parity.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CloverDslash<T: PlainStore, const R: usize, const SPLIT: bool = false> {
+    /// The hopping term.
+    pub hop: Dslash<T, R, SPLIT>,
+    /// The clover field `C` of the output parity ([`crate::wilson::clover`] layout).
+    pub clover: *const T,
+    /// What to do with the hopping sum.
+    pub mode: CloverMode,
+}
+
+// SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
+unsafe impl<T: PlainStore, const R: usize, const S: bool> Send for CloverDslash<T, R, S> {}
+// SAFETY: as above.
+unsafe impl<T: PlainStore, const R: usize, const S: bool> Sync for CloverDslash<T, R, S> {}
+
+/// The memory of a clover hopping term ([`CloverDslash::bind`]).
+#[derive(Debug)]
+pub struct CloverFields<'a, T> {
+    /// The hopping term's fields ([`Dslash::bind`]); `x` is required in [`CloverMode::Diagonal`].
+    pub hop: HopFields<'a, T>,
+    /// The clover field of the output parity: the block's own sites (no ghosts: it is per site).
+    pub clover: Span<'a, T>,
+}
+
+/// Row `i` of chiral block `ch` of the clover field at site `cb` times `v` (that block's six input
+/// components), loading the row's entries as it goes.
+///
+/// # Safety
+/// `clover` addresses a clover field holding site `cb`.
+#[inline(always)]
+unsafe fn clover_row<T: ComplexReal>(
+    clover: *const T,
+    cb: usize,
+    ch: usize,
+    i: usize,
+    v: &[Complex<T>; 6],
+) -> Complex<T> {
+    let base = tile_index(cb, CLOVER_ENTRIES) + 18 * ch * TILE;
+    let e = |k: usize| unsafe { T::load(clover, base + k * TILE) };
+    let pair = e(i / 2);
+    let d = if i.is_multiple_of(2) {
+        pair.re
+    } else {
+        pair.im
+    };
+    let mut w = v[i].scale(d);
+    for j in 0..6 {
+        if j > i {
+            w += e(3 + upper_index(i, j)) * v[j];
+        } else if j < i {
+            w += e(3 + upper_index(j, i)).conj() * v[j];
+        }
+    }
+    w
+}
+
+impl<T: PlainStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT> {
+    /// These numbers (`hop`'s and `mode`) with `mem`'s addresses, checked: the hopping term's spans as
+    /// [`Dslash::bind`] checks them, `x` present in [`CloverMode::Diagonal`], and `clover` holding the
+    /// output parity's sites.
+    pub fn bind<'a>(self, mem: CloverFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+        if self.mode == CloverMode::Diagonal && mem.hop.x.is_none() {
+            // `A x` needs the spinor of the output parity.
+            let needs = 2 * 12 * self.hop.half_volume().div_ceil(TILE) * TILE;
+            check_len("x", 0, needs)?;
+        }
+        let hop = self.hop.bind(mem.hop)?;
+        check_len(
+            "clover",
+            mem.clover.len(),
+            clover_reals(self.hop.half_volume()),
+        )?;
+        let place = Place::common(&[hop.place(), mem.clover.place()])?;
+        let c = Self {
+            hop: *hop.args(),
+            clover: mem.clover.ptr(),
+            ..self
+        };
+        // SAFETY: the hopping term's spans were checked by `Dslash::bind`, the clover field above
+        // against every own site (the only sites whose matrix is read).
+        Ok(unsafe { Bound::new_unchecked(c, place) })
+    }
+
+    /// Computes site `cb` of the output parity.
+    ///
+    /// # Safety
+    /// As [`Dslash::site`], and `clover` addresses the output parity's clover field.
+    #[inline(always)]
+    pub unsafe fn site(&self, cb: usize) {
+        let d = &self.hop;
+        if !d.halt.is_null() && unsafe { *d.halt } != 0 {
+            return;
+        }
+        let nb = d.neighbours(cb);
+        let mut acc = [Complex::<T>::ZERO; 12];
+        // As `Dslash::site`: literal directions, one direction's loads live at a time.
+        unsafe {
+            d.hop_at(&mut acc, cb, &nb, 0, true);
+            d.hop_at(&mut acc, cb, &nb, 0, false);
+            schedule_fence();
+            d.hop_at(&mut acc, cb, &nb, 1, true);
+            d.hop_at(&mut acc, cb, &nb, 1, false);
+            schedule_fence();
+            d.hop_at(&mut acc, cb, &nb, 2, true);
+            d.hop_at(&mut acc, cb, &nb, 2, false);
+            schedule_fence();
+            d.hop_at(&mut acc, cb, &nb, 3, true);
+            d.hop_at(&mut acc, cb, &nb, 3, false);
+            schedule_fence();
+        }
+        // One literal chirality and mode at a time: with a loop over the chiralities LLVM kept `acc` in
+        // local memory, and a mode tested per component split the code into small blocks.
+        unsafe {
+            match self.mode {
+                CloverMode::Inverse => {
+                    self.chiral::<0, true>(cb, &acc);
+                    self.chiral::<1, true>(cb, &acc);
+                }
+                CloverMode::Diagonal => {
+                    self.chiral::<0, false>(cb, &acc);
+                    self.chiral::<1, false>(cb, &acc);
+                }
+            }
+        }
+    }
+
+    /// Applies the clover term to chiral block `CH` of site `cb` ([`CloverMode::Inverse`] if `INV`), `acc`
+    /// holding its hopping sum.
+    ///
+    /// # Safety
+    /// As [`site`](Self::site).
+    #[inline(always)]
+    unsafe fn chiral<const CH: usize, const INV: bool>(&self, cb: usize, acc: &[Complex<T>; 12]) {
+        let d = &self.hop;
+        // `x` and `out` through `Dslash`'s own accessors where they fit (the addend, and `a h + addend`),
+        // so that these follow its storage; only the inverse's plain store addresses `out` itself.
+        let mut v = [Complex::<T>::ZERO; 6];
+        for i in 0..6 {
+            let at = component_index::<T>(cb, 6 * CH + i);
+            v[i] = if INV {
+                // `a h + x` in `Dslash::store`'s order, so that `A = 1` gives its bits.
+                let mut s = acc[6 * CH + i].scale(d.a);
+                if !d.x.is_null() {
+                    s += unsafe { d.addend(at) };
+                }
+                s
+            } else {
+                unsafe { d.addend(at) }
+            };
+        }
+        for i in 0..6 {
+            let at = component_index::<T>(cb, 6 * CH + i);
+            let w = unsafe { clover_row(self.clover, cb, CH, i, &v) };
+            if INV {
+                unsafe { <T as ComplexReal>::store(d.out, at, w) };
+            } else {
+                // `a h + A x`: `x` is never null here (`bind`).
+                unsafe { d.store(at, acc[6 * CH + i], || w) };
+            }
+        }
+    }
+}
+
+/// A clover field applied alone: `out = C x` on the first `sites` sites of a parity (a block's own
+/// sites), one thread per site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CloverSite<T> {
+    /// Output spinor.
+    pub out: *mut T,
+    /// Input spinor (same parity).
+    pub x: *const T,
+    /// The clover field of that parity.
+    pub clover: *const T,
+    /// Sites computed.
+    pub sites: u32,
+}
+
+// SAFETY: each site is written by exactly one thread.
+unsafe impl<T> Send for CloverSite<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for CloverSite<T> {}
+
+impl<T: PlainStore> CloverSite<T> {
+    /// `sites` with these addresses, checked: `out` and `x` hold `sites` tiled spinor sites, `clover`
+    /// as many clover sites.
+    pub fn bind<'a>(
+        self,
+        out: SpanMut<'a, T>,
+        x: Span<'a, T>,
+        clover: Span<'a, T>,
+    ) -> Result<Bound<'a, Self>, SpanError> {
+        let n = self.sites as usize;
+        let spinor = 2 * 12 * n.div_ceil(TILE) * TILE;
+        check_len("out", out.len(), spinor)?;
+        check_len("x", x.len(), spinor)?;
+        check_len("clover", clover.len(), clover_reals(n))?;
+        let place = Place::common(&[out.place(), x.place(), clover.place()])?;
+        let c = Self {
+            out: out.ptr(),
+            x: x.ptr(),
+            clover: clover.ptr(),
+            ..self
+        };
+        // SAFETY: every span was checked above against the `sites` sites the items address.
+        Ok(unsafe { Bound::new_unchecked(c, place) })
+    }
+
+    /// Computes site `cb`.
+    ///
+    /// # Safety
+    /// Bound, and `cb < sites`.
+    #[inline(always)]
+    pub unsafe fn site(&self, cb: usize) {
+        for ch in 0..2 {
+            let mut v = [Complex::<T>::ZERO; 6];
+            for i in 0..6 {
+                v[i] = unsafe {
+                    <T as ComplexReal>::load(self.x, component_index::<T>(cb, 6 * ch + i))
+                };
+            }
+            for i in 0..6 {
+                let w = unsafe { clover_row(self.clover, cb, ch, i, &v) };
+                unsafe {
+                    <T as ComplexReal>::store(self.out, component_index::<T>(cb, 6 * ch + i), w)
+                };
+            }
+        }
+    }
+}
+
+/// Makes one clover hopping entry ([`clover_entries!`](super) names them for the precision).
+macro_rules! clover_entry {
+    ($name:ident => $t:ty, $r:literal, $split:literal) => {
+        crate::kernel! {
+            /// Generated kernel entry: one thread per site of the output parity (or of the slices
+            /// selected), the hopping term then the clover term.
+            pub unsafe fn $name(d: crate::wilson::CloverDslash<$t, $r, $split>) {
+                let i = crate::device::thread::index_1d();
+                if i < d.hop.threads() {
+                    <crate::wilson::CloverDslash<$t, $r, $split> as crate::bind::Kernel>::item(&d, i)
+                }
+            }
+        }
+    };
+}
+
+/// Makes the clover-only entry of a precision.
+macro_rules! clover_site_entry {
+    ($name:ident => $t:ty) => {
+        crate::kernel! {
+            /// Generated kernel entry: one thread per site, `out = C x`.
+            pub unsafe fn $name(c: crate::wilson::CloverSite<$t>) {
+                let i = crate::device::thread::index_1d();
+                if i < c.sites as usize {
+                    c.site(i)
+                }
+            }
+        }
+    };
+}
+
+// SAFETY: the entries (`clover_entry!`) take one `CloverDslash<T, R, SPLIT>` and run `item` for their
+// thread; a bound value's spans cover what the hops read (`Dslash::bind`) and the clover field of every
+// own site, an item skips a listed site outside the parity, and each item writes only its own site.
+unsafe impl<T: super::CloverEntries, const R: usize, const SPLIT: bool> crate::bind::Kernel
+    for CloverDslash<T, R, SPLIT>
+{
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        T::CLOVER[SPLIT as usize][(R == 6) as usize]
+    }
+
+    fn items(&self) -> usize {
+        self.hop.threads()
+    }
+
+    #[inline(always)]
+    unsafe fn item(&self, i: usize) {
+        let cb = self.hop.site_of(i);
+        if cb < self.hop.half_volume() {
+            // SAFETY: bound, and `cb` a site of the output parity.
+            unsafe { self.site(cb) }
+        }
+    }
+}
+
+// SAFETY: the entry (`clover_site_entry!`) takes one `CloverSite<T>` and guards its thread; a bound
+// value's spans hold `sites` sites, and each item writes its own site.
+unsafe impl<T: super::CloverEntries> crate::bind::Kernel for CloverSite<T> {
+    const MODULE: &'static str = env!("CARGO_CRATE_NAME");
+
+    fn entry(&self) -> &'static str {
+        T::CLOVER_SITE
+    }
+
+    fn items(&self) -> usize {
+        self.sites as usize
+    }
+
+    #[inline(always)]
+    unsafe fn item(&self, i: usize) {
+        // SAFETY: bound, and `i < sites` (the caller's contract).
+        unsafe { self.site(i) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_entries_are_numbered_row_by_row_without_gaps() {
+        let mut k = 0;
+        for i in 0..6 {
+            for j in i + 1..6 {
+                assert_eq!(upper_index(i, j), k, "({i}, {j})");
+                k += 1;
+            }
+        }
+        assert_eq!(3 + k, CLOVER_ENTRIES / 2);
+    }
+}
