@@ -38,11 +38,71 @@ pub trait WilsonEntries: crate::complex::ComplexReal {
     const FUSED: [&'static str; 2];
     /// The face packing's entry.
     const PACK: &'static str;
+    /// [`Gamma5`]'s entry.
+    const GAMMA5: &'static str;
+}
+
+/// `out = gamma_5 inp` on one parity's spinor in the tiled layout: `gamma_5 = diag(1, 1, -1, -1)` in
+/// the DeGrand-Rossi basis, so components `k = s * 3 + c` with spin `s` 2 or 3 (`k >= 6`) change sign.
+/// It makes the adjoint of a gamma_5-hermitian operator: `M^dag = gamma_5 M gamma_5`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Gamma5<T> {
+    /// Complex elements (whole tiles of 12 components).
+    pub n: u32,
+    /// The result (may be `inp`).
+    pub out: *mut T,
+    /// The spinor.
+    pub inp: *const T,
+    /// When not null and non-zero when the kernel runs, it does nothing (a stopped solve).
+    pub halt: *const u32,
+}
+
+// SAFETY: every element is written by exactly one thread.
+unsafe impl<T> Send for Gamma5<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Gamma5<T> {}
+
+impl<T: crate::complex::ComplexReal> Gamma5<T> {
+    /// Element `i`'s sign under gamma_5: `-1` for the lower two spins.
+    #[inline(always)]
+    pub fn flips(i: usize) -> bool {
+        (i / TILE) % 12 >= 6
+    }
+
+    /// Element `i`.
+    ///
+    /// # Safety
+    /// Both vectors hold `n` complex elements and `i < n`.
+    #[inline(always)]
+    pub unsafe fn element(&self, i: usize) {
+        let z = unsafe { T::load(self.inp, i) };
+        let z = if Self::flips(i) { -z } else { z };
+        unsafe { T::store(self.out, i, z) };
+    }
+
+    /// The GPU body: a grid-stride loop.
+    ///
+    /// # Safety
+    /// As for [`element`](Self::element); `halt` null or one readable word.
+    #[inline(always)]
+    pub unsafe fn run(&self) {
+        if !self.halt.is_null() && unsafe { *self.halt } != 0 {
+            return;
+        }
+        let stride = crate::device::thread::grid_dim_x() as usize
+            * crate::device::thread::block_dim_x() as usize;
+        let mut i = crate::device::thread::index_1d();
+        while i < self.n as usize {
+            unsafe { self.element(i) };
+            i += stride;
+        }
+    }
 }
 
 /// Makes a precision's Wilson entries and names them in its [`WilsonEntries`].
 macro_rules! wilson_entries {
-    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], [$f18:ident, $f12:ident], $pack:ident) => {
+    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], [$f18:ident, $f12:ident], $pack:ident, $g5:ident) => {
         dslash_entry!($d18 => $t, 9, false);
         dslash_entry!($d12 => $t, 6, false);
         dslash_entry!($s18 => $t, 9, true);
@@ -50,6 +110,10 @@ macro_rules! wilson_entries {
         fused_entry!($f18 => $t, 9);
         fused_entry!($f12 => $t, 6);
         pack_entry!($pack => $t);
+        crate::kernel! {
+            /// Generated: [`Gamma5`].
+            pub unsafe fn $g5(a: Gamma5<$t>) { a.run() }
+        }
         impl WilsonEntries for $t {
             const DSLASH: [[&'static str; 2]; 2] = [
                 [stringify!($d18), stringify!($d12)],
@@ -57,6 +121,7 @@ macro_rules! wilson_entries {
             ];
             const FUSED: [&'static str; 2] = [stringify!($f18), stringify!($f12)];
             const PACK: &'static str = stringify!($pack);
+            const GAMMA5: &'static str = stringify!($g5);
         }
     };
 }
@@ -64,10 +129,12 @@ macro_rules! wilson_entries {
 wilson_entries!(
     f32 => [dslash_f32_r18, dslash_f32_r12, dslash_split_f32_r18, dslash_split_f32_r12],
     [bicg_fused_f32_r18, bicg_fused_f32_r12],
-    pack_faces_f32
+    pack_faces_f32,
+    gamma5_f32
 );
 wilson_entries!(
     f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
-    pack_faces_f64
+    pack_faces_f64,
+    gamma5_f64
 );
