@@ -205,7 +205,7 @@ impl BiCgState {
             }
             Stage::CgAlpha => {
                 // s: _, _, |M p|^2 = <p, A p>.
-                if !(s[2] > BREAKDOWN * BREAKDOWN * self.rho.re) || !s[2].is_finite() {
+                if !s[2].is_finite() || s[2] <= BREAKDOWN * BREAKDOWN * self.rho.re {
                     self.status = BREAKDOWN_PAP;
                     return;
                 }

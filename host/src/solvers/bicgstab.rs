@@ -601,6 +601,10 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 Fusion::On => true,
                 Fusion::Auto => self.op.fused_pays()?,
             };
+        if self.krylov == Krylov::CgNormal {
+            // Once outside any graph capture: the operator's first adjoint may allocate scratch.
+            self.op.apply_dagger(&self.t, &self.p, None)?;
+        }
         self.write_state(&st)?;
         self.done.zero()?;
         self.x.zero()?;

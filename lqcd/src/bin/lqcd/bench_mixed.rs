@@ -107,7 +107,7 @@ struct Row {
 }
 
 pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
-    if !(a.tol > 0.0 && a.tol < 1.0) || !(a.delta > 0.0 && a.delta < 1.0) {
+    if !(a.tol > 0.0 && a.tol < 1.0 && a.delta > 0.0 && a.delta < 1.0) {
         return Err(Error::InvalidParameter(format!(
             "--tol {} and --delta {} must lie between 0 and 1",
             a.tol, a.delta
