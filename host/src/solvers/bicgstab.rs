@@ -1064,7 +1064,8 @@ pub(crate) fn status_of(st: &BiCgState) -> Result<SolveStatus> {
     })
 }
 
-/// The vector kernels' operations.
+/// The vector kernels' operations timed by the tuner (conjugate gradients' [`Op::CgXr`] and
+/// [`Op::CgP`] run with the launch it picks, and bound it too).
 const OPS: [Op; 5] = [Op::Dot, Op::S, Op::Xr, Op::P, Op::DiffNorm];
 
 /// The entry of vector kernel `op` in precision `T`.
@@ -1137,7 +1138,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
         let s = &mut *self.0;
         // Every one of the kernels runs with it (their registers bound the block, f64's below 1024).
         let mut max = s.gpu.max_threads_per_block().min(1024);
-        for op in OPS {
+        for op in OPS.into_iter().chain([Op::CgXr, Op::CgP]) {
             max = max.min(s.gpu.max_block_of(&blas_entry::<T>(op))?);
         }
         if !block.is_multiple_of(32) || block > max || !TUNE_WAVES.contains(&waves) {
