@@ -182,3 +182,24 @@ fn bench_mixed_without_a_gpu_fails_cleanly() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.to_lowercase().contains("gpu"), "{text}");
 }
+
+/// The mixed-precision solve's memory estimate held against the peaks it measures (as
+/// `lqcd_gpu.rs`'s `gpu_estimates_cover_the_measured_peaks` for the one-precision solve), for
+/// BiCGStab and CGNR.
+#[test]
+fn mixed_gpu_estimates_cover_the_measured_peaks() {
+    let Some(_gpu) = common::gpu("mixed_gpu_estimates_cover_the_measured_peaks") else {
+        return;
+    };
+    for solver in ["bicgstab", "cgnr"] {
+        common::gpu_estimates_hold(
+            "LATTICE_GPU_LQCD_BIN",
+            env!("CARGO_BIN_EXE_lqcd"),
+            &format!(
+                "solve --engine device --dims 24x24x24x24 --tol 1e-5 --sloppy f32 --solver {solver}"
+            ),
+            1.5,
+            1.1,
+        );
+    }
+}

@@ -119,7 +119,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
     let g = lattice_gpu_cli::bench_gpu("lqcd", 0)?;
     let lat = Lattice::new(a.dims, true)?;
     let footprint =
-        mixed_gpu_footprint::<f64, f32>(&lat, a.recon, "the mixed-precision benchmark")?;
+        mixed_gpu_footprint::<f64, f32>(&lat, a.recon, true, "the mixed-precision benchmark")?;
     footprint.check(Some(&g))?;
     println!("GPU: {}", g.name());
     let u = gauge(a.links, a.dims, a.seed);

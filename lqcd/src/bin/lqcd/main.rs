@@ -823,25 +823,32 @@ fn one_rank_footprint(
     gpu: bool,
     what: &str,
 ) -> Result<Footprint> {
+    let cgnr = args.solver == Method::Cgnr;
     match (gpu, args.mixed(), args.precision, args.sloppy()) {
         (false, ..) => cpu_footprint(lat, what),
         (true, false, Prec::F32, _) => gpu_footprint::<f32>(lat, args.recon, what),
         (true, false, Prec::F64, _) => gpu_footprint::<f64>(lat, args.recon, what),
         (true, true, Prec::F64, Prec::F32) => {
-            mixed_gpu_footprint::<f64, f32>(lat, args.recon, what)
+            mixed_gpu_footprint::<f64, f32>(lat, args.recon, cgnr, what)
         }
         (true, true, Prec::F64, Prec::F64) => {
-            mixed_gpu_footprint::<f64, f64>(lat, args.recon, what)
+            mixed_gpu_footprint::<f64, f64>(lat, args.recon, cgnr, what)
         }
-        (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, what),
+        (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }
 }
 
-/// The peak of a one-rank mixed-precision (or CGNR) solve on the GPU, outer `H`, sloppy `S`: as
-/// [`gpu_footprint`] on the host; on the GPU both operators' links, temporaries and gamma_5 scratch,
-/// the sloppy BiCGStab's seven vectors, the driver's three outer vectors and one sloppy source, and
-/// the solve's seven outer parity fields.
-fn mixed_gpu_footprint<H, S>(lat: &Lattice, recon: Recon, what: &str) -> Result<Footprint> {
+/// The peak of a one-rank mixed-precision solve (CGNR where `cgnr`) on the GPU, outer `H`, sloppy
+/// `S`: as [`gpu_footprint`] on the host; on the GPU both operators' links and temporaries (and for
+/// CGNR their gamma_5 scratch), the sloppy solver's seven vectors, the driver's three outer vectors
+/// and one sloppy source, and the solve's seven outer parity fields.
+fn mixed_gpu_footprint<H, S>(
+    lat: &Lattice,
+    recon: Recon,
+    cgnr: bool,
+    what: &str,
+) -> Result<Footprint> {
+    let scratch = u64::from(cgnr);
     let dims = lat.dims;
     let gauge = volume_bytes(dims, GAUGE_SITE, "the gauge field")?;
     let packed_h = reals::<H>(gauge_len(lat, recon), "the packed gauge field")?;
@@ -852,8 +859,8 @@ fn mixed_gpu_footprint<H, S>(lat: &Lattice, recon: Recon, what: &str) -> Result<
     let host = with_slack(gauge.saturating_add(packed_h.max(fields.saturating_add(parity_h))));
     let gpu = packed_h
         .saturating_add(packed_s)
-        .saturating_add(parity_h.saturating_mul(2 + 3 + 7))
-        .saturating_add(parity_s.saturating_mul(2 + 7 + 1))
+        .saturating_add(parity_h.saturating_mul(1 + scratch + 3 + 7))
+        .saturating_add(parity_s.saturating_mul(1 + scratch + 7 + 1))
         .saturating_add(2 * GPU_SMALL);
     Ok(Footprint::new(
         format!(
