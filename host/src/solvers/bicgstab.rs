@@ -11,6 +11,12 @@
 //! take the same iterations. On one rank of an operator split over GPUs ([`DeviceOperator::ranks`]) each
 //! reduction's last block writes the rank's sums instead, which are summed over the ranks (NCCL on the
 //! stream, or through the host) before a one-thread kernel (or, for `sync`, the host) applies the stage.
+//!
+//! The same state machine runs conjugate gradients on the normal equations ([`Krylov::CgNormal`], for
+//! CGNR: `A` and [`DeviceOperator::apply_dagger`] per iteration, three vector kernels, never fused),
+//! and stops at reliable-update targets ([`BiCgState::reliable`]): a solve is started, run until the
+//! device stops (`run_segment`), and after the host has swapped in a recomputed residual, resumed
+//! where it stopped ([`reliable`](super::reliable) drives this for mixed precision).
 
 use std::collections::VecDeque;
 use std::fmt;
