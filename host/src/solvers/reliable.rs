@@ -453,6 +453,11 @@ where
         Ok((s[2], s[3]))
     }
 
+    /// `|v|^2` in the outer precision (over the ranks of a split operator).
+    pub fn norm2(&mut self, v: &DeviceBuffer<H>) -> Result<f64> {
+        Ok(self.ops.sums(Op::Dot, &[v, v], &self.hi)?[2])
+    }
+
     /// Solves `A x = b` to `|b - A x| <= tol |b|` (in `H`) from `x = 0`, writing `x`. `on_check`
     /// sees (iteration, iterated relative residual) at every residual read, as in
     /// [`BiCgStab::solve`]; an error it returns ends the solve. Fails with [`Error::Stalled`] when the
