@@ -289,6 +289,9 @@ pub enum Op {
     CgP = 6,
     /// `v = [a, b, c]`: `a = b - c`; sums `|a|^2`, `|b|^2` (slots 2 and 3): a residual `b - A x`.
     Sub = 7,
+    /// Conjugate gradients after a reliable update, `v = [p, r]`: `p -= omega r` (`omega` holding
+    /// `<r, p> / |r|^2`), the direction made orthogonal to the recomputed residual again.
+    CgOrth = 8,
 }
 
 impl<T: ComplexReal> Blas<T> {
@@ -337,6 +340,10 @@ impl<T: ComplexReal> Blas<T> {
             }
             Op::CgP => {
                 st_(0, ld(1) + c(st.beta) * ld(0));
+                [0.0; 4]
+            }
+            Op::CgOrth => {
+                st_(0, ld(0) - c(st.omega) * ld(1));
                 [0.0; 4]
             }
             Op::Sub => {
@@ -490,7 +497,7 @@ pub fn block_sum(v: Sums) -> Sums {
 }
 
 macro_rules! blas_entries {
-    ($t:ty, $dot:ident, $s:ident, $xr:ident, $p:ident, $diff:ident, $cgxr:ident, $cgp:ident, $sub:ident) => {
+    ($t:ty, $dot:ident, $s:ident, $xr:ident, $p:ident, $diff:ident, $cgxr:ident, $cgp:ident, $sub:ident, $orth:ident) => {
         crate::kernel! {
             /// Generated: `Op::Dot`.
             pub unsafe fn $dot(a: Blas<$t>) { a.run(Op::Dot) }
@@ -523,6 +530,10 @@ macro_rules! blas_entries {
             /// Generated: `Op::Sub`.
             pub unsafe fn $sub(a: Blas<$t>) { a.run(Op::Sub) }
         }
+        crate::kernel! {
+            /// Generated: `Op::CgOrth`.
+            pub unsafe fn $orth(a: Blas<$t>) { a.run(Op::CgOrth) }
+        }
     };
 }
 
@@ -535,7 +546,8 @@ blas_entries!(
     bicg_diffnorm_f32,
     bicg_cgxr_f32,
     bicg_cgp_f32,
-    bicg_sub_f32
+    bicg_sub_f32,
+    bicg_cgorth_f32
 );
 blas_entries!(
     f64,
@@ -546,7 +558,8 @@ blas_entries!(
     bicg_diffnorm_f64,
     bicg_cgxr_f64,
     bicg_cgp_f64,
-    bicg_sub_f64
+    bicg_sub_f64,
+    bicg_cgorth_f64
 );
 
 /// What a precision-changing vector kernel ([`Mixed`]) does.

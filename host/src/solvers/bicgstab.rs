@@ -30,7 +30,7 @@ use lattice_gpu_kernels::bicgstab::{
     BREAKDOWN_R0V, BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TARGET, TOTALS,
 };
 use lattice_gpu_kernels::bind::{Span, SpanMut};
-use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::complex::{Complex, ComplexReal};
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 
 use crate::buffer::DeviceBuffer;
@@ -565,11 +565,21 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Continues a solve that stopped at a reliable-update [`TARGET`] with state `st` (its status set
     /// back to running, its `rr` and `max_rr` to the swapped-in residual's): writes it and queues the
     /// direction update the stop skipped, with the residual now in [`residual`](Self::residual).
-    pub(crate) fn resume(&mut self, st: &BiCgState) -> Result<()> {
-        self.write_state(st)?;
+    /// For CG the direction is first made orthogonal to the new residual ([`Op::CgOrth`], `omega`
+    /// set in `st` here), which the recurrence keeps and a swapped-in residual breaks.
+    pub(crate) fn resume(&mut self, st: &mut BiCgState) -> Result<()> {
         match self.krylov {
-            Krylov::BiCgStab => self.blas(Op::P, &[&self.p, &self.r, &self.v], HOST_FINISHES),
-            Krylov::CgNormal => self.blas(Op::CgP, &[&self.p, &self.r], HOST_FINISHES),
+            Krylov::BiCgStab => {
+                self.write_state(st)?;
+                self.blas(Op::P, &[&self.p, &self.r, &self.v], HOST_FINISHES)
+            }
+            Krylov::CgNormal => {
+                let rp = self.sums(Op::Dot, [&self.r, &self.p])?;
+                st.omega = super::reliable::orthogonalizing(Complex::new(rp[0], rp[1]), st.rr);
+                self.write_state(st)?;
+                self.blas(Op::CgOrth, &[&self.p, &self.r], HOST_FINISHES)?;
+                self.blas(Op::CgP, &[&self.p, &self.r], HOST_FINISHES)
+            }
         }
     }
 
@@ -1027,21 +1037,29 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Queues `|a - b|^2` and `|b|^2` (e.g. `|b - A x|` and `|b|` for the true residual) and returns them
     /// after synchronising.
     pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
-        // A running state so the kernel is not skipped.
+        let s = self.sums(Op::DiffNorm, [a, b])?;
+        Ok((s[2], s[3]))
+    }
+
+    /// Queues the reducing operation `op` on `v` and returns its four sums (over the ranks of a split
+    /// operator) after synchronising. Overwrites the solver state (with a running one, so that the
+    /// kernel is not skipped).
+    fn sums(&self, op: Op, v: [&DeviceBuffer<T>; 2]) -> Result<Sums> {
         self.write_state(&BiCgState::new(0.5, 1))?;
         if let Some(ranks) = self.op.ranks() {
-            self.blas(Op::DiffNorm, &[a, b], TOTALS)?;
+            self.blas(op, &v, TOTALS)?;
             ranks.sum_in_place(&self.sums)?;
             let s = self.sums.download()?;
-            return Ok((s[2], s[3]));
+            return Ok([s[0], s[1], s[2], s[3]]);
         }
-        self.blas(Op::DiffNorm, &[a, b], HOST_FINISHES)?;
+        self.blas(op, &v, HOST_FINISHES)?;
         let parts = self.partials.download()?;
         let n = self.blocks as usize;
-        Ok((
-            parts[2 * n..3 * n].iter().sum(),
-            parts[3 * n..4 * n].iter().sum(),
-        ))
+        let mut sums: Sums = [0.0; 4];
+        for (q, s) in sums.iter_mut().enumerate() {
+            *s = parts[q * n..(q + 1) * n].iter().sum();
+        }
+        Ok(sums)
     }
 }
 
@@ -1070,8 +1088,8 @@ pub(crate) fn status_of(st: &BiCgState) -> Result<SolveStatus> {
     })
 }
 
-/// The vector kernels' operations timed by the tuner (conjugate gradients' [`Op::CgXr`] and
-/// [`Op::CgP`] run with the launch it picks, and bound it too).
+/// The vector kernels' operations timed by the tuner (conjugate gradients' [`Op::CgXr`], [`Op::CgP`]
+/// and [`Op::CgOrth`] run with the launch it picks, and bound it too).
 const OPS: [Op; 5] = [Op::Dot, Op::S, Op::Xr, Op::P, Op::DiffNorm];
 
 /// The entry of vector kernel `op` in precision `T`.
@@ -1085,6 +1103,7 @@ pub(crate) fn blas_entry<T: ComplexReal>(op: Op) -> String {
         Op::CgXr => "bicg_cgxr",
         Op::CgP => "bicg_cgp",
         Op::Sub => "bicg_sub",
+        Op::CgOrth => "bicg_cgorth",
     };
     format!("{name}_{}", T::NAME)
 }
@@ -1144,7 +1163,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
         let s = &mut *self.0;
         // Every one of the kernels runs with it (their registers bound the block, f64's below 1024).
         let mut max = s.gpu.max_threads_per_block().min(1024);
-        for op in OPS.into_iter().chain([Op::CgXr, Op::CgP]) {
+        for op in OPS.into_iter().chain([Op::CgXr, Op::CgP, Op::CgOrth]) {
             max = max.min(s.gpu.max_block_of(&blas_entry::<T>(op))?);
         }
         if !block.is_multiple_of(32) || block > max || !TUNE_WAVES.contains(&waves) {

@@ -31,7 +31,7 @@ use lattice_gpu_kernels::bicgstab::{
     BiCgState, Blas, Mixed, MixedOp, Op, Sums, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TARGET,
     TOTALS,
 };
-use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::complex::{Complex, ComplexReal};
 
 use super::bicgstab::{
     blas_entry, grid, status_of, BiCgStab, DeviceOperator, Krylov, OverheadHiding, SolveOptions,
@@ -271,6 +271,17 @@ pub(crate) fn resumed(st: &BiCgState, krylov: Krylov, rr: f64, floor: f64) -> Bi
         next.rho.im = 0.0;
     }
     next
+}
+
+/// CG's `omega` for [`Op::CgOrth`] after a reliable update: `<r, p> / |r|^2` of the recomputed residual
+/// `r` (`|r|^2 = rr`) and the direction `p`, so that `p - omega r` is orthogonal to `r` again, as the
+/// recurrence keeps it (QUDA's reliable CG does the same).
+pub(crate) fn orthogonalizing(rp: Complex<f64>, rr: f64) -> Complex<f64> {
+    if rr > 0.0 {
+        Complex::new(rp.re / rr, rp.im / rr)
+    } else {
+        Complex::new(0.0, 0.0)
+    }
 }
 
 /// Reductions and conversions on the outer precision's vectors, outside any solver state: a running
@@ -566,14 +577,13 @@ where
             };
             let (_, rs) = self.sloppy.iterate_and_residual();
             self.ops.convert(MixedOp::ToLo, src, rs)?;
-            let next = resumed(&st, krylov, iterated, floor_rr(so.tol, bb, iterated, rr));
+            let mut next = resumed(&st, krylov, iterated, floor_rr(so.tol, bb, iterated, rr));
             if st.status == TARGET {
-                self.sloppy.resume(&next)?;
+                self.sloppy.resume(&mut next)?;
             } else {
                 // A sloppy residual of exactly zero: its scalars were not computed; start the
                 // recurrence afresh from the true residual.
-                let mut next = next;
-                next.rho = lattice_gpu_kernels::complex::Complex::new(iterated, 0.0);
+                next.rho = Complex::new(iterated, 0.0);
                 self.sloppy.restart(&next)?;
             }
             st = next;
@@ -637,7 +647,6 @@ where
 mod tests {
     use super::*;
     use lattice_gpu_kernels::bicgstab::Stage;
-    use lattice_gpu_kernels::complex::Complex;
 
     #[test]
     fn converges_on_the_true_residual_alone() {
@@ -957,7 +966,16 @@ mod tests {
                 // `BiCgStab::resume`: the direction update the stop skipped.
                 match krylov {
                     Krylov::BiCgStab => self.blas(&mut st, Op::P, &[3, 1, 4], None),
-                    Krylov::CgNormal => self.blas(&mut st, Op::CgP, &[3, 1], None),
+                    Krylov::CgNormal => {
+                        let rp = (0..n)
+                            .map(|i| {
+                                Self::get(&self.vecs[1], i).conj() * Self::get(&self.vecs[3], i)
+                            })
+                            .fold(Complex::new(0.0, 0.0), |s, z| s + z);
+                        st.omega = orthogonalizing(rp, st.rr);
+                        self.blas(&mut st, Op::CgOrth, &[3, 1], None);
+                        self.blas(&mut st, Op::CgP, &[3, 1], None);
+                    }
                 }
             }
         }
