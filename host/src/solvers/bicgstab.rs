@@ -564,7 +564,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
 
     /// Continues a solve that stopped at a reliable-update [`TARGET`] with state `st` (its status set
     /// back to running, its `rr` and `max_rr` to the swapped-in residual's): writes it and queues the
-    /// direction update the stop skipped, with the residual now in [`residual`](Self::residual).
+    /// direction update the stop skipped, with the new residual in place (`iterate_and_residual`).
     /// For CG the direction is first made orthogonal to the new residual ([`Op::CgOrth`], `omega`
     /// set in `st` here), which the recurrence keeps and a swapped-in residual breaks.
     pub(crate) fn resume(&mut self, st: &mut BiCgState) -> Result<()> {
@@ -583,7 +583,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         }
     }
 
-    /// Starts the recurrence afresh from the residual in [`residual`](Self::residual) (`r0 = p = r`),
+    /// Starts the recurrence afresh from the residual in place (`r0 = p = r`),
     /// keeping the iterate and the count: for a stop whose next scalars were not computed. `st.rho`
     /// must be that residual's `|r|^2`.
     pub(crate) fn restart(&mut self, st: &BiCgState) -> Result<()> {
