@@ -27,6 +27,12 @@ pub const BREAKDOWN_RHO: u32 = 3;
 pub const BREAKDOWN_R0V: u32 = 4;
 /// `<t, t>` vanished while the residual had not converged, or `omega` vanished.
 pub const BREAKDOWN_OMEGA: u32 = 5;
+/// A reliable-update stop ([`BiCgState::delta_sq`]): the iterated residual fell to its target. The
+/// next step's scalars (`beta`, `rho`) are computed, so the host may swap in a recomputed residual
+/// and resume the same recurrence where it stopped (with the direction update).
+pub const TARGET: u32 = 6;
+/// Conjugate gradients: `<p, A p>` vanished or is not positive (the operator is not positive definite).
+pub const BREAKDOWN_PAP: u32 = 7;
 
 /// Relative size under which a denominator counts as zero: far below f64 rounding of any real solve,
 /// so only a true breakdown (or garbage) trips it.
@@ -58,6 +64,15 @@ pub struct BiCgState {
     pub status: u32,
     /// Padding (keeps the layout the same on both sides).
     pub _pad: u32,
+    /// Reliable updates (mixed precision): `delta^2`, or 0 for a plain solve. When positive, an
+    /// iteration whose `|r|^2` falls to `delta^2 max_rr` or to `floor_rr` stops the solve with
+    /// [`TARGET`] instead of testing `stop_rr`'s convergence (set `stop_rr` to 0).
+    pub delta_sq: f64,
+    /// The largest `|r|^2` since the last reliable update (the start counts as one).
+    pub max_rr: f64,
+    /// `|r|^2` at which a reliable-update solve stops whatever `max_rr` (the outer tolerance, so that
+    /// the host checks the true residual as soon as the iterated one says it may have converged).
+    pub floor_rr: f64,
 }
 
 /// The four sums a reduction kernel produces: a complex dot product and two squared norms.
@@ -75,6 +90,11 @@ pub enum Stage {
     Omega = 2,
     /// After `<r0, r>`, `|r|^2`: convergence, `beta`, the next `rho`.
     Beta = 3,
+    /// Conjugate gradients (on `A = M^dag M`, `rho = |r|^2`): after `|M p|^2 = <p, A p>`,
+    /// `alpha = rho / <p, A p>`.
+    CgAlpha = 4,
+    /// Conjugate gradients: after `|r|^2`: convergence, `beta = |r|^2 / rho`, the next `rho`.
+    CgBeta = 5,
 }
 
 impl Stage {
@@ -84,6 +104,8 @@ impl Stage {
             0 => Self::Init,
             1 => Self::Alpha,
             2 => Self::Omega,
+            4 => Self::CgAlpha,
+            5 => Self::CgBeta,
             _ => Self::Beta,
         }
     }
@@ -99,6 +121,30 @@ impl BiCgState {
         }
     }
 
+    /// A state for a reliable-update solve ([`delta_sq`](Self::delta_sq)): no convergence test of its
+    /// own, a [`TARGET`] stop whenever `|r|` falls by `delta` below its largest value since the start
+    /// (or since the host last reset [`max_rr`](Self::max_rr)), or to `floor_rr` (absolute, `|r|^2`).
+    pub fn reliable(delta: f64, floor_rr: f64, max_iter: u32) -> Self {
+        Self {
+            delta_sq: delta * delta,
+            floor_rr,
+            max_iter,
+            ..Self::default()
+        }
+    }
+
+    /// The reliable-update test of an iteration that ends with `|r|^2 = rr` and may go on.
+    fn reliable_test(&mut self, rr: f64) {
+        if self.delta_sq > 0.0 {
+            if rr > self.max_rr {
+                self.max_rr = rr;
+            }
+            if rr <= self.delta_sq * self.max_rr || rr <= self.floor_rr {
+                self.status = TARGET;
+            }
+        }
+    }
+
     /// The scalar step after a reduction: the paper's host-side arithmetic, done on the device by one
     /// thread (or on the host by the `sync` variant and the CPU engine).
     pub fn finish(&mut self, stage: Stage, s: Sums) {
@@ -110,6 +156,7 @@ impl BiCgState {
             Stage::Init => {
                 self.bb = s[2];
                 self.rr = s[2];
+                self.max_rr = s[2];
                 self.rho = Complex::new(s[2], 0.0);
                 self.stop_rr *= s[2];
                 if s[2] == 0.0 {
@@ -153,6 +200,31 @@ impl BiCgState {
                 } else {
                     self.beta = (dot / self.rho) * (self.alpha / self.omega);
                     self.rho = dot;
+                    self.reliable_test(s[2]);
+                }
+            }
+            Stage::CgAlpha => {
+                // s: _, _, |M p|^2 = <p, A p>.
+                if !s[2].is_finite() || s[2] <= BREAKDOWN * BREAKDOWN * self.rho.re {
+                    self.status = BREAKDOWN_PAP;
+                    return;
+                }
+                self.alpha = Complex::new(self.rho.re / s[2], 0.0);
+            }
+            Stage::CgBeta => {
+                // s: _, _, |r|^2.
+                self.iterations += 1;
+                self.rr = s[2];
+                if !s[2].is_finite() {
+                    self.status = BREAKDOWN_RHO;
+                } else if s[2] <= self.stop_rr {
+                    self.status = CONVERGED;
+                } else if self.iterations >= self.max_iter {
+                    self.status = MAX_ITER;
+                } else {
+                    self.beta = Complex::new(s[2] / self.rho.re, 0.0);
+                    self.rho = Complex::new(s[2], 0.0);
+                    self.reliable_test(s[2]);
                 }
             }
         }
@@ -210,6 +282,16 @@ pub enum Op {
     P = 3,
     /// `v = [a, b]`: sums `|a - b|^2`, `|b|^2` (in slots 2 and 3): the true residual `|b - D x|`.
     DiffNorm = 4,
+    /// Conjugate gradients, `v = [x, p, r, t]` (`t = A p`): `x += alpha p`, `r -= alpha t`; sums
+    /// `|r|^2` (slot 2).
+    CgXr = 5,
+    /// Conjugate gradients, `v = [p, r]`: `p = r + beta p`.
+    CgP = 6,
+    /// `v = [a, b, c]`: `a = b - c`; sums `|a|^2`, `|b|^2` (slots 2 and 3): a residual `b - A x`.
+    Sub = 7,
+    /// Conjugate gradients after a reliable update, `v = [p, r]`: `p -= omega r` (`omega` holding
+    /// `<r, p> / |r|^2`), the direction made orthogonal to the recomputed residual again.
+    CgOrth = 8,
 }
 
 impl<T: ComplexReal> Blas<T> {
@@ -248,6 +330,28 @@ impl<T: ComplexReal> Blas<T> {
                 let (a, b) = (ld(0).to_f64(), ld(1).to_f64());
                 [0.0, 0.0, (a - b).norm_sqr(), b.norm_sqr()]
             }
+            Op::CgXr => {
+                let (x, p, r, t) = (ld(0), ld(1), ld(2), ld(3));
+                let alpha = c(st.alpha);
+                st_(0, x + alpha * p);
+                let r = r - alpha * t;
+                st_(2, r);
+                [0.0, 0.0, r.to_f64().norm_sqr(), 0.0]
+            }
+            Op::CgP => {
+                st_(0, ld(1) + c(st.beta) * ld(0));
+                [0.0; 4]
+            }
+            Op::CgOrth => {
+                st_(0, ld(0) - c(st.omega) * ld(1));
+                [0.0; 4]
+            }
+            Op::Sub => {
+                let (b, ax) = (ld(1), ld(2));
+                let a = b - ax;
+                st_(0, a);
+                [0.0, 0.0, a.to_f64().norm_sqr(), b.to_f64().norm_sqr()]
+            }
         }
     }
 
@@ -280,7 +384,7 @@ impl<T: ComplexReal> Blas<T> {
             }
             i += stride;
         }
-        if !matches!(op, Op::Dot | Op::Xr | Op::DiffNorm) {
+        if !matches!(op, Op::Dot | Op::Xr | Op::DiffNorm | Op::CgXr | Op::Sub) {
             return;
         }
         let sums = block_sum(acc);
@@ -393,7 +497,7 @@ pub fn block_sum(v: Sums) -> Sums {
 }
 
 macro_rules! blas_entries {
-    ($t:ty, $dot:ident, $s:ident, $xr:ident, $p:ident, $diff:ident) => {
+    ($t:ty, $dot:ident, $s:ident, $xr:ident, $p:ident, $diff:ident, $cgxr:ident, $cgp:ident, $sub:ident, $orth:ident) => {
         crate::kernel! {
             /// Generated: `Op::Dot`.
             pub unsafe fn $dot(a: Blas<$t>) { a.run(Op::Dot) }
@@ -414,6 +518,22 @@ macro_rules! blas_entries {
             /// Generated: `Op::DiffNorm`.
             pub unsafe fn $diff(a: Blas<$t>) { a.run(Op::DiffNorm) }
         }
+        crate::kernel! {
+            /// Generated: `Op::CgXr`.
+            pub unsafe fn $cgxr(a: Blas<$t>) { a.run(Op::CgXr) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::CgP`.
+            pub unsafe fn $cgp(a: Blas<$t>) { a.run(Op::CgP) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::Sub`.
+            pub unsafe fn $sub(a: Blas<$t>) { a.run(Op::Sub) }
+        }
+        crate::kernel! {
+            /// Generated: `Op::CgOrth`.
+            pub unsafe fn $orth(a: Blas<$t>) { a.run(Op::CgOrth) }
+        }
     };
 }
 
@@ -423,7 +543,11 @@ blas_entries!(
     bicg_s_f32,
     bicg_xr_f32,
     bicg_p_f32,
-    bicg_diffnorm_f32
+    bicg_diffnorm_f32,
+    bicg_cgxr_f32,
+    bicg_cgp_f32,
+    bicg_sub_f32,
+    bicg_cgorth_f32
 );
 blas_entries!(
     f64,
@@ -431,7 +555,120 @@ blas_entries!(
     bicg_s_f64,
     bicg_xr_f64,
     bicg_p_f64,
-    bicg_diffnorm_f64
+    bicg_diffnorm_f64,
+    bicg_cgxr_f64,
+    bicg_cgp_f64,
+    bicg_sub_f64,
+    bicg_cgorth_f64
+);
+
+/// What a precision-changing vector kernel ([`Mixed`]) does.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixedOp {
+    /// `lo = hi`, rounded to the low precision.
+    ToLo = 0,
+    /// `hi = lo` (exact).
+    ToHi = 1,
+    /// `hi += lo`: a mixed-precision solve's accumulation of its sloppy iterate.
+    AddToHi = 2,
+}
+
+/// Arguments of the precision-changing vector kernels of mixed-precision solves: `n` complex elements
+/// of a high-precision vector `hi` (`H`) and a low-precision one `lo` (`L`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Mixed<H, L> {
+    /// Complex elements per vector.
+    pub n: u32,
+    /// The high-precision vector.
+    pub hi: *mut H,
+    /// The low-precision vector.
+    pub lo: *mut L,
+}
+
+// SAFETY: every element is written by exactly one thread.
+unsafe impl<H, L> Send for Mixed<H, L> {}
+// SAFETY: as above.
+unsafe impl<H, L> Sync for Mixed<H, L> {}
+
+impl<H: ComplexReal, L: ComplexReal> Mixed<H, L> {
+    /// Operation `op` on element `i`.
+    ///
+    /// # Safety
+    /// Both vectors must hold `n` complex elements, and `i < n`.
+    #[inline(always)]
+    pub unsafe fn element(&self, op: MixedOp, i: usize) {
+        match op {
+            MixedOp::ToLo => {
+                let z = unsafe { H::load(self.hi, i) }.to_f64();
+                unsafe { L::store(self.lo, i, Complex::from_f64(z)) };
+            }
+            MixedOp::ToHi => {
+                let z = unsafe { L::load(self.lo, i) }.to_f64();
+                unsafe { H::store(self.hi, i, Complex::from_f64(z)) };
+            }
+            MixedOp::AddToHi => {
+                let z = unsafe { L::load(self.lo, i) }.to_f64();
+                let h = unsafe { H::load(self.hi, i) }.to_f64();
+                unsafe { H::store(self.hi, i, Complex::from_f64(h + z)) };
+            }
+        }
+    }
+
+    /// The GPU body: a grid-stride loop over the elements.
+    ///
+    /// # Safety
+    /// As for [`element`](Self::element).
+    #[inline(always)]
+    pub unsafe fn run(&self, op: MixedOp) {
+        let stride = thread::grid_dim_x() as usize * thread::block_dim_x() as usize;
+        let mut i = thread::index_1d();
+        while i < self.n as usize {
+            unsafe { self.element(op, i) };
+            i += stride;
+        }
+    }
+}
+
+macro_rules! mixed_entries {
+    ($h:ty, $l:ty, $to_lo:ident, $to_hi:ident, $add:ident) => {
+        crate::kernel! {
+            /// Generated: `MixedOp::ToLo`.
+            pub unsafe fn $to_lo(a: Mixed<$h, $l>) { a.run(MixedOp::ToLo) }
+        }
+        crate::kernel! {
+            /// Generated: `MixedOp::ToHi`.
+            pub unsafe fn $to_hi(a: Mixed<$h, $l>) { a.run(MixedOp::ToHi) }
+        }
+        crate::kernel! {
+            /// Generated: `MixedOp::AddToHi`.
+            pub unsafe fn $add(a: Mixed<$h, $l>) { a.run(MixedOp::AddToHi) }
+        }
+    };
+}
+
+// Entries `mixed_{to_lo,to_hi,add}_{H}_{L}`: each outer precision with each sloppy one at most as fine.
+mixed_entries!(
+    f64,
+    f32,
+    mixed_to_lo_f64_f32,
+    mixed_to_hi_f64_f32,
+    mixed_add_f64_f32
+);
+mixed_entries!(
+    f64,
+    f64,
+    mixed_to_lo_f64_f64,
+    mixed_to_hi_f64_f64,
+    mixed_add_f64_f64
+);
+mixed_entries!(
+    f32,
+    f32,
+    mixed_to_lo_f32_f32,
+    mixed_to_hi_f32_f32,
+    mixed_add_f32_f32
 );
 
 /// A device flag and a value: the argument of Doi's wait and stop kernels.

@@ -118,6 +118,40 @@ pub enum Error {
         /// What to change.
         fix: String,
     },
+    /// A solve whose residual stopped falling (a mixed-precision solve past what its sloppy
+    /// precision resolves): what stalled, where, the true residuals, and what to change.
+    #[error(
+        "the solve stalled: {what}, after {iterations} iterations and {updates} reliable updates \
+         (true relative residual at each update: {}); {fix}",
+        residuals(history)
+    )]
+    Stalled {
+        /// What made no progress.
+        what: String,
+        /// Iterations run.
+        iterations: u32,
+        /// Reliable updates made.
+        updates: u32,
+        /// (iteration, true relative residual) at each reliable update.
+        history: Vec<(usize, f64)>,
+        /// What to change.
+        fix: String,
+    },
+}
+
+/// A residual history as `it: residual` pairs, the first and last few where it is long.
+fn residuals(history: &[(usize, f64)]) -> String {
+    let show = |h: &[(usize, f64)]| {
+        h.iter()
+            .map(|(i, r)| format!("{i}: {r:.3e}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match history.len() {
+        0 => "none".into(),
+        n if n <= 12 => show(history),
+        n => format!("{} ... {}", show(&history[..4]), show(&history[n - 8..])),
+    }
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -13,6 +13,7 @@ use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
 };
+use lattice_gpu_host::solvers::reliable::{MixedBiCgStab, MixedOptions, MixedReport};
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
@@ -22,7 +23,7 @@ use lattice_gpu_kernels::device::grid::GridBarrier;
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::wilson::halo::{self, Halo};
 use lattice_gpu_kernels::wilson::{
-    edge_order, tile_index, Dslash, FusedEntries, FusedFields, FusedIteration, HopFields,
+    edge_order, tile_index, Dslash, FusedEntries, FusedFields, FusedIteration, Gamma5, HopFields,
     PackFaces, Phase, WilsonEntries, WilsonStore, FLOPS_PER_SITE, FUSED_BLOCK, INNER, OUTER, TILE,
     T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
 };
@@ -531,6 +532,8 @@ pub struct WilsonGpu<T: WilsonStorage> {
     recon: Recon,
     kappa: f64,
     tmp: DeviceBuffer<T::Elem>,
+    /// `gamma_5` of the input of the adjoint ([`EvenOdd`]'s `apply_dagger`), made at its first use.
+    g5: OnceLock<DeviceBuffer<T::Elem>>,
     /// Blocks of the fused iteration's cooperative launch, found once (an occupancy query per launch
     /// would cost every iteration host time).
     fused_blocks: OnceLock<u32>,
@@ -658,6 +661,7 @@ impl<T: WilsonStorage> WilsonGpu<T> {
             recon,
             kappa,
             tmp: DeviceBuffer::zeros(gpu, 2 * storage)?,
+            g5: OnceLock::new(),
             fused_blocks: OnceLock::new(),
             split,
             block: HOPPING_BLOCK,
@@ -920,6 +924,27 @@ impl<T: WilsonStorage> EvenOdd<T> {
         })?;
         Ok(ms / reps as f64)
     }
+
+    /// Queues `out = gamma_5 inp` on one parity's `len()` elements (`out` may be `inp`); nothing when
+    /// `halt` is given and set.
+    fn gamma5(
+        &self,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
+        halt: Option<Span<'_, u32>>,
+    ) -> lattice_gpu_host::Result<()> {
+        let n = self.len();
+        let args = Gamma5::<T> {
+            n: n as u32,
+            out: out.ptr(),
+            inp: inp.ptr(),
+            halt: halt.map_or(std::ptr::null(), |h| h.ptr()),
+        };
+        let block = 256;
+        let blocks = Gpu::blocks_for(n, block).min(8 * self.0.gpu.sm_count());
+        // SAFETY: the entry takes one `Gamma5<T>`; both buffers hold a parity's `len()` elements.
+        unsafe { self.0.gpu.launch(T::GAMMA5, &args, blocks, block) }
+    }
 }
 
 impl<T: WilsonStorage> DeviceOperator<T::Elem> for EvenOdd<T> {
@@ -945,6 +970,27 @@ impl<T: WilsonStorage> DeviceOperator<T::Elem> for EvenOdd<T> {
         let k2 = w.kappa * w.kappa;
         w.hopping(&w.tmp, 1, inp, None, 1.0, halt)?;
         Ok(w.hopping(out, 0, &w.tmp, Some(inp), -k2, halt)?)
+    }
+
+    /// `M_hat^dag = gamma_5 M_hat gamma_5`: `M_hat` is gamma_5-hermitian as `D` is, for
+    /// `H_eo^dag = gamma_5 H_oe gamma_5`, so `(H_eo H_oe)^dag = gamma_5 H_eo H_oe gamma_5`.
+    fn apply_dagger(
+        &self,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
+        halt: Option<Span<'_, u32>>,
+    ) -> lattice_gpu_host::Result<()> {
+        let w = &self.0;
+        let g5 = match w.g5.get() {
+            Some(b) => b,
+            None => {
+                let b = DeviceBuffer::zeros(&w.gpu, 2 * w.storage_len())?;
+                w.g5.get_or_init(|| b)
+            }
+        };
+        self.gamma5(g5, inp, halt)?;
+        self.apply(out, g5, halt)?;
+        self.gamma5(out, out, halt)
     }
 
     fn flops(&self) -> u64 {
@@ -1158,6 +1204,73 @@ pub fn solve_with<T: WilsonReal>(
     w.download_parity(&x_e, 0, &mut x)?;
     w.download_parity(&x_o, 1, &mut x)?;
     Ok((x, report, true_res))
+}
+
+/// [`solve_with`] in mixed precision: the even-odd system solved by `solver` (BiCGStab or CGNR with
+/// reliable updates, [`MixedOptions`]), sloppy iterations in `S`, the true residual and the odd
+/// sites in the outer precision `H`. Returns `x`, the report (its residual the even system's,
+/// relative to its source) and the true relative residual `|b - D x| / |b|` of the full system,
+/// computed on the GPU in `H`.
+///
+/// The tolerance is the full system's: with `x_o` rebuilt from `x_e`, `b - D x` is the even system's
+/// residual on the even sites and zero on the odd ones, so the even system is solved to
+/// `tol |b| / |b_e + kappa H_eo b_o|`, and `|b - D x| <= tol |b|` follows.
+pub fn solve_mixed_with<H: WilsonReal, S: WilsonReal>(
+    solver: &mut MixedBiCgStab<H, S, EvenOdd<H>, EvenOdd<S>>,
+    b: &SpinorField,
+    opt: &MixedOptions,
+    on_check: &mut dyn FnMut(usize, f64) -> lattice_gpu_host::Result<()>,
+) -> Result<(SpinorField, MixedReport, f64)> {
+    let w = &solver.operator().0;
+    let kappa = w.kappa;
+    let b_e = w.upload_parity(b, 0)?;
+    let b_o = w.upload_parity(b, 1)?;
+    let src = w.parity_buffer()?;
+    w.hopping(&src, 0, &b_o, Some(&b_e), kappa, None)?;
+    let mut x_e = w.parity_buffer()?;
+    let b_norm2 = solver.norm2(&b_e)? + solver.norm2(&b_o)?;
+    let src_norm2 = solver.norm2(&src)?;
+    let mut opt = *opt;
+    if src_norm2 > 0.0 {
+        opt.solve.tol = (opt.solve.tol * (b_norm2 / src_norm2).sqrt()).min(opt.solve.tol.max(0.5));
+    }
+    let report = solver.solve(&src, &mut x_e, &opt, on_check)?;
+    let w = &solver.operator().0;
+    let x_o = w.parity_buffer()?;
+    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, None)?;
+    let dx_e = w.parity_buffer()?;
+    let dx_o = w.parity_buffer()?;
+    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, None)?;
+    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, None)?;
+    let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
+    let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
+    let true_res = if be + bo > 0.0 {
+        ((re + ro) / (be + bo)).sqrt()
+    } else {
+        0.0
+    };
+    let mut x = SpinorField::zeros(b.dims);
+    let w = &solver.operator().0;
+    w.download_parity(&x_e, 0, &mut x)?;
+    w.download_parity(&x_o, 1, &mut x)?;
+    Ok((x, report, true_res))
+}
+
+/// `gamma_5` on one parity in the tiled layout ([`pack_parity`]) on the CPU, with the GPU kernel's own
+/// element body ([`Gamma5`]).
+pub fn gamma5_on_host<T: WilsonStorage>(data: &mut [T::Elem]) {
+    let n = data.len() / 2;
+    let p = data.as_mut_ptr();
+    let g = Gamma5::<T> {
+        n: n as u32,
+        out: p,
+        inp: p,
+        halt: std::ptr::null(),
+    };
+    for i in 0..n {
+        // SAFETY: `i < n`, the slice's complex elements; in place, one element at a time.
+        unsafe { g.element(i) };
+    }
 }
 
 /// The hopping term on the CPU, running the GPU kernel's own site body over the sites with rayon:

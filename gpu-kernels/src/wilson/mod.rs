@@ -46,6 +46,71 @@ pub trait WilsonEntries: WilsonStore {
     const DSLASH: [[&'static str; 2]; 2];
     /// The face packing's entry.
     const PACK: &'static str;
+    /// [`Gamma5`]'s entry.
+    const GAMMA5: &'static str;
+}
+
+/// `out = gamma_5 inp` on one parity's spinor in the tiled layout: `gamma_5 = diag(1, 1, -1, -1)` in
+/// the DeGrand-Rossi basis, so components `k = s * 3 + c` with spin `s` 2 or 3 (`k >= 6`) change sign.
+/// It makes the adjoint of a gamma_5-hermitian operator: `M^dag = gamma_5 M gamma_5`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Gamma5<T: WilsonStore> {
+    /// Complex slots (whole tiles of [`WilsonStore::SLOTS`]).
+    pub n: u32,
+    /// The result (may be `inp`).
+    pub out: *mut T::Elem,
+    /// The spinor.
+    pub inp: *const T::Elem,
+    /// When not null and non-zero when the kernel runs, it does nothing (a stopped solve).
+    pub halt: *const u32,
+}
+
+// SAFETY: every element is written by exactly one thread.
+unsafe impl<T: WilsonStore> Send for Gamma5<T> {}
+// SAFETY: as above.
+unsafe impl<T: WilsonStore> Sync for Gamma5<T> {}
+
+impl<T: WilsonStore> Gamma5<T> {
+    /// Element `i`'s sign under gamma_5: `-1` for the lower two spins.
+    #[inline(always)]
+    pub fn flips(i: usize) -> bool {
+        (6..12).contains(&((i / TILE) % T::SLOTS))
+    }
+
+    /// Element `i`.
+    ///
+    /// # Safety
+    /// Both vectors hold `n` complex elements and `i < n`.
+    #[inline(always)]
+    pub unsafe fn element(&self, i: usize) {
+        // A 16-bit site's norm (slot 12) is the same for both.
+        if T::FIXED && (i / TILE) % T::SLOTS == 12 {
+            unsafe { T::store_norm(self.out, i, T::norm(self.inp, i)) };
+            return;
+        }
+        let z = unsafe { T::load(self.inp, i) };
+        let z = if Self::flips(i) { -z } else { z };
+        unsafe { T::store(self.out, i, z) };
+    }
+
+    /// The GPU body: a grid-stride loop.
+    ///
+    /// # Safety
+    /// As for [`element`](Self::element); `halt` null or one readable word.
+    #[inline(always)]
+    pub unsafe fn run(&self) {
+        if !self.halt.is_null() && unsafe { *self.halt } != 0 {
+            return;
+        }
+        let stride = crate::device::thread::grid_dim_x() as usize
+            * crate::device::thread::block_dim_x() as usize;
+        let mut i = crate::device::thread::index_1d();
+        while i < self.n as usize {
+            unsafe { self.element(i) };
+            i += stride;
+        }
+    }
 }
 
 /// A plain precision: f32 or f64, stored as it computes.
@@ -61,22 +126,27 @@ pub trait FusedEntries: WilsonEntries + PlainStore {
 
 /// Makes a storage's Wilson entries and names them in its [`WilsonEntries`].
 macro_rules! wilson_entries {
-    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], $pack:ident) => {
+    ($t:ty => [$d18:ident, $d12:ident, $s18:ident, $s12:ident], $pack:ident, $g5:ident) => {
         dslash_entry!($d18 => $t, 9, false);
         dslash_entry!($d12 => $t, 6, false);
         dslash_entry!($s18 => $t, 9, true);
         dslash_entry!($s12 => $t, 6, true);
         pack_entry!($pack => $t);
+        crate::kernel! {
+            /// Generated: [`Gamma5`].
+            pub unsafe fn $g5(a: Gamma5<$t>) { a.run() }
+        }
         impl WilsonEntries for $t {
             const DSLASH: [[&'static str; 2]; 2] = [
                 [stringify!($d18), stringify!($d12)],
                 [stringify!($s18), stringify!($s12)],
             ];
             const PACK: &'static str = stringify!($pack);
+            const GAMMA5: &'static str = stringify!($g5);
         }
     };
-    ($t:ty => $d:tt, [$f18:ident, $f12:ident], $pack:ident) => {
-        wilson_entries!($t => $d, $pack);
+    ($t:ty => $d:tt, [$f18:ident, $f12:ident], $pack:ident, $g5:ident) => {
+        wilson_entries!($t => $d, $pack, $g5);
         fused_entry!($f18 => $t, 9);
         fused_entry!($f12 => $t, 6);
         impl FusedEntries for $t {
@@ -88,20 +158,24 @@ macro_rules! wilson_entries {
 wilson_entries!(
     f32 => [dslash_f32_r18, dslash_f32_r12, dslash_split_f32_r18, dslash_split_f32_r12],
     [bicg_fused_f32_r18, bicg_fused_f32_r12],
-    pack_faces_f32
+    pack_faces_f32,
+    gamma5_f32
 );
 wilson_entries!(
     f64 => [dslash_f64_r18, dslash_f64_r12, dslash_split_f64_r18, dslash_split_f64_r12],
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
-    pack_faces_f64
+    pack_faces_f64,
+    gamma5_f64
 );
 wilson_entries!(
     HalfF16 => [dslash_f16_r18, dslash_f16_r12, dslash_split_f16_r18, dslash_split_f16_r12],
-    pack_faces_f16
+    pack_faces_f16,
+    gamma5_f16
 );
 wilson_entries!(
     Half => [dslash_half_r18, dslash_half_r12, dslash_split_half_r18, dslash_split_half_r12],
-    pack_faces_half
+    pack_faces_half,
+    gamma5_half
 );
 
 /// A precision with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].

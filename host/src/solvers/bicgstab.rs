@@ -11,6 +11,12 @@
 //! take the same iterations. On one rank of an operator split over GPUs ([`DeviceOperator::ranks`]) each
 //! reduction's last block writes the rank's sums instead, which are summed over the ranks (NCCL on the
 //! stream, or through the host) before a one-thread kernel (or, for `sync`, the host) applies the stage.
+//!
+//! The same state machine runs conjugate gradients on the normal equations ([`Krylov::CgNormal`], for
+//! CGNR: `A` and [`DeviceOperator::apply_dagger`] per iteration, three vector kernels, never fused),
+//! and stops at reliable-update targets ([`BiCgState::reliable`]): a solve is started, run until the
+//! device stops (`run_segment`), and after the host has swapped in a recomputed residual, resumed
+//! where it stopped ([`reliable`](super::reliable) drives this for mixed precision).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -20,11 +26,11 @@ use std::time::Instant;
 
 use cudarc::driver::{result as cu, sys, CudaEvent, CudaGraph, CudaStream};
 use lattice_gpu_kernels::bicgstab::{
-    BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_R0V,
-    BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TOTALS,
+    BiCgState, Blas, Finish, Op, Signal, Stage, Sums, BREAKDOWN_OMEGA, BREAKDOWN_PAP,
+    BREAKDOWN_R0V, BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TARGET, TOTALS,
 };
 use lattice_gpu_kernels::bind::{Span, SpanMut};
-use lattice_gpu_kernels::complex::ComplexReal;
+use lattice_gpu_kernels::complex::{Complex, ComplexReal};
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
 
 use crate::buffer::DeviceBuffer;
@@ -61,6 +67,21 @@ pub trait DeviceOperator<T> {
         inp: &DeviceBuffer<T>,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()>;
+    /// Queues `out = A^dag inp` (the adjoint), as [`apply`](Self::apply) queues `A inp`: what CGNR
+    /// ([`Krylov::CgNormal`]) needs. The default is an error saying this operator has none.
+    fn apply_dagger(
+        &self,
+        out: &DeviceBuffer<T>,
+        inp: &DeviceBuffer<T>,
+        halt: Option<Span<'_, u32>>,
+    ) -> Result<()> {
+        let _ = (out, inp, halt);
+        Err(Error::InvalidSetting(
+            "this operator has no adjoint (DeviceOperator::apply_dagger), which CGNR needs; \
+             solve with BiCGStab instead, or implement apply_dagger for it"
+                .into(),
+        ))
+    }
     /// Floating-point operations of one application (for GFLOPS).
     fn flops(&self) -> u64;
     /// Queues one whole BiCGStab iteration on `f` as a single kernel, if this operator has one (its
@@ -98,6 +119,17 @@ impl FromStr for Fusion {
             _ => Err(format!("unknown fusion `{s}`; use auto, on or off")),
         }
     }
+}
+
+/// The Krylov recurrence a [`BiCgStab`] runs on its operator `A` (the state machine, the overhead
+/// hiding and the split sums are the same for both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Krylov {
+    /// BiCGStab on `A x = b`.
+    BiCgStab,
+    /// Conjugate gradients on the normal equations `A^dag A x = b` (the caller passes `A^dag b'` as
+    /// `b` for CGNR): each iteration applies `A` and [`DeviceOperator::apply_dagger`]; never fused.
+    CgNormal,
 }
 
 /// What a fused iteration ([`DeviceOperator::queue_fused_iteration`]) works on: the solver's vectors,
@@ -221,15 +253,15 @@ pub struct SolveReport {
 
 /// The vector kernels' launch until tuned ([`BiCgStab::tune_vectors`]): blocks of 256 threads, four a
 /// multiprocessor.
-const BLOCK: u32 = 256;
-const WAVES: u32 = 4;
+pub(crate) const BLOCK: u32 = 256;
+pub(crate) const WAVES: u32 = 4;
 /// The tuner's candidates: threads per block, and blocks per multiprocessor (the grid strides over the
 /// vectors; each block adds one partial sum for the last one to add up).
 const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
 const TUNE_WAVES: [u32; 4] = [1, 2, 4, 8];
 /// The tuner's name of the blocks per multiprocessor.
 const WAVES_PARAM: &str = "waves";
-const STATE_WORDS: usize = std::mem::size_of::<BiCgState>().div_ceil(8);
+pub(crate) const STATE_WORDS: usize = std::mem::size_of::<BiCgState>().div_ceil(8);
 const SLOTS: usize = 2;
 /// Iterations (about ten launches each) that may wait behind one wait kernel: far below the driver's
 /// queue of pending launches, which would otherwise fill and block the host while the GPU waits for it.
@@ -315,6 +347,8 @@ pub struct BiCgStab<T, O> {
     events: Vec<CudaEvent>,
     /// The current solve's [`SolveOptions::fused`].
     fused: bool,
+    /// The recurrence ([`set_krylov`](Self::set_krylov)).
+    krylov: Krylov,
     /// The fused iteration's partial sums (two halves of up to `4 * SMs` blocks) and grid barrier.
     fused_partials: DeviceBuffer<f64>,
     barrier: DeviceBuffer<u32>,
@@ -356,6 +390,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             events,
             graphs: None,
             fused: false,
+            krylov: Krylov::BiCgStab,
             fused_partials: DeviceBuffer::zeros(gpu, 8 * 4 * gpu.sm_count() as usize)?,
             barrier: DeviceBuffer::zeros(gpu, 1)?,
             gpu: gpu.clone(),
@@ -403,6 +438,30 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         self.op
     }
 
+    /// Chooses the recurrence of later solves (BiCGStab unless set).
+    pub fn set_krylov(&mut self, krylov: Krylov) {
+        if krylov != self.krylov {
+            // Captured with the other recurrence's kernels.
+            self.graphs = None;
+            self.krylov = krylov;
+        }
+    }
+
+    /// The recurrence solves run.
+    pub fn krylov(&self) -> Krylov {
+        self.krylov
+    }
+
+    /// Whether the current (or last) solve runs each iteration as one kernel.
+    pub(crate) fn fused_now(&self) -> bool {
+        self.fused
+    }
+
+    /// The GPU this solver runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// Solves `A x = b` from `x = 0`, writing `x`. `on_check(iteration, relative residual)` is called at
     /// every residual read, for progress output and to stop: an error it returns ends the solve there
     /// (after the GPU finishes the iterations already queued) and is returned. On a split solve every
@@ -415,6 +474,37 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         opt: &SolveOptions,
         on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<SolveReport> {
+        self.check_options(opt)?;
+        let start = Instant::now();
+        let st = self.start(b, opt, BiCgState::new(opt.tol, opt.max_iter))?;
+        let mut history = Vec::new();
+        if opt.variant == OverheadHiding::Sync {
+            history.push((0, 1.0));
+        }
+        let st = self.run_segment(opt, st, &mut history, on_check)?;
+        let seconds = start.elapsed().as_secs_f64();
+        x.copy_from(&self.x)?;
+        let status = status_of(&st)?;
+        let residual = if st.bb > 0.0 {
+            (st.rr / st.bb).sqrt()
+        } else {
+            0.0
+        };
+        if history.last().map(|h| h.0) != Some(st.iterations as usize) {
+            history.push((st.iterations as usize, residual));
+        }
+        Ok(SolveReport {
+            status,
+            iterations: st.iterations,
+            residual,
+            history,
+            seconds,
+            fused: self.fused,
+        })
+    }
+
+    /// Refuses options no solve can run with.
+    pub(crate) fn check_options(&self, opt: &SolveOptions) -> Result<()> {
         if !(opt.tol > 0.0 && opt.tol < 1.0) || opt.max_iter == 0 || opt.check_every == 0 {
             return Err(Error::InvalidSetting(format!(
                 "solver options tol = {}, max_iter = {}, check_every = {}: need 0 < tol < 1 and positive counts",
@@ -443,11 +533,20 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                 opt.check_every, opt.variant
             )));
         }
-        let start = Instant::now();
-        let mut st = self.start(b, opt)?;
-        let mut history = Vec::new();
+        Ok(())
+    }
+
+    /// Runs the iterations the variant's way from state `st` (as [`start`](Self::start) or
+    /// [`resume`](Self::resume) left it) until the device state says the solve stopped: converged, a
+    /// reliable-update [`TARGET`], the limit, a breakdown. Returns the final state, the GPU finished.
+    pub(crate) fn run_segment(
+        &mut self,
+        opt: &SolveOptions,
+        mut st: BiCgState,
+        history: &mut Vec<(usize, f64)>,
+        on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
+    ) -> Result<BiCgState> {
         if opt.variant == OverheadHiding::Sync {
-            history.push((0, 1.0));
             while st.status == RUNNING {
                 self.iteration(Some(&mut st))?;
                 let rel = (st.rr / st.bb).sqrt();
@@ -456,54 +555,72 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
                     on_check(st.iterations as usize, rel)?;
                 }
             }
-        } else {
-            st = self.pipelined(opt, &mut history, on_check)?;
+        } else if st.status == RUNNING {
+            st = self.pipelined(opt, st.iterations, history, on_check)?;
         }
         self.gpu.synchronize()?;
-        let seconds = start.elapsed().as_secs_f64();
-        x.copy_from(&self.x)?;
-        let status = match st.status {
-            CONVERGED => SolveStatus::Converged,
-            MAX_ITER => SolveStatus::MaxIter,
-            BREAKDOWN_RHO => SolveStatus::Breakdown("rho = <r0, r> vanished"),
-            BREAKDOWN_R0V => SolveStatus::Breakdown("<r0, A p> vanished"),
-            BREAKDOWN_OMEGA => SolveStatus::Breakdown("<t, t> or omega vanished"),
-            s => {
-                return Err(Error::Internal(format!(
-                    "the solver state on the GPU is corrupt (status {s})"
-                )))
-            }
-        };
-        let residual = if st.bb > 0.0 {
-            (st.rr / st.bb).sqrt()
-        } else {
-            0.0
-        };
-        if history.last().map(|h| h.0) != Some(st.iterations as usize) {
-            history.push((st.iterations as usize, residual));
-        }
-        Ok(SolveReport {
-            status,
-            iterations: st.iterations,
-            residual,
-            history,
-            seconds,
-            fused: self.fused,
-        })
+        Ok(st)
     }
 
-    /// Resets the work vectors for `b` (x = 0, r = r0 = p = b) and queues `<b, b>` and the `Init` stage
-    /// (on the host for `sync`, which then waits for it).
-    fn start(&mut self, b: &DeviceBuffer<T>, opt: &SolveOptions) -> Result<BiCgState> {
-        // A split operator's iteration has exchanges and sums over the ranks between its kernels.
+    /// Continues a solve that stopped at a reliable-update [`TARGET`] with state `st` (its status set
+    /// back to running, its `rr` and `max_rr` to the swapped-in residual's): writes it and queues the
+    /// direction update the stop skipped, with the new residual in place (`iterate_and_residual`).
+    /// For CG the direction is first made orthogonal to the new residual ([`Op::CgOrth`], `omega`
+    /// set in `st` here), which the recurrence keeps and a swapped-in residual breaks.
+    pub(crate) fn resume(&mut self, st: &mut BiCgState) -> Result<()> {
+        match self.krylov {
+            Krylov::BiCgStab => {
+                self.write_state(st)?;
+                self.blas(Op::P, &[&self.p, &self.r, &self.v], HOST_FINISHES)
+            }
+            Krylov::CgNormal => {
+                let rp = self.sums(Op::Dot, [&self.r, &self.p])?;
+                st.omega = super::reliable::orthogonalizing(Complex::new(rp[0], rp[1]), st.rr);
+                self.write_state(st)?;
+                self.blas(Op::CgOrth, &[&self.p, &self.r], HOST_FINISHES)?;
+                self.blas(Op::CgP, &[&self.p, &self.r], HOST_FINISHES)
+            }
+        }
+    }
+
+    /// Starts the recurrence afresh from the residual in place (`r0 = p = r`),
+    /// keeping the iterate and the count: for a stop whose next scalars were not computed. `st.rho`
+    /// must be that residual's `|r|^2`.
+    pub(crate) fn restart(&mut self, st: &BiCgState) -> Result<()> {
+        self.r0.copy_from(&self.r)?;
+        self.p.copy_from(&self.r)?;
+        self.write_state(st)
+    }
+
+    /// The iterate and the residual vectors (for a reliable update: the host accumulates `x` into its
+    /// own, zeroes it, and writes a recomputed residual into `r`).
+    pub(crate) fn iterate_and_residual(&mut self) -> (&mut DeviceBuffer<T>, &mut DeviceBuffer<T>) {
+        (&mut self.x, &mut self.r)
+    }
+
+    /// Resets the work vectors for `b` (x = 0, r = r0 = p = b), writes state `st` (a fresh one:
+    /// [`BiCgState::new`] or [`BiCgState::reliable`]) and queues `<b, b>` and the `Init` stage (on the
+    /// host for `sync`, which then waits for it).
+    pub(crate) fn start(
+        &mut self,
+        b: &DeviceBuffer<T>,
+        opt: &SolveOptions,
+        mut st: BiCgState,
+    ) -> Result<BiCgState> {
+        // A split operator's iteration has exchanges and sums over the ranks between its kernels;
+        // conjugate gradients has no one-kernel form.
         self.fused = opt.variant != OverheadHiding::Sync
+            && self.krylov == Krylov::BiCgStab
             && self.op.ranks().is_none()
             && match opt.fused {
                 Fusion::Off => false,
                 Fusion::On => true,
                 Fusion::Auto => self.op.fused_pays()?,
             };
-        let mut st = BiCgState::new(opt.tol, opt.max_iter);
+        if self.krylov == Krylov::CgNormal {
+            // Once outside any graph capture: the operator's first adjoint may allocate scratch.
+            self.op.apply_dagger(&self.t, &self.p, None)?;
+        }
         self.write_state(&st)?;
         self.done.zero()?;
         self.x.zero()?;
@@ -532,7 +649,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             check_every: n,
             fused: if fused { Fusion::On } else { Fusion::Off },
         };
-        self.start(b, &opt)?;
+        self.start(b, &opt, BiCgState::new(opt.tol, opt.max_iter))?;
         self.released = self.released.wrapping_add(1);
         let sig = Signal {
             flag: self.flag.ptr(),
@@ -553,6 +670,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     fn pipelined(
         &mut self,
         opt: &SolveOptions,
+        done: u32,
         history: &mut Vec<(usize, f64)>,
         on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<BiCgState> {
@@ -578,7 +696,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         let mut pending: VecDeque<usize> = VecDeque::new();
         let mut block = 0u32;
         // The device stops itself at max_iter; one more block covers the iterations already queued.
-        let blocks = opt.max_iter.div_ceil(k) + 1;
+        let blocks = opt.max_iter.saturating_sub(done).div_ceil(k) + 1;
         let result = (|| -> Result<()> {
             while block < blocks {
                 // Read every block already done (on one rank), waiting only for the oldest when both
@@ -784,6 +902,15 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             }
         }
         let halt = self.halt();
+        if self.krylov == Krylov::CgNormal {
+            // v = A p, t = A^dag v; alpha = |r|^2 / |v|^2; x += alpha p, r -= alpha t; p = r + beta p.
+            self.op.apply(&self.v, &self.p, Some(halt))?;
+            self.op.apply_dagger(&self.t, &self.v, Some(halt))?;
+            self.reduce(&mut host, Op::Dot, &[&self.v, &self.v], Stage::CgAlpha)?;
+            let xr = [&self.x, &self.p, &self.r, &self.t];
+            self.reduce(&mut host, Op::CgXr, &xr, Stage::CgBeta)?;
+            return self.blas(Op::CgP, &[&self.p, &self.r], HOST_FINISHES);
+        }
         self.op.apply(&self.v, &self.p, Some(halt))?;
         self.reduce(&mut host, Op::Dot, &[&self.v, &self.r0], Stage::Alpha)?;
         self.blas(Op::S, &[&self.s, &self.r, &self.v], HOST_FINISHES)?;
@@ -882,7 +1009,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         self.write_state(st)
     }
 
-    fn write_state(&self, st: &BiCgState) -> Result<()> {
+    pub(crate) fn write_state(&self, st: &BiCgState) -> Result<()> {
         let mut words = [0u64; STATE_WORDS];
         // SAFETY: the array has at least size_of::<BiCgState>() bytes; the state is plain data.
         unsafe { std::ptr::write_unaligned(words.as_mut_ptr() as *mut BiCgState, *st) };
@@ -910,42 +1037,80 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Queues `|a - b|^2` and `|b|^2` (e.g. `|b - A x|` and `|b|` for the true residual) and returns them
     /// after synchronising.
     pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
-        // A running state so the kernel is not skipped.
+        let s = self.sums(Op::DiffNorm, [a, b])?;
+        Ok((s[2], s[3]))
+    }
+
+    /// Queues the reducing operation `op` on `v` and returns its four sums (over the ranks of a split
+    /// operator) after synchronising. Overwrites the solver state (with a running one, so that the
+    /// kernel is not skipped).
+    fn sums(&self, op: Op, v: [&DeviceBuffer<T>; 2]) -> Result<Sums> {
         self.write_state(&BiCgState::new(0.5, 1))?;
         if let Some(ranks) = self.op.ranks() {
-            self.blas(Op::DiffNorm, &[a, b], TOTALS)?;
+            self.blas(op, &v, TOTALS)?;
             ranks.sum_in_place(&self.sums)?;
             let s = self.sums.download()?;
-            return Ok((s[2], s[3]));
+            return Ok([s[0], s[1], s[2], s[3]]);
         }
-        self.blas(Op::DiffNorm, &[a, b], HOST_FINISHES)?;
+        self.blas(op, &v, HOST_FINISHES)?;
         let parts = self.partials.download()?;
         let n = self.blocks as usize;
-        Ok((
-            parts[2 * n..3 * n].iter().sum(),
-            parts[3 * n..4 * n].iter().sum(),
-        ))
+        let mut sums: Sums = [0.0; 4];
+        for (q, s) in sums.iter_mut().enumerate() {
+            *s = parts[q * n..(q + 1) * n].iter().sum();
+        }
+        Ok(sums)
     }
 }
 
-/// The vector kernels' operations.
+/// How a stopped solve's state ended: an error for a state no solve leaves (a corrupt one, or a
+/// reliable-update stop, which the caller resumes).
+pub(crate) fn status_of(st: &BiCgState) -> Result<SolveStatus> {
+    Ok(match st.status {
+        CONVERGED => SolveStatus::Converged,
+        MAX_ITER => SolveStatus::MaxIter,
+        BREAKDOWN_RHO => SolveStatus::Breakdown("rho = <r0, r> vanished"),
+        BREAKDOWN_R0V => SolveStatus::Breakdown("<r0, A p> vanished"),
+        BREAKDOWN_OMEGA => SolveStatus::Breakdown("<t, t> or omega vanished"),
+        BREAKDOWN_PAP => {
+            SolveStatus::Breakdown("<p, A^dag A p> vanished (is the operator singular?)")
+        }
+        s => {
+            let what = if s == TARGET {
+                "a reliable-update stop left unresumed"
+            } else {
+                "corrupt"
+            };
+            return Err(Error::Internal(format!(
+                "the solver state on the GPU is {what} (status {s})"
+            )));
+        }
+    })
+}
+
+/// The vector kernels' operations timed by the tuner (conjugate gradients' [`Op::CgXr`], [`Op::CgP`]
+/// and [`Op::CgOrth`] run with the launch it picks, and bound it too).
 const OPS: [Op; 5] = [Op::Dot, Op::S, Op::Xr, Op::P, Op::DiffNorm];
 
 /// The entry of vector kernel `op` in precision `T`.
-fn blas_entry<T: ComplexReal>(op: Op) -> String {
+pub(crate) fn blas_entry<T: ComplexReal>(op: Op) -> String {
     let name = match op {
         Op::Dot => "bicg_dot",
         Op::S => "bicg_s",
         Op::Xr => "bicg_xr",
         Op::P => "bicg_p",
         Op::DiffNorm => "bicg_diffnorm",
+        Op::CgXr => "bicg_cgxr",
+        Op::CgP => "bicg_cgp",
+        Op::Sub => "bicg_sub",
+        Op::CgOrth => "bicg_cgorth",
     };
     format!("{name}_{}", T::NAME)
 }
 
 /// Blocks of `block` threads for vectors of `len` elements: `waves` a multiprocessor, to fill the GPU,
 /// but no more than the vectors need.
-fn grid(gpu: &Gpu, len: usize, block: u32, waves: u32) -> u32 {
+pub(crate) fn grid(gpu: &Gpu, len: usize, block: u32, waves: u32) -> u32 {
     (waves * gpu.sm_count())
         .min(Gpu::blocks_for(len, block))
         .max(1)
@@ -998,7 +1163,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
         let s = &mut *self.0;
         // Every one of the kernels runs with it (their registers bound the block, f64's below 1024).
         let mut max = s.gpu.max_threads_per_block().min(1024);
-        for op in OPS {
+        for op in OPS.into_iter().chain([Op::CgXr, Op::CgP, Op::CgOrth]) {
             max = max.min(s.gpu.max_block_of(&blas_entry::<T>(op))?);
         }
         if !block.is_multiple_of(32) || block > max || !TUNE_WAVES.contains(&waves) {

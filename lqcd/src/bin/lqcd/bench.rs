@@ -116,8 +116,8 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                 }
                 stop()?;
                 let (rows, block) = match prec {
-                    "f32" => bench_clover::<f32>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
-                    _ => bench_clover::<f64>(&g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
+                    "f32" => bench_clover::<f32>(g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
+                    _ => bench_clover::<f64>(g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
                 };
                 for (what, ms, rate) in rows {
                     clover_rows.push(format!(

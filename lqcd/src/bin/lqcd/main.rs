@@ -19,6 +19,9 @@ use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
 };
+use lattice_gpu_host::solvers::reliable::{
+    Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
+};
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
@@ -26,8 +29,8 @@ use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
 use lattice_gpu_lqcd::gpu::{
-    gauge_len, gpu_grid, parity_len, solve_with, Block, EvenOdd, Recon, WilsonGpu, WilsonReal,
-    WilsonStorage,
+    gauge_len, gpu_grid, parity_len, solve_mixed_with, solve_with, Block, EvenOdd, Recon,
+    WilsonGpu, WilsonReal, WilsonStorage,
 };
 use lattice_gpu_lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -35,7 +38,9 @@ use lattice_gpu_lqcd::{pion, reference, Error, Result};
 use num_complex::Complex64;
 
 mod bench;
+mod bench_mixed;
 use bench::{bench, BenchArgs};
+use bench_mixed::{bench_mixed, BenchMixedArgs};
 
 /// Lattice QCD with Wilson fermions: solve D x = b by even-odd preconditioned BiCGStab on the GPU (or the
 /// CPU reference without one), compute the pion correlator, measure the plaquette, and benchmark the
@@ -58,6 +63,8 @@ enum Command {
     Plaquette(GaugeArgs),
     /// Dslash GFLOPS and solver time per iteration for every variant, against the copy bandwidth.
     Bench(BenchArgs),
+    /// Time to a 1e-10 solution: all-f64 BiCGStab against mixed f32/f64 with reliable updates (GPU).
+    BenchMixed(BenchMixedArgs),
 }
 
 #[derive(Args, Clone)]
@@ -95,9 +102,25 @@ struct SolverArgs {
     /// Hopping parameter, 0 < kappa < 0.25.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.12)]
     kappa: f64,
-    /// Precision of the GPU solve.
+    /// Precision of the GPU solve: of the solution and of the true residual that decides convergence
+    /// (the outer precision).
     #[arg(long, value_enum, default_value_t = Prec::F64)]
     precision: Prec,
+    /// Precision of the inner (sloppy) iterations on the GPU: f64 or f32 (half to come). Default: the
+    /// outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
+    /// outer precision (Clark et al. 2010): whenever the iterated residual has fallen by --delta, the
+    /// true residual is recomputed and replaces it.
+    #[arg(long, value_enum)]
+    sloppy: Option<Prec>,
+    /// Reliable updates: the factor (0 < delta < 1) by which the iterated residual falls below its
+    /// largest since the last update before the next one.
+    #[arg(long, default_value_t = DEFAULT_DELTA, allow_hyphen_values = true)]
+    delta: f64,
+    /// Krylov method on the GPU: bicgstab, or cgnr (conjugate gradients on M_hat^dag M_hat, with
+    /// M_hat^dag = g5 M_hat g5; converges on |b - M_hat x| like BiCGStab, in more iterations, but
+    /// never breaks down).
+    #[arg(long, default_value = "bicgstab")]
+    solver: Method,
     /// How the host drives the GPU: sync, async, graph, waitkernel, streamwait.
     #[arg(long, default_value = "async")]
     variant: OverheadHiding,
@@ -127,6 +150,63 @@ struct SolverArgs {
     engine: Placement,
     #[command(flatten)]
     tuning: TuningArgs,
+}
+
+impl SolverArgs {
+    /// Whether the GPU solve goes through the reliable-update driver: a sloppy precision coarser
+    /// than the outer one, or CGNR (whose convergence is judged on the true residual).
+    fn mixed(&self) -> bool {
+        self.solver == Method::Cgnr || self.sloppy.is_some_and(|p| p != self.precision)
+    }
+
+    /// The sloppy precision (the outer one where none is given).
+    fn sloppy(&self) -> Prec {
+        self.sloppy.unwrap_or(self.precision)
+    }
+
+    /// The reliable-update options of these arguments.
+    fn mixed_options(&self) -> MixedOptions {
+        let mut o = MixedOptions::new(SolveOptions {
+            tol: self.tol,
+            max_iter: self.max_iter,
+            variant: self.variant,
+            check_every: self.check_every,
+            fused: self.fused,
+        });
+        o.method = self.solver;
+        o.delta = self.delta;
+        o
+    }
+
+    /// The line that names the solve's method and precisions.
+    fn method_line(&self) -> String {
+        let method = match self.solver {
+            Method::BiCgStab => "BiCGStab",
+            Method::Cgnr => "CGNR",
+        };
+        if self.mixed() {
+            format!(
+                "solver: {method}, outer precision {}, sloppy {}, reliable updates at delta {}",
+                prec_name(self.precision),
+                prec_name(self.sloppy()),
+                self.delta
+            )
+        } else {
+            format!("solver: {method}, precision {}", prec_name(self.precision))
+        }
+    }
+
+    /// Refuses what only a one-GPU solve offers, for a split run.
+    fn check_unsplit(&self) -> Result<()> {
+        if self.mixed() {
+            return Err(Error::InvalidParameter(
+                "mixed precision (--sloppy coarser than --precision) and --solver cgnr run on one GPU \
+                 for now; leave out --gpus/--mpi, or solve with BiCGStab in one precision"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How the hopping kernel's launch is chosen on a GPU (a lattice split over ranks keeps blocks of
@@ -389,6 +469,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Solve(a) => solve(&a),
         Command::Propagator(a) => propagator(&a),
         Command::Bench(a) => bench(&a),
+        Command::BenchMixed(a) => bench_mixed(&a),
     }
 }
 
@@ -628,6 +709,20 @@ fn check(s: &SolverArgs) -> Result<()> {
             "--max-iter and --check-every must be at least 1".into(),
         ));
     }
+    if s.precision == Prec::F32 && s.sloppy == Some(Prec::F64) {
+        return Err(Error::InvalidParameter(
+            "--sloppy f64 is finer than the outer --precision f32: the inner iterations cannot be more \
+             precise than the solution they update; use --sloppy f32 (or leave --sloppy out), or \
+             --precision f64 --sloppy f32 for mixed precision"
+                .into(),
+        ));
+    }
+    if !(s.delta > 0.0 && s.delta < 1.0) {
+        return Err(Error::InvalidParameter(format!(
+            "--delta {} must lie between 0 and 1 (0.1 is usual for an f32 inner precision)",
+            s.delta
+        )));
+    }
     if s.precision == Prec::F32 && s.tol < 1e-6 {
         return Err(Error::InvalidParameter(format!(
             "--tol {:e} is below what f32 can reach (about 1e-6); use --precision f64 or a larger --tol",
@@ -728,11 +823,57 @@ fn one_rank_footprint(
     gpu: bool,
     what: &str,
 ) -> Result<Footprint> {
-    match (gpu, args.precision) {
-        (false, _) => cpu_footprint(lat, what),
-        (true, Prec::F32) => gpu_footprint::<f32>(lat, args.recon, what),
-        (true, Prec::F64) => gpu_footprint::<f64>(lat, args.recon, what),
+    let cgnr = args.solver == Method::Cgnr;
+    match (gpu, args.mixed(), args.precision, args.sloppy()) {
+        (false, ..) => cpu_footprint(lat, what),
+        (true, false, Prec::F32, _) => gpu_footprint::<f32>(lat, args.recon, what),
+        (true, false, Prec::F64, _) => gpu_footprint::<f64>(lat, args.recon, what),
+        (true, true, Prec::F64, Prec::F32) => {
+            mixed_gpu_footprint::<f64, f32>(lat, args.recon, cgnr, what)
+        }
+        (true, true, Prec::F64, Prec::F64) => {
+            mixed_gpu_footprint::<f64, f64>(lat, args.recon, cgnr, what)
+        }
+        (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }
+}
+
+/// The peak of a one-rank mixed-precision solve (CGNR where `cgnr`) on the GPU, outer `H`, sloppy
+/// `S`: as [`gpu_footprint`] on the host; on the GPU both operators' links and temporaries (and for
+/// CGNR their gamma_5 scratch), the sloppy solver's seven vectors, the driver's three outer vectors
+/// and one sloppy source, and the solve's seven outer parity fields.
+fn mixed_gpu_footprint<H, S>(
+    lat: &Lattice,
+    recon: Recon,
+    cgnr: bool,
+    what: &str,
+) -> Result<Footprint> {
+    let scratch = u64::from(cgnr);
+    let dims = lat.dims;
+    let gauge = volume_bytes(dims, GAUGE_SITE, "the gauge field")?;
+    let packed_h = reals::<H>(gauge_len(lat, recon), "the packed gauge field")?;
+    let packed_s = reals::<S>(gauge_len(lat, recon), "the packed gauge field")?;
+    let parity_h = reals::<H>(2 * parity_len(lat), "a spinor parity on the GPU")?;
+    let parity_s = reals::<S>(2 * parity_len(lat), "a spinor parity on the GPU")?;
+    let fields = volume_bytes(dims, 2 * SPINOR_SITE, "the source and the solution")?;
+    let host = with_slack(gauge.saturating_add(packed_h.max(fields.saturating_add(parity_h))));
+    let gpu = packed_h
+        .saturating_add(packed_s)
+        .saturating_add(parity_h.saturating_mul(1 + scratch + 3 + 7))
+        .saturating_add(parity_s.saturating_mul(1 + scratch + 7 + 1))
+        .saturating_add(2 * GPU_SMALL);
+    Ok(Footprint::new(
+        format!(
+            "{what} on a {} lattice on the GPU (outer {}, sloppy {}, recon {})",
+            dims_name(lat.dims),
+            std::any::type_name::<H>(),
+            std::any::type_name::<S>(),
+            recon.name()
+        ),
+        host,
+        gpu,
+        true,
+    ))
 }
 
 /// The host peak of a split solve of which this process runs `here` of the `grid`'s ranks (all of
@@ -847,6 +988,12 @@ struct Solver {
 enum GpuSolver {
     F32(BiCgStab<f32, EvenOdd<f32>>),
     F64(BiCgStab<f64, EvenOdd<f64>>),
+    /// Reliable updates ([`SolverArgs::mixed`]): outer f64, sloppy f32.
+    Mixed64x32(Box<MixedBiCgStab<f64, f32, EvenOdd<f64>, EvenOdd<f32>>>),
+    /// CGNR in f64.
+    Mixed64x64(Box<MixedBiCgStab<f64, f64, EvenOdd<f64>, EvenOdd<f64>>>),
+    /// CGNR in f32.
+    Mixed32x32(Box<MixedBiCgStab<f32, f32, EvenOdd<f32>, EvenOdd<f32>>>),
 }
 
 impl Solver {
@@ -861,12 +1008,30 @@ impl Solver {
         let u = make_gauge(&args.gauge, true)?;
         plaquette(&u, true)?;
         let gpu = match &device {
-            None => None,
+            None => {
+                if args.mixed() {
+                    println!(
+                        "notice: the CPU reference solves with BiCGStab in f64; --sloppy and --solver \
+                         cgnr apply on a GPU"
+                    );
+                }
+                None
+            }
             Some(g) => {
                 println!("GPU: {}", g.name());
-                Some(match args.precision {
-                    Prec::F32 => GpuSolver::F32(make(g, &lat, &u, args)?),
-                    Prec::F64 => GpuSolver::F64(make(g, &lat, &u, args)?),
+                println!("{}", args.method_line());
+                Some(match (args.mixed(), args.precision, args.sloppy()) {
+                    (false, Prec::F32, _) => GpuSolver::F32(make(g, &lat, &u, args)?),
+                    (false, Prec::F64, _) => GpuSolver::F64(make(g, &lat, &u, args)?),
+                    (true, Prec::F64, Prec::F32) => {
+                        GpuSolver::Mixed64x32(Box::new(make_mixed(g, &lat, &u, args)?))
+                    }
+                    (true, Prec::F64, Prec::F64) => {
+                        GpuSolver::Mixed64x64(Box::new(make_mixed(g, &lat, &u, args)?))
+                    }
+                    (true, Prec::F32, _) => {
+                        GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
+                    }
                 })
             }
         };
@@ -907,9 +1072,22 @@ impl Solver {
             progress(it, r);
             stop_at_signal(&Solo, it)
         };
+        let mixed = a.mixed_options();
         let (x, report, res) = match &mut self.gpu {
             Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut on_check)?,
             Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut on_check)?,
+            Some(GpuSolver::Mixed64x32(s)) => {
+                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::Mixed64x64(s)) => {
+                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::Mixed32x32(s)) => {
+                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
             None => {
                 let t = Instant::now();
                 let every = a.check_every as usize;
@@ -942,11 +1120,50 @@ impl Solver {
         Ok((x, report.iterations, report.seconds, res, report.fused))
     }
 
+    /// The end of a mixed-precision solve: its outcome, the line with its reliable updates and
+    /// precisions, and the ranks' agreement on the solution.
+    fn finish_mixed(
+        &self,
+        x: SpinorField,
+        r: MixedReport,
+        res: f64,
+        label: &str,
+        stop: bool,
+    ) -> Result<(SpinorField, u32, f64, f64, bool)> {
+        let a = &self.args;
+        let as_plain = SolveReport {
+            status: r.status,
+            iterations: r.iterations,
+            residual: r.residual,
+            history: r.history.clone(),
+            seconds: r.seconds,
+            fused: r.fused,
+        };
+        outcome(&as_plain, a.tol)?;
+        println!(
+            "  {label}: {} {} iterations in {} with {} reliable updates in {}; true residual of the \
+             even-site system {:.3e}",
+            r.iterations,
+            a.solver,
+            prec_name(a.sloppy()),
+            r.updates,
+            prec_name(a.precision),
+            r.residual
+        );
+        let lat = self.lat;
+        let at = |_: usize, n: usize| lat.coords(n);
+        agree_on_solution(&Solo, &x.data, r.iterations as u64, at, stop)?;
+        Ok((x, r.iterations, r.seconds, res, r.fused))
+    }
+
     /// The summary line of `M_hat`'s time on the GPU, if the solve runs there.
     fn operator_line(&self, b: &SpinorField) -> Result<Option<String>> {
         let ms = match &self.gpu {
             Some(GpuSolver::F32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::F64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::Mixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::Mixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             None => return Ok(None),
         };
         Ok(Some(operator_line(&self.lat, ms)))
@@ -974,6 +1191,26 @@ fn make<T: WilsonReal>(
     a.tuning.apply(&mut w, true)?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     a.tuning.apply_vectors(&mut solver, true)?;
+    Ok(solver)
+}
+
+/// A mixed-precision solver for `a` (outer `H`, sloppy `S`): both operators tuned, the sloppy
+/// solver's vector kernels too.
+fn make_mixed<H: WilsonReal, S: WilsonReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    a: &SolverArgs,
+) -> Result<MixedBiCgStab<H, S, EvenOdd<H>, EvenOdd<S>>> {
+    let mut hi = WilsonGpu::<H>::new(g, lat, u, a.kappa, a.recon)?;
+    a.tuning.apply(&mut hi, true)?;
+    let mut lo = WilsonGpu::<S>::new(g, lat, u, a.kappa, a.recon)?;
+    a.tuning.apply(
+        &mut lo,
+        std::mem::size_of::<S>() != std::mem::size_of::<H>(),
+    )?;
+    let mut solver = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
+    a.tuning.apply_vectors(solver.sloppy(), true)?;
     Ok(solver)
 }
 
@@ -1050,6 +1287,9 @@ fn solve(a: &SolveArgs) -> Result<()> {
             "--grid and --cut shape a split run: add --mpi (under mpirun) or --gpus N".into(),
         ));
     }
+    if a.split.gpus.is_some() || a.mpi {
+        a.solver.check_unsplit()?;
+    }
     if let Some(n) = a.split.gpus {
         return solve_on_threads(a, n as usize);
     }
@@ -1081,6 +1321,13 @@ fn solve(a: &SolveArgs) -> Result<()> {
         match &mut s.gpu {
             Some(GpuSolver::F32(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
             Some(GpuSolver::F64(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
+            Some(_) => {
+                return Err(Error::InvalidParameter(
+                    "--bench times one precision's BiCGStab variants; leave out --sloppy and \
+                     --solver, or time mixed precision with `lqcd bench-mixed`"
+                        .into(),
+                ))
+            }
             None => {
                 return Err(Error::InvalidParameter(
                     "--bench times the GPU solver: run on a GPU (--engine device)".into(),
@@ -1748,6 +1995,15 @@ fn propagator_params(s: &Solver) -> (Params, Params) {
             ),
             ("check-every".into(), a.check_every.to_string()),
         ]);
+        // Only where they change the solve, so that checkpoints of one-precision BiCGStab runs
+        // written before these options existed still resume.
+        if a.mixed() {
+            must.extend([
+                ("sloppy".to_string(), prec_name(a.sloppy()).to_string()),
+                ("solver".into(), a.solver.name().into()),
+                ("delta".into(), a.delta.to_string()),
+            ]);
+        }
     }
     let mut informed: Params = vec![
         ("max-iter".into(), a.max_iter.to_string()),

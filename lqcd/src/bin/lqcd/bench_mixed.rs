@@ -1,0 +1,349 @@
+//! `lqcd bench-mixed`: time to a 1e-10 solution of the even-odd Wilson system, all-f64 BiCGStab
+//! against mixed f32/f64 BiCGStab with reliable updates (and, with `--cgnr`, CGNR likewise), at a
+//! kappa where f64 BiCGStab needs at least `--min-iterations` iterations. Half/f64 joins the table
+//! once the half-precision operator exists.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use lattice_gpu_host::comm::Solo;
+use lattice_gpu_host::solvers::bicgstab::{BiCgStab, Fusion, OverheadHiding, SolveOptions};
+use lattice_gpu_host::solvers::reliable::{Method, MixedBiCgStab, MixedOptions, DEFAULT_DELTA};
+use lattice_gpu_host::Gpu;
+use lattice_gpu_lqcd::gauge::{complex_gaussian, reunitarize_su3, GaugeField, Su3};
+use lattice_gpu_lqcd::geometry::Lattice;
+use lattice_gpu_lqcd::gpu::{solve_mixed_with, solve_with, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu_lqcd::spinor::SpinorField;
+use lattice_gpu_lqcd::{Error, Result};
+use rand::SeedableRng;
+
+use super::{
+    agree_on_stop, dims_name, mixed_gpu_footprint, outcome, parse_count, parse_dims4, parse_recon,
+    stop_at_signal, TuningArgs,
+};
+
+/// The gauge field of the benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum Links {
+    /// Haar-random SU(3) links (rough; critical kappa near 0.25).
+    Random,
+    /// Links near the identity, `reunitarize(1 + 0.2 G)` (smooth).
+    Smooth,
+    /// The free field (QUDA's `invert_test` default; critical kappa 0.125).
+    Unit,
+}
+
+impl Links {
+    /// The kappas tried in turn, each nearer the critical one, until f64 BiCGStab needs the asked
+    /// iterations.
+    fn kappas(self) -> &'static [f64] {
+        match self {
+            Links::Random => &[0.24, 0.245, 0.248, 0.249, 0.2495],
+            Links::Smooth => &[0.13, 0.134, 0.136, 0.1365],
+            Links::Unit => &[0.1245, 0.1248, 0.1249, 0.12495, 0.12498],
+        }
+    }
+}
+
+#[derive(Args)]
+pub(super) struct BenchMixedArgs {
+    /// Lattice X x Y x Z x T.
+    #[arg(long, default_value = "32x32x32x64", allow_hyphen_values = true,
+          value_parser = parse_dims4)]
+    dims: [usize; 4],
+    /// The gauge field.
+    #[arg(long, value_enum, default_value_t = Links::Random)]
+    links: Links,
+    /// Hopping parameter; default: the first of a list approaching the critical one at which f64
+    /// BiCGStab needs at least --min-iterations.
+    #[arg(long, allow_hyphen_values = true)]
+    kappa: Option<f64>,
+    /// The f64 BiCGStab iterations the chosen kappa must need at least.
+    #[arg(long, default_value_t = 300, allow_hyphen_values = true, value_parser = parse_count)]
+    min_iterations: u32,
+    /// Relative residual to reach (the true one, in f64).
+    #[arg(long, default_value_t = 1e-10, allow_hyphen_values = true)]
+    tol: f64,
+    /// Reliable-update factor of the mixed solves.
+    #[arg(long, default_value_t = DEFAULT_DELTA, allow_hyphen_values = true)]
+    delta: f64,
+    /// How the host drives the GPU.
+    #[arg(long, default_value = "async")]
+    variant: OverheadHiding,
+    /// Iterations between residual reads.
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true, value_parser = parse_count)]
+    check_every: u32,
+    /// Fused iterations (BiCGStab): auto, on, off.
+    #[arg(long, default_value = "auto")]
+    fused: Fusion,
+    /// Complex numbers stored per link: 12 or 18.
+    #[arg(long, default_value = "12", value_parser = parse_recon)]
+    recon: Recon,
+    /// Timed solves of each row after an untimed one; the fastest counts.
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = parse_count)]
+    repeats: u32,
+    /// Also CGNR, all f64 and f32/f64.
+    #[arg(long)]
+    cgnr: bool,
+    /// Seed of the gauge field and the source.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// CSV of the results.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: TuningArgs,
+}
+
+/// One row of the table.
+struct Row {
+    method: Method,
+    precision: &'static str,
+    iterations: u32,
+    updates: Option<u32>,
+    seconds: f64,
+    residual: f64,
+}
+
+pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
+    if !(a.tol > 0.0 && a.tol < 1.0 && a.delta > 0.0 && a.delta < 1.0) {
+        return Err(Error::InvalidParameter(format!(
+            "--tol {} and --delta {} must lie between 0 and 1",
+            a.tol, a.delta
+        )));
+    }
+    if let Some(k) = a.kappa {
+        lattice_gpu_lqcd::reference::check_kappa(k)?;
+    }
+    let g = lattice_gpu_cli::bench_gpu("lqcd", 0)?;
+    let lat = Lattice::new(a.dims, true)?;
+    let footprint =
+        mixed_gpu_footprint::<f64, f32>(&lat, a.recon, true, "the mixed-precision benchmark")?;
+    footprint.check(Some(&g))?;
+    println!("GPU: {}", g.name());
+    let u = gauge(a.links, a.dims, a.seed);
+    let b = SpinorField::random(a.dims, a.seed + 1);
+    let name = dims_name(a.dims);
+    let mut step = 0u64;
+    let mut stop = || {
+        step += 1;
+        agree_on_stop(&Solo, step as usize - 1)
+    };
+    let opt = SolveOptions {
+        tol: a.tol,
+        // Far above any kappa of the lists' needs (about 1 ms an iteration at 32^3x64), yet a bound.
+        max_iter: 20_000,
+        variant: a.variant,
+        check_every: a.check_every,
+        fused: a.fused,
+    };
+    // The kappa: given, or the first of the list at which f64 BiCGStab needs the iterations asked.
+    let kappas = match a.kappa {
+        Some(k) => vec![k],
+        None => a.links.kappas().to_vec(),
+    };
+    let mut chosen = None;
+    for &kappa in &kappas {
+        stop()?;
+        let mut plain = plain_solver(&g, &lat, &u, kappa, a)?;
+        let r = match time_plain(&mut plain, &b, &opt, 0) {
+            Ok(r) => r,
+            // Past the critical kappa of this field (or too near it): keep the last that converged.
+            Err(e) if chosen.is_some() => {
+                println!("kappa {kappa}: f64 BiCGStab failed ({e}); keeping the previous kappa");
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        println!(
+            "kappa {kappa}: f64 BiCGStab {} iterations (true residual {:.2e})",
+            r.iterations, r.residual
+        );
+        chosen = Some((kappa, plain));
+        if a.kappa.is_some() || r.iterations >= a.min_iterations {
+            break;
+        }
+    }
+    let Some((kappa, mut plain)) = chosen else {
+        return Err(Error::InvalidParameter("no kappa to try".into()));
+    };
+    let mut rows = Vec::new();
+    rows.push(time_plain(&mut plain, &b, &opt, a.repeats)?);
+    if rows[0].iterations < a.min_iterations {
+        println!(
+            "note: f64 BiCGStab needs only {} iterations at kappa {kappa} (asked for at least {}); \
+             give --kappa nearer the critical one",
+            rows[0].iterations, a.min_iterations
+        );
+    }
+    drop(plain);
+    let mut methods = vec![Method::BiCgStab];
+    if a.cgnr {
+        methods.push(Method::Cgnr);
+    }
+    for method in methods {
+        let mut mo = MixedOptions::new(opt);
+        mo.method = method;
+        mo.delta = a.delta;
+        if method == Method::Cgnr {
+            stop()?;
+            let mut s = mixed_solver::<f64>(&g, &lat, &u, kappa, a)?;
+            rows.push(time_mixed(&mut s, &b, &mo, a.repeats, "f64")?);
+        }
+        stop()?;
+        let mut s = mixed_solver::<f32>(&g, &lat, &u, kappa, a)?;
+        rows.push(time_mixed(&mut s, &b, &mo, a.repeats, "f32/f64")?);
+    }
+    println!(
+        "\ntime to a {:e} solution, {name}, {:?} links, kappa {kappa}, {} (reads every {}), \
+         delta {}:",
+        a.tol, a.links, a.variant, a.check_every, a.delta
+    );
+    println!("method    precision  iterations  updates   seconds  speed-up  true residual");
+    let mut csv = String::from(
+        "kind,lattice,links,kappa,method,precision,variant,iterations,updates,seconds,speedup,true_residual\n",
+    );
+    let base = |m: Method| {
+        rows.iter()
+            .find(|r| r.method == m && r.precision == "f64")
+            .map(|r| r.seconds)
+    };
+    for r in &rows {
+        let speedup = base(r.method).map_or(f64::NAN, |s| s / r.seconds);
+        let updates = r.updates.map_or("-".to_string(), |u| u.to_string());
+        println!(
+            "{:9} {:10} {:10} {updates:>8} {:9.4} {speedup:8.2}x {:14.3e}",
+            r.method.name(),
+            r.precision,
+            r.iterations,
+            r.seconds,
+            r.residual
+        );
+        csv.push_str(&format!(
+            "mixed,{name},{:?},{kappa},{},{},{},{},{},{},{speedup},{}\n",
+            a.links,
+            r.method.name(),
+            r.precision,
+            a.variant,
+            r.iterations,
+            r.updates.map_or(String::new(), |u| u.to_string()),
+            r.seconds,
+            r.residual
+        ));
+    }
+    if let Some(path) = &a.csv {
+        lattice_gpu_formats::write_atomically(path, |w| w.write_all(csv.as_bytes()))?;
+    }
+    footprint.report(Some(&g));
+    Ok(())
+}
+
+/// The benchmark's gauge field.
+fn gauge(links: Links, dims: [usize; 4], seed: u64) -> GaugeField {
+    match links {
+        Links::Random => GaugeField::random(dims, seed),
+        Links::Unit => GaugeField::unit(dims),
+        Links::Smooth => {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut u = GaugeField::unit(dims);
+            for link in &mut u.links {
+                let g = Su3::from_fn(|_, _| complex_gaussian(&mut rng));
+                *link =
+                    reunitarize_su3(&(Su3::identity() + g * num_complex::Complex64::new(0.2, 0.0)));
+            }
+            u
+        }
+    }
+}
+
+fn plain_solver(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    kappa: f64,
+    a: &BenchMixedArgs,
+) -> Result<BiCgStab<f64, EvenOdd<f64>>> {
+    let mut w = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
+    a.tuning.apply(&mut w, false)?;
+    let mut s = BiCgStab::new(g, EvenOdd(w))?;
+    a.tuning.apply_vectors(&mut s, false)?;
+    Ok(s)
+}
+
+fn mixed_solver<S: WilsonReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    kappa: f64,
+    a: &BenchMixedArgs,
+) -> Result<MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>> {
+    let mut hi = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
+    a.tuning.apply(&mut hi, false)?;
+    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, a.recon)?;
+    a.tuning.apply(&mut lo, false)?;
+    let mut s = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
+    a.tuning.apply_vectors(s.sloppy(), false)?;
+    Ok(s)
+}
+
+/// The f64 BiCGStab row: one untimed solve, then the fastest of `repeats` (just the one when 0).
+fn time_plain(
+    s: &mut BiCgStab<f64, EvenOdd<f64>>,
+    b: &SpinorField,
+    opt: &SolveOptions,
+    repeats: u32,
+) -> Result<Row> {
+    let mut best: Option<Row> = None;
+    for k in 0..=repeats {
+        let (_, r, res) = solve_with(s, b, opt, &mut |it, _| stop_at_signal(&Solo, it))?;
+        outcome(&r, opt.tol)?;
+        let row = Row {
+            method: Method::BiCgStab,
+            precision: "f64",
+            iterations: r.iterations,
+            updates: None,
+            seconds: r.seconds,
+            residual: res,
+        };
+        // The first solve warms up (graphs, first-use allocations); timed only without repeats.
+        if (k > 0 || repeats == 0) && best.as_ref().is_none_or(|b| row.seconds < b.seconds) {
+            best = Some(row);
+        }
+    }
+    best.ok_or_else(|| Error::InvalidParameter("no solve timed".into()))
+}
+
+/// A reliable-update row (sloppy `S`): one untimed solve, then the fastest of `repeats`.
+fn time_mixed<S: WilsonReal>(
+    s: &mut MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>,
+    b: &SpinorField,
+    opt: &MixedOptions,
+    repeats: u32,
+    precision: &'static str,
+) -> Result<Row> {
+    let mut best: Option<Row> = None;
+    for k in 0..=repeats {
+        let (_, r, res) = solve_mixed_with(s, b, opt, &mut |it, _| stop_at_signal(&Solo, it))?;
+        if r.status != lattice_gpu_host::solvers::bicgstab::SolveStatus::Converged {
+            return Err(Error::InvalidParameter(format!(
+                "{} {precision} stopped unconverged ({:?}) after {} iterations at true residual \
+                 {:.3e}; try a larger --delta or a smaller kappa",
+                opt.method, r.status, r.iterations, r.residual
+            )));
+        }
+        let row = Row {
+            method: opt.method,
+            precision,
+            iterations: r.iterations,
+            updates: Some(r.updates),
+            seconds: r.seconds,
+            residual: res,
+        };
+        // The first solve warms up (graphs, first-use allocations); timed only without repeats.
+        if (k > 0 || repeats == 0) && best.as_ref().is_none_or(|b| row.seconds < b.seconds) {
+            best = Some(row);
+        }
+    }
+    best.ok_or_else(|| Error::InvalidParameter("no solve timed".into()))
+}

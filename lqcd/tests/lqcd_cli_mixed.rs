@@ -1,0 +1,205 @@
+//! The `lqcd` binary's mixed-precision options (`--sloppy`, `--delta`, `--solver`): what it refuses,
+//! with which exit code and message, never a panic; the CPU fallback's notice; and, on a GPU, mixed
+//! f32/f64 BiCGStab and CGNR solves that report their precisions and reliable updates (skipped
+//! without a GPU: `SKIPPED (no GPU)`).
+
+use lattice_gpu_testkit as common;
+
+/// lqcd's exit code and its stdout and stderr; fails the test on a panic.
+fn lqcd(args: &[&str]) -> (Option<i32>, String) {
+    let bin = common::binary("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"));
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("panicked"), "{args:?} panicked:\n{text}");
+    (out.status.code(), text)
+}
+
+const SMALL: [&str; 4] = ["solve", "--dims", "4x4x4x8", "--tol"];
+
+fn solve(extra: &[&str]) -> (Option<i32>, String) {
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.push("1e-5");
+    args.extend_from_slice(extra);
+    lqcd(&args)
+}
+
+/// A sloppy precision finer than the outer one is refused before anything runs, on either engine,
+/// naming the fix.
+#[test]
+fn a_sloppy_precision_finer_than_the_outer_one_is_refused() {
+    for engine in ["host", "auto"] {
+        let (code, text) = solve(&["--engine", engine, "--precision", "f32", "--sloppy", "f64"]);
+        assert_eq!(code, Some(1), "{engine}: {text}");
+        assert!(
+            text.contains("--sloppy f64 is finer than the outer --precision f32")
+                && text.contains("use --sloppy f32"),
+            "{engine}: {text}"
+        );
+        assert!(!text.contains("converged"), "{engine}: {text}");
+    }
+    // The same precision is no mixed precision, and fine.
+    let (code, text) = solve(&["--engine", "host", "--precision", "f32", "--sloppy", "f32"]);
+    assert_eq!(code, Some(0), "{text}");
+}
+
+#[test]
+fn bad_mixed_options_are_refused_with_their_fix() {
+    for (args, code, want) in [
+        (
+            &["--delta", "0"][..],
+            1,
+            "--delta 0 must lie between 0 and 1",
+        ),
+        (
+            &["--delta", "1.5"],
+            1,
+            "--delta 1.5 must lie between 0 and 1",
+        ),
+        (&["--delta", "nan"], 1, "must lie between 0 and 1"),
+        (&["--sloppy", "f16"], 2, "possible values: f32, f64"),
+        (&["--solver", "gmres"], 2, "use bicgstab or cgnr"),
+        (
+            &["--gpus", "2", "--sloppy", "f32"],
+            1,
+            "run on one GPU for now; leave out --gpus/--mpi",
+        ),
+        (
+            &["--gpus", "2", "--solver", "cgnr"],
+            1,
+            "run on one GPU for now",
+        ),
+    ] {
+        let mut all = vec!["--engine", "host"];
+        all.extend_from_slice(args);
+        let (got, text) = solve(&all);
+        assert_eq!(got, Some(code), "{args:?}: {text}");
+        assert!(text.contains(want), "{args:?}: {text}");
+    }
+}
+
+/// Without a GPU the CPU reference solves in f64 BiCGStab, and says that the options apply on a GPU.
+#[test]
+fn the_cpu_engine_says_it_solves_in_f64_bicgstab() {
+    let (code, text) = solve(&["--engine", "host", "--sloppy", "f32", "--solver", "cgnr"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("notice: the CPU reference solves with BiCGStab in f64"),
+        "{text}"
+    );
+}
+
+/// On a GPU: mixed f32/f64 BiCGStab and CGNR, and CGNR in f64, to 1e-10, each naming its method,
+/// precisions and reliable updates, with a true residual of at most 1e-10 (on the full system; the
+/// even-odd one converged to 1e-10, so allow the reconstruction's factor of a few).
+#[test]
+fn mixed_solves_on_the_gpu_report_precisions_and_reliable_updates() {
+    let Some(_gpu) = common::gpu("mixed_solves_on_the_gpu_report_precisions_and_reliable_updates")
+    else {
+        return;
+    };
+    for (extra, line) in [
+        (
+            &["--sloppy", "f32"][..],
+            "solver: BiCGStab, outer precision f64, sloppy f32",
+        ),
+        (
+            &["--sloppy", "f32", "--solver", "cgnr"],
+            "solver: CGNR, outer precision f64, sloppy f32",
+        ),
+        (
+            &["--solver", "cgnr"],
+            "solver: CGNR, outer precision f64, sloppy f64",
+        ),
+        (&["--sloppy", "f32", "--variant", "sync"], "sloppy f32"),
+        (&["--sloppy", "f32", "--variant", "graph"], "sloppy f32"),
+        (
+            &["--sloppy", "f32", "--variant", "waitkernel"],
+            "sloppy f32",
+        ),
+        (
+            &[
+                "--sloppy",
+                "f32",
+                "--variant",
+                "streamwait",
+                "--fused",
+                "on",
+            ],
+            "sloppy f32",
+        ),
+    ] {
+        let mut args = vec![
+            "solve", "--engine", "device", "--dims", "8x8x8x8", "--kappa", "0.15", "--tol", "1e-10",
+        ];
+        args.extend_from_slice(extra);
+        let (code, text) = lqcd(&args);
+        assert_eq!(code, Some(0), "{extra:?}: {text}");
+        assert!(text.contains(line), "{extra:?}: {text}");
+        assert!(
+            text.contains("reliable updates in f64"),
+            "{extra:?}: {text}"
+        );
+        // "... N bicgstab iterations in f32 with U reliable updates in f64; ..."
+        let updates =
+            common::number_after(&text.replace("in f64 with", "in f32 with"), "in f32 with ");
+        assert!(
+            updates >= 1.0,
+            "{extra:?}: {updates} reliable updates\n{text}"
+        );
+        let res = common::number_after(&text, "|b - D x|/|b| = ");
+        assert!(res <= 1e-9, "{extra:?}: true residual {res:e}\n{text}");
+    }
+    // An f32 outer precision cannot reach 1e-10: refused before the solve.
+    let (code, text) = lqcd(&[
+        "solve",
+        "--engine",
+        "device",
+        "--dims",
+        "8x8x8x8",
+        "--precision",
+        "f32",
+        "--solver",
+        "cgnr",
+        "--tol",
+        "1e-10",
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("below what f32 can reach"), "{text}");
+}
+
+/// `bench-mixed` needs a GPU: without one it says so and fails cleanly.
+#[test]
+fn bench_mixed_without_a_gpu_fails_cleanly() {
+    if lattice_gpu_host::Gpu::probe().is_ok_and(|n| n > 0) {
+        eprintln!("SKIPPED (a GPU is present): bench_mixed_without_a_gpu_fails_cleanly");
+        return;
+    }
+    let (code, text) = lqcd(&["bench-mixed", "--dims", "4x4x4x8"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.to_lowercase().contains("gpu"), "{text}");
+}
+
+/// The mixed-precision solve's memory estimate held against the peaks it measures (as
+/// `lqcd_gpu.rs`'s `gpu_estimates_cover_the_measured_peaks` for the one-precision solve), for
+/// BiCGStab and CGNR.
+#[test]
+fn mixed_gpu_estimates_cover_the_measured_peaks() {
+    let Some(_gpu) = common::gpu("mixed_gpu_estimates_cover_the_measured_peaks") else {
+        return;
+    };
+    for solver in ["bicgstab", "cgnr"] {
+        common::gpu_estimates_hold(
+            "LATTICE_GPU_LQCD_BIN",
+            env!("CARGO_BIN_EXE_lqcd"),
+            &format!(
+                "solve --engine device --dims 24x24x24x24 --tol 1e-5 --sloppy f32 --solver {solver}"
+            ),
+            1.5,
+            1.1,
+        );
+    }
+}
