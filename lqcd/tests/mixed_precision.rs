@@ -83,7 +83,14 @@ fn the_gamma5_kernel_body_matches_the_reference_gamma5() {
         unpack_parity::<Half>(&lat, &stored, parity, &mut before);
         unpack_parity::<Half>(&lat, &data, parity, &mut after);
         let flipped = SpinorField { dims, data: before }.apply_gamma5();
-        assert_eq!(after, flipped.data, "half, parity {parity}");
+        for n in (0..lat.volume()).filter(|&n| lat.parity(n) == parity) {
+            let site = 12 * n..12 * n + 12;
+            assert_eq!(
+                after[site.clone()],
+                flipped.data[site],
+                "half, parity {parity}, site {n}"
+            );
+        }
     }
 }
 
