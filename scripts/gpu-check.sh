@@ -2,7 +2,7 @@
 # Every GPU check and benchmark of lattice-gpu in one call.
 #
 #   scripts/gpu-check.sh stage   (on a build machine with Rust) builds the release binaries and the test
-#                                binaries, strips them and packs them into .gpu-bin/bundle.tar.gz (ignored
+#                                binaries, strips them and packs them into .gpu-bin/bundle.tar.xz (ignored
 #                                by git; carry .gpu-bin), which `run` unpacks
 #   scripts/gpu-check.sh run [PARTS]
 #                                (on the GPU machine, which has no Rust) runs them from .gpu-bin/; PARTS
@@ -114,18 +114,20 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
         print(m["executable"])' \
         | while read -r exe; do cp "$exe" "$BIN/benches/"; done
-    # The device call carries at most 64 MiB: stripped and packed, the binaries take about a third.
+    # The device call carries at most 64 MiB: stripped and packed with xz, the binaries take about a
+    # tenth (gzip left 78 MB at 2026-11-26: the test binaries share most of their code, which xz's
+    # larger window finds).
     strip "$BIN"/* "$BIN"/tests/* "$BIN"/benches/* "$BIN"/mpi/* "$BIN"/example/* 2>/dev/null || true
     ls -la "$BIN" "$BIN/tests"
-    tar czf "$BIN.tar.gz" -C "$BIN" .
-    rm -rf "$BIN" && mkdir -p "$BIN" && mv "$BIN.tar.gz" "$BIN/bundle.tar.gz"
+    tar cf - -C "$BIN" . | xz -T0 -6 >"$BIN.tar.xz"
+    rm -rf "$BIN" && mkdir -p "$BIN" && mv "$BIN.tar.xz" "$BIN/bundle.tar.xz"
     du -sh "$BIN"
 }
 
 # Unpacks what `stage` packed (once per machine).
 unpack() {
-    if [ -f "$BIN/bundle.tar.gz" ] && [ ! -x "$BIN/diffusion" ]; then
-        tar xzf "$BIN/bundle.tar.gz" -C "$BIN"
+    if [ -f "$BIN/bundle.tar.xz" ] && [ ! -x "$BIN/diffusion" ]; then
+        xz -dc "$BIN/bundle.tar.xz" | tar xf - -C "$BIN"
     fi
 }
 

@@ -27,8 +27,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.gpu-bin
-if [ ! -x "$BIN/mpi/diffusion" ] && [ -f "$BIN/bundle.tar.gz" ]; then
-    tar xzf "$BIN/bundle.tar.gz" -C "$BIN"
+if [ ! -x "$BIN/mpi/diffusion" ] && [ -f "$BIN/bundle.tar.xz" ]; then
+    xz -dc "$BIN/bundle.tar.xz" | tar xf - -C "$BIN"
 fi
 if [ ! -x "$BIN/mpi/diffusion" ] || [ ! -x "$BIN/mpi/lbm" ]; then
     echo "scaling-check: no $BIN/mpi builds; run scripts/gpu-check.sh stage on a build machine first" >&2

@@ -10,7 +10,8 @@
 //! apart, so one address register serves them all (structure of arrays with a fixed inner stride).
 //! The half volume `vh` is padded to whole tiles (`tiles = ceil(vh / 32)`); padding stays zero.
 //! - spinor on one parity (`ncomp = 12`): component `k = s * 3 + c` of site `cb` at
-//!   [`tile_index`]`(cb, 12) + 32 k`;
+//!   [`tile_index`]`(cb, 12) + 32 k`; in 16-bit storage ([`WilsonStore::FIXED`]) `ncomp = 13`, slot 12
+//!   holding the site's norm as an f32;
 //! - gauge field: 8 blocks `(p * 4 + mu)` of `tiles * R * 32` entries; link `U_mu(n)` of a site `cb` of
 //!   parity `p` has entry `k` at `(p * 4 + mu) * tiles * R * 32 + tile_index(cb, R) + 32 k`. `R = 9` holds
 //!   the whole matrix (`k = 3 a + b`), `R = 6` only rows 0 and 1, row 2 being rebuilt as
