@@ -189,9 +189,9 @@ impl SolverArgs {
         let refuse = |what: &str| {
             Err(Error::InvalidParameter(format!(
                 "{what} with --csw {} is not supported yet: the clover solve runs BiCGStab in one \
-                 precision on one GPU (or the CPU); {}",
-                self.csw,
-                "leave the option out, or give --csw 0 for the Wilson operator, which has it"
+                 precision on one GPU (or the CPU); leave the option out, or give --csw 0 for the \
+                 Wilson operator, which has it",
+                self.csw
             )))
         };
         if self.solver == Method::Cgnr {
@@ -1425,7 +1425,8 @@ fn solve(a: &SolveArgs) -> Result<()> {
     if a.bench.is_some() && a.solver.clover() {
         return Err(Error::InvalidParameter(format!(
             "solve --bench with --csw {} is not supported yet: it times the Wilson solver's \
-             variants; `lqcd bench` has the clover kernels' and M_hat's rows, or leave out --bench",
+             variants; time the clover kernels and M_hat with `lqcd bench`, leave out --bench, or \
+             give --csw 0 to time the Wilson solver",
             a.solver.csw
         )));
     }
