@@ -5,7 +5,7 @@
 //! another; `meff.csv` holding ln(C(t)/C(t+1)) of pion.csv's C(t) and `meff.png` a PNG. On a GPU
 //! (skipped without one: `SKIPPED (no GPU)`), clover solves in f32 and f64 with either link storage.
 
-use lattice_gpu_lqcd::clover::{solve_clover_eo, CloverField};
+use lattice_gpu_lqcd::clover::{clover_site_matrix, solve_clover_eo, CloverField};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -168,6 +168,61 @@ fn bad_csw_and_unsupported_combinations_are_refused_with_their_fix() {
         "{text}"
     );
     assert!(!out.join("pion.csv").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A clover block that cannot be inverted ends the run with the error `CloverField::new` gives, naming
+/// the site. `A(n) = 1 + c_sw S(n)` is linear in c_sw, so with `mu` the most negative eigenvalue of
+/// the hermitian `S(0)` of the random field, `A(0)` is singular at `c_sw = -1 / mu`.
+#[test]
+fn a_singular_clover_block_is_refused_naming_its_site() {
+    let kappa = 0.12;
+    let u = GaugeField::random(DIMS, GAUGE_SEED);
+    let s = clover_site_matrix(&u, 0, 1.0, kappa) - nalgebra::SMatrix::identity();
+    let mu = nalgebra::SymmetricEigen::new(s)
+        .eigenvalues
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    assert!(mu < 0.0, "S(0) has no negative eigenvalue: {mu}");
+    let csw = format!("{}", -1.0 / mu);
+    let (code, text) = cpu_solve(&["--kappa", "0.12", "--csw", &csw]);
+    assert_eq!(code, Some(1), "--csw {csw}: {text}");
+    assert!(
+        text.contains("is singular")
+            && text.contains("site (x, y, z, t) = (0, 0, 0, 0)")
+            && text.contains("lower --csw or kappa"),
+        "--csw {csw}: {text}"
+    );
+    assert!(!text.contains("converged"), "{text}");
+}
+
+/// The clover solve's memory estimate covers its measured peak on the CPU and holds its growth from
+/// 4x4x4x8 to 12^4 (as `lqcd_cli.rs` checks the Wilson solve's: the runtime's own memory drops out).
+#[test]
+fn the_cpu_clover_estimate_covers_its_peak() {
+    let dir = common::temp_dir("lqcd-clover-memory");
+    let bin = common::binary("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"));
+    let large = if cfg!(debug_assertions) {
+        "8x8x8x8"
+    } else {
+        "12x12x12x12"
+    };
+    let mut runs = Vec::new();
+    for dims in ["4x4x4x8", large] {
+        let args = [
+            "solve", "--engine", "host", "--dims", dims, "--csw", "1", "--tol", "1e-6",
+        ];
+        let [est, _, got, _] = common::measured(&bin, &args, &dir);
+        assert!(est >= got, "{dims}: estimated {est} < measured {got}");
+        runs.push((est, got));
+    }
+    common::estimate_holds(
+        runs[1].0 - runs[0].0 + (1 << 20),
+        runs[1].1 - runs[0].1,
+        1.3,
+        &format!("lqcd solve --csw 1, from 4x4x4x8 to {large}"),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -346,9 +401,9 @@ fn a_checkpoint_of_another_csw_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// On a GPU: clover solves in f32 and f64, 12- and 18-number links, each naming the operator and
-/// reaching a small true residual of the clover system; in f64 the solution's norm is the CPU
-/// engine's.
+/// On a GPU: clover solves in f32 and f64, 12- and 18-number links, and in f64 under every
+/// `--variant`, each naming the operator and reaching a small true residual of the clover system; in
+/// f64 the solution's norm is the CPU engine's.
 #[test]
 fn clover_solves_on_the_gpu_in_f32_and_f64() {
     let Some(_gpu) = common::gpu("clover_solves_on_the_gpu_in_f32_and_f64") else {
@@ -393,5 +448,27 @@ fn clover_solves_on_the_gpu_in_f32_and_f64() {
                 );
             }
         }
+    }
+    // The memory estimate, clover field included, against the measured peaks.
+    common::gpu_estimates_hold(
+        "LATTICE_GPU_LQCD_BIN",
+        env!("CARGO_BIN_EXE_lqcd"),
+        "solve --engine device --dims 24x24x24x24 --tol 1e-5 --csw 1",
+        1.5,
+        1.1,
+    );
+    // The ways of driving the GPU (the library's tests run sync and async): the same solution.
+    for variant in ["sync", "graph", "waitkernel", "streamwait"] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--engine", "device", "--tol", "1e-10", "--variant", variant]);
+        let (code, text) = lqcd(&args);
+        assert_eq!(code, Some(0), "{variant}: {text}");
+        let res = common::number_after(&text, "|b - D x|/|b| = ");
+        assert!(res <= 1e-9, "{variant}: true residual {res:e}\n{text}");
+        let x_norm = common::number_after(&text, "|x| = ");
+        assert!(
+            (x_norm - cpu_norm).abs() <= 1e-8 * cpu_norm,
+            "{variant}: |x| = {x_norm}, the CPU's {cpu_norm}"
+        );
     }
 }

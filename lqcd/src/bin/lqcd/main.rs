@@ -893,11 +893,17 @@ fn one_rank_footprint(
         (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }?;
     if args.clover() {
-        // The host's clover field (A and its inverse) lives through the run; on a GPU its three
-        // packed parities (A even and odd, A^-1 odd) are uploaded beside the Wilson operator.
+        // The host's clover field (A and its inverse) lives through a CPU run (on a GPU only until
+        // its three packed parities, A even and odd and A^-1 odd, are uploaded beside the Wilson
+        // operator); the CPU's clover M_hat holds one half field more than Wilson's.
+        let clover = if gpu {
+            CLOVER_SITE
+        } else {
+            CLOVER_SITE + SPINOR_SITE / 2
+        };
         f.host = f
             .host
-            .saturating_add(volume_bytes(lat.dims, CLOVER_SITE, "the clover field")?);
+            .saturating_add(volume_bytes(lat.dims, clover, "the clover field")?);
         if gpu {
             let size = match args.precision {
                 Prec::F32 => 4,
