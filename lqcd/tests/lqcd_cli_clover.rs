@@ -449,6 +449,33 @@ fn clover_solves_on_the_gpu_in_f32_and_f64() {
             }
         }
     }
+    // The propagator on the GPU: its effective mass is that of its own C(t).
+    let dir = common::temp_dir("lqcd-clover-gpu-propagator");
+    let out = dir.join("out");
+    let (code, text) = lqcd(&[
+        "propagator",
+        "--engine",
+        "device",
+        "--dims",
+        "8x8x8x8",
+        "--csw",
+        "1.3",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let c = correlator(&std::fs::read_to_string(out.join("pion.csv")).unwrap());
+    let rows = meff_rows(&std::fs::read_to_string(out.join("meff.csv")).unwrap());
+    assert_eq!(rows.len(), 7, "{rows:?}");
+    for (t, m) in rows {
+        let want = (c[t] / c[t + 1]).ln();
+        let m = m.unwrap_or_else(|| panic!("m_eff({t}) empty, C = {c:?}"));
+        assert!((m - want).abs() <= 1e-12 * want.abs().max(1.0), "t = {t}");
+    }
+    assert!(std::fs::read(out.join("meff.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG\r\n\x1a\n"));
+    let _ = std::fs::remove_dir_all(&dir);
     // The memory estimate, clover field included, against the measured peaks.
     common::gpu_estimates_hold(
         "LATTICE_GPU_LQCD_BIN",

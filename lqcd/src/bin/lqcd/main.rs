@@ -60,8 +60,8 @@ struct Cli {
 enum Command {
     /// One solve with a random source; prints iterations, time, GFLOPS and the true residual.
     Solve(SolveArgs),
-    /// 12 solves (every spin and colour of a point source at the origin) and the pion correlator, with
-    /// a checkpoint after each solve (--resume continues a stopped run).
+    /// 12 solves (every spin and colour of a point source at the origin), the pion correlator and its
+    /// effective mass, with a checkpoint after each solve (--resume continues a stopped run).
     Propagator(PropagatorArgs),
     /// The average plaquette of a configuration (and optionally write it as ILDG).
     Plaquette(GaugeArgs),
@@ -379,8 +379,9 @@ struct SolveArgs {
 struct PropagatorArgs {
     #[command(flatten)]
     solver: SolverArgs,
-    /// Directory for pion.csv: written only when all 12 solves succeed (a failed or interrupted run
-    /// leaves the files there as they were, beside the checkpoint of its finished sources).
+    /// Directory for pion.csv, meff.csv (m_eff(t) = ln(C(t)/C(t+1))) and meff.png (m_eff and C(t)):
+    /// written only when all 12 solves succeed (a failed or interrupted run leaves the files there as
+    /// they were, beside the checkpoint of its finished sources).
     #[arg(long, default_value = "lqcd-out")]
     output: PathBuf,
     /// Directory of the checkpoint file propagator.ckpt [default: OUTPUT/checkpoint]. One is written
@@ -391,7 +392,7 @@ struct PropagatorArgs {
     checkpoint: Option<PathBuf>,
     /// Continue the propagator of a checkpoint (its directory or the file) with the sources it has
     /// not finished: the same pion.csv, to the bit, as a run never stopped. The lattice, the gauge
-    /// field (its checksum), kappa, the boundary, --tol and the solver (the engine; on a GPU also
+    /// field (its checksum), kappa, --csw, the boundary, --tol and the solver (the engine; on a GPU also
     /// --precision, --recon, --variant, --fused and --check-every) must be the run's; --max-iter may
     /// differ (raise it to continue a run whose source did not converge).
     #[arg(long, value_name = "DIR")]
