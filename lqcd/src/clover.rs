@@ -11,10 +11,10 @@ use crate::gamma::{gamma, SpinMatrix};
 use crate::gauge::{GaugeField, Su3};
 use crate::geometry::{Lattice, SPINOR_LEN};
 use crate::reference::{
-    bicgstab, check_kappa, check_solve_inputs, hopping, hopping_dagger, hopping_eo, hopping_oe,
-    solve_full_by, Solve,
+    bicgstab_with, check_kappa, check_solve_inputs, hopping, hopping_dagger, hopping_eo,
+    hopping_oe, solve_full_by, OnIteration, Solve,
 };
-use crate::spinor::{axpy, write_site, SiteSpinor, SpinorField};
+use crate::spinor::{axpy, dot, write_site, SiteSpinor, SpinorField};
 
 /// One chiral block of the clover matrix: spins `2 * chirality + {0, 1}` x 3 colours, index `3 * s + c`.
 pub type CloverBlock = SMatrix<Complex64, 6, 6>;
@@ -477,6 +477,21 @@ pub fn solve_clover_eo(
     tol: f64,
     max_iter: usize,
 ) -> Result<(SpinorField, Solve, f64)> {
+    solve_clover_eo_checked(lat, u, clover, b, tol, max_iter, &mut |_, _| Ok(()))
+}
+
+/// [`solve_clover_eo`] with `check` called after every iteration of the even-site solve
+/// ([`OnIteration`]), as [`crate::reference::solve_eo_checked`] does for Wilson: progress output, and
+/// the checks that may stop the solve with an error (a signal).
+pub fn solve_clover_eo_checked(
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    b: &SpinorField,
+    tol: f64,
+    max_iter: usize,
+    check: &mut OnIteration,
+) -> Result<(SpinorField, Solve, f64)> {
     check_clover_solve(lat, u, clover, b)?;
     let kappa = Complex64::new(clover.kappa, 0.0);
     let (b_e, b_o) = b.to_eo();
@@ -484,7 +499,14 @@ pub fn solve_clover_eo(
     let a_inv_b_o = apply_clover_inverse_parity(clover, 1, &b_o);
     axpy(kappa, &hopping_eo(lat, u, &a_inv_b_o), &mut src);
     drop(a_inv_b_o);
-    let solve = bicgstab(|v| clover_m_hat(lat, u, clover, v), &src, tol, max_iter)?;
+    let solve = bicgstab_with(
+        |v| Ok(clover_m_hat(lat, u, clover, v)),
+        |a, c| Ok(dot(a, c)),
+        &src,
+        tol,
+        max_iter,
+        check,
+    )?;
     drop(src);
     let mut rhs_o = b_o;
     axpy(kappa, &hopping_oe(lat, u, &solve.x), &mut rhs_o);

@@ -117,6 +117,9 @@
 //! - On the GPU ([`clover_gpu`]) `M_hat` is two launches of one kernel that adds each site's hops and then
 //!   applies its clover matrix: `t = A_oo^{-1} H_oe x_e`, then `A_ee x_e - kappa^2 H_eo t`. GFLOPS count
 //!   QUDA's 1320 flops a site per hopping term and 504 per clover matrix applied.
+//! - The `lqcd` program solves with it under `--csw C` (`solve` and `propagator`; 0, the default, is the
+//!   Wilson operator): [`clover_gpu::solve_clover_with`] on a GPU, [`clover::solve_clover_eo_checked`]
+//!   on the CPU engine.
 
 pub mod checkpoint;
 pub mod clover;

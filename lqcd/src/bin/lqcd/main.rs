@@ -25,6 +25,10 @@ use lattice_gpu_host::solvers::reliable::{
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
+use lattice_gpu_lqcd::clover::{check_csw, solve_clover_eo_checked, CloverField};
+use lattice_gpu_lqcd::clover_gpu::{
+    clover_len, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
+};
 use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
@@ -56,8 +60,8 @@ struct Cli {
 enum Command {
     /// One solve with a random source; prints iterations, time, GFLOPS and the true residual.
     Solve(SolveArgs),
-    /// 12 solves (every spin and colour of a point source at the origin) and the pion correlator, with
-    /// a checkpoint after each solve (--resume continues a stopped run).
+    /// 12 solves (every spin and colour of a point source at the origin), the pion correlator and its
+    /// effective mass, with a checkpoint after each solve (--resume continues a stopped run).
     Propagator(PropagatorArgs),
     /// The average plaquette of a configuration (and optionally write it as ILDG).
     Plaquette(GaugeArgs),
@@ -102,6 +106,11 @@ struct SolverArgs {
     /// Hopping parameter, 0 < kappa < 0.25.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.12)]
     kappa: f64,
+    /// Clover coefficient c_sw: 0 solves the Wilson operator; above 0 the Wilson-clover
+    /// (Sheikholeslami-Wohlert) one, D = A - kappa H (1 is the tree-level value). Clover solves run
+    /// BiCGStab in one precision on one GPU (or the CPU).
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0.0)]
+    csw: f64,
     /// Precision of the GPU solve: of the solution and of the true residual that decides convergence
     /// (the outer precision).
     #[arg(long, value_enum, default_value_t = Prec::F64)]
@@ -159,6 +168,44 @@ impl SolverArgs {
         self.solver == Method::Cgnr || self.sloppy.is_some_and(|p| p != self.precision)
     }
 
+    /// Whether the operator is Wilson-clover (`--csw` above 0) rather than Wilson.
+    fn clover(&self) -> bool {
+        self.csw > 0.0
+    }
+
+    /// The operator's name for the summaries.
+    fn operator_name(&self) -> String {
+        match self.clover() {
+            true => format!("Wilson-clover, c_sw = {}, kappa = {}", self.csw, self.kappa),
+            false => format!("Wilson, kappa = {}", self.kappa),
+        }
+    }
+
+    /// Refuses what the clover solve does not offer yet, naming what works instead.
+    fn check_clover(&self) -> Result<()> {
+        if !self.clover() {
+            return Ok(());
+        }
+        let refuse = |what: &str| {
+            Err(Error::InvalidParameter(format!(
+                "{what} with --csw {} is not supported yet: the clover solve runs BiCGStab in one \
+                 precision on one GPU (or the CPU); leave the option out, or give --csw 0 for the \
+                 Wilson operator, which has it",
+                self.csw
+            )))
+        };
+        if self.solver == Method::Cgnr {
+            return refuse("--solver cgnr");
+        }
+        if self.sloppy.is_some_and(|p| p != self.precision) {
+            return refuse("mixed precision (--sloppy coarser than --precision)");
+        }
+        if self.fused == Fusion::On {
+            return refuse("--fused on (the one-kernel iteration is the Wilson operator's)");
+        }
+        Ok(())
+    }
+
     /// The sloppy precision (the outer one where none is given).
     fn sloppy(&self) -> Prec {
         self.sloppy.unwrap_or(self.precision)
@@ -198,6 +245,13 @@ impl SolverArgs {
 
     /// Refuses what only a one-GPU solve offers, for a split run.
     fn check_unsplit(&self) -> Result<()> {
+        if self.clover() {
+            return Err(Error::InvalidParameter(format!(
+                "--csw {} with --gpus/--mpi is not supported yet: a clover solve runs on one GPU (or \
+                 the CPU); leave out --gpus/--mpi, or give --csw 0 to split the Wilson operator",
+                self.csw
+            )));
+        }
         if self.mixed() {
             return Err(Error::InvalidParameter(
                 "mixed precision (--sloppy coarser than --precision) and --solver cgnr run on one GPU \
@@ -325,8 +379,9 @@ struct SolveArgs {
 struct PropagatorArgs {
     #[command(flatten)]
     solver: SolverArgs,
-    /// Directory for pion.csv: written only when all 12 solves succeed (a failed or interrupted run
-    /// leaves the files there as they were, beside the checkpoint of its finished sources).
+    /// Directory for pion.csv, meff.csv (m_eff(t) = ln(C(t)/C(t+1))) and meff.png (m_eff and C(t)):
+    /// written only when all 12 solves succeed (a failed or interrupted run leaves the files there as
+    /// they were, beside the checkpoint of its finished sources).
     #[arg(long, default_value = "lqcd-out")]
     output: PathBuf,
     /// Directory of the checkpoint file propagator.ckpt [default: OUTPUT/checkpoint]. One is written
@@ -337,7 +392,7 @@ struct PropagatorArgs {
     checkpoint: Option<PathBuf>,
     /// Continue the propagator of a checkpoint (its directory or the file) with the sources it has
     /// not finished: the same pion.csv, to the bit, as a run never stopped. The lattice, the gauge
-    /// field (its checksum), kappa, the boundary, --tol and the solver (the engine; on a GPU also
+    /// field (its checksum), kappa, --csw, the boundary, --tol and the solver (the engine; on a GPU also
     /// --precision, --recon, --variant, --fused and --check-every) must be the run's; --max-iter may
     /// differ (raise it to continue a run whose source did not converge).
     #[arg(long, value_name = "DIR")]
@@ -698,6 +753,7 @@ fn split_check_every(lat: &Lattice, max_iter: u32, ranks: usize) -> usize {
 fn check(s: &SolverArgs) -> Result<()> {
     check_write_gauge(&s.gauge)?;
     reference::check_kappa(s.kappa)?;
+    check_csw(s.csw)?;
     if !(s.tol > 0.0 && s.tol < 1.0) {
         return Err(Error::InvalidParameter(format!(
             "--tol {} must be between 0 and 1 (e.g. 1e-10)",
@@ -723,6 +779,7 @@ fn check(s: &SolverArgs) -> Result<()> {
             s.delta
         )));
     }
+    s.check_clover()?;
     if s.precision == Prec::F32 && s.tol < 1e-6 {
         return Err(Error::InvalidParameter(format!(
             "--tol {:e} is below what f32 can reach (about 1e-6); use --precision f64 or a larger --tol",
@@ -824,7 +881,7 @@ fn one_rank_footprint(
     what: &str,
 ) -> Result<Footprint> {
     let cgnr = args.solver == Method::Cgnr;
-    match (gpu, args.mixed(), args.precision, args.sloppy()) {
+    let mut f = match (gpu, args.mixed(), args.precision, args.sloppy()) {
         (false, ..) => cpu_footprint(lat, what),
         (true, false, Prec::F32, _) => gpu_footprint::<f32>(lat, args.recon, what),
         (true, false, Prec::F64, _) => gpu_footprint::<f64>(lat, args.recon, what),
@@ -835,8 +892,34 @@ fn one_rank_footprint(
             mixed_gpu_footprint::<f64, f64>(lat, args.recon, cgnr, what)
         }
         (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
+    }?;
+    if args.clover() {
+        // The host's clover field (A and its inverse) lives through a CPU run (on a GPU only until
+        // its three packed parities, A even and odd and A^-1 odd, are uploaded beside the Wilson
+        // operator); the CPU's clover M_hat holds one half field more than Wilson's.
+        let clover = if gpu {
+            CLOVER_SITE
+        } else {
+            CLOVER_SITE + SPINOR_SITE / 2
+        };
+        f.host = f
+            .host
+            .saturating_add(volume_bytes(lat.dims, clover, "the clover field")?);
+        if gpu {
+            let size = match args.precision {
+                Prec::F32 => 4,
+                Prec::F64 => 8,
+            };
+            let packed = memory::bytes(&[3, clover_len(lat)], size, "the clover field")?;
+            f.gpu = f.gpu.saturating_add(packed);
+        }
+        f.what = format!("{} with the clover term", f.what);
     }
+    Ok(f)
 }
+
+/// Bytes of the host's clover field per site: the two 6x6 complex chiral blocks of `A` and of `A^-1`.
+const CLOVER_SITE: u64 = 2 * 2 * 36 * std::mem::size_of::<Complex64>() as u64;
 
 /// The peak of a one-rank mixed-precision solve (CGNR where `cgnr`) on the GPU, outer `H`, sloppy
 /// `S`: as [`gpu_footprint`] on the host; on the GPU both operators' links and temporaries (and for
@@ -981,6 +1064,8 @@ struct Solver {
     u: GaugeField,
     args: SolverArgs,
     gpu: Option<GpuSolver>,
+    /// The clover field of a Wilson-clover solve on the CPU (on a GPU it is uploaded and dropped).
+    clover: Option<CloverField>,
     device: Option<Arc<Gpu>>,
     footprint: Footprint,
 }
@@ -988,6 +1073,10 @@ struct Solver {
 enum GpuSolver {
     F32(BiCgStab<f32, EvenOdd<f32>>),
     F64(BiCgStab<f64, EvenOdd<f64>>),
+    /// The Wilson-clover operator (`--csw` above 0) in f32.
+    CloverF32(BiCgStab<f32, CloverEvenOdd<f32>>),
+    /// The Wilson-clover operator in f64.
+    CloverF64(BiCgStab<f64, CloverEvenOdd<f64>>),
     /// Reliable updates ([`SolverArgs::mixed`]): outer f64, sloppy f32.
     Mixed64x32(Box<MixedBiCgStab<f64, f32, EvenOdd<f64>, EvenOdd<f32>>>),
     /// CGNR in f64.
@@ -1007,6 +1096,12 @@ impl Solver {
         footprint.check(device.as_deref())?;
         let u = make_gauge(&args.gauge, true)?;
         plaquette(&u, true)?;
+        println!("operator: {}", args.operator_name());
+        // A singular clover block is refused here, naming its site.
+        let mut clover = match args.clover() {
+            true => Some(CloverField::new(&u, args.csw, args.kappa)?),
+            false => None,
+        };
         let gpu = match &device {
             None => {
                 if args.mixed() {
@@ -1020,19 +1115,26 @@ impl Solver {
             Some(g) => {
                 println!("GPU: {}", g.name());
                 println!("{}", args.method_line());
-                Some(match (args.mixed(), args.precision, args.sloppy()) {
-                    (false, Prec::F32, _) => GpuSolver::F32(make(g, &lat, &u, args)?),
-                    (false, Prec::F64, _) => GpuSolver::F64(make(g, &lat, &u, args)?),
-                    (true, Prec::F64, Prec::F32) => {
-                        GpuSolver::Mixed64x32(Box::new(make_mixed(g, &lat, &u, args)?))
-                    }
-                    (true, Prec::F64, Prec::F64) => {
-                        GpuSolver::Mixed64x64(Box::new(make_mixed(g, &lat, &u, args)?))
-                    }
-                    (true, Prec::F32, _) => {
-                        GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
-                    }
-                })
+                if let Some(c) = clover.take() {
+                    Some(match args.precision {
+                        Prec::F32 => GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args)?),
+                        Prec::F64 => GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args)?),
+                    })
+                } else {
+                    Some(match (args.mixed(), args.precision, args.sloppy()) {
+                        (false, Prec::F32, _) => GpuSolver::F32(make(g, &lat, &u, args)?),
+                        (false, Prec::F64, _) => GpuSolver::F64(make(g, &lat, &u, args)?),
+                        (true, Prec::F64, Prec::F32) => {
+                            GpuSolver::Mixed64x32(Box::new(make_mixed(g, &lat, &u, args)?))
+                        }
+                        (true, Prec::F64, Prec::F64) => {
+                            GpuSolver::Mixed64x64(Box::new(make_mixed(g, &lat, &u, args)?))
+                        }
+                        (true, Prec::F32, _) => {
+                            GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
+                        }
+                    })
+                }
             }
         };
         Ok(Self {
@@ -1040,6 +1142,7 @@ impl Solver {
             u,
             args: args.clone(),
             gpu,
+            clover,
             device,
             footprint,
         })
@@ -1076,6 +1179,8 @@ impl Solver {
         let (x, report, res) = match &mut self.gpu {
             Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut on_check)?,
             Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut on_check)?,
+            Some(GpuSolver::CloverF32(s)) => solve_clover_with(s, b, &opt, &mut on_check)?,
+            Some(GpuSolver::CloverF64(s)) => solve_clover_with(s, b, &opt, &mut on_check)?,
             Some(GpuSolver::Mixed64x32(s)) => {
                 let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
                 return self.finish_mixed(x, r, res, label, stop);
@@ -1098,15 +1203,26 @@ impl Solver {
                     }
                     agree_on_stop(&Solo, it)
                 };
-                let (x, solve, res) = reference::solve_eo_checked(
-                    &self.lat,
-                    &self.u,
-                    a.kappa,
-                    b,
-                    a.tol,
-                    a.max_iter as usize,
-                    &mut on_iteration,
-                )?;
+                let (x, solve, res) = match &self.clover {
+                    Some(c) => solve_clover_eo_checked(
+                        &self.lat,
+                        &self.u,
+                        c,
+                        b,
+                        a.tol,
+                        a.max_iter as usize,
+                        &mut on_iteration,
+                    )?,
+                    None => reference::solve_eo_checked(
+                        &self.lat,
+                        &self.u,
+                        a.kappa,
+                        b,
+                        a.tol,
+                        a.max_iter as usize,
+                        &mut on_iteration,
+                    )?,
+                };
                 let it = solve.iterations;
                 if it.is_multiple_of(every) && it > 0 {
                     progress(it, solve.residual());
@@ -1161,11 +1277,16 @@ impl Solver {
         let ms = match &self.gpu {
             Some(GpuSolver::F32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::F64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverF32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverF64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             None => return Ok(None),
         };
+        if self.args.clover() {
+            return Ok(Some(clover_operator_line(&self.lat, ms)));
+        }
         Ok(Some(operator_line(&self.lat, ms)))
     }
 
@@ -1190,6 +1311,32 @@ fn make<T: WilsonReal>(
     let mut w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
     a.tuning.apply(&mut w, true)?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
+    a.tuning.apply_vectors(&mut solver, true)?;
+    Ok(solver)
+}
+
+/// The Wilson-clover solver of `clover` (built on `u` for `a`'s c_sw and kappa): the clover kernels'
+/// block tuned as the hopping kernel's is (the tune cache's, or timed and stored), then the vector
+/// kernels.
+fn make_clover<T: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    a: &SolverArgs,
+) -> Result<BiCgStab<T, CloverEvenOdd<T>>> {
+    let mut c = CloverGpu::<T>::new(g, lat, u, clover, a.recon)?;
+    let mut cache = a.tuning.cache();
+    if let Some(t) = c.tune_block(&mut cache, a.tuning.retune)? {
+        println!(
+            "clover kernels: blocks of {} threads ({:.1} us per M_hat; {})",
+            c.clover_block(),
+            t.ms_per_call * 1e3,
+            tuned_from(&t)
+        );
+    }
+    warn_of(&mut cache);
+    let mut solver = BiCgStab::new(g, CloverEvenOdd(c))?;
     a.tuning.apply_vectors(&mut solver, true)?;
     Ok(solver)
 }
@@ -1282,6 +1429,14 @@ fn solve(a: &SolveArgs) -> Result<()> {
     a.split
         .check_launch(a.mpi)
         .map_err(Error::InvalidParameter)?;
+    if a.bench.is_some() && a.solver.clover() {
+        return Err(Error::InvalidParameter(format!(
+            "solve --bench with --csw {} is not supported yet: it times the Wilson solver's \
+             variants; time the clover kernels and M_hat with `lqcd bench`, leave out --bench, or \
+             give --csw 0 to time the Wilson solver",
+            a.solver.csw
+        )));
+    }
     if (a.grid.is_some() || a.cut.is_some()) && !a.mpi && a.split.gpus.is_none() {
         return Err(Error::InvalidParameter(
             "--grid and --cut shape a split run: add --mpi (under mpirun) or --gpus N".into(),
@@ -1339,13 +1494,22 @@ fn solve(a: &SolveArgs) -> Result<()> {
     }
     let (x, it, secs, res, fused) = s.solve(&b, "solve", true)?;
     let (x_norm, res) = finite_results(norm(&x.data), res, "try --precision f64")?;
-    let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
-    println!(
-        "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
-        secs / it.max(1) as f64 * 1e6,
-        if fused { ", one kernel each" } else { "" },
-        FLOPS_PER_SITE,
-    );
+    if s.args.clover() {
+        let gflops = clover_flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
+        println!(
+            "converged ({}): {it} iterations in {secs:.4} s ({:.1} us/iteration, {gflops:.1} GFLOPS at {FLOPS_PER_SITE} + 504 flops/site/clover hopping term), |x| = {x_norm:.12e}, true residual of the clover system |b - D x|/|b| = {res:.3e}",
+            s.args.operator_name(),
+            secs / it.max(1) as f64 * 1e6,
+        );
+    } else {
+        let gflops = flops_per_iteration(&s.lat) * it as f64 / secs / 1e9;
+        println!(
+            "converged: {it} iterations in {secs:.4} s ({:.1} us/iteration{}, {gflops:.1} GFLOPS at {} flops/site/hopping term), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
+            secs / it.max(1) as f64 * 1e6,
+            if fused { ", one kernel each" } else { "" },
+            FLOPS_PER_SITE,
+        );
+    }
     drop(x);
     if let Some(line) = s.operator_line(&b)? {
         println!("{line}");
@@ -1470,6 +1634,26 @@ fn bench_variants<T: WilsonReal>(
 
 /// Applications of `M_hat` timed for its summary line.
 const OPERATOR_REPS: u32 = 50;
+
+/// Flops of one even-odd clover BiCGStab iteration on `lat`: two clover `M_hat` applications, each two
+/// hopping terms and two clover matrices on half the lattice.
+fn clover_flops_per_iteration(lat: &Lattice) -> f64 {
+    4.0 * CLOVER_FLOPS_PER_SITE as f64 * lat.half_volume() as f64
+}
+
+/// Flops of one clover hopping term per site: QUDA's 1320 for the hops and 504 for the clover matrix.
+const CLOVER_FLOPS_PER_SITE: u64 = FLOPS_PER_SITE + 504;
+
+/// What one application of the clover `M_hat` (two clover hopping terms over half the lattice each)
+/// taking `ms` means.
+fn clover_operator_line(lat: &Lattice, ms: f64) -> String {
+    let flops = 2.0 * CLOVER_FLOPS_PER_SITE as f64 * lat.half_volume() as f64;
+    format!(
+        "operator M_hat = A_ee - kappa^2 H_eo A_oo^-1 H_oe (two clover hopping terms): {:.1} us per application, {:.1} GFLOPS",
+        ms * 1e3,
+        flops / ms / 1e6
+    )
+}
 
 /// What one application of `M_hat` (two hopping terms over half the lattice each) taking `ms` means.
 fn operator_line(lat: &Lattice, ms: f64) -> String {
@@ -1802,6 +1986,21 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
         );
     }
     pion::write_csv(&out.file("pion.csv"), c, &m)?;
+    let meff = pion::effective_mass_ln(c);
+    let gaps: Vec<String> = (0..meff.len())
+        .filter(|&t| meff[t].is_none())
+        .map(|t| t.to_string())
+        .collect();
+    if !gaps.is_empty() {
+        eprintln!(
+            "notice: m_eff(t) = ln(C(t)/C(t + 1)) is undefined at t = {} (C(t) or C(t + 1) is not \
+             positive), left empty in meff.csv and left out of meff.png",
+            gaps.join(", ")
+        );
+    }
+    pion::write_meff_csv(&out.file("meff.csv"), &meff)?;
+    let title = format!("pion {}, {}", dims_name(s.lat.dims), s.args.operator_name());
+    pion::write_meff_png(&out.file("meff.png"), &title, c, &meff)?;
     // The directory first: its commit is what the state of the output directory can refuse. The
     // gauge file's path was checked at the start.
     lattice_gpu_cli::commit(out)?;
@@ -1975,9 +2174,16 @@ fn propagator_params(s: &Solver) -> (Params, Params) {
         ),
         ("kappa".into(), a.kappa.to_string()),
         ("tol".into(), format!("{:e}", a.tol)),
+    ];
+    // Only for clover, so that a Wilson run writes the checkpoint it wrote before --csw existed;
+    // [`resume_progress`] reads a checkpoint without it as c_sw = 0.
+    if a.clover() {
+        must.push(("csw".into(), a.csw.to_string()));
+    }
+    must.extend([
         ("source".into(), "point-at-origin".into()),
         ("engine".into(), engine_name(s.gpu.is_some()).into()),
-    ];
+    ]);
     // The CPU reference solves in f64 whatever the GPU's options say.
     if s.gpu.is_some() {
         must.extend([
@@ -2035,7 +2241,7 @@ fn engine_name(gpu: bool) -> &'static str {
 /// parameters, printed as the straight run printed them. A checkpoint of the other engine is refused
 /// first, with the option that changes it; one of another GPU model is resumed with a note.
 fn resume_progress(
-    ck: Checkpoint,
+    mut ck: Checkpoint,
     must: &[(String, String)],
     informed: &[(String, String)],
     file: &std::path::Path,
@@ -2072,7 +2278,17 @@ fn resume_progress(
         )),
         _ => None,
     };
-    let progress = Progress::resume(ck, must, file, nt)?;
+    // A checkpoint without c_sw is of the Wilson operator (those of clover runs name theirs), so
+    // that a Wilson run and a clover one never resume each other's.
+    let wilson = || ("csw".to_string(), "0".to_string());
+    if checkpoint::param(&ck, "csw").is_none() {
+        ck.params.push(wilson());
+    }
+    let mut must = must.to_vec();
+    if ours(&must, "csw").is_none() {
+        must.push(wilson());
+    }
+    let progress = Progress::resume(ck, &must, file, nt)?;
     let n = progress.done();
     println!(
         "resuming after {n} of {SOURCES} sources from {}{}",
