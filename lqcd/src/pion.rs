@@ -40,27 +40,13 @@ pub fn add_solution(lat: &Lattice, solution: &SpinorField, c: &mut [f64]) {
     }
 }
 
-/// The effective mass `m(t) = ln(C(t) / C(t + 1))` for `t` below `T/2`, where the forward-propagating
-/// state dominates (NaN where the ratio is not positive).
-pub fn effective_mass(c: &[f64]) -> Vec<f64> {
-    (0..c.len() / 2)
-        .map(|t| {
-            let r = c[t] / c[t + 1];
-            if r > 0.0 {
-                r.ln()
-            } else {
-                f64::NAN
-            }
-        })
-        .collect()
-}
-
-/// Writes `t, C(t), m_eff(t)` as CSV (atomically); an effective mass that is not a finite number (where
-/// `C(t)` or `C(t + 1)` is zero) is left empty, as beyond `T/2`, never written as NaN or inf.
-pub fn write_csv(path: &Path, c: &[f64], meff: &[f64]) -> Result<()> {
+/// Writes `t, C(t), m_eff(t)` as CSV (atomically), the effective mass ([`effective_mass`]) below `T/2`,
+/// where the forward-propagating state dominates; an undefined one is left empty, as beyond `T/2`,
+/// never written as NaN or inf.
+pub fn write_csv(path: &Path, c: &[f64], meff: &[Option<f64>]) -> Result<()> {
     let mut text = String::from("t,C,m_eff\n");
     for (t, v) in c.iter().enumerate() {
-        match meff.get(t).filter(|m| m.is_finite()) {
+        match meff.get(t).copied().flatten().filter(|_| t < c.len() / 2) {
             Some(m) => text.push_str(&format!("{t},{v:.16e},{m:.10}\n")),
             None => text.push_str(&format!("{t},{v:.16e},\n")),
         }
@@ -76,8 +62,8 @@ pub fn write_csv(path: &Path, c: &[f64], meff: &[f64]) -> Result<()> {
 /// `m` away from the midpoint `T/2` and falls to 0 at it, where the backward-propagating half of the
 /// cosh takes over (beyond the midpoint it is negative). The cosh form, solving
 /// `C(t) / C(t + 1) = cosh(m (T/2 - t)) / cosh(m (T/2 - t - 1))` for `m`, would remove that bias; the
-/// plain log ratio is what is computed here, as [`effective_mass`] does below `T/2`.
-pub fn effective_mass_ln(c: &[f64]) -> Vec<Option<f64>> {
+/// plain log ratio is what is computed here.
+pub fn effective_mass(c: &[f64]) -> Vec<Option<f64>> {
     let usable = |v: f64| v.is_finite() && v > 0.0;
     c.windows(2)
         .map(|w| {
@@ -90,7 +76,7 @@ pub fn effective_mass_ln(c: &[f64]) -> Vec<Option<f64>> {
         .collect()
 }
 
-/// Writes `t, m_eff` as CSV (atomically), one row per entry of `meff` (from [`effective_mass_ln`]),
+/// Writes `t, m_eff` as CSV (atomically), one row per entry of `meff` (from [`effective_mass`]),
 /// an undefined value left empty.
 pub fn write_meff_csv(path: &Path, meff: &[Option<f64>]) -> Result<()> {
     let mut text = String::from("t,m_eff\n");
@@ -109,7 +95,7 @@ const MEFF_PNG: (u32, u32) = (720, 840);
 /// The blue of the data points (matplotlib's first "tab10" colour, as the scaling charts use).
 const POINTS: RGBColor = RGBColor(31, 119, 180);
 
-/// Writes a PNG (atomically) of two panels: the effective mass `meff` (from [`effective_mass_ln`])
+/// Writes a PNG (atomically) of two panels: the effective mass `meff` (from [`effective_mass`])
 /// against `t` above, the correlator `c` against `t` on a logarithmic axis below; undefined values and
 /// `C(t)` that are not positive are left out. `title` names the run (lattice, kappa, operator).
 pub fn write_meff_png(path: &Path, title: &str, c: &[f64], meff: &[Option<f64>]) -> Result<()> {
@@ -277,7 +263,7 @@ mod tests {
                 a * ((-m * t).exp() + (-m * (nt as f64 - t)).exp())
             })
             .collect();
-        let meff = effective_mass_ln(&c);
+        let meff = effective_mass(&c);
         assert_eq!(meff.len(), nt - 1);
         // The backward half shifts the log ratio by about 2 exp(-m (T - 2t - 1)) sinh(m): bounded
         // here by 4 exp(-m (T - 2t - 2)), it is below 1e-11 up to t = 12 and grows towards T/2.
@@ -304,13 +290,13 @@ mod tests {
     #[test]
     fn effective_mass_is_undefined_where_a_correlator_value_is_not_positive() {
         let c = [4.0, 2.0, 0.0, 1.0, -1.0, f64::NAN, 0.5, 0.25];
-        let meff = effective_mass_ln(&c);
+        let meff = effective_mass(&c);
         assert_eq!(meff.len(), 7);
         assert!((meff[0].unwrap() - 2f64.ln()).abs() < 1e-15);
         assert_eq!(&meff[1..6], &[None; 5]);
         assert!((meff[6].unwrap() - 2f64.ln()).abs() < 1e-15);
-        assert!(effective_mass_ln(&[1.0]).is_empty());
-        assert!(effective_mass_ln(&[]).is_empty());
+        assert!(effective_mass(&[1.0]).is_empty());
+        assert!(effective_mass(&[]).is_empty());
     }
 
     #[test]
@@ -318,7 +304,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("lqcd-meff-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let c = [1.0, 0.5, 0.0, 0.2, 0.4];
-        let meff = effective_mass_ln(&c);
+        let meff = effective_mass(&c);
         write_meff_csv(&dir.join("meff.csv"), &meff).unwrap();
         let text = std::fs::read_to_string(dir.join("meff.csv")).unwrap();
         let rows: Vec<&str> = text.lines().collect();

@@ -326,7 +326,11 @@ fn undefined_effective_masses_are_left_empty_and_said_once() {
     if gaps.is_empty() {
         eprintln!("no zero C(t) at this tolerance: C = {c:?}");
     } else {
-        assert_eq!(text.matches("left empty in meff.csv").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("left empty in pion.csv and meff.csv").count(),
+            1,
+            "{text}"
+        );
     }
     assert!(out.join("meff.png").is_file());
     let _ = std::fs::remove_dir_all(&dir);

@@ -1965,39 +1965,31 @@ fn propagator(a: &PropagatorArgs) -> Result<()> {
             n => format!(" ({n} of them by the run that wrote the checkpoint)"),
         }
     );
+    // The table shows m_eff below T/2, where the forward-propagating state dominates (pion.csv too);
+    // meff.csv and meff.png hold every t.
     for (t, v) in c.iter().enumerate() {
-        match m.get(t) {
-            Some(mt) if mt.is_finite() => println!("{t:2}  {v:.16e}  {mt:.6}"),
-            Some(_) => println!("{t:2}  {v:.16e}  undefined"),
+        match m.get(t).filter(|_| t < c.len() / 2) {
+            Some(Some(mt)) => println!("{t:2}  {v:.16e}  {mt:.6}"),
+            Some(None) => println!("{t:2}  {v:.16e}  undefined"),
             None => println!("{t:2}  {v:.16e}"),
         }
     }
-    // ln(C(t) / C(t + 1)) has no value where a C is zero: the solutions do not reach that far from
-    // the source, which only a loose tolerance allows. It is said, and left empty in the file.
-    let undefined: Vec<String> = (0..m.len())
-        .filter(|&t| !m[t].is_finite())
-        .map(|t| t.to_string())
-        .collect();
-    if !undefined.is_empty() {
-        eprintln!(
-            "notice: m_eff(t) is undefined at t = {} (C(t + 1) is zero: the solutions do not reach \
-             that far from the source; a smaller --tol makes them), left empty in pion.csv",
-            undefined.join(", ")
-        );
-    }
-    pion::write_csv(&out.file("pion.csv"), c, &m)?;
-    let meff = pion::effective_mass_ln(c);
-    let gaps: Vec<String> = (0..meff.len())
-        .filter(|&t| meff[t].is_none())
+    // ln(C(t) / C(t + 1)) has no value where a C is not positive: the solutions do not reach that far
+    // from the source, which only a loose tolerance allows. It is said once, and left empty in the files.
+    let gaps: Vec<String> = (0..m.len())
+        .filter(|&t| m[t].is_none())
         .map(|t| t.to_string())
         .collect();
     if !gaps.is_empty() {
         eprintln!(
             "notice: m_eff(t) = ln(C(t)/C(t + 1)) is undefined at t = {} (C(t) or C(t + 1) is not \
-             positive), left empty in meff.csv and left out of meff.png",
+             positive: the solutions do not reach that far from the source; a smaller --tol makes \
+             them), left empty in pion.csv and meff.csv and left out of meff.png",
             gaps.join(", ")
         );
     }
+    pion::write_csv(&out.file("pion.csv"), c, &m)?;
+    let meff = m;
     pion::write_meff_csv(&out.file("meff.csv"), &meff)?;
     let title = format!("pion {}, {}", dims_name(s.lat.dims), s.args.operator_name());
     pion::write_meff_png(&out.file("meff.png"), &title, c, &meff)?;
