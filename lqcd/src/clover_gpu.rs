@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tuned, BLOCK};
+use lattice_gpu_host::engine::tuner::{blocks, param, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{BiCgStab, DeviceOperator, SolveOptions, SolveReport};
@@ -298,21 +298,12 @@ impl<T: CloverReal> CloverGpu<T> {
         inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
         let out = self.wilson.parity_buffer()?;
         let gpu = self.wilson.gpu().clone();
-        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
         let mut launch = CloverLaunch {
             c: self,
             out: &out,
             inp: &inp,
         };
-        launch.time_ms(1)?;
-        let once = launch.time_ms(1)?;
-        let once = launch.rank_mean(once)?.max(1e-3);
-        let trials = Trials {
-            rounds: 2,
-            settle: 2,
-            timed: ((2.0 / once) as u64).clamp(5, 1000),
-        };
-        Ok(tune(&mut launch, cache, build, retune, true, trials)?)
+        crate::gpu::tune_calibrated(&mut launch, |l, t| l.rank_mean(t), &gpu, cache, retune)
     }
 
     /// Queues the hopping term of `inp` (the other parity) on the sites of `parity` followed by the clover
@@ -660,17 +651,15 @@ pub fn solve_clover_with<T: CloverReal>(
     let dx_o = c.wilson().parity_buffer()?;
     c.dirac_parity(&dx_e, 0, &x_e, &x_o)?;
     c.dirac_parity(&dx_o, 1, &x_o, &x_e)?;
-    let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
-    let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
-    let true_res = if be + bo > 0.0 {
-        ((re + ro) / (be + bo)).sqrt()
-    } else {
-        0.0
-    };
-    let mut x = SpinorField::zeros(b.dims);
-    let w = solver.operator().0.wilson();
-    w.download_parity(&x_e, 0, &mut x)?;
-    w.download_parity(&x_o, 1, &mut x)?;
+    let true_res = crate::gpu::relative_residual([
+        solver.diff_norms(&dx_e, &b_e)?,
+        solver.diff_norms(&dx_o, &b_o)?,
+    ]);
+    let x = solver
+        .operator()
+        .0
+        .wilson()
+        .download_full(b.dims, &x_e, &x_o)?;
     Ok((x, report, true_res))
 }
 

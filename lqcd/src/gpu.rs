@@ -689,23 +689,12 @@ impl<T: WilsonStorage> WilsonGpu<T> {
         inp.upload(&self.filled(0.5))?;
         let out = self.parity_buffer()?;
         let gpu = self.gpu.clone();
-        let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
         let mut launch = HoppingLaunch {
             w: self,
             out: &out,
             inp: &inp,
         };
-        // Calls enough for about 2 ms a candidate and pass: one call is 5 us at 8^4, 1 ms at 48^3x96.
-        // The ranks of a split lattice take their mean, so that they run the same number.
-        launch.time_ms(1)?;
-        let once = launch.time_ms(1)?;
-        let once = launch.w.rank_mean(once)?.max(1e-3);
-        let trials = Trials {
-            rounds: 2,
-            settle: 2,
-            timed: ((2.0 / once) as u64).clamp(5, 1000),
-        };
-        Ok(tune(&mut launch, cache, build, retune, true, trials)?)
+        tune_calibrated(&mut launch, |l, t| l.w.rank_mean(t), &gpu, cache, retune)
     }
 
     /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
@@ -1184,25 +1173,12 @@ pub fn solve_with<T: WilsonReal>(
     w.hopping(&src, 0, &b_o, Some(&b_e), kappa, None)?;
     let mut x_e = w.parity_buffer()?;
     let report = solver.solve(&src, &mut x_e, opt, on_check)?;
-    let w = &solver.operator().0;
-    let x_o = w.parity_buffer()?;
-    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, None)?;
-    // D x, parity by parity, for the true residual.
-    let dx_e = w.parity_buffer()?;
-    let dx_o = w.parity_buffer()?;
-    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, None)?;
-    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, None)?;
-    let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
-    let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
-    let true_res = if be + bo > 0.0 {
-        ((re + ro) / (be + bo)).sqrt()
-    } else {
-        0.0
-    };
-    let mut x = SpinorField::zeros(b.dims);
-    let w = &solver.operator().0;
-    w.download_parity(&x_e, 0, &mut x)?;
-    w.download_parity(&x_o, 1, &mut x)?;
+    let [x_o, dx_e, dx_o] = solver.operator().0.odd_sites_and_dirac(&x_e, &b_o)?;
+    let true_res = relative_residual([
+        solver.diff_norms(&dx_e, &b_e)?,
+        solver.diff_norms(&dx_o, &b_o)?,
+    ]);
+    let x = solver.operator().0.download_full(b.dims, &x_e, &x_o)?;
     Ok((x, report, true_res))
 }
 
@@ -1235,25 +1211,45 @@ pub fn solve_mixed_with<H: WilsonReal, S: WilsonReal>(
         opt.solve.tol = (opt.solve.tol * (b_norm2 / src_norm2).sqrt()).min(opt.solve.tol.max(0.5));
     }
     let report = solver.solve(&src, &mut x_e, &opt, on_check)?;
-    let w = &solver.operator().0;
-    let x_o = w.parity_buffer()?;
-    w.hopping(&x_o, 1, &x_e, Some(&b_o), kappa, None)?;
-    let dx_e = w.parity_buffer()?;
-    let dx_o = w.parity_buffer()?;
-    w.hopping(&dx_e, 0, &x_o, Some(&x_e), -kappa, None)?;
-    w.hopping(&dx_o, 1, &x_e, Some(&x_o), -kappa, None)?;
-    let (re, be) = solver.diff_norms(&dx_e, &b_e)?;
-    let (ro, bo) = solver.diff_norms(&dx_o, &b_o)?;
-    let true_res = if be + bo > 0.0 {
+    let [x_o, dx_e, dx_o] = solver.operator().0.odd_sites_and_dirac(&x_e, &b_o)?;
+    let true_res = relative_residual([
+        solver.diff_norms(&dx_e, &b_e)?,
+        solver.diff_norms(&dx_o, &b_o)?,
+    ]);
+    let x = solver.operator().0.download_full(b.dims, &x_e, &x_o)?;
+    Ok((x, report, true_res))
+}
+
+/// Tunes a hopping launch through the one tuner with calls enough for about 2 ms a candidate and pass
+/// (one call is 5 us at 8^4, 1 ms at 48^3x96). The ranks of a split lattice take the mean of the
+/// calibrating time (`rank_mean`, collective), so that they run the same number of calls.
+pub(crate) fn tune_calibrated<L: Tunable>(
+    launch: &mut L,
+    rank_mean: impl Fn(&L, f64) -> lattice_gpu_host::Result<f64>,
+    gpu: &Gpu,
+    cache: &mut TuneCache,
+    retune: bool,
+) -> Result<Option<Tuned>> {
+    let build = (gpu.name(), gpu.module_hash(lattice_gpu_kernels::MODULE)?);
+    launch.time_ms(1)?;
+    let once = launch.time_ms(1)?;
+    let once = rank_mean(launch, once)?.max(1e-3);
+    let trials = Trials {
+        rounds: 2,
+        settle: 2,
+        timed: ((2.0 / once) as u64).clamp(5, 1000),
+    };
+    Ok(tune(launch, cache, build, retune, true, trials)?)
+}
+
+/// `|b - D x| / |b|` from each parity's `(|D x - b|^2, |b|^2)`: 0 for `b = 0`.
+pub(crate) fn relative_residual(parities: [(f64, f64); 2]) -> f64 {
+    let [(re, be), (ro, bo)] = parities;
+    if be + bo > 0.0 {
         ((re + ro) / (be + bo)).sqrt()
     } else {
         0.0
-    };
-    let mut x = SpinorField::zeros(b.dims);
-    let w = &solver.operator().0;
-    w.download_parity(&x_e, 0, &mut x)?;
-    w.download_parity(&x_o, 1, &mut x)?;
-    Ok((x, report, true_res))
+    }
 }
 
 /// `gamma_5` on one parity in the tiled layout ([`pack_parity`]) on the CPU, with the GPU kernel's own
@@ -1392,8 +1388,41 @@ pub(crate) fn dslash_numbers<T: WilsonStorage, const R: usize, const SPLIT: bool
 }
 
 /// Hooks for operators built on this one's gauge field and ghost exchange (the clover operator,
-/// [`crate::clover_gpu`]).
+/// [`crate::clover_gpu`]), and the steps every even-odd solve ends with.
 impl<T: WilsonStorage> WilsonGpu<T> {
+    /// After an even-odd solve for `x_e`: `x_o = b_o + kappa H_oe x_e`, then `D x` parity by parity
+    /// (for the true residual), as `[x_o, (D x)_e, (D x)_o]`.
+    pub(crate) fn odd_sites_and_dirac(
+        &self,
+        x_e: &DeviceBuffer<T::Elem>,
+        b_o: &DeviceBuffer<T::Elem>,
+    ) -> Result<[DeviceBuffer<T::Elem>; 3]> {
+        let kappa = self.kappa;
+        let (x_o, dx_e, dx_o) = (
+            self.parity_buffer()?,
+            self.parity_buffer()?,
+            self.parity_buffer()?,
+        );
+        self.hopping(&x_o, 1, x_e, Some(b_o), kappa, None)?;
+        self.hopping(&dx_e, 0, &x_o, Some(x_e), -kappa, None)?;
+        self.hopping(&dx_o, 1, x_e, Some(&x_o), -kappa, None)?;
+        Ok([x_o, dx_e, dx_o])
+    }
+
+    /// The whole lattice's spinor from its two parities on the GPU (this rank's sites, on a split
+    /// lattice; the others zero).
+    pub fn download_full(
+        &self,
+        dims: [usize; 4],
+        even: &DeviceBuffer<T::Elem>,
+        odd: &DeviceBuffer<T::Elem>,
+    ) -> Result<SpinorField> {
+        let mut x = SpinorField::zeros(dims);
+        self.download_parity(even, 0, &mut x)?;
+        self.download_parity(odd, 1, &mut x)?;
+        Ok(x)
+    }
+
     /// The GPU.
     pub(crate) fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
