@@ -730,15 +730,9 @@ impl<T: WilsonStorage> WilsonGpu<T> {
 
     /// A stored parity whose every site (ghosts and staging too) holds `v` in each component.
     fn filled(&self, v: f64) -> Vec<T::Elem> {
-        let slots = T::encode_site(&[Complex::new(v, v); 12]);
-        let mut data = vec![T::Elem::default(); 2 * self.storage_len()];
-        for cb in 0..self.storage_len() / T::SLOTS {
-            let at = tile_index(cb, T::SLOTS);
-            for (k, slot) in slots.iter().take(T::SLOTS).enumerate() {
-                data[2 * (at + k * TILE)..][..2].copy_from_slice(slot);
-            }
-        }
-        data
+        // Every stored site takes the spinor of site 0 of a one-site field.
+        let sites = (0..self.storage_len() / T::SLOTS).map(|cb| (cb, 0));
+        pack_spinor::<T>(2 * self.storage_len(), sites, &[Complex64::new(v, v); 12])
     }
 
     /// The lattice this GPU holds (a rank's block on a split lattice).
