@@ -267,12 +267,18 @@ lqcd_part() {
         "$BIN/lqcd" solve --engine device --kappa 0.3
     expect "lqcd solve f32 in f64, reliable updates" ok "true residual" "$out/lqcd-mixed.log" \
         "$BIN/lqcd" solve --engine device --dims 8x8x8x16 --antiperiodic-t --sloppy f32
+    expect "lqcd solve half in f64, reliable updates" ok "true residual" "$out/lqcd-mixed-half.log" \
+        "$BIN/lqcd" solve --engine device --dims 8x8x8x16 --antiperiodic-t --sloppy half
+    expect "lqcd solve clover f32 in f64, CGNR" ok "true residual" "$out/lqcd-mixed-clover.log" \
+        "$BIN/lqcd" solve --engine device --dims 8x8x8x16 --antiperiodic-t --csw 1 --sloppy f32 --solver cgnr
     expect "lqcd sloppy f64 under f32: clear error" fail "sloppy" "$out/lqcd-badsloppy.log" \
         "$BIN/lqcd" solve --engine device --precision f32 --sloppy f64
     bench "lqcd bench" "$out/lqcd-bench.log" \
         "$BIN/lqcd" bench --solver 4,8,16,32x32x32x64,48x48x48x96 --csv "$out/lqcd-bench.csv"
     bench "lqcd bench-mixed" "$out/lqcd-bench-mixed.log" \
         "$BIN/lqcd" bench-mixed --cgnr --csv "$out/lqcd-bench-mixed.csv"
+    bench "lqcd bench-mixed clover" "$out/lqcd-bench-mixed-clover.log" \
+        "$BIN/lqcd" bench-mixed --csw 1 --cgnr --csv "$out/lqcd-bench-mixed-clover.csv"
     echo
     grep -E "^\| " "$out/lqcd-bench.log"
 }

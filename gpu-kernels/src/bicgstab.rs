@@ -14,6 +14,7 @@ use crate::complex::{Complex, ComplexReal};
 use crate::device::atomic::{self, Scope};
 use crate::device::thread::{self, sync_threads};
 use crate::device::warp;
+use crate::solver_store::{SolverStore, SolverValue};
 
 /// The solver is still iterating.
 pub const RUNNING: u32 = 0;
@@ -241,18 +242,19 @@ pub const HOST_FINISHES: u32 = u32::MAX;
 /// to [`Blas::sums`], which are summed over the ranks before [`Finish`] applies the stage.
 pub const TOTALS: u32 = u32::MAX - 1;
 
-/// Arguments of the vector kernels: `n` complex elements, up to six vectors, the state and the
-/// per-block partial sums (`4 * blocks` f64, sum `q` of block `b` at `q * blocks + b`).
+/// Arguments of the vector kernels: `n` values of a [`SolverStore`] (complex numbers, or 16-bit spinor
+/// sites), up to six vectors, the state and the per-block partial sums (`4 * blocks` f64, sum `q` of
+/// block `b` at `q * blocks + b`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Blas<T> {
-    /// Complex elements per vector.
+pub struct Blas<S: SolverStore> {
+    /// Values per vector.
     pub n: u32,
     /// A [`Stage`] as `u32`: the last block to finish sums the partials and applies it to the state;
     /// or [`HOST_FINISHES`].
     pub stage: u32,
     /// The operation's vectors (meaning per operation).
-    pub v: [*mut T; 6],
+    pub v: [*mut S::Elem; 6],
     /// The solver state.
     pub state: *mut BiCgState,
     /// Partial sums, `4 * blocks`.
@@ -263,10 +265,10 @@ pub struct Blas<T> {
     pub sums: *mut f64,
 }
 
-// SAFETY: every element is written by exactly one thread.
-unsafe impl<T> Send for Blas<T> {}
+// SAFETY: every value is written by exactly one thread.
+unsafe impl<S: SolverStore> Send for Blas<S> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for Blas<T> {}
+unsafe impl<S: SolverStore> Sync for Blas<S> {}
 
 /// The vector operations of one BiCGStab iteration; each returns its contribution to the sums.
 #[repr(u32)]
@@ -294,73 +296,71 @@ pub enum Op {
     CgOrth = 8,
 }
 
-impl<T: ComplexReal> Blas<T> {
-    /// Operation `op` on element `i`, returning its share of the sums. The scalars come from `st`.
+impl<S: SolverStore> Blas<S> {
+    /// Operation `op` on value `i`, returning its share of the sums. The scalars come from `st`.
     ///
     /// # Safety
-    /// The vectors the operation uses must hold `n` complex elements each, and `i < n`.
+    /// The vectors the operation uses must hold `n` values each, and `i < n`.
     #[inline(always)]
     pub unsafe fn element(&self, op: Op, st: &BiCgState, i: usize) -> Sums {
-        let ld = |k: usize| unsafe { T::load(self.v[k], i) };
-        let st_ = |k: usize, z: Complex<T>| unsafe { T::store(self.v[k], i, z) };
-        let c = Complex::<T>::from_f64;
+        let ld = |k: usize| unsafe { S::load_value(self.v[k], i) };
+        let st_ = |k: usize, z: S::Value| unsafe { S::store_value(self.v[k], i, z) };
+        let c = Complex::<<S::Value as SolverValue>::Real>::from_f64;
         match op {
             Op::Dot => Self::dot_terms(ld(0), ld(1)),
             Op::S => {
-                st_(0, ld(1) - c(st.alpha) * ld(2));
+                st_(0, ld(1) - ld(2).times(c(st.alpha)));
                 [0.0; 4]
             }
             Op::Xr => {
                 // Every load before the first store, which they might alias: one memory latency.
                 let (x, p, s, t, r0) = (ld(0), ld(1), ld(2), ld(3), ld(5));
                 let (alpha, omega) = (c(st.alpha), c(st.omega));
-                st_(0, x + alpha * p + omega * s);
-                let r = s - omega * t;
+                st_(0, x + p.times(alpha) + s.times(omega));
+                let r = s - t.times(omega);
                 st_(4, r);
-                let (r0, r) = (r0.to_f64(), r.to_f64());
-                let d = r0.conj_mul(r);
-                [d.re, d.im, r.norm_sqr(), 0.0]
+                let d = r0.conj_dot(r);
+                [d.re, d.im, r.norm2(), 0.0]
             }
             Op::P => {
                 let (beta, omega) = (c(st.beta), c(st.omega));
-                st_(0, ld(1) + beta * (ld(0) - omega * ld(2)));
+                st_(0, ld(1) + (ld(0) - ld(2).times(omega)).times(beta));
                 [0.0; 4]
             }
             Op::DiffNorm => {
-                let (a, b) = (ld(0).to_f64(), ld(1).to_f64());
-                [0.0, 0.0, (a - b).norm_sqr(), b.norm_sqr()]
+                let (a, b) = (ld(0), ld(1));
+                [0.0, 0.0, a.diff_norm2(b), b.norm2()]
             }
             Op::CgXr => {
                 let (x, p, r, t) = (ld(0), ld(1), ld(2), ld(3));
                 let alpha = c(st.alpha);
-                st_(0, x + alpha * p);
-                let r = r - alpha * t;
+                st_(0, x + p.times(alpha));
+                let r = r - t.times(alpha);
                 st_(2, r);
-                [0.0, 0.0, r.to_f64().norm_sqr(), 0.0]
+                [0.0, 0.0, r.norm2(), 0.0]
             }
             Op::CgP => {
-                st_(0, ld(1) + c(st.beta) * ld(0));
+                st_(0, ld(1) + ld(0).times(c(st.beta)));
                 [0.0; 4]
             }
             Op::CgOrth => {
-                st_(0, ld(0) - c(st.omega) * ld(1));
+                st_(0, ld(0) - ld(1).times(c(st.omega)));
                 [0.0; 4]
             }
             Op::Sub => {
                 let (b, ax) = (ld(1), ld(2));
                 let a = b - ax;
                 st_(0, a);
-                [0.0, 0.0, a.to_f64().norm_sqr(), b.to_f64().norm_sqr()]
+                [0.0, 0.0, a.norm2(), b.norm2()]
             }
         }
     }
 
-    /// The sums of [`Op::Dot`] for one element pair: `<a, b>`, `|a|^2`, `|b|^2`.
+    /// The sums of [`Op::Dot`] for one value pair: `<a, b>`, `|a|^2`, `|b|^2`.
     #[inline(always)]
-    pub fn dot_terms(a: Complex<T>, b: Complex<T>) -> Sums {
-        let (a, b) = (a.to_f64(), b.to_f64());
-        let d = a.conj_mul(b);
-        [d.re, d.im, a.norm_sqr(), b.norm_sqr()]
+    pub fn dot_terms(a: S::Value, b: S::Value) -> Sums {
+        let d = a.conj_dot(b);
+        [d.re, d.im, a.norm2(), b.norm2()]
     }
 
     /// The GPU body of a vector kernel: a grid-stride loop over the elements, then (for reducing
@@ -550,6 +550,30 @@ blas_entries!(
     bicg_cgorth_f32
 );
 blas_entries!(
+    crate::wilson::Half,
+    bicg_dot_half,
+    bicg_s_half,
+    bicg_xr_half,
+    bicg_p_half,
+    bicg_diffnorm_half,
+    bicg_cgxr_half,
+    bicg_cgp_half,
+    bicg_sub_half,
+    bicg_cgorth_half
+);
+blas_entries!(
+    crate::wilson::HalfF16,
+    bicg_dot_f16,
+    bicg_s_f16,
+    bicg_xr_f16,
+    bicg_p_f16,
+    bicg_diffnorm_f16,
+    bicg_cgxr_f16,
+    bicg_cgp_f16,
+    bicg_sub_f16,
+    bicg_cgorth_f16
+);
+blas_entries!(
     f64,
     bicg_dot_f64,
     bicg_s_f64,
@@ -574,44 +598,50 @@ pub enum MixedOp {
     AddToHi = 2,
 }
 
-/// Arguments of the precision-changing vector kernels of mixed-precision solves: `n` complex elements
-/// of a high-precision vector `hi` (`H`) and a low-precision one `lo` (`L`).
+/// Arguments of the precision-changing vector kernels of mixed-precision solves: `n` values of a
+/// low-precision vector `lo` ([`SolverStore`] `L`) and the same complex numbers of a high-precision one
+/// `hi` (f32 or f64, laid out as [`SolverStore::plain_index`] says).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Mixed<H, L> {
-    /// Complex elements per vector.
+pub struct Mixed<H, L: SolverStore> {
+    /// Values of `lo`.
     pub n: u32,
     /// The high-precision vector.
     pub hi: *mut H,
     /// The low-precision vector.
-    pub lo: *mut L,
+    pub lo: *mut L::Elem,
 }
 
-// SAFETY: every element is written by exactly one thread.
-unsafe impl<H, L> Send for Mixed<H, L> {}
+// SAFETY: every value is written by exactly one thread.
+unsafe impl<H, L: SolverStore> Send for Mixed<H, L> {}
 // SAFETY: as above.
-unsafe impl<H, L> Sync for Mixed<H, L> {}
+unsafe impl<H, L: SolverStore> Sync for Mixed<H, L> {}
 
-impl<H: ComplexReal, L: ComplexReal> Mixed<H, L> {
-    /// Operation `op` on element `i`.
+impl<H: ComplexReal, L: SolverStore> Mixed<H, L> {
+    /// Operation `op` on value `i` of `lo`.
     ///
     /// # Safety
-    /// Both vectors must hold `n` complex elements, and `i < n`.
+    /// Both vectors must hold `n` values, and `i < n`.
     #[inline(always)]
     pub unsafe fn element(&self, op: MixedOp, i: usize) {
+        let hi = |k: usize| unsafe { H::load(self.hi, L::plain_index(i, k)) }.to_f64();
+        let set_hi = |k: usize, z: Complex<f64>| unsafe {
+            H::store(self.hi, L::plain_index(i, k), Complex::from_f64(z))
+        };
+        let width = <L::Value as SolverValue>::WIDTH;
         match op {
-            MixedOp::ToLo => {
-                let z = unsafe { H::load(self.hi, i) }.to_f64();
-                unsafe { L::store(self.lo, i, Complex::from_f64(z)) };
-            }
+            MixedOp::ToLo => unsafe { L::store_value(self.lo, i, SolverValue::from_numbers(hi)) },
             MixedOp::ToHi => {
-                let z = unsafe { L::load(self.lo, i) }.to_f64();
-                unsafe { H::store(self.hi, i, Complex::from_f64(z)) };
+                let z = unsafe { L::load_value(self.lo, i) };
+                for k in 0..width {
+                    set_hi(k, z.number(k));
+                }
             }
             MixedOp::AddToHi => {
-                let z = unsafe { L::load(self.lo, i) }.to_f64();
-                let h = unsafe { H::load(self.hi, i) }.to_f64();
-                unsafe { H::store(self.hi, i, Complex::from_f64(h + z)) };
+                let z = unsafe { L::load_value(self.lo, i) };
+                for k in 0..width {
+                    set_hi(k, hi(k) + z.number(k));
+                }
             }
         }
     }
@@ -662,6 +692,20 @@ mixed_entries!(
     mixed_to_lo_f64_f64,
     mixed_to_hi_f64_f64,
     mixed_add_f64_f64
+);
+mixed_entries!(
+    f64,
+    crate::wilson::Half,
+    mixed_to_lo_f64_half,
+    mixed_to_hi_f64_half,
+    mixed_add_f64_half
+);
+mixed_entries!(
+    f64,
+    crate::wilson::HalfF16,
+    mixed_to_lo_f64_f16,
+    mixed_to_hi_f64_f16,
+    mixed_add_f64_f16
 );
 mixed_entries!(
     f32,
@@ -755,6 +799,86 @@ mod tests {
         // A stopped solve ignores further stages.
         s.finish(Stage::Beta, [1.0, 0.0, 1.0, 0.0]);
         assert_eq!(s.iterations, 0);
+    }
+
+    /// The vector kernels' body on 16-bit sites (two tiles of `x, p, s, t, r, r0`): `Op::Xr` against
+    /// the same update in f64 from the decoded inputs, within the rounding of the stored results (11
+    /// significant bits of each site's largest for binary16, 15 for fixed point), and its sums from the
+    /// rounded `r` as stored.
+    #[test]
+    fn the_xr_update_on_16_bit_sites_matches_f64_within_the_storage_rounding() {
+        use crate::solver_store::Site;
+        fn case<S: crate::wilson::WilsonStore<Value = Site<f32>>>(bits: i32) {
+            use crate::wilson::TILE;
+            const SITES: usize = 2 * TILE;
+            #[repr(C, align(16))]
+            struct Vec16<E>([[E; 2]; 13 * SITES]);
+            let mut vecs: [Vec16<S::Elem>; 6] =
+                core::array::from_fn(|_| Vec16([[S::Elem::default(); 2]; 13 * SITES]));
+            let value = |v: usize, u: usize, k: usize| {
+                let a = (v * 1000 + u * 12 + k) as f64;
+                Complex::new((a * 0.731).sin(), (a * 0.377).cos() * 0.5)
+            };
+            let mut want = [[Complex::<f64>::ZERO; 12]; SITES];
+            let mut ptrs = [core::ptr::null_mut(); 6];
+            for (v, (buf, p)) in vecs.iter_mut().zip(&mut ptrs).enumerate() {
+                *p = buf.0.as_mut_ptr() as *mut S::Elem;
+                for u in 0..SITES {
+                    let z = Site(core::array::from_fn(|k| {
+                        Complex::<f32>::from_f64(value(v, u, k))
+                    }));
+                    unsafe { S::store_value(*p, u, z) };
+                }
+            }
+            let st = BiCgState {
+                alpha: Complex::new(0.3, -0.2),
+                omega: Complex::new(-0.7, 0.1),
+                ..BiCgState::new(1e-10, 10)
+            };
+            for u in 0..SITES {
+                let ld = |v: usize| unsafe { S::load_value(ptrs[v], u) };
+                let (s, t) = (ld(2), ld(3));
+                for k in 0..12 {
+                    want[u][k] = s.0[k].to_f64() - st.omega * t.0[k].to_f64();
+                }
+            }
+            let b = Blas::<S> {
+                n: SITES as u32,
+                stage: HOST_FINISHES,
+                v: ptrs,
+                state: core::ptr::null_mut(),
+                partials: core::ptr::null_mut(),
+                done: core::ptr::null_mut(),
+                sums: core::ptr::null_mut(),
+            };
+            let mut rr = 0.0;
+            for u in 0..SITES {
+                rr += unsafe { b.element(Op::Xr, &st, u) }[2];
+                let got = unsafe { S::load_value(ptrs[4], u) };
+                let largest = want[u]
+                    .iter()
+                    .flat_map(|z| [z.re.abs(), z.im.abs()])
+                    .fold(0.0, f64::max);
+                for k in 0..12 {
+                    let err = (got.0[k].to_f64() - want[u][k]).abs();
+                    assert!(
+                        err <= largest * 2f64.powi(-bits) + 1e-6 * largest,
+                        "{}: site {u} component {k}: {err:e}",
+                        S::PRECISION
+                    );
+                }
+            }
+            // The sums come from r before it is stored: within the same rounding of the stored one.
+            let stored: f64 = (0..SITES)
+                .map(|u| unsafe { S::load_value(ptrs[4], u) }.norm2())
+                .sum();
+            assert!(
+                (rr - stored).abs() <= rr * 2f64.powi(2 - bits),
+                "{rr} {stored}"
+            );
+        }
+        case::<crate::wilson::HalfF16>(11);
+        case::<crate::wilson::Half>(15);
     }
 
     #[test]

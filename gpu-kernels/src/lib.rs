@@ -77,6 +77,7 @@ pub mod diffusion;
 pub mod lbm;
 pub mod poisson;
 pub mod selftest;
+pub mod solver_store;
 pub mod stencil;
 pub mod vector;
 pub mod wilson;

@@ -18,6 +18,7 @@ use lattice_gpu_host::engine::tuner::{blocks, param, Tunable, Tuned, BLOCK};
 use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{BiCgStab, DeviceOperator, SolveOptions, SolveReport};
+use lattice_gpu_host::solvers::reliable::{MixedBiCgStab, MixedOptions, MixedReport};
 use lattice_gpu_host::split::DeviceRanks;
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Gpu};
@@ -32,7 +33,8 @@ use crate::clover::{CloverBlock, CloverField};
 use crate::gauge::GaugeField;
 use crate::geometry::Lattice;
 use crate::gpu::{
-    dslash_numbers, parity_len, Block, Recon, WilsonGpu, WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
+    dslash_numbers, even_system_options, parity_len, Block, Recon, WilsonGpu, WilsonReal,
+    HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use crate::spinor::SpinorField;
 use crate::{Error, Result};
@@ -442,6 +444,21 @@ impl<T: CloverReal> CloverGpu<T> {
         )
     }
 
+    /// The odd sites `x_o` of the solution whose even ones are `x_e` ([`reconstruct`](Self::reconstruct)),
+    /// and `D x` on both parities for the true residual: `[x_o, (D x)_e, (D x)_o]`.
+    pub fn odd_sites_and_dirac(
+        &self,
+        x_e: &DeviceBuffer<T>,
+        b_o: &DeviceBuffer<T>,
+    ) -> Result<[DeviceBuffer<T>; 3]> {
+        let x_o = self.reconstruct(x_e, b_o)?;
+        let dx_e = self.wilson().parity_buffer()?;
+        let dx_o = self.wilson().parity_buffer()?;
+        self.dirac_parity(&dx_e, 0, x_e, &x_o)?;
+        self.dirac_parity(&dx_o, 1, &x_o, x_e)?;
+        Ok([x_o, dx_e, dx_o])
+    }
+
     /// Floating-point operations of one clover hopping term on one parity: QUDA's 1320 a site for the
     /// hopping term and 504 for the clover matrix (the `x + a h` update not counted, as for the Wilson
     /// term).
@@ -508,7 +525,7 @@ impl<T: CloverReal> Tunable for CloverLaunch<'_, T> {
         (
             format!("{}[m_hat]", T::CLOVER[split][r12 as usize]),
             format!("{}x{}x{}x{}{cut}", d[0], d[1], d[2], d[3]),
-            T::NAME.to_string(),
+            T::PRECISION.to_string(),
         )
     }
 
@@ -622,6 +639,20 @@ impl<T: CloverReal> DeviceOperator<T> for CloverEvenOdd<T> {
         Ok(go()?)
     }
 
+    /// `M_hat^dag = gamma_5 M_hat gamma_5`: `A` commutes with gamma_5 (it is block-diagonal in
+    /// chirality) and `H_eo^dag = gamma_5 H_oe gamma_5`, so `M_hat` is gamma_5-hermitian as the Wilson
+    /// one is.
+    fn apply_dagger(
+        &self,
+        out: &DeviceBuffer<T>,
+        inp: &DeviceBuffer<T>,
+        halt: Option<Span<'_, u32>>,
+    ) -> lattice_gpu_host::Result<()> {
+        self.0
+            .wilson
+            .gamma5_conjugated(out, inp, halt, |o, i| self.apply(o, i, halt))
+    }
+
     fn flops(&self) -> u64 {
         2 * self.0.clover_flops()
     }
@@ -644,13 +675,37 @@ pub fn solve_clover_with<T: CloverReal>(
     let src = c.source(&b_e, &b_o)?;
     let mut x_e = c.wilson().parity_buffer()?;
     let report = solver.solve(&src, &mut x_e, opt, on_check)?;
+    let [x_o, dx_e, dx_o] = solver.operator().0.odd_sites_and_dirac(&x_e, &b_o)?;
+    let true_res = crate::gpu::relative_residual([
+        solver.diff_norms(&dx_e, &b_e)?,
+        solver.diff_norms(&dx_o, &b_o)?,
+    ]);
+    let x = solver
+        .operator()
+        .0
+        .wilson()
+        .download_full(b.dims, &x_e, &x_o)?;
+    Ok((x, report, true_res))
+}
+
+/// [`solve_clover_with`] in mixed precision ([`MixedBiCgStab`]: BiCGStab or CGNR with reliable
+/// updates, sloppy iterations in `S`), as [`crate::gpu::solve_mixed_with`] solves the Wilson operator:
+/// the source, the odd sites and the true residual in the outer precision `H`.
+pub fn solve_clover_mixed_with<H: CloverReal, S: CloverReal>(
+    solver: &mut MixedBiCgStab<H, S, CloverEvenOdd<H>, CloverEvenOdd<S>>,
+    b: &SpinorField,
+    opt: &MixedOptions,
+    on_check: &mut dyn FnMut(usize, f64) -> lattice_gpu_host::Result<()>,
+) -> Result<(SpinorField, MixedReport, f64)> {
     let c = &solver.operator().0;
-    let x_o = c.reconstruct(&x_e, &b_o)?;
-    // D x, parity by parity, for the true residual.
-    let dx_e = c.wilson().parity_buffer()?;
-    let dx_o = c.wilson().parity_buffer()?;
-    c.dirac_parity(&dx_e, 0, &x_e, &x_o)?;
-    c.dirac_parity(&dx_o, 1, &x_o, &x_e)?;
+    let b_e = c.wilson().upload_parity(b, 0)?;
+    let b_o = c.wilson().upload_parity(b, 1)?;
+    let src = c.source(&b_e, &b_o)?;
+    let mut x_e = c.wilson().parity_buffer()?;
+    let opt = even_system_options(solver, opt, [&b_e, &b_o], &src)?;
+    let report = solver.solve(&src, &mut x_e, &opt, on_check)?;
+    let c = &solver.operator().0;
+    let [x_o, dx_e, dx_o] = c.odd_sites_and_dirac(&x_e, &b_o)?;
     let true_res = crate::gpu::relative_residual([
         solver.diff_norms(&dx_e, &b_e)?,
         solver.diff_norms(&dx_o, &b_o)?,

@@ -11,9 +11,9 @@ use lattice_gpu_host::engine::tuner::{blocks, param, tune, Trials, Tunable, Tune
 use lattice_gpu_host::engine::Cost;
 use lattice_gpu_host::kernel::run_on_host;
 use lattice_gpu_host::solvers::bicgstab::{
-    BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport,
+    BiCgStab, DeviceOperator, FusedVectors, SolveOptions, SolveReport, SolverPrecision,
 };
-use lattice_gpu_host::solvers::reliable::{MixedBiCgStab, MixedOptions, MixedReport};
+use lattice_gpu_host::solvers::reliable::{MixedBiCgStab, MixedOptions, MixedReport, Outer};
 use lattice_gpu_host::split::{DeviceRanks, Neighbour, SideLayers};
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
@@ -907,30 +907,9 @@ impl<T: WilsonStorage> EvenOdd<T> {
         })?;
         Ok(ms / reps as f64)
     }
-
-    /// Queues `out = gamma_5 inp` on one parity's `len()` elements (`out` may be `inp`); nothing when
-    /// `halt` is given and set.
-    fn gamma5(
-        &self,
-        out: &DeviceBuffer<T::Elem>,
-        inp: &DeviceBuffer<T::Elem>,
-        halt: Option<Span<'_, u32>>,
-    ) -> lattice_gpu_host::Result<()> {
-        let n = self.len();
-        let args = Gamma5::<T> {
-            n: n as u32,
-            out: out.ptr(),
-            inp: inp.ptr(),
-            halt: halt.map_or(std::ptr::null(), |h| h.ptr()),
-        };
-        let block = 256;
-        let blocks = Gpu::blocks_for(n, block).min(8 * self.0.gpu.sm_count());
-        // SAFETY: the entry takes one `Gamma5<T>`; both buffers hold a parity's `len()` elements.
-        unsafe { self.0.gpu.launch(T::GAMMA5, &args, blocks, block) }
-    }
 }
 
-impl<T: WilsonStorage> DeviceOperator<T::Elem> for EvenOdd<T> {
+impl<T: WilsonStorage> DeviceOperator<T> for EvenOdd<T> {
     fn len(&self) -> usize {
         parity_slots::<T>(&self.0.lat)
     }
@@ -963,17 +942,8 @@ impl<T: WilsonStorage> DeviceOperator<T::Elem> for EvenOdd<T> {
         inp: &DeviceBuffer<T::Elem>,
         halt: Option<Span<'_, u32>>,
     ) -> lattice_gpu_host::Result<()> {
-        let w = &self.0;
-        let g5 = match w.g5.get() {
-            Some(b) => b,
-            None => {
-                let b = DeviceBuffer::zeros(&w.gpu, 2 * w.storage_len())?;
-                w.g5.get_or_init(|| b)
-            }
-        };
-        self.gamma5(g5, inp, halt)?;
-        self.apply(out, g5, halt)?;
-        self.gamma5(out, out, halt)
+        self.0
+            .gamma5_conjugated(out, inp, halt, |o, i| self.apply(o, i, halt))
     }
 
     fn flops(&self) -> u64 {
@@ -1185,7 +1155,7 @@ pub fn solve_with<T: WilsonReal>(
 /// The tolerance is the full system's: with `x_o` rebuilt from `x_e`, `b - D x` is the even system's
 /// residual on the even sites and zero on the odd ones, so the even system is solved to
 /// `tol |b| / |b_e + kappa H_eo b_o|`, and `|b - D x| <= tol |b|` follows.
-pub fn solve_mixed_with<H: WilsonReal, S: WilsonReal>(
+pub fn solve_mixed_with<H: WilsonReal, S: WilsonStorage>(
     solver: &mut MixedBiCgStab<H, S, EvenOdd<H>, EvenOdd<S>>,
     b: &SpinorField,
     opt: &MixedOptions,
@@ -1198,12 +1168,7 @@ pub fn solve_mixed_with<H: WilsonReal, S: WilsonReal>(
     let src = w.parity_buffer()?;
     w.hopping(&src, 0, &b_o, Some(&b_e), kappa, None)?;
     let mut x_e = w.parity_buffer()?;
-    let b_norm2 = solver.norm2(&b_e)? + solver.norm2(&b_o)?;
-    let src_norm2 = solver.norm2(&src)?;
-    let mut opt = *opt;
-    if src_norm2 > 0.0 {
-        opt.solve.tol = (opt.solve.tol * (b_norm2 / src_norm2).sqrt()).min(opt.solve.tol.max(0.5));
-    }
+    let opt = even_system_options(solver, opt, [&b_e, &b_o], &src)?;
     let report = solver.solve(&src, &mut x_e, &opt, on_check)?;
     let [x_o, dx_e, dx_o] = solver.operator().0.odd_sites_and_dirac(&x_e, &b_o)?;
     let true_res = relative_residual([
@@ -1212,6 +1177,31 @@ pub fn solve_mixed_with<H: WilsonReal, S: WilsonReal>(
     ]);
     let x = solver.operator().0.download_full(b.dims, &x_e, &x_o)?;
     Ok((x, report, true_res))
+}
+
+/// `opt` with the tolerance of the even-site system whose source is `src`, for a full system whose
+/// source has the parities `b`: with `x_o` rebuilt from `x_e`, `b - D x` is the even system's residual
+/// on the even sites and zero on the odd ones (Wilson and clover alike), so reaching
+/// `tol |b| / |src|` there gives `|b - D x| <= tol |b|`.
+pub(crate) fn even_system_options<H, S, OH, OS>(
+    solver: &mut MixedBiCgStab<H, S, OH, OS>,
+    opt: &MixedOptions,
+    b: [&DeviceBuffer<H>; 2],
+    src: &DeviceBuffer<H>,
+) -> Result<MixedOptions>
+where
+    H: Outer,
+    S: SolverPrecision,
+    OH: DeviceOperator<H>,
+    OS: DeviceOperator<S>,
+{
+    let b_norm2 = solver.norm2(b[0])? + solver.norm2(b[1])?;
+    let src_norm2 = solver.norm2(src)?;
+    let mut opt = *opt;
+    if src_norm2 > 0.0 {
+        opt.solve.tol = (opt.solve.tol * (b_norm2 / src_norm2).sqrt()).min(opt.solve.tol.max(0.5));
+    }
+    Ok(opt)
 }
 
 /// Tunes a hopping launch through the one tuner with calls enough for about 2 ms a candidate and pass
@@ -1435,6 +1425,52 @@ impl<T: WilsonStorage> WilsonGpu<T> {
     /// The operator's temporary parity (ghosts included).
     pub(crate) fn tmp_buffer(&self) -> &DeviceBuffer<T::Elem> {
         &self.tmp
+    }
+
+    /// Queues `out = gamma_5 A gamma_5 inp` for the even-odd operator `A` that `apply(out, inp)`
+    /// queues: its adjoint, where `A` is gamma_5-hermitian (the Wilson and the clover `M_hat`). The
+    /// scratch parity is made at the first call. Nothing runs when `halt` is given and set.
+    pub(crate) fn gamma5_conjugated(
+        &self,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
+        halt: Option<Span<'_, u32>>,
+        apply: impl FnOnce(
+            &DeviceBuffer<T::Elem>,
+            &DeviceBuffer<T::Elem>,
+        ) -> lattice_gpu_host::Result<()>,
+    ) -> lattice_gpu_host::Result<()> {
+        let g5 = match self.g5.get() {
+            Some(b) => b,
+            None => {
+                let b = DeviceBuffer::zeros(&self.gpu, 2 * self.storage_len())?;
+                self.g5.get_or_init(|| b)
+            }
+        };
+        self.gamma5(g5, inp, halt)?;
+        apply(out, g5)?;
+        self.gamma5(out, out, halt)
+    }
+
+    /// Queues `out = gamma_5 inp` on one parity (`out` may be `inp`); nothing when `halt` is given and
+    /// set.
+    fn gamma5(
+        &self,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
+        halt: Option<Span<'_, u32>>,
+    ) -> lattice_gpu_host::Result<()> {
+        let n = parity_slots::<T>(&self.lat);
+        let args = Gamma5::<T> {
+            n: n as u32,
+            out: out.ptr(),
+            inp: inp.ptr(),
+            halt: halt.map_or(std::ptr::null(), |h| h.ptr()),
+        };
+        let block = 256;
+        let blocks = Gpu::blocks_for(n, block).min(8 * self.gpu.sm_count());
+        // SAFETY: the entry takes one `Gamma5<T>`; both buffers hold a parity's `n` slots.
+        unsafe { self.gpu.launch(T::GAMMA5, &args, blocks, block) }
     }
 
     /// On a split lattice, the block's sites in edge order ([`Dslash::sites`]).

@@ -23,6 +23,7 @@ use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveStatus,
 };
+use lattice_gpu_host::solvers::reliable::{Method, MixedBiCgStab, MixedOptions};
 use lattice_gpu_host::split::{DeviceRanks, HostStaged};
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::SpanError;
@@ -33,7 +34,8 @@ use lattice_gpu_lqcd::clover::{
 };
 use lattice_gpu_lqcd::clover_gpu::{
     apply_clover_on_host, clover_hopping_on_block, clover_hopping_on_host, pack_clover,
-    pack_clover_block, solve_clover_with, CloverEvenOdd, CloverGpu, CloverPart, CloverReal,
+    pack_clover_block, solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu,
+    CloverPart, CloverReal,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
@@ -686,6 +688,82 @@ fn gpu_solve_case<T: CloverReal>(gpu: &Arc<Gpu>, tol: f64, agree: f64) {
             std::io::stderr(),
             "clover solve {} {variant}: {} iterations, true residual {res:e}",
             T::NAME,
+            report.iterations
+        );
+    }
+}
+
+/// Mixed f32/f64 BiCGStab and CGNR on the clover operator, and CGNR in f64 (the adjoint through
+/// gamma_5, [`DeviceOperator::apply_dagger`]), with reliable updates: the true residual recomputed on
+/// the CPU in f64 at most 1e-10, and the iterations at most 20% above the same method all in f64.
+#[test]
+fn gpu_mixed_clover_solves_reach_1e_10() {
+    let Some(gpu) = gpu("gpu_mixed_clover_solves_reach_1e_10") else {
+        return;
+    };
+    let (dims, antiperiodic) = CASES[0];
+    let c = case(dims, antiperiodic, CSW, 47);
+    let op = || CloverGpu::<f64>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
+    let lo = || CloverGpu::<f32>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
+    let options = |method| {
+        let mut o = MixedOptions::new(SolveOptions {
+            tol: 1e-10,
+            max_iter: 5000,
+            variant: OverheadHiding::Async,
+            check_every: 4,
+            fused: Fusion::Off,
+        });
+        o.method = method;
+        o
+    };
+    let mut plain = BiCgStab::new(&gpu, CloverEvenOdd(op())).unwrap();
+    let (_, r, _) = solve_clover_with(
+        &mut plain,
+        &c.psi,
+        &options(Method::BiCgStab).solve,
+        &mut |_, _| Ok(()),
+    )
+    .unwrap();
+    let mut all64 = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(op())).unwrap();
+    let mut mixed = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(lo())).unwrap();
+    let mut cgnr64 = 0;
+    for (method, name) in [
+        (Method::Cgnr, "f64 CGNR"),
+        (Method::BiCgStab, "f32/f64 BiCGStab"),
+        (Method::Cgnr, "f32/f64 CGNR"),
+    ] {
+        let run = if name.starts_with("f64") {
+            solve_clover_mixed_with(&mut all64, &c.psi, &options(method), &mut |_, _| Ok(()))
+        } else {
+            solve_clover_mixed_with(&mut mixed, &c.psi, &options(method), &mut |_, _| Ok(()))
+        };
+        let (x, report, gpu_res) = run.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let res = clover_true_residual(&c.lat, &c.u, &c.clover, &c.psi, &x);
+        let _ = writeln!(
+            std::io::stderr(),
+            "clover {name}: {} iterations, {} reliable updates, true residual {res:e} (GPU \
+             {gpu_res:e}); f64 BiCGStab {} iterations",
+            report.iterations,
+            report.updates,
+            r.iterations
+        );
+        assert_eq!(report.status, SolveStatus::Converged, "{name}");
+        assert!(res <= 1e-10, "{name}: true residual {res:e}");
+        assert!(
+            (gpu_res - res).abs() <= 0.05 * res + 1e-13,
+            "{name}: GPU {gpu_res:e}, CPU {res:e}"
+        );
+        let baseline = match name {
+            "f64 CGNR" => {
+                cgnr64 = report.iterations;
+                continue;
+            }
+            "f32/f64 BiCGStab" => r.iterations,
+            _ => cgnr64,
+        };
+        assert!(
+            report.iterations as f64 <= 1.2 * baseline as f64,
+            "{name}: {} iterations, all-f64 {baseline}",
             report.iterations
         );
     }

@@ -125,10 +125,9 @@ fn bad_csw_and_unsupported_combinations_are_refused_with_their_fix() {
     let (code, text) = cpu_solve(&["--csw", "one"]);
     assert_eq!(code, Some(2), "{text}");
     for (extra, says) in [
-        (&["--solver", "cgnr"][..], "--solver cgnr with --csw 1"),
         (
-            &["--sloppy", "f32"],
-            "mixed precision (--sloppy coarser than --precision) with --csw 1",
+            &["--sloppy", "half"][..],
+            "a 16-bit --sloppy (use --sloppy f32) with --csw 1",
         ),
         (&["--fused", "on"], "--fused on"),
         (&["--gpus", "2"], "--csw 1 with --gpus/--mpi"),
@@ -405,8 +404,8 @@ fn a_checkpoint_of_another_csw_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// On a GPU: clover solves in f32 and f64, 12- and 18-number links, and in f64 under every
-/// `--variant`, each naming the operator and reaching a small true residual of the clover system; in
+/// On a GPU: clover solves in f32 and f64, 12- and 18-number links, mixed f32/f64 BiCGStab and CGNR,
+/// and in f64 under every `--variant`, each naming the operator and reaching a small true residual of the clover system; in
 /// f64 the solution's norm is the CPU engine's.
 #[test]
 fn clover_solves_on_the_gpu_in_f32_and_f64() {
@@ -452,6 +451,29 @@ fn clover_solves_on_the_gpu_in_f32_and_f64() {
                 );
             }
         }
+    }
+    // Mixed f32/f64 BiCGStab and CGNR (f64 and f32/f64) with reliable updates: the CPU's solution.
+    for extra in [
+        &["--sloppy", "f32"][..],
+        &["--solver", "cgnr"],
+        &["--sloppy", "f32", "--solver", "cgnr"],
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--engine", "device", "--tol", "1e-10"]);
+        args.extend_from_slice(extra);
+        let (code, text) = lqcd(&args);
+        assert_eq!(code, Some(0), "{extra:?}: {text}");
+        assert!(
+            text.contains("operator: Wilson-clover") && text.contains("reliable updates in f64"),
+            "{extra:?}: {text}"
+        );
+        let res = common::number_after(&text, "|b - D x|/|b| = ");
+        assert!(res <= 1e-9, "{extra:?}: true residual {res:e}\n{text}");
+        let x_norm = common::number_after(&text, "|x| = ");
+        assert!(
+            (x_norm - cpu_norm).abs() <= 1e-8 * cpu_norm,
+            "{extra:?}: |x| = {x_norm}, the CPU's {cpu_norm}"
+        );
     }
     // The propagator on the GPU: its effective mass is that of its own C(t).
     let dir = common::temp_dir("lqcd-clover-gpu-propagator");

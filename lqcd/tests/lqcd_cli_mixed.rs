@@ -60,7 +60,16 @@ fn bad_mixed_options_are_refused_with_their_fix() {
             "--delta 1.5 must lie between 0 and 1",
         ),
         (&["--delta", "nan"], 1, "must lie between 0 and 1"),
-        (&["--sloppy", "f16"], 2, "possible values: f32, f64"),
+        (
+            &["--sloppy", "bf16"],
+            2,
+            "possible values: f64, f32, half, f16",
+        ),
+        (
+            &["--precision", "f32", "--sloppy", "half"],
+            1,
+            "runs under the outer --precision f64 only",
+        ),
         (&["--solver", "gmres"], 2, "use bicgstab or cgnr"),
         (
             &["--gpus", "2", "--sloppy", "f32"],
@@ -92,7 +101,7 @@ fn the_cpu_engine_says_it_solves_in_f64_bicgstab() {
     );
 }
 
-/// On a GPU: mixed f32/f64 BiCGStab and CGNR, and CGNR in f64, to 1e-10, each naming its method,
+/// On a GPU: mixed f32/f64, half/f64 and f16/f64 BiCGStab and CGNR, and CGNR in f64, to 1e-10, each naming its method,
 /// precisions and reliable updates, with a true residual of at most 1e-10 (on the full system; the
 /// even-odd one converged to 1e-10, so allow the reconstruction's factor of a few).
 #[test]
@@ -113,6 +122,14 @@ fn mixed_solves_on_the_gpu_report_precisions_and_reliable_updates() {
         (
             &["--solver", "cgnr"],
             "solver: CGNR, outer precision f64, sloppy f64",
+        ),
+        (
+            &["--sloppy", "half"],
+            "solver: BiCGStab, outer precision f64, sloppy half",
+        ),
+        (
+            &["--sloppy", "f16", "--solver", "cgnr"],
+            "solver: CGNR, outer precision f64, sloppy f16",
         ),
         (&["--sloppy", "f32", "--variant", "sync"], "sloppy f32"),
         (&["--sloppy", "f32", "--variant", "graph"], "sloppy f32"),
@@ -144,8 +161,10 @@ fn mixed_solves_on_the_gpu_report_precisions_and_reliable_updates() {
             "{extra:?}: {text}"
         );
         // "... N bicgstab iterations in f32 with U reliable updates in f64; ..."
-        let updates =
-            common::number_after(&text.replace("in f64 with", "in f32 with"), "in f32 with ");
+        let text_ = ["f64", "half", "f16"].iter().fold(text.clone(), |t, p| {
+            t.replace(&format!("in {p} with"), "in f32 with")
+        });
+        let updates = common::number_after(&text_, "in f32 with ");
         assert!(
             updates >= 1.0,
             "{extra:?}: {updates} reliable updates\n{text}"

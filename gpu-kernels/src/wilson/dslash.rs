@@ -324,31 +324,15 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     #[inline(always)]
     unsafe fn store_fixed(&self, cb: usize, acc: &[Complex<T::Real>; 12]) {
         let at = tile_index(cb, T::SLOTS);
-        let zero = T::Real::ZERO;
         // Short loops, the branch outside them: LLVM unrolls these fully and keeps `v` in registers.
         let mut v = acc.map(|h| h.scale(self.a));
         if !self.x.is_null() {
-            let x_norm = unsafe { T::norm(self.x, at + 12 * TILE) };
+            let x = unsafe { super::load_site::<T>(self.x, at, TILE) };
             for k in 0..12 {
-                v[k] += unsafe { T::load(self.x, at + k * TILE) }.scale(x_norm);
+                v[k] += x[k];
             }
         }
-        let (mut m, mut bad) = (zero, zero);
-        for z in &v {
-            m = m.max(z.re.abs()).max(z.im.abs());
-            bad += z.re * zero + z.im * zero;
-        }
-        let one = T::Real::from_f64(T::UNIT as f64);
-        let scale = if m > zero { one / m } else { zero };
-        // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
-        macro_rules! store {
-            ($($k:literal)*) => {
-                $(unsafe { T::store(self.out, at + $k * TILE, v[$k].scale(scale)) };)*
-            };
-        }
-        store!(0 1 2 3 4 5 6 7 8 9 10 11);
-        // A NaN or infinity in `v` makes the norm NaN (`site_norm`).
-        unsafe { T::store_norm(self.out, at + 12 * TILE, m / one + bad) };
+        unsafe { super::store_site::<T>(self.out, at, TILE, &v) };
     }
 
     /// Threads a launch needs: one per site of the output parity, or on a split lattice one per site

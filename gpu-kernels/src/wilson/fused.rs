@@ -287,8 +287,9 @@ impl<T: PlainStore, const R: usize> FusedIteration<T, R> {
                         let v = unsafe { d.store(at, h, || d.addend(at)) };
                         if let Some(b) = &dot {
                             // SAFETY: as above.
-                            let s =
-                                Blas::dot_terms(v, unsafe { <T as ComplexReal>::load(b.v[1], at) });
+                            let s = Blas::<T>::dot_terms(v, unsafe {
+                                <T as ComplexReal>::load(b.v[1], at)
+                            });
                             for q in 0..4 {
                                 acc[q] += s[q];
                             }
@@ -376,7 +377,8 @@ impl<T: PlainStore, const R: usize> FusedIteration<T, R> {
                     };
                     if let Some(b) = &dot {
                         // SAFETY: `e` is inside the vectors.
-                        let s = Blas::dot_terms(v, unsafe { <T as ComplexReal>::load(b.v[1], e) });
+                        let s =
+                            Blas::<T>::dot_terms(v, unsafe { <T as ComplexReal>::load(b.v[1], e) });
                         for q in 0..4 {
                             acc[q] += s[q];
                         }

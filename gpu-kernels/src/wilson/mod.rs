@@ -38,7 +38,7 @@ pub use dslash::{
 };
 pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT};
-pub use store::{Half, HalfF16, WilsonStore, FIXED_ONE};
+pub use store::{load_site, store_site, Half, HalfF16, WilsonStore, FIXED_ONE};
 
 /// A storage with the Wilson kernels' entries in the framework's module: a supertrait of a precision
 /// bound, so that generic code over precisions names no kernel type.
@@ -115,8 +115,16 @@ impl<T: WilsonStore> Gamma5<T> {
 }
 
 /// A plain precision: f32 or f64, stored as it computes.
-pub trait PlainStore: crate::complex::ComplexReal + WilsonStore<Elem = Self, Real = Self> {}
-impl<T: crate::complex::ComplexReal + WilsonStore<Elem = T, Real = T>> PlainStore for T {}
+pub trait PlainStore:
+    crate::complex::ComplexReal
+    + WilsonStore<Elem = Self, Real = Self, Value = crate::complex::Complex<Self>>
+{
+}
+impl<T> PlainStore for T where
+    T: crate::complex::ComplexReal
+        + WilsonStore<Elem = T, Real = T, Value = crate::complex::Complex<T>>
+{
+}
 
 /// A plain precision with the fused BiCGStab iteration, whose vector updates and reductions compute
 /// in the stored numbers.

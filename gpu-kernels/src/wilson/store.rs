@@ -13,18 +13,19 @@
 //! either way, but 15 bits instead of 11 for the values near the site's largest, which carry its norm.
 
 use crate::complex::{Complex, ComplexReal};
+use crate::device::math::Real;
+use crate::solver_store::SolverStore;
 
 /// The largest stored magnitude of half precision: 1 (a link entry, or a site's largest real).
 pub const FIXED_ONE: f32 = 32767.0;
 
 /// A storage of the Wilson fields and the precision its arithmetic runs in.
-pub trait WilsonStore: Copy + Default + Send + Sync + 'static {
-    /// The number a buffer holds: `f32`, `f64` or `i16`.
-    type Elem: Copy + Default + Send + Sync + 'static;
+///
+/// Its [`SolverStore`] says what a buffer holds (`Elem`: `f32`, `f64`, `i16` or `u16`) and names
+/// kernels, tables and tune-cache keys (`PRECISION`: `"f32"`, `"f64"`, `"half"` or `"f16"`).
+pub trait WilsonStore: SolverStore {
     /// The arithmetic precision.
     type Real: ComplexReal;
-    /// `"f32"`, `"f64"` or `"half"`: names kernels, tables and tune-cache keys.
-    const PRECISION: &'static str;
     /// Whether values are 16-bit: spinors scaled by a norm per site ([`norm`](Self::norm)), links and
     /// spinors times [`UNIT`](Self::UNIT).
     const FIXED: bool;
@@ -75,24 +76,87 @@ pub trait WilsonStore: Copy + Default + Send + Sync + 'static {
         let _ = (p, i, n);
     }
 
-    /// A spinor site's 12 components as the slots it stores (the first [`SLOTS`](Self::SLOTS)).
-    fn encode_site(v: &[Complex<f64>; 12]) -> [[Self::Elem; 2]; 13];
-    /// The 12 components a spinor site's slots hold.
-    fn decode_site(s: &[[Self::Elem; 2]; 13]) -> [Complex<f64>; 12];
+    /// A spinor site's 12 components as the slots it stores (the first [`SLOTS`](Self::SLOTS)): for
+    /// 16-bit storage, as [`store_site`] writes them on the GPU.
+    fn encode_site(v: &[Complex<f64>; 12]) -> [[Self::Elem; 2]; 13] {
+        let mut s = SiteSlots([[Self::Elem::default(); 2]; 13]);
+        let v = v.map(Complex::from_f64);
+        // SAFETY: 13 slots, contiguous (stride 1) and aligned as a slot and an f32.
+        unsafe { store_site::<Self>(s.0.as_mut_ptr() as *mut Self::Elem, 0, 1, &v) };
+        s.0
+    }
+    /// The 12 components a spinor site's slots hold: for 16-bit storage, each value times the norm in
+    /// f64 (exact).
+    fn decode_site(s: &[[Self::Elem; 2]; 13]) -> [Complex<f64>; 12] {
+        let s = SiteSlots(*s);
+        let p = s.0.as_ptr() as *const Self::Elem;
+        // SAFETY: as in `encode_site`.
+        let n = unsafe { Self::norm(p, 12) }.to_f64();
+        core::array::from_fn(|k| unsafe { Self::load(p, k) }.to_f64().scale(n))
+    }
     /// A link entry as stored.
     fn encode_link(u: Complex<f64>) -> [Self::Elem; 2];
 }
 
+/// A site's slots on the host, aligned for the 32-bit slot and norm accesses of [`store_site`].
+#[repr(C, align(16))]
+struct SiteSlots<E>([[E; 2]; 13]);
+
+/// Stores a 16-bit spinor site: its 12 values `v` at slots `at + k stride`, scaled so that its largest
+/// real is [`UNIT`](WilsonStore::UNIT), and the factor back at slot `at + 12 stride`. A NaN or infinity
+/// in `v` makes that norm NaN (the sum of each real times zero), so that it is not lost in the rounding. The one writer of
+/// a 16-bit site: the hopping kernels, the solvers' vector kernels and the host's encoding.
+///
+/// # Safety
+/// `p` must hold the 13 slots, each aligned to one slot, and nothing else may access them concurrently.
+#[inline(always)]
+pub unsafe fn store_site<T: WilsonStore>(
+    p: *mut T::Elem,
+    at: usize,
+    stride: usize,
+    v: &[Complex<T::Real>; 12],
+) {
+    let zero = T::Real::ZERO;
+    let (mut m, mut bad) = (zero, zero);
+    for z in v {
+        m = m.max(z.re.abs()).max(z.im.abs());
+        bad += z.re * zero + z.im * zero;
+    }
+    let one = T::Real::from_f64(T::UNIT as f64);
+    let scale = if m > zero { one / m } else { zero };
+    // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
+    macro_rules! store {
+        ($($k:literal)*) => {
+            $(unsafe { T::store(p, at + $k * stride, v[$k].scale(scale)) };)*
+        };
+    }
+    store!(0 1 2 3 4 5 6 7 8 9 10 11);
+    unsafe { T::store_norm(p, at + 12 * stride, m / one + bad) };
+}
+
+/// A 16-bit spinor site's 12 values, each stored number times the site's norm (slots `at + k stride`,
+/// the norm at `at + 12 stride`), in the arithmetic precision.
+///
+/// # Safety
+/// `p` must hold the 13 slots, each aligned to one slot.
+#[inline(always)]
+pub unsafe fn load_site<T: WilsonStore>(
+    p: *const T::Elem,
+    at: usize,
+    stride: usize,
+) -> [Complex<T::Real>; 12] {
+    let n = unsafe { T::norm(p, at + 12 * stride) };
+    core::array::from_fn(|k| unsafe { T::load(p, at + k * stride) }.scale(n))
+}
+
 macro_rules! plain_store {
-    ($t:ty, $pair:ident, $align:literal, $name:literal, $fma:literal) => {
+    ($t:ty, $pair:ident, $align:literal, $fma:literal) => {
         #[repr(C, align($align))]
         #[derive(Clone, Copy)]
         struct $pair($t, $t);
 
         impl WilsonStore for $t {
-            type Elem = $t;
             type Real = $t;
-            const PRECISION: &'static str = $name;
             const FIXED: bool = false;
             const SLOTS: usize = 12;
             const POISON: $t = <$t>::NAN;
@@ -132,8 +196,8 @@ macro_rules! plain_store {
         }
     };
 }
-plain_store!(f32, SlotF32, 8, "f32", false);
-plain_store!(f64, SlotF64, 16, "f64", true);
+plain_store!(f32, SlotF32, 8, false);
+plain_store!(f64, SlotF64, 16, true);
 
 /// QUDA's half precision: 16-bit fixed point with a norm per spinor site, f32 arithmetic (see the
 /// module documentation). Buffers hold `i16`.
@@ -146,7 +210,7 @@ pub struct Half;
 struct SlotI16(i16, i16);
 
 /// `v` rounded to the nearest integer, ties away from zero, the same on the host and the GPU; 0 for a
-/// value out of range or NaN (its site's norm is NaN then: [`site_norm`]). One compare where a
+/// value out of range or NaN (its site's norm is NaN then: [`store_site`]). One compare where a
 /// saturating `as` costs a clamp and a NaN test.
 #[inline(always)]
 fn round_fixed(v: f32) -> i16 {
@@ -157,18 +221,8 @@ fn round_fixed(v: f32) -> i16 {
     unsafe { (v + half).to_int_unchecked::<i16>() }
 }
 
-/// The norm a fixed-point site stores, from the largest magnitude `m` of its reals and `bad`, the sum
-/// of each real times zero: NaN if any real is not finite, so that a NaN or infinity is not lost
-/// in the rounding to integers.
-#[inline(always)]
-pub fn site_norm(m: f32, bad: f32) -> f32 {
-    m / FIXED_ONE + bad
-}
-
 impl WilsonStore for Half {
-    type Elem = i16;
     type Real = f32;
-    const PRECISION: &'static str = "half";
     const FIXED: bool = true;
     const SLOTS: usize = 13;
     const UNIT: f32 = FIXED_ONE;
@@ -205,28 +259,6 @@ impl WilsonStore for Half {
         unsafe { *(p as *mut f32).add(i) = n }
     }
 
-    fn encode_site(v: &[Complex<f64>; 12]) -> [[i16; 2]; 13] {
-        let (m, bad) = v.iter().fold((0.0f32, 0.0f32), |(m, bad), z| {
-            let (re, im) = (z.re as f32, z.im as f32);
-            (m.max(re.abs()).max(im.abs()), bad + re * 0.0 + im * 0.0)
-        });
-        let scale = if m > 0.0 { FIXED_ONE / m } else { 0.0 };
-        let mut s = [[0; 2]; 13];
-        for (s, z) in s.iter_mut().zip(v) {
-            *s = [
-                round_fixed(z.re as f32 * scale),
-                round_fixed(z.im as f32 * scale),
-            ];
-        }
-        let bits = site_norm(m, bad).to_bits();
-        s[12] = [bits as u16 as i16, (bits >> 16) as u16 as i16];
-        s
-    }
-    fn decode_site(s: &[[i16; 2]; 13]) -> [Complex<f64>; 12] {
-        let bits = s[12][0] as u16 as u32 | (s[12][1] as u16 as u32) << 16;
-        let n = f32::from_bits(bits) as f64;
-        core::array::from_fn(|k| Complex::new(s[k][0] as f64 * n, s[k][1] as f64 * n))
-    }
     fn encode_link(u: Complex<f64>) -> [i16; 2] {
         let f = |v: f64| round_fixed((v as f32 * FIXED_ONE).clamp(-FIXED_ONE, FIXED_ONE));
         [f(u.re), f(u.im)]
@@ -262,9 +294,7 @@ fn from_f16(h: u16) -> f32 {
 }
 
 impl WilsonStore for HalfF16 {
-    type Elem = u16;
     type Real = f32;
-    const PRECISION: &'static str = "f16";
     const FIXED: bool = true;
     const SLOTS: usize = 13;
     /// A binary16 NaN: the norm slot reads `0x7e007e00`, a NaN too.
@@ -300,25 +330,6 @@ impl WilsonStore for HalfF16 {
         unsafe { *(p as *mut f32).add(i) = n }
     }
 
-    fn encode_site(v: &[Complex<f64>; 12]) -> [[u16; 2]; 13] {
-        let m = v.iter().fold(0.0f32, |m, z| {
-            m.max((z.re as f32).abs()).max((z.im as f32).abs())
-        });
-        let scale = if m > 0.0 { 1.0 / m } else { 0.0 };
-        let mut s = [[0; 2]; 13];
-        for (s, z) in s.iter_mut().zip(v) {
-            *s = [to_f16(z.re as f32 * scale), to_f16(z.im as f32 * scale)];
-        }
-        let bits = m.to_bits();
-        s[12] = [bits as u16, (bits >> 16) as u16];
-        s
-    }
-    fn decode_site(s: &[[u16; 2]; 13]) -> [Complex<f64>; 12] {
-        let n = f32::from_bits(s[12][0] as u32 | (s[12][1] as u32) << 16) as f64;
-        core::array::from_fn(|k| {
-            Complex::new(from_f16(s[k][0]) as f64 * n, from_f16(s[k][1]) as f64 * n)
-        })
-    }
     fn encode_link(u: Complex<f64>) -> [u16; 2] {
         [to_f16(u.re as f32), to_f16(u.im as f32)]
     }

@@ -30,20 +30,21 @@ use lattice_gpu_kernels::bicgstab::{
     BREAKDOWN_R0V, BREAKDOWN_RHO, CONVERGED, HOST_FINISHES, MAX_ITER, RUNNING, TARGET, TOTALS,
 };
 use lattice_gpu_kernels::bind::{Span, SpanMut};
-use lattice_gpu_kernels::complex::{Complex, ComplexReal};
+use lattice_gpu_kernels::complex::Complex;
 use lattice_gpu_kernels::device::grid::{BarrierRun, GridBarrier};
+use lattice_gpu_kernels::solver_store::SolverStore;
 
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, Plain};
 use crate::engine::tunecache::TuneCache;
 use crate::engine::tuner::{param, tune, Params, Trials, Tunable, Tuned, BLOCK as BLOCK_PARAM};
 use crate::engine::Cost;
 use crate::error::{CudaContext, Error, Result};
-use crate::field::Element;
 use crate::gpu::Gpu;
 use crate::split::DeviceRanks;
 
-/// A linear operator on complex vectors in GPU memory.
-pub trait DeviceOperator<T> {
+/// A linear operator on complex vectors in GPU memory, stored as [`SolverStore`] `T` says (f32 or f64
+/// complex arrays, or 16-bit Wilson spinors).
+pub trait DeviceOperator<T: SolverStore> {
     /// Complex elements of the vectors it acts on.
     fn len(&self) -> usize;
     /// Complex elements each vector is allocated with: `len()` and the room the operator keeps after
@@ -52,7 +53,7 @@ pub trait DeviceOperator<T> {
         self.len()
     }
     /// On one rank of an operator split over GPUs: the ranks, over which every reduction is summed.
-    fn ranks(&self) -> Option<&dyn DeviceRanks<T>> {
+    fn ranks(&self) -> Option<&dyn DeviceRanks<T::Elem>> {
         None
     }
     /// Whether the vectors are empty.
@@ -63,16 +64,16 @@ pub trait DeviceOperator<T> {
     /// when the kernels run, they must do nothing (the solve has stopped).
     fn apply(
         &self,
-        out: &DeviceBuffer<T>,
-        inp: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()>;
     /// Queues `out = A^dag inp` (the adjoint), as [`apply`](Self::apply) queues `A inp`: what CGNR
     /// ([`Krylov::CgNormal`]) needs. The default is an error saying this operator has none.
     fn apply_dagger(
         &self,
-        out: &DeviceBuffer<T>,
-        inp: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
         halt: Option<Span<'_, u32>>,
     ) -> Result<()> {
         let _ = (out, inp, halt);
@@ -87,7 +88,7 @@ pub trait DeviceOperator<T> {
     /// Queues one whole BiCGStab iteration on `f` as a single kernel, if this operator has one (its
     /// hopping terms, vector updates and reductions separated by grid barriers); `Ok(false)` if it has
     /// none, and the solver queues the separate kernels.
-    fn queue_fused_iteration(&self, f: FusedVectors<'_, T>) -> Result<bool> {
+    fn queue_fused_iteration(&self, f: FusedVectors<'_, T::Elem>) -> Result<bool> {
         let _ = f;
         Ok(false)
     }
@@ -318,19 +319,19 @@ impl Drop for Flag {
 
 /// BiCGStab for one operator: owns the work vectors, the device state and (for `graph`) the captured
 /// graphs, which are reused by later solves with the same `check_every` and [`SolveOptions::fused`].
-pub struct BiCgStab<T, O> {
+pub struct BiCgStab<T: SolverStore, O> {
     /// First, so that they go before the operator: NCCL does not free a communicator while a graph
     /// holding its kernels exists (a split operator's halos and sums), and would wait for ever.
     graphs: Option<((u32, bool), Vec<CudaGraph>)>,
     gpu: Arc<Gpu>,
     op: O,
-    x: DeviceBuffer<T>,
-    r: DeviceBuffer<T>,
-    r0: DeviceBuffer<T>,
-    p: DeviceBuffer<T>,
-    v: DeviceBuffer<T>,
-    s: DeviceBuffer<T>,
-    t: DeviceBuffer<T>,
+    x: DeviceBuffer<T::Elem>,
+    r: DeviceBuffer<T::Elem>,
+    r0: DeviceBuffer<T::Elem>,
+    p: DeviceBuffer<T::Elem>,
+    v: DeviceBuffer<T::Elem>,
+    s: DeviceBuffer<T::Elem>,
+    t: DeviceBuffer<T::Elem>,
     state: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
     /// A split solve's four sums of one reduction, summed over the ranks.
@@ -354,15 +355,15 @@ pub struct BiCgStab<T, O> {
     barrier: DeviceBuffer<u32>,
 }
 
-impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<T, O> {
+impl<T: SolverPrecision, O: DeviceOperator<T>> BiCgStab<T, O> {
     /// Work space for solving with `op`. Checks the memory first.
     pub fn new(gpu: &Arc<Gpu>, op: O) -> Result<Self> {
         let reals = 2 * op.storage_len();
         gpu.check_fits(
-            8 * reals as u64 * std::mem::size_of::<T>() as u64,
+            8 * reals as u64 * std::mem::size_of::<T::Elem>() as u64,
             "the BiCGStab work vectors",
         )?;
-        let vec = || DeviceBuffer::<T>::zeros(gpu, reals);
+        let vec = || DeviceBuffer::<T::Elem>::zeros(gpu, reals);
         let ctx = gpu.context();
         let events = (0..SLOTS)
             .map(|_| {
@@ -385,7 +386,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             flag: Flag::new()?,
             released: 0,
             block: BLOCK,
-            blocks: grid(gpu, op.len(), BLOCK, WAVES),
+            blocks: grid(gpu, values::<T>(op.len()), BLOCK, WAVES),
             pinned: (0..SLOTS).map(|_| Pinned::new()).collect::<Result<_>>()?,
             events,
             graphs: None,
@@ -469,8 +470,8 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// [`Verdict::agree`](crate::health::Verdict::agree) for a signal).
     pub fn solve(
         &mut self,
-        b: &DeviceBuffer<T>,
-        x: &mut DeviceBuffer<T>,
+        b: &DeviceBuffer<T::Elem>,
+        x: &mut DeviceBuffer<T::Elem>,
         opt: &SolveOptions,
         on_check: &mut dyn FnMut(usize, f64) -> Result<()>,
     ) -> Result<SolveReport> {
@@ -594,7 +595,9 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
 
     /// The iterate and the residual vectors (for a reliable update: the host accumulates `x` into its
     /// own, zeroes it, and writes a recomputed residual into `r`).
-    pub(crate) fn iterate_and_residual(&mut self) -> (&mut DeviceBuffer<T>, &mut DeviceBuffer<T>) {
+    pub(crate) fn iterate_and_residual(
+        &mut self,
+    ) -> (&mut DeviceBuffer<T::Elem>, &mut DeviceBuffer<T::Elem>) {
         (&mut self.x, &mut self.r)
     }
 
@@ -603,7 +606,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// host for `sync`, which then waits for it).
     pub(crate) fn start(
         &mut self,
-        b: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T::Elem>,
         opt: &SolveOptions,
         mut st: BiCgState,
     ) -> Result<BiCgState> {
@@ -637,7 +640,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// around them is the kernels' own time plus the GPU's gaps between them, free of launch overhead.
     pub fn kernel_ms_per_iteration(
         &mut self,
-        b: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T::Elem>,
         iterations: u32,
         fused: bool,
     ) -> Result<f64> {
@@ -927,7 +930,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         &self,
         host: &mut Option<&mut BiCgState>,
         op: Op,
-        v: &[&DeviceBuffer<T>],
+        v: &[&DeviceBuffer<T::Elem>],
         stage: Stage,
     ) -> Result<()> {
         if let Some(ranks) = self.op.ranks() {
@@ -974,13 +977,13 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
         unsafe { Span::from_device_parts(at as *const u32, 1) }
     }
 
-    fn blas(&self, op: Op, v: &[&DeviceBuffer<T>], stage: u32) -> Result<()> {
+    fn blas(&self, op: Op, v: &[&DeviceBuffer<T::Elem>], stage: u32) -> Result<()> {
         let mut ptrs = [std::ptr::null_mut(); 6];
         for (p, b) in ptrs.iter_mut().zip(v) {
             *p = b.ptr();
         }
         let args = Blas::<T> {
-            n: self.op.len() as u32,
+            n: values::<T>(self.op.len()) as u32,
             stage,
             v: ptrs,
             state: self.state.ptr(),
@@ -988,7 +991,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
             done: self.done.ptr(),
             sums: self.sums.ptr(),
         };
-        // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex elements; the
+        // SAFETY: the entry takes one `Blas<T>`; every vector holds `len()` complex slots; the
         // partial sums have room for `most_blocks`, at least `self.blocks`.
         unsafe {
             self.gpu
@@ -1036,7 +1039,11 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
 
     /// Queues `|a - b|^2` and `|b|^2` (e.g. `|b - A x|` and `|b|` for the true residual) and returns them
     /// after synchronising.
-    pub fn diff_norms(&mut self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>) -> Result<(f64, f64)> {
+    pub fn diff_norms(
+        &mut self,
+        a: &DeviceBuffer<T::Elem>,
+        b: &DeviceBuffer<T::Elem>,
+    ) -> Result<(f64, f64)> {
         let s = self.sums(Op::DiffNorm, [a, b])?;
         Ok((s[2], s[3]))
     }
@@ -1044,7 +1051,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> BiCgStab<
     /// Queues the reducing operation `op` on `v` and returns its four sums (over the ranks of a split
     /// operator) after synchronising. Overwrites the solver state (with a running one, so that the
     /// kernel is not skipped).
-    fn sums(&self, op: Op, v: [&DeviceBuffer<T>; 2]) -> Result<Sums> {
+    fn sums(&self, op: Op, v: [&DeviceBuffer<T::Elem>; 2]) -> Result<Sums> {
         self.write_state(&BiCgState::new(0.5, 1))?;
         if let Some(ranks) = self.op.ranks() {
             self.blas(op, &v, TOTALS)?;
@@ -1092,8 +1099,17 @@ pub(crate) fn status_of(st: &BiCgState) -> Result<SolveStatus> {
 /// and [`Op::CgOrth`] run with the launch it picks, and bound it too).
 const OPS: [Op; 5] = [Op::Dot, Op::S, Op::Xr, Op::P, Op::DiffNorm];
 
+/// A [`SolverStore`] whose vectors the host allocates: f32, f64, or a 16-bit Wilson storage.
+pub trait SolverPrecision: SolverStore<Elem: Plain> {}
+impl<T: SolverStore<Elem: Plain>> SolverPrecision for T {}
+
+/// The values a vector kernel runs over in `len` complex slots of `T`: one thread's work each.
+pub(crate) fn values<T: SolverStore>(len: usize) -> usize {
+    len / T::VALUE_SLOTS
+}
+
 /// The entry of vector kernel `op` in precision `T`.
-pub(crate) fn blas_entry<T: ComplexReal>(op: Op) -> String {
+pub(crate) fn blas_entry<T: SolverStore>(op: Op) -> String {
     let name = match op {
         Op::Dot => "bicg_dot",
         Op::S => "bicg_s",
@@ -1105,7 +1121,7 @@ pub(crate) fn blas_entry<T: ComplexReal>(op: Op) -> String {
         Op::Sub => "bicg_sub",
         Op::CgOrth => "bicg_cgorth",
     };
-    format!("{name}_{}", T::NAME)
+    format!("{name}_{}", T::PRECISION)
 }
 
 /// Blocks of `block` threads for vectors of `len` elements: `waves` a multiprocessor, to fill the GPU,
@@ -1122,21 +1138,19 @@ pub(crate) fn grid(gpu: &Gpu, len: usize, block: u32, waves: u32) -> u32 {
 /// ([`TOTALS`]): their last block adds up every block's partial sums, as in a solve (more blocks cost it
 /// more; timed without it, the tuner picked a grid 6% slower in the solve at 8^4), but leaves the sums
 /// beside the state, which stays as it is.
-struct VectorLaunch<'a, T, O>(&'a mut BiCgStab<T, O>);
+struct VectorLaunch<'a, T: SolverStore, O>(&'a mut BiCgStab<T, O>);
 
-impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
-    for VectorLaunch<'_, T, O>
-{
+impl<T: SolverPrecision, O: DeviceOperator<T>> Tunable for VectorLaunch<'_, T, O> {
     fn tune_key(&self) -> (String, String, String) {
         (
             "bicgstab_vectors".into(),
             self.0.op.len().to_string(),
-            T::NAME.into(),
+            T::PRECISION.into(),
         )
     }
 
     fn candidates(&self) -> Vec<Params> {
-        let (gpu, len) = (&self.0.gpu, self.0.op.len());
+        let (gpu, len) = (&self.0.gpu, values::<T>(self.0.op.len()));
         let mut seen = Vec::new();
         let mut out = Vec::new();
         for block in TUNE_BLOCKS {
@@ -1170,7 +1184,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
             return Ok(false);
         }
         s.block = block;
-        s.blocks = grid(&s.gpu, s.op.len(), block, waves);
+        s.blocks = grid(&s.gpu, values::<T>(s.op.len()), block, waves);
         // Captured with the launch before.
         s.graphs = None;
         Ok(true)
@@ -1200,7 +1214,7 @@ impl<T: Element + ComplexReal + Default + Unpin, O: DeviceOperator<T>> Tunable
         Cost {
             points: n,
             flops: 81.0 * n,
-            bytes: 18.0 * 2.0 * std::mem::size_of::<T>() as f64 * n,
+            bytes: 18.0 * 2.0 * std::mem::size_of::<T::Elem>() as f64 * n,
         }
     }
 }

@@ -32,10 +32,11 @@ use lattice_gpu_kernels::bicgstab::{
     TOTALS,
 };
 use lattice_gpu_kernels::complex::{Complex, ComplexReal};
+use lattice_gpu_kernels::solver_store::{SolverStore, SolverValue};
 
 use super::bicgstab::{
-    blas_entry, grid, status_of, BiCgStab, DeviceOperator, Krylov, OverheadHiding, SolveOptions,
-    SolveStatus, BLOCK, STATE_WORDS, WAVES,
+    blas_entry, grid, status_of, values, BiCgStab, DeviceOperator, Krylov, OverheadHiding,
+    SolveOptions, SolveStatus, SolverPrecision, BLOCK, STATE_WORDS, WAVES,
 };
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -230,8 +231,8 @@ impl SegmentWatch {
 }
 
 /// The stall error's advice, by what stalled and in which precision.
-fn stall_fix<S: ComplexReal>(delta: f64) -> String {
-    let precision = if std::mem::size_of::<S>() < 4 {
+fn stall_fix<S: SolverStore>(delta: f64) -> String {
+    let precision = if std::mem::size_of::<S::Elem>() < 4 {
         "an f32 inner precision instead of half, or "
     } else {
         ""
@@ -284,6 +285,16 @@ pub(crate) fn orthogonalizing(rp: Complex<f64>, rr: f64) -> Complex<f64> {
     }
 }
 
+/// The outer precision of a mixed-precision solve: f32 or f64 complex arrays.
+pub trait Outer:
+    Element + ComplexReal + Default + Unpin + SolverStore<Elem = Self, Value = Complex<Self>>
+{
+}
+impl<T> Outer for T where
+    T: Element + ComplexReal + Default + Unpin + SolverStore<Elem = T, Value = Complex<T>>
+{
+}
+
 /// Reductions and conversions on the outer precision's vectors, outside any solver state: a running
 /// state of their own (so that the vector kernels run), partial sums, sums over the ranks.
 struct HiOps<H> {
@@ -297,7 +308,7 @@ struct HiOps<H> {
     _h: std::marker::PhantomData<H>,
 }
 
-impl<H: Element + ComplexReal + Default + Unpin> HiOps<H> {
+impl<H: Outer> HiOps<H> {
     fn new(gpu: &Arc<Gpu>, n: usize) -> Result<Self> {
         let blocks = grid(gpu, n, BLOCK, WAVES);
         let mut words = [0u64; STATE_WORDS];
@@ -363,32 +374,39 @@ impl<H: Element + ComplexReal + Default + Unpin> HiOps<H> {
         Ok(sums)
     }
 
-    /// Queues a precision change between `hi` and `lo` ([`MixedOp`]).
-    fn convert<S: Element + ComplexReal + Default + Unpin>(
+    /// Queues a precision change between `hi` and `lo` ([`MixedOp`]), `lo` holding `lo_len` complex
+    /// slots.
+    fn convert<S: SolverPrecision>(
         &self,
         op: MixedOp,
         hi: &DeviceBuffer<H>,
-        lo: &DeviceBuffer<S>,
+        lo: &DeviceBuffer<S::Elem>,
+        lo_len: usize,
     ) -> Result<()> {
         let name = match op {
             MixedOp::ToLo => "to_lo",
             MixedOp::ToHi => "to_hi",
             MixedOp::AddToHi => "add",
         };
-        let entry = format!("mixed_{name}_{}_{}", H::NAME, S::NAME);
+        let entry = format!(
+            "mixed_{name}_{}_{}",
+            <H as SolverStore>::PRECISION,
+            S::PRECISION
+        );
         let args = Mixed::<H, S> {
-            n: self.n as u32,
+            n: values::<S>(lo_len) as u32,
             hi: hi.ptr(),
             lo: lo.ptr(),
         };
-        // SAFETY: the entry takes one `Mixed<H, S>`; both vectors hold `n` complex elements.
+        // SAFETY: the entry takes one `Mixed<H, S>`; `lo` holds `lo_len` complex slots, `hi` the same
+        // complex numbers (the operators' lengths were compared in `MixedBiCgStab::new`).
         unsafe { self.gpu.launch(&entry, &args, self.blocks, BLOCK) }
     }
 }
 
 /// A mixed-precision solver: the outer precision's operator `OH` (`H`, f64) and vectors, and a sloppy
 /// [`BiCgStab`] on the same operator in precision `S` (`OS`); work space reused across solves.
-pub struct MixedBiCgStab<H, S, OH, OS> {
+pub struct MixedBiCgStab<H, S: SolverStore, OH, OS> {
     sloppy: BiCgStab<S, OS>,
     hi: OH,
     ops: HiOps<H>,
@@ -397,13 +415,13 @@ pub struct MixedBiCgStab<H, S, OH, OS> {
     r: DeviceBuffer<H>,
     tmp: DeviceBuffer<H>,
     /// The sloppy solve's right-hand side.
-    src: DeviceBuffer<S>,
+    src: DeviceBuffer<S::Elem>,
 }
 
 impl<H, S, OH, OS> MixedBiCgStab<H, S, OH, OS>
 where
-    H: Element + ComplexReal + Default + Unpin,
-    S: Element + ComplexReal + Default + Unpin,
+    H: Outer,
+    S: SolverPrecision,
     OH: DeviceOperator<H>,
     OS: DeviceOperator<S>,
 {
@@ -411,28 +429,31 @@ where
     /// sloppy precision). Refuses a sloppy precision finer than the outer one, and operators of
     /// different lengths; checks the memory first.
     pub fn new(gpu: &Arc<Gpu>, hi: OH, sloppy: OS) -> Result<Self> {
-        if std::mem::size_of::<S>() > std::mem::size_of::<H>() {
+        let (hi_name, lo_name) = (<H as SolverStore>::PRECISION, S::PRECISION);
+        if std::mem::size_of::<S::Elem>() > std::mem::size_of::<H>() {
             return Err(Error::InvalidSetting(format!(
-                "a sloppy precision ({}) finer than the outer one ({}) gains nothing; iterate in {} \
-                 or coarser, or raise the outer precision",
-                S::NAME,
-                H::NAME,
-                H::NAME
+                "a sloppy precision ({lo_name}) finer than the outer one ({hi_name}) gains nothing; \
+                 iterate in {hi_name} or coarser, or raise the outer precision"
             )));
         }
-        if hi.len() != sloppy.len() || hi.storage_len() != sloppy.storage_len() {
+        // The complex numbers each holds: the sloppy vectors may take more slots for the same ones
+        // (a 16-bit site's norm).
+        let numbers = |len: usize| values::<S>(len) * <S::Value as SolverValue>::WIDTH;
+        if hi.len() != numbers(sloppy.len()) || hi.storage_len() != numbers(sloppy.storage_len()) {
             return Err(Error::InvalidSetting(format!(
-                "the outer operator acts on {} elements ({} stored), the sloppy one on {} ({}): \
-                 build both for the same lattice",
+                "the outer operator acts on {} complex numbers ({} stored), the sloppy one on {} \
+                 ({}): build both for the same lattice",
                 hi.len(),
                 hi.storage_len(),
-                sloppy.len(),
-                sloppy.storage_len()
+                numbers(sloppy.len()),
+                numbers(sloppy.storage_len())
             )));
         }
         let reals = 2 * hi.storage_len();
+        let lo_reals = 2 * sloppy.storage_len();
         gpu.check_fits(
-            reals as u64 * (3 * std::mem::size_of::<H>() + std::mem::size_of::<S>()) as u64,
+            reals as u64 * 3 * std::mem::size_of::<H>() as u64
+                + lo_reals as u64 * std::mem::size_of::<S::Elem>() as u64,
             "the mixed-precision solver's outer vectors",
         )?;
         let sloppy = BiCgStab::new(gpu, sloppy)?;
@@ -441,7 +462,7 @@ where
             x: DeviceBuffer::zeros(gpu, reals)?,
             r: DeviceBuffer::zeros(gpu, reals)?,
             tmp: DeviceBuffer::zeros(gpu, reals)?,
-            src: DeviceBuffer::zeros(gpu, reals)?,
+            src: DeviceBuffer::zeros(gpu, lo_reals)?,
             sloppy,
             hi,
         })
@@ -521,8 +542,9 @@ where
         }
         // The sloppy right-hand side: b, or A^dag b for CGNR.
         let src_rr = self.iterated_residual(krylov, bb)?;
+        let lo_len = self.sloppy.operator().len();
         self.ops
-            .convert(MixedOp::ToLo, self.src_hi(krylov), &self.src)?;
+            .convert::<S>(MixedOp::ToLo, self.src_hi(krylov), &self.src, lo_len)?;
         let state = BiCgState::reliable(opt.delta, floor_rr(so.tol, bb, src_rr, bb), so.max_iter);
         let mut st = self.sloppy.start(&self.src, &so, state)?;
         if so.variant == OverheadHiding::Sync {
@@ -553,7 +575,8 @@ where
             st = ran?;
             // The reliable update: x_hi += x_sloppy, x_sloppy = 0, r_hi = b - A_hi x_hi.
             let (xs, _) = self.sloppy.iterate_and_residual();
-            self.ops.convert(MixedOp::AddToHi, &self.x, xs)?;
+            self.ops
+                .convert::<S>(MixedOp::AddToHi, &self.x, xs, lo_len)?;
             xs.zero()?;
             self.hi.apply(&self.tmp, &self.x, None)?;
             let rr = self.ops.sums(Op::Sub, &[&self.r, b, &self.tmp], &self.hi)?[2];
@@ -576,7 +599,7 @@ where
                 Krylov::CgNormal => &self.tmp,
             };
             let (_, rs) = self.sloppy.iterate_and_residual();
-            self.ops.convert(MixedOp::ToLo, src, rs)?;
+            self.ops.convert::<S>(MixedOp::ToLo, src, rs, lo_len)?;
             let mut next = resumed(&st, krylov, iterated, floor_rr(so.tol, bb, iterated, rr));
             if st.status == TARGET {
                 self.sloppy.resume(&mut next)?;
@@ -770,7 +793,7 @@ mod tests {
         vecs: [Vec<S>; 7],
     }
 
-    impl<S: ComplexReal> Emulated<S> {
+    impl<S: ComplexReal + SolverStore<Elem = S, Value = Complex<S>>> Emulated<S> {
         fn new(a: Vec<Complex<f64>>, n: usize) -> Self {
             Self {
                 n,

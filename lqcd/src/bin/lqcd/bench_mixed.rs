@@ -1,19 +1,31 @@
 //! `lqcd bench-mixed`: time to a 1e-10 solution of the even-odd Wilson system, all-f64 BiCGStab
-//! against mixed f32/f64 BiCGStab with reliable updates (and, with `--cgnr`, CGNR likewise), at a
-//! kappa where f64 BiCGStab needs at least `--min-iterations` iterations. Half/f64 joins the table
-//! once the half-precision operator exists.
+//! against mixed-precision BiCGStab with reliable updates, its sloppy iterations in f32 and in both
+//! 16-bit storages (fixed-point half and binary16), and with `--cgnr` CGNR likewise, at a kappa where
+//! f64 BiCGStab needs at least `--min-iterations` iterations. With `--csw` the Wilson-clover system
+//! likewise, its sloppy iterations in f32 (the clover kernels have no 16-bit storage yet).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use lattice_gpu_host::comm::Solo;
-use lattice_gpu_host::solvers::bicgstab::{BiCgStab, Fusion, OverheadHiding, SolveOptions};
-use lattice_gpu_host::solvers::reliable::{Method, MixedBiCgStab, MixedOptions, DEFAULT_DELTA};
+use lattice_gpu_host::solvers::bicgstab::{
+    BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveReport,
+};
+use lattice_gpu_host::solvers::reliable::{
+    Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
+};
 use lattice_gpu_host::Gpu;
+use lattice_gpu_kernels::wilson::{Half, HalfF16};
+use lattice_gpu_lqcd::clover::CloverField;
+use lattice_gpu_lqcd::clover_gpu::{
+    solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
+};
 use lattice_gpu_lqcd::gauge::{complex_gaussian, reunitarize_su3, GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::Lattice;
-use lattice_gpu_lqcd::gpu::{solve_mixed_with, solve_with, EvenOdd, Recon, WilsonGpu, WilsonReal};
+use lattice_gpu_lqcd::gpu::{
+    solve_mixed_with, solve_with, EvenOdd, Recon, WilsonGpu, WilsonStorage,
+};
 use lattice_gpu_lqcd::spinor::SpinorField;
 use lattice_gpu_lqcd::{Error, Result};
 use rand::SeedableRng;
@@ -83,9 +95,12 @@ pub(super) struct BenchMixedArgs {
     /// Timed solves of each row after an untimed one; the fastest counts.
     #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = parse_count)]
     repeats: u32,
-    /// Also CGNR, all f64 and f32/f64.
+    /// Also CGNR, all f64 and with each sloppy precision.
     #[arg(long)]
     cgnr: bool,
+    /// Clover coefficient: above 0, the Wilson-clover system (sloppy f32 only).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    csw: f64,
     /// Seed of the gauge field and the source.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -116,6 +131,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
     if let Some(k) = a.kappa {
         lattice_gpu_lqcd::reference::check_kappa(k)?;
     }
+    lattice_gpu_lqcd::clover::check_csw(a.csw)?;
     let g = lattice_gpu_cli::bench_gpu("lqcd", 0)?;
     let lat = Lattice::new(a.dims, true)?;
     let footprint =
@@ -146,8 +162,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
     let mut chosen = None;
     for &kappa in &kappas {
         stop()?;
-        let mut plain = plain_solver(&g, &lat, &u, kappa, a)?;
-        let r = match time_plain(&mut plain, &b, &opt, 0) {
+        let r = match plain_row(&g, &lat, &u, &b, kappa, a, &opt, 0) {
             Ok(r) => r,
             // Past the critical kappa of this field (or too near it): keep the last that converged.
             Err(e) if chosen.is_some() => {
@@ -160,16 +175,16 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
             "kappa {kappa}: f64 BiCGStab {} iterations (true residual {:.2e})",
             r.iterations, r.residual
         );
-        chosen = Some((kappa, plain));
+        chosen = Some(kappa);
         if a.kappa.is_some() || r.iterations >= a.min_iterations {
             break;
         }
     }
-    let Some((kappa, mut plain)) = chosen else {
+    let Some(kappa) = chosen else {
         return Err(Error::InvalidParameter("no kappa to try".into()));
     };
     let mut rows = Vec::new();
-    rows.push(time_plain(&mut plain, &b, &opt, a.repeats)?);
+    rows.push(plain_row(&g, &lat, &u, &b, kappa, a, &opt, a.repeats)?);
     if rows[0].iterations < a.min_iterations {
         println!(
             "note: f64 BiCGStab needs only {} iterations at kappa {kappa} (asked for at least {}); \
@@ -177,7 +192,11 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
             rows[0].iterations, a.min_iterations
         );
     }
-    drop(plain);
+    let clover = match a.csw > 0.0 {
+        true => Some(CloverField::new(&u, a.csw, kappa)?),
+        false => None,
+    };
+    let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
     let mut methods = vec![Method::BiCgStab];
     if a.cgnr {
         methods.push(Method::Cgnr);
@@ -186,23 +205,53 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         let mut mo = MixedOptions::new(opt);
         mo.method = method;
         mo.delta = a.delta;
+        if let Some(c) = &clover {
+            if method == Method::Cgnr {
+                stop()?;
+                let mut s = clover_mixed::<f64>(&g, &lat, &u, c, a)?;
+                let mut solve =
+                    |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
+                rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
+            }
+            stop()?;
+            let mut s = clover_mixed::<f32>(&g, &lat, &u, c, a)?;
+            let mut solve = |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
+            rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
+            continue;
+        }
         if method == Method::Cgnr {
             stop()?;
             let mut s = mixed_solver::<f64>(&g, &lat, &u, kappa, a)?;
-            rows.push(time_mixed(&mut s, &b, &mo, a.repeats, "f64")?);
+            let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
+            rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
         }
         stop()?;
         let mut s = mixed_solver::<f32>(&g, &lat, &u, kappa, a)?;
-        rows.push(time_mixed(&mut s, &b, &mo, a.repeats, "f32/f64")?);
+        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
+        rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
+        drop(s);
+        stop()?;
+        let mut s = mixed_solver::<Half>(&g, &lat, &u, kappa, a)?;
+        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
+        rows.push(time_mixed(&mut solve, &mo, a.repeats, "half/f64")?);
+        drop(s);
+        stop()?;
+        let mut s = mixed_solver::<HalfF16>(&g, &lat, &u, kappa, a)?;
+        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
+        rows.push(time_mixed(&mut solve, &mo, a.repeats, "f16/f64")?);
     }
+    let operator = match a.csw > 0.0 {
+        true => format!("Wilson-clover c_sw {}", a.csw),
+        false => "Wilson".to_string(),
+    };
     println!(
-        "\ntime to a {:e} solution, {name}, {:?} links, kappa {kappa}, {} (reads every {}), \
-         delta {}:",
+        "\ntime to a {:e} solution, {operator}, {name}, {:?} links, kappa {kappa}, {} (reads every \
+         {}), delta {}:",
         a.tol, a.links, a.variant, a.check_every, a.delta
     );
     println!("method    precision  iterations  updates   seconds  speed-up  true residual");
     let mut csv = String::from(
-        "kind,lattice,links,kappa,method,precision,variant,iterations,updates,seconds,speedup,true_residual\n",
+        "kind,operator,lattice,links,kappa,method,precision,variant,iterations,updates,seconds,speedup,true_residual\n",
     );
     let base = |m: Method| {
         rows.iter()
@@ -221,7 +270,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
             r.residual
         );
         csv.push_str(&format!(
-            "mixed,{name},{:?},{kappa},{},{},{},{},{},{},{speedup},{}\n",
+            "mixed,{operator},{name},{:?},{kappa},{},{},{},{},{},{},{speedup},{}\n",
             a.links,
             r.method.name(),
             r.precision,
@@ -257,46 +306,41 @@ fn gauge(links: Links, dims: [usize; 4], seed: u64) -> GaugeField {
     }
 }
 
-fn plain_solver(
+/// The all-f64 BiCGStab row at `kappa` (Wilson, or clover with `--csw`): one untimed solve, then
+/// the fastest of `repeats` (just the one when 0).
+#[allow(clippy::too_many_arguments)]
+fn plain_row(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
-    kappa: f64,
-    a: &BenchMixedArgs,
-) -> Result<BiCgStab<f64, EvenOdd<f64>>> {
-    let mut w = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
-    a.tuning.apply(&mut w, false)?;
-    let mut s = BiCgStab::new(g, EvenOdd(w))?;
-    a.tuning.apply_vectors(&mut s, false)?;
-    Ok(s)
-}
-
-fn mixed_solver<S: WilsonReal>(
-    g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    kappa: f64,
-    a: &BenchMixedArgs,
-) -> Result<MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>> {
-    let mut hi = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
-    a.tuning.apply(&mut hi, false)?;
-    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, a.recon)?;
-    a.tuning.apply(&mut lo, false)?;
-    let mut s = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
-    a.tuning.apply_vectors(s.sloppy(), false)?;
-    Ok(s)
-}
-
-/// The f64 BiCGStab row: one untimed solve, then the fastest of `repeats` (just the one when 0).
-fn time_plain(
-    s: &mut BiCgStab<f64, EvenOdd<f64>>,
     b: &SpinorField,
+    kappa: f64,
+    a: &BenchMixedArgs,
     opt: &SolveOptions,
     repeats: u32,
 ) -> Result<Row> {
+    let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
+    let mut solve: Box<dyn FnMut() -> Result<(SolveReport, f64)>> = if a.csw > 0.0 {
+        let c = CloverField::new(u, a.csw, kappa)?;
+        let mut s = BiCgStab::new(g, CloverEvenOdd(clover_operator::<f64>(g, lat, u, &c, a)?))?;
+        a.tuning.apply_vectors(&mut s, false)?;
+        Box::new(move || {
+            let (_, r, res) = solve_clover_with(&mut s, b, opt, &mut check)?;
+            Ok((r, res))
+        })
+    } else {
+        let mut w = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
+        a.tuning.apply(&mut w, false)?;
+        let mut s = BiCgStab::new(g, EvenOdd(w))?;
+        a.tuning.apply_vectors(&mut s, false)?;
+        Box::new(move || {
+            let (_, r, res) = solve_with(&mut s, b, opt, &mut check)?;
+            Ok((r, res))
+        })
+    };
     let mut best: Option<Row> = None;
     for k in 0..=repeats {
-        let (_, r, res) = solve_with(s, b, opt, &mut |it, _| stop_at_signal(&Solo, it))?;
+        let (r, res) = solve()?;
         outcome(&r, opt.tol)?;
         let row = Row {
             method: Method::BiCgStab,
@@ -314,17 +358,63 @@ fn time_plain(
     best.ok_or_else(|| Error::InvalidParameter("no solve timed".into()))
 }
 
-/// A reliable-update row (sloppy `S`): one untimed solve, then the fastest of `repeats`.
-fn time_mixed<S: WilsonReal>(
-    s: &mut MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>,
-    b: &SpinorField,
+/// The clover operator in `T` at the field's kappa, its block tuned.
+fn clover_operator<T: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    c: &CloverField,
+    a: &BenchMixedArgs,
+) -> Result<CloverGpu<T>> {
+    let mut op = CloverGpu::<T>::new(g, lat, u, c, a.recon)?;
+    op.tune_block(&mut a.tuning.cache(), a.tuning.retune)?;
+    Ok(op)
+}
+
+/// A mixed-precision clover solver: outer f64, sloppy `S`.
+fn clover_mixed<S: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    c: &CloverField,
+    a: &BenchMixedArgs,
+) -> Result<MixedBiCgStab<f64, S, CloverEvenOdd<f64>, CloverEvenOdd<S>>> {
+    let hi = CloverEvenOdd(clover_operator::<f64>(g, lat, u, c, a)?);
+    let lo = CloverEvenOdd(clover_operator::<S>(g, lat, u, c, a)?);
+    let mut s = MixedBiCgStab::new(g, hi, lo)?;
+    a.tuning.apply_vectors(s.sloppy(), false)?;
+    Ok(s)
+}
+
+fn mixed_solver<S: WilsonStorage>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    kappa: f64,
+    a: &BenchMixedArgs,
+) -> Result<MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>> {
+    let mut hi = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
+    a.tuning.apply(&mut hi, false)?;
+    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, a.recon)?;
+    a.tuning.apply(&mut lo, false)?;
+    let mut s = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
+    a.tuning.apply_vectors(s.sloppy(), false)?;
+    Ok(s)
+}
+
+/// One mixed-precision solve with the given options: the solution, the report and the true residual.
+type MixedSolve<'a> = dyn FnMut(&MixedOptions) -> Result<(SpinorField, MixedReport, f64)> + 'a;
+
+/// A reliable-update row (`solve` runs one solve): one untimed solve, then the fastest of `repeats`.
+fn time_mixed(
+    solve: &mut MixedSolve<'_>,
     opt: &MixedOptions,
     repeats: u32,
     precision: &'static str,
 ) -> Result<Row> {
     let mut best: Option<Row> = None;
     for k in 0..=repeats {
-        let (_, r, res) = solve_mixed_with(s, b, opt, &mut |it, _| stop_at_signal(&Solo, it))?;
+        let (_, r, res) = solve(opt)?;
         if r.status != lattice_gpu_host::solvers::bicgstab::SolveStatus::Converged {
             return Err(Error::InvalidParameter(format!(
                 "{} {precision} stopped unconverged ({:?}) after {} iterations at true residual \

@@ -18,23 +18,24 @@ use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory::{self, Footprint};
 use lattice_gpu_host::solvers::bicgstab::{
     BiCgStab, DeviceOperator, Fusion, OverheadHiding, SolveOptions, SolveReport, SolveStatus,
+    SolverPrecision,
 };
 use lattice_gpu_host::solvers::reliable::{
     Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
 };
 use lattice_gpu_host::{Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
+use lattice_gpu_kernels::wilson::{Half, HalfF16, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu_lqcd::clover::{check_csw, solve_clover_eo_checked, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{
-    clover_len, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
+    clover_len, solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
 };
 use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::{check_dims, Lattice, SPINOR_LEN};
 use lattice_gpu_lqcd::gpu::{
-    gauge_len, gpu_grid, parity_len, solve_mixed_with, solve_with, Block, EvenOdd, Recon,
-    WilsonGpu, WilsonReal, WilsonStorage,
+    gauge_len, gpu_grid, parity_len, parity_slots, solve_mixed_with, solve_with, Block, EvenOdd,
+    Recon, WilsonGpu, WilsonReal, WilsonStorage,
 };
 use lattice_gpu_lqcd::ildg::Precision as FilePrecision;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -99,6 +100,37 @@ enum Prec {
     F64,
 }
 
+/// The precision of a mixed-precision solve's inner iterations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Sloppy {
+    F64,
+    F32,
+    /// QUDA's 16-bit fixed point with a norm per site, f32 arithmetic.
+    Half,
+    /// IEEE binary16 with a norm per site, f32 arithmetic.
+    F16,
+}
+
+impl Sloppy {
+    /// The outer precision `p` iterating in itself.
+    fn of(p: Prec) -> Self {
+        match p {
+            Prec::F32 => Sloppy::F32,
+            Prec::F64 => Sloppy::F64,
+        }
+    }
+
+    /// The name in tables and summaries.
+    fn name(self) -> &'static str {
+        match self {
+            Sloppy::F64 => "f64",
+            Sloppy::F32 => "f32",
+            Sloppy::Half => "half",
+            Sloppy::F16 => "f16",
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 struct SolverArgs {
     #[command(flatten)]
@@ -115,12 +147,13 @@ struct SolverArgs {
     /// (the outer precision).
     #[arg(long, value_enum, default_value_t = Prec::F64)]
     precision: Prec,
-    /// Precision of the inner (sloppy) iterations on the GPU: f64 or f32 (half to come). Default: the
+    /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, or 16-bit storage with f32
+    /// arithmetic (half: fixed point; f16: IEEE binary16; both with --precision f64). Default: the
     /// outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
     /// outer precision (Clark et al. 2010): whenever the iterated residual has fallen by --delta, the
     /// true residual is recomputed and replaces it.
     #[arg(long, value_enum)]
-    sloppy: Option<Prec>,
+    sloppy: Option<Sloppy>,
     /// Reliable updates: the factor (0 < delta < 1) by which the iterated residual falls below its
     /// largest since the last update before the next one.
     #[arg(long, default_value_t = DEFAULT_DELTA, allow_hyphen_values = true)]
@@ -165,7 +198,7 @@ impl SolverArgs {
     /// Whether the GPU solve goes through the reliable-update driver: a sloppy precision coarser
     /// than the outer one, or CGNR (whose convergence is judged on the true residual).
     fn mixed(&self) -> bool {
-        self.solver == Method::Cgnr || self.sloppy.is_some_and(|p| p != self.precision)
+        self.solver == Method::Cgnr || self.sloppy() != Sloppy::of(self.precision)
     }
 
     /// Whether the operator is Wilson-clover (`--csw` above 0) rather than Wilson.
@@ -188,17 +221,14 @@ impl SolverArgs {
         }
         let refuse = |what: &str| {
             Err(Error::InvalidParameter(format!(
-                "{what} with --csw {} is not supported yet: the clover solve runs BiCGStab in one \
-                 precision on one GPU (or the CPU); leave the option out, or give --csw 0 for the \
-                 Wilson operator, which has it",
+                "{what} with --csw {} is not supported yet: the clover kernels run in f32 and f64, \
+                 BiCGStab or CGNR, mixed f32/f64 too, on one GPU (or the CPU); leave the option out, \
+                 or give --csw 0 for the Wilson operator, which has it",
                 self.csw
             )))
         };
-        if self.solver == Method::Cgnr {
-            return refuse("--solver cgnr");
-        }
-        if self.sloppy.is_some_and(|p| p != self.precision) {
-            return refuse("mixed precision (--sloppy coarser than --precision)");
+        if matches!(self.sloppy(), Sloppy::Half | Sloppy::F16) {
+            return refuse("a 16-bit --sloppy (use --sloppy f32)");
         }
         if self.fused == Fusion::On {
             return refuse("--fused on (the one-kernel iteration is the Wilson operator's)");
@@ -207,8 +237,8 @@ impl SolverArgs {
     }
 
     /// The sloppy precision (the outer one where none is given).
-    fn sloppy(&self) -> Prec {
-        self.sloppy.unwrap_or(self.precision)
+    fn sloppy(&self) -> Sloppy {
+        self.sloppy.unwrap_or(Sloppy::of(self.precision))
     }
 
     /// The reliable-update options of these arguments.
@@ -235,7 +265,7 @@ impl SolverArgs {
             format!(
                 "solver: {method}, outer precision {}, sloppy {}, reliable updates at delta {}",
                 prec_name(self.precision),
-                prec_name(self.sloppy()),
+                self.sloppy().name(),
                 self.delta
             )
         } else {
@@ -308,7 +338,7 @@ impl TuningArgs {
 
     /// Sets the launch of `solver`'s vector kernels (the tune cache's, or timed and stored); says which
     /// where `say`.
-    fn apply_vectors<T: WilsonReal, O: DeviceOperator<T>>(
+    fn apply_vectors<T: SolverPrecision, O: DeviceOperator<T>>(
         self,
         solver: &mut BiCgStab<T, O>,
         say: bool,
@@ -765,7 +795,14 @@ fn check(s: &SolverArgs) -> Result<()> {
             "--max-iter and --check-every must be at least 1".into(),
         ));
     }
-    if s.precision == Prec::F32 && s.sloppy == Some(Prec::F64) {
+    if s.precision == Prec::F32 && matches!(s.sloppy, Some(Sloppy::Half | Sloppy::F16)) {
+        return Err(Error::InvalidParameter(
+            "a 16-bit --sloppy (half, f16) runs under the outer --precision f64 only: give \
+             --precision f64, or --sloppy f32 under --precision f32"
+                .into(),
+        ));
+    }
+    if s.precision == Prec::F32 && s.sloppy == Some(Sloppy::F64) {
         return Err(Error::InvalidParameter(
             "--sloppy f64 is finer than the outer --precision f32: the inner iterations cannot be more \
              precise than the solution they update; use --sloppy f32 (or leave --sloppy out), or \
@@ -885,11 +922,17 @@ fn one_rank_footprint(
         (false, ..) => cpu_footprint(lat, what),
         (true, false, Prec::F32, _) => gpu_footprint::<f32>(lat, args.recon, what),
         (true, false, Prec::F64, _) => gpu_footprint::<f64>(lat, args.recon, what),
-        (true, true, Prec::F64, Prec::F32) => {
+        (true, true, Prec::F64, Sloppy::F32) => {
             mixed_gpu_footprint::<f64, f32>(lat, args.recon, cgnr, what)
         }
-        (true, true, Prec::F64, Prec::F64) => {
+        (true, true, Prec::F64, Sloppy::F64) => {
             mixed_gpu_footprint::<f64, f64>(lat, args.recon, cgnr, what)
+        }
+        (true, true, Prec::F64, Sloppy::Half) => {
+            mixed_gpu_footprint::<f64, Half>(lat, args.recon, cgnr, what)
+        }
+        (true, true, Prec::F64, Sloppy::F16) => {
+            mixed_gpu_footprint::<f64, HalfF16>(lat, args.recon, cgnr, what)
         }
         (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }?;
@@ -925,7 +968,7 @@ const CLOVER_SITE: u64 = 2 * 2 * 36 * std::mem::size_of::<Complex64>() as u64;
 /// `S`: as [`gpu_footprint`] on the host; on the GPU both operators' links and temporaries (and for
 /// CGNR their gamma_5 scratch), the sloppy solver's seven vectors, the driver's three outer vectors
 /// and one sloppy source, and the solve's seven outer parity fields.
-fn mixed_gpu_footprint<H, S>(
+fn mixed_gpu_footprint<H: WilsonStorage, S: WilsonStorage>(
     lat: &Lattice,
     recon: Recon,
     cgnr: bool,
@@ -935,9 +978,9 @@ fn mixed_gpu_footprint<H, S>(
     let dims = lat.dims;
     let gauge = volume_bytes(dims, GAUGE_SITE, "the gauge field")?;
     let packed_h = reals::<H>(gauge_len(lat, recon), "the packed gauge field")?;
-    let packed_s = reals::<S>(gauge_len(lat, recon), "the packed gauge field")?;
+    let packed_s = reals::<S::Elem>(gauge_len(lat, recon), "the packed gauge field")?;
     let parity_h = reals::<H>(2 * parity_len(lat), "a spinor parity on the GPU")?;
-    let parity_s = reals::<S>(2 * parity_len(lat), "a spinor parity on the GPU")?;
+    let parity_s = reals::<S::Elem>(2 * parity_slots::<S>(lat), "a spinor parity on the GPU")?;
     let fields = volume_bytes(dims, 2 * SPINOR_SITE, "the source and the solution")?;
     let host = with_slack(gauge.saturating_add(packed_h.max(fields.saturating_add(parity_h))));
     let gpu = packed_h
@@ -949,8 +992,8 @@ fn mixed_gpu_footprint<H, S>(
         format!(
             "{what} on a {} lattice on the GPU (outer {}, sloppy {}, recon {})",
             dims_name(lat.dims),
-            std::any::type_name::<H>(),
-            std::any::type_name::<S>(),
+            H::PRECISION,
+            S::PRECISION,
             recon.name()
         ),
         host,
@@ -1081,8 +1124,18 @@ enum GpuSolver {
     Mixed64x32(Box<MixedBiCgStab<f64, f32, EvenOdd<f64>, EvenOdd<f32>>>),
     /// CGNR in f64.
     Mixed64x64(Box<MixedBiCgStab<f64, f64, EvenOdd<f64>, EvenOdd<f64>>>),
+    /// Reliable updates: outer f64, sloppy 16-bit fixed point.
+    Mixed64xHalf(Box<MixedBiCgStab<f64, Half, EvenOdd<f64>, EvenOdd<Half>>>),
+    /// Reliable updates: outer f64, sloppy binary16.
+    Mixed64xF16(Box<MixedBiCgStab<f64, HalfF16, EvenOdd<f64>, EvenOdd<HalfF16>>>),
     /// CGNR in f32.
     Mixed32x32(Box<MixedBiCgStab<f32, f32, EvenOdd<f32>, EvenOdd<f32>>>),
+    /// The Wilson-clover operator with reliable updates: outer f64, sloppy f32.
+    CloverMixed64x32(Box<MixedBiCgStab<f64, f32, CloverEvenOdd<f64>, CloverEvenOdd<f32>>>),
+    /// The Wilson-clover operator, CGNR in f64.
+    CloverMixed64x64(Box<MixedBiCgStab<f64, f64, CloverEvenOdd<f64>, CloverEvenOdd<f64>>>),
+    /// The Wilson-clover operator, CGNR in f32.
+    CloverMixed32x32(Box<MixedBiCgStab<f32, f32, CloverEvenOdd<f32>, CloverEvenOdd<f32>>>),
 }
 
 impl Solver {
@@ -1116,19 +1169,38 @@ impl Solver {
                 println!("GPU: {}", g.name());
                 println!("{}", args.method_line());
                 if let Some(c) = clover.take() {
-                    Some(match args.precision {
-                        Prec::F32 => GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args)?),
-                        Prec::F64 => GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args)?),
+                    Some(match (args.mixed(), args.precision, args.sloppy()) {
+                        (false, Prec::F32, _) => {
+                            GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args)?)
+                        }
+                        (false, Prec::F64, _) => {
+                            GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args)?)
+                        }
+                        (true, Prec::F64, Sloppy::F32) => GpuSolver::CloverMixed64x32(Box::new(
+                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                        )),
+                        (true, Prec::F64, _) => GpuSolver::CloverMixed64x64(Box::new(
+                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                        )),
+                        (true, Prec::F32, _) => GpuSolver::CloverMixed32x32(Box::new(
+                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                        )),
                     })
                 } else {
                     Some(match (args.mixed(), args.precision, args.sloppy()) {
                         (false, Prec::F32, _) => GpuSolver::F32(make(g, &lat, &u, args)?),
                         (false, Prec::F64, _) => GpuSolver::F64(make(g, &lat, &u, args)?),
-                        (true, Prec::F64, Prec::F32) => {
+                        (true, Prec::F64, Sloppy::F32) => {
                             GpuSolver::Mixed64x32(Box::new(make_mixed(g, &lat, &u, args)?))
                         }
-                        (true, Prec::F64, Prec::F64) => {
+                        (true, Prec::F64, Sloppy::F64) => {
                             GpuSolver::Mixed64x64(Box::new(make_mixed(g, &lat, &u, args)?))
+                        }
+                        (true, Prec::F64, Sloppy::Half) => {
+                            GpuSolver::Mixed64xHalf(Box::new(make_mixed(g, &lat, &u, args)?))
+                        }
+                        (true, Prec::F64, Sloppy::F16) => {
+                            GpuSolver::Mixed64xF16(Box::new(make_mixed(g, &lat, &u, args)?))
                         }
                         (true, Prec::F32, _) => {
                             GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
@@ -1189,8 +1261,28 @@ impl Solver {
                 let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
                 return self.finish_mixed(x, r, res, label, stop);
             }
+            Some(GpuSolver::Mixed64xHalf(s)) => {
+                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::Mixed64xF16(s)) => {
+                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
             Some(GpuSolver::Mixed32x32(s)) => {
                 let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::CloverMixed64x32(s)) => {
+                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::CloverMixed64x64(s)) => {
+                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::CloverMixed32x32(s)) => {
+                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
                 return self.finish_mixed(x, r, res, label, stop);
             }
             None => {
@@ -1261,7 +1353,7 @@ impl Solver {
              even-site system {:.3e}",
             r.iterations,
             a.solver,
-            prec_name(a.sloppy()),
+            a.sloppy().name(),
             r.updates,
             prec_name(a.precision),
             r.residual
@@ -1281,7 +1373,12 @@ impl Solver {
             Some(GpuSolver::CloverF64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::Mixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::Mixed64xF16(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverMixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverMixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverMixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             None => return Ok(None),
         };
         if self.args.clover() {
@@ -1325,25 +1422,55 @@ fn make_clover<T: CloverReal>(
     clover: &CloverField,
     a: &SolverArgs,
 ) -> Result<BiCgStab<T, CloverEvenOdd<T>>> {
+    let c = clover_operator::<T>(g, lat, u, clover, a, true)?;
+    let mut solver = BiCgStab::new(g, CloverEvenOdd(c))?;
+    a.tuning.apply_vectors(&mut solver, true)?;
+    Ok(solver)
+}
+
+/// The clover operator in precision `T` with its block tuned (said where `say`).
+fn clover_operator<T: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    a: &SolverArgs,
+    say: bool,
+) -> Result<CloverGpu<T>> {
     let mut c = CloverGpu::<T>::new(g, lat, u, clover, a.recon)?;
     let mut cache = a.tuning.cache();
-    if let Some(t) = c.tune_block(&mut cache, a.tuning.retune)? {
+    if let (Some(t), true) = (c.tune_block(&mut cache, a.tuning.retune)?, say) {
         println!(
-            "clover kernels: blocks of {} threads ({:.1} us per M_hat; {})",
+            "clover kernels ({}): blocks of {} threads ({:.1} us per M_hat; {})",
+            T::PRECISION,
             c.clover_block(),
             t.ms_per_call * 1e3,
             tuned_from(&t)
         );
     }
     warn_of(&mut cache);
-    let mut solver = BiCgStab::new(g, CloverEvenOdd(c))?;
-    a.tuning.apply_vectors(&mut solver, true)?;
+    Ok(c)
+}
+
+/// A mixed-precision clover solver for `a` (outer `H`, sloppy `S`): both operators tuned, the
+/// sloppy solver's vector kernels too.
+fn make_clover_mixed<H: CloverReal, S: CloverReal>(
+    g: &Arc<Gpu>,
+    lat: &Lattice,
+    u: &GaugeField,
+    clover: &CloverField,
+    a: &SolverArgs,
+) -> Result<MixedBiCgStab<H, S, CloverEvenOdd<H>, CloverEvenOdd<S>>> {
+    let hi = clover_operator::<H>(g, lat, u, clover, a, true)?;
+    let lo = clover_operator::<S>(g, lat, u, clover, a, S::PRECISION != H::PRECISION)?;
+    let mut solver = MixedBiCgStab::new(g, CloverEvenOdd(hi), CloverEvenOdd(lo))?;
+    a.tuning.apply_vectors(solver.sloppy(), true)?;
     Ok(solver)
 }
 
 /// A mixed-precision solver for `a` (outer `H`, sloppy `S`): both operators tuned, the sloppy
 /// solver's vector kernels too.
-fn make_mixed<H: WilsonReal, S: WilsonReal>(
+fn make_mixed<H: WilsonReal, S: WilsonStorage>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
@@ -1352,10 +1479,7 @@ fn make_mixed<H: WilsonReal, S: WilsonReal>(
     let mut hi = WilsonGpu::<H>::new(g, lat, u, a.kappa, a.recon)?;
     a.tuning.apply(&mut hi, true)?;
     let mut lo = WilsonGpu::<S>::new(g, lat, u, a.kappa, a.recon)?;
-    a.tuning.apply(
-        &mut lo,
-        std::mem::size_of::<S>() != std::mem::size_of::<H>(),
-    )?;
+    a.tuning.apply(&mut lo, S::PRECISION != H::PRECISION)?;
     let mut solver = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
     a.tuning.apply_vectors(solver.sloppy(), true)?;
     Ok(solver)
@@ -2197,7 +2321,7 @@ fn propagator_params(s: &Solver) -> (Params, Params) {
         // written before these options existed still resume.
         if a.mixed() {
             must.extend([
-                ("sloppy".to_string(), prec_name(a.sloppy()).to_string()),
+                ("sloppy".to_string(), a.sloppy().name().to_string()),
                 ("solver".into(), a.solver.name().into()),
                 ("delta".into(), a.delta.to_string()),
             ]);
