@@ -48,12 +48,15 @@ pub(super) enum Links {
 
 impl Links {
     /// The kappas tried in turn, each nearer the critical one, until f64 BiCGStab needs the asked
-    /// iterations.
-    fn kappas(self) -> &'static [f64] {
-        match self {
-            Links::Random => &[0.24, 0.245, 0.248, 0.249, 0.2495],
-            Links::Smooth => &[0.13, 0.134, 0.136, 0.1365],
-            Links::Unit => &[0.1245, 0.1248, 0.1249, 0.12495, 0.12498],
+    /// iterations: for the Wilson operator, or with a clover term (c_sw about 1), whose critical kappa
+    /// on the random field is lower (8^4, c_sw 1: 190 iterations at 0.21, 1514 at 0.215, breakdowns
+    /// from 0.22 on).
+    fn kappas(self, clover: bool) -> &'static [f64] {
+        match (self, clover) {
+            (Links::Random, false) => &[0.24, 0.245, 0.248, 0.249, 0.2495],
+            (Links::Random, true) => &[0.205, 0.21, 0.212, 0.214],
+            (Links::Smooth, _) => &[0.13, 0.134, 0.136, 0.1365],
+            (Links::Unit, _) => &[0.1245, 0.1248, 0.1249, 0.12495, 0.12498],
         }
     }
 }
@@ -115,6 +118,8 @@ pub(super) struct BenchMixedArgs {
 struct Row {
     method: Method,
     precision: &'static str,
+    /// Whether the solve reached the tolerance (a mixed one may stall or reach the limit).
+    converged: bool,
     iterations: u32,
     updates: Option<u32>,
     seconds: f64,
@@ -137,7 +142,8 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
     let footprint =
         mixed_gpu_footprint::<f64, f32>(&lat, a.recon, true, "the mixed-precision benchmark")?;
     footprint.check(Some(&g))?;
-    println!("GPU: {}", g.name());
+    let copy = g.copy_bandwidth(1 << 30, 20)?;
+    println!("GPU: {}; device-to-device copy {copy:.1} GB/s", g.name());
     let u = gauge(a.links, a.dims, a.seed);
     let b = SpinorField::random(a.dims, a.seed + 1);
     let name = dims_name(a.dims);
@@ -157,7 +163,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
     // The kappa: given, or the first of the list at which f64 BiCGStab needs the iterations asked.
     let kappas = match a.kappa {
         Some(k) => vec![k],
-        None => a.links.kappas().to_vec(),
+        None => a.links.kappas(a.csw > 0.0).to_vec(),
     };
     let mut chosen = None;
     for &kappa in &kappas {
@@ -259,16 +265,28 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
             .map(|r| r.seconds)
     };
     for r in &rows {
-        let speedup = base(r.method).map_or(f64::NAN, |s| s / r.seconds);
+        let speedup = match r.converged {
+            true => base(r.method).map_or(f64::NAN, |s| s / r.seconds),
+            false => f64::NAN,
+        };
         let updates = r.updates.map_or("-".to_string(), |u| u.to_string());
-        println!(
-            "{:9} {:10} {:10} {updates:>8} {:9.4} {speedup:8.2}x {:14.3e}",
-            r.method.name(),
-            r.precision,
-            r.iterations,
-            r.seconds,
-            r.residual
-        );
+        if !r.converged {
+            println!(
+                "{:9} {:10} {:10} {updates:>8}   not converged",
+                r.method.name(),
+                r.precision,
+                r.iterations
+            );
+        } else {
+            println!(
+                "{:9} {:10} {:10} {updates:>8} {:9.4} {speedup:8.2}x {:14.3e}",
+                r.method.name(),
+                r.precision,
+                r.iterations,
+                r.seconds,
+                r.residual
+            );
+        }
         csv.push_str(&format!(
             "mixed,{operator},{name},{:?},{kappa},{},{},{},{},{},{},{speedup},{}\n",
             a.links,
@@ -345,6 +363,7 @@ fn plain_row(
         let row = Row {
             method: Method::BiCgStab,
             precision: "f64",
+            converged: true,
             iterations: r.iterations,
             updates: None,
             seconds: r.seconds,
@@ -414,17 +433,34 @@ fn time_mixed(
 ) -> Result<Row> {
     let mut best: Option<Row> = None;
     for k in 0..=repeats {
-        let (_, r, res) = solve(opt)?;
+        // A row that does not converge is a result too: the table says so, and the others go on.
+        let unconverged = |why: String, iterations: u32, seconds: f64, residual: f64| {
+            println!("{} {precision}: not converged: {why}", opt.method);
+            Row {
+                method: opt.method,
+                precision,
+                converged: false,
+                iterations,
+                updates: None,
+                seconds,
+                residual,
+            }
+        };
+        let (r, res) = match solve(opt) {
+            Ok((_, r, res)) => (r, res),
+            Err(Error::Host(e @ lattice_gpu_host::Error::Stalled { .. })) => {
+                return Ok(unconverged(e.to_string(), 0, f64::NAN, f64::NAN))
+            }
+            Err(e) => return Err(e),
+        };
         if r.status != lattice_gpu_host::solvers::bicgstab::SolveStatus::Converged {
-            return Err(Error::InvalidParameter(format!(
-                "{} {precision} stopped unconverged ({:?}) after {} iterations at true residual \
-                 {:.3e}; try a larger --delta or a smaller kappa",
-                opt.method, r.status, r.iterations, r.residual
-            )));
+            let why = format!("{:?} after {} iterations", r.status, r.iterations);
+            return Ok(unconverged(why, r.iterations, r.seconds, r.residual));
         }
         let row = Row {
             method: opt.method,
             precision,
+            converged: true,
             iterations: r.iterations,
             updates: Some(r.updates),
             seconds: r.seconds,
