@@ -209,17 +209,6 @@ pub struct Half;
 #[derive(Clone, Copy)]
 struct SlotI16(i16, i16);
 
-/// The 16-bit integer whose bits are `bits`, as an f32 (exact). Not `bits as i16 as f32`: the GPU
-/// converts integers on its quarter-rate conversion unit (`I2F`), which held the hopping kernel at
-/// 76% of its roofline, while these are a logic operation and an add on the full-rate units:
-/// `0x4b000000 | u` is the f32 `2^23 + u` for `u < 2^16`, and `u = bits ^ 0x8000` is the integer plus
-/// `2^15`.
-#[inline(always)]
-fn fixed_to_f32(bits: u16) -> f32 {
-    const BIAS: f32 = 8_388_608.0 + 32_768.0;
-    f32::from_bits(0x4b00_0000 | (bits ^ 0x8000) as u32) - BIAS
-}
-
 /// `v` rounded to the nearest integer, ties away from zero, the same on the host and the GPU; 0 for a
 /// value out of range or NaN (its site's norm is NaN then: [`store_site`]). One compare where a
 /// saturating `as` costs a clamp and a NaN test.
@@ -242,9 +231,9 @@ impl WilsonStore for Half {
 
     #[inline(always)]
     unsafe fn load(p: *const i16, i: usize) -> Complex<f32> {
-        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
-        let w = unsafe { *(p as *const u32).add(i) };
-        Complex::new(fixed_to_f32(w as u16), fixed_to_f32((w >> 16) as u16))
+        // SAFETY: the caller's contract.
+        let v = unsafe { *(p as *const SlotI16).add(i) };
+        Complex::new(v.0 as f32, v.1 as f32)
     }
     #[inline(always)]
     unsafe fn store(p: *mut i16, i: usize, v: Complex<f32>) {
@@ -386,13 +375,6 @@ mod tests {
             assert!(Half::decode_site(&Half::encode_site(&v))
                 .iter()
                 .all(|z| z.re.is_nan() && z.im.is_nan()));
-        }
-    }
-
-    #[test]
-    fn fixed_point_integers_convert_exactly() {
-        for i in i16::MIN..=i16::MAX {
-            assert_eq!(fixed_to_f32(i as u16), i as f32, "{i}");
         }
     }
 
