@@ -562,18 +562,6 @@ blas_entries!(
     bicg_cgorth_half
 );
 blas_entries!(
-    crate::wilson::HalfF16,
-    bicg_dot_f16,
-    bicg_s_f16,
-    bicg_xr_f16,
-    bicg_p_f16,
-    bicg_diffnorm_f16,
-    bicg_cgxr_f16,
-    bicg_cgp_f16,
-    bicg_sub_f16,
-    bicg_cgorth_f16
-);
-blas_entries!(
     f64,
     bicg_dot_f64,
     bicg_s_f64,
@@ -701,13 +689,6 @@ mixed_entries!(
     mixed_add_f64_half
 );
 mixed_entries!(
-    f64,
-    crate::wilson::HalfF16,
-    mixed_to_lo_f64_f16,
-    mixed_to_hi_f64_f16,
-    mixed_add_f64_f16
-);
-mixed_entries!(
     f32,
     f32,
     mixed_to_lo_f32_f32,
@@ -803,8 +784,7 @@ mod tests {
 
     /// The vector kernels' body on 16-bit sites (two tiles of `x, p, s, t, r, r0`): `Op::Xr` against
     /// the same update in f64 from the decoded inputs, within the rounding of the stored results (11
-    /// significant bits of each site's largest for binary16, 15 for fixed point), and its sums from the
-    /// rounded `r` as stored.
+    /// significant bits of each site's largest), and its sums from the rounded `r` as stored.
     #[test]
     fn the_xr_update_on_16_bit_sites_matches_f64_within_the_storage_rounding() {
         use crate::solver_store::Site;
@@ -877,8 +857,7 @@ mod tests {
                 "{rr} {stored}"
             );
         }
-        case::<crate::wilson::HalfF16>(11);
-        case::<crate::wilson::Half>(15);
+        case::<crate::wilson::Half>(11);
     }
 
     #[test]

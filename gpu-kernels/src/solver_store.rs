@@ -1,12 +1,12 @@
 //! How a Krylov solver's work vectors are stored ([`SolverStore`]) and the values its vector kernels
 //! compute with ([`SolverValue`]): flat complex arrays of f32 or f64, one complex number a value; or
-//! Wilson spinors in 16-bit storage ([`Half`], [`HalfF16`]), one site a value, because a site's norm
+//! Wilson spinors in 16-bit storage ([`Half`]), one site a value, because a site's norm
 //! depends on all twelve of its numbers, so one thread reads and writes the whole site.
 
 use core::ops::{Add, Sub};
 
 use crate::complex::{Complex, ComplexReal};
-use crate::wilson::{load_site, store_site, tile_index, Half, HalfF16, WilsonStore, TILE};
+use crate::wilson::{load_site, store_site, tile_index, Half, WilsonStore, TILE};
 
 /// What a solver's vector kernels compute with: one or more complex numbers, added and scaled alike.
 pub trait SolverValue: Copy + Add<Output = Self> + Sub<Output = Self> {
@@ -117,7 +117,7 @@ pub trait SolverStore: Copy + Default + Send + Sync + 'static {
     type Elem: Copy + Default + Send + Sync + 'static;
     /// What the vector kernels compute with.
     type Value: SolverValue;
-    /// `"f32"`, `"f64"`, `"half"` or `"f16"`: names the vector kernels' entries and tune-cache keys.
+    /// `"f32"`, `"f64"` or `"half"`: names the vector kernels' entries and tune-cache keys.
     const PRECISION: &'static str;
     /// Complex slots of one value in the vector's length.
     const VALUE_SLOTS: usize;
@@ -188,7 +188,7 @@ macro_rules! site_store {
         }
     )*};
 }
-site_store!(Half => i16, "half"; HalfF16 => u16, "f16");
+site_store!(Half => u16, "half");
 
 #[cfg(test)]
 mod tests {
@@ -204,15 +204,15 @@ mod tests {
             Complex::new((k as f32 * 0.37).sin(), -(k as f32 * 0.11).cos() * 3.0)
         }));
         // Site 37: the second tile, lane 5.
-        unsafe { HalfF16::store_value(p, 37, v) };
-        let back = unsafe { HalfF16::load_value(p, 37) };
+        unsafe { Half::store_value(p, 37, v) };
+        let back = unsafe { Half::load_value(p, 37) };
         for k in 0..12 {
             let (a, b) = (v.0[k], back.0[k]);
             // 11 significant bits of the site's largest (3).
             assert!((a - b).to_f64().abs() <= 3.0 / 2048.0, "{k}: {a:?} {b:?}");
         }
         // The other sites are untouched.
-        assert!(unsafe { HalfF16::load_value(p, 36) }.norm2() == 0.0);
-        assert_eq!(HalfF16::plain_index(37, 2), 12 * TILE + 5 + 2 * TILE);
+        assert!(unsafe { Half::load_value(p, 36) }.norm2() == 0.0);
+        assert_eq!(Half::plain_index(37, 2), 12 * TILE + 5 + 2 * TILE);
     }
 }

@@ -103,19 +103,13 @@ macro_rules! plain_storage {
 }
 plain_storage!(f32, f64);
 impl WilsonStorage for lattice_gpu_kernels::wilson::Half {}
-impl WilsonStorage for lattice_gpu_kernels::wilson::HalfF16 {}
 
 /// The bound on the rounding of one hopping term `x + a H psi` in half precision
 /// ([`Half`](lattice_gpu_kernels::wilson::Half)), relative to the f64 result in the 2-norm over a
-/// parity: `2^-13`. Each stored real is kept to half a step of `1/32767` of its site's largest (links:
-/// of 1), about `2^-16` of the field in RMS; the result sums eight hops of a spinor and a link each
-/// and is rounded once more when stored. Measured on random fields: `3.4e-5` (`lqcd/tests/half.rs`).
-pub const HALF_HOPPING_BOUND: f64 = 1.0 / 8192.0;
-
-/// [`HALF_HOPPING_BOUND`] for IEEE binary16 storage
-/// ([`HalfF16`](lattice_gpu_kernels::wilson::HalfF16)): `2^-11`, each value being rounded to 11
-/// significant bits. Measured on random fields: `3.1e-4`.
-pub const F16_HOPPING_BOUND: f64 = 1.0 / 2048.0;
+/// parity: `2^-11`. Each stored value is rounded to 11 significant bits (a spinor's relative to its
+/// site's largest), `2^-12` at most; the result sums eight hops of a spinor and a link each and is
+/// rounded once more when stored. Measured on random fields: `3.1e-4` (`lqcd/tests/half.rs`).
+pub const HALF_HOPPING_BOUND: f64 = 1.0 / 2048.0;
 
 /// The hopping kernel's entry of precision `T` for `recon`, on one lattice or on a rank's block.
 fn dslash_entry<T: WilsonEntries>(recon: Recon, split: bool) -> &'static str {

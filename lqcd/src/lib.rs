@@ -53,20 +53,22 @@
 //!
 //! # Half precision
 //!
-//! The hopping term runs in four storages of its fields (`gpu::WilsonStorage`), with the arithmetic in
-//! f32 for the two 16-bit ones:
-//! - `f64`, `f32`;
-//! - `Half`: QUDA's half precision, 16-bit fixed point. A link entry is stored as `round(32767 u)`, a
-//!   spinor site as `round(32767 v / m)` with `m` its largest real, and `m / 32767` as an f32 beside it.
-//! - `HalfF16`: IEEE binary16 of `v / m`, with `m` beside it. The GPU converts binary16 on its
-//!   multiply-add units (`HADD2`) and 16-bit integers on its slower conversion unit (`I2F`), so this
-//!   one is faster (H100, 12-number links: 11874 against 10146 GFLOPS at 32^3x64), but rounds to 11
-//!   bits where fixed point keeps 15.
+//! The hopping term runs in three storages of its fields (`gpu::WilsonStorage`): `f64`, `f32`, and
+//! `Half`, IEEE binary16 with the arithmetic in f32: a link entry is stored as the nearest binary16, a
+//! spinor site as `v / m` with `m` its largest real, and `m` as an f32 beside it. QUDA stores 16-bit
+//! fixed point instead; both were built here, and binary16 was kept as the faster (the GPU converts it
+//! on its multiply-add units, `HADD2`, and integers on its slower conversion unit, `I2F`: H100,
+//! 12-number links, 11836 against 10044 GFLOPS at 32^3x64), though it rounds to 11 bits where fixed
+//! point keeps 15.
 //!
 //! The rounding of one hopping term `x + a H psi`, relative to the f64 result in the 2-norm over a
-//! parity, is at most `gpu::HALF_HOPPING_BOUND = 2^-13` in fixed point (measured on random fields:
-//! `3.4e-5`) and `2^-11` in binary16 (measured: `3.1e-4`). A NaN or infinity in a site makes its
-//! norm NaN, so it is not lost in the rounding.
+//! parity, is at most `gpu::HALF_HOPPING_BOUND = 2^-11` (measured on random fields: `3.1e-4`). A NaN
+//! or infinity in a site makes its norm NaN, so it is not lost in the rounding.
+//!
+//! The mixed-precision solvers (`lqcd solve --sloppy half`) iterate in it with reliable updates in
+//! f64. BiCGStab converges as in f32; CG on the normal equations (CGNR) loses conjugacy to the
+//! rounding on rough fields near their critical kappa and stops with an error that advises an f32
+//! inner precision.
 //!
 //! # Clover
 //!

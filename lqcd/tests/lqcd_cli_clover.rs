@@ -127,7 +127,7 @@ fn bad_csw_and_unsupported_combinations_are_refused_with_their_fix() {
     for (extra, says) in [
         (
             &["--sloppy", "half"][..],
-            "a 16-bit --sloppy (use --sloppy f32) with --csw 1",
+            "--sloppy half (use --sloppy f32) with --csw 1",
         ),
         (&["--fused", "on"], "--fused on"),
         (&["--gpus", "2"], "--csw 1 with --gpus/--mpi"),

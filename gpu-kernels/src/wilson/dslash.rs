@@ -115,7 +115,7 @@ pub(crate) fn schedule_fence() {
 pub const TILE: usize = 32;
 
 /// Index of spin-colour component `k` of site `cb` in a tiled spinor field of storage `T` (its norm
-/// is slot `k = 12` of a fixed-point field).
+/// is slot `k = 12` of a 16-bit field).
 #[inline(always)]
 pub fn component_index<T: WilsonStore>(cb: usize, k: usize) -> usize {
     tile_index(cb, T::SLOTS) + k * TILE
@@ -306,7 +306,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             self.hop_at(&mut acc, cb, &nb, 3, false);
             schedule_fence();
         }
-        if T::FIXED {
+        if T::NORMED {
             unsafe { self.store_fixed(cb, &acc) };
             return;
         }
@@ -316,8 +316,8 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         }
     }
 
-    /// Stores site `cb` of a fixed-point output: `x + a h` scaled so that its largest real is
-    /// [`UNIT`](WilsonStore::UNIT), and the factor back in the norm slot.
+    /// Stores site `cb` of a 16-bit output: `x + a h` scaled so that its largest real is
+    /// 1, and that largest magnitude in the norm slot.
     ///
     /// # Safety
     /// As [`site`](Self::site).
@@ -477,7 +477,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     }
 
     /// The spinor added to the hopping term at element `at` of the output: `x`, or zero (plain storage:
-    /// a fixed-point site's values need its norm).
+    /// a 16-bit site's values need its norm).
     ///
     /// # Safety
     /// As [`site`](Self::site), `at` inside the output parity.
@@ -492,7 +492,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
 
     /// Stores `x + a h` (or `a h`) at element `at` of the output, `x` there being what `addend` returns
     /// ([`addend`](Self::addend), or a value loaded ahead); returns what it stored. Plain storage only
-    /// (a fixed-point site is stored whole).
+    /// (a 16-bit site is stored whole).
     ///
     /// # Safety
     /// As [`addend`](Self::addend).
@@ -527,14 +527,14 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
     ) {
         let at = tile_index(nb_cb, T::SLOTS);
         let psi = |s: usize, c: usize| unsafe { T::load(self.inp, at + (s * 3 + c) * TILE) };
-        // Fixed point: the site's norm and the links' scale, applied once to the projected half spinor
-        // rather than to each of the values it is made of.
-        let factor = match (T::FIXED, MU == 3) {
+        // 16-bit storage: the site's norm, applied once to the projected half spinor rather than to
+        // each of the values it is made of.
+        let factor = match (T::NORMED, MU == 3) {
             (false, false) => None,
             (false, true) => Some(sign),
             (true, _) => {
                 let n = unsafe { T::norm(self.inp, at + 12 * TILE) };
-                Some(sign * n * T::Real::from_f64(1.0 / T::UNIT as f64))
+                Some(sign * n)
             }
         };
         // Project onto the two independent spin components: h_r = psi_r -+ sigma psi_lower.
@@ -596,11 +596,6 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             u[2][0] = (r0[1] * r1[2] - r0[2] * r1[1]).conj();
             u[2][1] = (r0[2] * r1[0] - r0[0] * r1[2]).conj();
             u[2][2] = (r0[0] * r1[1] - r0[1] * r1[0]).conj();
-            if T::FIXED && T::UNIT != 1.0 {
-                // The product of two stored rows carries the scale twice.
-                let s = T::Real::from_f64(1.0 / T::UNIT as f64);
-                u[2] = u[2].map(|z| z.scale(s));
-            }
         }
         u
     }

@@ -10,7 +10,7 @@
 //! apart, so one address register serves them all (structure of arrays with a fixed inner stride).
 //! The half volume `vh` is padded to whole tiles (`tiles = ceil(vh / 32)`); padding stays zero.
 //! - spinor on one parity (`ncomp = 12`): component `k = s * 3 + c` of site `cb` at
-//!   [`tile_index`]`(cb, 12) + 32 k`; in 16-bit storage ([`WilsonStore::FIXED`]) `ncomp = 13`, slot 12
+//!   [`tile_index`]`(cb, 12) + 32 k`; in 16-bit storage ([`WilsonStore::NORMED`]) `ncomp = 13`, slot 12
 //!   holding the site's norm as an f32;
 //! - gauge field: 8 blocks `(p * 4 + mu)` of `tiles * R * 32` entries; link `U_mu(n)` of a site `cb` of
 //!   parity `p` has entry `k` at `(p * 4 + mu) * tiles * R * 32 + tile_index(cb, R) + 32 k`. `R = 9` holds
@@ -38,7 +38,7 @@ pub use dslash::{
 };
 pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT};
-pub use store::{load_site, store_site, Half, HalfF16, WilsonStore, FIXED_ONE};
+pub use store::{load_site, store_site, Half, WilsonStore};
 
 /// A storage with the Wilson kernels' entries in the framework's module: a supertrait of a precision
 /// bound, so that generic code over precisions names no kernel type.
@@ -86,7 +86,7 @@ impl<T: WilsonStore> Gamma5<T> {
     #[inline(always)]
     pub unsafe fn element(&self, i: usize) {
         // A 16-bit site's norm (slot 12) is the same for both.
-        if T::FIXED && (i / TILE) % T::SLOTS == 12 {
+        if T::NORMED && (i / TILE) % T::SLOTS == 12 {
             unsafe { T::store_norm(self.out, i, T::norm(self.inp, i)) };
             return;
         }
@@ -175,11 +175,6 @@ wilson_entries!(
     [bicg_fused_f64_r18, bicg_fused_f64_r12],
     pack_faces_f64,
     gamma5_f64
-);
-wilson_entries!(
-    HalfF16 => [dslash_f16_r18, dslash_f16_r12, dslash_split_f16_r18, dslash_split_f16_r12],
-    pack_faces_f16,
-    gamma5_f16
 );
 wilson_entries!(
     Half => [dslash_half_r18, dslash_half_r12, dslash_split_half_r18, dslash_split_half_r12],

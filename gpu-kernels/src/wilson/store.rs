@@ -1,54 +1,50 @@
-//! How the Wilson fields are stored: f32 and f64 as they are, or in QUDA's half precision, 16-bit fixed
-//! point with f32 arithmetic, which halves the bytes a hopping term moves.
+//! How the Wilson fields are stored: f32 and f64 as they are, or in half precision, IEEE binary16 with a
+//! norm per spinor site and f32 arithmetic, which halves the bytes a hopping term moves.
 //!
-//! Half precision (as QUDA's `short` fields; Clark et al. 2010, section IV):
-//! - a link entry `u` (every entry of an SU(3) matrix lies in `[-1, 1]`) is stored as
-//!   `round(32767 u)`;
-//! - a spinor site stores its 24 reals as `round(32767 v / m)`, `m` the largest of their magnitudes, and
-//!   `m / 32767` as an f32 in one more complex slot (slot 12 of the tiled layout: a spinor site takes
-//!   13 slots, so ghosts and staging carry their norms with them). Each real is then kept to
-//!   `m / 65534`, 15 bits below its site's largest.
+//! Half precision ([`Half`]; QUDA's half fields, Clark et al. 2010, section IV, with binary16 where
+//! QUDA stores 16-bit fixed point):
+//! - a link entry (every entry of an SU(3) matrix lies in `[-1, 1]`) is stored as the nearest binary16;
+//! - a spinor site stores its 24 reals divided by `m`, the largest of their magnitudes, each rounded to
+//!   11 significant bits, and `m` as an f32 in one more complex slot (slot 12 of the tiled layout: a
+//!   spinor site takes 13 slots, so ghosts and staging carry their norms with them).
 //!
-//! Fixed point rather than IEEE f16 scaled per site: the same bytes and one conversion per value
-//! either way, but 15 bits instead of 11 for the values near the site's largest, which carry its norm.
+//! Binary16 rather than fixed point: both were built and measured (H100, 2026-11-26). The GPU converts
+//! binary16 on its multiply-add units but 16-bit integers on its quarter-rate conversion unit, which
+//! held the fixed-point hopping kernel at 10044 GFLOPS against 11836 (32^3x64, 12-number links), and
+//! mixed-precision BiCGStab to 1e-10 took 0.752 s in fixed point against 0.716 s in binary16 (750
+//! and 782 iterations; all-f64 2.416 s). Fixed point keeps 15 bits where binary16 keeps 11, which
+//! showed in CGNR only (see `lattice_gpu_host::solvers::reliable`).
 
 use crate::complex::{Complex, ComplexReal};
 use crate::device::math::Real;
 use crate::solver_store::SolverStore;
 
-/// The largest stored magnitude of half precision: 1 (a link entry, or a site's largest real).
-pub const FIXED_ONE: f32 = 32767.0;
-
 /// A storage of the Wilson fields and the precision its arithmetic runs in.
 ///
-/// Its [`SolverStore`] says what a buffer holds (`Elem`: `f32`, `f64`, `i16` or `u16`) and names
-/// kernels, tables and tune-cache keys (`PRECISION`: `"f32"`, `"f64"`, `"half"` or `"f16"`).
+/// Its [`SolverStore`] says what a buffer holds (`Elem`: `f32`, `f64` or `u16`) and names kernels,
+/// tables and tune-cache keys (`PRECISION`: `"f32"`, `"f64"` or `"half"`).
 pub trait WilsonStore: SolverStore {
     /// The arithmetic precision.
     type Real: ComplexReal;
-    /// Whether values are 16-bit: spinors scaled by a norm per site ([`norm`](Self::norm)), links and
-    /// spinors times [`UNIT`](Self::UNIT).
-    const FIXED: bool;
-    /// What a stored 16-bit value of magnitude 1 holds: [`FIXED_ONE`] in fixed point, 1 in IEEE half.
-    const UNIT: f32 = 1.0;
+    /// Whether values are 16-bit, a spinor site's scaled by its norm ([`norm`](Self::norm)).
+    const NORMED: bool;
     /// Whether the hopping term multiplies links and spinors with fused multiply-adds. Measured on the
     /// H100 (`lqcd bench`, 2026-11-26): faster in f64 (r18 +7%, r12 +2% at 32^3x64) and in 16-bit storage
     /// (r12 +9% to +10%), slower in f32 (r18 -3.5% at both sizes), whose kernels keep the plain products.
     const FMA: bool = true;
     /// Complex slots of a spinor site in the tiled layout: its 12 components, and its norm if
-    /// [`FIXED`](Self::FIXED).
+    /// [`NORMED`](Self::NORMED).
     const SLOTS: usize;
     /// A number to fill a spinor with so that every site decodes to NaN: outputs are poisoned with it
     /// before a kernel writes them.
     const POISON: Self::Elem;
 
-    /// Slot `i` of `p` as stored: the value, or for fixed point the integers.
+    /// Slot `i` of `p` as stored (for a normed site, before the norm).
     ///
     /// # Safety
     /// `p` must hold at least `i + 1` slots, aligned to one slot.
     unsafe fn load(p: *const Self::Elem, i: usize) -> Complex<Self::Real>;
-    /// Stores `v` at slot `i` of `p` (fixed point: rounds `v` to the nearest integers; `|v|` at most
-    /// [`FIXED_ONE`] in each part).
+    /// Stores `v` at slot `i` of `p`, rounded to the storage.
     ///
     /// # Safety
     /// As for [`load`](Self::load), and nothing else may access the slot concurrently.
@@ -58,7 +54,7 @@ pub trait WilsonStore: SolverStore {
     /// # Safety
     /// As for [`store`](Self::store), for both slots.
     unsafe fn copy(p: *mut Self::Elem, from: usize, to: usize);
-    /// The factor of a fixed-point spinor site's integers, kept in slot `i`; 1 otherwise.
+    /// The factor of a normed spinor site's values, kept in slot `i`; 1 otherwise.
     ///
     /// # Safety
     /// As for [`load`](Self::load).
@@ -67,7 +63,7 @@ pub trait WilsonStore: SolverStore {
         let _ = (p, i);
         <Self::Real as crate::device::math::Real>::ONE
     }
-    /// Stores a fixed-point spinor site's factor at slot `i`; nothing otherwise.
+    /// Stores a normed spinor site's factor at slot `i`; nothing otherwise.
     ///
     /// # Safety
     /// As for [`store`](Self::store).
@@ -103,7 +99,7 @@ pub trait WilsonStore: SolverStore {
 struct SiteSlots<E>([[E; 2]; 13]);
 
 /// Stores a 16-bit spinor site: its 12 values `v` at slots `at + k stride`, scaled so that its largest
-/// real is [`UNIT`](WilsonStore::UNIT), and the factor back at slot `at + 12 stride`. A NaN or infinity
+/// real is 1, and that largest magnitude at slot `at + 12 stride`. A NaN or infinity
 /// in `v` makes that norm NaN (the sum of each real times zero), so that it is not lost in the rounding. The one writer of
 /// a 16-bit site: the hopping kernels, the solvers' vector kernels and the host's encoding.
 ///
@@ -122,8 +118,7 @@ pub unsafe fn store_site<T: WilsonStore>(
         m = m.max(z.re.abs()).max(z.im.abs());
         bad += z.re * zero + z.im * zero;
     }
-    let one = T::Real::from_f64(T::UNIT as f64);
-    let scale = if m > zero { one / m } else { zero };
+    let scale = if m > zero { T::Real::ONE / m } else { zero };
     // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
     macro_rules! store {
         ($($k:literal)*) => {
@@ -131,7 +126,7 @@ pub unsafe fn store_site<T: WilsonStore>(
         };
     }
     store!(0 1 2 3 4 5 6 7 8 9 10 11);
-    unsafe { T::store_norm(p, at + 12 * stride, m / one + bad) };
+    unsafe { T::store_norm(p, at + 12 * stride, m + bad) };
 }
 
 /// A 16-bit spinor site's 12 values, each stored number times the site's norm (slots `at + k stride`,
@@ -157,7 +152,7 @@ macro_rules! plain_store {
 
         impl WilsonStore for $t {
             type Real = $t;
-            const FIXED: bool = false;
+            const NORMED: bool = false;
             const SLOTS: usize = 12;
             const POISON: $t = <$t>::NAN;
             const FMA: bool = $fma;
@@ -199,76 +194,10 @@ macro_rules! plain_store {
 plain_store!(f32, SlotF32, 8, false);
 plain_store!(f64, SlotF64, 16, true);
 
-/// QUDA's half precision: 16-bit fixed point with a norm per spinor site, f32 arithmetic (see the
-/// module documentation). Buffers hold `i16`.
+/// Half precision: IEEE binary16 storage with a norm per spinor site, f32 arithmetic (see the module
+/// documentation). Buffers hold `u16`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Half;
-
-/// Two integers of a half-precision slot, loaded and stored as one 32-bit access.
-#[repr(C, align(4))]
-#[derive(Clone, Copy)]
-struct SlotI16(i16, i16);
-
-/// `v` rounded to the nearest integer, ties away from zero, the same on the host and the GPU; 0 for a
-/// value out of range or NaN (its site's norm is NaN then: [`store_site`]). One compare where a
-/// saturating `as` costs a clamp and a NaN test.
-#[inline(always)]
-fn round_fixed(v: f32) -> i16 {
-    // Selects, not a branch: the callers' loops then unroll.
-    let v = if v.abs() < FIXED_ONE + 0.5 { v } else { 0.0 };
-    let half = if v < 0.0 { -0.5 } else { 0.5 };
-    // SAFETY: `|v| + 0.5 < 32768` truncates to at most 32767 in magnitude.
-    unsafe { (v + half).to_int_unchecked::<i16>() }
-}
-
-impl WilsonStore for Half {
-    type Real = f32;
-    const FIXED: bool = true;
-    const SLOTS: usize = 13;
-    const UNIT: f32 = FIXED_ONE;
-    /// `0x7fc0`: the norm slot reads `0x7fc07fc0`, a NaN.
-    const POISON: i16 = 0x7fc0;
-
-    #[inline(always)]
-    unsafe fn load(p: *const i16, i: usize) -> Complex<f32> {
-        // SAFETY: the caller's contract.
-        let v = unsafe { *(p as *const SlotI16).add(i) };
-        Complex::new(v.0 as f32, v.1 as f32)
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut i16, i: usize, v: Complex<f32>) {
-        // SAFETY: the caller's contract.
-        unsafe { *(p as *mut SlotI16).add(i) = SlotI16(round_fixed(v.re), round_fixed(v.im)) }
-    }
-    #[inline(always)]
-    unsafe fn copy(p: *mut i16, from: usize, to: usize) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let p = p as *mut SlotI16;
-            *p.add(to) = *p.add(from);
-        }
-    }
-    #[inline(always)]
-    unsafe fn norm(p: *const i16, i: usize) -> f32 {
-        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
-        unsafe { *(p as *const f32).add(i) }
-    }
-    #[inline(always)]
-    unsafe fn store_norm(p: *mut i16, i: usize, n: f32) {
-        // SAFETY: as for `norm`.
-        unsafe { *(p as *mut f32).add(i) = n }
-    }
-
-    fn encode_link(u: Complex<f64>) -> [i16; 2] {
-        let f = |v: f64| round_fixed((v as f32 * FIXED_ONE).clamp(-FIXED_ONE, FIXED_ONE));
-        [f(u.re), f(u.im)]
-    }
-}
-
-/// IEEE binary16 storage with a norm per spinor site, f32 arithmetic: the values of a site divided by
-/// its largest magnitude (links as they are), each rounded to 11 significant bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HalfF16;
 
 /// Two binary16 values of a slot, loaded and stored as one 32-bit access.
 #[repr(C, align(4))]
@@ -293,9 +222,9 @@ fn from_f16(h: u16) -> f32 {
     return half::f16::from_bits(h).to_f32();
 }
 
-impl WilsonStore for HalfF16 {
+impl WilsonStore for Half {
     type Real = f32;
-    const FIXED: bool = true;
+    const NORMED: bool = true;
     const SLOTS: usize = 13;
     /// A binary16 NaN: the norm slot reads `0x7e007e00`, a NaN too.
     const POISON: u16 = 0x7e00;
@@ -340,7 +269,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn half_sites_keep_each_real_to_half_a_step_of_the_sites_largest() {
+    fn half_sites_keep_each_real_to_11_bits_of_the_sites_largest() {
         let v: [Complex<f64>; 12] = core::array::from_fn(|k| {
             let x = (k as f64 * 0.731).sin() * 1e-7;
             Complex::new(x, -0.5 * x + 1e-9 * k as f64)
@@ -349,22 +278,16 @@ mod tests {
             .iter()
             .flat_map(|z| [z.re.abs(), z.im.abs()])
             .fold(0.0, f64::max);
-        let back = Half::decode_site(&Half::encode_site(&v));
+        let s = Half::encode_site(&v);
+        let back = Half::decode_site(&s);
         for (a, b) in v.iter().zip(&back) {
-            // Half a step of m / 32767, plus the f32 roundings of the value and the norm.
-            let bound = m / 65534.0 * (1.0 + 1e-5);
+            // Half a unit in the last of 11 bits of a value below 1, times m; plus the f32 roundings.
+            let bound = m / 2048.0 * (1.0 + 1e-5);
             assert!((a.re - b.re).abs() <= bound && (a.im - b.im).abs() <= bound);
         }
-        // The largest real is kept to the f32 rounding of the norm.
-        assert_eq!(
-            Half::encode_site(&v)
-                .iter()
-                .take(12)
-                .flatten()
-                .map(|x| x.unsigned_abs())
-                .max(),
-            Some(32767)
-        );
+        // The largest real is stored as 1 (binary16 0x3c00), its sign apart.
+        let largest = s.iter().take(12).flatten().map(|x| x & 0x7fff).max();
+        assert_eq!(largest, Some(0x3c00));
     }
 
     #[test]
@@ -385,13 +308,14 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_site_stays_zero_and_links_round_to_the_nearest_step() {
+    fn a_zero_site_stays_zero_and_links_round_to_the_nearest_binary16() {
         let zero = [Complex::new(0.0, 0.0); 12];
         assert_eq!(Half::decode_site(&Half::encode_site(&zero)), zero);
-        assert_eq!(Half::encode_link(Complex::new(1.0, -1.0)), [32767, -32767]);
+        assert_eq!(Half::encode_link(Complex::new(1.0, -1.0)), [0x3c00, 0xbc00]);
+        // 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even, 1.
         assert_eq!(
-            Half::encode_link(Complex::new(0.5 / 32767.0 + 1e-9, -1.49 / 32767.0)),
-            [1, -1]
+            Half::encode_link(Complex::new(1.0 + 1.0 / 2048.0, 0.5)),
+            [0x3c00, 0x3800]
         );
     }
 }

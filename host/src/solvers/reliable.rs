@@ -2,8 +2,9 @@
 //! lattice QCD systems of equations using mixed precision solvers on GPUs", arXiv:0911.3191).
 //!
 //! [`MixedBiCgStab`] solves `A x = b` to a relative residual `tol` judged in the outer precision `H`
-//! (f64), iterating in a sloppy precision `S` (f32; the bounds are those of [`BiCgStab`], so a 16-bit
-//! type fits once it has its kernels). The sloppy solver is the ordinary [`BiCgStab`] state machine
+//! (f64), iterating in a sloppy precision `S`: f32, or 16-bit Wilson spinors (a [`SolverStore`] whose
+//! vector kernels work a site at a time, since a site's norm depends on all its numbers). The sloppy
+//! solver is the ordinary [`BiCgStab`] state machine
 //! (every overhead-hiding variant, fused iterations, split operators), running BiCGStab on `A` or, for
 //! CGNR ([`Method::Cgnr`]), conjugate gradients on `A^dag A x = A^dag b` ([`Krylov::CgNormal`]).
 //!
@@ -17,6 +18,11 @@
 //! resumes. Convergence is decided on the true residual `|b - A_hi x_hi| / |b|` alone: the device also
 //! stops when the iterated residual reaches the tolerance (scaled, for CGNR, by the ratio of the
 //! normal residual to the true one at the last update), so that the host checks the true one then.
+//!
+//! Half precision (H100, 2026-11-26): BiCGStab converges in a few more iterations than in f64 (782
+//! against 718 at 32^3x64, random links, kappa 0.248); CGNR, whose directions stay conjugate only to
+//! the storage's 11 bits, stalls on such a field near its critical kappa, where the normal equations
+//! square a large condition number.
 //!
 //! A solve that makes no progress stops with [`Error::Stalled`], carrying the true residuals: no new
 //! smallest true residual in [`MixedOptions::stall_updates`] updates, or no new smallest iterated

@@ -15,7 +15,7 @@ use lattice_gpu_host::solvers::bicgstab::{
     SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{CloverMode, Half, HalfF16, FUSED_BLOCK};
+use lattice_gpu_kernels::wilson::{CloverMode, Half, FUSED_BLOCK};
 use lattice_gpu_lqcd::clover::{CloverBlock, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverReal};
 use lattice_gpu_lqcd::gauge::GaugeField;
@@ -60,7 +60,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     println!("\ndslash (one hopping term on one parity): GFLOPS at QUDA's 1320 flops/site; GB/s in QUDA's");
     println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
     println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction;");
-    println!("half: QUDA's 16-bit fixed point with a norm per spinor site, f32 arithmetic");
+    println!("half: IEEE binary16 with a norm per spinor site, f32 arithmetic");
     println!(
         "lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
     );
@@ -83,15 +83,14 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 3);
         let psi = SpinorField::random(dims, 4);
-        for prec in ["f32", "f64", "half", "f16"] {
+        for prec in ["f32", "f64", "half"] {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
                 let (g, args) = (&g, (&lat, &u, &psi, recon, a.tuning, copy));
                 let row = match prec {
                     "f32" => bench_dslash::<f32>(g, args)?,
                     "f64" => bench_dslash::<f64>(g, args)?,
-                    "half" => bench_dslash::<Half>(g, args)?,
-                    _ => bench_dslash::<HalfF16>(g, args)?,
+                    _ => bench_dslash::<Half>(g, args)?,
                 };
                 let (ms, rate, quda_gbs, block) = row;
                 let name = dims_name(dims);

@@ -1,6 +1,6 @@
 //! `lqcd bench-mixed`: time to a 1e-10 solution of the even-odd Wilson system, all-f64 BiCGStab
-//! against mixed-precision BiCGStab with reliable updates, its sloppy iterations in f32 and in both
-//! 16-bit storages (fixed-point half and binary16), and with `--cgnr` CGNR likewise, at a kappa where
+//! against mixed-precision BiCGStab with reliable updates, its sloppy iterations in f32 and in half
+//! precision (binary16), and with `--cgnr` CGNR likewise, at a kappa where
 //! f64 BiCGStab needs at least `--min-iterations` iterations. With `--csw` the Wilson-clover system
 //! likewise, its sloppy iterations in f32 (the clover kernels have no 16-bit storage yet).
 
@@ -16,7 +16,7 @@ use lattice_gpu_host::solvers::reliable::{
     Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
 };
 use lattice_gpu_host::Gpu;
-use lattice_gpu_kernels::wilson::{Half, HalfF16};
+use lattice_gpu_kernels::wilson::Half;
 use lattice_gpu_lqcd::clover::CloverField;
 use lattice_gpu_lqcd::clover_gpu::{
     solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
@@ -240,11 +240,6 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         let mut s = mixed_solver::<Half>(&g, &lat, &u, kappa, a)?;
         let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
         rows.push(time_mixed(&mut solve, &mo, a.repeats, "half/f64")?);
-        drop(s);
-        stop()?;
-        let mut s = mixed_solver::<HalfF16>(&g, &lat, &u, kappa, a)?;
-        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
-        rows.push(time_mixed(&mut solve, &mo, a.repeats, "f16/f64")?);
     }
     let operator = match a.csw > 0.0 {
         true => format!("Wilson-clover c_sw {}", a.csw),

@@ -24,7 +24,7 @@ use lattice_gpu_host::solvers::reliable::{
     Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
 };
 use lattice_gpu_host::{Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{Half, HalfF16, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
+use lattice_gpu_kernels::wilson::{Half, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu_lqcd::clover::{check_csw, solve_clover_eo_checked, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{
@@ -105,10 +105,8 @@ enum Prec {
 enum Sloppy {
     F64,
     F32,
-    /// QUDA's 16-bit fixed point with a norm per site, f32 arithmetic.
-    Half,
     /// IEEE binary16 with a norm per site, f32 arithmetic.
-    F16,
+    Half,
 }
 
 impl Sloppy {
@@ -126,7 +124,6 @@ impl Sloppy {
             Sloppy::F64 => "f64",
             Sloppy::F32 => "f32",
             Sloppy::Half => "half",
-            Sloppy::F16 => "f16",
         }
     }
 }
@@ -147,8 +144,9 @@ struct SolverArgs {
     /// (the outer precision).
     #[arg(long, value_enum, default_value_t = Prec::F64)]
     precision: Prec,
-    /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, or 16-bit storage with f32
-    /// arithmetic (half: fixed point; f16: IEEE binary16; both with --precision f64). Default: the
+    /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, or half (IEEE binary16 storage
+    /// with f32 arithmetic, under --precision f64; BiCGStab only in practice: CGNR in half stalls on
+    /// rough fields). Default: the
     /// outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
     /// outer precision (Clark et al. 2010): whenever the iterated residual has fallen by --delta, the
     /// true residual is recomputed and replaces it.
@@ -227,8 +225,8 @@ impl SolverArgs {
                 self.csw
             )))
         };
-        if matches!(self.sloppy(), Sloppy::Half | Sloppy::F16) {
-            return refuse("a 16-bit --sloppy (use --sloppy f32)");
+        if self.sloppy() == Sloppy::Half {
+            return refuse("--sloppy half (use --sloppy f32)");
         }
         if self.fused == Fusion::On {
             return refuse("--fused on (the one-kernel iteration is the Wilson operator's)");
@@ -795,10 +793,10 @@ fn check(s: &SolverArgs) -> Result<()> {
             "--max-iter and --check-every must be at least 1".into(),
         ));
     }
-    if s.precision == Prec::F32 && matches!(s.sloppy, Some(Sloppy::Half | Sloppy::F16)) {
+    if s.precision == Prec::F32 && s.sloppy == Some(Sloppy::Half) {
         return Err(Error::InvalidParameter(
-            "a 16-bit --sloppy (half, f16) runs under the outer --precision f64 only: give \
-             --precision f64, or --sloppy f32 under --precision f32"
+            "--sloppy half runs under the outer --precision f64 only: give --precision f64, or \
+             --sloppy f32 under --precision f32"
                 .into(),
         ));
     }
@@ -930,9 +928,6 @@ fn one_rank_footprint(
         }
         (true, true, Prec::F64, Sloppy::Half) => {
             mixed_gpu_footprint::<f64, Half>(lat, args.recon, cgnr, what)
-        }
-        (true, true, Prec::F64, Sloppy::F16) => {
-            mixed_gpu_footprint::<f64, HalfF16>(lat, args.recon, cgnr, what)
         }
         (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }?;
@@ -1124,10 +1119,8 @@ enum GpuSolver {
     Mixed64x32(Box<MixedBiCgStab<f64, f32, EvenOdd<f64>, EvenOdd<f32>>>),
     /// CGNR in f64.
     Mixed64x64(Box<MixedBiCgStab<f64, f64, EvenOdd<f64>, EvenOdd<f64>>>),
-    /// Reliable updates: outer f64, sloppy 16-bit fixed point.
+    /// Reliable updates: outer f64, sloppy half.
     Mixed64xHalf(Box<MixedBiCgStab<f64, Half, EvenOdd<f64>, EvenOdd<Half>>>),
-    /// Reliable updates: outer f64, sloppy binary16.
-    Mixed64xF16(Box<MixedBiCgStab<f64, HalfF16, EvenOdd<f64>, EvenOdd<HalfF16>>>),
     /// CGNR in f32.
     Mixed32x32(Box<MixedBiCgStab<f32, f32, EvenOdd<f32>, EvenOdd<f32>>>),
     /// The Wilson-clover operator with reliable updates: outer f64, sloppy f32.
@@ -1199,9 +1192,6 @@ impl Solver {
                         (true, Prec::F64, Sloppy::Half) => {
                             GpuSolver::Mixed64xHalf(Box::new(make_mixed(g, &lat, &u, args)?))
                         }
-                        (true, Prec::F64, Sloppy::F16) => {
-                            GpuSolver::Mixed64xF16(Box::new(make_mixed(g, &lat, &u, args)?))
-                        }
                         (true, Prec::F32, _) => {
                             GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
                         }
@@ -1262,10 +1252,6 @@ impl Solver {
                 return self.finish_mixed(x, r, res, label, stop);
             }
             Some(GpuSolver::Mixed64xHalf(s)) => {
-                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::Mixed64xF16(s)) => {
                 let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
                 return self.finish_mixed(x, r, res, label, stop);
             }
@@ -1374,7 +1360,6 @@ impl Solver {
             Some(GpuSolver::Mixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::Mixed64xF16(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::CloverMixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::CloverMixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
