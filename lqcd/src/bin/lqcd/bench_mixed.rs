@@ -443,8 +443,8 @@ fn time_mixed(
         };
         let (r, res) = match solve(opt) {
             Ok((_, r, res)) => (r, res),
-            Err(Error::Host(e @ lattice_gpu_host::Error::Stalled { .. })) => {
-                return Ok(unconverged(e.to_string(), 0, f64::NAN, f64::NAN))
+            Err(Error::Host(e @ lattice_gpu_host::Error::Stalled { iterations, .. })) => {
+                return Ok(unconverged(e.to_string(), iterations, f64::NAN, f64::NAN))
             }
             Err(e) => return Err(e),
         };
