@@ -33,8 +33,8 @@ use crate::clover::{CloverBlock, CloverField};
 use crate::gauge::GaugeField;
 use crate::geometry::Lattice;
 use crate::gpu::{
-    dslash_numbers, even_system_options, parity_len, Block, Recon, WilsonGpu, WilsonReal,
-    HOPPING_BLOCK, HOPPING_BLOCKS,
+    dslash_numbers, even_odd_solution, even_system_options, parity_len, Block, Recon, WilsonGpu,
+    WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use crate::spinor::SpinorField;
 use crate::{Error, Result};
@@ -675,16 +675,11 @@ pub fn solve_clover_with<T: CloverReal>(
     let src = c.source(&b_e, &b_o)?;
     let mut x_e = c.wilson().parity_buffer()?;
     let report = solver.solve(&src, &mut x_e, opt, on_check)?;
-    let [x_o, dx_e, dx_o] = solver.operator().0.odd_sites_and_dirac(&x_e, &b_o)?;
-    let true_res = crate::gpu::relative_residual([
-        solver.diff_norms(&dx_e, &b_e)?,
-        solver.diff_norms(&dx_o, &b_o)?,
-    ]);
-    let x = solver
-        .operator()
-        .0
-        .wilson()
-        .download_full(b.dims, &x_e, &x_o)?;
+    let c = &solver.operator().0;
+    let odd = c.odd_sites_and_dirac(&x_e, &b_o)?;
+    let (x, true_res) = even_odd_solution(c.wilson(), b.dims, &x_e, odd, [&b_e, &b_o], |a, b| {
+        solver.diff_norms(a, b)
+    })?;
     Ok((x, report, true_res))
 }
 
@@ -705,16 +700,10 @@ pub fn solve_clover_mixed_with<H: CloverReal, S: CloverReal>(
     let opt = even_system_options(solver, opt, [&b_e, &b_o], &src)?;
     let report = solver.solve(&src, &mut x_e, &opt, on_check)?;
     let c = &solver.operator().0;
-    let [x_o, dx_e, dx_o] = c.odd_sites_and_dirac(&x_e, &b_o)?;
-    let true_res = crate::gpu::relative_residual([
-        solver.diff_norms(&dx_e, &b_e)?,
-        solver.diff_norms(&dx_o, &b_o)?,
-    ]);
-    let x = solver
-        .operator()
-        .0
-        .wilson()
-        .download_full(b.dims, &x_e, &x_o)?;
+    let odd = c.odd_sites_and_dirac(&x_e, &b_o)?;
+    let (x, true_res) = even_odd_solution(c.wilson(), b.dims, &x_e, odd, [&b_e, &b_o], |a, b| {
+        solver.diff_norms(a, b)
+    })?;
     Ok((x, report, true_res))
 }
 

@@ -1040,7 +1040,7 @@ impl<T: SolverPrecision, O: DeviceOperator<T>> BiCgStab<T, O> {
     /// Queues `|a - b|^2` and `|b|^2` (e.g. `|b - A x|` and `|b|` for the true residual) and returns them
     /// after synchronising.
     pub fn diff_norms(
-        &mut self,
+        &self,
         a: &DeviceBuffer<T::Elem>,
         b: &DeviceBuffer<T::Elem>,
     ) -> Result<(f64, f64)> {

@@ -491,7 +491,7 @@ where
 
     /// `|b - A x|^2` and `|b|^2` in the outer precision, `x` and `b` this solver's length: e.g. for
     /// the true residual of a solution.
-    pub fn diff_norms(&mut self, a: &DeviceBuffer<H>, b: &DeviceBuffer<H>) -> Result<(f64, f64)> {
+    pub fn diff_norms(&self, a: &DeviceBuffer<H>, b: &DeviceBuffer<H>) -> Result<(f64, f64)> {
         let s = self.ops.sums(Op::DiffNorm, &[a, b], &self.hi)?;
         Ok((s[2], s[3]))
     }
