@@ -63,7 +63,8 @@ impl Recon {
 
 /// A storage of the Wilson fields on the GPU: f32, f64 or half precision
 /// ([`Half`](lattice_gpu_kernels::wilson::Half)), with its kernels in the embedded PTX
-/// ([`WilsonEntries`]). Buffers hold its [`Elem`](WilsonStore::Elem).
+/// ([`WilsonEntries`]). Buffers hold its
+/// [`Elem`](lattice_gpu_kernels::solver_store::SolverStore::Elem).
 pub trait WilsonStorage: WilsonEntries<Elem: Plain + lattice_gpu_host::comm::Wire> + Unpin {
     /// Queues [`EvenOdd`]'s BiCGStab iteration as one kernel, where this storage has it (a plain
     /// precision: [`FusedEntries`]); `Ok(false)` otherwise.

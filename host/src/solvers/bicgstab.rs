@@ -45,9 +45,9 @@ use crate::split::DeviceRanks;
 /// A linear operator on complex vectors in GPU memory, stored as [`SolverStore`] `T` says (f32 or f64
 /// complex arrays, or 16-bit Wilson spinors).
 pub trait DeviceOperator<T: SolverStore> {
-    /// Complex elements of the vectors it acts on.
+    /// Complex slots of the vectors it acts on (a 16-bit spinor site's norm takes one).
     fn len(&self) -> usize;
-    /// Complex elements each vector is allocated with: `len()` and the room the operator keeps after
+    /// Complex slots each vector is allocated with: `len()` and the room the operator keeps after
     /// them (the ghost sites of a split lattice).
     fn storage_len(&self) -> usize {
         self.len()
