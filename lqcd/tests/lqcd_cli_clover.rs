@@ -13,15 +13,7 @@ use lattice_gpu_testkit as common;
 
 /// lqcd's exit code and its stdout and stderr; fails the test on a panic.
 fn lqcd(args: &[&str]) -> (Option<i32>, String) {
-    let bin = common::binary("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"));
-    let out = std::process::Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!text.contains("panicked"), "{args:?} panicked:\n{text}");
-    (out.status.code(), text)
+    common::run_cli_code("LATTICE_GPU_LQCD_BIN", env!("CARGO_BIN_EXE_lqcd"), args)
 }
 
 const DIMS: [usize; 4] = [4, 4, 4, 8];

@@ -90,8 +90,13 @@ pub fn check_written<T: Element>(got: &[T], want: &[T], shape: &Shape, r: &LoopR
 /// whether it succeeded and its stdout and stderr; a panic fails the test, since bad input must end in
 /// a message, not a panic.
 pub fn run_cli(var: &str, built: &str, args: &[&str]) -> (bool, String) {
-    let bin = std::env::var_os(var)
-        .map_or_else(|| std::path::PathBuf::from(built), std::path::PathBuf::from);
+    let (code, text) = run_cli_code(var, built, args);
+    (code == Some(0), text)
+}
+
+/// [`run_cli`] with the exit code (`None` if a signal ended it), for tests of which error exits how.
+pub fn run_cli_code(var: &str, built: &str, args: &[&str]) -> (Option<i32>, String) {
+    let bin = binary(var, built);
     let out = std::process::Command::new(&bin)
         .args(args)
         .output()
@@ -103,7 +108,7 @@ pub fn run_cli(var: &str, built: &str, args: &[&str]) -> (bool, String) {
         "{} {args:?} panicked:\n{text}",
         bin.display()
     );
-    (out.status.success(), text)
+    (out.status.code(), text)
 }
 
 /// A fresh, empty temporary directory for test `name` (this process's own).

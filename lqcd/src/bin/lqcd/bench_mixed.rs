@@ -9,30 +9,23 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use lattice_gpu_host::comm::Solo;
-use lattice_gpu_host::solvers::bicgstab::{
-    BiCgStab, Fusion, OverheadHiding, SolveOptions, SolveReport,
-};
-use lattice_gpu_host::solvers::reliable::{
-    Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
-};
+use lattice_gpu_host::solvers::bicgstab::{Fusion, OverheadHiding, SolveOptions, SolveReport};
+use lattice_gpu_host::solvers::reliable::{Method, MixedOptions, MixedReport, DEFAULT_DELTA};
 use lattice_gpu_host::Gpu;
 use lattice_gpu_kernels::wilson::Half;
 use lattice_gpu_lqcd::clover::CloverField;
-use lattice_gpu_lqcd::clover_gpu::{
-    solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
-};
+use lattice_gpu_lqcd::clover_gpu::{solve_clover_mixed_with, solve_clover_with};
 use lattice_gpu_lqcd::gauge::{complex_gaussian, reunitarize_su3, GaugeField, Su3};
 use lattice_gpu_lqcd::geometry::Lattice;
-use lattice_gpu_lqcd::gpu::{
-    solve_mixed_with, solve_with, EvenOdd, Recon, WilsonGpu, WilsonStorage,
-};
+use lattice_gpu_lqcd::gpu::{solve_mixed_with, solve_with, Recon};
 use lattice_gpu_lqcd::spinor::SpinorField;
 use lattice_gpu_lqcd::{Error, Result};
 use rand::SeedableRng;
 
 use super::{
-    agree_on_stop, dims_name, mixed_gpu_footprint, outcome, parse_count, parse_dims4, parse_recon,
-    stop_at_signal, TuningArgs,
+    agree_on_stop, dims_name, make, make_clover, make_clover_mixed, make_mixed,
+    mixed_gpu_footprint, outcome, parse_count, parse_dims4, parse_recon, stop_at_signal, Build,
+    TuningArgs,
 };
 
 /// The gauge field of the benchmark.
@@ -214,30 +207,30 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         if let Some(c) = &clover {
             if method == Method::Cgnr {
                 stop()?;
-                let mut s = clover_mixed::<f64>(&g, &lat, &u, c, a)?;
+                let mut s = make_clover_mixed::<f64, f64>(&g, &lat, &u, c, build(a))?;
                 let mut solve =
                     |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
                 rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
             }
             stop()?;
-            let mut s = clover_mixed::<f32>(&g, &lat, &u, c, a)?;
+            let mut s = make_clover_mixed::<f64, f32>(&g, &lat, &u, c, build(a))?;
             let mut solve = |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
             rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
             continue;
         }
         if method == Method::Cgnr {
             stop()?;
-            let mut s = mixed_solver::<f64>(&g, &lat, &u, kappa, a)?;
+            let mut s = make_mixed::<f64, f64>(&g, &lat, &u, kappa, build(a))?;
             let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
             rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
         }
         stop()?;
-        let mut s = mixed_solver::<f32>(&g, &lat, &u, kappa, a)?;
+        let mut s = make_mixed::<f64, f32>(&g, &lat, &u, kappa, build(a))?;
         let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
         rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
         drop(s);
         stop()?;
-        let mut s = mixed_solver::<Half>(&g, &lat, &u, kappa, a)?;
+        let mut s = make_mixed::<f64, Half>(&g, &lat, &u, kappa, build(a))?;
         let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
         rows.push(time_mixed(&mut solve, &mo, a.repeats, "half/f64")?);
     }
@@ -319,8 +312,7 @@ fn gauge(links: Links, dims: [usize; 4], seed: u64) -> GaugeField {
     }
 }
 
-/// The all-f64 BiCGStab row at `kappa` (Wilson, or clover with `--csw`): one untimed solve, then
-/// the fastest of `repeats` (just the one when 0).
+/// The all-f64 BiCGStab row at `kappa` (Wilson, or clover with `--csw`), timed as [`fastest`] times.
 #[allow(clippy::too_many_arguments)]
 fn plain_row(
     g: &Arc<Gpu>,
@@ -335,27 +327,22 @@ fn plain_row(
     let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
     let mut solve: Box<dyn FnMut() -> Result<(SolveReport, f64)>> = if a.csw > 0.0 {
         let c = CloverField::new(u, a.csw, kappa)?;
-        let mut s = BiCgStab::new(g, CloverEvenOdd(clover_operator::<f64>(g, lat, u, &c, a)?))?;
-        a.tuning.apply_vectors(&mut s, false)?;
+        let mut s = make_clover::<f64>(g, lat, u, &c, build(a))?;
         Box::new(move || {
             let (_, r, res) = solve_clover_with(&mut s, b, opt, &mut check)?;
             Ok((r, res))
         })
     } else {
-        let mut w = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
-        a.tuning.apply(&mut w, false)?;
-        let mut s = BiCgStab::new(g, EvenOdd(w))?;
-        a.tuning.apply_vectors(&mut s, false)?;
+        let mut s = make::<f64>(g, lat, u, kappa, build(a))?;
         Box::new(move || {
             let (_, r, res) = solve_with(&mut s, b, opt, &mut check)?;
             Ok((r, res))
         })
     };
-    let mut best: Option<Row> = None;
-    for k in 0..=repeats {
+    fastest(repeats, || {
         let (r, res) = solve()?;
         outcome(&r, opt.tol)?;
-        let row = Row {
+        Ok(Row {
             method: Method::BiCgStab,
             precision: "f64",
             converged: true,
@@ -363,8 +350,28 @@ fn plain_row(
             updates: None,
             seconds: r.seconds,
             residual: res,
-        };
-        // The first solve warms up (graphs, first-use allocations); timed only without repeats.
+        })
+    })
+}
+
+/// The benchmark's build: its links, its tuning, nothing said.
+fn build(a: &BenchMixedArgs) -> Build {
+    Build {
+        recon: a.recon,
+        tuning: a.tuning,
+        say: false,
+    }
+}
+
+/// One untimed solve (graphs, first-use allocations), then the fastest of `repeats` more (just the one
+/// when 0); a row that does not converge ends it.
+fn fastest(repeats: u32, mut run: impl FnMut() -> Result<Row>) -> Result<Row> {
+    let mut best: Option<Row> = None;
+    for k in 0..=repeats {
+        let row = run()?;
+        if !row.converged {
+            return Ok(row);
+        }
         if (k > 0 || repeats == 0) && best.as_ref().is_none_or(|b| row.seconds < b.seconds) {
             best = Some(row);
         }
@@ -372,62 +379,17 @@ fn plain_row(
     best.ok_or_else(|| Error::InvalidParameter("no solve timed".into()))
 }
 
-/// The clover operator in `T` at the field's kappa, its block tuned.
-fn clover_operator<T: CloverReal>(
-    g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    c: &CloverField,
-    a: &BenchMixedArgs,
-) -> Result<CloverGpu<T>> {
-    let mut op = CloverGpu::<T>::new(g, lat, u, c, a.recon)?;
-    op.tune_block(&mut a.tuning.cache(), a.tuning.retune)?;
-    Ok(op)
-}
-
-/// A mixed-precision clover solver: outer f64, sloppy `S`.
-fn clover_mixed<S: CloverReal>(
-    g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    c: &CloverField,
-    a: &BenchMixedArgs,
-) -> Result<MixedBiCgStab<f64, S, CloverEvenOdd<f64>, CloverEvenOdd<S>>> {
-    let hi = CloverEvenOdd(clover_operator::<f64>(g, lat, u, c, a)?);
-    let lo = CloverEvenOdd(clover_operator::<S>(g, lat, u, c, a)?);
-    let mut s = MixedBiCgStab::new(g, hi, lo)?;
-    a.tuning.apply_vectors(s.sloppy(), false)?;
-    Ok(s)
-}
-
-fn mixed_solver<S: WilsonStorage>(
-    g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    kappa: f64,
-    a: &BenchMixedArgs,
-) -> Result<MixedBiCgStab<f64, S, EvenOdd<f64>, EvenOdd<S>>> {
-    let mut hi = WilsonGpu::<f64>::new(g, lat, u, kappa, a.recon)?;
-    a.tuning.apply(&mut hi, false)?;
-    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, a.recon)?;
-    a.tuning.apply(&mut lo, false)?;
-    let mut s = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
-    a.tuning.apply_vectors(s.sloppy(), false)?;
-    Ok(s)
-}
-
 /// One mixed-precision solve with the given options: the solution, the report and the true residual.
 type MixedSolve<'a> = dyn FnMut(&MixedOptions) -> Result<(SpinorField, MixedReport, f64)> + 'a;
 
-/// A reliable-update row (`solve` runs one solve): one untimed solve, then the fastest of `repeats`.
+/// A reliable-update row (`solve` runs one solve), timed as [`fastest`] times.
 fn time_mixed(
     solve: &mut MixedSolve<'_>,
     opt: &MixedOptions,
     repeats: u32,
     precision: &'static str,
 ) -> Result<Row> {
-    let mut best: Option<Row> = None;
-    for k in 0..=repeats {
+    fastest(repeats, || {
         // A row that does not converge is a result too: the table says so, and the others go on.
         let unconverged = |why: String, iterations: u32, seconds: f64, residual: f64| {
             println!("{} {precision}: not converged: {why}", opt.method);
@@ -452,7 +414,7 @@ fn time_mixed(
             let why = format!("{:?} after {} iterations", r.status, r.iterations);
             return Ok(unconverged(why, r.iterations, r.seconds, r.residual));
         }
-        let row = Row {
+        Ok(Row {
             method: opt.method,
             precision,
             converged: true,
@@ -460,11 +422,6 @@ fn time_mixed(
             updates: Some(r.updates),
             seconds: r.seconds,
             residual: res,
-        };
-        // The first solve warms up (graphs, first-use allocations); timed only without repeats.
-        if (k > 0 || repeats == 0) && best.as_ref().is_none_or(|b| row.seconds < b.seconds) {
-            best = Some(row);
-        }
-    }
-    best.ok_or_else(|| Error::InvalidParameter("no solve timed".into()))
+        })
+    })
 }

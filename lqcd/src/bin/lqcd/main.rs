@@ -1164,37 +1164,45 @@ impl Solver {
                 if let Some(c) = clover.take() {
                     Some(match (args.mixed(), args.precision, args.sloppy()) {
                         (false, Prec::F32, _) => {
-                            GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args)?)
+                            GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args.build())?)
                         }
                         (false, Prec::F64, _) => {
-                            GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args)?)
+                            GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args.build())?)
                         }
                         (true, Prec::F64, Sloppy::F32) => GpuSolver::CloverMixed64x32(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
                         )),
                         (true, Prec::F64, _) => GpuSolver::CloverMixed64x64(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
                         )),
                         (true, Prec::F32, _) => GpuSolver::CloverMixed32x32(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args)?,
+                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
                         )),
                     })
                 } else {
                     Some(match (args.mixed(), args.precision, args.sloppy()) {
-                        (false, Prec::F32, _) => GpuSolver::F32(make(g, &lat, &u, args)?),
-                        (false, Prec::F64, _) => GpuSolver::F64(make(g, &lat, &u, args)?),
-                        (true, Prec::F64, Sloppy::F32) => {
-                            GpuSolver::Mixed64x32(Box::new(make_mixed(g, &lat, &u, args)?))
+                        (false, Prec::F32, _) => {
+                            GpuSolver::F32(make(g, &lat, &u, args.kappa, args.build())?)
                         }
-                        (true, Prec::F64, Sloppy::F64) => {
-                            GpuSolver::Mixed64x64(Box::new(make_mixed(g, &lat, &u, args)?))
+                        (false, Prec::F64, _) => {
+                            GpuSolver::F64(make(g, &lat, &u, args.kappa, args.build())?)
                         }
-                        (true, Prec::F64, Sloppy::Half) => {
-                            GpuSolver::Mixed64xHalf(Box::new(make_mixed(g, &lat, &u, args)?))
-                        }
-                        (true, Prec::F32, _) => {
-                            GpuSolver::Mixed32x32(Box::new(make_mixed(g, &lat, &u, args)?))
-                        }
+                        (true, Prec::F64, Sloppy::F32) => GpuSolver::Mixed64x32(Box::new(
+                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
+                        )),
+                        (true, Prec::F64, Sloppy::F64) => GpuSolver::Mixed64x64(Box::new(
+                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
+                        )),
+                        (true, Prec::F64, Sloppy::Half) => GpuSolver::Mixed64xHalf(Box::new(
+                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
+                        )),
+                        (true, Prec::F32, _) => GpuSolver::Mixed32x32(Box::new(make_mixed(
+                            g,
+                            &lat,
+                            &u,
+                            args.kappa,
+                            args.build(),
+                        )?)),
                     })
                 }
             }
@@ -1388,12 +1396,13 @@ fn make<T: WilsonReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
-    a: &SolverArgs,
+    kappa: f64,
+    b: Build,
 ) -> Result<BiCgStab<T, EvenOdd<T>>> {
-    let mut w = WilsonGpu::<T>::new(g, lat, u, a.kappa, a.recon)?;
-    a.tuning.apply(&mut w, true)?;
+    let mut w = WilsonGpu::<T>::new(g, lat, u, kappa, b.recon)?;
+    b.tuning.apply(&mut w, b.say)?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
-    a.tuning.apply_vectors(&mut solver, true)?;
+    b.tuning.apply_vectors(&mut solver, b.say)?;
     Ok(solver)
 }
 
@@ -1405,26 +1414,45 @@ fn make_clover<T: CloverReal>(
     lat: &Lattice,
     u: &GaugeField,
     clover: &CloverField,
-    a: &SolverArgs,
+    b: Build,
 ) -> Result<BiCgStab<T, CloverEvenOdd<T>>> {
-    let c = clover_operator::<T>(g, lat, u, clover, a, true)?;
+    let c = clover_operator::<T>(g, lat, u, clover, b)?;
     let mut solver = BiCgStab::new(g, CloverEvenOdd(c))?;
-    a.tuning.apply_vectors(&mut solver, true)?;
+    b.tuning.apply_vectors(&mut solver, b.say)?;
     Ok(solver)
 }
 
-/// The clover operator in precision `T` with its block tuned (said where `say`).
+/// How a run builds its GPU operators and solvers: the links' storage, the launches' tuning, and
+/// whether to say what was tuned.
+#[derive(Clone, Copy)]
+struct Build {
+    recon: Recon,
+    tuning: TuningArgs,
+    say: bool,
+}
+
+impl SolverArgs {
+    /// The build of a solve or propagator: it says what it tuned.
+    fn build(&self) -> Build {
+        Build {
+            recon: self.recon,
+            tuning: self.tuning,
+            say: true,
+        }
+    }
+}
+
+/// The clover operator in precision `T` with its block tuned.
 fn clover_operator<T: CloverReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
     clover: &CloverField,
-    a: &SolverArgs,
-    say: bool,
+    b: Build,
 ) -> Result<CloverGpu<T>> {
-    let mut c = CloverGpu::<T>::new(g, lat, u, clover, a.recon)?;
-    let mut cache = a.tuning.cache();
-    if let (Some(t), true) = (c.tune_block(&mut cache, a.tuning.retune)?, say) {
+    let mut c = CloverGpu::<T>::new(g, lat, u, clover, b.recon)?;
+    let mut cache = b.tuning.cache();
+    if let (Some(t), true) = (c.tune_block(&mut cache, b.tuning.retune)?, b.say) {
         println!(
             "clover kernels ({}): blocks of {} threads ({:.1} us per M_hat; {})",
             T::PRECISION,
@@ -1437,36 +1465,39 @@ fn clover_operator<T: CloverReal>(
     Ok(c)
 }
 
-/// A mixed-precision clover solver for `a` (outer `H`, sloppy `S`): both operators tuned, the
-/// sloppy solver's vector kernels too.
+/// A mixed-precision clover solver (outer `H`, sloppy `S`): both operators tuned, the sloppy
+/// solver's vector kernels too (the sloppy operator's tuning said only where it differs).
 fn make_clover_mixed<H: CloverReal, S: CloverReal>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
     clover: &CloverField,
-    a: &SolverArgs,
+    b: Build,
 ) -> Result<MixedBiCgStab<H, S, CloverEvenOdd<H>, CloverEvenOdd<S>>> {
-    let hi = clover_operator::<H>(g, lat, u, clover, a, true)?;
-    let lo = clover_operator::<S>(g, lat, u, clover, a, S::PRECISION != H::PRECISION)?;
+    let hi = clover_operator::<H>(g, lat, u, clover, b)?;
+    let lo_say = b.say && S::PRECISION != H::PRECISION;
+    let lo = clover_operator::<S>(g, lat, u, clover, Build { say: lo_say, ..b })?;
     let mut solver = MixedBiCgStab::new(g, CloverEvenOdd(hi), CloverEvenOdd(lo))?;
-    a.tuning.apply_vectors(solver.sloppy(), true)?;
+    b.tuning.apply_vectors(solver.sloppy(), b.say)?;
     Ok(solver)
 }
 
-/// A mixed-precision solver for `a` (outer `H`, sloppy `S`): both operators tuned, the sloppy
-/// solver's vector kernels too.
+/// A mixed-precision Wilson solver at `kappa` (outer `H`, sloppy `S`): both operators tuned, the
+/// sloppy solver's vector kernels too (the sloppy operator's tuning said only where it differs).
 fn make_mixed<H: WilsonReal, S: WilsonStorage>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
-    a: &SolverArgs,
+    kappa: f64,
+    b: Build,
 ) -> Result<MixedBiCgStab<H, S, EvenOdd<H>, EvenOdd<S>>> {
-    let mut hi = WilsonGpu::<H>::new(g, lat, u, a.kappa, a.recon)?;
-    a.tuning.apply(&mut hi, true)?;
-    let mut lo = WilsonGpu::<S>::new(g, lat, u, a.kappa, a.recon)?;
-    a.tuning.apply(&mut lo, S::PRECISION != H::PRECISION)?;
+    let mut hi = WilsonGpu::<H>::new(g, lat, u, kappa, b.recon)?;
+    b.tuning.apply(&mut hi, b.say)?;
+    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, b.recon)?;
+    b.tuning
+        .apply(&mut lo, b.say && S::PRECISION != H::PRECISION)?;
     let mut solver = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
-    a.tuning.apply_vectors(solver.sloppy(), true)?;
+    b.tuning.apply_vectors(solver.sloppy(), b.say)?;
     Ok(solver)
 }
 
