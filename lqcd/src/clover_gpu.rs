@@ -23,9 +23,10 @@ use lattice_gpu_host::split::DeviceRanks;
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::{Span, SpanMut};
+use lattice_gpu_kernels::complex::Complex;
 use lattice_gpu_kernels::wilson::{
     clover_reals, edge_order, tile_index, upper_index, CloverDslash, CloverEntries, CloverFields,
-    CloverMode, CloverSite, HopFields, CLOVER_ENTRIES, CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE,
+    CloverMode, CloverSite, Half, HopFields, CLOVER_ENTRIES, CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE,
     INNER, OUTER, TILE,
 };
 
@@ -33,17 +34,35 @@ use crate::clover::{CloverBlock, CloverField};
 use crate::gauge::GaugeField;
 use crate::geometry::Lattice;
 use crate::gpu::{
-    dslash_numbers, even_odd_solution, even_system_options, parity_len, Block, Recon, WilsonGpu,
-    WilsonReal, HOPPING_BLOCK, HOPPING_BLOCKS,
+    dslash_numbers, even_odd_solution, even_system_options, parity_slots, Block, Recon, WilsonGpu,
+    WilsonReal, WilsonStorage, HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use crate::spinor::SpinorField;
 use crate::{Error, Result};
 
-/// A precision of the clover fields (f32 or f64), with its clover kernels in the embedded PTX.
-pub trait CloverReal: WilsonReal + CloverEntries {}
+/// A storage of the clover fields (f32, f64 or half precision), with its clover kernels in the
+/// embedded PTX. Buffers hold its [`Elem`](lattice_gpu_kernels::solver_store::SolverStore::Elem).
+pub trait CloverStorage: WilsonStorage + CloverEntries {}
+
+impl CloverStorage for f32 {}
+impl CloverStorage for f64 {}
+impl CloverStorage for Half {}
+
+/// A plain precision of the clover fields (f32 or f64, stored as it computes), which the device
+/// solvers iterate in.
+pub trait CloverReal: CloverStorage + WilsonReal {}
 
 impl CloverReal for f32 {}
 impl CloverReal for f64 {}
+
+/// The bound on the rounding of QUDA's even-odd clover operator `M_hat` in half precision
+/// ([`Half`]: binary16 spinors with a norm per site, binary16 links and clover entries, f32
+/// arithmetic), relative to the f64 result in the 2-norm over the even sites: `2^-10`. Each of its two
+/// clover hopping terms is within the hopping term's bound ([`HALF_HOPPING_BOUND`](crate::gpu::HALF_HOPPING_BOUND),
+/// `2^-11`), and its clover rows add the rounding of their entries (`2^-12` of each, summed over six
+/// terms near the unit diagonal) and one more rounding of the stored site. Measured on random fields
+/// (`c_sw` 1.1, `kappa` 0.12): `3.5e-4` (`lqcd/tests/clover_gpu.rs`).
+pub const HALF_CLOVER_BOUND: f64 = 1.0 / 1024.0;
 
 /// Which per-site matrix of a [`CloverField`] a packed field holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,25 +79,25 @@ pub fn clover_len(lat: &Lattice) -> usize {
 }
 
 /// One parity of `clover` (`A` or `A^{-1}`) in the tiled layout of the clover kernels.
-pub fn pack_clover<T: CloverReal>(
+pub fn pack_clover<T: CloverStorage>(
     lat: &Lattice,
     clover: &CloverField,
     parity: usize,
     part: CloverPart,
-) -> Vec<T> {
+) -> Vec<T::Elem> {
     let sites = (0..lat.volume())
         .filter(|&n| lat.parity(n) == parity)
         .map(|n| (n / 2, n));
-    pack_sites(lat.half_volume(), sites, clover, part)
+    pack_sites::<T>(lat.half_volume(), sites, clover, part)
 }
 
 /// One parity of `clover` on `block`'s own sites (the kernels read no ghost's clover term).
-pub fn pack_clover_block<T: CloverReal>(
+pub fn pack_clover_block<T: CloverStorage>(
     block: &Block,
     clover: &CloverField,
     parity: usize,
     part: CloverPart,
-) -> Vec<T> {
+) -> Vec<T::Elem> {
     let local = block.local();
     // Blocks start at even coordinates, so a site has the same parity in the block and the lattice.
     let sites = (0..local.volume())
@@ -92,37 +111,36 @@ pub fn pack_clover_block<T: CloverReal>(
                     .index(std::array::from_fn(|k| block.origin[k] + c[k])),
             )
         });
-    pack_sites(local.half_volume(), sites, clover, part)
+    pack_sites::<T>(local.half_volume(), sites, clover, part)
 }
 
 /// The matrices of the (stored site, site of `clover`) pairs of `sites`, in a field of `own` sites.
-fn pack_sites<T: CloverReal>(
+fn pack_sites<T: CloverStorage>(
     own: usize,
     sites: impl Iterator<Item = (usize, usize)>,
     clover: &CloverField,
     part: CloverPart,
-) -> Vec<T> {
+) -> Vec<T::Elem> {
     let per_site = match part {
         CloverPart::A => &clover.blocks,
         CloverPart::Inverse => &clover.inverse,
     };
-    pack_with(own, sites, |n| &per_site[n])
+    pack_with::<T>(own, sites, |n| &per_site[n])
 }
 
 /// The matrices `matrix(n)` of the (stored site, site `n`) pairs of `sites`, in a field of `own` sites.
-fn pack_with<'m, T: CloverReal>(
+fn pack_with<'m, T: CloverStorage>(
     own: usize,
     sites: impl Iterator<Item = (usize, usize)>,
     matrix: impl Fn(usize) -> &'m [CloverBlock; 2],
-) -> Vec<T> {
-    let mut out = vec![T::ZERO; clover_reals(own)];
+) -> Vec<T::Elem> {
+    let mut out = vec![T::Elem::default(); clover_reals(own)];
     for (cb, n) in sites {
         let base = tile_index(cb, CLOVER_ENTRIES);
         for (ch, b) in matrix(n).iter().enumerate() {
             let mut put = |k: usize, re: f64, im: f64| {
                 let at = 2 * (base + (18 * ch + k) * TILE);
-                out[at] = T::from_f64(re);
-                out[at + 1] = T::from_f64(im);
+                [out[at], out[at + 1]] = T::encode_entry(Complex::new(re, im));
             };
             for p in 0..3 {
                 put(p, b[(2 * p, 2 * p)].re, b[(2 * p + 1, 2 * p + 1)].re);
@@ -151,18 +169,18 @@ fn hermitian_entry(b: &CloverBlock, i: usize, j: usize) -> num_complex::Complex6
 
 /// The Wilson-clover operator of one gauge field and clover field on the GPU: the whole lattice, or one
 /// rank's block of a lattice split over GPUs.
-pub struct CloverGpu<T: CloverReal> {
+pub struct CloverGpu<T: CloverStorage> {
     wilson: WilsonGpu<T>,
     /// `A` of the even and the odd sites.
-    a: [DeviceBuffer<T>; 2],
+    a: [DeviceBuffer<T::Elem>; 2],
     /// `A^{-1}` of the odd sites.
-    a_inv_odd: DeviceBuffer<T>,
+    a_inv_odd: DeviceBuffer<T::Elem>,
     csw: f64,
     /// Threads per block of the clover kernels.
     block: u32,
 }
 
-impl<T: CloverReal> CloverGpu<T> {
+impl<T: CloverStorage> CloverGpu<T> {
     /// Uploads `u` and `clover` (built on `u` for its `c_sw` and `kappa`; the operator takes that
     /// `kappa`). Checks that they live on `lat` and that they fit.
     pub fn new(
@@ -175,7 +193,9 @@ impl<T: CloverReal> CloverGpu<T> {
         check_lattice(lat, u, clover)?;
         check_fits::<T>(gpu, lat)?;
         let w = WilsonGpu::new(gpu, lat, u, clover.kappa, recon)?;
-        Self::with_wilson(w, clover.csw, |p, part| pack_clover(lat, clover, p, part))
+        Self::with_wilson(w, clover.csw, |p, part| {
+            pack_clover::<T>(lat, clover, p, part)
+        })
     }
 
     /// As [`new`](Self::new), with the chiral blocks of `A` and `A^{-1}` of site `n` (lexicographic)
@@ -200,8 +220,8 @@ impl<T: CloverReal> CloverGpu<T> {
                 .filter(|&n| lat.parity(n) == p)
                 .map(|n| (n / 2, n));
             match part {
-                CloverPart::A => pack_with(lat.half_volume(), sites, &a),
-                CloverPart::Inverse => pack_with(lat.half_volume(), sites, &a_inv),
+                CloverPart::A => pack_with::<T>(lat.half_volume(), sites, &a),
+                CloverPart::Inverse => pack_with::<T>(lat.half_volume(), sites, &a_inv),
             }
         })
     }
@@ -214,7 +234,7 @@ impl<T: CloverReal> CloverGpu<T> {
         u: &GaugeField,
         clover: &CloverField,
         recon: Recon,
-        ranks: Box<dyn DeviceRanks<T>>,
+        ranks: Box<dyn DeviceRanks<T::Elem>>,
         overlap: bool,
     ) -> Result<Self> {
         check_lattice(&block.global, u, clover)?;
@@ -222,17 +242,17 @@ impl<T: CloverReal> CloverGpu<T> {
         let packing = block.clone();
         let w = WilsonGpu::split(gpu, block, u, clover.kappa, recon, ranks, overlap)?;
         Self::with_wilson(w, clover.csw, |p, part| {
-            pack_clover_block(&packing, clover, p, part)
+            pack_clover_block::<T>(&packing, clover, p, part)
         })
     }
 
     fn with_wilson(
         wilson: WilsonGpu<T>,
         csw: f64,
-        pack: impl Fn(usize, CloverPart) -> Vec<T>,
+        pack: impl Fn(usize, CloverPart) -> Vec<T::Elem>,
     ) -> Result<Self> {
         let gpu = wilson.gpu().clone();
-        let up = |p, part| -> Result<DeviceBuffer<T>> {
+        let up = |p, part| -> Result<DeviceBuffer<T::Elem>> {
             Ok(DeviceBuffer::from_host(&gpu, &pack(p, part))?)
         };
         let a = [up(0, CloverPart::A)?, up(1, CloverPart::A)?];
@@ -297,7 +317,7 @@ impl<T: CloverReal> CloverGpu<T> {
     /// together (the timings include the exchange, and the ranks take the same decisions).
     pub fn tune_block(&mut self, cache: &mut TuneCache, retune: bool) -> Result<Option<Tuned>> {
         let mut inp = self.wilson.parity_buffer()?;
-        inp.upload(&vec![T::from_f64(0.5); inp.len()])?;
+        inp.upload(&self.wilson.filled(0.5))?;
         let out = self.wilson.parity_buffer()?;
         let gpu = self.wilson.gpu().clone();
         let mut launch = CloverLaunch {
@@ -315,10 +335,10 @@ impl<T: CloverReal> CloverGpu<T> {
     #[allow(clippy::too_many_arguments)]
     pub fn clover_hopping(
         &self,
-        out: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
         parity: usize,
-        inp: &DeviceBuffer<T>,
-        x: Option<&DeviceBuffer<T>>,
+        inp: &DeviceBuffer<T::Elem>,
+        x: Option<&DeviceBuffer<T::Elem>>,
         a: f64,
         mode: CloverMode,
         halt: Option<Span<'_, u32>>,
@@ -365,7 +385,7 @@ impl<T: CloverReal> CloverGpu<T> {
     }
 
     /// The clover field a [`CloverMode`] applies on `parity`.
-    fn field(&self, parity: usize, mode: CloverMode) -> Result<&DeviceBuffer<T>> {
+    fn field(&self, parity: usize, mode: CloverMode) -> Result<&DeviceBuffer<T::Elem>> {
         match (mode, parity) {
             (CloverMode::Diagonal, 0 | 1) => Ok(&self.a[parity]),
             (CloverMode::Inverse, 1) => Ok(&self.a_inv_odd),
@@ -380,9 +400,9 @@ impl<T: CloverReal> CloverGpu<T> {
     /// `A^{-1}` (odd sites only); no hopping term, no exchange.
     pub fn apply_clover(
         &self,
-        out: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
         parity: usize,
-        x: &DeviceBuffer<T>,
+        x: &DeviceBuffer<T::Elem>,
         part: CloverPart,
     ) -> Result<()> {
         let mode = match part {
@@ -391,7 +411,7 @@ impl<T: CloverReal> CloverGpu<T> {
         };
         let field = self.field(parity, mode)?;
         let gpu = self.wilson.gpu();
-        let c = CloverSite {
+        let c = CloverSite::<T> {
             out: std::ptr::null_mut(),
             x: std::ptr::null(),
             clover: std::ptr::null(),
@@ -403,7 +423,11 @@ impl<T: CloverReal> CloverGpu<T> {
     }
 
     /// The even-odd source `b_hat = b_e + kappa H_eo A_oo^{-1} b_o`, from the uploaded parities of `b`.
-    pub fn source(&self, b_e: &DeviceBuffer<T>, b_o: &DeviceBuffer<T>) -> Result<DeviceBuffer<T>> {
+    pub fn source(
+        &self,
+        b_e: &DeviceBuffer<T::Elem>,
+        b_o: &DeviceBuffer<T::Elem>,
+    ) -> Result<DeviceBuffer<T::Elem>> {
         let t = self.wilson.parity_buffer()?;
         self.apply_clover(&t, 1, b_o, CloverPart::Inverse)?;
         let src = self.wilson.parity_buffer()?;
@@ -415,9 +439,9 @@ impl<T: CloverReal> CloverGpu<T> {
     /// The odd sites of the solution, `x_o = A_oo^{-1} (b_o + kappa H_oe x_e)`.
     pub fn reconstruct(
         &self,
-        x_e: &DeviceBuffer<T>,
-        b_o: &DeviceBuffer<T>,
-    ) -> Result<DeviceBuffer<T>> {
+        x_e: &DeviceBuffer<T::Elem>,
+        b_o: &DeviceBuffer<T::Elem>,
+    ) -> Result<DeviceBuffer<T::Elem>> {
         let x_o = self.wilson.parity_buffer()?;
         let kappa = self.kappa();
         self.clover_hopping(&x_o, 1, x_e, Some(b_o), kappa, CloverMode::Inverse, None)?;
@@ -427,10 +451,10 @@ impl<T: CloverReal> CloverGpu<T> {
     /// `(D x)_p = A_pp x_p - kappa H_{p, 1-p} x_{1-p}` on the sites of `parity`.
     pub fn dirac_parity(
         &self,
-        out: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
         parity: usize,
-        x_p: &DeviceBuffer<T>,
-        x_other: &DeviceBuffer<T>,
+        x_p: &DeviceBuffer<T::Elem>,
+        x_other: &DeviceBuffer<T::Elem>,
     ) -> Result<()> {
         let kappa = self.kappa();
         self.clover_hopping(
@@ -448,9 +472,9 @@ impl<T: CloverReal> CloverGpu<T> {
     /// and `D x` on both parities for the true residual: `[x_o, (D x)_e, (D x)_o]`.
     pub fn odd_sites_and_dirac(
         &self,
-        x_e: &DeviceBuffer<T>,
-        b_o: &DeviceBuffer<T>,
-    ) -> Result<[DeviceBuffer<T>; 3]> {
+        x_e: &DeviceBuffer<T::Elem>,
+        b_o: &DeviceBuffer<T::Elem>,
+    ) -> Result<[DeviceBuffer<T::Elem>; 3]> {
         let x_o = self.reconstruct(x_e, b_o)?;
         let dx_e = self.wilson().parity_buffer()?;
         let dx_o = self.wilson().parity_buffer()?;
@@ -469,7 +493,7 @@ impl<T: CloverReal> CloverGpu<T> {
     /// Bytes one clover hopping term on one parity must move through DRAM at the least: the hopping
     /// term's ([`WilsonGpu::hopping_min_bytes`]) and each site's 72 clover reals once.
     pub fn clover_min_bytes(&self, with_x: bool) -> u64 {
-        let clover = (2 * CLOVER_ENTRIES * std::mem::size_of::<T>()) as u64;
+        let clover = (2 * CLOVER_ENTRIES * std::mem::size_of::<T::Elem>()) as u64;
         self.wilson.hopping_min_bytes(with_x) + clover * self.wilson.lattice().half_volume() as u64
     }
 
@@ -486,13 +510,13 @@ impl<T: CloverReal> CloverGpu<T> {
 
 /// `M_hat` with the clover kernels' block under trial, for [`CloverGpu::tune_block`]: the lattice (a
 /// rank's block and its cuts), precision and reconstruction key the cache.
-struct CloverLaunch<'a, T: CloverReal> {
+struct CloverLaunch<'a, T: CloverStorage> {
     c: &'a mut CloverGpu<T>,
-    out: &'a DeviceBuffer<T>,
-    inp: &'a DeviceBuffer<T>,
+    out: &'a DeviceBuffer<T::Elem>,
+    inp: &'a DeviceBuffer<T::Elem>,
 }
 
-impl<T: CloverReal> CloverLaunch<'_, T> {
+impl<T: CloverStorage> CloverLaunch<'_, T> {
     /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
     fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
         let Some(ranks) = self.c.wilson.device_ranks() else {
@@ -512,7 +536,7 @@ impl<T: CloverReal> CloverLaunch<'_, T> {
     }
 }
 
-impl<T: CloverReal> Tunable for CloverLaunch<'_, T> {
+impl<T: CloverStorage> Tunable for CloverLaunch<'_, T> {
     fn tune_key(&self) -> (String, String, String) {
         let w = &self.c.wilson;
         let d = w.lattice().dims;
@@ -580,8 +604,8 @@ fn check_lattice(lat: &Lattice, u: &GaugeField, clover: &CloverField) -> Result<
 
 /// The clover fields (three parities' worth) must fit beside the Wilson operator's own memory, which
 /// [`WilsonGpu`] checks.
-fn check_fits<T: CloverReal>(gpu: &Arc<Gpu>, local: &Lattice) -> Result<()> {
-    let bytes = 3 * clover_len(local) as u64 * std::mem::size_of::<T>() as u64;
+fn check_fits<T: CloverStorage>(gpu: &Arc<Gpu>, local: &Lattice) -> Result<()> {
+    let bytes = 3 * clover_len(local) as u64 * std::mem::size_of::<T::Elem>() as u64;
     Ok(gpu.check_fits(bytes, "the clover field")?)
 }
 
@@ -589,9 +613,9 @@ fn check_fits<T: CloverReal>(gpu: &Arc<Gpu>, local: &Lattice) -> Result<()> {
 /// `t = A_oo^{-1} H_oe x` ([`CloverMode::Inverse`]) and `A_ee x - kappa^2 H_eo t`
 /// ([`CloverMode::Diagonal`]). [`flops`](DeviceOperator::flops) counts QUDA's way:
 /// `2 (1320 + 504)` per even site.
-pub struct CloverEvenOdd<T: CloverReal>(pub CloverGpu<T>);
+pub struct CloverEvenOdd<T: CloverStorage>(pub CloverGpu<T>);
 
-impl<T: CloverReal> CloverEvenOdd<T> {
+impl<T: CloverStorage> CloverEvenOdd<T> {
     /// GPU milliseconds of one application of `M_hat` to the even part of `psi`: the mean of `reps`
     /// after an untimed one.
     pub fn time_apply(&self, psi: &SpinorField, reps: u32) -> Result<f64> {
@@ -610,23 +634,23 @@ impl<T: CloverReal> CloverEvenOdd<T> {
     }
 }
 
-impl<T: CloverReal> DeviceOperator<T> for CloverEvenOdd<T> {
+impl<T: CloverStorage> DeviceOperator<T> for CloverEvenOdd<T> {
     fn len(&self) -> usize {
-        parity_len(self.0.wilson.lattice())
+        parity_slots::<T>(self.0.wilson.lattice())
     }
 
     fn storage_len(&self) -> usize {
         self.0.wilson.storage_len()
     }
 
-    fn ranks(&self) -> Option<&dyn DeviceRanks<T>> {
+    fn ranks(&self) -> Option<&dyn DeviceRanks<T::Elem>> {
         self.0.wilson.device_ranks()
     }
 
     fn apply(
         &self,
-        out: &DeviceBuffer<T>,
-        inp: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
         halt: Option<Span<'_, u32>>,
     ) -> lattice_gpu_host::Result<()> {
         let c = &self.0;
@@ -644,8 +668,8 @@ impl<T: CloverReal> DeviceOperator<T> for CloverEvenOdd<T> {
     /// one is.
     fn apply_dagger(
         &self,
-        out: &DeviceBuffer<T>,
-        inp: &DeviceBuffer<T>,
+        out: &DeviceBuffer<T::Elem>,
+        inp: &DeviceBuffer<T::Elem>,
         halt: Option<Span<'_, u32>>,
     ) -> lattice_gpu_host::Result<()> {
         self.0
@@ -686,7 +710,7 @@ pub fn solve_clover_with<T: CloverReal>(
 /// [`solve_clover_with`] in mixed precision ([`MixedBiCgStab`]: BiCGStab or CGNR with reliable
 /// updates, sloppy iterations in `S`), as [`crate::gpu::solve_mixed_with`] solves the Wilson operator:
 /// the source, the odd sites and the true residual in the outer precision `H`.
-pub fn solve_clover_mixed_with<H: CloverReal, S: CloverReal>(
+pub fn solve_clover_mixed_with<H: CloverReal, S: CloverStorage>(
     solver: &mut MixedBiCgStab<H, S, CloverEvenOdd<H>, CloverEvenOdd<S>>,
     b: &SpinorField,
     opt: &MixedOptions,
@@ -711,15 +735,15 @@ pub fn solve_clover_mixed_with<H: CloverReal, S: CloverReal>(
 /// as [`CloverGpu::clover_hopping`] on `parity`, all fields in the tiled layouts ([`crate::gpu::pack_parity`],
 /// [`crate::gpu::pack_gauge`], [`pack_clover`] of `parity`).
 #[allow(clippy::too_many_arguments)]
-pub fn clover_hopping_on_host<T: CloverReal>(
+pub fn clover_hopping_on_host<T: CloverStorage>(
     lat: &Lattice,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    clover: &[T],
-    out: &mut [T],
+    clover: &[T::Elem],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
     mode: CloverMode,
 ) -> Result<()> {
@@ -733,15 +757,15 @@ pub fn clover_hopping_on_host<T: CloverReal>(
 /// rank's sites. With `overlap` (and sites that read no ghost) as two launches, as the GPU overlaps the
 /// exchange: the sites off the edges of the cut axes ([`INNER`]), then those on them ([`OUTER`]).
 #[allow(clippy::too_many_arguments)]
-pub fn clover_hopping_on_block<T: CloverReal>(
+pub fn clover_hopping_on_block<T: CloverStorage>(
     block: &Block,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    clover: &[T],
-    out: &mut [T],
+    clover: &[T::Elem],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
     mode: CloverMode,
     overlap: bool,
@@ -761,13 +785,13 @@ pub fn clover_hopping_on_block<T: CloverReal>(
 }
 
 /// `out = C x` on the CPU with the GPU kernel's body, on the first `sites` sites of a parity.
-pub fn apply_clover_on_host<T: CloverReal>(
+pub fn apply_clover_on_host<T: CloverStorage>(
     sites: usize,
-    clover: &[T],
-    out: &mut [T],
-    x: &[T],
+    clover: &[T::Elem],
+    out: &mut [T::Elem],
+    x: &[T::Elem],
 ) -> Result<()> {
-    let mut c = CloverSite {
+    let mut c = CloverSite::<T> {
         out: std::ptr::null_mut(),
         x: std::ptr::null(),
         clover: std::ptr::null(),
@@ -781,17 +805,17 @@ pub fn apply_clover_on_host<T: CloverReal>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn clover_with<T: CloverReal, const SPLIT: bool>(
+fn clover_with<T: CloverStorage, const SPLIT: bool>(
     lat: &Lattice,
     cut: u32,
     sites: Option<&[u32]>,
-    gauge: &[T],
+    gauge: &[T::Elem],
     recon: Recon,
-    clover: &[T],
-    out: &mut [T],
+    clover: &[T::Elem],
+    out: &mut [T::Elem],
     parity: usize,
-    inp: &[T],
-    x: Option<&[T]>,
+    inp: &[T::Elem],
+    x: Option<&[T::Elem]>,
     a: f64,
     mode: CloverMode,
 ) -> Result<()> {

@@ -181,7 +181,7 @@ fn pack_links<T: WilsonStore, I: Iterator<Item = (usize, usize)>>(
                 let link = &u.links[4 * n + mu];
                 for k in 0..r {
                     let z = link[(k / 3, k % 3)];
-                    let e = T::encode_link(Complex::new(z.re, z.im));
+                    let e = T::encode_entry(Complex::new(z.re, z.im));
                     out[2 * (at + k * TILE)..][..2].copy_from_slice(&e);
                 }
             }
@@ -724,7 +724,7 @@ impl<T: WilsonStorage> WilsonGpu<T> {
     }
 
     /// A stored parity whose every site (ghosts and staging too) holds `v` in each component.
-    fn filled(&self, v: f64) -> Vec<T::Elem> {
+    pub(crate) fn filled(&self, v: f64) -> Vec<T::Elem> {
         // Every stored site takes the spinor of site 0 of a one-site field.
         let sites = (0..self.storage_len() / T::SLOTS).map(|cb| (cb, 0));
         pack_spinor::<T>(2 * self.storage_len(), sites, &[Complex64::new(v, v); 12])

@@ -27,7 +27,7 @@ use lattice_gpu_host::solvers::reliable::{Method, MixedBiCgStab, MixedOptions};
 use lattice_gpu_host::split::{DeviceRanks, HostStaged};
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::SpanError;
-use lattice_gpu_kernels::wilson::CloverMode;
+use lattice_gpu_kernels::wilson::{CloverMode, Half, WilsonStore};
 use lattice_gpu_lqcd::clover::{
     apply_clover_inverse_parity, clover_dirac, clover_m_hat, clover_true_residual, solve_clover_eo,
     CloverField,
@@ -35,13 +35,13 @@ use lattice_gpu_lqcd::clover::{
 use lattice_gpu_lqcd::clover_gpu::{
     apply_clover_on_host, clover_hopping_on_block, clover_hopping_on_host, pack_clover,
     pack_clover_block, solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu,
-    CloverPart, CloverReal,
+    CloverPart, CloverReal, CloverStorage, HALF_CLOVER_BOUND,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
-    hopping_on_host, pack_gauge, pack_parity, parity_len, unpack_parity, Block, EvenOdd, Recon,
-    WilsonGpu, HOPPING_BLOCK, HOPPING_BLOCKS,
+    hopping_on_host, pack_gauge, pack_parity, parity_len, parity_slots, unpack_parity, Block,
+    EvenOdd, Recon, WilsonGpu, HOPPING_BLOCK, HOPPING_BLOCKS,
 };
 use lattice_gpu_lqcd::reference::{hopping_eo, m_hat};
 use lattice_gpu_lqcd::spinor::{axpy, SpinorField};
@@ -97,7 +97,7 @@ fn case(dims: [usize; 4], antiperiodic: bool, csw: f64, seed: u64) -> Case {
 }
 
 /// The checkerboard-ordered parity `parity` of a tiled field.
-fn parity_of<T: CloverReal>(lat: &Lattice, data: &[T], parity: usize) -> Vec<Complex64> {
+fn parity_of<T: CloverStorage>(lat: &Lattice, data: &[T::Elem], parity: usize) -> Vec<Complex64> {
     let mut full = SpinorField::zeros(lat.dims);
     unpack_parity::<T>(lat, data, parity, &mut full.data);
     let (e, o) = full.to_eo();
@@ -108,12 +108,12 @@ fn parity_of<T: CloverReal>(lat: &Lattice, data: &[T], parity: usize) -> Vec<Com
     }
 }
 
-fn poisoned<T: CloverReal>(lat: &Lattice) -> Vec<T> {
-    vec![T::from_f64(f64::NAN); 2 * parity_len(lat)]
+fn poisoned<T: CloverStorage>(lat: &Lattice) -> Vec<T::Elem> {
+    vec![T::POISON; 2 * parity_slots::<T>(lat)]
 }
 
 /// `M_hat` of the even part of `c.psi` by the kernel bodies on the CPU: the tiled output.
-fn m_hat_on_host<T: CloverReal>(c: &Case, recon: Recon) -> Vec<T> {
+fn m_hat_on_host<T: CloverStorage>(c: &Case, recon: Recon) -> Vec<T::Elem> {
     let lat = &c.lat;
     let gauge = pack_gauge::<T>(lat, &c.u, recon);
     let x_e = pack_parity::<T>(lat, &c.psi.data, 0);
@@ -121,14 +121,14 @@ fn m_hat_on_host<T: CloverReal>(c: &Case, recon: Recon) -> Vec<T> {
     let inv_odd = pack_clover::<T>(lat, &c.clover, 1, CloverPart::Inverse);
     let mut tmp = poisoned::<T>(lat);
     let inverse = CloverMode::Inverse;
-    clover_hopping_on_host(
+    clover_hopping_on_host::<T>(
         lat, &gauge, recon, &inv_odd, &mut tmp, 1, &x_e, None, 1.0, inverse,
     )
     .unwrap();
     let mut out = poisoned::<T>(lat);
     let k2 = KAPPA * KAPPA;
     let diagonal = CloverMode::Diagonal;
-    clover_hopping_on_host(
+    clover_hopping_on_host::<T>(
         lat,
         &gauge,
         recon,
@@ -157,7 +157,7 @@ fn host_m_hat_case<T: CloverReal>() {
             "{dims:?}: clover term only {clover_part:e}"
         );
         for recon in [Recon::R18, Recon::R12] {
-            let got = parity_of(&c.lat, &m_hat_on_host::<T>(&c, recon), 0);
+            let got = parity_of::<T>(&c.lat, &m_hat_on_host::<T>(&c, recon), 0);
             let d = max_rel_diff(&got, &want);
             assert!(
                 d <= tolerance::<T>(),
@@ -208,6 +208,56 @@ fn csw_zero_kernel_bodies_give_the_wilson_m_hat_bit_for_bit() {
     host_csw_zero_case::<f32>();
 }
 
+/// `|got - want| / |want|` in the 2-norm, and the largest component's error over the largest
+/// component: a NaN (a site left poisoned) counts as infinite.
+fn half_errors(got: &[Complex64], want: &[Complex64]) -> (f64, f64) {
+    assert_eq!(got.len(), want.len());
+    let (mut d2, mut w2) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let d = (g - w).norm();
+        d2 += if d.is_nan() { f64::INFINITY } else { d * d };
+        w2 += w.norm_sqr();
+    }
+    ((d2 / w2).sqrt(), max_rel_diff(got, want))
+}
+
+/// Half precision's `M_hat` (both clover modes) and the source's `A_oo^{-1} b_o` (the clover term
+/// alone) by the kernel bodies on the CPU, against the f64 reference: within [`HALF_CLOVER_BOUND`],
+/// and rounded at all.
+#[test]
+fn half_clover_kernel_bodies_keep_the_stated_bound() {
+    let bound = HALF_CLOVER_BOUND;
+    for (dims, antiperiodic) in CASES {
+        let c = case(dims, antiperiodic, CSW, 11);
+        let (x_e, x_o) = c.psi.to_eo();
+        let want = clover_m_hat(&c.lat, &c.u, &c.clover, &x_e);
+        for recon in [Recon::R18, Recon::R12] {
+            let got = parity_of::<Half>(&c.lat, &m_hat_on_host::<Half>(&c, recon), 0);
+            let (rel, max) = half_errors(&got, &want);
+            eprintln!(
+                "{dims:?} r{}: half M_hat relative {rel:e}, largest {max:e}",
+                recon.name()
+            );
+            assert!(
+                rel <= bound && max <= 4.0 * bound && rel > 1e-7,
+                "{dims:?} r{}: half M_hat relative error {rel:e}, largest {max:e}, bound {bound:e}",
+                recon.name()
+            );
+        }
+        let inv_odd = pack_clover::<Half>(&c.lat, &c.clover, 1, CloverPart::Inverse);
+        let x = pack_parity::<Half>(&c.lat, &c.psi.data, 1);
+        let mut out = poisoned::<Half>(&c.lat);
+        apply_clover_on_host::<Half>(c.lat.half_volume(), &inv_odd, &mut out, &x).unwrap();
+        let got = parity_of::<Half>(&c.lat, &out, 1);
+        let (rel, max) = half_errors(&got, &apply_clover_inverse_parity(&c.clover, 1, &x_o));
+        eprintln!("{dims:?}: half A_oo^-1 relative {rel:e}, largest {max:e}");
+        assert!(
+            rel <= bound && max <= 4.0 * bound && rel > 1e-7,
+            "{dims:?}: half A_oo^-1 x relative error {rel:e}, largest {max:e}"
+        );
+    }
+}
+
 /// The source, the reconstruction and `D x` of the even-odd solve by the kernel bodies, against the CPU
 /// solve's: `b_hat`, its odd sites and the true residual.
 #[test]
@@ -231,19 +281,19 @@ fn kernel_bodies_prepare_the_source_and_reconstruct_the_cpu_solution() {
     let inv_odd = pack_clover::<f64>(lat, &c.clover, 1, CloverPart::Inverse);
     // b_hat = b_e + kappa H_eo A_oo^{-1} b_o
     let mut t = poisoned::<f64>(lat);
-    apply_clover_on_host(lat.half_volume(), &inv_odd, &mut t, &b_o).unwrap();
+    apply_clover_on_host::<f64>(lat.half_volume(), &inv_odd, &mut t, &b_o).unwrap();
     let mut src = poisoned::<f64>(lat);
     hopping_on_host::<f64>(lat, &gauge, recon, &mut src, 0, &t, Some(&b_e), KAPPA);
     let (mut want, b_odd) = b.to_eo();
     let a_inv_b_o = apply_clover_inverse_parity(&c.clover, 1, &b_odd);
     let kappa = Complex64::new(KAPPA, 0.0);
     axpy(kappa, &hopping_eo(lat, &c.u, &a_inv_b_o), &mut want);
-    let d = max_rel_diff(&parity_of(lat, &src, 0), &want);
+    let d = max_rel_diff(&parity_of::<f64>(lat, &src, 0), &want);
     assert!(d <= 1e-12, "b_hat off by {d:e}");
     // x_o = A_oo^{-1} (b_o + kappa H_oe x_e)
     let mut got_o = poisoned::<f64>(lat);
     let inverse = CloverMode::Inverse;
-    clover_hopping_on_host(
+    clover_hopping_on_host::<f64>(
         lat,
         &gauge,
         recon,
@@ -256,7 +306,7 @@ fn kernel_bodies_prepare_the_source_and_reconstruct_the_cpu_solution() {
         inverse,
     )
     .unwrap();
-    let d = max_rel_diff(&parity_of(lat, &got_o, 1), &x.to_eo().1);
+    let d = max_rel_diff(&parity_of::<f64>(lat, &got_o, 1), &x.to_eo().1);
     assert!(d <= 1e-12, "x_o off by {d:e}");
     // D x = A x - kappa H x, parity by parity.
     let dx = clover_dirac(lat, &c.u, &c.clover, &x);
@@ -264,7 +314,7 @@ fn kernel_bodies_prepare_the_source_and_reconstruct_the_cpu_solution() {
     for (p, want, x_p, x_other) in [(0, &dx_e, &x_e, &x_o), (1, &dx_o, &x_o, &x_e)] {
         let mut out = poisoned::<f64>(lat);
         let diagonal = CloverMode::Diagonal;
-        clover_hopping_on_host(
+        clover_hopping_on_host::<f64>(
             lat,
             &gauge,
             recon,
@@ -277,7 +327,7 @@ fn kernel_bodies_prepare_the_source_and_reconstruct_the_cpu_solution() {
             diagonal,
         )
         .unwrap();
-        let d = max_rel_diff(&parity_of(lat, &out, p), want);
+        let d = max_rel_diff(&parity_of::<f64>(lat, &out, p), want);
         assert!(d <= 1e-12, "D x on parity {p} off by {d:e}");
     }
 }
@@ -315,7 +365,7 @@ fn blocks_of_a_split_give_the_whole_lattices_clover_bits() {
             let inp = pack_parity::<f64>(&global, &c.psi.data, 1 - parity);
             let xp = pack_parity::<f64>(&global, &x.data, parity);
             let mut whole = poisoned::<f64>(&global);
-            clover_hopping_on_host(
+            clover_hopping_on_host::<f64>(
                 &global,
                 &gauge,
                 recon,
@@ -343,7 +393,7 @@ fn blocks_of_a_split_give_the_whole_lattices_clover_bits() {
                     let gauge = block.pack_gauge::<f64>(&c.u, recon);
                     let field = pack_clover_block::<f64>(&block, &c.clover, parity, part);
                     let mut out = vec![f64::NAN; n];
-                    clover_hopping_on_block(
+                    clover_hopping_on_block::<f64>(
                         &block,
                         &gauge,
                         recon,
@@ -393,7 +443,7 @@ fn binding_refuses_short_clover_fields_and_a_missing_addend() {
     let short = &field[..field.len() - 2];
     let diagonal = CloverMode::Diagonal;
     let x = inp.clone();
-    let e = clover_hopping_on_host(
+    let e = clover_hopping_on_host::<f64>(
         lat,
         &gauge,
         recon,
@@ -411,12 +461,12 @@ fn binding_refuses_short_clover_fields_and_a_missing_addend() {
             && h.to_string().contains("allocate it"))
     };
     assert!(short_clover(&e), "{e}");
-    let e = clover_hopping_on_host(
+    let e = clover_hopping_on_host::<f64>(
         lat, &gauge, recon, &field, &mut out, 0, &inp, None, 1.0, diagonal,
     )
     .unwrap_err();
     assert!(e.to_string().contains("`x`"), "{e}");
-    let e = apply_clover_on_host(lat.half_volume(), short, &mut out, &x).unwrap_err();
+    let e = apply_clover_on_host::<f64>(lat.half_volume(), short, &mut out, &x).unwrap_err();
     assert!(short_clover(&e), "{e}");
     // Nothing was written by the refused calls.
     assert!(out.iter().all(|v| v.is_nan()));
@@ -472,7 +522,7 @@ fn gpu_m_hat_case<T: CloverReal>(gpu: &Arc<Gpu>) {
                     "differs in rounding from"
                 }
             );
-            let got = parity_of(&c.lat, &data, 0);
+            let got = parity_of::<T>(&c.lat, &data, 0);
             let d = max_rel_diff(&got, &want);
             assert!(
                 d <= tolerance::<T>(),
@@ -493,6 +543,64 @@ fn gpu_clover_m_hat_matches_the_cpu_reference() {
     };
     gpu_m_hat_case::<f64>(&gpu);
     gpu_m_hat_case::<f32>(&gpu);
+}
+
+/// Half precision's `M_hat` on the GPU, its output poisoned first: within [`HALF_CLOVER_BOUND`] of the
+/// f64 reference and far below a binary16 step off its kernel bodies' CPU run; one rank cutting its own
+/// axes (exchanges through the host, the norms with the ghosts) gives the whole lattice's bits.
+#[test]
+fn gpu_half_clover_keeps_the_bound_follows_its_cpu_body_and_splits() {
+    let test = "gpu_half_clover_keeps_the_bound_follows_its_cpu_body_and_splits";
+    let Some(gpu) = gpu(test) else {
+        return;
+    };
+    let m_hat_of = |op: &CloverEvenOdd<Half>, psi: &SpinorField| {
+        let w = op.0.wilson();
+        let inp = w.upload_parity(psi, 0).unwrap();
+        let out = DeviceBuffer::from_host(&gpu, &vec![Half::POISON; 2 * w.storage_len()]).unwrap();
+        op.apply(&out, &inp, None).unwrap();
+        out.download().unwrap()
+    };
+    for (dims, antiperiodic) in CASES {
+        let c = case(dims, antiperiodic, CSW, 31);
+        let want = clover_m_hat(&c.lat, &c.u, &c.clover, &c.psi.to_eo().0);
+        for recon in [Recon::R18, Recon::R12] {
+            let op = CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
+            let data = m_hat_of(&CloverEvenOdd(op), &c.psi);
+            let got = parity_of::<Half>(&c.lat, &data, 0);
+            let (rel, max) = half_errors(&got, &want);
+            assert!(
+                rel <= HALF_CLOVER_BOUND && max <= 4.0 * HALF_CLOVER_BOUND,
+                "{dims:?} r{}: GPU half M_hat relative error {rel:e}, largest {max:e}",
+                recon.name()
+            );
+            let host = parity_of::<Half>(&c.lat, &m_hat_on_host::<Half>(&c, recon), 0);
+            let (rel, max) = half_errors(&got, &host);
+            assert!(
+                rel <= 1e-5 && max <= 2.0 / 32767.0,
+                "{dims:?} r{}: GPU half M_hat against its CPU body {rel:e}, largest {max:e}",
+                recon.name()
+            );
+        }
+    }
+    let c = case(SPLIT_DIMS, true, CSW, 43);
+    for recon in [Recon::R18, Recon::R12] {
+        let whole = CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
+        let n = 2 * parity_slots::<Half>(&c.lat);
+        let want = m_hat_of(&CloverEvenOdd(whole), &c.psi);
+        for cuts in SPLIT_CUTS {
+            let block = Block::new(c.lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
+            let split =
+                CloverGpu::<Half>::split(&gpu, block, &c.u, &c.clover, recon, host_ranks(), true)
+                    .unwrap();
+            let got = m_hat_of(&CloverEvenOdd(split), &c.psi);
+            assert!(
+                got[..n] == want[..n],
+                "r{} cutting {cuts:?}: the split half M_hat differs from the whole lattice's",
+                recon.name()
+            );
+        }
+    }
 }
 
 fn gpu_csw_zero_case<T: CloverReal>(gpu: &Arc<Gpu>) {
@@ -588,7 +696,8 @@ fn the_gpu_split_tests_blocks_can_be_built() {
     }
 }
 
-fn host_ranks() -> Box<dyn DeviceRanks<f64>> {
+fn host_ranks<E: lattice_gpu_host::comm::Wire + lattice_gpu_host::Plain>() -> Box<dyn DeviceRanks<E>>
+{
     Box::new(HostStaged(std::rc::Rc::new(Solo)))
 }
 
@@ -705,6 +814,7 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
     let c = case(dims, antiperiodic, CSW, 47);
     let op = || CloverGpu::<f64>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
     let lo = || CloverGpu::<f32>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
+    let half = || CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
     let options = |method| {
         let mut o = MixedOptions::new(SolveOptions {
             tol: 1e-10,
@@ -726,16 +836,20 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
     .unwrap();
     let mut all64 = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(op())).unwrap();
     let mut mixed = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(lo())).unwrap();
+    let mut in_half = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(half())).unwrap();
     let mut cgnr64 = 0;
     for (method, name) in [
         (Method::Cgnr, "f64 CGNR"),
         (Method::BiCgStab, "f32/f64 BiCGStab"),
         (Method::Cgnr, "f32/f64 CGNR"),
+        (Method::BiCgStab, "half/f64 BiCGStab"),
+        (Method::Cgnr, "half/f64 CGNR"),
     ] {
-        let run = if name.starts_with("f64") {
-            solve_clover_mixed_with(&mut all64, &c.psi, &options(method), &mut |_, _| Ok(()))
-        } else {
-            solve_clover_mixed_with(&mut mixed, &c.psi, &options(method), &mut |_, _| Ok(()))
+        let (opt, none) = (options(method), &mut |_, _| Ok(()));
+        let run = match &name[..3] {
+            "f64" => solve_clover_mixed_with(&mut all64, &c.psi, &opt, none),
+            "f32" => solve_clover_mixed_with(&mut mixed, &c.psi, &opt, none),
+            _ => solve_clover_mixed_with(&mut in_half, &c.psi, &opt, none),
         };
         let (x, report, gpu_res) = run.unwrap_or_else(|e| panic!("{name}: {e}"));
         let res = clover_true_residual(&c.lat, &c.u, &c.clover, &c.psi, &x);
@@ -758,7 +872,7 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
                 cgnr64 = report.iterations;
                 continue;
             }
-            "f32/f64 BiCGStab" => r.iterations,
+            "f32/f64 BiCGStab" | "half/f64 BiCGStab" => r.iterations,
             _ => cgnr64,
         };
         assert!(

@@ -31,10 +31,11 @@
 // Rows, columns and components run in lock step: index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
-use super::dslash::schedule_fence;
-use super::{component_index, tile_index, Dslash, HopFields, PlainStore, TILE};
+use super::dslash::{schedule_fence, spinor_elems};
+use super::WilsonStore;
+use super::{component_index, load_site, store_site, tile_index, Dslash, HopFields, TILE};
 use crate::bind::{check_len, Bound, Place, Span, SpanError, SpanMut};
-use crate::complex::{Complex, ComplexReal};
+use crate::complex::Complex;
 
 /// Complex entries per site of a clover field (two hermitian 6x6 blocks of 3 + 15 entries).
 pub const CLOVER_ENTRIES: usize = 36;
@@ -67,30 +68,32 @@ pub enum CloverMode {
 
 /// The hopping term and the clover term of the output site in one kernel, as [`CloverMode`] says.
 /// `hop` holds the hopping term's lattice, fields and numbers exactly as for [`Dslash`] (its `x`,
-/// `a`, `halt`, `cut` and `sites` included); `clover` is the clover field of the output parity.
+/// `a`, `halt`, `cut` and `sites` included); `clover` is the clover field of the output parity, in the
+/// fields' storage `T` (in half precision each entry a binary16, as a link's: no norm, since the
+/// entries of `A` and `A^{-1}` lie near the unit diagonal and their error counts against it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct CloverDslash<T: PlainStore, const R: usize, const SPLIT: bool = false> {
+pub struct CloverDslash<T: WilsonStore, const R: usize, const SPLIT: bool = false> {
     /// The hopping term.
     pub hop: Dslash<T, R, SPLIT>,
     /// The clover field `C` of the output parity ([`crate::wilson::clover`] layout).
-    pub clover: *const T,
+    pub clover: *const T::Elem,
     /// What to do with the hopping sum.
     pub mode: CloverMode,
 }
 
 // SAFETY: each site is written by exactly one thread; the pointers are shared read-only otherwise.
-unsafe impl<T: PlainStore, const R: usize, const S: bool> Send for CloverDslash<T, R, S> {}
+unsafe impl<T: WilsonStore, const R: usize, const S: bool> Send for CloverDslash<T, R, S> {}
 // SAFETY: as above.
-unsafe impl<T: PlainStore, const R: usize, const S: bool> Sync for CloverDslash<T, R, S> {}
+unsafe impl<T: WilsonStore, const R: usize, const S: bool> Sync for CloverDslash<T, R, S> {}
 
 /// The memory of a clover hopping term ([`CloverDslash::bind`]).
 #[derive(Debug)]
-pub struct CloverFields<'a, T> {
+pub struct CloverFields<'a, E> {
     /// The hopping term's fields ([`Dslash::bind`]); `x` is required in [`CloverMode::Diagonal`].
-    pub hop: HopFields<'a, T>,
+    pub hop: HopFields<'a, E>,
     /// The clover field of the output parity: the block's own sites (no ghosts: it is per site).
-    pub clover: Span<'a, T>,
+    pub clover: Span<'a, E>,
 }
 
 /// Row `i` of chiral block `ch` of the clover field at site `cb` times `v` (that block's six input
@@ -99,13 +102,13 @@ pub struct CloverFields<'a, T> {
 /// # Safety
 /// `clover` addresses a clover field holding site `cb`.
 #[inline(always)]
-unsafe fn clover_row<T: ComplexReal>(
-    clover: *const T,
+unsafe fn clover_row<T: WilsonStore>(
+    clover: *const T::Elem,
     cb: usize,
     ch: usize,
     i: usize,
-    v: &[Complex<T>; 6],
-) -> Complex<T> {
+    v: &[Complex<T::Real>; 6],
+) -> Complex<T::Real> {
     let base = tile_index(cb, CLOVER_ENTRIES) + 18 * ch * TILE;
     let e = |k: usize| unsafe { T::load(clover, base + k * TILE) };
     let pair = e(i / 2);
@@ -125,15 +128,34 @@ unsafe fn clover_row<T: ComplexReal>(
     w
 }
 
-impl<T: PlainStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT> {
+/// Chiral block `CH` of the clover field at site `cb` times the block's components `x(k)`
+/// (`k = 6 CH .. 6 CH + 6`), each row's result given to `put(k, row)` as soon as it is summed.
+///
+/// # Safety
+/// As [`clover_row`].
+#[inline(always)]
+unsafe fn clover_block<T: WilsonStore, const CH: usize>(
+    clover: *const T::Elem,
+    cb: usize,
+    x: impl Fn(usize) -> Complex<T::Real>,
+    mut put: impl FnMut(usize, Complex<T::Real>),
+) {
+    let v: [Complex<T::Real>; 6] = core::array::from_fn(|i| x(6 * CH + i));
+    for i in 0..6 {
+        put(6 * CH + i, unsafe {
+            clover_row::<T>(clover, cb, CH, i, &v)
+        });
+    }
+}
+
+impl<T: WilsonStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT> {
     /// These numbers (`hop`'s and `mode`) with `mem`'s addresses, checked: the hopping term's spans as
     /// [`Dslash::bind`] checks them, `x` present in [`CloverMode::Diagonal`], and `clover` holding the
     /// output parity's sites.
-    pub fn bind<'a>(self, mem: CloverFields<'a, T>) -> Result<Bound<'a, Self>, SpanError> {
+    pub fn bind<'a>(self, mem: CloverFields<'a, T::Elem>) -> Result<Bound<'a, Self>, SpanError> {
         if self.mode == CloverMode::Diagonal && mem.hop.x.is_none() {
             // `A x` needs the spinor of the output parity.
-            let needs = 2 * 12 * self.hop.half_volume().div_ceil(TILE) * TILE;
-            check_len("x", 0, needs)?;
+            check_len("x", 0, spinor_elems::<T>(self.hop.half_volume()))?;
         }
         let hop = self.hop.bind(mem.hop)?;
         check_len(
@@ -163,7 +185,7 @@ impl<T: PlainStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT>
             return;
         }
         let nb = d.neighbours(cb);
-        let mut acc = [Complex::<T>::ZERO; 12];
+        let mut acc = [Complex::<T::Real>::ZERO; 12];
         // As `Dslash::site`: literal directions, one direction's loads live at a time.
         unsafe {
             d.hop_at(&mut acc, cb, &nb, 0, true);
@@ -182,52 +204,97 @@ impl<T: PlainStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT>
         // One literal chirality and mode at a time: with a loop over the chiralities LLVM kept `acc` in
         // local memory, and a mode tested per component split the code into small blocks.
         unsafe {
-            match self.mode {
-                CloverMode::Inverse => {
+            match (self.mode, T::NORMED) {
+                (CloverMode::Inverse, false) => {
                     self.chiral::<0, true>(cb, &acc);
                     self.chiral::<1, true>(cb, &acc);
                 }
-                CloverMode::Diagonal => {
+                (CloverMode::Diagonal, false) => {
                     self.chiral::<0, false>(cb, &acc);
                     self.chiral::<1, false>(cb, &acc);
                 }
+                (CloverMode::Inverse, true) => self.normed::<true>(cb, &acc),
+                (CloverMode::Diagonal, true) => self.normed::<false>(cb, &acc),
             }
         }
     }
 
-    /// Applies the clover term to chiral block `CH` of site `cb` ([`CloverMode::Inverse`] if `INV`), `acc`
-    /// holding its hopping sum.
+    /// The input of the clover matrix at component `k` ([`CloverMode::Inverse`] if `INV`): `a h + x`
+    /// in `Dslash::store`'s order (so that `A = 1` gives its bits), or `x`.
+    #[inline(always)]
+    fn clover_input<const INV: bool>(
+        &self,
+        h: Complex<T::Real>,
+        x: impl FnOnce() -> Complex<T::Real>,
+    ) -> Complex<T::Real> {
+        if !INV {
+            return x();
+        }
+        let mut s = h.scale(self.hop.a);
+        if !self.hop.x.is_null() {
+            s += x();
+        }
+        s
+    }
+
+    /// The output at a component whose clover row gave `w`: `w` ([`CloverMode::Inverse`] if `INV`),
+    /// or `a h + w`.
+    #[inline(always)]
+    fn clover_output<const INV: bool>(
+        &self,
+        h: Complex<T::Real>,
+        w: Complex<T::Real>,
+    ) -> Complex<T::Real> {
+        if INV {
+            return w;
+        }
+        let mut s = h.scale(self.hop.a);
+        s += w;
+        s
+    }
+
+    /// Applies the clover term to chiral block `CH` of a plain site `cb` ([`CloverMode::Inverse`] if
+    /// `INV`), `acc` holding its hopping sum, each row stored as soon as it is summed.
     ///
     /// # Safety
     /// As [`site`](Self::site).
     #[inline(always)]
-    unsafe fn chiral<const CH: usize, const INV: bool>(&self, cb: usize, acc: &[Complex<T>; 12]) {
+    unsafe fn chiral<const CH: usize, const INV: bool>(
+        &self,
+        cb: usize,
+        acc: &[Complex<T::Real>; 12],
+    ) {
         let d = &self.hop;
-        // `x` and `out` through `Dslash`'s own accessors where they fit (the addend, and `a h + addend`),
-        // so that these follow its storage; only the inverse's plain store addresses `out` itself.
-        let mut v = [Complex::<T>::ZERO; 6];
-        for i in 0..6 {
-            let at = component_index::<T>(cb, 6 * CH + i);
-            v[i] = if INV {
-                // `a h + x` in `Dslash::store`'s order, so that `A = 1` gives its bits.
-                let mut s = acc[6 * CH + i].scale(d.a);
-                if !d.x.is_null() {
-                    s += unsafe { d.addend(at) };
-                }
-                s
-            } else {
-                unsafe { d.addend(at) }
-            };
-        }
-        for i in 0..6 {
-            let at = component_index::<T>(cb, 6 * CH + i);
-            let w = unsafe { clover_row(self.clover, cb, CH, i, &v) };
-            if INV {
-                unsafe { <T as ComplexReal>::store(d.out, at, w) };
-            } else {
-                // `a h + A x`: `x` is never null here (`bind`).
-                unsafe { d.store(at, acc[6 * CH + i], || w) };
-            }
+        let at = |k: usize| component_index::<T>(cb, k);
+        let x = |k: usize| self.clover_input::<INV>(acc[k], || unsafe { d.addend(at(k)) });
+        let put = |k: usize, w| {
+            let v = self.clover_output::<INV>(acc[k], w);
+            unsafe { T::store(d.out, at(k), v) };
+        };
+        unsafe { clover_block::<T, CH>(self.clover, cb, x, put) };
+    }
+
+    /// [`chiral`](Self::chiral) for both blocks of a 16-bit site: its `x` loaded whole and its output
+    /// stored whole (a site's norm depends on all its values).
+    ///
+    /// # Safety
+    /// As [`site`](Self::site).
+    #[inline(always)]
+    unsafe fn normed<const INV: bool>(&self, cb: usize, acc: &[Complex<T::Real>; 12]) {
+        let d = &self.hop;
+        let at = tile_index(cb, T::SLOTS);
+        let xs = if d.x.is_null() {
+            [Complex::ZERO; 12]
+        } else {
+            unsafe { load_site::<T>(d.x, at, TILE) }
+        };
+        let mut out = [Complex::ZERO; 12];
+        let x = |k: usize| self.clover_input::<INV>(acc[k], || xs[k]);
+        let mut put = |k: usize, w| out[k] = self.clover_output::<INV>(acc[k], w);
+        unsafe {
+            clover_block::<T, 0>(self.clover, cb, x, &mut put);
+            clover_block::<T, 1>(self.clover, cb, x, &mut put);
+            store_site::<T>(d.out, at, TILE, &out);
         }
     }
 }
@@ -236,33 +303,33 @@ impl<T: PlainStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT>
 /// sites), one thread per site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct CloverSite<T> {
+pub struct CloverSite<T: WilsonStore> {
     /// Output spinor.
-    pub out: *mut T,
+    pub out: *mut T::Elem,
     /// Input spinor (same parity).
-    pub x: *const T,
+    pub x: *const T::Elem,
     /// The clover field of that parity.
-    pub clover: *const T,
+    pub clover: *const T::Elem,
     /// Sites computed.
     pub sites: u32,
 }
 
 // SAFETY: each site is written by exactly one thread.
-unsafe impl<T> Send for CloverSite<T> {}
+unsafe impl<T: WilsonStore> Send for CloverSite<T> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for CloverSite<T> {}
+unsafe impl<T: WilsonStore> Sync for CloverSite<T> {}
 
-impl<T: PlainStore> CloverSite<T> {
+impl<T: WilsonStore> CloverSite<T> {
     /// `sites` with these addresses, checked: `out` and `x` hold `sites` tiled spinor sites, `clover`
     /// as many clover sites.
     pub fn bind<'a>(
         self,
-        out: SpanMut<'a, T>,
-        x: Span<'a, T>,
-        clover: Span<'a, T>,
+        out: SpanMut<'a, T::Elem>,
+        x: Span<'a, T::Elem>,
+        clover: Span<'a, T::Elem>,
     ) -> Result<Bound<'a, Self>, SpanError> {
         let n = self.sites as usize;
-        let spinor = 2 * 12 * n.div_ceil(TILE) * TILE;
+        let spinor = spinor_elems::<T>(n);
         check_len("out", out.len(), spinor)?;
         check_len("x", x.len(), spinor)?;
         check_len("clover", clover.len(), clover_reals(n))?;
@@ -283,19 +350,24 @@ impl<T: PlainStore> CloverSite<T> {
     /// Bound, and `cb < sites`.
     #[inline(always)]
     pub unsafe fn site(&self, cb: usize) {
-        for ch in 0..2 {
-            let mut v = [Complex::<T>::ZERO; 6];
-            for i in 0..6 {
-                v[i] = unsafe {
-                    <T as ComplexReal>::load(self.x, component_index::<T>(cb, 6 * ch + i))
-                };
+        if T::NORMED {
+            let at = tile_index(cb, T::SLOTS);
+            let xs = unsafe { load_site::<T>(self.x, at, TILE) };
+            let mut out = [Complex::ZERO; 12];
+            let mut put = |k: usize, w| out[k] = w;
+            unsafe {
+                clover_block::<T, 0>(self.clover, cb, |k| xs[k], &mut put);
+                clover_block::<T, 1>(self.clover, cb, |k| xs[k], &mut put);
+                store_site::<T>(self.out, at, TILE, &out);
             }
-            for i in 0..6 {
-                let w = unsafe { clover_row(self.clover, cb, ch, i, &v) };
-                unsafe {
-                    <T as ComplexReal>::store(self.out, component_index::<T>(cb, 6 * ch + i), w)
-                };
-            }
+            return;
+        }
+        let at = |k: usize| component_index::<T>(cb, k);
+        let x = |k: usize| unsafe { T::load(self.x, at(k)) };
+        let put = |k: usize, w| unsafe { T::store(self.out, at(k), w) };
+        unsafe {
+            clover_block::<T, 0>(self.clover, cb, x, put);
+            clover_block::<T, 1>(self.clover, cb, x, put);
         }
     }
 }

@@ -182,8 +182,8 @@ wilson_entries!(
     gamma5_half
 );
 
-/// A precision with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].
-pub trait CloverEntries: WilsonEntries + PlainStore {
+/// A storage with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].
+pub trait CloverEntries: WilsonEntries {
     /// The clover hopping kernel's entries, `[split][r12]`.
     const CLOVER: [[&'static str; 2]; 2];
     /// The clover-only entry ([`CloverSite`]).
@@ -215,4 +215,8 @@ clover_entries!(
 clover_entries!(
     f64 => [clover_f64_r18, clover_f64_r12, clover_split_f64_r18, clover_split_f64_r12],
     clover_site_f64
+);
+clover_entries!(
+    Half => [clover_half_r18, clover_half_r12, clover_split_half_r18, clover_split_half_r12],
+    clover_site_half
 );

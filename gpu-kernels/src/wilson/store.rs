@@ -90,8 +90,8 @@ pub trait WilsonStore: SolverStore {
         let n = unsafe { Self::norm(p, 12) }.to_f64();
         core::array::from_fn(|k| unsafe { Self::load(p, k) }.to_f64().scale(n))
     }
-    /// A link entry as stored.
-    fn encode_link(u: Complex<f64>) -> [Self::Elem; 2];
+    /// A link's or a clover field's entry as stored (unscaled: in half precision, the nearest binary16).
+    fn encode_entry(u: Complex<f64>) -> [Self::Elem; 2];
 }
 
 /// A site's slots on the host, aligned for the 32-bit slot and norm accesses of [`store_site`].
@@ -185,7 +185,7 @@ macro_rules! plain_store {
             fn decode_site(s: &[[$t; 2]; 13]) -> [Complex<f64>; 12] {
                 core::array::from_fn(|k| Complex::new(s[k][0] as f64, s[k][1] as f64))
             }
-            fn encode_link(u: Complex<f64>) -> [$t; 2] {
+            fn encode_entry(u: Complex<f64>) -> [$t; 2] {
                 [u.re as $t, u.im as $t]
             }
         }
@@ -259,7 +259,7 @@ impl WilsonStore for Half {
         unsafe { *(p as *mut f32).add(i) = n }
     }
 
-    fn encode_link(u: Complex<f64>) -> [u16; 2] {
+    fn encode_entry(u: Complex<f64>) -> [u16; 2] {
         [to_f16(u.re as f32), to_f16(u.im as f32)]
     }
 }
@@ -311,10 +311,13 @@ mod tests {
     fn a_zero_site_stays_zero_and_links_round_to_the_nearest_binary16() {
         let zero = [Complex::new(0.0, 0.0); 12];
         assert_eq!(Half::decode_site(&Half::encode_site(&zero)), zero);
-        assert_eq!(Half::encode_link(Complex::new(1.0, -1.0)), [0x3c00, 0xbc00]);
+        assert_eq!(
+            Half::encode_entry(Complex::new(1.0, -1.0)),
+            [0x3c00, 0xbc00]
+        );
         // 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even, 1.
         assert_eq!(
-            Half::encode_link(Complex::new(1.0 + 1.0 / 2048.0, 0.5)),
+            Half::encode_entry(Complex::new(1.0 + 1.0 / 2048.0, 0.5)),
             [0x3c00, 0x3800]
         );
     }

@@ -17,7 +17,7 @@ use lattice_gpu_host::solvers::bicgstab::{
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{CloverMode, Half, FUSED_BLOCK};
 use lattice_gpu_lqcd::clover::{CloverBlock, CloverField};
-use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverReal};
+use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverStorage};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{gauge_len, parity_len, EvenOdd, Recon, WilsonGpu, WilsonStorage};
@@ -109,14 +109,12 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                     rate.gbs,
                     rate.of_copy
                 ));
-                // The clover kernels are f32 and f64 only, so far.
-                if !matches!(prec, "f32" | "f64") {
-                    continue;
-                }
                 stop()?;
+                let args = (&lat, &u, &psi, recon, &site, a.tuning, copy);
                 let (rows, block) = match prec {
-                    "f32" => bench_clover::<f32>(g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
-                    _ => bench_clover::<f64>(g, &lat, &u, &psi, recon, &site, a.tuning, copy)?,
+                    "f32" => bench_clover::<f32>(g, args)?,
+                    "f64" => bench_clover::<f64>(g, args)?,
+                    _ => bench_clover::<Half>(g, args)?,
                 };
                 for (what, ms, rate) in rows {
                     clover_rows.push(format!(
@@ -374,19 +372,24 @@ fn ms_per_call(g: &Arc<Gpu>, call: &dyn Fn() -> Result<()>) -> Result<f64> {
 /// One clover row: the kernel's name, ms per call and rates.
 type CloverRow = (&'static str, f64, Rate);
 
+/// What [`bench_clover`] runs on: the lattice, gauge field, spinor, links, one site's `A` and
+/// `A^{-1}`, the tuning, and the copy bandwidth (GB/s).
+type CloverBench<'a> = (
+    &'a Lattice,
+    &'a GaugeField,
+    &'a SpinorField,
+    Recon,
+    &'a ([CloverBlock; 2], [CloverBlock; 2]),
+    TuningArgs,
+    f64,
+);
+
 /// The clover kernels on `lat`: (name, ms per call, rates against `copy` GB/s) of the inverse kernel,
 /// the diagonal kernel and `M_hat`, at the block tuned on `M_hat` ([`CloverGpu::tune_block`]), and that
 /// block.
-#[allow(clippy::too_many_arguments)]
-fn bench_clover<T: CloverReal>(
+fn bench_clover<T: CloverStorage>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
-    u: &GaugeField,
-    psi: &SpinorField,
-    recon: Recon,
-    site: &([CloverBlock; 2], [CloverBlock; 2]),
-    tuning: TuningArgs,
-    copy: f64,
+    (lat, u, psi, recon, site, tuning, copy): CloverBench<'_>,
 ) -> Result<(Vec<CloverRow>, u32)> {
     let (a, a_inv) = (&site.0, &site.1);
     let c =

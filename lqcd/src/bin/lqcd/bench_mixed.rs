@@ -2,7 +2,7 @@
 //! against mixed-precision BiCGStab with reliable updates, its sloppy iterations in f32 and in half
 //! precision (binary16), and with `--cgnr` CGNR likewise, at a kappa where
 //! f64 BiCGStab needs at least `--min-iterations` iterations. With `--csw` the Wilson-clover system
-//! likewise, its sloppy iterations in f32 (the clover kernels have no 16-bit storage yet).
+//! likewise.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ pub(super) struct BenchMixedArgs {
     /// Also CGNR, all f64 and with each sloppy precision.
     #[arg(long)]
     cgnr: bool,
-    /// Clover coefficient: above 0, the Wilson-clover system (sloppy f32 only).
+    /// Clover coefficient: above 0, the Wilson-clover system.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     csw: f64,
     /// Seed of the gauge field and the source.
@@ -204,35 +204,31 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         let mut mo = MixedOptions::new(opt);
         mo.method = method;
         mo.delta = a.delta;
-        if let Some(c) = &clover {
-            if method == Method::Cgnr {
+        // One row of the Wilson or the clover system, its sloppy iterations in `$s`.
+        macro_rules! row {
+            ($s:ty, $label:literal) => {{
                 stop()?;
-                let mut s = make_clover_mixed::<f64, f64>(&g, &lat, &u, c, build(a))?;
-                let mut solve =
-                    |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
-                rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
-            }
-            stop()?;
-            let mut s = make_clover_mixed::<f64, f32>(&g, &lat, &u, c, build(a))?;
-            let mut solve = |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
-            rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
-            continue;
+                rows.push(match &clover {
+                    Some(c) => {
+                        let mut s = make_clover_mixed::<f64, $s>(&g, &lat, &u, c, build(a))?;
+                        let mut solve =
+                            |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
+                        time_mixed(&mut solve, &mo, a.repeats, $label)?
+                    }
+                    None => {
+                        let mut s = make_mixed::<f64, $s>(&g, &lat, &u, kappa, build(a))?;
+                        let mut solve =
+                            |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
+                        time_mixed(&mut solve, &mo, a.repeats, $label)?
+                    }
+                });
+            }};
         }
         if method == Method::Cgnr {
-            stop()?;
-            let mut s = make_mixed::<f64, f64>(&g, &lat, &u, kappa, build(a))?;
-            let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
-            rows.push(time_mixed(&mut solve, &mo, a.repeats, "f64")?);
+            row!(f64, "f64");
         }
-        stop()?;
-        let mut s = make_mixed::<f64, f32>(&g, &lat, &u, kappa, build(a))?;
-        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
-        rows.push(time_mixed(&mut solve, &mo, a.repeats, "f32/f64")?);
-        drop(s);
-        stop()?;
-        let mut s = make_mixed::<f64, Half>(&g, &lat, &u, kappa, build(a))?;
-        let mut solve = |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
-        rows.push(time_mixed(&mut solve, &mo, a.repeats, "half/f64")?);
+        row!(f32, "f32/f64");
+        row!(Half, "half/f64");
     }
     let operator = match a.csw > 0.0 {
         true => format!("Wilson-clover c_sw {}", a.csw),

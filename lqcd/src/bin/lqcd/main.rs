@@ -29,6 +29,7 @@ use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu_lqcd::clover::{check_csw, solve_clover_eo_checked, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{
     clover_len, solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu, CloverReal,
+    CloverStorage,
 };
 use lattice_gpu_lqcd::config::{gauge_dims, load_gauge, save_gauge};
 use lattice_gpu_lqcd::gauge::{GaugeField, Su3};
@@ -145,9 +146,8 @@ struct SolverArgs {
     #[arg(long, value_enum, default_value_t = Prec::F64)]
     precision: Prec,
     /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, or half (IEEE binary16 storage
-    /// with f32 arithmetic, under --precision f64; BiCGStab only in practice: CGNR in half stalls on
-    /// rough fields). Default: the
-    /// outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
+    /// with f32 arithmetic, under --precision f64, Wilson and clover; BiCGStab only in practice: CGNR in
+    /// half stalls on rough fields). Default: the outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
     /// outer precision (Clark et al. 2010): whenever the iterated residual has fallen by --delta, the
     /// true residual is recomputed and replaces it.
     #[arg(long, value_enum)]
@@ -219,15 +219,12 @@ impl SolverArgs {
         }
         let refuse = |what: &str| {
             Err(Error::InvalidParameter(format!(
-                "{what} with --csw {} is not supported yet: the clover kernels run in f32 and f64, \
-                 BiCGStab or CGNR, mixed f32/f64 too, on one GPU (or the CPU); leave the option out, \
-                 or give --csw 0 for the Wilson operator, which has it",
+                "{what} with --csw {} is not supported yet: the clover kernels run in f32, f64 and \
+                 half, BiCGStab or CGNR, mixed f32/f64 and half/f64 too, on one GPU (or the CPU); \
+                 leave the option out, or give --csw 0 for the Wilson operator, which has it",
                 self.csw
             )))
         };
-        if self.sloppy() == Sloppy::Half {
-            return refuse("--sloppy half (use --sloppy f32)");
-        }
         if self.fused == Fusion::On {
             return refuse("--fused on (the one-kernel iteration is the Wilson operator's)");
         }
@@ -944,11 +941,18 @@ fn one_rank_footprint(
             .host
             .saturating_add(volume_bytes(lat.dims, clover, "the clover field")?);
         if gpu {
-            let size = match args.precision {
+            // Three packed parities per operator: a mixed solve holds the outer and the sloppy one.
+            let outer = match args.precision {
                 Prec::F32 => 4,
                 Prec::F64 => 8,
             };
-            let packed = memory::bytes(&[3, clover_len(lat)], size, "the clover field")?;
+            let sloppy = match (args.mixed(), args.sloppy()) {
+                (false, _) => 0,
+                (true, Sloppy::F64) => 8,
+                (true, Sloppy::F32) => 4,
+                (true, Sloppy::Half) => 2,
+            };
+            let packed = memory::bytes(&[3, clover_len(lat)], outer + sloppy, "the clover field")?;
             f.gpu = f.gpu.saturating_add(packed);
         }
         f.what = format!("{} with the clover term", f.what);
@@ -1125,6 +1129,8 @@ enum GpuSolver {
     Mixed32x32(Box<MixedBiCgStab<f32, f32, EvenOdd<f32>, EvenOdd<f32>>>),
     /// The Wilson-clover operator with reliable updates: outer f64, sloppy f32.
     CloverMixed64x32(Box<MixedBiCgStab<f64, f32, CloverEvenOdd<f64>, CloverEvenOdd<f32>>>),
+    /// The Wilson-clover operator with reliable updates: outer f64, sloppy half.
+    CloverMixed64xHalf(Box<MixedBiCgStab<f64, Half, CloverEvenOdd<f64>, CloverEvenOdd<Half>>>),
     /// The Wilson-clover operator, CGNR in f64.
     CloverMixed64x64(Box<MixedBiCgStab<f64, f64, CloverEvenOdd<f64>, CloverEvenOdd<f64>>>),
     /// The Wilson-clover operator, CGNR in f32.
@@ -1172,7 +1178,10 @@ impl Solver {
                         (true, Prec::F64, Sloppy::F32) => GpuSolver::CloverMixed64x32(Box::new(
                             make_clover_mixed(g, &lat, &u, &c, args.build())?,
                         )),
-                        (true, Prec::F64, _) => GpuSolver::CloverMixed64x64(Box::new(
+                        (true, Prec::F64, Sloppy::F64) => GpuSolver::CloverMixed64x64(Box::new(
+                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
+                        )),
+                        (true, Prec::F64, Sloppy::Half) => GpuSolver::CloverMixed64xHalf(Box::new(
                             make_clover_mixed(g, &lat, &u, &c, args.build())?,
                         )),
                         (true, Prec::F32, _) => GpuSolver::CloverMixed32x32(Box::new(
@@ -1268,6 +1277,10 @@ impl Solver {
                 return self.finish_mixed(x, r, res, label, stop);
             }
             Some(GpuSolver::CloverMixed64x32(s)) => {
+                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
+                return self.finish_mixed(x, r, res, label, stop);
+            }
+            Some(GpuSolver::CloverMixed64xHalf(s)) => {
                 let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
                 return self.finish_mixed(x, r, res, label, stop);
             }
@@ -1370,6 +1383,7 @@ impl Solver {
             Some(GpuSolver::Mixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::CloverMixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(GpuSolver::CloverMixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::CloverMixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             Some(GpuSolver::CloverMixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
             None => return Ok(None),
@@ -1443,7 +1457,7 @@ impl SolverArgs {
 }
 
 /// The clover operator in precision `T` with its block tuned.
-fn clover_operator<T: CloverReal>(
+fn clover_operator<T: CloverStorage>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
@@ -1467,7 +1481,7 @@ fn clover_operator<T: CloverReal>(
 
 /// A mixed-precision clover solver (outer `H`, sloppy `S`): both operators tuned, the sloppy
 /// solver's vector kernels too (the sloppy operator's tuning said only where it differs).
-fn make_clover_mixed<H: CloverReal, S: CloverReal>(
+fn make_clover_mixed<H: CloverReal, S: CloverStorage>(
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
