@@ -59,16 +59,6 @@ fn bad_mixed_options_are_refused_with_their_fix() {
             "runs under the outer --precision f64 only",
         ),
         (&["--solver", "gmres"], 2, "use bicgstab or cgnr"),
-        (
-            &["--gpus", "2", "--sloppy", "f32"],
-            1,
-            "run on one GPU for now; leave out --gpus/--mpi",
-        ),
-        (
-            &["--gpus", "2", "--solver", "cgnr"],
-            1,
-            "run on one GPU for now",
-        ),
     ] {
         let mut all = vec!["--engine", "host"];
         all.extend_from_slice(args);
@@ -78,15 +68,74 @@ fn bad_mixed_options_are_refused_with_their_fix() {
     }
 }
 
-/// Without a GPU the CPU reference solves in f64 BiCGStab, and says that the options apply on a GPU.
+/// Without a GPU the CPU reference solves in f64 BiCGStab, and says that the options apply on a GPU:
+/// on one domain and split over threads.
 #[test]
 fn the_cpu_engine_says_it_solves_in_f64_bicgstab() {
-    let (code, text) = solve(&["--engine", "host", "--sloppy", "f32", "--solver", "cgnr"]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(
-        text.contains("notice: the CPU reference solves with BiCGStab in f64"),
-        "{text}"
-    );
+    for split in [&[][..], &["--gpus", "2"]] {
+        let mut args = vec!["--engine", "host", "--sloppy", "f32", "--solver", "cgnr"];
+        args.extend_from_slice(split);
+        let (code, text) = solve(&args);
+        assert_eq!(code, Some(0), "{split:?}: {text}");
+        assert!(
+            text.contains("notice: the CPU reference solves with BiCGStab in f64"),
+            "{split:?}: {text}"
+        );
+    }
+}
+
+/// On a GPU, split over two ranks (threads sharing it; the lattice cut along t, ghosts exchanged
+/// behind the inner sites): mixed f32/f64 and half/f64 BiCGStab, CGNR, and the clover operator in f64
+/// and in half/f64, each the one-GPU solve's solution to 8 digits with a true residual of at most
+/// 1e-9, the reliable updates said.
+#[test]
+fn split_mixed_and_clover_solves_give_the_one_gpu_solution() {
+    let test = "split_mixed_and_clover_solves_give_the_one_gpu_solution";
+    let Some(_gpu) = common::gpu(test) else {
+        return;
+    };
+    let base = [
+        "solve", "--engine", "device", "--dims", "8x8x8x8", "--kappa", "0.15", "--tol", "1e-10",
+    ];
+    for extra in [
+        &["--sloppy", "f32"][..],
+        &["--sloppy", "half"],
+        &["--solver", "cgnr"],
+        &["--csw", "1.3", "--kappa", "0.12"],
+        &["--csw", "1.3", "--kappa", "0.12", "--sloppy", "half"],
+    ] {
+        let mut one = base.to_vec();
+        one.extend_from_slice(extra);
+        let (code, text) = lqcd(&one);
+        assert_eq!(code, Some(0), "{extra:?}: {text}");
+        let want = common::number_after(&text, "|x| = ");
+        let split = [&one[..], &["--gpus", "2"]].concat();
+        let (code, text) = lqcd(&split);
+        assert_eq!(code, Some(0), "{extra:?} split: {text}");
+        assert!(text.contains("split over 2 GPUs"), "{extra:?}: {text}");
+        let got = common::number_after(&text, "|x| = ");
+        assert!(
+            (got - want).abs() <= 1e-8 * want,
+            "{extra:?}: split |x| = {got}, one GPU {want}\n{text}"
+        );
+        let res = common::number_after(&text, "|b - D x|/|b| = ");
+        assert!(
+            res <= 1e-9,
+            "{extra:?}: split true residual {res:e}\n{text}"
+        );
+        let mixed = !extra.starts_with(&["--csw"]) || extra.contains(&"half");
+        assert_eq!(
+            text.contains("reliable updates in f64"),
+            mixed,
+            "{extra:?}: {text}"
+        );
+        if extra.starts_with(&["--csw"]) {
+            assert!(
+                text.contains("operator: Wilson-clover"),
+                "{extra:?}: {text}"
+            );
+        }
+    }
 }
 
 /// On a GPU: mixed f32/f64 and half/f64 BiCGStab, f32/f64 CGNR, and CGNR in f64, to 1e-10, each

@@ -25,7 +25,7 @@ use rand::SeedableRng;
 use super::{
     agree_on_stop, dims_name, make, make_clover, make_clover_mixed, make_mixed,
     mixed_gpu_footprint, outcome, parse_count, parse_dims4, parse_recon, stop_at_signal, Build,
-    TuningArgs,
+    Layout, TuningArgs,
 };
 
 /// The gauge field of the benchmark.
@@ -204,19 +204,21 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         let mut mo = MixedOptions::new(opt);
         mo.method = method;
         mo.delta = a.delta;
+        let whole = Layout::Whole(&lat);
         // One row of the Wilson or the clover system, its sloppy iterations in `$s`.
         macro_rules! row {
             ($s:ty, $label:literal) => {{
                 stop()?;
                 rows.push(match &clover {
                     Some(c) => {
-                        let mut s = make_clover_mixed::<f64, $s>(&g, &lat, &u, c, build(a))?;
+                        let mut s =
+                            make_clover_mixed::<f64, $s, Solo>(&g, &whole, &u, c, build(a))?;
                         let mut solve =
                             |o: &MixedOptions| solve_clover_mixed_with(&mut s, &b, o, &mut check);
                         time_mixed(&mut solve, &mo, a.repeats, $label)?
                     }
                     None => {
-                        let mut s = make_mixed::<f64, $s>(&g, &lat, &u, kappa, build(a))?;
+                        let mut s = make_mixed::<f64, $s, Solo>(&g, &whole, &u, kappa, build(a))?;
                         let mut solve =
                             |o: &MixedOptions| solve_mixed_with(&mut s, &b, o, &mut check);
                         time_mixed(&mut solve, &mo, a.repeats, $label)?
@@ -323,13 +325,13 @@ fn plain_row(
     let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
     let mut solve: Box<dyn FnMut() -> Result<(SolveReport, f64)>> = if a.csw > 0.0 {
         let c = CloverField::new(u, a.csw, kappa)?;
-        let mut s = make_clover::<f64>(g, lat, u, &c, build(a))?;
+        let mut s = make_clover::<f64, Solo>(g, &Layout::Whole(lat), u, &c, build(a))?;
         Box::new(move || {
             let (_, r, res) = solve_clover_with(&mut s, b, opt, &mut check)?;
             Ok((r, res))
         })
     } else {
-        let mut s = make::<f64>(g, lat, u, kappa, build(a))?;
+        let mut s = make::<f64, Solo>(g, &Layout::Whole(lat), u, kappa, build(a))?;
         Box::new(move || {
             let (_, r, res) = solve_with(&mut s, b, opt, &mut check)?;
             Ok((r, res))

@@ -23,6 +23,7 @@ use lattice_gpu_host::solvers::bicgstab::{
 use lattice_gpu_host::solvers::reliable::{
     Method, MixedBiCgStab, MixedOptions, MixedReport, DEFAULT_DELTA,
 };
+use lattice_gpu_host::split::{DeviceRanks, HostStaged};
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::wilson::{Half, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
@@ -250,6 +251,19 @@ impl SolverArgs {
         o
     }
 
+    /// What a mixed solve did: its iterations in the sloppy precision and its reliable updates.
+    fn updates_line(&self, r: &SolveReport, updates: u32) -> String {
+        format!(
+            "{} {} iterations in {} with {updates} reliable updates in {}; true residual of the \
+             even-site system {:.3e}",
+            r.iterations,
+            self.solver,
+            self.sloppy().name(),
+            prec_name(self.precision),
+            r.residual
+        )
+    }
+
     /// The line that names the solve's method and precisions.
     fn method_line(&self) -> String {
         let method = match self.solver {
@@ -268,21 +282,16 @@ impl SolverArgs {
         }
     }
 
-    /// Refuses what only a one-GPU solve offers, for a split run.
-    fn check_unsplit(&self) -> Result<()> {
-        if self.clover() {
+    /// Refuses what a split run on the CPU lacks: its solver is the Wilson operator's BiCGStab in
+    /// f64 (on GPUs a split solve takes every operator, precision and method).
+    fn check_split(&self, on_gpu: bool) -> Result<()> {
+        if self.clover() && !on_gpu {
             return Err(Error::InvalidParameter(format!(
-                "--csw {} with --gpus/--mpi is not supported yet: a clover solve runs on one GPU (or \
-                 the CPU); leave out --gpus/--mpi, or give --csw 0 to split the Wilson operator",
+                "--csw {} with --gpus/--mpi on the CPU is not supported yet: the CPU's split \
+                 solver is the Wilson operator's; split the clover solve over GPUs (--engine \
+                 device), leave out --gpus/--mpi, or give --csw 0",
                 self.csw
             )));
-        }
-        if self.mixed() {
-            return Err(Error::InvalidParameter(
-                "mixed precision (--sloppy coarser than --precision) and --solver cgnr run on one GPU \
-                 for now; leave out --gpus/--mpi, or solve with BiCGStab in one precision"
-                    .into(),
-            ));
         }
         Ok(())
     }
@@ -1085,6 +1094,34 @@ fn block_bytes<T>(block: &Block, recon: Recon) -> Result<(u64, u64)> {
     ))
 }
 
+/// The GPU peak of one rank's block in a split solve of `args`: each operator's (a mixed solve has
+/// an outer and a sloppy one) as [`block_gpu_bytes`] counts it, with its three packed clover parities
+/// where `--csw` is given.
+fn split_gpu_bytes(args: &SolverArgs, block: &Block) -> Result<u64> {
+    let recon = args.recon;
+    let operator = |store: &str| -> Result<u64> {
+        let (bytes, size) = match store {
+            "f32" => (block_gpu_bytes::<f32>(block, recon)?, 4),
+            "f64" => (block_gpu_bytes::<f64>(block, recon)?, 8),
+            // 16-bit values, a spinor site in 13 slots (its norm) where the others take 12.
+            _ => (
+                block_gpu_bytes::<u16>(block, recon)?.saturating_mul(13) / 12,
+                2,
+            ),
+        };
+        let clover = match args.clover() {
+            true => memory::bytes(&[3, clover_len(&block.local())], size, "a block's clover")?,
+            false => 0,
+        };
+        Ok(bytes.saturating_add(clover))
+    };
+    let outer = operator(prec_name(args.precision))?;
+    Ok(match args.mixed() {
+        true => outer.saturating_add(operator(args.sloppy().name())?),
+        false => outer,
+    })
+}
+
 /// The GPU peak of one rank's block: its links, the operator's temporary, the solver's seven vectors
 /// and the solve's seven parity fields, and the order of its sites.
 fn block_gpu_bytes<T>(block: &Block, recon: Recon) -> Result<u64> {
@@ -1137,6 +1174,228 @@ enum GpuSolver {
     CloverMixed32x32(Box<MixedBiCgStab<f32, f32, CloverEvenOdd<f32>, CloverEvenOdd<f32>>>),
 }
 
+/// Where a run's GPU operators live: the whole lattice on this GPU, or this rank's block of a
+/// lattice split over the GPUs of a communicator.
+enum Layout<'a, C: Communicator> {
+    /// The whole lattice.
+    Whole(&'a Lattice),
+    /// A rank's block.
+    Split(&'a SplitLayout<C>),
+}
+
+/// A rank's block of a split lattice and how its ghosts travel.
+struct SplitLayout<C: Communicator> {
+    block: Block,
+    comm: Rc<C>,
+    halos: lattice_gpu_cli::HaloTransport,
+    /// Whether the sites that read no ghost run while the ghosts travel.
+    overlap: bool,
+}
+
+impl<C: Communicator + 'static> SplitLayout<C> {
+    /// The ghost exchange and sums of one operator's fields (each operator has its own: a mixed
+    /// solve's outer and sloppy fields differ in type).
+    fn ranks<E: lattice_gpu_host::comm::Wire + lattice_gpu_host::Plain>(
+        &self,
+        g: &Arc<Gpu>,
+    ) -> Result<Box<dyn DeviceRanks<E>>> {
+        use lattice_gpu_cli::HaloTransport;
+        let _ = g;
+        Ok(match self.halos {
+            HaloTransport::Host => Box::new(HostStaged(self.comm.clone())),
+            #[cfg(feature = "nccl")]
+            HaloTransport::Nccl => Box::new(lattice_gpu_host::nccl::Nccl::new(&*self.comm, g)?),
+            #[cfg(not(feature = "nccl"))]
+            HaloTransport::Nccl => {
+                return Err(Error::InvalidParameter(lattice_gpu_cli::NO_NCCL.into()))
+            }
+        })
+    }
+}
+
+impl<C: Communicator + 'static> Layout<'_, C> {
+    /// The Wilson operator in `T` on this layout.
+    fn wilson<T: WilsonStorage>(
+        &self,
+        g: &Arc<Gpu>,
+        u: &GaugeField,
+        kappa: f64,
+        recon: Recon,
+    ) -> Result<WilsonGpu<T>> {
+        match self {
+            Layout::Whole(lat) => WilsonGpu::<T>::new(g, lat, u, kappa, recon),
+            Layout::Split(s) => {
+                let ranks = s.ranks::<T::Elem>(g)?;
+                WilsonGpu::<T>::split(g, s.block.clone(), u, kappa, recon, ranks, s.overlap)
+            }
+        }
+    }
+
+    /// The Wilson-clover operator in `T` on this layout.
+    fn clover<T: CloverStorage>(
+        &self,
+        g: &Arc<Gpu>,
+        u: &GaugeField,
+        clover: &CloverField,
+        recon: Recon,
+    ) -> Result<CloverGpu<T>> {
+        match self {
+            Layout::Whole(lat) => CloverGpu::<T>::new(g, lat, u, clover, recon),
+            Layout::Split(s) => {
+                let ranks = s.ranks::<T::Elem>(g)?;
+                CloverGpu::<T>::split(g, s.block.clone(), u, clover, recon, ranks, s.overlap)
+            }
+        }
+    }
+}
+
+/// What a GPU solve gave: the solution (on a split lattice this rank's sites), its report, the
+/// reliable updates of a mixed solve, and the true residual `|b - D x| / |b|`.
+struct GpuSolved {
+    x: SpinorField,
+    report: SolveReport,
+    updates: Option<u32>,
+    residual: f64,
+}
+
+impl GpuSolved {
+    fn of_mixed((x, r, residual): (SpinorField, MixedReport, f64)) -> Self {
+        let updates = Some(r.updates);
+        let report = SolveReport {
+            status: r.status,
+            iterations: r.iterations,
+            residual: r.residual,
+            history: r.history,
+            seconds: r.seconds,
+            fused: r.fused,
+        };
+        Self {
+            x,
+            report,
+            updates,
+            residual,
+        }
+    }
+
+    fn of_plain((x, report, residual): (SpinorField, SolveReport, f64)) -> Self {
+        Self {
+            x,
+            report,
+            updates: None,
+            residual,
+        }
+    }
+}
+
+impl GpuSolver {
+    /// The solver `args` ask for (Wilson or clover, one precision or mixed), its operators on
+    /// `layout`, tuned (saying what was tuned where `say`).
+    fn new<C: Communicator + 'static>(
+        args: &SolverArgs,
+        g: &Arc<Gpu>,
+        layout: &Layout<C>,
+        u: &GaugeField,
+        clover: Option<&CloverField>,
+        say: bool,
+    ) -> Result<Self> {
+        let b = Build {
+            say,
+            ..args.build()
+        };
+        let kappa = args.kappa;
+        if let Some(c) = clover {
+            return Ok(match (args.mixed(), args.precision, args.sloppy()) {
+                (false, Prec::F32, _) => Self::CloverF32(make_clover(g, layout, u, c, b)?),
+                (false, Prec::F64, _) => Self::CloverF64(make_clover(g, layout, u, c, b)?),
+                (true, Prec::F64, Sloppy::F32) => {
+                    Self::CloverMixed64x32(Box::new(make_clover_mixed(g, layout, u, c, b)?))
+                }
+                (true, Prec::F64, Sloppy::F64) => {
+                    Self::CloverMixed64x64(Box::new(make_clover_mixed(g, layout, u, c, b)?))
+                }
+                (true, Prec::F64, Sloppy::Half) => {
+                    Self::CloverMixed64xHalf(Box::new(make_clover_mixed(g, layout, u, c, b)?))
+                }
+                (true, Prec::F32, _) => {
+                    Self::CloverMixed32x32(Box::new(make_clover_mixed(g, layout, u, c, b)?))
+                }
+            });
+        }
+        Ok(match (args.mixed(), args.precision, args.sloppy()) {
+            (false, Prec::F32, _) => Self::F32(make(g, layout, u, kappa, b)?),
+            (false, Prec::F64, _) => Self::F64(make(g, layout, u, kappa, b)?),
+            (true, Prec::F64, Sloppy::F32) => {
+                Self::Mixed64x32(Box::new(make_mixed(g, layout, u, kappa, b)?))
+            }
+            (true, Prec::F64, Sloppy::F64) => {
+                Self::Mixed64x64(Box::new(make_mixed(g, layout, u, kappa, b)?))
+            }
+            (true, Prec::F64, Sloppy::Half) => {
+                Self::Mixed64xHalf(Box::new(make_mixed(g, layout, u, kappa, b)?))
+            }
+            (true, Prec::F32, _) => Self::Mixed32x32(Box::new(make_mixed(g, layout, u, kappa, b)?)),
+        })
+    }
+
+    /// Solves `D x = b` with `opt` (a plain solver) or `mixed` (the reliable-update driver).
+    fn solve(
+        &mut self,
+        b: &SpinorField,
+        opt: &SolveOptions,
+        mixed: &MixedOptions,
+        on_check: &mut dyn FnMut(usize, f64) -> lattice_gpu_host::Result<()>,
+    ) -> Result<GpuSolved> {
+        Ok(match self {
+            GpuSolver::F32(s) => GpuSolved::of_plain(solve_with(s, b, opt, on_check)?),
+            GpuSolver::F64(s) => GpuSolved::of_plain(solve_with(s, b, opt, on_check)?),
+            GpuSolver::CloverF32(s) => GpuSolved::of_plain(solve_clover_with(s, b, opt, on_check)?),
+            GpuSolver::CloverF64(s) => GpuSolved::of_plain(solve_clover_with(s, b, opt, on_check)?),
+            GpuSolver::Mixed64x32(s) => {
+                GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::Mixed64x64(s) => {
+                GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::Mixed64xHalf(s) => {
+                GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::Mixed32x32(s) => {
+                GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::CloverMixed64x32(s) => {
+                GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::CloverMixed64xHalf(s) => {
+                GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::CloverMixed64x64(s) => {
+                GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::CloverMixed32x32(s) => {
+                GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
+            }
+        })
+    }
+
+    /// GPU milliseconds of one application of the (outer) operator `M_hat` to the even part of `b`.
+    fn time_apply(&self, b: &SpinorField) -> Result<f64> {
+        match self {
+            GpuSolver::F32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::F64(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverF32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverF64(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::Mixed64x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::Mixed64x64(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::Mixed64xHalf(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::Mixed32x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverMixed64x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverMixed64xHalf(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverMixed64x64(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverMixed32x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
+        }
+    }
+}
+
 impl Solver {
     /// Checks the options and the memory of `what` (a solve, a propagator) before anything large is
     /// made, then makes the gauge field and the operator.
@@ -1167,53 +1426,9 @@ impl Solver {
             Some(g) => {
                 println!("GPU: {}", g.name());
                 println!("{}", args.method_line());
-                if let Some(c) = clover.take() {
-                    Some(match (args.mixed(), args.precision, args.sloppy()) {
-                        (false, Prec::F32, _) => {
-                            GpuSolver::CloverF32(make_clover(g, &lat, &u, &c, args.build())?)
-                        }
-                        (false, Prec::F64, _) => {
-                            GpuSolver::CloverF64(make_clover(g, &lat, &u, &c, args.build())?)
-                        }
-                        (true, Prec::F64, Sloppy::F32) => GpuSolver::CloverMixed64x32(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
-                        )),
-                        (true, Prec::F64, Sloppy::F64) => GpuSolver::CloverMixed64x64(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
-                        )),
-                        (true, Prec::F64, Sloppy::Half) => GpuSolver::CloverMixed64xHalf(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
-                        )),
-                        (true, Prec::F32, _) => GpuSolver::CloverMixed32x32(Box::new(
-                            make_clover_mixed(g, &lat, &u, &c, args.build())?,
-                        )),
-                    })
-                } else {
-                    Some(match (args.mixed(), args.precision, args.sloppy()) {
-                        (false, Prec::F32, _) => {
-                            GpuSolver::F32(make(g, &lat, &u, args.kappa, args.build())?)
-                        }
-                        (false, Prec::F64, _) => {
-                            GpuSolver::F64(make(g, &lat, &u, args.kappa, args.build())?)
-                        }
-                        (true, Prec::F64, Sloppy::F32) => GpuSolver::Mixed64x32(Box::new(
-                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
-                        )),
-                        (true, Prec::F64, Sloppy::F64) => GpuSolver::Mixed64x64(Box::new(
-                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
-                        )),
-                        (true, Prec::F64, Sloppy::Half) => GpuSolver::Mixed64xHalf(Box::new(
-                            make_mixed(g, &lat, &u, args.kappa, args.build())?,
-                        )),
-                        (true, Prec::F32, _) => GpuSolver::Mixed32x32(Box::new(make_mixed(
-                            g,
-                            &lat,
-                            &u,
-                            args.kappa,
-                            args.build(),
-                        )?)),
-                    })
-                }
+                let whole = Layout::<Solo>::Whole(&lat);
+                let c = clover.take();
+                Some(GpuSolver::new(args, g, &whole, &u, c.as_ref(), true)?)
             }
         };
         Ok(Self {
@@ -1256,41 +1471,13 @@ impl Solver {
         };
         let mixed = a.mixed_options();
         let (x, report, res) = match &mut self.gpu {
-            Some(GpuSolver::F32(s)) => solve_with(s, b, &opt, &mut on_check)?,
-            Some(GpuSolver::F64(s)) => solve_with(s, b, &opt, &mut on_check)?,
-            Some(GpuSolver::CloverF32(s)) => solve_clover_with(s, b, &opt, &mut on_check)?,
-            Some(GpuSolver::CloverF64(s)) => solve_clover_with(s, b, &opt, &mut on_check)?,
-            Some(GpuSolver::Mixed64x32(s)) => {
-                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::Mixed64x64(s)) => {
-                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::Mixed64xHalf(s)) => {
-                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::Mixed32x32(s)) => {
-                let (x, r, res) = solve_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::CloverMixed64x32(s)) => {
-                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::CloverMixed64xHalf(s)) => {
-                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::CloverMixed64x64(s)) => {
-                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
-            }
-            Some(GpuSolver::CloverMixed32x32(s)) => {
-                let (x, r, res) = solve_clover_mixed_with(s, b, &mixed, &mut on_check)?;
-                return self.finish_mixed(x, r, res, label, stop);
+            Some(s) => {
+                let done = s.solve(b, &opt, &mixed, &mut on_check)?;
+                outcome(&done.report, a.tol)?;
+                if let Some(updates) = done.updates {
+                    println!("  {label}: {}", a.updates_line(&done.report, updates));
+                }
+                (done.x, done.report, done.residual)
             }
             None => {
                 let t = Instant::now();
@@ -1330,62 +1517,14 @@ impl Solver {
                 return Ok((x, it as u32, t.elapsed().as_secs_f64(), res, false));
             }
         };
-        outcome(&report, a.tol)?;
         agree_on_solution(&Solo, &x.data, report.iterations as u64, at, stop)?;
         Ok((x, report.iterations, report.seconds, res, report.fused))
-    }
-
-    /// The end of a mixed-precision solve: its outcome, the line with its reliable updates and
-    /// precisions, and the ranks' agreement on the solution.
-    fn finish_mixed(
-        &self,
-        x: SpinorField,
-        r: MixedReport,
-        res: f64,
-        label: &str,
-        stop: bool,
-    ) -> Result<(SpinorField, u32, f64, f64, bool)> {
-        let a = &self.args;
-        let as_plain = SolveReport {
-            status: r.status,
-            iterations: r.iterations,
-            residual: r.residual,
-            history: r.history.clone(),
-            seconds: r.seconds,
-            fused: r.fused,
-        };
-        outcome(&as_plain, a.tol)?;
-        println!(
-            "  {label}: {} {} iterations in {} with {} reliable updates in {}; true residual of the \
-             even-site system {:.3e}",
-            r.iterations,
-            a.solver,
-            a.sloppy().name(),
-            r.updates,
-            prec_name(a.precision),
-            r.residual
-        );
-        let lat = self.lat;
-        let at = |_: usize, n: usize| lat.coords(n);
-        agree_on_solution(&Solo, &x.data, r.iterations as u64, at, stop)?;
-        Ok((x, r.iterations, r.seconds, res, r.fused))
     }
 
     /// The summary line of `M_hat`'s time on the GPU, if the solve runs there.
     fn operator_line(&self, b: &SpinorField) -> Result<Option<String>> {
         let ms = match &self.gpu {
-            Some(GpuSolver::F32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::F64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverF32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverF64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::Mixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::Mixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::Mixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::Mixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverMixed64x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverMixed64xHalf(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverMixed64x64(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
-            Some(GpuSolver::CloverMixed32x32(s)) => s.operator().time_apply(b, OPERATOR_REPS)?,
+            Some(s) => s.time_apply(b)?,
             None => return Ok(None),
         };
         if self.args.clover() {
@@ -1406,14 +1545,14 @@ fn flops_per_iteration(lat: &Lattice) -> f64 {
     4.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64
 }
 
-fn make<T: WilsonReal>(
+fn make<T: WilsonReal, C: Communicator + 'static>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
+    layout: &Layout<C>,
     u: &GaugeField,
     kappa: f64,
     b: Build,
 ) -> Result<BiCgStab<T, EvenOdd<T>>> {
-    let mut w = WilsonGpu::<T>::new(g, lat, u, kappa, b.recon)?;
+    let mut w = layout.wilson::<T>(g, u, kappa, b.recon)?;
     b.tuning.apply(&mut w, b.say)?;
     let mut solver = BiCgStab::new(g, EvenOdd(w))?;
     b.tuning.apply_vectors(&mut solver, b.say)?;
@@ -1423,14 +1562,14 @@ fn make<T: WilsonReal>(
 /// The Wilson-clover solver of `clover` (built on `u` for `a`'s c_sw and kappa): the clover kernels'
 /// block tuned as the hopping kernel's is (the tune cache's, or timed and stored), then the vector
 /// kernels.
-fn make_clover<T: CloverReal>(
+fn make_clover<T: CloverReal, C: Communicator + 'static>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
+    layout: &Layout<C>,
     u: &GaugeField,
     clover: &CloverField,
     b: Build,
 ) -> Result<BiCgStab<T, CloverEvenOdd<T>>> {
-    let c = clover_operator::<T>(g, lat, u, clover, b)?;
+    let c = clover_operator::<T, C>(g, layout, u, clover, b)?;
     let mut solver = BiCgStab::new(g, CloverEvenOdd(c))?;
     b.tuning.apply_vectors(&mut solver, b.say)?;
     Ok(solver)
@@ -1456,15 +1595,15 @@ impl SolverArgs {
     }
 }
 
-/// The clover operator in precision `T` with its block tuned.
-fn clover_operator<T: CloverStorage>(
+/// The clover operator in storage `T` with its block tuned (on a split lattice, collectively).
+fn clover_operator<T: CloverStorage, C: Communicator + 'static>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
+    layout: &Layout<C>,
     u: &GaugeField,
     clover: &CloverField,
     b: Build,
 ) -> Result<CloverGpu<T>> {
-    let mut c = CloverGpu::<T>::new(g, lat, u, clover, b.recon)?;
+    let mut c = layout.clover::<T>(g, u, clover, b.recon)?;
     let mut cache = b.tuning.cache();
     if let (Some(t), true) = (c.tune_block(&mut cache, b.tuning.retune)?, b.say) {
         println!(
@@ -1481,16 +1620,16 @@ fn clover_operator<T: CloverStorage>(
 
 /// A mixed-precision clover solver (outer `H`, sloppy `S`): both operators tuned, the sloppy
 /// solver's vector kernels too (the sloppy operator's tuning said only where it differs).
-fn make_clover_mixed<H: CloverReal, S: CloverStorage>(
+fn make_clover_mixed<H: CloverReal, S: CloverStorage, C: Communicator + 'static>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
+    layout: &Layout<C>,
     u: &GaugeField,
     clover: &CloverField,
     b: Build,
 ) -> Result<MixedBiCgStab<H, S, CloverEvenOdd<H>, CloverEvenOdd<S>>> {
-    let hi = clover_operator::<H>(g, lat, u, clover, b)?;
+    let hi = clover_operator::<H, C>(g, layout, u, clover, b)?;
     let lo_say = b.say && S::PRECISION != H::PRECISION;
-    let lo = clover_operator::<S>(g, lat, u, clover, Build { say: lo_say, ..b })?;
+    let lo = clover_operator::<S, C>(g, layout, u, clover, Build { say: lo_say, ..b })?;
     let mut solver = MixedBiCgStab::new(g, CloverEvenOdd(hi), CloverEvenOdd(lo))?;
     b.tuning.apply_vectors(solver.sloppy(), b.say)?;
     Ok(solver)
@@ -1498,16 +1637,16 @@ fn make_clover_mixed<H: CloverReal, S: CloverStorage>(
 
 /// A mixed-precision Wilson solver at `kappa` (outer `H`, sloppy `S`): both operators tuned, the
 /// sloppy solver's vector kernels too (the sloppy operator's tuning said only where it differs).
-fn make_mixed<H: WilsonReal, S: WilsonStorage>(
+fn make_mixed<H: WilsonReal, S: WilsonStorage, C: Communicator + 'static>(
     g: &Arc<Gpu>,
-    lat: &Lattice,
+    layout: &Layout<C>,
     u: &GaugeField,
     kappa: f64,
     b: Build,
 ) -> Result<MixedBiCgStab<H, S, EvenOdd<H>, EvenOdd<S>>> {
-    let mut hi = WilsonGpu::<H>::new(g, lat, u, kappa, b.recon)?;
+    let mut hi = layout.wilson::<H>(g, u, kappa, b.recon)?;
     b.tuning.apply(&mut hi, b.say)?;
-    let mut lo = WilsonGpu::<S>::new(g, lat, u, kappa, b.recon)?;
+    let mut lo = layout.wilson::<S>(g, u, kappa, b.recon)?;
     b.tuning
         .apply(&mut lo, b.say && S::PRECISION != H::PRECISION)?;
     let mut solver = MixedBiCgStab::new(g, EvenOdd(hi), EvenOdd(lo))?;
@@ -1564,6 +1703,10 @@ fn ranks_on_gpu(engine: Placement) -> bool {
     }
 }
 
+/// Why `--bench` refuses a mixed-precision or CGNR solver.
+const BENCH_ONE_PRECISION: &str = "--bench times one precision's BiCGStab variants; leave out \
+     --sloppy and --solver, or time mixed precision with `lqcd bench-mixed`";
+
 fn solve(a: &SolveArgs) -> Result<()> {
     // --bench sets its own tolerance, out of reach; the one given need not suit the precision.
     let bench_args;
@@ -1597,7 +1740,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         ));
     }
     if a.split.gpus.is_some() || a.mpi {
-        a.solver.check_unsplit()?;
+        a.solver.check_split(ranks_on_gpu(a.solver.engine))?;
     }
     if let Some(n) = a.split.gpus {
         return solve_on_threads(a, n as usize);
@@ -1612,8 +1755,8 @@ fn solve(a: &SolveArgs) -> Result<()> {
             let on_gpu = ranks_on_gpu(a.solver.engine);
             let footprint = split_footprint(a, &lat, comm.size(), 1, on_gpu)?.under_mpi();
             footprint.check(None)?;
-            let (u, b) = split_fields(a, &lat, lead)?;
-            solve_split(a, comm, &lat, &u, &b, &footprint)?;
+            let (u, b, clover) = split_fields(a, &lat, lead)?;
+            solve_split(a, comm, &lat, &u, &b, clover.as_ref(), &footprint)?;
             if lead {
                 write_gauge(&a.solver.gauge, &u)?;
             }
@@ -1630,13 +1773,7 @@ fn solve(a: &SolveArgs) -> Result<()> {
         match &mut s.gpu {
             Some(GpuSolver::F32(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
             Some(GpuSolver::F64(g)) => bench_variants(g, &b, &s.lat, n, c, true, &mut stop)?,
-            Some(_) => {
-                return Err(Error::InvalidParameter(
-                    "--bench times one precision's BiCGStab variants; leave out --sloppy and \
-                     --solver, or time mixed precision with `lqcd bench-mixed`"
-                        .into(),
-                ))
-            }
+            Some(_) => return Err(Error::InvalidParameter(BENCH_ONE_PRECISION.into())),
             None => {
                 return Err(Error::InvalidParameter(
                     "--bench times the GPU solver: run on a GPU (--engine device)".into(),
@@ -1685,9 +1822,17 @@ fn solve_on_threads(a: &SolveArgs, n: usize) -> Result<()> {
     lattice_gpu_cli::check_gpus(n, most, &over)?;
     let footprint = split_footprint(a, &lat, n, n, on_gpu)?;
     footprint.check(None)?;
-    let (u, b) = split_fields(a, &lat, true)?;
+    let (u, b, clover) = split_fields(a, &lat, true)?;
     lattice_gpu_cli::on_gpus(n, most, &over, |c| {
-        solve_split(a, Rc::new(c.clone()), &lat, &u, &b, &footprint)
+        solve_split(
+            a,
+            Rc::new(c.clone()),
+            &lat,
+            &u,
+            &b,
+            clover.as_ref(),
+            &footprint,
+        )
     })?;
     write_gauge(&a.solver.gauge, &u)
 }
@@ -1710,14 +1855,34 @@ fn split_footprint(
         })?,
     };
     let gpu = on_gpu.then_some((a.solver.precision, a.solver.recon, &cuts[..]));
-    split_host_footprint(lat, grid, here, gpu)
+    let mut f = split_host_footprint(lat, grid, here, gpu)?;
+    if a.solver.clover() {
+        // The whole lattice's clover field, made once a process for all its ranks.
+        let clover = volume_bytes(lat.dims, CLOVER_SITE, "the clover field")?;
+        f.host = f.host.saturating_add(clover);
+    }
+    Ok(f)
 }
 
-/// The gauge field (with its plaquette, printed where `lead`) and the random source of a split solve.
-fn split_fields(a: &SolveArgs, lat: &Lattice, lead: bool) -> Result<(GaugeField, SpinorField)> {
-    let u = make_gauge(&a.solver.gauge, lead)?;
+/// The gauge field (with its plaquette, printed where `lead`), the random source and, with `--csw`,
+/// the clover field of a split solve: the whole lattice's, made once a process for all its ranks.
+fn split_fields(
+    a: &SolveArgs,
+    lat: &Lattice,
+    lead: bool,
+) -> Result<(GaugeField, SpinorField, Option<CloverField>)> {
+    let args = &a.solver;
+    let u = make_gauge(&args.gauge, lead)?;
     plaquette(&u, lead)?;
-    Ok((u, SpinorField::random(lat.dims, a.source_seed)))
+    if lead {
+        println!("operator: {}", args.operator_name());
+    }
+    // A singular clover block is refused here, naming its site.
+    let clover = match args.clover() {
+        true => Some(CloverField::new(&u, args.csw, args.kappa)?),
+        false => None,
+    };
+    Ok((u, SpinorField::random(lat.dims, a.source_seed), clover))
 }
 
 /// How a split solve fills its ghosts.
@@ -1832,6 +1997,7 @@ fn solve_split<C: Communicator + 'static>(
     lat: &Lattice,
     u: &GaugeField,
     b: &SpinorField,
+    clover: Option<&CloverField>,
     footprint: &Footprint,
 ) -> Result<()> {
     let args = &a.solver;
@@ -1842,10 +2008,13 @@ fn solve_split<C: Communicator + 'static>(
         .map_err(Error::InvalidParameter)?;
     let lead = comm.rank() == 0;
     if let Some(g) = gpu {
-        return match args.precision {
-            Prec::F32 => solve_split_gpu::<f32, C>(a, &comm, &g, lat, u, b, footprint),
-            Prec::F64 => solve_split_gpu::<f64, C>(a, &comm, &g, lat, u, b, footprint),
-        };
+        return solve_split_gpu(a, &comm, &g, lat, u, b, clover, footprint);
+    }
+    if args.mixed() && lead {
+        println!(
+            "notice: the CPU reference solves with BiCGStab in f64; --sloppy and --solver cgnr \
+             apply on GPUs"
+        );
     }
     if a.cut.is_some() {
         return Err(Error::InvalidParameter(
@@ -1895,18 +2064,19 @@ fn solve_split<C: Communicator + 'static>(
     Ok(())
 }
 
-/// `solve --mpi` on GPUs: this rank's block, ghosts and sums through NCCL or host memory.
-fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
+/// `solve --mpi` on GPUs: this rank's block, ghosts and sums through NCCL or host memory; the Wilson
+/// or clover operator (`clover`, the whole lattice's), in one precision or mixed.
+#[allow(clippy::too_many_arguments)]
+fn solve_split_gpu<C: Communicator + 'static>(
     a: &SolveArgs,
     comm: &Rc<C>,
     g: &Arc<Gpu>,
     lat: &Lattice,
     u: &GaugeField,
     b: &SpinorField,
+    clover: Option<&CloverField>,
     footprint: &Footprint,
 ) -> Result<()> {
-    use lattice_gpu_cli::HaloTransport;
-    use lattice_gpu_host::split::{DeviceRanks, HostStaged};
     let args = &a.solver;
     let size = comm.size();
     let grid = rank_grid(a, size, || gpu_grid(lat.dims, size))?;
@@ -1916,7 +2086,7 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
     let block = Block::new(*lat, grid, comm.rank())?.cutting(&cuts)?;
     // This rank's GPU part, before its first array; the host's was checked for the whole process.
     let mine = Footprint {
-        gpu: block_gpu_bytes::<T>(&block, args.recon)?,
+        gpu: split_gpu_bytes(args, &block)?,
         ..footprint.clone()
     };
     // Every rank learns whether some rank's GPU is too small, so that none goes on into the
@@ -1932,15 +2102,6 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
         ))
         .into());
     }
-    let ranks: Box<dyn DeviceRanks<T>> = match a.split.halos {
-        HaloTransport::Host => Box::new(HostStaged(comm.clone())),
-        #[cfg(feature = "nccl")]
-        HaloTransport::Nccl => Box::new(lattice_gpu_host::nccl::Nccl::new(&**comm, g)?),
-        #[cfg(not(feature = "nccl"))]
-        HaloTransport::Nccl => {
-            return Err(Error::InvalidParameter(lattice_gpu_cli::NO_NCCL.into()))
-        }
-    };
     let word = block.cut_flags();
     let cut: Vec<&str> = [(Y_CUT, "y"), (Z_CUT, "z"), (T_CUT, "t")]
         .into_iter()
@@ -1958,27 +2119,30 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
             cut.join(", ")
         }
     );
-    let mut w = WilsonGpu::<T>::split(
-        g,
+    let layout = SplitLayout {
         block,
-        u,
-        args.kappa,
-        args.recon,
-        ranks,
-        !a.split.no_overlap,
-    )?;
+        comm: comm.clone(),
+        halos: a.split.halos,
+        overlap: !a.split.no_overlap,
+    };
     let lead = comm.rank() == 0;
-    // Collective: the ranks time their exchanges together.
-    args.tuning.apply(&mut w, lead)?;
-    let mut solver = BiCgStab::new(g, EvenOdd(w))?;
-    // Each rank's vector kernels run on its own sites alone: each tunes them for its own GPU.
-    args.tuning.apply_vectors(&mut solver, lead)?;
+    if lead {
+        println!("{}", args.method_line());
+    }
+    // Collective: the ranks time their exchanges together. Each rank's vector kernels run on its own
+    // sites alone: each tunes them for its own GPU.
+    let mut solver = GpuSolver::new(args, g, &Layout::Split(&layout), u, clover, lead)?;
     if let Some(n) = a.bench {
         if lead {
             println!("{split}, {}", ghosts(&a.split));
         }
         let mut stop = |step: u64| agree_on_stop(&**comm, step as usize);
-        bench_variants(&mut solver, b, lat, n, args.check_every, lead, &mut stop)?;
+        let c = args.check_every;
+        match &mut solver {
+            GpuSolver::F32(s) => bench_variants(s, b, lat, n, c, lead, &mut stop)?,
+            GpuSolver::F64(s) => bench_variants(s, b, lat, n, c, lead, &mut stop)?,
+            _ => return Err(Error::InvalidParameter(BENCH_ONE_PRECISION.into())),
+        }
         if lead {
             mine.report(Some(g));
         }
@@ -1998,8 +2162,12 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
         }
         stop_at_signal(&**comm, it)
     };
-    let (x, report, res) = solve_with(&mut solver, b, &opt, &mut on_check)?;
-    outcome(&report, args.tol)?;
+    let done = solver.solve(b, &opt, &args.mixed_options(), &mut on_check)?;
+    outcome(&done.report, args.tol)?;
+    if let (Some(updates), true) = (done.updates, lead) {
+        println!("  solve: {}", args.updates_line(&done.report, updates));
+    }
+    let (x, report, res) = (done.x, done.report, done.residual);
     // Each rank holds its own sites of x (the others zero), in the whole lattice's order.
     agree_on_solution(
         &**comm,
@@ -2015,7 +2183,11 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
         let (x_norm, res) = finite_results(x_norm, res, "try --precision f64")?;
         let it = report.iterations;
         let secs = report.seconds;
-        let gflops = flops_per_iteration(lat) * it as f64 / secs / 1e9;
+        let flops = match clover {
+            Some(_) => clover_flops_per_iteration(lat),
+            None => flops_per_iteration(lat),
+        };
+        let gflops = flops * it as f64 / secs / 1e9;
         println!(
             "{split}, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             ghosts(&a.split),
@@ -2023,9 +2195,12 @@ fn solve_split_gpu<T: WilsonReal, C: Communicator + 'static>(
             secs / it.max(1) as f64 * 1e6,
         );
     }
-    let ms = solver.operator().time_apply(b, OPERATOR_REPS)?;
+    let ms = solver.time_apply(b)?;
     if lead {
-        println!("{}", operator_line(lat, ms));
+        match clover {
+            Some(_) => println!("{}", clover_operator_line(lat, ms)),
+            None => println!("{}", operator_line(lat, ms)),
+        }
         mine.report(Some(g));
     }
     Ok(())
