@@ -65,8 +65,11 @@
 //! parity, is at most `gpu::HALF_HOPPING_BOUND = 2^-11` (measured on random fields: `3.1e-4`). A NaN
 //! or infinity in a site makes its norm NaN, so it is not lost in the rounding.
 //!
-//! The mixed-precision solvers (`lqcd solve --sloppy half`) iterate in it with reliable updates in
-//! f64. BiCGStab converges as in f32; CG on the normal equations (CGNR) loses conjugacy to the
+//! The clover kernels run in it too (`clover_gpu::CloverStorage`), the clover entries as binary16 like
+//! the links: `M_hat` within `clover_gpu::HALF_CLOVER_BOUND = 2^-10` of f64 (measured: `3.5e-4`).
+//!
+//! The mixed-precision solvers (`lqcd solve --sloppy half`, Wilson or clover) iterate in it with
+//! reliable updates in f64. BiCGStab converges as in f32; CG on the normal equations (CGNR) loses conjugacy to the
 //! rounding on rough fields near their critical kappa and stops with an error that advises an f32
 //! inner precision.
 //!

@@ -140,12 +140,13 @@ unsafe fn clover_block<T: WilsonStore, const CH: usize>(
     x: impl Fn(usize) -> Complex<T::Real>,
     mut put: impl FnMut(usize, Complex<T::Real>),
 ) {
-    let v: [Complex<T::Real>; 6] = core::array::from_fn(|i| x(6 * CH + i));
-    for i in 0..6 {
-        put(6 * CH + i, unsafe {
-            clover_row::<T>(clover, cb, CH, i, &v)
-        });
+    // Written out, as `components!`.
+    let c = 6 * CH;
+    let v = [x(c), x(c + 1), x(c + 2), x(c + 3), x(c + 4), x(c + 5)];
+    macro_rules! rows {
+        ($($i:literal)*) => {$(put(c + $i, unsafe { clover_row::<T>(clover, cb, CH, $i, &v) });)*};
     }
+    rows!(0 1 2 3 4 5);
 }
 
 impl<T: WilsonStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT> {

@@ -91,6 +91,18 @@ fn phase<T: Real>(code: u8, z: Complex<T>) -> Complex<T> {
     }
 }
 
+/// The third row of an SU(3) matrix whose first two rows are `top`: the conjugate of their cross
+/// product.
+#[inline(always)]
+fn third_row<T: Real>(top: [[Complex<T>; 3]; 2]) -> [Complex<T>; 3] {
+    let [r0, r1] = top;
+    [
+        (r0[1] * r1[2] - r0[2] * r1[1]).conj(),
+        (r0[2] * r1[0] - r0[0] * r1[2]).conj(),
+        (r0[0] * r1[1] - r0[1] * r1[0]).conj(),
+    ]
+}
+
 #[inline(always)]
 fn conj_code(code: u8) -> u8 {
     match code {
@@ -128,22 +140,22 @@ pub fn tile_index(cb: usize, ncomp: usize) -> usize {
     (cb / TILE) * ncomp * TILE + cb % TILE
 }
 
-type Link<T> = [[Complex<T>; 3]; 3];
-
 /// Where the hops of one output site read: the checkerboard index of its forward and backward
 /// neighbour in each direction, and the factors of its `t` hops (the boundary's sign where they cross it).
+/// Indices and sizes are `u32`, as the coordinates they are made of: they are held through the hops,
+/// and as `usize` took registers the split f64 kernels spilled for.
 #[derive(Clone, Copy, Debug)]
 pub struct Neighbours<T> {
     /// Forward neighbours, by direction.
-    pub fwd: [usize; 4],
+    pub fwd: [u32; 4],
     /// Backward neighbours, by direction.
-    pub bwd: [usize; 4],
+    pub bwd: [u32; 4],
     /// Factor of the forward `t` hop.
     pub fwd_sign: T,
     /// Factor of the backward `t` hop.
     pub bwd_sign: T,
     /// Sites each parity and direction's links take room for ([`Dslash::link_sites`]).
-    pub link_sites: usize,
+    pub link_sites: u32,
 }
 type HalfSpinor<T> = [[Complex<T>; 3]; 2];
 
@@ -310,10 +322,14 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             unsafe { self.store_fixed(cb, &acc) };
             return;
         }
-        for (k, &h) in acc.iter().enumerate() {
-            let at = component_index::<T>(cb, k);
-            unsafe { self.store(at, h, || self.addend(at)) };
+        // Written out: a loop over `acc` that LLVM unrolls only in part puts `acc` in local memory.
+        macro_rules! stores {
+            ($($k:literal)*) => {$({
+                let at = component_index::<T>(cb, $k);
+                unsafe { self.store(at, acc[$k], || self.addend(at)) };
+            })*};
         }
+        stores!(0 1 2 3 4 5 6 7 8 9 10 11);
     }
 
     /// Stores site `cb` of a 16-bit output: `x + a h` scaled so that its largest real is
@@ -396,8 +412,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         let xh = nx / 2;
         let c = self.coords(cb);
         let [x, y, z, t] = c;
-        let cb_of =
-            |x: u32, y: u32, z: u32, t: u32| (((t * nz + z) * ny + y) * xh + x / 2) as usize;
+        let cb_of = |x: u32, y: u32, z: u32, t: u32| ((t * nz + z) * ny + y) * xh + x / 2;
         let up = |v: u32, n: u32| if v + 1 == n { 0 } else { v + 1 };
         let down = |v: u32, n: u32| if v == 0 { n - 1 } else { v - 1 };
         let halo = if SPLIT {
@@ -411,9 +426,8 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
                 let (at, n) = (c[axis], self.dims[axis]);
                 let edge = if lower { at == 0 } else { at + 1 == n };
                 (edge && is_cut(self.cut, axis)).then(|| {
-                    h.ghost[axis]
-                        + if lower { h.room(axis) } else { 0 }
-                        + face_index(self.dims, c, axis)
+                    let room = if lower { h.room(axis) } else { 0 };
+                    (h.ghost[axis] + room + face_index(self.dims, c, axis)) as u32
                 })
             })
         };
@@ -439,7 +453,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             ],
             fwd_sign: sign(t + 1 == nt, T_HIGH_EDGE),
             bwd_sign: sign(t == 0, T_LOW_EDGE),
-            link_sites: halo.map_or(self.half_volume(), |h| h.link_sites),
+            link_sites: halo.map_or(self.half_volume(), |h| h.link_sites) as u32,
         }
     }
 
@@ -457,21 +471,20 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         mu: usize,
         fwd: bool,
     ) {
-        let sites = nb.link_sites;
+        let sites = nb.link_sites as usize;
         let (p, other) = (self.parity, self.parity ^ 1);
         let one = T::Real::ONE;
+        let (f, b) = (nb.fwd.map(|n| n as usize), nb.bwd.map(|n| n as usize));
         unsafe {
             match (mu, fwd) {
-                (0, true) => self.hop::<0, true>(acc, sites, p, cb, nb.fwd[0], one),
-                (0, false) => self.hop::<0, false>(acc, sites, other, nb.bwd[0], nb.bwd[0], one),
-                (1, true) => self.hop::<1, true>(acc, sites, p, cb, nb.fwd[1], one),
-                (1, false) => self.hop::<1, false>(acc, sites, other, nb.bwd[1], nb.bwd[1], one),
-                (2, true) => self.hop::<2, true>(acc, sites, p, cb, nb.fwd[2], one),
-                (2, false) => self.hop::<2, false>(acc, sites, other, nb.bwd[2], nb.bwd[2], one),
-                (_, true) => self.hop::<3, true>(acc, sites, p, cb, nb.fwd[3], nb.fwd_sign),
-                (_, false) => {
-                    self.hop::<3, false>(acc, sites, other, nb.bwd[3], nb.bwd[3], nb.bwd_sign)
-                }
+                (0, true) => self.hop::<0, true>(acc, sites, p, cb, f[0], one),
+                (0, false) => self.hop::<0, false>(acc, sites, other, b[0], b[0], one),
+                (1, true) => self.hop::<1, true>(acc, sites, p, cb, f[1], one),
+                (1, false) => self.hop::<1, false>(acc, sites, other, b[1], b[1], one),
+                (2, true) => self.hop::<2, true>(acc, sites, p, cb, f[2], one),
+                (2, false) => self.hop::<2, false>(acc, sites, other, b[2], b[2], one),
+                (_, true) => self.hop::<3, true>(acc, sites, p, cb, f[3], nb.fwd_sign),
+                (_, false) => self.hop::<3, false>(acc, sites, other, b[3], b[3], nb.bwd_sign),
             }
         }
     }
@@ -550,16 +563,35 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             }
         }
         // Row by row, so that only one row of the link is live at a time (f64 registers are scarce).
-        let u = unsafe { self.link(link_parity, MU, link_cb, link_sites) };
+        let at = self.link_at(link_parity, MU, link_cb, link_sites);
+        // 18-number links in f32 and f64: each row loaded just before its use (the whole matrix
+        // loaded ahead spilled the f64 kernels; H100, 2026-11-26: f32 r18 4121 to 4451 GFLOPS at
+        // 48^3x96 with the u32 neighbours). 16-bit ones keep the whole matrix ahead (3% faster), and
+        // 12-number links their first two rows, the third being made of them.
+        let ahead = R == 6 || T::NORMED;
+        let top = match ahead {
+            true => unsafe { [self.link_row(at, 0), self.link_row(at, 1)] },
+            false => [[Complex::ZERO; 3]; 2],
+        };
+        let last = match (R, ahead) {
+            (9, true) => unsafe { self.link_row(at, 2) },
+            _ => [Complex::ZERO; 3],
+        };
         let mut w: HalfSpinor<T::Real> = [[Complex::ZERO; 3]; 2];
         for a in 0..3 {
+            let row = match (R, a, ahead) {
+                (9, _, false) => unsafe { self.link_row(at, a) },
+                (9, 2, true) => last,
+                (_, 2, _) => third_row(top),
+                _ => top[a],
+            };
             for r in 0..2 {
                 for b in 0..3 {
                     match (FWD, T::FMA) {
-                        (true, true) => w[r][a] = u[a][b].mul_add(h[r][b], w[r][a]),
-                        (true, false) => w[r][a] += u[a][b] * h[r][b],
-                        (false, true) => w[r][b] = u[a][b].conj_mul_add(h[r][a], w[r][b]),
-                        (false, false) => w[r][b] += u[a][b].conj() * h[r][a],
+                        (true, true) => w[r][a] = row[b].mul_add(h[r][b], w[r][a]),
+                        (true, false) => w[r][a] += row[b] * h[r][b],
+                        (false, true) => w[r][b] = row[b].conj_mul_add(h[r][a], w[r][b]),
+                        (false, false) => w[r][b] += row[b].conj() * h[r][a],
                     }
                 }
             }
@@ -576,28 +608,18 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
         }
     }
 
+    /// Index of entry 0 of the link of site `cb` of parity `parity` in direction `mu`.
     #[inline(always)]
-    unsafe fn link(&self, parity: u32, mu: usize, cb: usize, sites: usize) -> Link<T::Real> {
+    fn link_at(&self, parity: u32, mu: usize, cb: usize, sites: usize) -> usize {
         let tiles = sites.div_ceil(TILE);
-        let at = (parity as usize * 4 + mu) * tiles * R * TILE + tile_index(cb, R);
-        let e = |k: usize| unsafe { T::load(self.gauge, at + k * TILE) };
-        let mut u = [[Complex::ZERO; 3]; 3];
-        for a in 0..2 {
-            for b in 0..3 {
-                u[a][b] = e(a * 3 + b);
-            }
-        }
-        if R == 9 {
-            for b in 0..3 {
-                u[2][b] = e(6 + b);
-            }
-        } else {
-            let (r0, r1) = (u[0], u[1]);
-            u[2][0] = (r0[1] * r1[2] - r0[2] * r1[1]).conj();
-            u[2][1] = (r0[2] * r1[0] - r0[0] * r1[2]).conj();
-            u[2][2] = (r0[0] * r1[1] - r0[1] * r1[0]).conj();
-        }
-        u
+        (parity as usize * 4 + mu) * tiles * R * TILE + tile_index(cb, R)
+    }
+
+    /// Row `a` (0 or 1, or 2 with 18-number links) of the link whose entry 0 is at `at`
+    /// ([`link_at`](Self::link_at)).
+    #[inline(always)]
+    unsafe fn link_row(&self, at: usize, a: usize) -> [Complex<T::Real>; 3] {
+        [0, 1, 2].map(|b| unsafe { T::load(self.gauge, at + (a * 3 + b) * TILE) })
     }
 }
 
