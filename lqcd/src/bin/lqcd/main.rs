@@ -1195,12 +1195,12 @@ struct SplitLayout<C: Communicator> {
 impl<C: Communicator + 'static> SplitLayout<C> {
     /// The ghost exchange and sums of one operator's fields (each operator has its own: a mixed
     /// solve's outer and sloppy fields differ in type).
+    #[cfg_attr(not(feature = "nccl"), allow(unused_variables))]
     fn ranks<E: lattice_gpu_host::comm::Wire + lattice_gpu_host::Plain>(
         &self,
         g: &Arc<Gpu>,
     ) -> Result<Box<dyn DeviceRanks<E>>> {
         use lattice_gpu_cli::HaloTransport;
-        let _ = g;
         Ok(match self.halos {
             HaloTransport::Host => Box::new(HostStaged(self.comm.clone())),
             #[cfg(feature = "nccl")]
