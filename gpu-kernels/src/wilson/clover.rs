@@ -331,12 +331,13 @@ unsafe fn clover_site<T: WilsonStore>(
     cb: usize,
     v: &[Complex<T::Real>; 12],
 ) -> [Complex<T::Real>; 12] {
-    let lo = [v[0], v[1], v[2], v[3], v[4], v[5]];
-    let hi = [v[6], v[7], v[8], v[9], v[10], v[11]];
-    components!(|k: usize| {
-        let (ch, block) = if k < 6 { (0, &lo) } else { (1, &hi) };
-        unsafe { clover_row::<T>(clover, cb, ch, k % 6, block) }
-    })
+    let mut out = [Complex::ZERO; 12];
+    let mut put = |k: usize, w| out[k] = w;
+    unsafe {
+        clover_block::<T, 0>(clover, cb, |k| v[k], &mut put);
+        clover_block::<T, 1>(clover, cb, |k| v[k], &mut put);
+    }
+    out
 }
 
 /// A clover field applied alone: `out = C x` on the first `sites` sites of a parity (a block's own
