@@ -325,7 +325,13 @@ impl<T: CloverStorage> CloverGpu<T> {
             out: &out,
             inp: &inp,
         };
-        crate::gpu::tune_calibrated(&mut launch, |l, t| l.rank_mean(t), &gpu, cache, retune)
+        crate::gpu::tune_calibrated(
+            &mut launch,
+            |l, t| l.c.wilson.rank_mean(t),
+            &gpu,
+            cache,
+            retune,
+        )
     }
 
     /// Queues the hopping term of `inp` (the other parity) on the sites of `parity` followed by the clover
@@ -517,16 +523,6 @@ struct CloverLaunch<'a, T: CloverStorage> {
 }
 
 impl<T: CloverStorage> CloverLaunch<'_, T> {
-    /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
-    fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
-        let Some(ranks) = self.c.wilson.device_ranks() else {
-            return Ok(x);
-        };
-        let buf = DeviceBuffer::from_host(self.c.wilson.gpu(), &[x])?;
-        ranks.sum_in_place(&buf)?;
-        Ok(buf.download()?[0] / ranks.size() as f64)
-    }
-
     fn m_hat(&self) -> Result<()> {
         let c = &*self.c;
         let (tmp, k2) = (c.wilson.tmp_buffer(), c.kappa() * c.kappa());
@@ -565,7 +561,7 @@ impl<T: CloverStorage> Tunable for CloverLaunch<'_, T> {
     }
 
     fn on_all_ranks(&self, here: bool) -> lattice_gpu_host::Result<bool> {
-        Ok(self.rank_mean(f64::from(u8::from(here)))? == 1.0)
+        Ok(self.c.wilson.rank_mean(f64::from(u8::from(here)))? == 1.0)
     }
 
     fn cost(&self) -> Cost {

@@ -693,7 +693,7 @@ impl<T: WilsonStorage> WilsonGpu<T> {
     }
 
     /// The mean of `x` over the ranks of a split lattice (collective); `x` on a whole one.
-    fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
+    pub(crate) fn rank_mean(&self, x: f64) -> lattice_gpu_host::Result<f64> {
         let Some(s) = &self.split else {
             return Ok(x);
         };
