@@ -59,6 +59,11 @@ fn bad_mixed_options_are_refused_with_their_fix() {
             "runs under the outer --precision f64 only",
         ),
         (&["--solver", "gmres"], 2, "use bicgstab or cgnr"),
+        (
+            &["--bench", "5", "--sloppy", "f32"],
+            1,
+            "--bench times one precision's BiCGStab variants",
+        ),
     ] {
         let mut all = vec!["--engine", "host"];
         all.extend_from_slice(args);

@@ -158,32 +158,55 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         Some(k) => vec![k],
         None => a.links.kappas(a.csw > 0.0).to_vec(),
     };
-    let mut chosen = None;
+    // With `--csw`, the clover field of a kappa (2304 bytes a site on the host, built once per kappa
+    // and kept for the rows at the chosen one).
+    let clover_at = |kappa: f64| match a.csw > 0.0 {
+        true => CloverField::new(&u, a.csw, kappa).map(Some),
+        false => Ok(None),
+    };
+    let mut chosen: Option<(f64, Option<CloverField>)> = None;
     for &kappa in &kappas {
         stop()?;
-        let r = match plain_row(&g, &lat, &u, &b, kappa, a, &opt, 0) {
-            Ok(r) => r,
+        // One clover field at a time: the previous kappa's is made again only if this one fails.
+        let previous = chosen.take().map(|(k, _)| k);
+        let tried = clover_at(kappa).and_then(|c| {
+            let r = plain_row(&g, &lat, &u, &b, kappa, c.as_ref(), a, &opt, 0)?;
+            Ok((r, c))
+        });
+        let (r, c) = match (tried, previous) {
+            (Ok(rc), _) => rc,
             // Past the critical kappa of this field (or too near it): keep the last that converged.
-            Err(e) if chosen.is_some() => {
+            (Err(e), Some(k)) => {
                 println!("kappa {kappa}: f64 BiCGStab failed ({e}); keeping the previous kappa");
+                chosen = Some((k, clover_at(k)?));
                 break;
             }
-            Err(e) => return Err(e),
+            (Err(e), None) => return Err(e),
         };
         println!(
             "kappa {kappa}: f64 BiCGStab {} iterations (true residual {:.2e})",
             r.iterations, r.residual
         );
-        chosen = Some(kappa);
+        chosen = Some((kappa, c));
         if a.kappa.is_some() || r.iterations >= a.min_iterations {
             break;
         }
     }
-    let Some(kappa) = chosen else {
+    let Some((kappa, clover)) = chosen else {
         return Err(Error::InvalidParameter("no kappa to try".into()));
     };
     let mut rows = Vec::new();
-    rows.push(plain_row(&g, &lat, &u, &b, kappa, a, &opt, a.repeats)?);
+    rows.push(plain_row(
+        &g,
+        &lat,
+        &u,
+        &b,
+        kappa,
+        clover.as_ref(),
+        a,
+        &opt,
+        a.repeats,
+    )?);
     if rows[0].iterations < a.min_iterations {
         println!(
             "note: f64 BiCGStab needs only {} iterations at kappa {kappa} (asked for at least {}); \
@@ -191,11 +214,8 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
             rows[0].iterations, a.min_iterations
         );
     }
-    let clover = match a.csw > 0.0 {
-        true => Some(CloverField::new(&u, a.csw, kappa)?),
-        false => None,
-    };
     let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
+    let whole = Layout::Whole(&lat);
     let mut methods = vec![Method::BiCgStab];
     if a.cgnr {
         methods.push(Method::Cgnr);
@@ -204,7 +224,6 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         let mut mo = MixedOptions::new(opt);
         mo.method = method;
         mo.delta = a.delta;
-        let whole = Layout::Whole(&lat);
         // One row of the Wilson or the clover system, its sloppy iterations in `$s`.
         macro_rules! row {
             ($s:ty, $label:literal) => {{
@@ -310,7 +329,8 @@ fn gauge(links: Links, dims: [usize; 4], seed: u64) -> GaugeField {
     }
 }
 
-/// The all-f64 BiCGStab row at `kappa` (Wilson, or clover with `--csw`), timed as [`fastest`] times.
+/// The all-f64 BiCGStab row at `kappa` (Wilson, or with `clover`, built for that kappa, the clover
+/// operator), timed as [`fastest`] times.
 #[allow(clippy::too_many_arguments)]
 fn plain_row(
     g: &Arc<Gpu>,
@@ -318,14 +338,14 @@ fn plain_row(
     u: &GaugeField,
     b: &SpinorField,
     kappa: f64,
+    clover: Option<&CloverField>,
     a: &BenchMixedArgs,
     opt: &SolveOptions,
     repeats: u32,
 ) -> Result<Row> {
     let mut check = |it: usize, _: f64| stop_at_signal(&Solo, it);
-    let mut solve: Box<dyn FnMut() -> Result<(SolveReport, f64)>> = if a.csw > 0.0 {
-        let c = CloverField::new(u, a.csw, kappa)?;
-        let mut s = make_clover::<f64, Solo>(g, &Layout::Whole(lat), u, &c, build(a))?;
+    let mut solve: Box<dyn FnMut() -> Result<(SolveReport, f64)>> = if let Some(c) = clover {
+        let mut s = make_clover::<f64, Solo>(g, &Layout::Whole(lat), u, c, build(a))?;
         Box::new(move || {
             let (_, r, res) = solve_clover_with(&mut s, b, opt, &mut check)?;
             Ok((r, res))

@@ -128,6 +128,15 @@ impl Sloppy {
             Sloppy::Half => "half",
         }
     }
+
+    /// Bytes a stored real takes (a link's or clover entry's; a 16-bit spinor site adds its norm).
+    fn bytes(self) -> usize {
+        match self {
+            Sloppy::F64 => 8,
+            Sloppy::F32 => 4,
+            Sloppy::Half => 2,
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -951,15 +960,10 @@ fn one_rank_footprint(
             .saturating_add(volume_bytes(lat.dims, clover, "the clover field")?);
         if gpu {
             // Three packed parities per operator: a mixed solve holds the outer and the sloppy one.
-            let outer = match args.precision {
-                Prec::F32 => 4,
-                Prec::F64 => 8,
-            };
-            let sloppy = match (args.mixed(), args.sloppy()) {
-                (false, _) => 0,
-                (true, Sloppy::F64) => 8,
-                (true, Sloppy::F32) => 4,
-                (true, Sloppy::Half) => 2,
+            let outer = Sloppy::of(args.precision).bytes();
+            let sloppy = match args.mixed() {
+                true => args.sloppy().bytes(),
+                false => 0,
             };
             let packed = memory::bytes(&[3, clover_len(lat)], outer + sloppy, "the clover field")?;
             f.gpu = f.gpu.saturating_add(packed);
@@ -1099,25 +1103,26 @@ fn block_bytes<T>(block: &Block, recon: Recon) -> Result<(u64, u64)> {
 /// where `--csw` is given.
 fn split_gpu_bytes(args: &SolverArgs, block: &Block) -> Result<u64> {
     let recon = args.recon;
-    let operator = |store: &str| -> Result<u64> {
-        let (bytes, size) = match store {
-            "f32" => (block_gpu_bytes::<f32>(block, recon)?, 4),
-            "f64" => (block_gpu_bytes::<f64>(block, recon)?, 8),
+    let operator = |store: Sloppy| -> Result<u64> {
+        let bytes = match store {
+            Sloppy::F32 => block_gpu_bytes::<f32>(block, recon)?,
+            Sloppy::F64 => block_gpu_bytes::<f64>(block, recon)?,
             // 16-bit values, a spinor site in 13 slots (its norm) where the others take 12.
-            _ => (
-                block_gpu_bytes::<u16>(block, recon)?.saturating_mul(13) / 12,
-                2,
-            ),
+            Sloppy::Half => block_gpu_bytes::<u16>(block, recon)?.saturating_mul(13) / 12,
         };
         let clover = match args.clover() {
-            true => memory::bytes(&[3, clover_len(&block.local())], size, "a block's clover")?,
+            true => memory::bytes(
+                &[3, clover_len(&block.local())],
+                store.bytes(),
+                "a block's clover",
+            )?,
             false => 0,
         };
         Ok(bytes.saturating_add(clover))
     };
-    let outer = operator(prec_name(args.precision))?;
+    let outer = operator(Sloppy::of(args.precision))?;
     Ok(match args.mixed() {
-        true => outer.saturating_add(operator(args.sloppy().name())?),
+        true => outer.saturating_add(operator(args.sloppy())?),
         false => outer,
     })
 }
@@ -1416,10 +1421,7 @@ impl Solver {
         let gpu = match &device {
             None => {
                 if args.mixed() {
-                    println!(
-                        "notice: the CPU reference solves with BiCGStab in f64; --sloppy and --solver \
-                         cgnr apply on a GPU"
-                    );
+                    println!("{CPU_SOLVES_F64}");
                 }
                 None
             }
@@ -1527,10 +1529,7 @@ impl Solver {
             Some(s) => s.time_apply(b)?,
             None => return Ok(None),
         };
-        if self.args.clover() {
-            return Ok(Some(clover_operator_line(&self.lat, ms)));
-        }
-        Ok(Some(operator_line(&self.lat, ms)))
+        Ok(Some(m_hat_line(&self.lat, self.args.clover(), ms)))
     }
 
     /// Prints the footprint beside the measured peak (with `LATTICE_GPU_MEMORY_REPORT`).
@@ -1703,6 +1702,10 @@ fn ranks_on_gpu(engine: Placement) -> bool {
     }
 }
 
+/// What the CPU engine says of `--sloppy` and `--solver cgnr`, on one domain or split.
+const CPU_SOLVES_F64: &str = "notice: the CPU reference solves with BiCGStab in f64; --sloppy and \
+     --solver cgnr apply on a GPU";
+
 /// Why `--bench` refuses a mixed-precision or CGNR solver.
 const BENCH_ONE_PRECISION: &str = "--bench times one precision's BiCGStab variants; leave out \
      --sloppy and --solver, or time mixed precision with `lqcd bench-mixed`";
@@ -1733,6 +1736,10 @@ fn solve(a: &SolveArgs) -> Result<()> {
              give --csw 0 to time the Wilson solver",
             a.solver.csw
         )));
+    }
+    // Before the operators are built and tuned (a mixed solver has two).
+    if a.bench.is_some() && a.solver.mixed() {
+        return Err(Error::InvalidParameter(BENCH_ONE_PRECISION.into()));
     }
     if (a.grid.is_some() || a.cut.is_some()) && !a.mpi && a.split.gpus.is_none() {
         return Err(Error::InvalidParameter(
@@ -1974,6 +1981,22 @@ fn clover_operator_line(lat: &Lattice, ms: f64) -> String {
     )
 }
 
+/// Flops of one even-odd BiCGStab iteration on `lat`, of the clover operator where `clover`.
+fn iteration_flops(lat: &Lattice, clover: bool) -> f64 {
+    match clover {
+        true => clover_flops_per_iteration(lat),
+        false => flops_per_iteration(lat),
+    }
+}
+
+/// The summary line of one `M_hat` application taking `ms`, of the clover operator where `clover`.
+fn m_hat_line(lat: &Lattice, clover: bool, ms: f64) -> String {
+    match clover {
+        true => clover_operator_line(lat, ms),
+        false => operator_line(lat, ms),
+    }
+}
+
 /// What one application of `M_hat` (two hopping terms over half the lattice each) taking `ms` means.
 fn operator_line(lat: &Lattice, ms: f64) -> String {
     let flops = 2.0 * FLOPS_PER_SITE as f64 * lat.half_volume() as f64;
@@ -2011,10 +2034,7 @@ fn solve_split<C: Communicator + 'static>(
         return solve_split_gpu(a, &comm, &g, lat, u, b, clover, footprint);
     }
     if args.mixed() && lead {
-        println!(
-            "notice: the CPU reference solves with BiCGStab in f64; --sloppy and --solver cgnr \
-             apply on GPUs"
-        );
+        println!("{CPU_SOLVES_F64}");
     }
     if a.cut.is_some() {
         return Err(Error::InvalidParameter(
@@ -2183,11 +2203,7 @@ fn solve_split_gpu<C: Communicator + 'static>(
         let (x_norm, res) = finite_results(x_norm, res, "try --precision f64")?;
         let it = report.iterations;
         let secs = report.seconds;
-        let flops = match clover {
-            Some(_) => clover_flops_per_iteration(lat),
-            None => flops_per_iteration(lat),
-        };
-        let gflops = flops * it as f64 / secs / 1e9;
+        let gflops = iteration_flops(lat, clover.is_some()) * it as f64 / secs / 1e9;
         println!(
             "{split}, {} ({} variant): converged in {it} iterations ({secs:.4} s, {:.1} us/iteration, {gflops:.1} GFLOPS), |x| = {x_norm:.12e}, true residual |b - D x|/|b| = {res:.3e}",
             ghosts(&a.split),
@@ -2197,10 +2213,7 @@ fn solve_split_gpu<C: Communicator + 'static>(
     }
     let ms = solver.time_apply(b)?;
     if lead {
-        match clover {
-            Some(_) => println!("{}", clover_operator_line(lat, ms)),
-            None => println!("{}", operator_line(lat, ms)),
-        }
+        println!("{}", m_hat_line(lat, clover.is_some(), ms));
         mine.report(Some(g));
     }
     Ok(())
