@@ -1,5 +1,5 @@
 //! The embedded PTX: built by `cargo build`, has the expected kernel entries and no unresolved externals,
-//! and assembles for sm_90 with no register spills (one documented allowance: `stack_allowance`).
+//! and assembles for sm_90 with no register spills (the one allowance: `stack_allowance`).
 //!
 //! ptxas comes from `$PTXAS`, or `ptxas` on the PATH. Without one the assembly check is skipped with a
 //! message, unless `LATTICE_GPU_REQUIRE_PTXAS=1` (set by `.ci/run`), when it fails.
@@ -139,12 +139,9 @@ const ENTRIES: &[&str] = &[
 
 /// Stack bytes an entry may use. The fused BiCGStab iteration, which holds the hopping term, the
 /// vector updates and the solver's scalars in one kernel (run at small volumes, where it is the
-/// launches it saves that count). A rank's block in double precision with 18-number links, at 255
-/// registers, parks two 32-bit values (its parity and a cut flag) in local memory (L1-resident): 8
-/// bytes with ptxas 13.0. Everything else, every other hopping kernel included, stays in registers.
+/// launches it saves that count). Everything else, every hopping kernel included, stays in registers.
 fn stack_allowance(entry: &str) -> u32 {
     match entry {
-        "dslash_split_f64_r18" => 8,
         e if e.starts_with("bicg_fused_") => 128,
         _ => 0,
     }
