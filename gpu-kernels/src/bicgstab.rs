@@ -562,6 +562,18 @@ blas_entries!(
     bicg_cgorth_half
 );
 blas_entries!(
+    crate::wilson::Fixed,
+    bicg_dot_fixed,
+    bicg_s_fixed,
+    bicg_xr_fixed,
+    bicg_p_fixed,
+    bicg_diffnorm_fixed,
+    bicg_cgxr_fixed,
+    bicg_cgp_fixed,
+    bicg_sub_fixed,
+    bicg_cgorth_fixed
+);
+blas_entries!(
     f64,
     bicg_dot_f64,
     bicg_s_f64,
@@ -689,6 +701,13 @@ mixed_entries!(
     mixed_add_f64_half
 );
 mixed_entries!(
+    f64,
+    crate::wilson::Fixed,
+    mixed_to_lo_f64_fixed,
+    mixed_to_hi_f64_fixed,
+    mixed_add_f64_fixed
+);
+mixed_entries!(
     f32,
     f32,
     mixed_to_lo_f32_f32,
@@ -784,7 +803,7 @@ mod tests {
 
     /// The vector kernels' body on 16-bit sites (two tiles of `x, p, s, t, r, r0`): `Op::Xr` against
     /// the same update in f64 from the decoded inputs, within the rounding of the stored results (11
-    /// significant bits of each site's largest), and its sums from the rounded `r` as stored.
+    /// significant bits of each site's largest in binary16, 15 in fixed point), and its sums from the rounded `r` as stored.
     #[test]
     fn the_xr_update_on_16_bit_sites_matches_f64_within_the_storage_rounding() {
         use crate::solver_store::Site;
@@ -858,6 +877,7 @@ mod tests {
             );
         }
         case::<crate::wilson::Half>(11);
+        case::<crate::wilson::Fixed>(15);
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! How a Krylov solver's work vectors are stored ([`SolverStore`]) and the values its vector kernels
 //! compute with ([`SolverValue`]): flat complex arrays of f32 or f64, one complex number a value; or
-//! Wilson spinors in 16-bit storage ([`Half`]), one site a value, because a site's norm
+//! Wilson spinors in 16-bit storage ([`Half`], [`Fixed`]), one site a value, because a site's norm
 //! depends on all twelve of its numbers, so one thread reads and writes the whole site.
 
 use core::ops::{Add, Sub};
 
 use crate::complex::{Complex, ComplexReal};
-use crate::wilson::{load_site, store_site, tile_index, Half, WilsonStore, TILE};
+use crate::wilson::{load_site, store_site, tile_index, Fixed, Half, WilsonStore, TILE};
 
 /// What a solver's vector kernels compute with: one or more complex numbers, added and scaled alike.
 pub trait SolverValue: Copy + Add<Output = Self> + Sub<Output = Self> {
@@ -117,7 +117,7 @@ pub trait SolverStore: Copy + Default + Send + Sync + 'static {
     type Elem: Copy + Default + Send + Sync + 'static;
     /// What the vector kernels compute with.
     type Value: SolverValue;
-    /// `"f32"`, `"f64"` or `"half"`: names the vector kernels' entries and tune-cache keys.
+    /// `"f32"`, `"f64"`, `"half"` or `"fixed"`: names the vector kernels' entries and tune-cache keys.
     const PRECISION: &'static str;
     /// Complex slots of one value in the vector's length.
     const VALUE_SLOTS: usize;
@@ -188,7 +188,7 @@ macro_rules! site_store {
         }
     )*};
 }
-site_store!(Half => u16, "half");
+site_store!(Half => u16, "half"; Fixed => i16, "fixed");
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,8 @@ use lattice_gpu_kernels::bind::{Span, SpanMut};
 use lattice_gpu_kernels::complex::Complex;
 use lattice_gpu_kernels::wilson::{
     clover_reals, edge_order, tile_index, upper_index, CloverDslash, CloverEntries, CloverFields,
-    CloverMode, CloverSite, Half, HopFields, CLOVER_ENTRIES, CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE,
-    INNER, OUTER, TILE,
+    CloverMode, CloverSite, Fixed, Half, HopFields, WilsonStore, CLOVER_ENTRIES,
+    CLOVER_FLOPS_PER_SITE, FLOPS_PER_SITE, INNER, OUTER, TILE,
 };
 
 use crate::clover::{CloverBlock, CloverField};
@@ -47,6 +47,7 @@ pub trait CloverStorage: WilsonStorage + CloverEntries {}
 impl CloverStorage for f32 {}
 impl CloverStorage for f64 {}
 impl CloverStorage for Half {}
+impl CloverStorage for Fixed {}
 
 /// A plain precision of the clover fields (f32 or f64, stored as it computes), which the device
 /// solvers iterate in.
@@ -64,6 +65,13 @@ impl CloverReal for f64 {}
 /// (`c_sw` 1.1, `kappa` 0.12): `3.5e-4` (`lqcd/tests/clover_gpu.rs`).
 pub const HALF_CLOVER_BOUND: f64 = 1.0 / 1024.0;
 
+/// [`HALF_CLOVER_BOUND`] in 16-bit fixed point ([`Fixed`]: 15-bit spinors, links and clover entries,
+/// a clover site's scaled by its largest): `2^-13`, each hopping term within
+/// [`FIXED_HOPPING_BOUND`](crate::gpu::FIXED_HOPPING_BOUND) and the clover rows adding their entries'
+/// rounding (`2^-16` of the site's largest, six terms a row) and the stored site's. Measured on random
+/// fields (`c_sw` 1.1, `kappa` 0.12): `4.3e-5` (`lqcd/tests/clover_gpu.rs`).
+pub const FIXED_CLOVER_BOUND: f64 = 1.0 / 8192.0;
+
 /// Which per-site matrix of a [`CloverField`] a packed field holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloverPart {
@@ -73,9 +81,10 @@ pub enum CloverPart {
     Inverse,
 }
 
-/// Reals of the clover field of one parity of `lat` in the tiled layout (padding included).
-pub fn clover_len(lat: &Lattice) -> usize {
-    clover_reals(lat.half_volume())
+/// Numbers of the clover field of one parity of `lat` in storage `T`'s tiled layout (padding
+/// included).
+pub fn clover_len<T: WilsonStore>(lat: &Lattice) -> usize {
+    clover_reals::<T>(lat.half_volume())
 }
 
 /// One parity of `clover` (`A` or `A^{-1}`) in the tiled layout of the clover kernels.
@@ -134,13 +143,35 @@ fn pack_with<'m, T: CloverStorage>(
     sites: impl Iterator<Item = (usize, usize)>,
     matrix: impl Fn(usize) -> &'m [CloverBlock; 2],
 ) -> Vec<T::Elem> {
-    let mut out = vec![T::Elem::default(); clover_reals(own)];
+    let mut out = vec![T::Elem::default(); clover_reals::<T>(own)];
     for (cb, n) in sites {
-        let base = tile_index(cb, CLOVER_ENTRIES);
-        for (ch, b) in matrix(n).iter().enumerate() {
+        let base = tile_index(cb, T::CLOVER_SLOTS);
+        let blocks = matrix(n);
+        // Fixed point: the entries scaled by the site's largest real, that factor in the last slot
+        // (`lattice_gpu_kernels::wilson::clover`).
+        let scale = match T::CLOVER_SLOTS > CLOVER_ENTRIES {
+            true => {
+                let m = blocks
+                    .iter()
+                    .flat_map(|b| b.iter())
+                    .map(|z| z.re.abs().max(z.im.abs()))
+                    .fold(0.0, f64::max);
+                let norm = (m / T::UNIT as f64) as f32;
+                let at = 2 * (base + CLOVER_ENTRIES * TILE);
+                [out[at], out[at + 1]] = T::encode_norm(norm);
+                // The stored factor, so that the integers and it give the entries.
+                if norm > 0.0 {
+                    1.0 / (norm as f64 * T::UNIT as f64)
+                } else {
+                    0.0
+                }
+            }
+            false => 1.0,
+        };
+        for (ch, b) in blocks.iter().enumerate() {
             let mut put = |k: usize, re: f64, im: f64| {
                 let at = 2 * (base + (18 * ch + k) * TILE);
-                [out[at], out[at + 1]] = T::encode_entry(Complex::new(re, im));
+                [out[at], out[at + 1]] = T::encode_entry(Complex::new(re * scale, im * scale));
             };
             for p in 0..3 {
                 put(p, b[(2 * p, 2 * p)].re, b[(2 * p + 1, 2 * p + 1)].re);
@@ -499,7 +530,7 @@ impl<T: CloverStorage> CloverGpu<T> {
     /// Bytes one clover hopping term on one parity must move through DRAM at the least: the hopping
     /// term's ([`WilsonGpu::hopping_min_bytes`]) and each site's 72 clover reals once.
     pub fn clover_min_bytes(&self, with_x: bool) -> u64 {
-        let clover = (2 * CLOVER_ENTRIES * std::mem::size_of::<T::Elem>()) as u64;
+        let clover = (2 * T::CLOVER_SLOTS * std::mem::size_of::<T::Elem>()) as u64;
         self.wilson.hopping_min_bytes(with_x) + clover * self.wilson.lattice().half_volume() as u64
     }
 
@@ -601,7 +632,7 @@ fn check_lattice(lat: &Lattice, u: &GaugeField, clover: &CloverField) -> Result<
 /// The clover fields (three parities' worth) must fit beside the Wilson operator's own memory, which
 /// [`WilsonGpu`] checks.
 fn check_fits<T: CloverStorage>(gpu: &Arc<Gpu>, local: &Lattice) -> Result<()> {
-    let bytes = 3 * clover_len(local) as u64 * std::mem::size_of::<T::Elem>() as u64;
+    let bytes = 3 * clover_len::<T>(local) as u64 * std::mem::size_of::<T::Elem>() as u64;
     Ok(gpu.check_fits(bytes, "the clover field")?)
 }
 

@@ -61,8 +61,8 @@ impl Recon {
     }
 }
 
-/// A storage of the Wilson fields on the GPU: f32, f64 or half precision
-/// ([`Half`](lattice_gpu_kernels::wilson::Half)), with its kernels in the embedded PTX
+/// A storage of the Wilson fields on the GPU: f32, f64 or 16-bit
+/// ([`Half`](lattice_gpu_kernels::wilson::Half), [`Fixed`](lattice_gpu_kernels::wilson::Fixed)), with its kernels in the embedded PTX
 /// ([`WilsonEntries`]). Buffers hold its
 /// [`Elem`](lattice_gpu_kernels::solver_store::SolverStore::Elem).
 pub trait WilsonStorage: WilsonEntries<Elem: Plain + lattice_gpu_host::comm::Wire> + Unpin {
@@ -104,6 +104,7 @@ macro_rules! plain_storage {
 }
 plain_storage!(f32, f64);
 impl WilsonStorage for lattice_gpu_kernels::wilson::Half {}
+impl WilsonStorage for lattice_gpu_kernels::wilson::Fixed {}
 
 /// The bound on the rounding of one hopping term `x + a H psi` in half precision
 /// ([`Half`](lattice_gpu_kernels::wilson::Half)), relative to the f64 result in the 2-norm over a
@@ -111,6 +112,13 @@ impl WilsonStorage for lattice_gpu_kernels::wilson::Half {}
 /// site's largest), `2^-12` at most; the result sums eight hops of a spinor and a link each and is
 /// rounded once more when stored. Measured on random fields: `3.1e-4` (`lqcd/tests/half.rs`).
 pub const HALF_HOPPING_BOUND: f64 = 1.0 / 2048.0;
+
+/// [`HALF_HOPPING_BOUND`] in 16-bit fixed point ([`Fixed`](lattice_gpu_kernels::wilson::Fixed)):
+/// `2^-14`. Each stored value is kept to half a step of 32767 (a spinor's of its site's largest,
+/// `2^-16`); the result sums eight hops of a spinor and a link each and is rounded once more when
+/// stored. Measured on random fields: `3.3e-5` (`lqcd/tests/half.rs`), a tenth of binary16's, not a
+/// sixteenth: binary16's steps shrink with the value, fixed point's do not.
+pub const FIXED_HOPPING_BOUND: f64 = 1.0 / 16384.0;
 
 /// The hopping kernel's entry of precision `T` for `recon`, on one lattice or on a rank's block.
 fn dslash_entry<T: WilsonEntries>(recon: Recon, split: bool) -> &'static str {

@@ -68,7 +68,14 @@
 //! The clover kernels run in it too (`clover_gpu::CloverStorage`), the clover entries as binary16 like
 //! the links: `M_hat` within `clover_gpu::HALF_CLOVER_BOUND = 2^-10` of f64 (measured: `3.5e-4`).
 //!
-//! The mixed-precision solvers (`lqcd solve --sloppy half`, Wilson or clover) iterate in it with
+//! QUDA's 16-bit fixed point is a storage too, `Fixed`: spinor values `round(32767 v / m)` with the
+//! site's `m / 32767` beside them, link entries `round(32767 u)`, and a clover site's 36 entries scaled
+//! by their largest with that factor in a 37th slot. One hopping term is within
+//! `gpu::FIXED_HOPPING_BOUND = 2^-14` (measured `3.3e-5`), `M_hat` with clover within
+//! `clover_gpu::FIXED_CLOVER_BOUND = 2^-13` (measured `4.3e-5`). Its 15 bits cost the clover solves
+//! fewer iterations than binary16's 11 (the `rounding` example, on the CPU).
+//!
+//! The mixed-precision solvers (`lqcd solve --sloppy half` or `fixed`, Wilson or clover) iterate in it with
 //! reliable updates in f64. BiCGStab converges as in f32; CG on the normal equations (CGNR) loses conjugacy to the
 //! rounding on rough fields near their critical kappa and stops with an error that advises an f32
 //! inner precision.

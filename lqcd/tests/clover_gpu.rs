@@ -27,7 +27,7 @@ use lattice_gpu_host::solvers::reliable::{Method, MixedBiCgStab, MixedOptions};
 use lattice_gpu_host::split::{DeviceRanks, HostStaged};
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::SpanError;
-use lattice_gpu_kernels::wilson::{CloverMode, Half, WilsonStore};
+use lattice_gpu_kernels::wilson::{CloverMode, Fixed, Half};
 use lattice_gpu_lqcd::clover::{
     apply_clover_inverse_parity, clover_dirac, clover_m_hat, clover_true_residual, solve_clover_eo,
     CloverField,
@@ -35,7 +35,7 @@ use lattice_gpu_lqcd::clover::{
 use lattice_gpu_lqcd::clover_gpu::{
     apply_clover_on_host, clover_hopping_on_block, clover_hopping_on_host, pack_clover,
     pack_clover_block, solve_clover_mixed_with, solve_clover_with, CloverEvenOdd, CloverGpu,
-    CloverPart, CloverReal, CloverStorage, HALF_CLOVER_BOUND,
+    CloverPart, CloverReal, CloverStorage, FIXED_CLOVER_BOUND, HALF_CLOVER_BOUND,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
@@ -221,39 +221,45 @@ fn half_errors(got: &[Complex64], want: &[Complex64]) -> (f64, f64) {
     ((d2 / w2).sqrt(), max_rel_diff(got, want))
 }
 
-/// Half precision's `M_hat` (both clover modes) and the source's `A_oo^{-1} b_o` (the clover term
-/// alone) by the kernel bodies on the CPU, against the f64 reference: within [`HALF_CLOVER_BOUND`],
-/// and rounded at all.
+/// The 16-bit storages' `M_hat` (both clover modes) and the source's `A_oo^{-1} b_o` (the clover term
+/// alone) by the kernel bodies on the CPU, against the f64 reference: within [`HALF_CLOVER_BOUND`] in
+/// binary16 and [`FIXED_CLOVER_BOUND`] in fixed point, and rounded at all.
 #[test]
-fn half_clover_kernel_bodies_keep_the_stated_bound() {
-    let bound = HALF_CLOVER_BOUND;
+fn sixteen_bit_clover_kernel_bodies_keep_their_stated_bounds() {
+    body_bound::<Half>(HALF_CLOVER_BOUND);
+    body_bound::<Fixed>(FIXED_CLOVER_BOUND);
+}
+
+fn body_bound<H: CloverStorage>(bound: f64) {
     for (dims, antiperiodic) in CASES {
         let c = case(dims, antiperiodic, CSW, 11);
         let (x_e, x_o) = c.psi.to_eo();
         let want = clover_m_hat(&c.lat, &c.u, &c.clover, &x_e);
         for recon in [Recon::R18, Recon::R12] {
-            let got = parity_of::<Half>(&c.lat, &m_hat_on_host::<Half>(&c, recon), 0);
+            let got = parity_of::<H>(&c.lat, &m_hat_on_host::<H>(&c, recon), 0);
             let (rel, max) = half_errors(&got, &want);
+            let name = H::PRECISION;
             eprintln!(
-                "{dims:?} r{}: half M_hat relative {rel:e}, largest {max:e}",
+                "{dims:?} r{}: {name} M_hat relative {rel:e}, largest {max:e}",
                 recon.name()
             );
             assert!(
                 rel <= bound && max <= 4.0 * bound && rel > 1e-7,
-                "{dims:?} r{}: half M_hat relative error {rel:e}, largest {max:e}, bound {bound:e}",
+                "{dims:?} r{}: {name} M_hat relative error {rel:e}, largest {max:e}, bound {bound:e}",
                 recon.name()
             );
         }
-        let inv_odd = pack_clover::<Half>(&c.lat, &c.clover, 1, CloverPart::Inverse);
-        let x = pack_parity::<Half>(&c.lat, &c.psi.data, 1);
-        let mut out = poisoned::<Half>(&c.lat);
-        apply_clover_on_host::<Half>(c.lat.half_volume(), &inv_odd, &mut out, &x).unwrap();
-        let got = parity_of::<Half>(&c.lat, &out, 1);
+        let inv_odd = pack_clover::<H>(&c.lat, &c.clover, 1, CloverPart::Inverse);
+        let x = pack_parity::<H>(&c.lat, &c.psi.data, 1);
+        let mut out = poisoned::<H>(&c.lat);
+        apply_clover_on_host::<H>(c.lat.half_volume(), &inv_odd, &mut out, &x).unwrap();
+        let got = parity_of::<H>(&c.lat, &out, 1);
         let (rel, max) = half_errors(&got, &apply_clover_inverse_parity(&c.clover, 1, &x_o));
-        eprintln!("{dims:?}: half A_oo^-1 relative {rel:e}, largest {max:e}");
+        let name = H::PRECISION;
+        eprintln!("{dims:?}: {name} A_oo^-1 relative {rel:e}, largest {max:e}");
         assert!(
             rel <= bound && max <= 4.0 * bound && rel > 1e-7,
-            "{dims:?}: half A_oo^-1 x relative error {rel:e}, largest {max:e}"
+            "{dims:?}: {name} A_oo^-1 x relative error {rel:e}, largest {max:e}"
         );
     }
 }
@@ -545,19 +551,25 @@ fn gpu_clover_m_hat_matches_the_cpu_reference() {
     gpu_m_hat_case::<f32>(&gpu);
 }
 
-/// Half precision's `M_hat` on the GPU, its output poisoned first: within [`HALF_CLOVER_BOUND`] of the
-/// f64 reference and far below a binary16 step off its kernel bodies' CPU run; one rank cutting its own
-/// axes (exchanges through the host, the norms with the ghosts) gives the whole lattice's bits.
+/// The 16-bit storages' `M_hat` on the GPU, its output poisoned first: within its bound
+/// ([`HALF_CLOVER_BOUND`], [`FIXED_CLOVER_BOUND`]) of the f64 reference and far below a 16-bit step
+/// off its kernel bodies' CPU run; one rank cutting its own axes (exchanges through the host, the norms
+/// with the ghosts) gives the whole lattice's bits.
 #[test]
-fn gpu_half_clover_keeps_the_bound_follows_its_cpu_body_and_splits() {
-    let test = "gpu_half_clover_keeps_the_bound_follows_its_cpu_body_and_splits";
+fn gpu_16_bit_clover_keeps_the_bound_follows_its_cpu_body_and_splits() {
+    let test = "gpu_16_bit_clover_keeps_the_bound_follows_its_cpu_body_and_splits";
     let Some(gpu) = gpu(test) else {
         return;
     };
-    let m_hat_of = |op: &CloverEvenOdd<Half>, psi: &SpinorField| {
+    gpu_16_bit_case::<Half>(&gpu, HALF_CLOVER_BOUND);
+    gpu_16_bit_case::<Fixed>(&gpu, FIXED_CLOVER_BOUND);
+}
+
+fn gpu_16_bit_case<H: CloverStorage<Elem: PartialEq>>(gpu: &Arc<Gpu>, bound: f64) {
+    let m_hat_of = |op: &CloverEvenOdd<H>, psi: &SpinorField| {
         let w = op.0.wilson();
         let inp = w.upload_parity(psi, 0).unwrap();
-        let out = DeviceBuffer::from_host(&gpu, &vec![Half::POISON; 2 * w.storage_len()]).unwrap();
+        let out = DeviceBuffer::from_host(gpu, &vec![H::POISON; 2 * w.storage_len()]).unwrap();
         op.apply(&out, &inp, None).unwrap();
         out.download().unwrap()
     };
@@ -565,39 +577,42 @@ fn gpu_half_clover_keeps_the_bound_follows_its_cpu_body_and_splits() {
         let c = case(dims, antiperiodic, CSW, 31);
         let want = clover_m_hat(&c.lat, &c.u, &c.clover, &c.psi.to_eo().0);
         for recon in [Recon::R18, Recon::R12] {
-            let op = CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
+            let op = CloverGpu::<H>::new(gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
             let data = m_hat_of(&CloverEvenOdd(op), &c.psi);
-            let got = parity_of::<Half>(&c.lat, &data, 0);
+            let got = parity_of::<H>(&c.lat, &data, 0);
             let (rel, max) = half_errors(&got, &want);
             assert!(
-                rel <= HALF_CLOVER_BOUND && max <= 4.0 * HALF_CLOVER_BOUND,
-                "{dims:?} r{}: GPU half M_hat relative error {rel:e}, largest {max:e}",
-                recon.name()
+                rel <= bound && max <= 4.0 * bound,
+                "{dims:?} r{}: GPU {} M_hat relative error {rel:e}, largest {max:e}",
+                recon.name(),
+                H::PRECISION
             );
-            let host = parity_of::<Half>(&c.lat, &m_hat_on_host::<Half>(&c, recon), 0);
+            let host = parity_of::<H>(&c.lat, &m_hat_on_host::<H>(&c, recon), 0);
             let (rel, max) = half_errors(&got, &host);
             assert!(
                 rel <= 1e-5 && max <= 2.0 / 32767.0,
-                "{dims:?} r{}: GPU half M_hat against its CPU body {rel:e}, largest {max:e}",
-                recon.name()
+                "{dims:?} r{}: GPU {} M_hat against its CPU body {rel:e}, largest {max:e}",
+                recon.name(),
+                H::PRECISION
             );
         }
     }
     let c = case(SPLIT_DIMS, true, CSW, 43);
     for recon in [Recon::R18, Recon::R12] {
-        let whole = CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
-        let n = 2 * parity_slots::<Half>(&c.lat);
+        let whole = CloverGpu::<H>::new(gpu, &c.lat, &c.u, &c.clover, recon).unwrap();
+        let n = 2 * parity_slots::<H>(&c.lat);
         let want = m_hat_of(&CloverEvenOdd(whole), &c.psi);
         for cuts in SPLIT_CUTS {
             let block = Block::new(c.lat, [1; 4], 0).unwrap().cutting(cuts).unwrap();
             let split =
-                CloverGpu::<Half>::split(&gpu, block, &c.u, &c.clover, recon, host_ranks(), true)
+                CloverGpu::<H>::split(gpu, block, &c.u, &c.clover, recon, host_ranks(), true)
                     .unwrap();
             let got = m_hat_of(&CloverEvenOdd(split), &c.psi);
             assert!(
                 got[..n] == want[..n],
-                "r{} cutting {cuts:?}: the split half M_hat differs from the whole lattice's",
-                recon.name()
+                "r{} cutting {cuts:?}: the split {} M_hat differs from the whole lattice's",
+                recon.name(),
+                H::PRECISION
             );
         }
     }
@@ -802,7 +817,7 @@ fn gpu_solve_case<T: CloverReal>(gpu: &Arc<Gpu>, tol: f64, agree: f64) {
     }
 }
 
-/// Mixed f32/f64 BiCGStab and CGNR on the clover operator, and CGNR in f64 (the adjoint through
+/// Mixed f32/f64, half/f64 and fixed/f64 BiCGStab and CGNR on the clover operator, and CGNR in f64 (the adjoint through
 /// gamma_5, [`DeviceOperator::apply_dagger`]), with reliable updates: the true residual recomputed on
 /// the CPU in f64 at most 1e-10, and the iterations at most 20% above the same method all in f64.
 #[test]
@@ -815,6 +830,7 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
     let op = || CloverGpu::<f64>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
     let lo = || CloverGpu::<f32>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
     let half = || CloverGpu::<Half>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
+    let fixed = || CloverGpu::<Fixed>::new(&gpu, &c.lat, &c.u, &c.clover, Recon::R12).unwrap();
     let options = |method| {
         let mut o = MixedOptions::new(SolveOptions {
             tol: 1e-10,
@@ -837,6 +853,8 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
     let mut all64 = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(op())).unwrap();
     let mut mixed = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(lo())).unwrap();
     let mut in_half = MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(half())).unwrap();
+    let mut in_fixed =
+        MixedBiCgStab::new(&gpu, CloverEvenOdd(op()), CloverEvenOdd(fixed())).unwrap();
     let mut cgnr64 = 0;
     for (method, name) in [
         (Method::Cgnr, "f64 CGNR"),
@@ -844,12 +862,14 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
         (Method::Cgnr, "f32/f64 CGNR"),
         (Method::BiCgStab, "half/f64 BiCGStab"),
         (Method::Cgnr, "half/f64 CGNR"),
+        (Method::BiCgStab, "fixed/f64 BiCGStab"),
     ] {
         let (opt, none) = (options(method), &mut |_, _| Ok(()));
         let run = match &name[..3] {
             "f64" => solve_clover_mixed_with(&mut all64, &c.psi, &opt, none),
             "f32" => solve_clover_mixed_with(&mut mixed, &c.psi, &opt, none),
-            _ => solve_clover_mixed_with(&mut in_half, &c.psi, &opt, none),
+            "hal" => solve_clover_mixed_with(&mut in_half, &c.psi, &opt, none),
+            _ => solve_clover_mixed_with(&mut in_fixed, &c.psi, &opt, none),
         };
         let (x, report, gpu_res) = run.unwrap_or_else(|e| panic!("{name}: {e}"));
         let res = clover_true_residual(&c.lat, &c.u, &c.clover, &c.psi, &x);
@@ -872,7 +892,7 @@ fn gpu_mixed_clover_solves_reach_1e_10() {
                 cgnr64 = report.iterations;
                 continue;
             }
-            "f32/f64 BiCGStab" | "half/f64 BiCGStab" => r.iterations,
+            "f32/f64 BiCGStab" | "half/f64 BiCGStab" | "fixed/f64 BiCGStab" => r.iterations,
             _ => cgnr64,
         };
         assert!(

@@ -7,7 +7,7 @@
 //! outer launches of an overlapped hopping term compute every site once.
 
 use lattice_gpu_kernels::wilson::{
-    edge_order, Dslash, Half, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
+    edge_order, Dslash, Fixed, Half, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT,
 };
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
@@ -39,8 +39,9 @@ fn blocks(global: Lattice, grid: [usize; 4], cuts: &[usize]) -> Vec<Block> {
 #[test]
 fn blocks_of_a_split_give_the_whole_lattices_bits() {
     split_bits::<f64>();
-    // Half precision: each ghost carries its site's norm.
+    // 16-bit storage: each ghost carries its site's norm.
     split_bits::<Half>();
+    split_bits::<Fixed>();
 }
 
 fn split_bits<T: WilsonStorage>() {

@@ -1,5 +1,5 @@
-//! Half precision (IEEE binary16 with a norm per spinor site, f32 arithmetic;
-//! `lattice_gpu_kernels::wilson::Half`): the hopping term `x + a H psi` against the independent f64
+//! The 16-bit storages (IEEE binary16 or 16-bit fixed point, a norm per spinor site, f32 arithmetic;
+//! `lattice_gpu_kernels::wilson::{Half, Fixed}`): the hopping term `x + a H psi` against the independent f64
 //! reference on random fields, within the bound the crate docs state; a split lattice's blocks give
 //! the whole lattice's bits; the GPU gives what the kernel body gives on the CPU, and its even-odd
 //! operator stays within the bound too. Outputs are poisoned first (every site decodes to NaN).
@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::{DeviceBuffer, Gpu};
-use lattice_gpu_kernels::wilson::Half;
+use lattice_gpu_kernels::wilson::{Fixed, Half};
 use lattice_gpu_lqcd::gauge::GaugeField;
 use lattice_gpu_lqcd::geometry::Lattice;
 use lattice_gpu_lqcd::gpu::{
     hopping_on_host, pack_gauge, pack_parity, parity_slots, unpack_parity, EvenOdd, Recon,
-    WilsonGpu, WilsonStorage, HALF_HOPPING_BOUND,
+    WilsonGpu, WilsonStorage, FIXED_HOPPING_BOUND, HALF_HOPPING_BOUND,
 };
 use lattice_gpu_lqcd::reference;
 use lattice_gpu_lqcd::spinor::SpinorField;
@@ -51,8 +51,9 @@ fn reference_hop(
 }
 
 #[test]
-fn the_half_kernel_body_keeps_the_stated_bound() {
+fn the_16_bit_kernel_bodies_keep_their_stated_bounds() {
     body_bound::<Half>(HALF_HOPPING_BOUND);
+    body_bound::<Fixed>(FIXED_HOPPING_BOUND);
 }
 
 fn body_bound<H: WilsonStorage>(bound: f64) {
@@ -83,7 +84,7 @@ fn body_bound<H: WilsonStorage>(bound: f64) {
                      bound {bound:e}",
                     recon.name()
                 );
-                // Half precision rounds: an error of zero would mean the values never went through it.
+                // 16 bits round: an error of zero would mean the values never went through them.
                 assert!(rel > 1e-7, "no rounding at all: {rel:e}");
             }
         }
@@ -110,10 +111,11 @@ fn gpu_hop<H: WilsonStorage>(
 }
 
 #[test]
-fn the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body() {
-    let test = "the_half_hopping_term_on_the_gpu_keeps_the_bound_and_follows_its_cpu_body";
+fn the_16_bit_hopping_terms_on_the_gpu_keep_their_bounds_and_follow_their_cpu_bodies() {
+    let test = "the_16_bit_hopping_terms_on_the_gpu_keep_their_bounds_and_follow_their_cpu_bodies";
     let Some(gpu) = common::gpu(test) else { return };
     gpu_bound::<Half>(&gpu, HALF_HOPPING_BOUND);
+    gpu_bound::<Fixed>(&gpu, FIXED_HOPPING_BOUND);
 }
 
 fn gpu_bound<H: WilsonStorage>(gpu: &Arc<Gpu>, bound: f64) {
@@ -159,11 +161,12 @@ fn gpu_bound<H: WilsonStorage>(gpu: &Arc<Gpu>, bound: f64) {
 }
 
 #[test]
-fn a_split_half_lattice_exchanges_norms_with_its_ghosts() {
-    let Some(gpu) = common::gpu("a_split_half_lattice_exchanges_norms_with_its_ghosts") else {
+fn a_split_16_bit_lattice_exchanges_norms_with_its_ghosts() {
+    let Some(gpu) = common::gpu("a_split_16_bit_lattice_exchanges_norms_with_its_ghosts") else {
         return;
     };
     split_case::<Half>(&gpu);
+    split_case::<Fixed>(&gpu);
 }
 
 fn split_case<H: WilsonStorage>(gpu: &Arc<Gpu>) {
@@ -202,11 +205,12 @@ fn split_case<H: WilsonStorage>(gpu: &Arc<Gpu>) {
 }
 
 #[test]
-fn the_half_even_odd_operator_keeps_the_bound() {
-    let Some(gpu) = common::gpu("the_half_even_odd_operator_keeps_the_bound") else {
+fn the_16_bit_even_odd_operators_keep_their_bounds() {
+    let Some(gpu) = common::gpu("the_16_bit_even_odd_operators_keep_their_bounds") else {
         return;
     };
     even_odd_case::<Half>(&gpu, HALF_HOPPING_BOUND);
+    even_odd_case::<Fixed>(&gpu, FIXED_HOPPING_BOUND);
 }
 
 fn even_odd_case<H: WilsonStorage>(gpu: &Arc<Gpu>, bound: f64) {

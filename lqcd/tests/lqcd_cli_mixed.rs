@@ -52,11 +52,20 @@ fn bad_mixed_options_are_refused_with_their_fix() {
             "--delta 1.5 must lie between 0 and 1",
         ),
         (&["--delta", "nan"], 1, "must lie between 0 and 1"),
-        (&["--sloppy", "f16"], 2, "possible values: f64, f32, half"),
+        (
+            &["--sloppy", "f16"],
+            2,
+            "possible values: f64, f32, half, fixed",
+        ),
         (
             &["--precision", "f32", "--sloppy", "half"],
             1,
-            "runs under the outer --precision f64 only",
+            "--sloppy half runs under the outer --precision f64 only",
+        ),
+        (
+            &["--precision", "f32", "--sloppy", "fixed"],
+            1,
+            "--sloppy fixed runs under the outer --precision f64 only",
         ),
         (&["--solver", "gmres"], 2, "use bicgstab or cgnr"),
         (
@@ -108,6 +117,7 @@ fn split_mixed_and_clover_solves_give_the_one_gpu_solution() {
         &["0.15", "--solver", "cgnr"],
         &["0.12", "--csw", "1.3"],
         &["0.12", "--csw", "1.3", "--sloppy", "half"],
+        &["0.12", "--csw", "1.3", "--sloppy", "fixed"],
     ] {
         let mut one = base.to_vec();
         one.extend_from_slice(extra);

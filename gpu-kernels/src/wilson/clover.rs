@@ -16,7 +16,10 @@
 //! Layout of a clover field of one parity (the matrix `C` of each site of that parity), tiled like the
 //! spinors ([`crate::wilson`]): per site [`CLOVER_ENTRIES`] = 36 complex entries (72 reals), entry `k`
 //! of site `cb` at [`tile_index`]`(cb, 36) + 32 k`, so that a warp's loads of one entry are one
-//! contiguous run. `C` is block-diagonal in chirality (DeGrand-Rossi: `g_5 = diag(1, 1, -1, -1)`), block
+//! contiguous run. In fixed point ([`WilsonStore::CLOVER_SLOTS`] = 37) the entries are integers,
+//! `round(32767 c / m)` with `m` the site's largest real, and slot 36 holds `m / 32767` as an f32: the
+//! entries of `A^{-1}` grow without bound near a singular block, so no one scale fits a field. `C` is
+//! block-diagonal in chirality (DeGrand-Rossi: `g_5 = diag(1, 1, -1, -1)`), block
 //! `ch` acting on spins `2 ch` and `2 ch + 1`, i.e. on spinor components `6 ch .. 6 ch + 6` (index
 //! `3 s + c`, row `i` of the block being component `6 ch + i`). Each block is hermitian and stored in
 //! the 18 entries `18 ch .. 18 ch + 18`:
@@ -50,10 +53,11 @@ pub const fn upper_index(i: usize, j: usize) -> usize {
     i * 6 - i * (i + 1) / 2 + (j - i - 1)
 }
 
-/// Reals of a clover field of `sites` sites in the tiled layout (padding to whole tiles included).
+/// Numbers (of storage `T`) of a clover field of `sites` sites in the tiled layout (padding to whole
+/// tiles included).
 #[inline(always)]
-pub const fn clover_reals(sites: usize) -> usize {
-    2 * CLOVER_ENTRIES * sites.div_ceil(TILE) * TILE
+pub const fn clover_reals<T: WilsonStore>(sites: usize) -> usize {
+    2 * T::CLOVER_SLOTS * sites.div_ceil(TILE) * TILE
 }
 
 /// What [`CloverDslash`] does with the hopping sum `h` of a site.
@@ -69,8 +73,9 @@ pub enum CloverMode {
 /// The hopping term and the clover term of the output site in one kernel, as [`CloverMode`] says.
 /// `hop` holds the hopping term's lattice, fields and numbers exactly as for [`Dslash`] (its `x`,
 /// `a`, `halt`, `cut` and `sites` included); `clover` is the clover field of the output parity, in the
-/// fields' storage `T` (in half precision each entry a binary16, as a link's: no norm, since the
-/// entries of `A` and `A^{-1}` lie near the unit diagonal and their error counts against it).
+/// fields' storage `T` (in binary16 each entry rounded as a link's, with no norm, since the entries of
+/// `A` and `A^{-1}` lie near the unit diagonal and their error counts against it; in fixed point with
+/// the site's factor, as the module documentation says).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CloverDslash<T: WilsonStore, const R: usize, const SPLIT: bool = false> {
@@ -109,7 +114,7 @@ unsafe fn clover_row<T: WilsonStore>(
     i: usize,
     v: &[Complex<T::Real>; 6],
 ) -> Complex<T::Real> {
-    let base = tile_index(cb, CLOVER_ENTRIES) + 18 * ch * TILE;
+    let base = tile_index(cb, T::CLOVER_SLOTS) + 18 * ch * TILE;
     let e = |k: usize| unsafe { T::load(clover, base + k * TILE) };
     let pair = e(i / 2);
     let d = if i.is_multiple_of(2) {
@@ -162,7 +167,7 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> CloverDslash<T, R, SPLIT
         check_len(
             "clover",
             mem.clover.len(),
-            clover_reals(self.hop.half_volume()),
+            clover_reals::<T>(self.hop.half_volume()),
         )?;
         let place = Place::common(&[hop.place(), mem.clover.place()])?;
         let c = Self {
@@ -337,6 +342,16 @@ unsafe fn clover_site<T: WilsonStore>(
         clover_block::<T, 0>(clover, cb, |k| v[k], &mut put);
         clover_block::<T, 1>(clover, cb, |k| v[k], &mut put);
     }
+    if T::UNIT != 1.0 {
+        // Fixed point: the site's entries are integers, their factor in the last slot.
+        let n = unsafe {
+            T::norm(
+                clover,
+                tile_index(cb, T::CLOVER_SLOTS) + CLOVER_ENTRIES * TILE,
+            )
+        };
+        return components!(|k: usize| out[k].scale(n));
+    }
     out
 }
 
@@ -373,7 +388,7 @@ impl<T: WilsonStore> CloverSite<T> {
         let spinor = spinor_elems::<T>(n);
         check_len("out", out.len(), spinor)?;
         check_len("x", x.len(), spinor)?;
-        check_len("clover", clover.len(), clover_reals(n))?;
+        check_len("clover", clover.len(), clover_reals::<T>(n))?;
         let place = Place::common(&[out.place(), x.place(), clover.place()])?;
         let c = Self {
             out: out.ptr(),

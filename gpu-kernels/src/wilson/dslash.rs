@@ -571,7 +571,11 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             (false, true) => Some(sign),
             (true, _) => {
                 let n = unsafe { T::norm(self.inp, at + 12 * TILE) };
-                Some(sign * n)
+                // Fixed point: the links' integers carry the unit too.
+                match T::UNIT == 1.0 {
+                    true => Some(sign * n),
+                    false => Some(sign * n * T::Real::from_f64(1.0 / T::UNIT as f64)),
+                }
             }
         };
         // Project onto the two independent spin components: h_r = psi_r -+ sigma psi_lower.
@@ -606,7 +610,11 @@ impl<T: WilsonStore, const R: usize, const SPLIT: bool> Dslash<T, R, SPLIT> {
             let row = match (R, a, ahead) {
                 (9, _, false) => unsafe { self.link_row(at, a) },
                 (9, 2, true) => last,
-                (_, 2, _) => third_row(top),
+                (_, 2, _) if T::UNIT == 1.0 => third_row(top),
+                // The product of two stored rows carries the unit twice.
+                (_, 2, _) => {
+                    third_row(top).map(|z| z.scale(T::Real::from_f64(1.0 / T::UNIT as f64)))
+                }
                 _ => top[a],
             };
             for r in 0..2 {

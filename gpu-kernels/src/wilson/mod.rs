@@ -17,7 +17,8 @@
 //!   the whole matrix (`k = 3 a + b`), `R = 6` only rows 0 and 1, row 2 being rebuilt as
 //!   `conj(row0 x row1)` (exact for SU(3)).
 //! - clover field on one parity (the Wilson-clover term, [`clover`]): 36 complex entries per site, entry
-//!   `k` of site `cb` at [`tile_index`]`(cb, 36) + 32 k` (two hermitian 6x6 chiral blocks).
+//!   `k` of site `cb` at [`tile_index`]`(cb, 36) + 32 k` (two hermitian 6x6 chiral blocks); in fixed point
+//!   ([`WilsonStore::CLOVER_SLOTS`]) 37 slots a site, slot 36 holding the factor of its entries.
 
 #[macro_use]
 pub mod clover;
@@ -38,7 +39,7 @@ pub use dslash::{
 };
 pub use fused::{FusedFields, FusedIteration, Phase, FUSED_BLOCK};
 pub use halo::{Halo, PackFaces, INNER, OUTER, T_CUT, T_HIGH_EDGE, T_LOW_EDGE, Y_CUT, Z_CUT};
-pub use store::{load_site, store_site, Half, WilsonStore};
+pub use store::{load_site, store_site, Fixed, Half, WilsonStore};
 
 /// A storage with the Wilson kernels' entries in the framework's module: a supertrait of a precision
 /// bound, so that generic code over precisions names no kernel type.
@@ -181,6 +182,11 @@ wilson_entries!(
     pack_faces_half,
     gamma5_half
 );
+wilson_entries!(
+    Fixed => [dslash_fixed_r18, dslash_fixed_r12, dslash_split_fixed_r18, dslash_split_fixed_r12],
+    pack_faces_fixed,
+    gamma5_fixed
+);
 
 /// A storage with the Wilson-clover kernels' entries ([`clover`]), beside its [`WilsonEntries`].
 pub trait CloverEntries: WilsonEntries {
@@ -219,4 +225,8 @@ clover_entries!(
 clover_entries!(
     Half => [clover_half_r18, clover_half_r12, clover_split_half_r18, clover_split_half_r12],
     clover_site_half
+);
+clover_entries!(
+    Fixed => [clover_fixed_r18, clover_fixed_r12, clover_split_fixed_r18, clover_split_fixed_r12],
+    clover_site_fixed
 );

@@ -1,5 +1,6 @@
-//! How the Wilson fields are stored: f32 and f64 as they are, or in half precision, IEEE binary16 with a
-//! norm per spinor site and f32 arithmetic, which halves the bytes a hopping term moves.
+//! How the Wilson fields are stored: f32 and f64 as they are, or in 16 bits with a norm per spinor site
+//! and f32 arithmetic, which halves the bytes a hopping term moves: IEEE binary16 ([`Half`]) or QUDA's
+//! 16-bit fixed point ([`Fixed`]).
 //!
 //! Half precision ([`Half`]; QUDA's half fields, Clark et al. 2010, section IV, with binary16 where
 //! QUDA stores 16-bit fixed point):
@@ -14,6 +15,14 @@
 //! mixed-precision BiCGStab to 1e-10 took 0.752 s in fixed point against 0.716 s in binary16 (750
 //! and 782 iterations; all-f64 2.416 s). Fixed point keeps 15 bits where binary16 keeps 11, which
 //! showed in CGNR only (see `lattice_gpu_host::solvers::reliable`).
+//!
+//! Fixed point ([`Fixed`]) is back beside it for the clover solves: on the CPU (the `rounding` example of
+//! lattice-gpu-lqcd, 2026-11-28; f64 arithmetic, the storages' roundings) the clover BiCGStab at
+//! `c_sw` 1 took 8% more iterations than f64 in fixed point and 23.5% more in binary16 (8^3x16, six
+//! fields), 3.8% and 13.5% at 16^3x32. Its values carry 15 bits where binary16's carry 11, and that is
+//! what the even-odd clover operator's low modes feel. A fixed-point site stores `round(32767 v / m)`
+//! and `m / 32767` as its norm; a link entry `round(32767 u)`; a clover site its 36 entries scaled by
+//! their largest, with that factor in a 37th slot ([`WilsonStore::CLOVER_SLOTS`]).
 
 use crate::complex::{Complex, ComplexReal};
 use crate::device::math::Real;
@@ -21,8 +30,8 @@ use crate::solver_store::SolverStore;
 
 /// A storage of the Wilson fields and the precision its arithmetic runs in.
 ///
-/// Its [`SolverStore`] says what a buffer holds (`Elem`: `f32`, `f64` or `u16`) and names kernels,
-/// tables and tune-cache keys (`PRECISION`: `"f32"`, `"f64"` or `"half"`).
+/// Its [`SolverStore`] says what a buffer holds (`Elem`: `f32`, `f64`, `u16` or `i16`) and names kernels,
+/// tables and tune-cache keys (`PRECISION`: `"f32"`, `"f64"`, `"half"` or `"fixed"`).
 pub trait WilsonStore: SolverStore {
     /// The arithmetic precision.
     type Real: ComplexReal;
@@ -32,6 +41,13 @@ pub trait WilsonStore: SolverStore {
     /// H100 (`lqcd bench`, 2026-11-26): faster in f64 (r18 +7%, r12 +2% at 32^3x64) and in 16-bit storage
     /// (r12 +9% to +10%), slower in f32 (r18 -3.5% at both sizes), whose kernels keep the plain products.
     const FMA: bool = true;
+    /// What a stored link entry or spinor value of magnitude 1 holds: 1, or 32767 in [`Fixed`], whose
+    /// loads give the integers (the scale is applied once per product: the site's norm, the hop's
+    /// factor, the clover site's norm).
+    const UNIT: f32 = 1.0;
+    /// Complex slots of a clover site in the tiled layout ([`crate::wilson::clover`]): its 36 entries,
+    /// and in [`Fixed`] a 37th holding the factor of its entries.
+    const CLOVER_SLOTS: usize = 36;
     /// Complex slots of a spinor site in the tiled layout: its 12 components, and its norm if
     /// [`NORMED`](Self::NORMED).
     const SLOTS: usize;
@@ -90,8 +106,12 @@ pub trait WilsonStore: SolverStore {
         let n = unsafe { Self::norm(p, 12) }.to_f64();
         core::array::from_fn(|k| unsafe { Self::load(p, k) }.to_f64().scale(n))
     }
-    /// A link's or a clover field's entry as stored (unscaled: in half precision, the nearest binary16).
+    /// A link's or a clover field's entry as stored (in binary16, the nearest binary16; in fixed point,
+    /// `u` times [`UNIT`](Self::UNIT) rounded, `|u|` at most 1).
     fn encode_entry(u: Complex<f64>) -> [Self::Elem; 2];
+    /// A site's factor `n` as the slot [`store_norm`](Self::store_norm) writes holds it (the f32's bytes
+    /// in 16-bit storage), for the host's packing of fixed-point clover sites.
+    fn encode_norm(n: f32) -> [Self::Elem; 2];
 }
 
 /// A site's slots on the host, aligned for the 32-bit slot and norm accesses of [`store_site`].
@@ -99,7 +119,8 @@ pub trait WilsonStore: SolverStore {
 struct SiteSlots<E>([[E; 2]; 13]);
 
 /// Stores a 16-bit spinor site: its 12 values `v` at slots `at + k stride`, scaled so that its largest
-/// real is 1, and that largest magnitude at slot `at + 12 stride`. A NaN or infinity
+/// real is [`UNIT`](WilsonStore::UNIT), and the factor back (that largest magnitude over the unit) at
+/// slot `at + 12 stride`. A NaN or infinity
 /// in `v` makes that norm NaN (the sum of each real times zero), so that it is not lost in the rounding. The one writer of
 /// a 16-bit site: the hopping kernels, the solvers' vector kernels and the host's encoding.
 ///
@@ -118,7 +139,8 @@ pub unsafe fn store_site<T: WilsonStore>(
         m = m.max(z.re.abs()).max(z.im.abs());
         bad += z.re * zero + z.im * zero;
     }
-    let scale = if m > zero { T::Real::ONE / m } else { zero };
+    let unit = T::Real::from_f64(T::UNIT as f64);
+    let scale = if m > zero { unit / m } else { zero };
     // Written out: LLVM unrolls this loop only in part, and `v` then goes to local memory.
     macro_rules! store {
         ($($k:literal)*) => {
@@ -126,10 +148,11 @@ pub unsafe fn store_site<T: WilsonStore>(
         };
     }
     store!(0 1 2 3 4 5 6 7 8 9 10 11);
-    unsafe { T::store_norm(p, at + 12 * stride, m + bad) };
+    let norm = if T::UNIT == 1.0 { m } else { m / unit };
+    unsafe { T::store_norm(p, at + 12 * stride, norm + bad) };
 }
 
-/// A 16-bit spinor site's 12 values, each stored number times the site's norm (slots `at + k stride`,
+/// A 16-bit spinor site's 12 values, each stored number times the site's norm (its factor) (slots `at + k stride`,
 /// the norm at `at + 12 stride`), in the arithmetic precision.
 ///
 /// # Safety
@@ -187,6 +210,9 @@ macro_rules! plain_store {
             }
             fn encode_entry(u: Complex<f64>) -> [$t; 2] {
                 [u.re as $t, u.im as $t]
+            }
+            fn encode_norm(n: f32) -> [$t; 2] {
+                [n as $t, 0.0]
             }
         }
     };
@@ -262,6 +288,84 @@ impl WilsonStore for Half {
     fn encode_entry(u: Complex<f64>) -> [u16; 2] {
         [to_f16(u.re as f32), to_f16(u.im as f32)]
     }
+    fn encode_norm(n: f32) -> [u16; 2] {
+        let b = n.to_bits();
+        [b as u16, (b >> 16) as u16]
+    }
+}
+
+/// QUDA's half precision: 16-bit fixed point with a norm per spinor site and per clover site, f32
+/// arithmetic (see the module documentation). Buffers hold `i16`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fixed;
+
+/// What a fixed-point value of magnitude 1 holds.
+const FIXED_ONE: f32 = 32767.0;
+
+/// Two integers of a fixed-point slot, loaded and stored as one 32-bit access.
+#[repr(C, align(4))]
+#[derive(Clone, Copy)]
+struct SlotI16(i16, i16);
+
+/// `v` rounded to the nearest integer, ties away from zero, the same on the host and the GPU; 0 for a
+/// value out of range or NaN (its site's norm is NaN then: [`store_site`]). One compare where a
+/// saturating `as` costs a clamp and a NaN test.
+#[inline(always)]
+fn round_fixed(v: f32) -> i16 {
+    // Selects, not a branch: the callers' loops then unroll.
+    let v = if v.abs() < FIXED_ONE + 0.5 { v } else { 0.0 };
+    let half = if v < 0.0 { -0.5 } else { 0.5 };
+    // SAFETY: `|v| + 0.5 < 32768` truncates to at most 32767 in magnitude.
+    unsafe { (v + half).to_int_unchecked::<i16>() }
+}
+
+impl WilsonStore for Fixed {
+    type Real = f32;
+    const NORMED: bool = true;
+    const UNIT: f32 = FIXED_ONE;
+    const CLOVER_SLOTS: usize = 37;
+    const SLOTS: usize = 13;
+    /// `0x7fc0`: the norm slot reads `0x7fc07fc0`, a NaN.
+    const POISON: i16 = 0x7fc0;
+
+    #[inline(always)]
+    unsafe fn load(p: *const i16, i: usize) -> Complex<f32> {
+        // SAFETY: the caller's contract.
+        let v = unsafe { *(p as *const SlotI16).add(i) };
+        Complex::new(v.0 as f32, v.1 as f32)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut i16, i: usize, v: Complex<f32>) {
+        // SAFETY: the caller's contract.
+        unsafe { *(p as *mut SlotI16).add(i) = SlotI16(round_fixed(v.re), round_fixed(v.im)) }
+    }
+    #[inline(always)]
+    unsafe fn copy(p: *mut i16, from: usize, to: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let p = p as *mut SlotI16;
+            *p.add(to) = *p.add(from);
+        }
+    }
+    #[inline(always)]
+    unsafe fn norm(p: *const i16, i: usize) -> f32 {
+        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
+        unsafe { *(p as *const f32).add(i) }
+    }
+    #[inline(always)]
+    unsafe fn store_norm(p: *mut i16, i: usize, n: f32) {
+        // SAFETY: as for `norm`.
+        unsafe { *(p as *mut f32).add(i) = n }
+    }
+
+    fn encode_entry(u: Complex<f64>) -> [i16; 2] {
+        let f = |v: f64| round_fixed((v as f32 * FIXED_ONE).clamp(-FIXED_ONE, FIXED_ONE));
+        [f(u.re), f(u.im)]
+    }
+    fn encode_norm(n: f32) -> [i16; 2] {
+        let b = n.to_bits();
+        [b as u16 as i16, (b >> 16) as u16 as i16]
+    }
 }
 
 #[cfg(test)]
@@ -320,5 +424,47 @@ mod tests {
             Half::encode_entry(Complex::new(1.0 + 1.0 / 2048.0, 0.5)),
             [0x3c00, 0x3800]
         );
+    }
+
+    #[test]
+    fn fixed_sites_keep_each_real_to_half_a_step_of_the_sites_largest() {
+        let v: [Complex<f64>; 12] = core::array::from_fn(|k| {
+            let x = (k as f64 * 0.731).sin() * 1e-7;
+            Complex::new(x, -0.5 * x + 1e-9 * k as f64)
+        });
+        let m = v
+            .iter()
+            .flat_map(|z| [z.re.abs(), z.im.abs()])
+            .fold(0.0, f64::max);
+        let s = Fixed::encode_site(&v);
+        let back = Fixed::decode_site(&s);
+        for (a, b) in v.iter().zip(&back) {
+            // Half a step of 32767 steps of m, plus the f32 roundings of the scale and the norm.
+            let bound = m / 65534.0 * (1.0 + 1e-3);
+            assert!((a.re - b.re).abs() <= bound && (a.im - b.im).abs() <= bound);
+        }
+        // The largest real is stored as 32767, its sign apart.
+        let largest = s.iter().take(12).flatten().map(|x| x.unsigned_abs()).max();
+        assert_eq!(largest, Some(32767));
+        // A NaN makes the whole site NaN; so does the poison.
+        let mut bad = v;
+        bad[3].re = f64::NAN;
+        assert!(Fixed::decode_site(&Fixed::encode_site(&bad))
+            .iter()
+            .all(|z| z.re.is_nan()));
+        assert!(Fixed::decode_site(&[[Fixed::POISON; 2]; 13])
+            .iter()
+            .all(|z| z.re.is_nan() && z.im.is_nan()));
+    }
+
+    #[test]
+    fn fixed_links_round_to_the_nearest_of_32767_steps() {
+        assert_eq!(
+            Fixed::encode_entry(Complex::new(1.0, -1.0)),
+            [32767, -32767]
+        );
+        assert_eq!(Fixed::encode_entry(Complex::new(0.1, -0.25)), [3277, -8192]);
+        let zero = [Complex::new(0.0, 0.0); 12];
+        assert_eq!(Fixed::decode_site(&Fixed::encode_site(&zero)), zero);
     }
 }

@@ -15,7 +15,7 @@ use lattice_gpu_host::solvers::bicgstab::{
     SolveOptions,
 };
 use lattice_gpu_host::{DeviceBuffer, Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{CloverMode, Half, FUSED_BLOCK};
+use lattice_gpu_kernels::wilson::{CloverMode, Fixed, Half, FUSED_BLOCK};
 use lattice_gpu_lqcd::clover::{CloverBlock, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{clover_len, CloverEvenOdd, CloverGpu, CloverStorage};
 use lattice_gpu_lqcd::gauge::GaugeField;
@@ -60,9 +60,9 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     println!("\ndslash (one hopping term on one parity): GFLOPS at QUDA's 1320 flops/site; GB/s in QUDA's");
     println!("byte model (8 spinors + 8 links per site, no cache reuse); DRAM GB/s counts the least traffic");
     println!("(links, input and output once each), and its ratio to the copy bandwidth is the roofline fraction;");
-    println!("half: IEEE binary16 with a norm per spinor site, f32 arithmetic");
+    println!("half: IEEE binary16 with a norm per spinor site, f32 arithmetic; fixed: QUDA's 16-bit fixed point");
     println!(
-        "lattice       prec recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
+        "lattice       prec  recon  us/call   GFLOPS  QUDA GB/s  DRAM GB/s  of copy  block (tuned)"
     );
     // A signal stops the benchmark between its measurements; the CSV is written only at its end.
     let mut step = 0u64;
@@ -83,19 +83,20 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
         largest = larger(largest, footprint);
         let u = GaugeField::random(dims, 3);
         let psi = SpinorField::random(dims, 4);
-        for prec in ["f32", "f64", "half"] {
+        for prec in ["f32", "f64", "half", "fixed"] {
             for recon in [Recon::R18, Recon::R12] {
                 stop()?;
                 let (g, args) = (&g, (&lat, &u, &psi, recon, a.tuning, copy));
                 let row = match prec {
                     "f32" => bench_dslash::<f32>(g, args)?,
                     "f64" => bench_dslash::<f64>(g, args)?,
-                    _ => bench_dslash::<Half>(g, args)?,
+                    "half" => bench_dslash::<Half>(g, args)?,
+                    _ => bench_dslash::<Fixed>(g, args)?,
                 };
                 let (ms, rate, quda_gbs, block) = row;
                 let name = dims_name(dims);
                 println!(
-                    "{name:12} {prec:4} {:>5} {:8.1} {:8.0} {quda_gbs:10.0} {:10.0} {:7.1}% {block:6}",
+                    "{name:12} {prec:5} {:>5} {:8.1} {:8.0} {quda_gbs:10.0} {:10.0} {:7.1}% {block:6}",
                     recon.name(),
                     ms * 1e3,
                     rate.gflops,
@@ -114,11 +115,12 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                 let (rows, block) = match prec {
                     "f32" => bench_clover::<f32>(g, args)?,
                     "f64" => bench_clover::<f64>(g, args)?,
-                    _ => bench_clover::<Half>(g, args)?,
+                    "half" => bench_clover::<Half>(g, args)?,
+                    _ => bench_clover::<Fixed>(g, args)?,
                 };
                 for (what, ms, rate) in rows {
                     clover_rows.push(format!(
-                        "{name:12} {prec:4} {:>5} {what:9} {:8.1} {:8.0} {:10.0} {:7.1}% {block:6}",
+                        "{name:12} {prec:5} {:>5} {what:9} {:8.1} {:8.0} {:10.0} {:7.1}% {block:6}",
                         recon.name(),
                         ms * 1e3,
                         rate.gflops,
@@ -141,7 +143,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     println!("GFLOPS at 1320 + 504 flops a site per kernel; DRAM GB/s counts the least traffic (the hopping term's");
     println!("and 72 clover reals a site once), and its ratio to the copy bandwidth is the roofline fraction");
     println!(
-        "lattice       prec recon kernel     us/call   GFLOPS  DRAM GB/s  of copy  block (tuned)"
+        "lattice       prec  recon kernel     us/call   GFLOPS  DRAM GB/s  of copy  block (tuned)"
     );
     for row in &clover_rows {
         println!("{row}");
@@ -264,7 +266,7 @@ fn bench_footprint(lat: &Lattice, dslash: bool) -> Result<Footprint> {
     };
     // The clover rows (f64): A of both parities and A_oo^-1 on the GPU, packed one at a time on the host.
     let clover = match dslash {
-        true => reals::<f64>(clover_len(lat), "a packed clover parity")?,
+        true => reals::<f64>(clover_len::<f64>(lat), "a packed clover parity")?,
         false => 0,
     };
     let links = links.saturating_add(clover);

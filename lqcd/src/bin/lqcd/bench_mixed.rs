@@ -12,7 +12,7 @@ use lattice_gpu_host::comm::Solo;
 use lattice_gpu_host::solvers::bicgstab::{Fusion, OverheadHiding, SolveOptions, SolveReport};
 use lattice_gpu_host::solvers::reliable::{Method, MixedOptions, MixedReport, DEFAULT_DELTA};
 use lattice_gpu_host::Gpu;
-use lattice_gpu_kernels::wilson::Half;
+use lattice_gpu_kernels::wilson::{Fixed, Half};
 use lattice_gpu_lqcd::clover::CloverField;
 use lattice_gpu_lqcd::clover_gpu::{solve_clover_mixed_with, solve_clover_with};
 use lattice_gpu_lqcd::gauge::{complex_gaussian, reunitarize_su3, GaugeField, Su3};
@@ -250,6 +250,7 @@ pub(super) fn bench_mixed(a: &BenchMixedArgs) -> Result<()> {
         }
         row!(f32, "f32/f64");
         row!(Half, "half/f64");
+        row!(Fixed, "fixed/f64");
     }
     let operator = match a.csw > 0.0 {
         true => format!("Wilson-clover c_sw {}", a.csw),

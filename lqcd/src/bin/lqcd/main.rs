@@ -25,7 +25,7 @@ use lattice_gpu_host::solvers::reliable::{
 };
 use lattice_gpu_host::split::{DeviceRanks, HostStaged};
 use lattice_gpu_host::{Error as HostError, Gpu};
-use lattice_gpu_kernels::wilson::{Half, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
+use lattice_gpu_kernels::wilson::{Fixed, Half, FLOPS_PER_SITE, T_CUT, Y_CUT, Z_CUT};
 use lattice_gpu_lqcd::checkpoint::{self, Progress, SOURCES};
 use lattice_gpu_lqcd::clover::{check_csw, solve_clover_eo_checked, CloverField};
 use lattice_gpu_lqcd::clover_gpu::{
@@ -109,6 +109,8 @@ enum Sloppy {
     F32,
     /// IEEE binary16 with a norm per site, f32 arithmetic.
     Half,
+    /// QUDA's 16-bit fixed point with a norm per site (and per clover site), f32 arithmetic.
+    Fixed,
 }
 
 impl Sloppy {
@@ -126,6 +128,7 @@ impl Sloppy {
             Sloppy::F64 => "f64",
             Sloppy::F32 => "f32",
             Sloppy::Half => "half",
+            Sloppy::Fixed => "fixed",
         }
     }
 
@@ -134,7 +137,15 @@ impl Sloppy {
         match self {
             Sloppy::F64 => 8,
             Sloppy::F32 => 4,
-            Sloppy::Half => 2,
+            Sloppy::Half | Sloppy::Fixed => 2,
+        }
+    }
+
+    /// Numbers of one packed clover parity of `lat` (a fixed-point site holds its factor too).
+    fn clover_len(self, lat: &Lattice) -> usize {
+        match self {
+            Sloppy::Fixed => clover_len::<Fixed>(lat),
+            _ => clover_len::<f64>(lat),
         }
     }
 }
@@ -155,9 +166,10 @@ struct SolverArgs {
     /// (the outer precision).
     #[arg(long, value_enum, default_value_t = Prec::F64)]
     precision: Prec,
-    /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, or half (IEEE binary16 storage
-    /// with f32 arithmetic, under --precision f64, Wilson and clover; BiCGStab only in practice: CGNR in
-    /// half stalls on rough fields). Default: the outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
+    /// Precision of the inner (sloppy) iterations on the GPU: f64, f32, half (IEEE binary16 storage
+    /// with f32 arithmetic) or fixed (QUDA's 16-bit fixed point, f32 arithmetic: 15 bits a value where
+    /// binary16 keeps 11, for the clover operator's harder solves); 16-bit under --precision f64 only,
+    /// Wilson and clover; BiCGStab only in practice: CGNR in 16 bits stalls on rough fields. Default: the outer --precision, no mixed precision. A coarser one iterates in it with reliable updates in the
     /// outer precision (Clark et al. 2010): whenever the iterated residual has fallen by --delta, the
     /// true residual is recomputed and replaces it.
     #[arg(long, value_enum)]
@@ -808,12 +820,12 @@ fn check(s: &SolverArgs) -> Result<()> {
             "--max-iter and --check-every must be at least 1".into(),
         ));
     }
-    if s.precision == Prec::F32 && s.sloppy == Some(Sloppy::Half) {
-        return Err(Error::InvalidParameter(
-            "--sloppy half runs under the outer --precision f64 only: give --precision f64, or \
-             --sloppy f32 under --precision f32"
-                .into(),
-        ));
+    if let (Prec::F32, Some(sloppy @ (Sloppy::Half | Sloppy::Fixed))) = (s.precision, s.sloppy) {
+        return Err(Error::InvalidParameter(format!(
+            "--sloppy {} runs under the outer --precision f64 only: give --precision f64, or \
+             --sloppy f32 under --precision f32",
+            sloppy.name()
+        )));
     }
     if s.precision == Prec::F32 && s.sloppy == Some(Sloppy::F64) {
         return Err(Error::InvalidParameter(
@@ -944,6 +956,9 @@ fn one_rank_footprint(
         (true, true, Prec::F64, Sloppy::Half) => {
             mixed_gpu_footprint::<f64, Half>(lat, args.recon, cgnr, what)
         }
+        (true, true, Prec::F64, Sloppy::Fixed) => {
+            mixed_gpu_footprint::<f64, Fixed>(lat, args.recon, cgnr, what)
+        }
         (true, true, Prec::F32, _) => mixed_gpu_footprint::<f32, f32>(lat, args.recon, cgnr, what),
     }?;
     if args.clover() {
@@ -960,13 +975,18 @@ fn one_rank_footprint(
             .saturating_add(volume_bytes(lat.dims, clover, "the clover field")?);
         if gpu {
             // Three packed parities per operator: a mixed solve holds the outer and the sloppy one.
-            let outer = Sloppy::of(args.precision).bytes();
-            let sloppy = match args.mixed() {
-                true => args.sloppy().bytes(),
-                false => 0,
+            let packed = |store: Sloppy| {
+                memory::bytes(
+                    &[3, store.clover_len(lat)],
+                    store.bytes(),
+                    "the clover field",
+                )
             };
-            let packed = memory::bytes(&[3, clover_len(lat)], outer + sloppy, "the clover field")?;
-            f.gpu = f.gpu.saturating_add(packed);
+            let mut bytes = packed(Sloppy::of(args.precision))?;
+            if args.mixed() {
+                bytes = bytes.saturating_add(packed(args.sloppy())?);
+            }
+            f.gpu = f.gpu.saturating_add(bytes);
         }
         f.what = format!("{} with the clover term", f.what);
     }
@@ -1108,11 +1128,13 @@ fn split_gpu_bytes(args: &SolverArgs, block: &Block) -> Result<u64> {
             Sloppy::F32 => block_gpu_bytes::<f32>(block, recon)?,
             Sloppy::F64 => block_gpu_bytes::<f64>(block, recon)?,
             // 16-bit values, a spinor site in 13 slots (its norm) where the others take 12.
-            Sloppy::Half => block_gpu_bytes::<u16>(block, recon)?.saturating_mul(13) / 12,
+            Sloppy::Half | Sloppy::Fixed => {
+                block_gpu_bytes::<u16>(block, recon)?.saturating_mul(13) / 12
+            }
         };
         let clover = match args.clover() {
             true => memory::bytes(
-                &[3, clover_len(&block.local())],
+                &[3, store.clover_len(&block.local())],
                 store.bytes(),
                 "a block's clover",
             )?,
@@ -1167,12 +1189,16 @@ enum GpuSolver {
     Mixed64x64(Box<MixedBiCgStab<f64, f64, EvenOdd<f64>, EvenOdd<f64>>>),
     /// Reliable updates: outer f64, sloppy half.
     Mixed64xHalf(Box<MixedBiCgStab<f64, Half, EvenOdd<f64>, EvenOdd<Half>>>),
+    /// Reliable updates: outer f64, sloppy 16-bit fixed point.
+    Mixed64xFixed(Box<MixedBiCgStab<f64, Fixed, EvenOdd<f64>, EvenOdd<Fixed>>>),
     /// CGNR in f32.
     Mixed32x32(Box<MixedBiCgStab<f32, f32, EvenOdd<f32>, EvenOdd<f32>>>),
     /// The Wilson-clover operator with reliable updates: outer f64, sloppy f32.
     CloverMixed64x32(Box<MixedBiCgStab<f64, f32, CloverEvenOdd<f64>, CloverEvenOdd<f32>>>),
     /// The Wilson-clover operator with reliable updates: outer f64, sloppy half.
     CloverMixed64xHalf(Box<MixedBiCgStab<f64, Half, CloverEvenOdd<f64>, CloverEvenOdd<Half>>>),
+    /// The Wilson-clover operator with reliable updates: outer f64, sloppy 16-bit fixed point.
+    CloverMixed64xFixed(Box<MixedBiCgStab<f64, Fixed, CloverEvenOdd<f64>, CloverEvenOdd<Fixed>>>),
     /// The Wilson-clover operator, CGNR in f64.
     CloverMixed64x64(Box<MixedBiCgStab<f64, f64, CloverEvenOdd<f64>, CloverEvenOdd<f64>>>),
     /// The Wilson-clover operator, CGNR in f32.
@@ -1321,6 +1347,9 @@ impl GpuSolver {
                 (true, Prec::F64, Sloppy::Half) => {
                     Self::CloverMixed64xHalf(Box::new(make_clover_mixed(g, layout, u, c, b)?))
                 }
+                (true, Prec::F64, Sloppy::Fixed) => {
+                    Self::CloverMixed64xFixed(Box::new(make_clover_mixed(g, layout, u, c, b)?))
+                }
                 (true, Prec::F32, _) => {
                     Self::CloverMixed32x32(Box::new(make_clover_mixed(g, layout, u, c, b)?))
                 }
@@ -1337,6 +1366,9 @@ impl GpuSolver {
             }
             (true, Prec::F64, Sloppy::Half) => {
                 Self::Mixed64xHalf(Box::new(make_mixed(g, layout, u, kappa, b)?))
+            }
+            (true, Prec::F64, Sloppy::Fixed) => {
+                Self::Mixed64xFixed(Box::new(make_mixed(g, layout, u, kappa, b)?))
             }
             (true, Prec::F32, _) => Self::Mixed32x32(Box::new(make_mixed(g, layout, u, kappa, b)?)),
         })
@@ -1364,6 +1396,9 @@ impl GpuSolver {
             GpuSolver::Mixed64xHalf(s) => {
                 GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
             }
+            GpuSolver::Mixed64xFixed(s) => {
+                GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
+            }
             GpuSolver::Mixed32x32(s) => {
                 GpuSolved::of_mixed(solve_mixed_with(s, b, mixed, on_check)?)
             }
@@ -1371,6 +1406,9 @@ impl GpuSolver {
                 GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
             }
             GpuSolver::CloverMixed64xHalf(s) => {
+                GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
+            }
+            GpuSolver::CloverMixed64xFixed(s) => {
                 GpuSolved::of_mixed(solve_clover_mixed_with(s, b, mixed, on_check)?)
             }
             GpuSolver::CloverMixed64x64(s) => {
@@ -1392,9 +1430,11 @@ impl GpuSolver {
             GpuSolver::Mixed64x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::Mixed64x64(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::Mixed64xHalf(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::Mixed64xFixed(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::Mixed32x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::CloverMixed64x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::CloverMixed64xHalf(s) => s.operator().time_apply(b, OPERATOR_REPS),
+            GpuSolver::CloverMixed64xFixed(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::CloverMixed64x64(s) => s.operator().time_apply(b, OPERATOR_REPS),
             GpuSolver::CloverMixed32x32(s) => s.operator().time_apply(b, OPERATOR_REPS),
         }
