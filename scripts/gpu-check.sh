@@ -29,6 +29,9 @@
 #                                             (NCCL) cutting no axis, t, z, and y, z and t (--cut: ghosts
 #                                             exchanged with itself), with and without overlap (not in the
 #                                             default set)
+#                                  temporal   diffusion's temporally blocked passes (1 to 4 steps) at 256^3,
+#                                             512^3 and 8x512x512 against the tuned single step (not in
+#                                             the default set)
 #                                  stencilsplit what the split costs diffusion (512^3, 512x512x256), LBM
 #                                             (384^3, two-lattice) and advection (8192^2, 8192x4096) on one
 #                                             GPU: unsplit, then cut over one rank (--cut) with host
@@ -194,6 +197,7 @@ run() {
     [[ $parts == *" example "* ]] && example_part "$out"
     [[ $parts == *" summary "* ]] && summary_part "$out"
     [[ $parts == *" diffusion "* ]] && diffusion_part "$out"
+    [[ $parts == *" temporal "* ]] && temporal_part "$out"
     [[ $parts == *" lqcd "* ]] && lqcd_part "$out"
     [[ $parts == *" lqcdsplit "* ]] && lqcdsplit_part "$out"
     [[ $parts == *" stencilsplit "* ]] && stencilsplit_part "$out"
@@ -254,6 +258,15 @@ diffusion_part() {
     grep -E "^\| " "$out/bench.log"
     echo
     grep -E "^\| " "$out/bench-variants.log"
+}
+
+temporal_part() {
+    local out=$1
+    # Temporal blocking (issue 37): passes of 1 to 4 steps against the tuned single step.
+    bench "diffusion bench --temporal" "$out/bench-temporal.log" \
+        "$BIN/diffusion" bench --sizes 256,512,8x512x512 --temporal 1,2,3,4 --csv "$out/bench-temporal.csv"
+    echo
+    grep -E "^\| " "$out/bench-temporal.log"
 }
 
 lqcd_part() {

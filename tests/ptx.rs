@@ -20,6 +20,8 @@ const ENTRIES: &[&str] = &[
     "diffusion3d_tiled_f64",
     "diffusion3d_vector_f32",
     "diffusion3d_vector_f64",
+    "diffusion3d_temporal_f32",
+    "diffusion3d_temporal_f64",
     "smooth2d_f32",
     "selftest_thread_index",
     "selftest_warp",

@@ -241,3 +241,118 @@ mod tests {
         assert!(e.contains("fast") && e.contains("zqueue"), "{e}");
     }
 }
+
+/// The best launch found for a temporally blocked pass of `steps` steps (issue 37: not yet in the
+/// tuner; a sweep over a few block shapes and marches).
+#[derive(Clone, Debug)]
+pub struct TemporalRow {
+    /// Interior size.
+    pub size: [usize; 3],
+    /// "f32" or "f64".
+    pub precision: &'static str,
+    /// Steps per pass.
+    pub steps: u32,
+    /// The fastest launch of the sweep.
+    pub shape: LaunchShape,
+    /// Median ms per step (a pass's time over its steps).
+    pub ms_per_step: f64,
+    /// Lattice points updated per step.
+    pub points: u64,
+    /// Bytes a single step must move per point (read and write once).
+    pub point_bytes: u64,
+}
+
+impl TemporalRow {
+    /// Giga lattice-point updates per second.
+    pub fn glups(&self) -> f64 {
+        self.points as f64 / (self.ms_per_step * 1e6)
+    }
+    /// The single-step bandwidth that many updates would need (GLUPS times a step's bytes per point):
+    /// above the copy bandwidth where the blocking pays.
+    pub fn equivalent_gbs(&self) -> f64 {
+        self.glups() * self.point_bytes as f64
+    }
+}
+
+/// Times temporally blocked passes of `steps` steps (each of `steps_list`) of the diffusion update on
+/// one grid: for each, the fastest of a sweep of block shapes and marches whose rings fit the default
+/// shared memory, the fields swapping after each pass.
+pub fn bench_temporal<T: Element + DiffusionReal>(
+    gpu: &Arc<Gpu>,
+    size: [usize; 3],
+    steps_list: &[u32],
+) -> Result<Vec<TemporalRow>> {
+    let problem = Problem::new(size, 0.1, None)?;
+    let shape = problem.shape::<T>()?;
+    gpu.check_fits(2 * shape.bytes::<T>(), "the benchmark's two fields")?;
+    let range = shape.interior_range();
+    let engine = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    let initial = shape.embed(&problem.sine_mode::<T>(), T::ZERO)?;
+    let mut f = engine.alloc::<T>(shape)?;
+    let mut g = engine.alloc::<T>(shape)?;
+    f.upload(&initial)?;
+    g.upload(&initial)?;
+    let nz = size[2] as u32;
+    let mut rows = Vec::new();
+    for &steps in steps_list {
+        let mut best: Option<(LaunchShape, f64)> = None;
+        for block_x in [32, 64, 128] {
+            for block_y in [1, 2, 4, 8, 16] {
+                for march in [nz, 128, 32] {
+                    let launch = LaunchShape {
+                        block_x,
+                        block_y,
+                        march: march.min(nz),
+                        variant: lattice_gpu_host::engine::Variant::Plain,
+                    };
+                    let elem = std::mem::size_of::<T>();
+                    let bytes = lattice_gpu_kernels::stencil::temporal_shared_bytes(
+                        [block_x, block_y],
+                        [1, 1, 1],
+                        steps,
+                        elem,
+                    );
+                    if block_x * block_y > 1024
+                        || bytes > lattice_gpu_host::engine::device::MAX_DYNAMIC_SHARED_BYTES
+                    {
+                        continue;
+                    }
+                    let e = DeviceLoopEngine::new(gpu.clone(), launch);
+                    let pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
+                        e.run3d_temporal(&range, &problem.update(f, g), steps)?;
+                        std::mem::swap(f, g);
+                        Ok::<_, lattice_gpu_host::Error>(())
+                    };
+                    pass(&mut f, &mut g)?;
+                    let mut times = Vec::new();
+                    for _ in 0..3 {
+                        let passes = 4;
+                        let ms = gpu.time_ms(|| {
+                            for _ in 0..passes {
+                                pass(&mut f, &mut g)?;
+                            }
+                            Ok(())
+                        })?;
+                        times.push(ms / (passes * steps) as f64);
+                    }
+                    let ms = median(times);
+                    if best.is_none_or(|(_, b)| ms < b) {
+                        best = Some((launch, ms));
+                    }
+                }
+            }
+        }
+        if let Some((shape, ms_per_step)) = best {
+            rows.push(TemporalRow {
+                size,
+                precision: T::NAME,
+                steps,
+                shape,
+                ms_per_step,
+                points: size.iter().map(|&n| n as u64).product(),
+                point_bytes: 2 * std::mem::size_of::<T>() as u64,
+            });
+        }
+    }
+    Ok(rows)
+}

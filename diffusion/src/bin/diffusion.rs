@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
-use lattice_gpu_diffusion::bench::{bench_variants, BenchRow, VariantSet};
+use lattice_gpu_diffusion::bench::{bench_temporal, bench_variants, BenchRow, VariantSet};
 use lattice_gpu_diffusion::{
     simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
     Problem, Result, Schedule,
@@ -104,6 +104,10 @@ struct BenchArgs {
     /// Also write the table as CSV here.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Temporal blocking (issue 37, not yet tuned): also time passes of these many steps each
+    /// (1 to 8, comma separated), the fastest of a sweep of launches, against the tuned single step.
+    #[arg(long, value_delimiter = ',')]
+    temporal: Vec<u32>,
 }
 
 fn main() -> ExitCode {
@@ -343,6 +347,12 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
+    let most = lattice_gpu_kernels::stencil::MAX_TEMPORAL_STEPS;
+    if let Some(&bad) = args.temporal.iter().find(|&&t| !(1..=most).contains(&t)) {
+        return Err(invalid(format!(
+            "--temporal {bad}: a temporally blocked pass advances 1 to {most} steps"
+        )));
+    }
     let gpu = lattice_gpu_cli::bench_gpu("diffusion", args.gpu)?;
     println!(
         "device: {} ({} SMs), PTX {}",
@@ -423,10 +433,67 @@ fn bench(args: &BenchArgs) -> Result<()> {
     }
     println!("\ncopy bandwidth {copy:.1} GB/s before, {copy_after:.1} GB/s after; ratios use the first\n");
     println!("{}", table.join("\n"));
+    if !args.temporal.is_empty() {
+        temporal_table(&gpu, args, &rows, copy)?;
+    }
     if let Some(path) = &args.csv {
         let text = csv.join("\n") + "\n";
         lattice_gpu_formats::write_atomically(path, |w| w.write_all(text.as_bytes()))?;
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The temporally blocked rows of `diffusion bench --temporal`: per grid, precision and steps per pass,
+/// the fastest launch of the sweep, its GLUPS, the bandwidth single steps would need for them, and its
+/// ratio to the tuned single step of `rows` (the `auto` row of that grid and precision).
+fn temporal_table(
+    gpu: &std::sync::Arc<lattice_gpu_host::Gpu>,
+    args: &BenchArgs,
+    rows: &[BenchRow],
+    copy: f64,
+) -> Result<()> {
+    println!(
+        "\ntemporal blocking (steps per pass; equivalent GB/s = GLUPS x a single step's bytes per point):\n"
+    );
+    println!("| grid | prec | steps/pass | launch | ms/step | GLUPS | equivalent GB/s | of copy | vs tuned single step |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &size in &args.sizes {
+        for p in &args.precision {
+            let measured = match p {
+                Precision::F32 => bench_temporal::<f32>(gpu, size, &args.temporal),
+                Precision::F64 => bench_temporal::<f64>(gpu, size, &args.temporal),
+            };
+            let measured = match measured {
+                Ok(m) => m,
+                Err(e) => {
+                    println!("| {} | {p:?} | skipped: {e} |", fmt_dims(&size));
+                    continue;
+                }
+            };
+            for t in measured {
+                let single = rows
+                    .iter()
+                    .find(|r| {
+                        r.size == size
+                            && r.precision == t.precision
+                            && r.variants == VariantSet::Auto
+                    })
+                    .map(|r| format!("{:.2}x", t.glups() / r.glups()))
+                    .unwrap_or_else(|| "-".into());
+                println!(
+                    "| {} | {} | {} | {} | {:.4} | {:.1} | {:.0} | {:.0}% | {single} |",
+                    fmt_dims(&size),
+                    t.precision,
+                    t.steps,
+                    t.shape,
+                    t.ms_per_step,
+                    t.glups(),
+                    t.equivalent_gbs(),
+                    100.0 * t.equivalent_gbs() / copy
+                );
+            }
+        }
     }
     Ok(())
 }

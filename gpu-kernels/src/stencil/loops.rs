@@ -89,7 +89,7 @@ impl ThreadCoords {
     /// The z points `k0..k1` of this thread's block: `march` points from the block's grid z. The grid
     /// must not reach beyond the range in z (the host's launch configuration never does).
     #[inline(always)]
-    fn slab(&self, r: &LoopRange, march: u32) -> (u32, u32) {
+    pub(crate) fn slab(&self, r: &LoopRange, march: u32) -> (u32, u32) {
         let k0 = r.begin[2] + self.block_idx[2] * march;
         let k1 = if r.end[2] - k0 > march {
             k0 + march

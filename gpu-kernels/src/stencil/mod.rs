@@ -12,6 +12,7 @@ mod index;
 mod loops;
 mod reduce;
 mod source;
+mod temporal;
 
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
@@ -24,6 +25,9 @@ pub use loops::{
 };
 pub use reduce::{CountNonFinite, FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
+pub use temporal::{
+    device_loop3d_temporal, temporal_shared_bytes, TemporalBlock, MAX_TEMPORAL_STEPS,
+};
 
 use crate::device::math::Real;
 
@@ -240,6 +244,9 @@ pub trait GpuEntry {
     const TILED_ENTRY: Option<&'static str> = None;
     /// The entry of the vector variant, where one was generated.
     const VECTOR_ENTRY: Option<&'static str> = None;
+    /// The entry of the temporally blocked loop ([`device_loop3d_temporal`]), where one was generated:
+    /// it takes `steps` after `march`.
+    const TEMPORAL_ENTRY: Option<&'static str> = None;
     /// Whether the entries sum a [`SumUpdate3D`]'s terms (they then take a [`SumInto`] after the march).
     const SUMS: bool = false;
 
@@ -272,6 +279,8 @@ pub trait EntryOf<K: ?Sized> {
     const TILED_ENTRY: Option<&'static str> = None;
     /// [`GpuEntry::VECTOR_ENTRY`].
     const VECTOR_ENTRY: Option<&'static str> = None;
+    /// [`GpuEntry::TEMPORAL_ENTRY`].
+    const TEMPORAL_ENTRY: Option<&'static str> = None;
     /// [`GpuEntry::SUMS`].
     const SUMS: bool = false;
 }
@@ -284,7 +293,9 @@ pub trait EntryOf<K: ?Sized> {
 /// `kernel3d!(diffusion3d_f32 => Diffusion3d<f32>; zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32);`
 /// The other entries take the same parameters; the tiled one wants the dynamic shared memory of
 /// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
-/// engines do both). A [`LanesUpdate3D`] type has a vector entry besides the plain one:
+/// engines do both). A fourth name, `temporal = diffusion3d_temporal_f32`, adds the temporally
+/// blocked entry ([`device_loop3d_temporal`]), which takes `steps: u32` after `march` and
+/// [`temporal_shared_bytes`] of dynamic shared memory. A [`LanesUpdate3D`] type has a vector entry besides the plain one:
 /// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
 /// So does a [`FieldsUpdate3D`] type (its numbers of fields are those of its one impl):
 /// `kernel3d!(gray_scott3d_f32 => GrayScott3d<f32>; fields, vector = gray_scott3d_vector_f32);`
@@ -324,6 +335,20 @@ macro_rules! kernel3d {
             }
         }
     };
+    (@kernels $name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
+        $crate::kernel3d!(@kernels $name => $ty; zqueue = $zqueue, tiled = $tiled, vector = $vector);
+        $crate::kernel! {
+            /// Generated kernel entry: `steps` steps of the update in one pass, temporally blocked.
+            pub unsafe fn $temporal(
+                update: $ty,
+                range: $crate::stencil::LoopRange,
+                march: u32,
+                steps: u32,
+            ) {
+                $crate::stencil::device_loop3d_temporal(&update, &range, march, steps)
+            }
+        }
+    };
     (@kernels $name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
         $crate::kernel3d!(@kernels $name => $ty);
         $crate::kernel! {
@@ -358,6 +383,10 @@ macro_rules! kernel3d {
         $crate::kernel3d!(@names $name);
         const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
     };
+    (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
+        $crate::kernel3d!(@names $name; zqueue = $zqueue, tiled = $tiled, vector = $vector);
+        const TEMPORAL_ENTRY: Option<&'static str> = Some(stringify!($temporal));
+    };
     (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident $(,)?) => {
         $crate::kernel3d!(@names $name);
         const ZQUEUE_ENTRY: Option<&'static str> = Some(stringify!($zqueue));
@@ -375,6 +404,8 @@ macro_rules! kernel3d {
                 <$p as $crate::stencil::EntryOf<$ty>>::TILED_ENTRY;
             const VECTOR_ENTRY: Option<&'static str> =
                 <$p as $crate::stencil::EntryOf<$ty>>::VECTOR_ENTRY;
+            const TEMPORAL_ENTRY: Option<&'static str> =
+                <$p as $crate::stencil::EntryOf<$ty>>::TEMPORAL_ENTRY;
             const SUMS: bool = <$p as $crate::stencil::EntryOf<$ty>>::SUMS;
         }
     };

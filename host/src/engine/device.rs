@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
-    tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumInto,
-    SumUpdate3D, Variant,
+    temporal_shared_bytes, tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D,
+    PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Variant, MAX_TEMPORAL_STEPS,
 };
 
 use super::LoopEngine;
@@ -365,6 +365,66 @@ pub(crate) fn launch<F: Copy>(
     })
 }
 
+/// The dynamic shared memory of a temporally blocked launch of `steps` steps with `shape`'s block,
+/// checked: `F` has the entry, `steps` lies in `1 ..= MAX_TEMPORAL_STEPS`, and the rings fit in
+/// [`MAX_DYNAMIC_SHARED_BYTES`].
+pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
+    shape: LaunchShape,
+    steps: u32,
+) -> Result<usize> {
+    if F::TEMPORAL_ENTRY.is_none() {
+        return Err(Error::InvalidSetting(format!(
+            "kernel {} has no temporally blocked entry; give it one with kernel3d!(name => Type; \
+             zqueue = ..., tiled = ..., vector = ..., temporal = ...)",
+            F::ENTRY
+        )));
+    }
+    if !(1..=MAX_TEMPORAL_STEPS).contains(&steps) {
+        return Err(Error::InvalidSetting(format!(
+            "{steps} steps per pass: a temporally blocked pass advances 1 to {MAX_TEMPORAL_STEPS}"
+        )));
+    }
+    let elem = std::mem::size_of::<F::Real>();
+    let bytes = temporal_shared_bytes([shape.block_x, shape.block_y], F::RADIUS, steps, elem);
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        return Err(Error::InvalidSize(format!(
+            "{steps} steps with blocks of {}x{} need {bytes} bytes of shared memory; at most \
+             {MAX_DYNAMIC_SHARED_BYTES} are available: use fewer steps or smaller blocks",
+            shape.block_x, shape.block_y
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Queues `steps` steps of `update` over `range` as one temporally blocked launch
+/// ([`device_loop3d_temporal`](lattice_gpu_kernels::stencil::device_loop3d_temporal)) with `shape`'s
+/// block and march: reads the input, writes the last step into the output (another field), the margin
+/// held at the input's values.
+pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
+    gpu: &Arc<Gpu>,
+    update: &F,
+    range: &LoopRange,
+    shape: LaunchShape,
+    steps: u32,
+) -> Result<()> {
+    let bytes = temporal_bytes::<F>(shape, steps)?;
+    let entry = F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY);
+    let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
+    let plain = shape.with_variant(Variant::Plain);
+    let mut cfg = plain.config(range, &KernelInfo::of3d::<F>(), limit)?;
+    cfg.shared_mem_bytes = bytes as u32;
+    let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
+    let stream = gpu.launch_stream();
+    let mut args = stream.launch_builder(&function);
+    args.arg(&u).arg(&r).arg(&m).arg(&steps);
+    // SAFETY: a temporal entry takes (update, range, march, steps) with these layouts; the caller's
+    // loop checked the range against the update's radius and the fields' sizes, the grid covers the
+    // range as a plain launch's does, and the block gets the rings' shared memory.
+    unsafe { args.launch(cfg) }
+        .cuda(|| format!("launching kernel {entry} with {shape}, {steps} steps"))
+        .map(drop)
+}
+
 /// Runs point updates on the GPU with one fixed launch shape.
 #[derive(Clone, Debug)]
 pub struct DeviceLoopEngine {
@@ -397,6 +457,21 @@ impl DeviceLoopEngine {
     /// Changes the launch shape (benchmarks and tests sweep it).
     pub fn set_shape(&mut self, shape: LaunchShape) {
         self.shape = shape;
+    }
+
+    /// Queues `steps` steps (1 to [`MAX_TEMPORAL_STEPS`]) of `f` over `range` in one temporally
+    /// blocked pass with this engine's block and march: reads `f`'s input, writes the last step into its
+    /// output, which must be another field; the margin is held at the input's values, so the result is
+    /// that of `steps` single steps where both fields hold the same margin. Not tuned yet (issue 37).
+    pub fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        steps: u32,
+    ) -> Result<()> {
+        super::check_range(range, 3)?;
+        super::check_radius(range, &F::RADIUS, F::ENTRY)?;
+        launch_temporal(&self.gpu, f, range, self.shape, steps)
     }
 }
 

@@ -9,12 +9,16 @@
 //! the GPU and hard on the tile: after the barrier of step `s`, each thread in turn computes step `s`,
 //! moves on and stages step `s + 1` before the next thread computes step `s`. A tile that were not double
 //! buffered, or a halo cell left unstaged (the tile starts as NaN), would change the result.
+//!
+//! [`emulate3d_temporal`] runs the temporally blocked loop ([`TemporalBlock`]) the same way: each phase
+//! of each wavefront step for every thread in turn, the barrier between phases; its shared memory
+//! starts as NaN too.
 
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
     fields_vector_thread, plain_thread, vector_thread, zqueue_thread, FieldsUpdate3D, GpuEntry,
-    LoopRange, PointUpdate3D, StencilUpdate3D, ThreadCoords, TiledThread, Variant,
+    LoopRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords, TiledThread, Variant,
 };
 use rayon::prelude::*;
 
@@ -57,6 +61,36 @@ pub fn emulate3d_fields<F: FieldsUpdate3D<N, M> + GpuEntry, const N: usize, cons
             Variant::Vector => fields_vector_thread(update, range, march, c),
             _ => plain_thread(update, range, march, c),
         })
+    })
+}
+
+/// Runs `steps` steps of `update` over `range` as the temporally blocked kernel launched with `shape`'s
+/// block and march would (its variant is not used): reads the input, writes the last step into the
+/// output. Fails as the launch would: a range without the update's margin, no temporal entry, steps
+/// out of `1 ..= MAX_TEMPORAL_STEPS`, or more shared memory than a block has.
+pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
+    update: &F,
+    range: &LoopRange,
+    shape: LaunchShape,
+    steps: u32,
+) -> Result<()> {
+    let bytes = super::device::temporal_bytes::<F>(shape, steps)?;
+    let elem = std::mem::size_of::<F::Real>();
+    let plain = shape.with_variant(Variant::Plain);
+    launch::<F>(range, plain, |b, _| {
+        let mut shared = vec![F::Real::from_f64(f64::NAN); bytes / elem];
+        let ptr = SharedPtr::from_host_ptr(shared.as_mut_ptr());
+        let first = threads(plain, b).next().expect("a block has a thread");
+        let block = TemporalBlock::new(update, range, shape.march, steps, first);
+        for q in block.wavefront() {
+            for phase in 0..=steps {
+                // The barrier after each phase: every thread has run it.
+                for c in threads(plain, b) {
+                    // SAFETY: `shared` has the launch's bytes and outlives the loop.
+                    unsafe { block.phase(update, ptr, q, phase, c) };
+                }
+            }
+        }
     })
 }
 

@@ -1,0 +1,268 @@
+//! The temporally blocked loop (`lattice_gpu_kernels::stencil::TemporalBlock`), run by the launch
+//! emulator on the CPU: `steps` steps in one pass give the bits of `steps` single steps of the CPU
+//! engine, on odd sizes, in f32 and f64, for several launch shapes, with the output poisoned first;
+//! and for a wider update reading diagonal neighbours in other planes, over a range short of the
+//! array's interior (points between them held, as single steps hold them). On a GPU, the blocked
+//! kernel against single steps of the plain one, likewise (skipped without a GPU).
+
+use lattice_gpu_diffusion::Problem;
+use lattice_gpu_host::engine::emulate3d_temporal;
+use lattice_gpu_host::{
+    DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
+};
+use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
+use lattice_gpu_kernels::stencil::{
+    ArrayIndex3D, FieldMut, FieldRef, GpuEntry, LoopRange, PointUpdate3D, Source3D,
+    StencilUpdate3D, Variant,
+};
+
+use lattice_gpu_testkit as common;
+use lattice_gpu_testkit::random;
+
+/// `f` random everywhere, and `g` equal to it outside `range` and NaN inside: both fields a single step
+/// swaps between hold the same margin, the boundary condition of a blocked pass.
+fn fields<T: Element>(shape: Shape, range: &LoopRange, seed: u64) -> (Vec<T>, Vec<T>) {
+    let f = random::<T>(shape.len(), seed);
+    let mut g = f.clone();
+    let [nx, ny, _] = shape.size();
+    for k in range.begin[2]..range.end[2] {
+        for j in range.begin[1]..range.end[1] {
+            for i in range.begin[0]..range.end[0] {
+                g[i as usize + nx * (j as usize + ny * k as usize)] = T::from_f64(f64::NAN);
+            }
+        }
+    }
+    (f, g)
+}
+
+/// `steps` single steps of `update` on the CPU engine, the fields swapping after each: the field last
+/// written.
+fn single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry, E: LoopEngine>(
+    engine: &E,
+    shape: Shape,
+    range: LoopRange,
+    (f0, g0): &(Vec<T>, Vec<T>),
+    steps: u32,
+    update: &impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
+) -> Vec<T> {
+    let mut f = engine.alloc::<T>(shape).unwrap();
+    let mut g = engine.alloc::<T>(shape).unwrap();
+    f.upload(f0).unwrap();
+    g.upload(g0).unwrap();
+    let mut lp = Loop3D::new(engine, range).unwrap();
+    for _ in 0..steps {
+        lp.run(&update(&f, &mut g)).unwrap();
+        std::mem::swap(&mut f, &mut g);
+    }
+    f.download().unwrap()
+}
+
+/// One blocked pass of `steps` steps for each shape, against the single steps, bit for bit.
+fn blocked_matches_single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
+    shape: Shape,
+    range: LoopRange,
+    shapes: &[(u32, u32, u32)],
+    max_steps: u32,
+    update: impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
+    what: &str,
+) {
+    let init = fields::<T>(shape, &range, 11);
+    for steps in 1..=max_steps {
+        let want = single_steps(&HostLoopEngine, shape, range, &init, steps, &update);
+        for &(block_x, block_y, march) in shapes {
+            let launch = LaunchShape {
+                block_x,
+                block_y,
+                march,
+                variant: Variant::Plain,
+            };
+            let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
+            let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
+            f.upload(&init.0).unwrap();
+            g.upload(&init.1).unwrap();
+            emulate3d_temporal(&update(&f, &mut g), &range, launch, steps).unwrap();
+            same_bits(
+                &g.download().unwrap(),
+                &want,
+                &format!("{what}: {steps} steps {launch}"),
+            );
+        }
+    }
+}
+
+/// `got` and `want` bit for bit (a NaN left in `got` fails too).
+fn same_bits<T: Element>(got: &[T], want: &[T], what: &str) {
+    let bad = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a.to_f64().to_bits() != b.to_f64().to_bits());
+    if let Some(p) = bad {
+        panic!(
+            "{what} {}: point {p} of the blocked pass is {} where single steps give {}",
+            T::NAME,
+            got[p].to_f64(),
+            want[p].to_f64()
+        );
+    }
+}
+
+fn diffusion_blocked<T: Element + DiffusionReal>() {
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape::<T>().unwrap();
+    blocked_matches_single_steps::<T, _>(
+        shape,
+        shape.interior_range(),
+        // Blocks narrower than the halo of four steps, wide ones, and z slabs of 1, 5 and all planes.
+        &[(4, 2, 1), (8, 4, 5), (16, 8, 23), (32, 2, 7)],
+        4,
+        |f, g| Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h),
+        "diffusion",
+    );
+}
+
+#[test]
+fn blocked_diffusion_steps_equal_single_steps_f32() {
+    diffusion_blocked::<f32>();
+}
+
+#[test]
+fn blocked_diffusion_steps_equal_single_steps_f64() {
+    diffusion_blocked::<f64>();
+}
+
+/// A stencil wider than diffusion's, reading tile corners and points off the z column in other planes:
+/// radius (2, 1, 2). Not a physical update (its coefficients sum to about 1, so values stay bounded),
+/// a test of the rings' reach.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Wide {
+    f: FieldRef<f64>,
+    out: FieldMut<f64>,
+}
+
+impl PointUpdate3D for Wide {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [2, 1, 2];
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.update_with(idx, &self.f)
+    }
+}
+
+impl StencilUpdate3D for Wide {
+    fn input(&self) -> FieldRef<f64> {
+        self.f
+    }
+    fn output(&self) -> FieldMut<f64> {
+        self.out
+    }
+    fn value_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) -> f64 {
+        0.25 * f.at::<0, 0, 0>(idx)
+            + 0.125 * f.at::<2, 0, 0>(idx)
+            + 0.0625 * f.at::<-2, 0, 0>(idx)
+            + 0.0625 * f.at::<-1, 1, 0>(idx)
+            + 0.03125 * f.at::<1, -1, 0>(idx)
+            + 0.0625 * f.at::<-2, -1, 0>(idx)
+            + 0.125 * f.at::<0, 0, 2>(idx)
+            + 0.0625 * f.at::<0, 0, -1>(idx)
+            + 0.125 * f.at::<1, 0, 1>(idx)
+            + 0.09375 * f.at::<0, -1, -2>(idx)
+    }
+}
+
+impl GpuEntry for Wide {
+    // Emulated only: no module holds these entries.
+    const MODULE: &'static str = "tests";
+    const ENTRY: &'static str = "wide";
+    const TEMPORAL_ENTRY: Option<&'static str> = Some("wide_temporal");
+}
+
+#[test]
+fn blocked_steps_of_a_wider_stencil_over_a_short_range_equal_single_steps() {
+    let shape = Shape::new_3d([21, 13, 11], 2).unwrap();
+    let r = shape.interior_range();
+    let range = LoopRange {
+        begin: [r.begin[0] + 1, r.begin[1], r.begin[2] + 2],
+        end: [r.end[0], r.end[1] - 1, r.end[2] - 1],
+        ..r
+    };
+    blocked_matches_single_steps::<f64, _>(
+        shape,
+        range,
+        &[(4, 2, 3), (8, 4, 8), (16, 4, 1)],
+        3,
+        |f, g| Wide {
+            f: f.view(),
+            out: g.view_mut(),
+        },
+        "wide stencil",
+    );
+}
+
+#[test]
+fn the_emulator_refuses_steps_a_pass_cannot_take() {
+    let shape = Shape::new_3d([9, 9, 9], 1).unwrap();
+    let problem = Problem::new([9, 9, 9], 0.1, None).unwrap();
+    let f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let update = Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h);
+    let launch = LaunchShape {
+        block_x: 32,
+        block_y: 32,
+        march: 9,
+        variant: Variant::Plain,
+    };
+    for (steps, want) in [
+        (0, "advances 1 to 8"),
+        (9, "advances 1 to 8"),
+        (8, "bytes of shared memory"),
+    ] {
+        let e = emulate3d_temporal(&update, &shape.interior_range(), launch, steps)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{steps} steps: {e}");
+    }
+}
+
+fn gpu_blocked<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape::<T>().unwrap();
+    let range = shape.interior_range();
+    let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
+        Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
+    };
+    let init = fields::<T>(shape, &range, 13);
+    let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    for steps in 1..=4 {
+        let want = single_steps(&single, shape, range, &init, steps, &update);
+        for (block_x, block_y, march) in [(32, 4, 23), (16, 8, 5), (8, 2, 1)] {
+            let launch = LaunchShape {
+                block_x,
+                block_y,
+                march,
+                variant: Variant::Plain,
+            };
+            let engine = DeviceLoopEngine::new(gpu.clone(), launch);
+            let mut f = engine.alloc::<T>(shape).unwrap();
+            let mut g = engine.alloc::<T>(shape).unwrap();
+            f.upload(&init.0).unwrap();
+            g.upload(&init.1).unwrap();
+            engine
+                .run3d_temporal(&range, &update(&f, &mut g), steps)
+                .unwrap();
+            same_bits(
+                &g.download().unwrap(),
+                &want,
+                &format!("GPU: {steps} steps {launch}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_blocked_diffusion_steps_equal_single_steps() {
+    let Some(gpu) = common::gpu("gpu_blocked_diffusion_steps_equal_single_steps") else {
+        return;
+    };
+    gpu_blocked::<f32>(&gpu);
+    gpu_blocked::<f64>(&gpu);
+}
