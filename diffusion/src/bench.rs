@@ -318,8 +318,9 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
                         continue;
                     }
                     let e = DeviceLoopEngine::new(gpu.clone(), launch);
-                    let pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
-                        e.run3d_temporal(&range, &problem.update(f, g), steps)?;
+                    let mut lp = Loop3D::new(&e, range)?;
+                    let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
+                        lp.run_temporal(&problem.update(f, g), steps)?;
                         std::mem::swap(f, g);
                         Ok::<_, lattice_gpu_host::Error>(())
                     };

@@ -2,8 +2,9 @@
 //! emulator on the CPU: `steps` steps in one pass give the bits of `steps` single steps of the CPU
 //! engine, on odd sizes, in f32 and f64, for several launch shapes, with the output poisoned first;
 //! and for a wider update reading diagonal neighbours in other planes, over a range short of the
-//! array's interior (points between them held, as single steps hold them). On a GPU, the blocked
-//! kernel against single steps of the plain one, likewise (skipped without a GPU).
+//! array's interior (points between them held, as single steps hold them); and the CPU engine's blocked
+//! schedule likewise. On a GPU, the blocked kernel against single steps of the plain one, likewise
+//! (skipped without a GPU).
 
 use lattice_gpu_diffusion::Problem;
 use lattice_gpu_host::engine::emulate3d_temporal;
@@ -87,6 +88,17 @@ fn blocked_matches_single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEn
                 &format!("{what}: {steps} steps {launch}"),
             );
         }
+        // The CPU engine's own blocked schedule (one task per tile).
+        let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
+        let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
+        f.upload(&init.0).unwrap();
+        g.upload(&init.1).unwrap();
+        Loop3D::new(&HostLoopEngine, range)
+            .unwrap()
+            .run_temporal(&update(&f, &mut g), steps)
+            .unwrap();
+        let what = format!("{what}: {steps} steps, CPU engine");
+        same_bits(&g.download().unwrap(), &want, &what);
     }
 }
 
@@ -246,8 +258,9 @@ fn gpu_blocked<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host
             let mut g = engine.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            engine
-                .run3d_temporal(&range, &update(&f, &mut g), steps)
+            Loop3D::new(&engine, range)
+                .unwrap()
+                .run_temporal(&update(&f, &mut g), steps)
                 .unwrap();
             same_bits(
                 &g.download().unwrap(),

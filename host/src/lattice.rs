@@ -2,7 +2,7 @@
 //! because each keeps its engine's per-site state (the auto-tuner's [`AutoTuningInfo`](crate::AutoTuningInfo)).
 
 use lattice_gpu_kernels::stencil::{
-    GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
+    GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
 };
 
 use crate::engine::{check_radius, check_range, LoopEngine};
@@ -52,6 +52,19 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
     pub fn run<F: PointUpdate3D + GpuEntry>(&mut self, update: &F) -> Result<()> {
         check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
         self.engine.run3d(&self.range, update, &mut self.site)
+    }
+
+    /// Runs `steps` steps of `update` over the range in one temporally blocked pass
+    /// ([`LoopEngine::run3d_temporal`]): the last step lands in `update`'s output, whichever the
+    /// parity of `steps`.
+    pub fn run_temporal<F: StencilUpdate3D + GpuEntry>(
+        &mut self,
+        update: &F,
+        steps: u32,
+    ) -> Result<()> {
+        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        self.engine
+            .run3d_temporal(&self.range, update, steps, &mut self.site)
     }
 
     /// Runs `update` over the range and writes the sum of its terms into value `slot` of `out`, queued

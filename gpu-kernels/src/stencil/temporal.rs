@@ -73,11 +73,15 @@ pub struct TemporalBlock {
     pitch: u32,
     cells: u32,
     planes: u32,
-    block: [u32; 2],
+    /// The tile (x, y), and how far apart one thread's cells lie in a phase (the block's threads on a
+    /// GPU, 1 for the CPU engine's one thread per tile).
+    tile: [u32; 2],
+    stride: [u32; 2],
 }
 
 impl TemporalBlock {
-    /// The block of thread `c` (only its block index and shape count) of a launch over `r`.
+    /// The block of thread `c` (only its block index and shape count) of a launch over `r`: a tile of
+    /// the block's shape, each thread taking every block-shape-th cell.
     #[inline(always)]
     pub fn new<F: StencilUpdate3D>(
         f: &F,
@@ -86,14 +90,34 @@ impl TemporalBlock {
         steps: u32,
         c: ThreadCoords,
     ) -> Self {
+        Self::tiled(f, r, c.block_dim, march, steps, c.block_idx, c.block_dim)
+    }
+
+    /// Tile `block_idx` of shape `tile` over `r`, its threads `stride` apart: the CPU engine's one
+    /// thread per tile has stride 1 (and thread index 0).
+    #[inline(always)]
+    pub fn tiled<F: StencilUpdate3D>(
+        f: &F,
+        r: &LoopRange,
+        tile: [u32; 2],
+        march: u32,
+        steps: u32,
+        block_idx: [u32; 3],
+        stride: [u32; 2],
+    ) -> Self {
         let _ = f;
         let [rx, ry, rz] = F::RADIUS;
-        let [bx, by] = c.block_dim;
+        let [bx, by] = tile;
         let origin = [
-            r.begin[0] + c.block_idx[0] * bx,
-            r.begin[1] + c.block_idx[1] * by,
+            r.begin[0] + block_idx[0] * bx,
+            r.begin[1] + block_idx[1] * by,
         ];
-        let (k0, k1) = c.slab(r, march);
+        let slab = ThreadCoords {
+            block_idx,
+            block_dim: tile,
+            thread_idx: [0, 0],
+        };
+        let (k0, k1) = slab.slab(r, march);
         let pitch = bx + 2 * steps * rx;
         Self {
             range: *r,
@@ -104,7 +128,8 @@ impl TemporalBlock {
             pitch,
             cells: pitch * (by + 2 * steps * ry),
             planes: 2 * rz + 1,
-            block: [bx, by],
+            tile,
+            stride,
         }
     }
 
@@ -159,7 +184,8 @@ impl TemporalBlock {
             };
             (lo_pt.max(b) - origin, hi_pt.min(e) - origin)
         };
-        let [bx, by] = self.block.map(|v| v as i64);
+        let [bx, by] = self.tile.map(|v| v as i64);
+        let [sx, sy] = self.stride.map(|v| v as i64);
         let (cx0, cx1) = span(
             self.origin[0] as i64 - (t - l) * rx,
             self.origin[0] as i64 + bx + (t - l) * rx,
@@ -176,47 +202,71 @@ impl TemporalBlock {
             r.begin[1],
             r.end[1],
         );
-        let planes = self.planes as i64;
-        let slot = |p: i64| p.rem_euclid(planes) as usize;
+        let slot = p.rem_euclid(self.planes as i64) as usize;
         let cells = self.cells as usize;
         let ring = |level: i64| shared.wrapping_add(level as usize * self.planes as usize * cells);
+        // This level's plane (not for the last level, which writes the output) and the level below.
+        let dst = ring(l).wrapping_add(slot * cells);
+        let below = ring(l - 1);
         let inside_z = p >= r.begin[2] as i64 && p < r.end[2] as i64;
+        // The cells of a row this thread takes in `a .. b` (tile x): from the first at its offset.
+        let (tx, ty) = (c.thread_idx[0] as i64, c.thread_idx[1] as i64);
+        let first = |a: i64| a + (tx - a).rem_euclid(sx);
+        // The row's inside points (tile x), where the level is computed; elsewhere the input is kept.
+        let (ix0, ix1) = (r.begin[0] as i64 - x0, r.end[0] as i64 - x0);
         let mut idx = ArrayIndex3D::new(r.n);
-        let mut cy = cy0 + c.thread_idx[1] as i64;
+        let mut cy = cy0 + ty;
         while cy < cy1 {
-            let y = (y0 + cy) as u32;
-            let mut cx = cx0 + c.thread_idx[0] as i64;
-            while cx < cx1 {
-                let x = (x0 + cx) as u32;
-                idx.set(x, y, p as u32);
-                let cell = (cy * self.pitch as i64 + cx) as usize;
-                let inside =
-                    inside_z && x >= r.begin[0] && x < r.end[0] && y >= r.begin[1] && y < r.end[1];
-                if phase == 0 || !inside {
-                    // The input, and the margin at every level.
-                    let v = f.input().get(idx.ix());
-                    // SAFETY: the cell and slot lie in ring `l` (this is not the last level: its
-                    // cells are all inside the range).
-                    unsafe { ring(l).wrapping_add(slot(p) * cells + cell).write(v) };
-                } else {
-                    let src = Ring::<F::Real> {
-                        centre: ring(l - 1).wrapping_add(cell),
-                        slot: slot(p),
-                        planes: self.planes as usize,
-                        cells,
-                        pitch: self.pitch as usize,
-                    };
-                    if last {
-                        f.update_with(&idx, &src);
-                    } else {
-                        let v = f.value_with(&idx, &src);
-                        // SAFETY: as above.
-                        unsafe { ring(l).wrapping_add(slot(p) * cells + cell).write(v) };
+            let y = y0 + cy;
+            let row = cy * self.pitch as i64;
+            let row_inside = phase > 0 && inside_z && y >= r.begin[1] as i64 && y < r.end[1] as i64;
+            let (a, b) = match row_inside {
+                true => (ix0.max(cx0), ix1.min(cx1)),
+                false => (cx1, cx1),
+            };
+            // The kept points left and right of the inside ones (the whole row where none is inside),
+            // written out twice: a loop over an array of bounds put the array on the stack, and a
+            // closure cost the CPU engine a quarter of its rate.
+            macro_rules! keep {
+                ($from:expr, $to:expr) => {
+                    let to = $to;
+                    let mut cx = first($from);
+                    while cx < to {
+                        idx.set((x0 + cx) as u32, y as u32, p as u32);
+                        let v = f.input().get(idx.ix());
+                        // SAFETY: the cell and slot lie in ring `l` (not the last level: its
+                        // cells are all inside the range).
+                        unsafe { dst.wrapping_add((row + cx) as usize).write(v) };
+                        cx += sx;
                     }
-                }
-                cx += bx;
+                };
             }
-            cy += by;
+            keep!(cx0, a.min(cx1));
+            keep!(b.max(cx0).max(a), cx1);
+            let mut cx = first(a);
+            if cx < b {
+                idx.set((x0 + cx) as u32, y as u32, p as u32);
+            }
+            while cx < b {
+                let cell = (row + cx) as usize;
+                let src = Ring::<F::Real> {
+                    centre: below.wrapping_add(cell),
+                    slot,
+                    planes: self.planes as usize,
+                    cells,
+                    pitch: self.pitch as usize,
+                };
+                if last {
+                    f.update_with(&idx, &src);
+                } else {
+                    let v = f.value_with(&idx, &src);
+                    // SAFETY: as above.
+                    unsafe { dst.wrapping_add(cell).write(v) };
+                }
+                cx += sx;
+                idx.shift_i(sx as u32);
+            }
+            cy += sy;
         }
     }
 }

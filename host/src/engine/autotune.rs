@@ -16,7 +16,8 @@
 use std::sync::{Arc, Mutex};
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D, Variant,
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
+    Variant,
 };
 
 use super::cost::Cost;
@@ -479,6 +480,15 @@ impl DeviceAutoTuningLoopEngine {
     }
 }
 
+/// The block of the auto-tuning engine's temporally blocked passes until the tuner covers them: 32 x 4
+/// threads, whose rings hold four f64 steps in the default 48 KiB.
+pub const UNTUNED_TEMPORAL: LaunchShape = LaunchShape {
+    block_x: 32,
+    block_y: 4,
+    march: 1,
+    variant: Variant::Plain,
+};
+
 impl LoopEngine for DeviceAutoTuningLoopEngine {
     type Field<T: Element> = DeviceField<T>;
     type Site = AutoTuningInfo;
@@ -519,6 +529,22 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     ) -> Result<()> {
         let precision = <F::Real as lattice_gpu_kernels::device::math::Real>::NAME;
         self.run(&KernelInfo::of3d::<F>(), precision, r, f, info, None)
+    }
+
+    /// Not tuned yet (issue 37): one launch of [`UNTUNED_TEMPORAL`]'s blocks, each marching the whole
+    /// z range.
+    fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        steps: u32,
+        _: &mut AutoTuningInfo,
+    ) -> Result<()> {
+        let shape = LaunchShape {
+            march: r.extent()[2].max(1),
+            ..UNTUNED_TEMPORAL
+        };
+        super::device::launch_temporal(&self.gpu, f, r, shape, steps)
     }
 
     fn run3d_sum<F: SumUpdate3D + GpuEntry>(

@@ -458,21 +458,6 @@ impl DeviceLoopEngine {
     pub fn set_shape(&mut self, shape: LaunchShape) {
         self.shape = shape;
     }
-
-    /// Queues `steps` steps (1 to [`MAX_TEMPORAL_STEPS`]) of `f` over `range` in one temporally
-    /// blocked pass with this engine's block and march: reads `f`'s input, writes the last step into its
-    /// output, which must be another field; the margin is held at the input's values, so the result is
-    /// that of `steps` single steps where both fields hold the same margin. Not tuned yet (issue 37).
-    pub fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
-        &self,
-        range: &LoopRange,
-        f: &F,
-        steps: u32,
-    ) -> Result<()> {
-        super::check_range(range, 3)?;
-        super::check_radius(range, &F::RADIUS, F::ENTRY)?;
-        launch_temporal(&self.gpu, f, range, self.shape, steps)
-    }
 }
 
 impl LoopEngine for DeviceLoopEngine {
@@ -512,6 +497,16 @@ impl LoopEngine for DeviceLoopEngine {
             self.shape,
             Some(sum),
         )
+    }
+
+    fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        steps: u32,
+        _: &mut (),
+    ) -> Result<()> {
+        launch_temporal(&self.gpu, f, r, self.shape, steps)
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {

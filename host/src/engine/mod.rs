@@ -31,8 +31,10 @@ pub use lattice_gpu_kernels::stencil::Variant;
 pub use tuner::{tune, Params, Search, Trials, Tunable, Tuned};
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, SumUpdate3D,
+    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
 };
+#[cfg(doc)]
+use lattice_gpu_kernels::stencil::{TemporalBlock, MAX_TEMPORAL_STEPS};
 
 use crate::error::{Error, Result};
 use crate::field::{Element, Field, Shape};
@@ -70,6 +72,23 @@ pub trait LoopEngine {
         out: &mut Self::Field<f64>,
         slot: usize,
     ) -> Result<()>;
+    /// Runs `steps` steps (1 to [`MAX_TEMPORAL_STEPS`]) of `f` over `range` in one temporally
+    /// blocked pass ([`TemporalBlock`]): reads `f`'s input and writes the last step into its output,
+    /// another field; points outside the range keep the input's values, so the result is that of
+    /// `steps` single steps where both fields hold the same margin. Engines without it refuse.
+    fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        steps: u32,
+        site: &mut Self::Site,
+    ) -> Result<()> {
+        let _ = (range, f, steps, site);
+        Err(Error::InvalidSetting(format!(
+            "{} runs no temporally blocked passes: use one step per pass",
+            self.describe()
+        )))
+    }
     /// Runs `f` at every point of the 2-D `range`.
     fn run2d<F: PointUpdate2D + GpuEntry>(
         &self,
