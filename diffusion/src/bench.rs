@@ -120,7 +120,7 @@ pub fn time_steps<E: LoopEngine, T: Element + DiffusionReal>(
 ) -> Result<f64> {
     let mut times = Vec::with_capacity(batches);
     for _ in 0..batches {
-        let ms = gpu.time_ms(|| queue_steps(lp, f, g, problem, per_batch))?;
+        let ms = gpu.time_ms(|| queue_steps(lp, f, g, problem, per_batch, 1))?;
         times.push(ms / per_batch as f64);
     }
     Ok(median(times))
@@ -141,7 +141,7 @@ pub fn time_recorded_steps<E: LoopEngine, T: Element + DiffusionReal>(
 ) -> Result<f64> {
     let per_batch = per_batch.next_multiple_of(2);
     let recording = engine
-        .record(&mut || queue_steps(lp, f, g, problem, per_batch))?
+        .record(&mut || queue_steps(lp, f, g, problem, per_batch, 1))?
         .ok_or_else(|| {
             lattice_gpu_host::Error::NoGpu(format!("{} cannot record a graph", engine.describe()))
         })?;

@@ -308,19 +308,35 @@ pub fn simulate<E: LoopEngine, T: Element + DiffusionReal>(
     )
 }
 
-/// Queues `n` steps, `f` and `g` swapping after each.
+/// Queues `n` steps, `f` and `g` swapping after each: in passes of `temporal` steps
+/// ([`Loop3D::run_temporal`]) while `temporal` fit, the rest single (`f` and `g` swap once a pass).
 pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
     lp: &mut Loop3D<'_, E>,
     f: &mut E::Field<T>,
     g: &mut E::Field<T>,
     problem: &Problem,
     n: usize,
+    temporal: u32,
 ) -> lattice_gpu_host::Result<()> {
-    for _ in 0..n {
+    let t = temporal.max(1) as usize;
+    for _ in 0..n / t {
+        match t {
+            1 => lp.run(&problem.update(f, g))?,
+            _ => lp.run_temporal(&problem.update(f, g), t as u32)?,
+        }
+        std::mem::swap(f, g);
+    }
+    for _ in 0..n % t {
         lp.run(&problem.update(f, g))?;
         std::mem::swap(f, g);
     }
     Ok(())
+}
+
+/// How often `f` and `g` swap in [`queue_steps`] of `n` steps in passes of `temporal`.
+fn swaps(n: usize, temporal: u32) -> usize {
+    let t = temporal.max(1) as usize;
+    n / t + n % t
 }
 
 /// A decomposed step's parts: the loops over the planes that read no halo and over the two boundary
@@ -465,6 +481,7 @@ pub fn simulate_on<'e, E: LoopEngine, T: Element + DiffusionReal, C: Communicato
         first: 0,
         last: steps,
         checkpoints: None,
+        temporal: 1,
     };
     simulate_scheduled(
         engine, comm, exchange, problem, initial, &schedule, progress,
@@ -481,6 +498,9 @@ pub struct Schedule {
     pub last: usize,
     /// Where and when it writes checkpoints; `None`: never, not even when a signal stops it.
     pub checkpoints: Option<Checkpoints>,
+    /// Steps per temporally blocked pass ([`Loop3D::run_temporal`]): 1 runs single steps. The same
+    /// bits either way; a run on several ranks (or `cut`) takes single steps only, for now.
+    pub temporal: u32,
 }
 
 /// Where and how often a run writes checkpoints (rank 0, from a gathered host copy, in the background).
@@ -616,6 +636,14 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
     };
     drop(initial);
+    let temporal = schedule.temporal.max(1);
+    if temporal > 1 && split.is_some() {
+        return Err(DiffusionError::Invalid(format!(
+            "--temporal {temporal}: temporally blocked passes run on one domain only for now (halos \
+             {temporal} layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi \
+             or --cut"
+        )));
+    }
     // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
     let cell = |r: usize, i: u64| {
         let [sx, sy, _] = shape.size();
@@ -709,10 +737,13 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
             && s % report_every == 0
             && batch.is_none()
         {
-            batch =
-                Some(engine.record(&mut || {
-                    queue_steps(&mut step, &mut f, &mut g, problem, report_every)
-                })?);
+            batch = match swaps(report_every, temporal) % 2 {
+                // A batch that leaves the fields swapped cannot be replayed: steps as they come.
+                1 => Some(None),
+                _ => Some(engine.record(&mut || {
+                    queue_steps(&mut step, &mut f, &mut g, problem, report_every, temporal)
+                })?),
+            };
         }
         match (&batch, &mut split) {
             (Some(Some(graph)), None) if s % report_every == 0 && s + report_every <= steps => {
@@ -725,9 +756,19 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 s += 1;
             }
             _ => {
-                step.run(&problem.update(&f, &mut g))?;
+                // A pass of `temporal` steps where it fits before the next report, else one step.
+                let room = (report_every - s % report_every).min(steps - s);
+                match temporal {
+                    t if t > 1 && room >= t as usize => {
+                        step.run_temporal(&problem.update(&f, &mut g), t)?;
+                        s += t as usize;
+                    }
+                    _ => {
+                        step.run(&problem.update(&f, &mut g))?;
+                        s += 1;
+                    }
+                }
                 std::mem::swap(&mut f, &mut g);
-                s += 1;
             }
         }
         if s % report_every != 0 {

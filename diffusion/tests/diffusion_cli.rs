@@ -66,6 +66,25 @@ struct Bad {
 }
 
 const BAD: &[Bad] = &[
+    // Temporal blocking.
+    Bad {
+        class: "temporal",
+        args: &["--temporal", "9"],
+        code: 1,
+        says: "--temporal 9: a temporally blocked pass advances 1 to 8 steps",
+    },
+    Bad {
+        class: "temporal",
+        args: &["--temporal", "0"],
+        code: 1,
+        says: "--temporal 0: a temporally blocked pass advances 1 to 8 steps",
+    },
+    Bad {
+        class: "temporal",
+        args: &["--temporal", "2", "--gpus", "2"],
+        code: 1,
+        says: "give --temporal 1 with --gpus, --mpi or --cut",
+    },
     // Sizes.
     Bad {
         class: "sizes",
@@ -554,6 +573,44 @@ fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
             "{first:?} then {then:?}: the resumed run differs from the straight one"
         );
     });
+}
+
+/// Passes of 2, 3 and 4 steps (61 steps: a remainder of single steps after the passes, and graph
+/// batches where the engine records them) give the bytes of single steps.
+fn temporal_runs_give_single_steps_bytes(engine: &[&str], dir: &Path) {
+    let run = |t: &str| {
+        let mut args = engine.to_vec();
+        let out = format!("t{t}");
+        args.extend_from_slice(&["--size", "37x29x23", "--steps", "61", "--temporal", t]);
+        args.extend_from_slice(&["--output", &out]);
+        let text = succeeds_in(dir, &args);
+        assert_eq!(
+            text.contains(&format!("temporal blocking: {t} steps per pass")),
+            t != "1",
+            "{text}"
+        );
+        field(dir, &out)
+    };
+    let single = run("1");
+    for t in ["2", "3", "4"] {
+        assert!(run(t) == single, "--temporal {t} differs from single steps");
+    }
+}
+
+#[test]
+fn temporal_passes_give_the_bytes_of_single_steps() {
+    temporal_runs_give_single_steps_bytes(&["--engine", "host"], &scratch("temporal"));
+}
+
+#[test]
+fn gpu_temporal_passes_give_the_bytes_of_single_steps() {
+    let Some(_gpu) = common::gpu("gpu_temporal_passes_give_the_bytes_of_single_steps") else {
+        return;
+    };
+    temporal_runs_give_single_steps_bytes(
+        &["--engine", "device", "--no-tune-cache"],
+        &scratch("temporal-gpu"),
+    );
 }
 
 #[test]

@@ -45,6 +45,11 @@ struct RunArgs {
     /// times each of its launch shapes (535 at 128^3 on an H100) 3 times on the run's own steps.
     #[arg(long, default_value_t = 5000, allow_hyphen_values = true)]
     steps: usize,
+    /// Steps per temporally blocked pass (1 to 8; issue 37, not yet tuned): each pass reads and
+    /// writes the field once for that many steps, with the same bits as single steps. One domain only
+    /// (not with --gpus, --mpi or --cut).
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    temporal: u32,
     /// Diffusivity.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.1)]
     kappa: f64,
@@ -126,6 +131,21 @@ fn invalid(msg: String) -> DiffusionError {
 
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
+    let most = lattice_gpu_kernels::stencil::MAX_TEMPORAL_STEPS;
+    if !(1..=most).contains(&args.temporal) {
+        return Err(invalid(format!(
+            "--temporal {}: a temporally blocked pass advances 1 to {most} steps (1: single steps)",
+            args.temporal
+        )));
+    }
+    if args.temporal > 1 && (args.split.halo.gpus.is_some() || args.mpi || args.split.cut) {
+        return Err(invalid(format!(
+            "--temporal {}: temporally blocked passes run on one domain only for now (halos that \
+             many layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi or \
+             --cut",
+            args.temporal
+        )));
+    }
     if let Some(n) = args.split.halo.gpus {
         let nz = args.size[2];
         let over = format!("the grid's {nz} z layers");
@@ -255,6 +275,7 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
             every: args.checkpoint_every.map_or(Every::Signal, Every::from),
             resume_hint: format!("--resume {} --steps N", ck_dir.display()),
         }),
+        temporal: args.temporal,
     };
     let bar = cli::progress(if lead { args.steps as u64 } else { 0 }, "steps");
     bar.set_position(first as u64);
@@ -283,6 +304,12 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
     let run_steps = (args.steps - first) as f64;
     let points = problem.points() as f64 * run_steps;
     let glups = points / result.seconds / 1e9;
+    if args.temporal > 1 {
+        println!(
+            "temporal blocking: {} steps per pass (each pass reads and writes the field once)",
+            args.temporal
+        );
+    }
     println!(
         "time {:.3} s: {:.2} GLUPS, {:.1} GFLOPS ({FLOPS_PER_POINT} flops/point), {:.1} GB/s effective ({} bytes/point)",
         result.seconds,
