@@ -275,7 +275,7 @@ impl TemporalRow {
 }
 
 /// Times temporally blocked passes of `steps` steps (each of `steps_list`) of the diffusion update on
-/// one grid: for each, the fastest of a sweep of block shapes and marches whose rings fit the default
+/// one grid: for each, the fastest of a sweep of block shapes and marches whose rings fit a block's
 /// shared memory, the fields swapping after each pass.
 pub fn bench_temporal<T: Element + DiffusionReal>(
     gpu: &Arc<Gpu>,
@@ -312,9 +312,7 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
                         steps,
                         elem,
                     );
-                    if block_x * block_y > 1024
-                        || bytes > lattice_gpu_host::engine::device::MAX_DYNAMIC_SHARED_BYTES
-                    {
+                    if block_x * block_y > 1024 || bytes > gpu.max_shared_per_block() {
                         continue;
                     }
                     let e = DeviceLoopEngine::new(gpu.clone(), launch);

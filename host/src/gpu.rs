@@ -29,6 +29,8 @@ pub struct Gpu {
     name: String,
     sm_count: u32,
     max_threads_per_block: u32,
+    /// Dynamic shared memory a block may have when its kernel opts in (227 KiB on an H100).
+    max_shared_per_block: u32,
     /// Bytes of the fields and buffers alive on it now, and the most there were at once.
     held: (AtomicU64, AtomicU64),
 }
@@ -93,6 +95,9 @@ impl Gpu {
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let max_threads_per_block =
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32;
+        let max_shared_per_block =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u32;
         let gpu = Arc::new(Self {
             ctx,
             stream,
@@ -101,6 +106,7 @@ impl Gpu {
             name,
             sm_count,
             max_threads_per_block,
+            max_shared_per_block,
             held: (AtomicU64::new(0), AtomicU64::new(0)),
         });
         gpu.load(&Module::framework())?;
@@ -207,6 +213,12 @@ impl Gpu {
     /// The most threads one block may have.
     pub fn max_threads_per_block(&self) -> u32 {
         self.max_threads_per_block
+    }
+
+    /// The most dynamic shared memory one block may have, its kernel opting in beyond the default
+    /// 48 KiB (227 KiB on an H100).
+    pub fn max_shared_per_block(&self) -> usize {
+        self.max_shared_per_block as usize
     }
 
     /// The CUDA context (for streams, events and pinned memory inside this crate).

@@ -67,8 +67,8 @@ pub struct TemporalBlock {
     steps: u32,
     /// The block's output tile starts at `origin` (x, y); its z slab is `k0 .. k1`.
     origin: [u32; 2],
-    k0: i64,
-    k1: i64,
+    k0: i32,
+    k1: i32,
     /// Tile cells per row and per plane, and planes per ring.
     pitch: u32,
     cells: u32,
@@ -123,8 +123,8 @@ impl TemporalBlock {
             range: *r,
             steps,
             origin,
-            k0: k0 as i64,
-            k1: k1 as i64,
+            k0: k0 as i32,
+            k1: k1 as i32,
             pitch,
             cells: pitch * (by + 2 * steps * ry),
             planes: 2 * rz + 1,
@@ -136,8 +136,8 @@ impl TemporalBlock {
     /// The z steps of the wavefront: at step `q` level `l` computes plane `q - l RADIUS[2]`, so level 0
     /// stages from `k0 - steps rz` and the last level ends at `k1 - 1`. Empty for an empty slab.
     #[inline(always)]
-    pub fn wavefront(&self) -> core::ops::Range<i64> {
-        let reach = self.steps as i64 * (self.planes as i64 - 1) / 2;
+    pub fn wavefront(&self) -> core::ops::Range<i32> {
+        let reach = self.steps as i32 * (self.planes as i32 - 1) / 2;
         match self.k0 < self.k1 {
             true => self.k0 - reach..self.k1 + reach,
             false => 0..0,
@@ -156,18 +156,18 @@ impl TemporalBlock {
         &self,
         f: &F,
         shared: SharedPtr<F::Real>,
-        q: i64,
+        q: i32,
         phase: u32,
         c: ThreadCoords,
     ) {
-        let [rx, ry, rz] = F::RADIUS.map(|v| v as i64);
-        let l = phase as i64;
-        let t = self.steps as i64;
+        let [rx, ry, rz] = F::RADIUS.map(|v| v as i32);
+        let l = phase as i32;
+        let t = self.steps as i32;
         let r = &self.range;
         let p = q - l * rz;
         // The planes this level must hold: within `steps - l` radii of the slab, and of the range.
-        let lo = (self.k0 - (t - l) * rz).max(r.begin[2] as i64 - rz);
-        let hi = (self.k1 + (t - l) * rz).min(r.end[2] as i64 + rz);
+        let lo = (self.k0 - (t - l) * rz).max(r.begin[2] as i32 - rz);
+        let hi = (self.k1 + (t - l) * rz).min(r.end[2] as i32 + rz);
         let last = phase == self.steps;
         if p < lo || p >= hi || (last && (p < self.k0 || p >= self.k1)) {
             return;
@@ -175,51 +175,51 @@ impl TemporalBlock {
         // Tile cell (0, 0) is the point `origin - steps radii`; level `l` spans cells within
         // `steps - l` radii of the output tile, and within one radius of the range (the margin it
         // reads); the last level only the tile's points inside the range.
-        let x0 = self.origin[0] as i64 - t * rx;
-        let y0 = self.origin[1] as i64 - t * ry;
-        let span = |lo_pt: i64, hi_pt: i64, origin: i64, rad: i64, begin: u32, end: u32| {
+        let x0 = self.origin[0] as i32 - t * rx;
+        let y0 = self.origin[1] as i32 - t * ry;
+        let span = |lo_pt: i32, hi_pt: i32, origin: i32, rad: i32, begin: u32, end: u32| {
             let (b, e) = match last {
-                true => (begin as i64, end as i64),
-                false => (begin as i64 - rad, end as i64 + rad),
+                true => (begin as i32, end as i32),
+                false => (begin as i32 - rad, end as i32 + rad),
             };
             (lo_pt.max(b) - origin, hi_pt.min(e) - origin)
         };
-        let [bx, by] = self.tile.map(|v| v as i64);
-        let [sx, sy] = self.stride.map(|v| v as i64);
+        let [bx, by] = self.tile.map(|v| v as i32);
+        let [sx, sy] = self.stride.map(|v| v as i32);
         let (cx0, cx1) = span(
-            self.origin[0] as i64 - (t - l) * rx,
-            self.origin[0] as i64 + bx + (t - l) * rx,
+            self.origin[0] as i32 - (t - l) * rx,
+            self.origin[0] as i32 + bx + (t - l) * rx,
             x0,
             rx,
             r.begin[0],
             r.end[0],
         );
         let (cy0, cy1) = span(
-            self.origin[1] as i64 - (t - l) * ry,
-            self.origin[1] as i64 + by + (t - l) * ry,
+            self.origin[1] as i32 - (t - l) * ry,
+            self.origin[1] as i32 + by + (t - l) * ry,
             y0,
             ry,
             r.begin[1],
             r.end[1],
         );
-        let slot = p.rem_euclid(self.planes as i64) as usize;
+        let slot = p.rem_euclid(self.planes as i32) as usize;
         let cells = self.cells as usize;
-        let ring = |level: i64| shared.wrapping_add(level as usize * self.planes as usize * cells);
+        let ring = |level: i32| shared.wrapping_add(level as usize * self.planes as usize * cells);
         // This level's plane (not for the last level, which writes the output) and the level below.
         let dst = ring(l).wrapping_add(slot * cells);
         let below = ring(l - 1);
-        let inside_z = p >= r.begin[2] as i64 && p < r.end[2] as i64;
+        let inside_z = p >= r.begin[2] as i32 && p < r.end[2] as i32;
         // The cells of a row this thread takes in `a .. b` (tile x): from the first at its offset.
-        let (tx, ty) = (c.thread_idx[0] as i64, c.thread_idx[1] as i64);
-        let first = |a: i64| a + (tx - a).rem_euclid(sx);
+        let (tx, ty) = (c.thread_idx[0] as i32, c.thread_idx[1] as i32);
+        let first = |a: i32| a + (tx - a).rem_euclid(sx);
         // The row's inside points (tile x), where the level is computed; elsewhere the input is kept.
-        let (ix0, ix1) = (r.begin[0] as i64 - x0, r.end[0] as i64 - x0);
+        let (ix0, ix1) = (r.begin[0] as i32 - x0, r.end[0] as i32 - x0);
         let mut idx = ArrayIndex3D::new(r.n);
         let mut cy = cy0 + ty;
         while cy < cy1 {
             let y = y0 + cy;
-            let row = cy * self.pitch as i64;
-            let row_inside = phase > 0 && inside_z && y >= r.begin[1] as i64 && y < r.end[1] as i64;
+            let row = cy * self.pitch as i32;
+            let row_inside = phase > 0 && inside_z && y >= r.begin[1] as i32 && y < r.end[1] as i32;
             let (a, b) = match row_inside {
                 true => (ix0.max(cx0), ix1.min(cx1)),
                 false => (cx1, cx1),

@@ -367,10 +367,11 @@ pub(crate) fn launch<F: Copy>(
 
 /// The dynamic shared memory of a temporally blocked launch of `steps` steps with `shape`'s block,
 /// checked: `F` has the entry, `steps` lies in `1 ..= MAX_TEMPORAL_STEPS`, and the rings fit in
-/// [`MAX_DYNAMIC_SHARED_BYTES`].
+/// `limit` bytes (what a block may have with its kernel opting in).
 pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
     shape: LaunchShape,
     steps: u32,
+    limit: usize,
 ) -> Result<usize> {
     if F::TEMPORAL_ENTRY.is_none() {
         return Err(Error::InvalidSetting(format!(
@@ -386,10 +387,10 @@ pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
     }
     let elem = std::mem::size_of::<F::Real>();
     let bytes = temporal_shared_bytes([shape.block_x, shape.block_y], F::RADIUS, steps, elem);
-    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+    if bytes > limit {
         return Err(Error::InvalidSize(format!(
             "{steps} steps with blocks of {}x{} need {bytes} bytes of shared memory; at most \
-             {MAX_DYNAMIC_SHARED_BYTES} are available: use fewer steps or smaller blocks",
+             {limit} are available: use fewer steps or smaller blocks",
             shape.block_x, shape.block_y
         )));
     }
@@ -407,9 +408,18 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
     shape: LaunchShape,
     steps: u32,
 ) -> Result<()> {
-    let bytes = temporal_bytes::<F>(shape, steps)?;
+    let bytes = temporal_bytes::<F>(shape, steps, gpu.max_shared_per_block())?;
     let entry = F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY);
     let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        // Beyond the default the kernel must opt in (up to `max_shared_per_block`).
+        function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
+    }
     let plain = shape.with_variant(Variant::Plain);
     let mut cfg = plain.config(range, &KernelInfo::of3d::<F>(), limit)?;
     cfg.shared_mem_bytes = bytes as u32;

@@ -29,6 +29,9 @@ use crate::error::{Error, Result};
 /// The most threads per block the emulated device accepts (as every GPU from Volta on).
 pub const EMULATED_MAX_THREADS: u32 = 1024;
 
+/// The most dynamic shared memory an emulated block may have, its kernel opting in (as an H100).
+pub const EMULATED_MAX_SHARED_BYTES: usize = 227 * 1024;
+
 /// Runs `update` over `range` as the GPU kernel of `shape`'s variant launched with `shape` would, on the
 /// CPU (blocks in parallel). Fails as the launch would: a range without the update's margin, a shape the
 /// device refuses, a variant the kernel lacks. For tests; far slower than [`HostLoopEngine`](super::HostLoopEngine).
@@ -74,7 +77,7 @@ pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
     shape: LaunchShape,
     steps: u32,
 ) -> Result<()> {
-    let bytes = super::device::temporal_bytes::<F>(shape, steps)?;
+    let bytes = super::device::temporal_bytes::<F>(shape, steps, EMULATED_MAX_SHARED_BYTES)?;
     let elem = std::mem::size_of::<F::Real>();
     let plain = shape.with_variant(Variant::Plain);
     launch::<F>(range, plain, |b, _| {
