@@ -7,13 +7,10 @@ use lattice_gpu_host::engine::emulate::EMULATED_MAX_THREADS;
 use lattice_gpu_host::engine::{emulate3d, tune_candidates, KernelInfo, TuneSpace, Variant};
 use lattice_gpu_host::{Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape};
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{
-    ArrayIndex3D, FieldMut, FieldRef, GpuEntry, PointUpdate3D, Source3D, StencilUpdate3D,
-};
-use lattice_gpu_kernels::stencil::{LoopRange, VECTOR_BYTES};
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, StencilUpdate3D, VECTOR_BYTES};
 use rand::{Rng, SeedableRng};
 
-use common::{check_written, random};
+use common::{check_written, random, Wide};
 use lattice_gpu_testkit as common;
 
 /// One explicit step written plainly in f64 on a `(nx+2) x (ny+2) x (nz+2)` array: shares no code with
@@ -276,56 +273,6 @@ fn emulated_kernel_variants_match_host_engine_f32() {
 #[test]
 fn emulated_kernel_variants_match_host_engine_f64() {
     diffusion_variants_emulated::<f64>();
-}
-
-/// A stencil wider than diffusion's, reading tile corners and points off the z column in other planes:
-/// radius (2, 1, 2), 13 reads. Not a physical update, a test of the sources' reach.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Wide {
-    f: FieldRef<f64>,
-    out: FieldMut<f64>,
-}
-
-impl PointUpdate3D for Wide {
-    type Real = f64;
-    const RADIUS: [u32; 3] = [2, 1, 2];
-    fn update(&self, idx: &ArrayIndex3D) {
-        self.update_with(idx, &self.f)
-    }
-}
-
-impl StencilUpdate3D for Wide {
-    fn input(&self) -> FieldRef<f64> {
-        self.f
-    }
-    fn output(&self) -> FieldMut<f64> {
-        self.out
-    }
-    fn value_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) -> f64 {
-        0.5 * f.at::<0, 0, 0>(idx)
-            + 0.25 * f.at::<2, 0, 0>(idx)
-            + 0.125 * f.at::<-2, 0, 0>(idx)
-            + 0.0625 * f.at::<-1, 1, 0>(idx)
-            + 0.03125 * f.at::<1, -1, 0>(idx)
-            + 0.75 * f.at::<0, 1, 0>(idx)
-            + 0.375 * f.at::<-2, -1, 0>(idx)
-            + 1.5 * f.at::<0, 0, 2>(idx)
-            + 1.25 * f.at::<0, 0, -2>(idx)
-            + 1.125 * f.at::<0, 0, 1>(idx)
-            + 1.0625 * f.at::<0, 0, -1>(idx)
-            + 0.875 * f.at::<1, 0, 1>(idx)
-            + 0.625 * f.at::<0, -1, -2>(idx)
-    }
-}
-
-impl GpuEntry for Wide {
-    // Emulated only: no module holds these entries.
-    const MODULE: &'static str = "tests";
-    const ENTRY: &'static str = "wide";
-    const ZQUEUE_ENTRY: Option<&'static str> = Some("wide_zqueue");
-    const TILED_ENTRY: Option<&'static str> = Some("wide_tiled");
-    const VECTOR_ENTRY: Option<&'static str> = Some("wide_vector");
 }
 
 #[test]

@@ -12,13 +12,10 @@ use lattice_gpu_host::{
     DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{
-    ArrayIndex3D, FieldMut, FieldRef, GpuEntry, LoopRange, PointUpdate3D, Source3D,
-    StencilUpdate3D, Variant,
-};
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, StencilUpdate3D, Variant};
 
 use lattice_gpu_testkit as common;
-use lattice_gpu_testkit::random;
+use lattice_gpu_testkit::{random, Wide};
 
 /// `f` random everywhere, and `g` equal to it outside `range` and NaN inside: both fields a single step
 /// swaps between hold the same margin, the boundary condition of a blocked pass.
@@ -140,52 +137,6 @@ fn blocked_diffusion_steps_equal_single_steps_f32() {
 #[test]
 fn blocked_diffusion_steps_equal_single_steps_f64() {
     diffusion_blocked::<f64>();
-}
-
-/// A stencil wider than diffusion's, reading tile corners and points off the z column in other planes:
-/// radius (2, 1, 2). Not a physical update (its coefficients sum to about 1, so values stay bounded),
-/// a test of the rings' reach.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Wide {
-    f: FieldRef<f64>,
-    out: FieldMut<f64>,
-}
-
-impl PointUpdate3D for Wide {
-    type Real = f64;
-    const RADIUS: [u32; 3] = [2, 1, 2];
-    fn update(&self, idx: &ArrayIndex3D) {
-        self.update_with(idx, &self.f)
-    }
-}
-
-impl StencilUpdate3D for Wide {
-    fn input(&self) -> FieldRef<f64> {
-        self.f
-    }
-    fn output(&self) -> FieldMut<f64> {
-        self.out
-    }
-    fn value_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) -> f64 {
-        0.25 * f.at::<0, 0, 0>(idx)
-            + 0.125 * f.at::<2, 0, 0>(idx)
-            + 0.0625 * f.at::<-2, 0, 0>(idx)
-            + 0.0625 * f.at::<-1, 1, 0>(idx)
-            + 0.03125 * f.at::<1, -1, 0>(idx)
-            + 0.0625 * f.at::<-2, -1, 0>(idx)
-            + 0.125 * f.at::<0, 0, 2>(idx)
-            + 0.0625 * f.at::<0, 0, -1>(idx)
-            + 0.125 * f.at::<1, 0, 1>(idx)
-            + 0.09375 * f.at::<0, -1, -2>(idx)
-    }
-}
-
-impl GpuEntry for Wide {
-    // Emulated only: no module holds these entries.
-    const MODULE: &'static str = "tests";
-    const ENTRY: &'static str = "wide";
-    const TEMPORAL_ENTRY: Option<&'static str> = Some("wide_temporal");
 }
 
 #[test]

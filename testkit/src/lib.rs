@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use lattice_gpu_host::{Element, Error, Gpu, Shape};
 use lattice_gpu_kernels::device::math::Real;
-use lattice_gpu_kernels::stencil::LoopRange;
+use lattice_gpu_kernels::stencil::{
+    ArrayIndex3D, FieldMut, FieldRef, GpuEntry, LoopRange, PointUpdate3D, Source3D, StencilUpdate3D,
+};
 use rand::{Rng, SeedableRng};
 
 /// The GPU for one test, held alone: the tests of a binary that use the GPU take turns (a test's
@@ -454,4 +456,57 @@ pub fn gpu_estimates_hold(var: &str, built: &str, args: &str, host_slack: f64, g
     estimate_holds(est_host, got_host, host_slack, &format!("{args}: host"));
     estimate_holds(est_gpu, got_gpu, gpu_slack, &format!("{args}: GPU"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stencil wider than diffusion's, reading tile corners and points off the z column in other planes:
+/// radius (2, 1, 2), 13 reads. Not a physical update, a test of the staged and blocked loops' reach;
+/// its entries exist only for the launch emulator (no module holds them).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Wide {
+    /// The input.
+    pub f: FieldRef<f64>,
+    /// The output.
+    pub out: FieldMut<f64>,
+}
+
+impl PointUpdate3D for Wide {
+    type Real = f64;
+    const RADIUS: [u32; 3] = [2, 1, 2];
+    fn update(&self, idx: &ArrayIndex3D) {
+        self.update_with(idx, &self.f)
+    }
+}
+
+impl StencilUpdate3D for Wide {
+    fn input(&self) -> FieldRef<f64> {
+        self.f
+    }
+    fn output(&self) -> FieldMut<f64> {
+        self.out
+    }
+    fn value_with<S: Source3D<f64>>(&self, idx: &ArrayIndex3D, f: &S) -> f64 {
+        0.5 * f.at::<0, 0, 0>(idx)
+            + 0.25 * f.at::<2, 0, 0>(idx)
+            + 0.125 * f.at::<-2, 0, 0>(idx)
+            + 0.0625 * f.at::<-1, 1, 0>(idx)
+            + 0.03125 * f.at::<1, -1, 0>(idx)
+            + 0.75 * f.at::<0, 1, 0>(idx)
+            + 0.375 * f.at::<-2, -1, 0>(idx)
+            + 1.5 * f.at::<0, 0, 2>(idx)
+            + 1.25 * f.at::<0, 0, -2>(idx)
+            + 1.125 * f.at::<0, 0, 1>(idx)
+            + 1.0625 * f.at::<0, 0, -1>(idx)
+            + 0.875 * f.at::<1, 0, 1>(idx)
+            + 0.625 * f.at::<0, -1, -2>(idx)
+    }
+}
+
+impl GpuEntry for Wide {
+    const MODULE: &'static str = "tests";
+    const ENTRY: &'static str = "wide";
+    const ZQUEUE_ENTRY: Option<&'static str> = Some("wide_zqueue");
+    const TILED_ENTRY: Option<&'static str> = Some("wide_tiled");
+    const VECTOR_ENTRY: Option<&'static str> = Some("wide_vector");
+    const TEMPORAL_ENTRY: Option<&'static str> = Some("wide_temporal");
 }

@@ -220,6 +220,35 @@ macro_rules! plain_store {
 plain_store!(f32, SlotF32, 8, false);
 plain_store!(f64, SlotF64, 16, true);
 
+/// The slot-level items a 16-bit storage shares: a slot copied as one 32-bit word, and the site's
+/// norm read and written as the f32 its slot holds.
+macro_rules! sixteen_bit_slots {
+    ($elem:ty, $pair:ident) => {
+        #[inline(always)]
+        unsafe fn copy(p: *mut $elem, from: usize, to: usize) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let p = p as *mut $pair;
+                *p.add(to) = *p.add(from);
+            }
+        }
+        #[inline(always)]
+        unsafe fn norm(p: *const $elem, i: usize) -> f32 {
+            // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
+            unsafe { *(p as *const f32).add(i) }
+        }
+        #[inline(always)]
+        unsafe fn store_norm(p: *mut $elem, i: usize, n: f32) {
+            // SAFETY: as for `norm`.
+            unsafe { *(p as *mut f32).add(i) = n }
+        }
+        fn encode_norm(n: f32) -> [$elem; 2] {
+            let b = n.to_bits();
+            [b as u16 as $elem, (b >> 16) as u16 as $elem]
+        }
+    };
+}
+
 /// Half precision: IEEE binary16 storage with a norm per spinor site, f32 arithmetic (see the module
 /// documentation). Buffers hold `u16`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -266,31 +295,10 @@ impl WilsonStore for Half {
         // SAFETY: the caller's contract.
         unsafe { *(p as *mut SlotF16).add(i) = SlotF16(to_f16(v.re), to_f16(v.im)) }
     }
-    #[inline(always)]
-    unsafe fn copy(p: *mut u16, from: usize, to: usize) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let p = p as *mut SlotF16;
-            *p.add(to) = *p.add(from);
-        }
-    }
-    #[inline(always)]
-    unsafe fn norm(p: *const u16, i: usize) -> f32 {
-        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
-        unsafe { *(p as *const f32).add(i) }
-    }
-    #[inline(always)]
-    unsafe fn store_norm(p: *mut u16, i: usize, n: f32) {
-        // SAFETY: as for `norm`.
-        unsafe { *(p as *mut f32).add(i) = n }
-    }
+    sixteen_bit_slots!(u16, SlotF16);
 
     fn encode_entry(u: Complex<f64>) -> [u16; 2] {
         [to_f16(u.re as f32), to_f16(u.im as f32)]
-    }
-    fn encode_norm(n: f32) -> [u16; 2] {
-        let b = n.to_bits();
-        [b as u16, (b >> 16) as u16]
     }
 }
 
@@ -339,32 +347,11 @@ impl WilsonStore for Fixed {
         // SAFETY: the caller's contract.
         unsafe { *(p as *mut SlotI16).add(i) = SlotI16(round_fixed(v.re), round_fixed(v.im)) }
     }
-    #[inline(always)]
-    unsafe fn copy(p: *mut i16, from: usize, to: usize) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let p = p as *mut SlotI16;
-            *p.add(to) = *p.add(from);
-        }
-    }
-    #[inline(always)]
-    unsafe fn norm(p: *const i16, i: usize) -> f32 {
-        // SAFETY: the caller's contract; a slot is 4 bytes, aligned to 4.
-        unsafe { *(p as *const f32).add(i) }
-    }
-    #[inline(always)]
-    unsafe fn store_norm(p: *mut i16, i: usize, n: f32) {
-        // SAFETY: as for `norm`.
-        unsafe { *(p as *mut f32).add(i) = n }
-    }
+    sixteen_bit_slots!(i16, SlotI16);
 
     fn encode_entry(u: Complex<f64>) -> [i16; 2] {
         let f = |v: f64| round_fixed((v as f32 * FIXED_ONE).clamp(-FIXED_ONE, FIXED_ONE));
         [f(u.re), f(u.im)]
-    }
-    fn encode_norm(n: f32) -> [i16; 2] {
-        let b = n.to_bits();
-        [b as u16 as i16, (b >> 16) as u16 as i16]
     }
 }
 

@@ -3,12 +3,12 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    temporal_shared_bytes, ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange,
-    PointUpdate2D, PointUpdate3D, Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock,
-    ThreadCoords, MAX_TEMPORAL_STEPS,
+    ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
+    Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant,
 };
 use rayon::prelude::*;
 
+use super::device::LaunchShape;
 use super::LoopEngine;
 use crate::error::{Error, Result};
 use crate::field::{Element, Field, HostField, Shape};
@@ -72,16 +72,17 @@ impl LoopEngine for HostLoopEngine {
         steps: u32,
         _: &mut (),
     ) -> Result<()> {
-        if !(1..=MAX_TEMPORAL_STEPS).contains(&steps) {
-            return Err(Error::InvalidSetting(format!(
-                "{steps} steps per pass: a temporally blocked pass advances 1 to {MAX_TEMPORAL_STEPS}"
-            )));
-        }
+        let tile = LaunchShape {
+            block_x: HOST_TILE[0],
+            block_y: HOST_TILE[1],
+            march: 1,
+            variant: Variant::Plain,
+        };
+        let bytes = super::device::temporal_bytes::<F>(tile, steps, usize::MAX)?;
         let ext = r.extent();
         let [tx, ty] = HOST_TILE;
         let (gx, gy) = (ext[0].div_ceil(tx), ext[1].div_ceil(ty));
-        let elem = std::mem::size_of::<F::Real>();
-        let len = temporal_shared_bytes(HOST_TILE, F::RADIUS, steps, elem) / elem;
+        let len = bytes / std::mem::size_of::<F::Real>();
         (0..gx * gy).into_par_iter().for_each(|b| {
             let block_idx = [b % gx, b / gx, 0];
             let block = TemporalBlock::tiled(f, r, HOST_TILE, ext[2], steps, block_idx, [1, 1]);
