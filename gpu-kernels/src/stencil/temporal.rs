@@ -2,7 +2,7 @@
 //! read once and written once per pass (2.5-D blocking with a z wavefront, as in AN5D, Matsumura et
 //! al., CGO 2020). A block owns an xy tile of the output and marches its z slab; per z step it
 //! stages the input's next plane of the tile widened by `steps` radii, then computes each time level
-//! one plane behind the level before (the wavefront) on a tile one radius narrower than that level's,
+//! one plane behind the level below (the wavefront) on a tile one radius narrower than that level's,
 //! recomputing the halo its neighbours also compute instead of exchanging it. The intermediate levels
 //! live in shared memory, a ring of `2 RADIUS[2] + 1` planes per level; only the last level is
 //! written to the output.
