@@ -359,8 +359,8 @@ impl WilsonStore for Fixed {
 mod tests {
     use super::*;
 
-    #[test]
-    fn half_sites_keep_each_real_to_11_bits_of_the_sites_largest() {
+    /// A site of small values of both signs, and its largest real.
+    fn small_site() -> ([Complex<f64>; 12], f64) {
         let v: [Complex<f64>; 12] = core::array::from_fn(|k| {
             let x = (k as f64 * 0.731).sin() * 1e-7;
             Complex::new(x, -0.5 * x + 1e-9 * k as f64)
@@ -369,6 +369,12 @@ mod tests {
             .iter()
             .flat_map(|z| [z.re.abs(), z.im.abs()])
             .fold(0.0, f64::max);
+        (v, m)
+    }
+
+    #[test]
+    fn half_sites_keep_each_real_to_11_bits_of_the_sites_largest() {
+        let (v, m) = small_site();
         let s = Half::encode_site(&v);
         let back = Half::decode_site(&s);
         for (a, b) in v.iter().zip(&back) {
@@ -415,14 +421,7 @@ mod tests {
 
     #[test]
     fn fixed_sites_keep_each_real_to_half_a_step_of_the_sites_largest() {
-        let v: [Complex<f64>; 12] = core::array::from_fn(|k| {
-            let x = (k as f64 * 0.731).sin() * 1e-7;
-            Complex::new(x, -0.5 * x + 1e-9 * k as f64)
-        });
-        let m = v
-            .iter()
-            .flat_map(|z| [z.re.abs(), z.im.abs()])
-            .fold(0.0, f64::max);
+        let (v, m) = small_site();
         let s = Fixed::encode_site(&v);
         let back = Fixed::decode_site(&s);
         for (a, b) in v.iter().zip(&back) {
