@@ -151,11 +151,16 @@ fn pack_with<'m, T: CloverStorage>(
         // (`lattice_gpu_kernels::wilson::clover`).
         let scale = match T::CLOVER_SLOTS > CLOVER_ENTRIES {
             true => {
+                // A NaN entry makes the factor NaN (`f64::max` would drop it), so that the site's
+                // products are NaN rather than its entries silently zero.
                 let m = blocks
                     .iter()
                     .flat_map(|b| b.iter())
-                    .map(|z| z.re.abs().max(z.im.abs()))
-                    .fold(0.0, f64::max);
+                    .flat_map(|z| [z.re.abs(), z.im.abs()])
+                    .fold(
+                        0.0,
+                        |a: f64, v| if a.is_nan() { a } else { a.max(v) + 0.0 * v },
+                    );
                 let norm = (m / T::UNIT as f64) as f32;
                 let at = 2 * (base + CLOVER_ENTRIES * TILE);
                 [out[at], out[at + 1]] = T::encode_norm(norm);

@@ -230,6 +230,30 @@ fn sixteen_bit_clover_kernel_bodies_keep_their_stated_bounds() {
     body_bound::<Fixed>(FIXED_CLOVER_BOUND);
 }
 
+/// A NaN in one site's clover entries reaches that site's output in fixed point (where the site's
+/// entries are scaled by their largest, which must not drop it) and in binary16, and no other site's.
+#[test]
+fn a_nan_clover_entry_reaches_its_sites_output_in_16_bits() {
+    nan_entry_case::<Half>();
+    nan_entry_case::<Fixed>();
+}
+
+fn nan_entry_case<H: CloverStorage>() {
+    let (dims, antiperiodic) = CASES[0];
+    let mut c = case(dims, antiperiodic, CSW, 17);
+    let bad = c.lat.site_of_eo(c.lat.half_volume() + 5);
+    c.clover.inverse[bad][1][(2, 4)].im = f64::NAN;
+    let inv_odd = pack_clover::<H>(&c.lat, &c.clover, 1, CloverPart::Inverse);
+    let x = pack_parity::<H>(&c.lat, &c.psi.data, 1);
+    let mut out = poisoned::<H>(&c.lat);
+    apply_clover_on_host::<H>(c.lat.half_volume(), &inv_odd, &mut out, &x).unwrap();
+    let got = parity_of::<H>(&c.lat, &out, 1);
+    for (e, site) in got.chunks(12).enumerate() {
+        let nan = site.iter().any(|z| z.re.is_nan() || z.im.is_nan());
+        assert_eq!(nan, e == 5, "{}: site {e} NaN {nan}", H::PRECISION);
+    }
+}
+
 fn body_bound<H: CloverStorage>(bound: f64) {
     for (dims, antiperiodic) in CASES {
         let c = case(dims, antiperiodic, CSW, 11);
