@@ -107,7 +107,8 @@ pub trait WilsonStore: SolverStore {
         core::array::from_fn(|k| unsafe { Self::load(p, k) }.to_f64().scale(n))
     }
     /// A link's or a clover field's entry as stored (in binary16, the nearest binary16; in fixed point,
-    /// `u` times [`UNIT`](Self::UNIT) rounded, `|u|` at most 1).
+    /// `u` times [`UNIT`](Self::UNIT) rounded, `|u|` at most 1, and a NaN as 0, since 16-bit integers
+    /// hold none: links are checked finite where they are read, a clover site's NaN goes to its factor).
     fn encode_entry(u: Complex<f64>) -> [Self::Elem; 2];
     /// A site's factor `n` as the slot [`store_norm`](Self::store_norm) writes holds it (the f32's bytes
     /// in 16-bit storage), for the host's packing of fixed-point clover sites.
