@@ -25,7 +25,7 @@ use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::PointUpdate3D;
+use lattice_gpu_kernels::stencil::{PointUpdate3D, MAX_TEMPORAL_STEPS};
 
 pub mod bench;
 
@@ -333,6 +333,26 @@ pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
     Ok(())
 }
 
+/// Checks the steps of a temporally blocked pass for a run, `split` when it is decomposed (over ranks,
+/// or cut on one): 1 to [`MAX_TEMPORAL_STEPS`], and 1 alone for a split run (halos that many layers
+/// deep are not there yet).
+pub fn check_temporal(temporal: u32, split: bool) -> Result<()> {
+    if !(1..=MAX_TEMPORAL_STEPS).contains(&temporal) {
+        return Err(DiffusionError::Invalid(format!(
+            "--temporal {temporal}: a temporally blocked pass advances 1 to {MAX_TEMPORAL_STEPS} \
+             steps (1: single steps)"
+        )));
+    }
+    if temporal > 1 && split {
+        return Err(DiffusionError::Invalid(format!(
+            "--temporal {temporal}: temporally blocked passes run on one domain only for now (halos \
+             that many layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi \
+             or --cut"
+        )));
+    }
+    Ok(())
+}
+
 /// How often `f` and `g` swap in [`queue_steps`] of `n` steps in passes of `temporal`.
 fn swaps(n: usize, temporal: u32) -> usize {
     let t = temporal.max(1) as usize;
@@ -636,14 +656,8 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
     };
     drop(initial);
-    let temporal = schedule.temporal.max(1);
-    if temporal > 1 && split.is_some() {
-        return Err(DiffusionError::Invalid(format!(
-            "--temporal {temporal}: temporally blocked passes run on one domain only for now (halos \
-             {temporal} layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi \
-             or --cut"
-        )));
-    }
+    let temporal = schedule.temporal;
+    check_temporal(temporal, split.is_some())?;
     // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
     let cell = |r: usize, i: u64| {
         let [sx, sy, _] = shape.size();

@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
 use lattice_gpu_diffusion::bench::{bench_temporal, bench_variants, BenchRow, VariantSet};
 use lattice_gpu_diffusion::{
-    simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every, Exchange, Halos,
-    Problem, Result, Schedule,
+    check_temporal, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every,
+    Exchange, Halos, Problem, Result, Schedule,
 };
 use lattice_gpu_formats::{npy, png, OutputDir};
 use lattice_gpu_host::comm::{Communicator, Solo};
@@ -131,21 +131,8 @@ fn invalid(msg: String) -> DiffusionError {
 
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
-    let most = lattice_gpu_kernels::stencil::MAX_TEMPORAL_STEPS;
-    if !(1..=most).contains(&args.temporal) {
-        return Err(invalid(format!(
-            "--temporal {}: a temporally blocked pass advances 1 to {most} steps (1: single steps)",
-            args.temporal
-        )));
-    }
-    if args.temporal > 1 && (args.split.halo.gpus.is_some() || args.mpi || args.split.cut) {
-        return Err(invalid(format!(
-            "--temporal {}: temporally blocked passes run on one domain only for now (halos that \
-             many layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi or \
-             --cut",
-            args.temporal
-        )));
-    }
+    let split = args.split.halo.gpus.is_some() || args.mpi || args.split.cut;
+    check_temporal(args.temporal, split)?;
     if let Some(n) = args.split.halo.gpus {
         let nz = args.size[2];
         let over = format!("the grid's {nz} z layers");
@@ -374,11 +361,8 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
-    let most = lattice_gpu_kernels::stencil::MAX_TEMPORAL_STEPS;
-    if let Some(&bad) = args.temporal.iter().find(|&&t| !(1..=most).contains(&t)) {
-        return Err(invalid(format!(
-            "--temporal {bad}: a temporally blocked pass advances 1 to {most} steps"
-        )));
+    for &t in &args.temporal {
+        check_temporal(t, false)?;
     }
     let gpu = lattice_gpu_cli::bench_gpu("diffusion", args.gpu)?;
     println!(
