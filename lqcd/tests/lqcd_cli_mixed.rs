@@ -100,7 +100,7 @@ fn the_cpu_engine_says_it_solves_in_f64_bicgstab() {
 
 /// On a GPU, split over two ranks (threads sharing it; the lattice cut along t, ghosts exchanged
 /// behind the inner sites): mixed f32/f64 and half/f64 BiCGStab, CGNR, and the clover operator in f64
-/// and in half/f64, each the one-GPU solve's solution to 8 digits with a true residual of at most
+/// and in half/f64 and fixed/f64, each the one-GPU solve's solution to 8 digits with a true residual of at most
 /// 1e-9, the reliable updates said.
 #[test]
 fn split_mixed_and_clover_solves_give_the_one_gpu_solution() {
@@ -139,7 +139,7 @@ fn split_mixed_and_clover_solves_give_the_one_gpu_solution() {
             "{extra:?}: split true residual {res:e}\n{text}"
         );
         let clover = extra.contains(&"--csw");
-        let mixed = !clover || extra.contains(&"half");
+        let mixed = !clover || extra.contains(&"--sloppy");
         assert_eq!(
             text.contains("reliable updates in f64"),
             mixed,

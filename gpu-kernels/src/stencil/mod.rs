@@ -26,7 +26,8 @@ pub use loops::{
 pub use reduce::{CountNonFinite, FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
 pub use temporal::{
-    device_loop3d_temporal, temporal_shared_bytes, TemporalBlock, MAX_TEMPORAL_STEPS,
+    device_loop3d_temporal, temporal_shared_bytes, Stage, TemporalBlock, MAX_TEMPORAL_STEPS,
+    STAGE_CELLS, STEP_PLANES,
 };
 
 use crate::device::math::Real;

@@ -19,6 +19,7 @@ use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
     fields_vector_thread, plain_thread, vector_thread, zqueue_thread, FieldsUpdate3D, GpuEntry,
     LoopRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords, TiledThread, Variant,
+    STEP_PLANES,
 };
 use rayon::prelude::*;
 
@@ -85,12 +86,17 @@ pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
         let ptr = SharedPtr::from_host_ptr(shared.as_mut_ptr());
         let first = threads(plain, b).next().expect("a block has a thread");
         let block = TemporalBlock::new(update, range, shape.march, steps, first);
-        for q in block.wavefront() {
-            for phase in 0..=steps {
-                // The barrier after each phase: every thread has run it.
-                for c in threads(plain, b) {
-                    // SAFETY: `shared` has the launch's bytes and outlives the loop.
-                    unsafe { block.phase(update, ptr, q, phase, c) };
+        let stages: Vec<_> = threads(plain, b).map(|c| block.stage::<F>(c)).collect();
+        for q in block.wavefront().step_by(STEP_PLANES) {
+            // The barrier after each phase: every thread has run it.
+            for stage in &stages {
+                // SAFETY: `shared` has the launch's bytes and outlives the loop.
+                unsafe { block.stage_planes(update, ptr, stage, q) };
+            }
+            for level in 1..=steps {
+                for stage in &stages {
+                    // SAFETY: as above.
+                    unsafe { block.level(update, ptr, stage, q, level) };
                 }
             }
         }
