@@ -421,7 +421,11 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
             .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
     }
     let plain = shape.with_variant(Variant::Plain);
-    let mut cfg = plain.config(range, &KernelInfo::of3d::<F>(), limit)?;
+    // The grid of a plain launch, checked against the temporal entry's own thread limit and named
+    // after it in errors.
+    let mut kernel = KernelInfo::of3d::<F>();
+    kernel.entries[Variant::Plain as usize] = Some(entry);
+    let mut cfg = plain.config(range, &kernel, limit)?;
     cfg.shared_mem_bytes = bytes as u32;
     let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
     let stream = gpu.launch_stream();
