@@ -29,9 +29,10 @@
 #                                             (NCCL) cutting no axis, t, z, and y, z and t (--cut: ghosts
 #                                             exchanged with itself), with and without overlap (not in the
 #                                             default set)
-#                                  temporal   diffusion's temporally blocked passes (1 to 4 steps) at 256^3,
-#                                             512^3 and 8x512x512 against the tuned single step (not in
-#                                             the default set)
+#                                  temporal   diffusion's temporally blocked passes (1 to 4 steps; the
+#                                             general form and the column form) at 256^3, 512^3 and
+#                                             8x512x512 against the tuned single step (not in the
+#                                             default set)
 #                                  stencilsplit what the split costs diffusion (512^3, 512x512x256), LBM
 #                                             (384^3, two-lattice) and advection (8192^2, 8192x4096) on one
 #                                             GPU: unsplit, then cut over one rank (--cut) with host

@@ -252,8 +252,9 @@ pub struct TemporalRow {
     pub precision: &'static str,
     /// Steps per pass.
     pub steps: u32,
-    /// The fastest launch of the sweep.
-    pub shape: LaunchShape,
+    /// The form and fastest launch of the sweep: `(32,4)/march=32` for the general form,
+    /// `columns (32,16)/march=64` for the column form.
+    pub launch: String,
     /// Median ms per step (a pass's time over its steps).
     pub ms_per_step: f64,
     /// Lattice points updated per step.
@@ -276,7 +277,8 @@ impl TemporalRow {
 
 /// Times temporally blocked passes of `steps` steps (each of `steps_list`) of the diffusion update on
 /// one grid: for each, the fastest of a sweep of block shapes and marches whose rings fit a block's
-/// shared memory, the fields swapping after each pass.
+/// shared memory, the fields swapping after each pass; then the same for the column form (1 to 4
+/// steps), a row of its own.
 pub fn bench_temporal<T: Element + DiffusionReal>(
     gpu: &Arc<Gpu>,
     size: [usize; 3],
@@ -351,12 +353,82 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
                 size,
                 precision: T::NAME,
                 steps,
-                shape,
+                launch: shape.to_string(),
                 ms_per_step,
                 points: size.iter().map(|&n| n as u64).product(),
                 point_bytes: 2 * std::mem::size_of::<T>() as u64,
             });
         }
+        if let Some(row) = bench_columns::<T>(gpu, &problem, &mut f, &mut g, size, steps)? {
+            rows.push(row);
+        }
     }
     Ok(rows)
+}
+
+/// The column form of a pass of `steps` steps (1 to 4), the fastest of a sweep of blocks and marches,
+/// as a row; `None` for more steps than the form takes.
+fn bench_columns<T: Element + DiffusionReal>(
+    gpu: &Arc<Gpu>,
+    problem: &Problem,
+    f: &mut DeviceField<T>,
+    g: &mut DeviceField<T>,
+    size: [usize; 3],
+    steps: u32,
+) -> Result<Option<TemporalRow>> {
+    if steps as usize > lattice_gpu_kernels::stencil::MAX_COLUMN_STEPS {
+        return Ok(None);
+    }
+    let range = problem.shape::<T>()?.interior_range();
+    let nz = size[2] as u32;
+    let mut best: Option<(String, f64)> = None;
+    for block in [[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]] {
+        for march in [nz, 64, 16] {
+            let march = march.min(nz);
+            let pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
+                lattice_gpu_host::engine::launch_columns(
+                    gpu,
+                    &problem.update(f, g),
+                    &range,
+                    block,
+                    march,
+                    steps,
+                )?;
+                std::mem::swap(f, g);
+                Ok::<_, lattice_gpu_host::Error>(())
+            };
+            // A block beyond the entry's thread limit or shared memory is not a shape of this sweep.
+            match pass(f, g) {
+                Err(lattice_gpu_host::Error::InvalidSize(_)) => continue,
+                r => r?,
+            }
+            let mut times = Vec::new();
+            for _ in 0..3 {
+                let passes = 4;
+                let ms = gpu.time_ms(|| {
+                    for _ in 0..passes {
+                        pass(f, g)?;
+                    }
+                    Ok(())
+                })?;
+                times.push(ms / (passes * steps) as f64);
+            }
+            let ms = median(times);
+            if best.as_ref().is_none_or(|(_, b)| ms < *b) {
+                best = Some((
+                    format!("columns ({},{})/march={march}", block[0], block[1]),
+                    ms,
+                ));
+            }
+        }
+    }
+    Ok(best.map(|(launch, ms_per_step)| TemporalRow {
+        size,
+        precision: T::NAME,
+        steps,
+        launch,
+        ms_per_step,
+        points: size.iter().map(|&n| n as u64).product(),
+        point_bytes: 2 * std::mem::size_of::<T>() as u64,
+    }))
 }

@@ -7,7 +7,7 @@
 //! (skipped without a GPU).
 
 use lattice_gpu_diffusion::Problem;
-use lattice_gpu_host::engine::emulate3d_temporal;
+use lattice_gpu_host::engine::{emulate3d_columns, emulate3d_temporal, launch_columns};
 use lattice_gpu_host::{
     DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
 };
@@ -161,6 +161,71 @@ fn blocked_steps_of_a_wider_stencil_over_a_short_range_equal_single_steps() {
     );
 }
 
+/// The column form (`ColumnThread`) of `T` steps for each block, against `T` single steps, bit for bit,
+/// over a range short of the interior on some sides (its margin points held).
+fn columns_match<T: Element + DiffusionReal, const S: usize>(blocks: &[([u32; 2], u32)]) {
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape::<T>().unwrap();
+    let r = shape.interior_range();
+    let short = LoopRange {
+        begin: [r.begin[0] + 2, r.begin[1], r.begin[2] + 1],
+        end: [r.end[0], r.end[1] - 3, r.end[2]],
+        ..r
+    };
+    let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
+        Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
+    };
+    for range in [r, short] {
+        let init = fields::<T>(shape, &range, 17);
+        let want = single_steps(&HostLoopEngine, shape, range, &init, S as u32, &update);
+        for &(block, march) in blocks {
+            let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
+            let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
+            f.upload(&init.0).unwrap();
+            g.upload(&init.1).unwrap();
+            emulate3d_columns::<_, S>(&update(&f, &mut g), &range, block, march).unwrap();
+            let what =
+                format!("column form, {S} steps, block {block:?}, march {march}, range {range:?}");
+            same_bits(&g.download().unwrap(), &want, &what);
+        }
+    }
+}
+
+fn columns_all<T: Element + DiffusionReal>() {
+    // Blocks just wider than the halo (one point of output tile), odd ones, and wide ones; z slabs of
+    // 1, 4 and all planes.
+    columns_match::<T, 1>(&[([3, 3], 1), ([12, 5], 4), ([32, 8], 23)]);
+    columns_match::<T, 2>(&[([5, 5], 3), ([13, 7], 1), ([32, 8], 23)]);
+    columns_match::<T, 3>(&[([7, 7], 2), ([16, 9], 5), ([32, 16], 23)]);
+    columns_match::<T, 4>(&[([9, 9], 4), ([20, 11], 1), ([32, 16], 23)]);
+}
+
+#[test]
+fn column_form_steps_equal_single_steps_f32() {
+    columns_all::<f32>();
+}
+
+#[test]
+fn column_form_steps_equal_single_steps_f64() {
+    columns_all::<f64>();
+}
+
+#[test]
+fn the_column_form_refuses_a_block_without_an_output_tile() {
+    let shape = Shape::new_3d([9, 9, 9], 1).unwrap();
+    let problem = Problem::new([9, 9, 9], 0.1, None).unwrap();
+    let f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let update = Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h);
+    let e = emulate3d_columns::<_, 2>(&update, &shape.interior_range(), [4, 16], 9)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no output tile") && e.contains("more than 4 x 4"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_emulator_refuses_steps_a_pass_cannot_take() {
     let shape = Shape::new_3d([9, 9, 9], 1).unwrap();
@@ -229,4 +294,41 @@ fn gpu_blocked_diffusion_steps_equal_single_steps() {
     };
     gpu_blocked::<f32>(&gpu);
     gpu_blocked::<f64>(&gpu);
+}
+
+fn gpu_columns<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape::<T>().unwrap();
+    let range = shape.interior_range();
+    let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
+        Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
+    };
+    let init = fields::<T>(shape, &range, 19);
+    let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
+    for steps in 1..=4 {
+        let want = single_steps(&single, shape, range, &init, steps, &update);
+        for (block, march) in [([32, 8], 23), ([16, 16], 5), ([12, 10], 1)] {
+            let mut f = single.alloc::<T>(shape).unwrap();
+            let mut g = single.alloc::<T>(shape).unwrap();
+            f.upload(&init.0).unwrap();
+            g.upload(&init.1).unwrap();
+            launch_columns(gpu, &update(&f, &mut g), &range, block, march, steps).unwrap();
+            same_bits(
+                &g.download().unwrap(),
+                &want,
+                &format!("GPU column form: {steps} steps, block {block:?}, march {march}"),
+            );
+        }
+    }
+}
+
+/// On a GPU, the column form's entries for 1 to 4 steps against single steps of the plain kernel, bit
+/// for bit (skipped without a GPU).
+#[test]
+fn gpu_column_form_equals_single_steps() {
+    let Some(gpu) = common::gpu("gpu_column_form_equals_single_steps") else {
+        return;
+    };
+    gpu_columns::<f32>(&gpu);
+    gpu_columns::<f64>(&gpu);
 }

@@ -84,11 +84,13 @@ impl<T: Real> StencilUpdate3D for Diffusion3d<T> {
 crate::kernel3d!(for<T> Diffusion3d<T> {
     f32 => diffusion3d_f32 {
         zqueue = diffusion3d_zqueue_f32, tiled = diffusion3d_tiled_f32, vector = diffusion3d_vector_f32,
-        temporal = diffusion3d_temporal_f32
+        temporal = diffusion3d_temporal_f32,
+        columns = [diffusion3d_columns1_f32, diffusion3d_columns2_f32, diffusion3d_columns3_f32, diffusion3d_columns4_f32]
     },
     f64 => diffusion3d_f64 {
         zqueue = diffusion3d_zqueue_f64, tiled = diffusion3d_tiled_f64, vector = diffusion3d_vector_f64,
-        temporal = diffusion3d_temporal_f64
+        temporal = diffusion3d_temporal_f64,
+        columns = [diffusion3d_columns1_f64, diffusion3d_columns2_f64, diffusion3d_columns3_f64, diffusion3d_columns4_f64]
     },
 });
 

@@ -497,7 +497,7 @@ fn temporal_table(
                     fmt_dims(&size),
                     t.precision,
                     t.steps,
-                    t.shape,
+                    t.launch,
                     t.ms_per_step,
                     t.glups(),
                     t.equivalent_gbs(),

@@ -7,6 +7,7 @@
 //! runs `update` for every point of a range, on the CPU or as a generated GPU kernel.
 
 mod block;
+mod columns;
 mod field;
 mod index;
 mod loops;
@@ -15,6 +16,9 @@ mod source;
 mod temporal;
 
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
+pub use columns::{
+    column_output_tile, column_shared_bytes, device_loop3d_columns, ColumnThread, MAX_COLUMN_STEPS,
+};
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
 pub use loops::{
@@ -248,6 +252,9 @@ pub trait GpuEntry {
     /// The entry of the temporally blocked loop ([`device_loop3d_temporal`]), where one was generated:
     /// it takes `steps` after `march`.
     const TEMPORAL_ENTRY: Option<&'static str> = None;
+    /// The entries of the column form of temporal blocking ([`device_loop3d_columns`]) for 1 to 4
+    /// steps, where they were generated: they take `(update, range, march)`.
+    const COLUMN_ENTRIES: [Option<&'static str>; 4] = [None; 4];
     /// Whether the entries sum a [`SumUpdate3D`]'s terms (they then take a [`SumInto`] after the march).
     const SUMS: bool = false;
 
@@ -282,6 +289,8 @@ pub trait EntryOf<K: ?Sized> {
     const VECTOR_ENTRY: Option<&'static str> = None;
     /// [`GpuEntry::TEMPORAL_ENTRY`].
     const TEMPORAL_ENTRY: Option<&'static str> = None;
+    /// [`GpuEntry::COLUMN_ENTRIES`].
+    const COLUMN_ENTRIES: [Option<&'static str>; 4] = [None; 4];
     /// [`GpuEntry::SUMS`].
     const SUMS: bool = false;
 }
@@ -296,7 +305,10 @@ pub trait EntryOf<K: ?Sized> {
 /// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
 /// engines do both). A fourth name, `temporal = diffusion3d_temporal_f32`, adds the temporally
 /// blocked entry ([`device_loop3d_temporal`]), which takes `steps: u32` after `march` and
-/// [`temporal_shared_bytes`] of dynamic shared memory. A [`LanesUpdate3D`] type has a vector entry besides the plain one:
+/// [`temporal_shared_bytes`] of dynamic shared memory. A fifth, `columns = [name_c1, name_c2, name_c3,
+/// name_c4]` after it, adds the column form of 1 to 4 steps ([`device_loop3d_columns`]: the update reads
+/// off its column only in its own plane), each taking `(update, range, march)`, [`column_shared_bytes`]
+/// and a grid of [`column_output_tile`]s. A [`LanesUpdate3D`] type has a vector entry besides the plain one:
 /// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
 /// So does a [`FieldsUpdate3D`] type (its numbers of fields are those of its one impl):
 /// `kernel3d!(gray_scott3d_f32 => GrayScott3d<f32>; fields, vector = gray_scott3d_vector_f32);`
@@ -333,6 +345,22 @@ macro_rules! kernel3d {
             /// Generated kernel entry: as the plain one, the points of a 16-byte vector per thread.
             pub unsafe fn $vector(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
                 $crate::stencil::device_loop3d_fields_vector(&update, &range, march)
+            }
+        }
+    };
+    (@kernels $name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident, columns = [$c1:ident, $c2:ident, $c3:ident, $c4:ident] $(,)?) => {
+        $crate::kernel3d!(@kernels $name => $ty; zqueue = $zqueue, tiled = $tiled, vector = $vector, temporal = $temporal);
+        $crate::kernel3d!(@column $ty, $c1, 1);
+        $crate::kernel3d!(@column $ty, $c2, 2);
+        $crate::kernel3d!(@column $ty, $c3, 3);
+        $crate::kernel3d!(@column $ty, $c4, 4);
+    };
+    (@column $ty:ty, $entry:ident, $steps:literal) => {
+        $crate::kernel! {
+            /// Generated kernel entry: steps of the update in one pass, temporally blocked in the
+            /// column form (the count in the entry's name).
+            pub unsafe fn $entry(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
+                $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &range, march)
             }
         }
     };
@@ -384,6 +412,15 @@ macro_rules! kernel3d {
         $crate::kernel3d!(@names $name);
         const VECTOR_ENTRY: Option<&'static str> = Some(stringify!($vector));
     };
+    (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident, columns = [$c1:ident, $c2:ident, $c3:ident, $c4:ident] $(,)?) => {
+        $crate::kernel3d!(@names $name; zqueue = $zqueue, tiled = $tiled, vector = $vector, temporal = $temporal);
+        const COLUMN_ENTRIES: [Option<&'static str>; 4] = [
+            Some(stringify!($c1)),
+            Some(stringify!($c2)),
+            Some(stringify!($c3)),
+            Some(stringify!($c4)),
+        ];
+    };
     (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
         $crate::kernel3d!(@names $name; zqueue = $zqueue, tiled = $tiled, vector = $vector);
         const TEMPORAL_ENTRY: Option<&'static str> = Some(stringify!($temporal));
@@ -407,6 +444,8 @@ macro_rules! kernel3d {
                 <$p as $crate::stencil::EntryOf<$ty>>::VECTOR_ENTRY;
             const TEMPORAL_ENTRY: Option<&'static str> =
                 <$p as $crate::stencil::EntryOf<$ty>>::TEMPORAL_ENTRY;
+            const COLUMN_ENTRIES: [Option<&'static str>; 4] =
+                <$p as $crate::stencil::EntryOf<$ty>>::COLUMN_ENTRIES;
             const SUMS: bool = <$p as $crate::stencil::EntryOf<$ty>>::SUMS;
         }
     };

@@ -27,8 +27,9 @@
 //! GPU's `cp.async` would stage into shared memory without holding barriers up, but it needs sm_80
 //! and the kernels are built for sm_70.
 //!
-//! This is the exact, general form the faster ones (the levels' own columns in registers for
-//! star-shaped updates) are checked against.
+//! This is the exact, general form: any offset within the radius. Updates that read off their column
+//! only in their own plane have the faster column form too ([`super::columns`]), each level's z
+//! neighbours in registers.
 
 use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords};
 use crate::device::math::Real;
@@ -89,7 +90,7 @@ pub fn device_loop3d_temporal<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u
 }
 
 /// A thread's share of the input planes a temporally blocked pass stages: where its first
-/// [`STAGE_CELLS`] cells lie in a plane (x + nx y; [`NO_CELL`] outside what level 0 holds), the same in
+/// [`STAGE_CELLS`] cells lie in a plane (x + nx y; `NO_CELL` outside what level 0 holds), the same in
 /// every plane. Their values are loaded into a `[T; STAGE_CELLS]` per plane.
 #[derive(Clone, Copy, Debug)]
 pub struct Stage {

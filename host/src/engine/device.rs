@@ -439,6 +439,106 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
         .map(drop)
 }
 
+/// The grid and the dynamic shared memory of a column-form launch of `steps` steps over `range`
+/// ([`device_loop3d_columns`](lattice_gpu_kernels::stencil::device_loop3d_columns)) with blocks of
+/// `block` threads marching `march` planes, checked: the kernel has the entry, the block an output
+/// tile and at most `max_threads` threads, the rings fit `max_shared` bytes, the grid the GPU's limits.
+pub(crate) fn column_launch<F: StencilUpdate3D + GpuEntry>(
+    range: &LoopRange,
+    block: [u32; 2],
+    march: u32,
+    steps: u32,
+    max_threads: u32,
+    max_shared: usize,
+) -> Result<((u32, u32, u32), usize, &'static str)> {
+    use lattice_gpu_kernels::stencil::{column_output_tile, column_shared_bytes, MAX_COLUMN_STEPS};
+    let entry = (1..=MAX_COLUMN_STEPS as u32)
+        .contains(&steps)
+        .then(|| F::COLUMN_ENTRIES[steps as usize - 1])
+        .flatten()
+        .ok_or_else(|| {
+            Error::InvalidSetting(format!(
+                "kernel {} has no column-form entry for {steps} steps: the column form takes 1 to                  {MAX_COLUMN_STEPS}, each an entry of kernel3d!(...; temporal = ..., columns = [..])",
+                F::ENTRY
+            ))
+        })?;
+    let [ox, oy] = column_output_tile(block, F::RADIUS, steps);
+    let threads = block[0] * block[1];
+    if ox == 0 || oy == 0 || march == 0 || threads > max_threads {
+        return Err(Error::InvalidSize(format!(
+            "a column-form block of {}x{} threads for {steps} steps of radius {:?} has no output tile,              too many threads or a march of 0: give it more than {} x {} threads, at most {max_threads},              and a march of at least 1",
+            block[0],
+            block[1],
+            F::RADIUS,
+            2 * steps * F::RADIUS[0],
+            2 * steps * F::RADIUS[1]
+        )));
+    }
+    let bytes = column_shared_bytes(block, steps, std::mem::size_of::<F::Real>());
+    if bytes > max_shared {
+        return Err(Error::InvalidSize(format!(
+            "a column-form block of {}x{} threads for {steps} steps needs {bytes} bytes of shared              memory; at most {max_shared} are available: use a smaller block",
+            block[0], block[1]
+        )));
+    }
+    let e = range.extent();
+    let grid = (e[0].div_ceil(ox), e[1].div_ceil(oy), e[2].div_ceil(march));
+    if grid.1 > 65535 || grid.2 > 65535 {
+        return Err(Error::InvalidSize(format!(
+            "range {e:?} needs a grid of {grid:?} column-form blocks; the GPU allows at most 65535 in y              and z: use larger blocks or a longer march"
+        )));
+    }
+    Ok((grid, bytes, entry))
+}
+
+/// Queues one column-form launch of `steps` steps of `update` over `range` (the update reads off its
+/// column only in its own plane; the caller checked the range against the fields), blocks of `block`
+/// threads marching `march` planes.
+pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
+    gpu: &Arc<Gpu>,
+    update: &F,
+    range: &LoopRange,
+    block: [u32; 2],
+    march: u32,
+    steps: u32,
+) -> Result<()> {
+    super::check_range(range, 3)?;
+    super::check_radius(range, &F::RADIUS, F::ENTRY)?;
+    let probe = column_launch::<F>(range, block, march, steps, u32::MAX, usize::MAX)?;
+    let (function, limit) = gpu.lookup_in(F::MODULE, probe.2)?;
+    let (grid, bytes, entry) = column_launch::<F>(
+        range,
+        block,
+        march,
+        steps,
+        limit,
+        gpu.max_shared_per_block(),
+    )?;
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
+    }
+    let cfg = LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block[0], block[1], 1),
+        shared_mem_bytes: bytes as u32,
+    };
+    let (u, r) = (ByValue(*update), ByValue(*range));
+    let stream = gpu.launch_stream();
+    let mut args = stream.launch_builder(&function);
+    args.arg(&u).arg(&r).arg(&march);
+    // SAFETY: a column entry takes (update, range, march) with these layouts; the range was checked
+    // against the update's radius, the grid covers the range's output tiles, and the block gets its
+    // shared planes.
+    unsafe { args.launch(cfg) }
+        .cuda(|| format!("launching kernel {entry} with blocks of {block:?}, {steps} steps"))
+        .map(drop)
+}
+
 /// Runs point updates on the GPU with one fixed launch shape.
 #[derive(Clone, Debug)]
 pub struct DeviceLoopEngine {

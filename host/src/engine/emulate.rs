@@ -17,9 +17,9 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    fields_vector_thread, plain_thread, vector_thread, zqueue_thread, FieldsUpdate3D, GpuEntry,
-    LoopRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords, TiledThread, Variant,
-    STEP_PLANES,
+    fields_vector_thread, plain_thread, vector_thread, zqueue_thread, ColumnThread, FieldsUpdate3D,
+    GpuEntry, LoopRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords, TiledThread,
+    Variant, STEP_PLANES,
 };
 use rayon::prelude::*;
 
@@ -101,6 +101,58 @@ pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
             }
         }
     })
+}
+
+/// Runs `T` steps of `update` over `range` in the column form of temporal blocking
+/// ([`ColumnThread`]): blocks of `block` threads (x, y), each covering its output tile (the block less
+/// `T` radii a side) and `march` planes of z, their phases run for every thread in turn between the
+/// barriers. Reads the input, writes the last step into the output. Fails on a range without the
+/// update's margin, a block with no output tile or too many threads, or more shared memory than a
+/// block has.
+pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
+    update: &F,
+    range: &LoopRange,
+    block: [u32; 2],
+    march: u32,
+) -> Result<()> {
+    check_range(range, 3)?;
+    check_radius(range, &F::RADIUS, F::ENTRY)?;
+    let (grid, bytes, _) = super::device::column_launch::<F>(
+        range,
+        block,
+        march,
+        T as u32,
+        EMULATED_MAX_THREADS,
+        EMULATED_MAX_SHARED_BYTES,
+    )?;
+    let elem = std::mem::size_of::<F::Real>();
+    let blocks: Vec<[u32; 3]> = (0..grid.2)
+        .flat_map(|z| (0..grid.1).flat_map(move |y| (0..grid.0).map(move |x| [x, y, z])))
+        .collect();
+    blocks.into_par_iter().for_each(|b| {
+        let mut shared = vec![F::Real::from_f64(f64::NAN); bytes / elem];
+        let ptr = SharedPtr::from_host_ptr(shared.as_mut_ptr());
+        let shape = LaunchShape {
+            block_x: block[0],
+            block_y: block[1],
+            march,
+            variant: Variant::Plain,
+        };
+        let mut threads: Vec<ColumnThread<F, T>> = threads(shape, b)
+            .map(|c| ColumnThread::new(range, march, c))
+            .collect();
+        for q in threads[0].wavefront() {
+            // SAFETY (both): `shared` has the launch's bytes and outlives the loop; the barrier
+            // after phase A is here, every thread having run it.
+            for t in &mut threads {
+                unsafe { t.stage(update, ptr, q) };
+            }
+            for t in &mut threads {
+                unsafe { t.compute(update, ptr, q) };
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Checks the launch as the GPU would, then runs `block(block_idx, tile_len)` for every block of its

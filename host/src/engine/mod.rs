@@ -24,8 +24,10 @@ pub use autotune::{
     TuningReport,
 };
 pub use cost::{Cost, Rate};
-pub use device::{DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SHARED_BYTES};
-pub use emulate::{emulate3d, emulate3d_temporal};
+pub use device::{
+    launch_columns, DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SHARED_BYTES,
+};
+pub use emulate::{emulate3d, emulate3d_columns, emulate3d_temporal};
 pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
 pub use tuner::{tune, Params, Search, Trials, Tunable, Tuned};
