@@ -324,24 +324,9 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
                         std::mem::swap(f, g);
                         Ok::<_, lattice_gpu_host::Error>(())
                     };
-                    // A block beyond the temporal kernel's own thread limit (its registers allow
-                    // fewer threads than the single step's) is not a shape of this sweep.
-                    match pass(&mut f, &mut g) {
-                        Err(lattice_gpu_host::Error::InvalidSize(_)) => continue,
-                        r => r?,
-                    }
-                    let mut times = Vec::new();
-                    for _ in 0..3 {
-                        let passes = 4;
-                        let ms = gpu.time_ms(|| {
-                            for _ in 0..passes {
-                                pass(&mut f, &mut g)?;
-                            }
-                            Ok(())
-                        })?;
-                        times.push(ms / (passes * steps) as f64);
-                    }
-                    let ms = median(times);
+                    let Some(ms) = time_passes(gpu, &mut f, &mut g, steps, &mut pass)? else {
+                        continue;
+                    };
                     if best.is_none_or(|(_, b)| ms < b) {
                         best = Some((launch, ms));
                     }
@@ -366,6 +351,35 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
     Ok(rows)
 }
 
+/// The median ms per step of three timings of four passes of `steps` steps, after an untimed one;
+/// `None` where the launch is refused as too large (a block beyond the entry's own thread limit, whose
+/// registers allow fewer threads than the single step's, or beyond its shared memory): not a shape of
+/// the sweep.
+fn time_passes<T: Element>(
+    gpu: &Arc<Gpu>,
+    f: &mut DeviceField<T>,
+    g: &mut DeviceField<T>,
+    steps: u32,
+    pass: &mut impl FnMut(&mut DeviceField<T>, &mut DeviceField<T>) -> lattice_gpu_host::Result<()>,
+) -> Result<Option<f64>> {
+    match pass(f, g) {
+        Err(lattice_gpu_host::Error::InvalidSize(_)) => return Ok(None),
+        r => r?,
+    }
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let passes = 4;
+        let ms = gpu.time_ms(|| {
+            for _ in 0..passes {
+                pass(f, g)?;
+            }
+            Ok(())
+        })?;
+        times.push(ms / (passes * steps) as f64);
+    }
+    Ok(Some(median(times)))
+}
+
 /// The column form of a pass of `steps` steps (1 to 4), the fastest of a sweep of blocks and marches,
 /// as a row; `None` for more steps than the form takes.
 fn bench_columns<T: Element + DiffusionReal>(
@@ -385,7 +399,7 @@ fn bench_columns<T: Element + DiffusionReal>(
     for block in [[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]] {
         for march in [nz, 64, 16] {
             let march = march.min(nz);
-            let pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
+            let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
                 lattice_gpu_host::engine::launch_columns(
                     gpu,
                     &problem.update(f, g),
@@ -397,23 +411,9 @@ fn bench_columns<T: Element + DiffusionReal>(
                 std::mem::swap(f, g);
                 Ok::<_, lattice_gpu_host::Error>(())
             };
-            // A block beyond the entry's thread limit or shared memory is not a shape of this sweep.
-            match pass(f, g) {
-                Err(lattice_gpu_host::Error::InvalidSize(_)) => continue,
-                r => r?,
-            }
-            let mut times = Vec::new();
-            for _ in 0..3 {
-                let passes = 4;
-                let ms = gpu.time_ms(|| {
-                    for _ in 0..passes {
-                        pass(f, g)?;
-                    }
-                    Ok(())
-                })?;
-                times.push(ms / (passes * steps) as f64);
-            }
-            let ms = median(times);
+            let Some(ms) = time_passes(gpu, f, g, steps, &mut pass)? else {
+                continue;
+            };
             if best.as_ref().is_none_or(|(_, b)| ms < *b) {
                 best = Some((
                     format!("columns ({},{})/march={march}", block[0], block[1]),

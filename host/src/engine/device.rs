@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaFunction, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
     temporal_shared_bytes, tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D,
     PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Variant, MAX_TEMPORAL_STEPS,
@@ -397,6 +397,20 @@ pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
     Ok(bytes)
 }
 
+/// Lets `function` (entry `entry`) have `bytes` of dynamic shared memory: beyond the default 48 KiB a
+/// kernel must opt in (up to `Gpu::max_shared_per_block`).
+fn allow_shared(function: &CudaFunction, entry: &str, bytes: usize) -> Result<()> {
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
+    }
+    Ok(())
+}
+
 /// Queues `steps` steps of `update` over `range` as one temporally blocked launch
 /// ([`device_loop3d_temporal`](lattice_gpu_kernels::stencil::device_loop3d_temporal)) with `shape`'s
 /// block and march: reads the input, writes the last step into the output (another field), the margin
@@ -411,15 +425,7 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
     let bytes = temporal_bytes::<F>(shape, steps, gpu.max_shared_per_block())?;
     let entry = F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY);
     let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
-    if bytes > MAX_DYNAMIC_SHARED_BYTES {
-        // Beyond the default the kernel must opt in (up to `max_shared_per_block`).
-        function
-            .set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )
-            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
-    }
+    allow_shared(&function, entry, bytes)?;
     let plain = shape.with_variant(Variant::Plain);
     // The grid of a plain launch, checked against the temporal entry's own thread limit and named
     // after it in errors.
@@ -504,6 +510,7 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
 ) -> Result<()> {
     super::check_range(range, 3)?;
     super::check_radius(range, &F::RADIUS, F::ENTRY)?;
+    // The entry first, for its own thread limit, then the launch checked against it.
     let probe = column_launch::<F>(range, block, march, steps, u32::MAX, usize::MAX)?;
     let (function, limit) = gpu.lookup_in(F::MODULE, probe.2)?;
     let (grid, bytes, entry) = column_launch::<F>(
@@ -514,14 +521,7 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
         limit,
         gpu.max_shared_per_block(),
     )?;
-    if bytes > MAX_DYNAMIC_SHARED_BYTES {
-        function
-            .set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )
-            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
-    }
+    allow_shared(&function, entry, bytes)?;
     let cfg = LaunchConfig {
         grid_dim: grid,
         block_dim: (block[0], block[1], 1),
