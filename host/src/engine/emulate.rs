@@ -12,7 +12,9 @@
 //!
 //! [`emulate3d_temporal`] runs the temporally blocked loop ([`TemporalBlock`]) the same way: each phase
 //! of each wavefront step for every thread in turn, the barrier between phases; its shared memory
-//! starts as NaN too.
+//! starts as NaN too. [`emulate3d_columns`] runs the column form ([`ColumnThread`]) in the tiled order:
+//! after the barrier of step `q` each thread in turn computes step `q` and stages step `q + 1`, which
+//! the planes' double buffering must withstand.
 
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
@@ -141,14 +143,19 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
         let mut threads: Vec<ColumnThread<F, T>> = threads(shape, b)
             .map(|c| ColumnThread::new(range, march, c))
             .collect();
-        for q in threads[0].wavefront() {
-            // SAFETY (both): `shared` has the launch's bytes and outlives the loop; the barrier
-            // after phase A is here, every thread having run it.
-            for t in &mut threads {
-                unsafe { t.stage(update, ptr, q) };
-            }
+        let planes = threads[0].wavefront();
+        // SAFETY (all): `shared` has the launch's bytes and outlives the loop.
+        for t in &mut threads {
+            unsafe { t.stage(update, ptr, planes.start) };
+        }
+        for q in planes.clone() {
+            // The barrier of step `q` is here: every thread has staged it. Then each thread in turn
+            // computes step `q` and stages step `q + 1` before the next computes step `q`.
             for t in &mut threads {
                 unsafe { t.compute(update, ptr, q) };
+                if q + 1 < planes.end {
+                    unsafe { t.stage(update, ptr, q + 1) };
+                }
             }
         }
     });
