@@ -22,14 +22,14 @@
 //! then each level is computed on that many planes between two barriers, each thread walking its own
 //! cells (every block-size-th of the tile) by column and row. On an H100 (docs/benchmarks/history.md,
 //! runs Y' to Z4) the first form, a plane a step and each row's bounds worked out per level, ran at a
-//! tenth of the single step; loading planes ahead in registers gained little (a barrier appears to
-//! wait for the loads in flight), four planes a step and the walk reached 0.30x at T=2 and 3. The
-//! GPU's `cp.async` would stage into shared memory without holding barriers up, but it needs sm_80
-//! and the kernels are built for sm_70.
+//! tenth of the single step; loading planes ahead in registers gained little, the form being bound by
+//! its instructions per point; four planes a step and the walk reached 0.30x at T=2 and 3. The GPU's
+//! `cp.async` would stage into shared memory without registers, but it needs sm_80 and the kernels
+//! are built for sm_70.
 //!
 //! This is the exact, general form: any offset within the radius. Updates that read off their column
-//! only in their own plane have the faster column form too ([`super::columns`]), each level's z
-//! neighbours in registers.
+//! only in their own plane have the column form too ([`super::columns`]), each level's z
+//! neighbours in registers: a fraction of the instructions per point (not yet measured on a GPU).
 
 use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords};
 use crate::device::math::Real;
