@@ -445,34 +445,42 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
         .map(drop)
 }
 
-/// The grid and the dynamic shared memory of a column-form launch of `steps` steps over `range`
-/// ([`device_loop3d_columns`](lattice_gpu_kernels::stencil::device_loop3d_columns)) with blocks of
-/// `block` threads marching `march` planes, checked: the kernel has the entry, the block an output
-/// tile and at most `max_threads` threads, the rings fit `max_shared` bytes, the grid the GPU's limits.
-pub(crate) fn column_launch<F: StencilUpdate3D + GpuEntry>(
+/// The entry of `F`'s column form for `steps` steps
+/// ([`device_loop3d_columns`](lattice_gpu_kernels::stencil::device_loop3d_columns)), if it has one.
+pub(crate) fn column_entry<F: GpuEntry>(steps: u32) -> Result<&'static str> {
+    use lattice_gpu_kernels::stencil::MAX_COLUMN_STEPS;
+    (1..=MAX_COLUMN_STEPS as u32)
+        .contains(&steps)
+        .then(|| F::COLUMN_ENTRIES[steps as usize - 1])
+        .flatten()
+        .ok_or_else(|| {
+            Error::InvalidSetting(format!(
+                "kernel {} has no column-form entry for {steps} steps: the column form takes 1 to \
+                 {MAX_COLUMN_STEPS}, each an entry of kernel3d!(...; temporal = ..., columns = [..])",
+                F::ENTRY
+            ))
+        })
+}
+
+/// The grid and the dynamic shared memory of a column-form launch of `steps` steps over `range` with
+/// blocks of `block` threads marching `march` planes, checked: the block has an output tile and at
+/// most `max_threads` threads, the shared planes fit `max_shared` bytes, the grid the GPU's limits.
+pub(crate) fn column_launch<F: StencilUpdate3D>(
     range: &LoopRange,
     block: [u32; 2],
     march: u32,
     steps: u32,
     max_threads: u32,
     max_shared: usize,
-) -> Result<((u32, u32, u32), usize, &'static str)> {
-    use lattice_gpu_kernels::stencil::{column_output_tile, column_shared_bytes, MAX_COLUMN_STEPS};
-    let entry = (1..=MAX_COLUMN_STEPS as u32)
-        .contains(&steps)
-        .then(|| F::COLUMN_ENTRIES[steps as usize - 1])
-        .flatten()
-        .ok_or_else(|| {
-            Error::InvalidSetting(format!(
-                "kernel {} has no column-form entry for {steps} steps: the column form takes 1 to                  {MAX_COLUMN_STEPS}, each an entry of kernel3d!(...; temporal = ..., columns = [..])",
-                F::ENTRY
-            ))
-        })?;
+) -> Result<((u32, u32, u32), usize)> {
+    use lattice_gpu_kernels::stencil::{column_output_tile, column_shared_bytes};
     let [ox, oy] = column_output_tile(block, F::RADIUS, steps);
     let threads = block[0] * block[1];
     if ox == 0 || oy == 0 || march == 0 || threads > max_threads {
         return Err(Error::InvalidSize(format!(
-            "a column-form block of {}x{} threads for {steps} steps of radius {:?} has no output tile,              too many threads or a march of 0: give it more than {} x {} threads, at most {max_threads},              and a march of at least 1",
+            "a column-form block of {}x{} threads for {steps} steps of radius {:?} has no output tile, \
+             too many threads or a march of 0: give it more than {} x {} threads, at most \
+             {max_threads}, and a march of at least 1",
             block[0],
             block[1],
             F::RADIUS,
@@ -483,7 +491,8 @@ pub(crate) fn column_launch<F: StencilUpdate3D + GpuEntry>(
     let bytes = column_shared_bytes(block, steps, std::mem::size_of::<F::Real>());
     if bytes > max_shared {
         return Err(Error::InvalidSize(format!(
-            "a column-form block of {}x{} threads for {steps} steps needs {bytes} bytes of shared              memory; at most {max_shared} are available: use a smaller block",
+            "a column-form block of {}x{} threads for {steps} steps needs {bytes} bytes of shared \
+             memory; at most {max_shared} are available: use a smaller block",
             block[0], block[1]
         )));
     }
@@ -491,10 +500,11 @@ pub(crate) fn column_launch<F: StencilUpdate3D + GpuEntry>(
     let grid = (e[0].div_ceil(ox), e[1].div_ceil(oy), e[2].div_ceil(march));
     if grid.1 > 65535 || grid.2 > 65535 {
         return Err(Error::InvalidSize(format!(
-            "range {e:?} needs a grid of {grid:?} column-form blocks; the GPU allows at most 65535 in y              and z: use larger blocks or a longer march"
+            "range {e:?} needs a grid of {grid:?} column-form blocks; the GPU allows at most 65535 \
+             in y and z: use larger blocks or a longer march"
         )));
     }
-    Ok((grid, bytes, entry))
+    Ok((grid, bytes))
 }
 
 /// Queues one column-form launch of `steps` steps of `update` over `range` (the update reads off its
@@ -510,10 +520,9 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
 ) -> Result<()> {
     super::check_range(range, 3)?;
     super::check_radius(range, &F::RADIUS, F::ENTRY)?;
-    // The entry first, for its own thread limit, then the launch checked against it.
-    let probe = column_launch::<F>(range, block, march, steps, u32::MAX, usize::MAX)?;
-    let (function, limit) = gpu.lookup_in(F::MODULE, probe.2)?;
-    let (grid, bytes, entry) = column_launch::<F>(
+    let entry = column_entry::<F>(steps)?;
+    let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
+    let (grid, bytes) = column_launch::<F>(
         range,
         block,
         march,

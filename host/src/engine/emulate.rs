@@ -119,7 +119,8 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
 ) -> Result<()> {
     check_range(range, 3)?;
     check_radius(range, &F::RADIUS, F::ENTRY)?;
-    let (grid, bytes, _) = super::device::column_launch::<F>(
+    super::device::column_entry::<F>(T as u32)?;
+    let (grid, bytes) = super::device::column_launch::<F>(
         range,
         block,
         march,
