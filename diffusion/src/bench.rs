@@ -13,6 +13,7 @@ use lattice_gpu_host::{
     Loop3D,
 };
 use lattice_gpu_kernels::diffusion::DiffusionReal;
+use lattice_gpu_kernels::stencil::LoopRange;
 
 use crate::{queue_steps, Problem, Result};
 
@@ -344,7 +345,7 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
                 point_bytes: 2 * std::mem::size_of::<T>() as u64,
             });
         }
-        if let Some(row) = bench_columns::<T>(gpu, &problem, &mut f, &mut g, size, steps)? {
+        if let Some(row) = bench_columns::<T>(gpu, &problem, &range, &mut f, &mut g, size, steps)? {
             rows.push(row);
         }
     }
@@ -385,6 +386,7 @@ fn time_passes<T: Element>(
 fn bench_columns<T: Element + DiffusionReal>(
     gpu: &Arc<Gpu>,
     problem: &Problem,
+    range: &LoopRange,
     f: &mut DeviceField<T>,
     g: &mut DeviceField<T>,
     size: [usize; 3],
@@ -393,7 +395,6 @@ fn bench_columns<T: Element + DiffusionReal>(
     if steps as usize > lattice_gpu_kernels::stencil::MAX_COLUMN_STEPS {
         return Ok(None);
     }
-    let range = problem.shape::<T>()?.interior_range();
     let nz = size[2] as u32;
     let mut best: Option<(String, f64)> = None;
     for block in [[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]] {
@@ -403,7 +404,7 @@ fn bench_columns<T: Element + DiffusionReal>(
                 lattice_gpu_host::engine::launch_columns(
                     gpu,
                     &problem.update(f, g),
-                    &range,
+                    range,
                     block,
                     march,
                     steps,

@@ -75,18 +75,9 @@ pub fn device_loop3d_temporal<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u
     let shared = SharedPtr::dynamic();
     let c = ThreadCoords::current();
     let block = TemporalBlock::new(f, r, march, steps, c);
-    let stage = block.stage::<F>(c);
-    for q in block.wavefront().step_by(STEP_PLANES) {
-        // SAFETY (both): launched with `temporal_shared_bytes` of dynamic shared memory, and every
-        // thread of the block runs every phase of every step (`q` is the block's), with a barrier
-        // after each.
-        unsafe { block.stage_planes(f, shared, &stage, q) };
-        sync_threads();
-        for level in 1..=steps {
-            unsafe { block.level(f, shared, &stage, q, level) };
-            sync_threads();
-        }
-    }
+    // SAFETY: launched with `temporal_shared_bytes` of dynamic shared memory; every thread of the
+    // block runs the pass, the barrier after each phase.
+    unsafe { block.run(f, shared, &block.stage::<F>(c), sync_threads) };
 }
 
 /// A thread's share of the input planes a temporally blocked pass stages: where its first
@@ -95,18 +86,19 @@ pub fn device_loop3d_temporal<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u
 #[derive(Clone, Copy, Debug)]
 pub struct Stage {
     at: [u32; STAGE_CELLS],
-    /// The thread's first cell and the cells between its cells (the block's threads).
-    first: u32,
+    /// The cells between the thread's cells (the block's threads), as columns and rows (`threads` =
+    /// `step[1]` rows and `step[0]` columns).
     threads: u32,
-    /// The first cell's column and row, and the columns and rows from one of the thread's cells to
-    /// the next (`threads` = `step[1]` rows and `step[0]` columns).
-    start: [u32; 2],
     step: [u32; 2],
+    /// The walk from the thread's first cell, and from its first cell beyond its registers (worked
+    /// out once, not per plane).
+    start: Walk,
+    tail: Walk,
 }
 
 /// A walk over one thread's cells of the tile, every `threads`-th from its first, by column and row
 /// (no division per cell).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Walk {
     cell: u32,
     cx: u32,
@@ -114,15 +106,6 @@ struct Walk {
 }
 
 impl Walk {
-    #[inline(always)]
-    fn new(stage: &Stage) -> Self {
-        Self {
-            cell: stage.first,
-            cx: stage.start[0],
-            cy: stage.start[1],
-        }
-    }
-
     #[inline(always)]
     fn advance(&mut self, stage: &Stage, pitch: u32) {
         self.cell += stage.threads;
@@ -269,12 +252,17 @@ impl TemporalBlock {
                 .staged_at::<F>(first + j as u32 * threads)
                 .unwrap_or(NO_CELL);
         }
+        let walk = |cell: u32| Walk {
+            cell,
+            cx: cell % self.pitch,
+            cy: cell / self.pitch,
+        };
         Stage {
             at,
-            first,
             threads,
-            start: [first % self.pitch, first / self.pitch],
             step: [threads % self.pitch, threads / self.pitch],
+            start: walk(first),
+            tail: walk(first + STAGE_CELLS as u32 * threads),
         }
     }
 
@@ -321,16 +309,13 @@ impl TemporalBlock {
         let plane = shared.wrapping_add(q.rem_euclid(self.planes as i32) as usize * cells);
         for (j, (&v, &at)) in values.iter().zip(&stage.at).enumerate() {
             if at != NO_CELL {
-                let cell = (stage.first + j as u32 * stage.threads) as usize;
+                let cell = (stage.start.cell + j as u32 * stage.threads) as usize;
                 // SAFETY: the cell lies in the tile and the slot in ring 0.
                 unsafe { plane.wrapping_add(cell).write(v) };
             }
         }
         let base = q as usize * self.range.n[0] as usize * self.range.n[1] as usize;
-        let mut w = Walk::new(stage);
-        for _ in 0..STAGE_CELLS {
-            w.advance(stage, self.pitch);
-        }
+        let mut w = stage.tail;
         while w.cell < self.cells {
             if let Some(at) = self.staged_xy::<F>(w.cx, w.cy) {
                 let v = f.input().get(base + at as usize);
@@ -338,6 +323,31 @@ impl TemporalBlock {
                 unsafe { plane.wrapping_add(w.cell as usize).write(v) };
             }
             w.advance(stage, self.pitch);
+        }
+    }
+
+    /// The whole pass for the thread of `stage`: per wavefront step its planes staged, then each level,
+    /// `barrier` after each phase (the block's barrier on a GPU; nothing for the CPU engine's one
+    /// thread a tile).
+    ///
+    /// # Safety
+    /// As for [`phase`](Self::phase), `barrier` being that barrier.
+    #[inline(always)]
+    pub unsafe fn run<F: StencilUpdate3D>(
+        &self,
+        f: &F,
+        shared: SharedPtr<F::Real>,
+        stage: &Stage,
+        barrier: impl Fn(),
+    ) {
+        for q in self.wavefront().step_by(STEP_PLANES) {
+            // SAFETY (both): the caller's; `q` is the block's, so every thread runs every phase.
+            unsafe { self.stage_planes(f, shared, stage, q) };
+            barrier();
+            for level in 1..=self.steps {
+                unsafe { self.level(f, shared, stage, q, level) };
+                barrier();
+            }
         }
     }
 
@@ -448,7 +458,7 @@ impl TemporalBlock {
         let dst = ring(l).wrapping_add(slot * cells);
         let below = ring(l - 1);
         let mut idx = ArrayIndex3D::new(r.n);
-        let mut w = Walk::new(stage);
+        let mut w = stage.start;
         while w.cell < self.cells {
             let (cx, cy) = (w.cx as i32, w.cy as i32);
             if cx >= ax && cx < bx && cy >= ay && cy < by {

@@ -4,7 +4,7 @@ use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
     ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
-    Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant, STEP_PLANES,
+    Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant,
 };
 use rayon::prelude::*;
 
@@ -93,16 +93,9 @@ impl LoopEngine for HostLoopEngine {
                 block_dim: HOST_TILE,
                 thread_idx: [0, 0],
             };
-            let stage = block.stage::<F>(c);
-            for q in block.wavefront().step_by(STEP_PLANES) {
-                // SAFETY: `rings` holds the tile's rings, this task's alone, and the phases run in
-                // order.
-                unsafe { block.stage_planes(f, shared, &stage, q) };
-                for level in 1..=steps {
-                    // SAFETY: as above.
-                    unsafe { block.level(f, shared, &stage, q, level) };
-                }
-            }
+            // SAFETY: `rings` holds the tile's rings, this task's alone, and its one thread runs the
+            // phases in order, which needs no barrier.
+            unsafe { block.run(f, shared, &block.stage::<F>(c), || {}) };
         });
         Ok(())
     }
