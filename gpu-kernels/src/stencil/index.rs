@@ -34,13 +34,6 @@ impl ArrayIndex3D {
         self.ix += self.n[0] as usize * self.n[1] as usize;
     }
 
-    /// Moves `d` points along x (a thread taking every `d`-th point of a row).
-    #[inline(always)]
-    pub fn shift_i(&mut self, d: u32) {
-        self.pos[0] += d;
-        self.ix += d as usize;
-    }
-
     /// Linear index of this point.
     #[inline(always)]
     pub fn ix(&self) -> usize {
