@@ -103,7 +103,10 @@ dog=$!
 # After the run's header (the ranks take signals from then on), and some steps.
 for _ in $(seq 60); do grep -q "engine:" "$work/log" && break; sleep 0.5; done
 sleep 2
-kill -USR1 $(pgrep -P "$sigpid") 2>/dev/null || echo "no ranks under mpirun"
+# On a loaded machine mpirun can still be starting its ranks here: look for them for a while.
+ranks=""
+for _ in $(seq 60); do ranks=$(pgrep -P "$sigpid" || true); [ -n "$ranks" ] && break; sleep 0.5; done
+if [ -n "$ranks" ]; then kill -USR1 $ranks 2>/dev/null || true; else echo "no ranks under mpirun"; fi
 wait "$sigpid" || true
 kill "$dog" 2>/dev/null || true
 cat "$work/dog"

@@ -7,13 +7,14 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::engine::tunecache::TuneCache;
-use lattice_gpu_host::engine::{LoopEngine, Rate, TuningReport, Variant};
+use lattice_gpu_host::engine::{
+    launch_pass, pass_candidates, LoopEngine, PassForm, Rate, TuningReport, Variant,
+};
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
     Loop3D,
 };
-use lattice_gpu_kernels::diffusion::DiffusionReal;
-use lattice_gpu_kernels::stencil::LoopRange;
+use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
 
 use crate::{queue_steps, Problem, Result};
 
@@ -277,9 +278,9 @@ impl TemporalRow {
 }
 
 /// Times temporally blocked passes of `steps` steps (each of `steps_list`) of the diffusion update on
-/// one grid: for each, the fastest of a sweep of block shapes and marches whose rings fit a block's
-/// shared memory, the fields swapping after each pass; then the same for the column form (1 to 4
-/// steps), a row of its own.
+/// one grid: for each, in the general form and (up to 4 steps) the column form, the fastest of the
+/// launches the auto-tuner weighs ([`pass_candidates`]), the fields swapping after each pass; a row
+/// per form.
 pub fn bench_temporal<T: Element + DiffusionReal>(
     gpu: &Arc<Gpu>,
     size: [usize; 3],
@@ -295,58 +296,38 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
     let mut g = engine.alloc::<T>(shape)?;
     f.upload(&initial)?;
     g.upload(&initial)?;
-    let nz = size[2] as u32;
     let mut rows = Vec::new();
     for &steps in steps_list {
-        let mut best: Option<(LaunchShape, f64)> = None;
-        for block_x in [32, 64, 128] {
-            for block_y in [1, 2, 4, 8, 16] {
-                for march in [nz, 128, 32] {
-                    let launch = LaunchShape {
-                        block_x,
-                        block_y,
-                        march: march.min(nz),
-                        variant: lattice_gpu_host::engine::Variant::Plain,
-                    };
-                    let elem = std::mem::size_of::<T>();
-                    let bytes = lattice_gpu_kernels::stencil::temporal_shared_bytes(
-                        [block_x, block_y],
-                        [1, 1, 1],
-                        steps,
-                        elem,
-                    );
-                    if block_x * block_y > 1024 || bytes > gpu.max_shared_per_block() {
-                        continue;
-                    }
-                    let e = DeviceLoopEngine::new(gpu.clone(), launch);
-                    let mut lp = Loop3D::new(&e, range)?;
-                    let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
-                        lp.run_temporal(&problem.update(f, g), steps)?;
-                        std::mem::swap(f, g);
-                        Ok::<_, lattice_gpu_host::Error>(())
-                    };
-                    let Some(ms) = time_passes(gpu, &mut f, &mut g, steps, &mut pass)? else {
-                        continue;
-                    };
-                    if best.is_none_or(|(_, b)| ms < b) {
-                        best = Some((launch, ms));
-                    }
+        for form in [PassForm::General, PassForm::Columns] {
+            if form == PassForm::Columns && PassForm::of::<Diffusion3d<T>>(steps) != form {
+                continue;
+            }
+            let candidates = pass_candidates::<Diffusion3d<T>>(gpu, form, &range, steps)?;
+            let mut best: Option<(LaunchShape, f64)> = None;
+            for launch in candidates {
+                let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
+                    launch_pass(gpu, &problem.update(f, g), &range, form, launch, steps)?;
+                    std::mem::swap(f, g);
+                    Ok::<_, lattice_gpu_host::Error>(())
+                };
+                let Some(ms) = time_passes(gpu, &mut f, &mut g, steps, &mut pass)? else {
+                    continue;
+                };
+                if best.is_none_or(|(_, b)| ms < b) {
+                    best = Some((launch, ms));
                 }
             }
-        }
-        if let Some((shape, ms_per_step)) = best {
-            rows.push(TemporalRow {
-                size,
-                precision: T::NAME,
-                steps,
-                launch: shape.to_string(),
-                ms_per_step,
-                points: size.iter().map(|&n| n as u64).product(),
-                point_bytes: 2 * std::mem::size_of::<T>() as u64,
-            });
-        }
-        if let Some(row) = bench_columns::<T>(gpu, &problem, &range, &mut f, &mut g, size, steps)? {
-            rows.push(row);
+            if let Some((shape, ms_per_step)) = best {
+                rows.push(TemporalRow {
+                    size,
+                    precision: T::NAME,
+                    steps,
+                    launch: format!("{} {}", form.name(), shape),
+                    ms_per_step,
+                    points: size.iter().map(|&n| n as u64).product(),
+                    point_bytes: 2 * std::mem::size_of::<T>() as u64,
+                });
+            }
         }
     }
     Ok(rows)
@@ -379,57 +360,4 @@ fn time_passes<T: Element>(
         times.push(ms / (passes * steps) as f64);
     }
     Ok(Some(median(times)))
-}
-
-/// The column form of a pass of `steps` steps (1 to 4), the fastest of a sweep of blocks and marches,
-/// as a row; `None` for more steps than the form takes.
-fn bench_columns<T: Element + DiffusionReal>(
-    gpu: &Arc<Gpu>,
-    problem: &Problem,
-    range: &LoopRange,
-    f: &mut DeviceField<T>,
-    g: &mut DeviceField<T>,
-    size: [usize; 3],
-    steps: u32,
-) -> Result<Option<TemporalRow>> {
-    if steps as usize > lattice_gpu_kernels::stencil::MAX_COLUMN_STEPS {
-        return Ok(None);
-    }
-    let nz = size[2] as u32;
-    let mut best: Option<(String, f64)> = None;
-    for block in [[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]] {
-        for march in [nz, 64, 16] {
-            let march = march.min(nz);
-            let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
-                lattice_gpu_host::engine::launch_columns(
-                    gpu,
-                    &problem.update(f, g),
-                    range,
-                    block,
-                    march,
-                    steps,
-                )?;
-                std::mem::swap(f, g);
-                Ok::<_, lattice_gpu_host::Error>(())
-            };
-            let Some(ms) = time_passes(gpu, f, g, steps, &mut pass)? else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|(_, b)| ms < *b) {
-                best = Some((
-                    format!("columns ({},{})/march={march}", block[0], block[1]),
-                    ms,
-                ));
-            }
-        }
-    }
-    Ok(best.map(|(launch, ms_per_step)| TemporalRow {
-        size,
-        precision: T::NAME,
-        steps,
-        launch,
-        ms_per_step,
-        points: size.iter().map(|&n| n as u64).product(),
-        point_bytes: 2 * std::mem::size_of::<T>() as u64,
-    }))
 }

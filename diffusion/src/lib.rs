@@ -16,7 +16,7 @@ use std::time::Instant;
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face};
-use lattice_gpu_host::engine::{LoopEngine, TuningReport};
+use lattice_gpu_host::engine::{LoopEngine, StepsChoice, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 pub use lattice_gpu_host::halo::Halos;
 use lattice_gpu_host::halo::LayerExchange;
@@ -277,6 +277,8 @@ pub struct RunOutput<T> {
     pub tuning: Option<TuningReport>,
     /// (steps timed, steps needed) when the run ended before the tuner had timed every candidate.
     pub tuning_unfinished: Option<(usize, usize)>,
+    /// The steps per pass the auto-tuner chose ([`Temporal::Auto`] on an engine that tunes).
+    pub steps_choice: Option<StepsChoice>,
     /// The checkpoints written (rank 0).
     pub checkpoints: Vec<Written>,
     /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
@@ -336,7 +338,10 @@ pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
 /// Checks the steps of a temporally blocked pass for a run, `split` when it is decomposed (over ranks,
 /// or cut on one): 1 to [`MAX_TEMPORAL_STEPS`], and 1 alone for a split run (halos that many layers
 /// deep are not there yet).
-pub fn check_temporal(temporal: u32, split: bool) -> Result<()> {
+pub fn check_temporal(temporal: Temporal, split: bool) -> Result<()> {
+    let Temporal::Steps(temporal) = temporal else {
+        return Ok(());
+    };
     if !(1..=MAX_TEMPORAL_STEPS).contains(&temporal) {
         return Err(DiffusionError::Invalid(format!(
             "--temporal {temporal}: a temporally blocked pass advances 1 to {MAX_TEMPORAL_STEPS} \
@@ -501,7 +506,7 @@ pub fn simulate_on<'e, E: LoopEngine, T: Element + DiffusionReal, C: Communicato
         first: 0,
         last: steps,
         checkpoints: None,
-        temporal: 1,
+        temporal: Temporal::Auto,
     };
     simulate_scheduled(
         engine, comm, exchange, problem, initial, &schedule, progress,
@@ -518,9 +523,31 @@ pub struct Schedule {
     pub last: usize,
     /// Where and when it writes checkpoints; `None`: never, not even when a signal stops it.
     pub checkpoints: Option<Checkpoints>,
-    /// Steps per temporally blocked pass ([`Loop3D::run_temporal`]): 1 runs single steps. The same
-    /// bits either way; a run on several ranks (or `cut`) takes single steps only, for now.
-    pub temporal: u32,
+    /// Steps per temporally blocked pass: the same bits either way.
+    pub temporal: Temporal,
+}
+
+/// Steps per temporally blocked pass ([`Loop3D::run_temporal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Temporal {
+    /// As the auto-tuning engine finds fastest ([`Loop3D::run_steps`]); single steps on other
+    /// engines and on several ranks (or `cut`).
+    Auto,
+    /// This many (1: single steps); a run on several ranks (or `cut`) takes 1 only, for now.
+    Steps(u32),
+}
+
+impl std::str::FromStr for Temporal {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            n => n.parse().map(Self::Steps).map_err(|_| {
+                format!("{s:?} is neither auto nor a number of steps per pass (1 to {MAX_TEMPORAL_STEPS})")
+            }),
+        }
+    }
 }
 
 /// Where and how often a run writes checkpoints (rank 0, from a gathered host copy, in the background).
@@ -656,8 +683,13 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
     };
     drop(initial);
-    let temporal = schedule.temporal;
-    check_temporal(temporal, split.is_some())?;
+    check_temporal(schedule.temporal, split.is_some())?;
+    // Steps per pass; `None` while the auto-tuner is still choosing.
+    let mut temporal = match schedule.temporal {
+        Temporal::Steps(t) => Some(t),
+        Temporal::Auto if split.is_some() || !engine.tunes() => Some(1),
+        Temporal::Auto => None,
+    };
     // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
     let cell = |r: usize, i: u64| {
         let [sx, sy, _] = shape.size();
@@ -744,13 +776,14 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let mut s = first_step;
     let mut checked = first_step;
     while s < steps {
-        let settled = !engine.tunes() || E::tuning(step.info()).is_some();
+        let settled = !engine.tunes() || (E::tuning(step.info()).is_some() && temporal.is_some());
         if split.is_none()
             && report_every > 1
             && settled
             && s % report_every == 0
             && batch.is_none()
         {
+            let temporal = temporal.unwrap_or(1);
             batch = match swaps(report_every, temporal) % 2 {
                 // A batch that leaves the fields swapped cannot be replayed: steps as they come.
                 1 => Some(None),
@@ -770,14 +803,20 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 s += 1;
             }
             _ => {
-                // A pass of `temporal` steps where it fits before the next report, else one step.
+                // A pass of `temporal` steps where it fits before the next report, else one step;
+                // or what the tuner runs while it chooses.
                 let room = (report_every - s % report_every).min(steps - s);
                 match temporal {
-                    t if t > 1 && room >= t as usize => {
+                    None => {
+                        let room = room.min(MAX_TEMPORAL_STEPS as usize) as u32;
+                        s += step.run_steps(&problem.update(&f, &mut g), room)? as usize;
+                        temporal = E::steps_choice(step.info()).map(|c| c.steps);
+                    }
+                    Some(t) if t > 1 && room >= t as usize => {
                         step.run_temporal(&problem.update(&f, &mut g), t)?;
                         s += t as usize;
                     }
-                    _ => {
+                    Some(_) => {
                         step.run(&problem.update(&f, &mut g))?;
                         s += 1;
                     }
@@ -846,6 +885,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         None => step.info(),
     };
     let (tuning, tuning_unfinished) = (E::tuning(site).cloned(), E::tuning_progress(site));
+    let steps_choice = E::steps_choice(site).cloned();
     let local = shape.extract(&f.download()?);
     // The fields go before the gather, which holds the whole grid on rank 0.
     drop((f, g, split));
@@ -854,6 +894,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         seconds,
         tuning,
         tuning_unfinished,
+        steps_choice,
         checkpoints: written,
         checkpoint_wait,
     })

@@ -613,6 +613,43 @@ fn gpu_temporal_passes_give_the_bytes_of_single_steps() {
     );
 }
 
+/// `--temporal auto` (the default) on the auto-tuning GPU engine: long enough for the tuner to weigh
+/// passes of 2 to 4 steps against single steps, it names its choice, and the field has the bytes of
+/// single steps (skipped without a GPU).
+#[test]
+fn gpu_auto_temporal_names_its_choice_and_gives_single_steps_bytes() {
+    let Some(_gpu) = common::gpu("gpu_auto_temporal_names_its_choice_and_gives_single_steps_bytes")
+    else {
+        return;
+    };
+    let dir = scratch("temporal-auto");
+    let run = |t: &str| {
+        let args = [
+            "--engine",
+            "device",
+            "--no-tune-cache",
+            "--size",
+            "37x29x23",
+            "--steps",
+            "6001",
+            "--temporal",
+            t,
+            "--output",
+            t,
+        ];
+        (succeeds_in(&dir, &args), field(&dir, t))
+    };
+    let (text, auto) = run("auto");
+    assert!(
+        text.contains("temporal blocking: ") || text.contains("single steps ("),
+        "{text}"
+    );
+    assert!(
+        run("1").1 == auto,
+        "--temporal auto differs from single steps"
+    );
+}
+
 #[test]
 fn a_resumed_run_gives_the_bytes_of_a_straight_one() {
     resumes_bit_for_bit(&["--engine", "host"], &scratch("resume"));

@@ -7,9 +7,13 @@
 //! (skipped without a GPU).
 
 use lattice_gpu_diffusion::Problem;
-use lattice_gpu_host::engine::{emulate3d_columns, emulate3d_temporal, launch_columns};
+use lattice_gpu_host::engine::tunecache::TuneCache;
+use lattice_gpu_host::engine::{
+    emulate3d_columns, emulate3d_temporal, launch_columns, launch_pass, PassForm, TuneSpace,
+};
 use lattice_gpu_host::{
-    DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape, Loop3D, LoopEngine, Shape,
+    DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape,
+    Loop3D, LoopEngine, Shape,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
 use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, StencilUpdate3D, Variant};
@@ -269,15 +273,19 @@ fn gpu_blocked<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host
                 march,
                 variant: Variant::Plain,
             };
-            let engine = DeviceLoopEngine::new(gpu.clone(), launch);
-            let mut f = engine.alloc::<T>(shape).unwrap();
-            let mut g = engine.alloc::<T>(shape).unwrap();
+            let mut f = single.alloc::<T>(shape).unwrap();
+            let mut g = single.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            Loop3D::new(&engine, range)
-                .unwrap()
-                .run_temporal(&update(&f, &mut g), steps)
-                .unwrap();
+            launch_pass(
+                gpu,
+                &update(&f, &mut g),
+                &range,
+                PassForm::General,
+                launch,
+                steps,
+            )
+            .unwrap();
             same_bits(
                 &g.download().unwrap(),
                 &want,
@@ -307,7 +315,7 @@ fn gpu_columns<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host
     let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     for steps in 1..=4 {
         let want = single_steps(&single, shape, range, &init, steps, &update);
-        for (block, march) in [([32, 8], 23), ([16, 16], 5), ([12, 10], 1)] {
+        for (block, march) in [([32, 12], 23), ([16, 16], 5), ([12, 10], 1)] {
             let mut f = single.alloc::<T>(shape).unwrap();
             let mut g = single.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
@@ -331,4 +339,68 @@ fn gpu_column_form_equals_single_steps() {
     };
     gpu_columns::<f32>(&gpu);
     gpu_columns::<f64>(&gpu);
+}
+
+fn gpu_tuned<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {
+    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
+    let shape = problem.shape::<T>().unwrap();
+    let range = shape.interior_range();
+    let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
+        Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
+    };
+    let init = fields::<T>(shape, &range, 29);
+    // A small single-step space, timed once each: the passes' own candidates are the tuner's.
+    let space = TuneSpace::table1()
+        .with("block_x", vec![32])
+        .with("block_y", vec![4])
+        .with("march", vec![4, 8]);
+    let tuner = DeviceAutoTuningLoopEngine::new(gpu.clone(), TuneCache::in_memory())
+        .space(space)
+        .reps(1);
+    let mut f = tuner.alloc::<T>(shape).unwrap();
+    let mut g = tuner.alloc::<T>(shape).unwrap();
+    f.upload(&init.0).unwrap();
+    g.upload(&init.1).unwrap();
+    let mut lp = Loop3D::new(&tuner, range).unwrap();
+    let (mut done, mut counts) = (0, [0; 5]);
+    // Until it has chosen, then a few of its choice; room for a pass of 3 only now and then.
+    while lp.info().choice().is_none() || done < 400 {
+        let room = [4, 4, 2, 3][done % 4];
+        let t = lp.run_steps(&update(&f, &mut g), room).unwrap();
+        assert!((1..=room).contains(&t), "{t} steps in room for {room}");
+        counts[t as usize] += 1;
+        done += t as usize;
+        std::mem::swap(&mut f, &mut g);
+        assert!(done < 5000, "no choice after {done} steps");
+    }
+    let choice = lp.info().choice().unwrap().clone();
+    assert!(
+        counts[2] > 0 && counts[3] > 0 && counts[4] > 0,
+        "{counts:?}"
+    );
+    let want = single_steps(
+        &DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED),
+        shape,
+        range,
+        &init,
+        done as u32,
+        &update,
+    );
+    same_bits(
+        &f.download().unwrap(),
+        &want,
+        &format!("auto-tuned steps ({counts:?} of 1 to 4 steps, then {choice})"),
+    );
+}
+
+/// On a GPU, the auto-tuner's steps (`Loop3D::run_steps`: single steps and passes of 2 to 4 steps
+/// in the column form while it tunes, then its choice) give the bits of as many single steps, and it
+/// chooses (skipped without a GPU).
+#[test]
+fn gpu_tuned_steps_equal_single_steps() {
+    let Some(gpu) = common::gpu("gpu_tuned_steps_equal_single_steps") else {
+        return;
+    };
+    gpu_tuned::<f32>(&gpu);
+    gpu_tuned::<f64>(&gpu);
 }

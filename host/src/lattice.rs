@@ -67,6 +67,19 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
             .run3d_temporal(&self.range, update, steps, &mut self.site)
     }
 
+    /// Advances `update` by up to `max_steps` steps (at least one) as the engine finds fastest, and
+    /// returns how many it ran ([`LoopEngine::run3d_steps`]): on the auto-tuning engine, temporally
+    /// blocked passes where they beat single steps. The last step lands in `update`'s output.
+    pub fn run_steps<F: StencilUpdate3D + GpuEntry>(
+        &mut self,
+        update: &F,
+        max_steps: u32,
+    ) -> Result<u32> {
+        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        self.engine
+            .run3d_steps(&self.range, update, max_steps.max(1), &mut self.site)
+    }
+
     /// Runs `update` over the range and writes the sum of its terms into value `slot` of `out`, queued
     /// (a dot product fused into the loop: [`SumUpdate3D`]).
     pub fn run_sum<F: SumUpdate3D + GpuEntry>(

@@ -8,7 +8,7 @@ use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
 use lattice_gpu_diffusion::bench::{bench_temporal, bench_variants, BenchRow, VariantSet};
 use lattice_gpu_diffusion::{
     check_temporal, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every,
-    Exchange, Halos, Problem, Result, Schedule,
+    Exchange, Halos, Problem, Result, Schedule, Temporal,
 };
 use lattice_gpu_formats::{npy, png, OutputDir};
 use lattice_gpu_host::comm::{Communicator, Solo};
@@ -45,11 +45,13 @@ struct RunArgs {
     /// times each of its launch shapes (535 at 128^3 on an H100) 3 times on the run's own steps.
     #[arg(long, default_value_t = 5000, allow_hyphen_values = true)]
     steps: usize,
-    /// Steps per temporally blocked pass (1 to 8; issue 37, not yet tuned): each pass reads and
-    /// writes the field once for that many steps, with the same bits as single steps. One domain only
-    /// (not with --gpus, --mpi or --cut).
-    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
-    temporal: u32,
+    /// Steps per temporally blocked pass: auto (the auto-tuner weighs passes of 2 to 4 steps against
+    /// single steps on the run's own steps, and keeps the fastest; single steps on the CPU and with
+    /// a fixed launch), or 1 to 8. Each pass reads and
+    /// writes the field once for that many steps, with the same bits as single steps. More than 1
+    /// runs on one domain only (not with --gpus, --mpi or --cut, where auto means 1).
+    #[arg(long, default_value = "auto", allow_hyphen_values = true)]
+    temporal: Temporal,
     /// Diffusivity.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0.1)]
     kappa: f64,
@@ -291,11 +293,12 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
     let run_steps = (args.steps - first) as f64;
     let points = problem.points() as f64 * run_steps;
     let glups = points / result.seconds / 1e9;
-    if args.temporal > 1 {
-        println!(
-            "temporal blocking: {} steps per pass (each pass reads and writes the field once)",
-            args.temporal
-        );
+    match (&result.steps_choice, args.temporal) {
+        (Some(c), _) => println!("{c}"),
+        (None, Temporal::Steps(t)) if t > 1 => println!(
+            "temporal blocking: {t} steps per pass (each pass reads and writes the field once)"
+        ),
+        _ => {}
     }
     println!(
         "time {:.3} s: {:.2} GLUPS, {:.1} GFLOPS ({FLOPS_PER_POINT} flops/point), {:.1} GB/s effective ({} bytes/point)",
@@ -362,7 +365,7 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
 
 fn bench(args: &BenchArgs) -> Result<()> {
     for &t in &args.temporal {
-        check_temporal(t, false)?;
+        check_temporal(Temporal::Steps(t), false)?;
     }
     let gpu = lattice_gpu_cli::bench_gpu("diffusion", args.gpu)?;
     println!(

@@ -6,21 +6,26 @@
 //! every side. It keeps the column's values of levels `0 .. T` (the input and the first `T - 1` steps)
 //! in register z-queues, and shares only each level's middle plane with its neighbours, in a shared
 //! plane per level (double-buffered by the step's parity). Level `l` lags level `l - 1` by `rz + 1`
-//! planes: each step then needs a single barrier for all its levels. Per z step, phase A loads the
-//! input's next plane into the level-0 queue and writes every level's queue middle into its shared
-//! plane. After the barrier, phase B computes every level, the last first, each from the shared plane
+//! planes: each step then needs a single barrier for all its levels. Per z step, phase A moves the
+//! input's plane loaded `2 rz + 1` steps before into the level-0 queue (the loads run that far ahead,
+//! their latency behind the steps between), loads the next, and writes every level's queue middle
+//! into its shared plane. After the barrier, phase B computes every level, the last first, each from the shared plane
 //! (the `dx`, `dy` neighbours) and the queue (the `dz` ones) of the level below, and pushes the value
 //! into its own queue; the last level goes to the output.
 //!
 //! Points outside the range, and columns within a radius of the tile's edge (whose neighbours lie
-//! outside the tile), take the value of the level below unchanged. For points outside the range that is
+//! outside the tile: they read the margin around the shared planes), take the value of the level below
+//! unchanged. For points outside the range that is
 //! the input's value, as single steps keep it. The edge columns are wrong from the first level on, and
 //! wrong one radius further in with each level, but nothing in the output tile reads them. The result
 //! is that of `T` single steps to the bit, under the margin condition of [`super::temporal`].
 //!
 //! Compared with the general form ([`super::temporal`]), a level costs a point two shared reads in x and
 //! two in y, one shared write, and its z neighbours from registers. There is no per-cell index logic,
-//! and there is one barrier per plane for all levels, where the general form has one per level.
+//! and there is one barrier per plane for all levels, where the general form has one per level. The
+//! step loop is unrolled by the period in which the queues and the shared planes come back to their
+//! places ([`ColumnThread::PERIOD`]), so the queues are registers that never move and every shared
+//! address is a constant offset.
 //! Reading a diagonal offset does not compile (a `const` assertion).
 
 use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords, ZQUEUE_MAX_RADIUS};
@@ -34,10 +39,26 @@ const CAP: usize = 2 * MID + 1;
 /// left the queues in local memory).
 pub const MAX_COLUMN_STEPS: usize = 4;
 
-/// Bytes of dynamic shared memory a column-form launch of `steps` steps with `block` threads (x, y)
-/// needs: two planes of the block's tile per level below the last.
-pub const fn column_shared_bytes(block: [u32; 2], steps: u32, elem_bytes: usize) -> usize {
-    2 * steps as usize * block[0] as usize * block[1] as usize * elem_bytes
+/// The most threads a column-form block has, and the cells of each of its shared planes: a stride
+/// known to the compiler makes every plane's address a constant offset from the thread's cell.
+pub const COLUMN_PLANE_CELLS: usize = 1024;
+
+/// Bytes of dynamic shared memory a column-form launch of `steps` steps of radius `radius` with
+/// `block` threads (x, y) needs: two planes of [`COLUMN_PLANE_CELLS`] per level below the last, and a
+/// margin of a radius each side of them, which the tile's edge columns read (and discard) as they
+/// compute with the rest.
+pub const fn column_shared_bytes(
+    block: [u32; 2],
+    radius: [u32; 3],
+    steps: u32,
+    elem_bytes: usize,
+) -> usize {
+    (2 * steps as usize * COLUMN_PLANE_CELLS + 2 * column_margin(block, radius)) * elem_bytes
+}
+
+/// Cells before and after the shared planes: a radius of rows and of cells.
+const fn column_margin(block: [u32; 2], radius: [u32; 3]) -> usize {
+    radius[1] as usize * block[0] as usize + radius[0] as usize
 }
 
 /// The output tile of a column-form block of `block` threads: the block less `steps` radii on each
@@ -50,26 +71,43 @@ pub const fn column_output_tile(block: [u32; 2], radius: [u32; 3], steps: u32) -
 }
 
 /// One thread of a column-form launch of `T` steps: its column's queues and where the column lies.
+///
+/// A block runs [`steps`](Self::steps) steps `s`, each [`stage`](Self::stage) then a barrier then
+/// [`compute`](Self::compute), every thread all of them in order (the offsets into the fields advance
+/// with each step).
 #[derive(Clone, Copy, Debug)]
 pub struct ColumnThread<F: StencilUpdate3D, const T: usize> {
     /// Levels `0 .. T` of the column at planes `N_l - 2 rz ..= N_l`, the newest at `MID + rz` (those
     /// from `T` on unused).
     queues: [[F::Real; CAP]; MAX_COLUMN_STEPS],
-    range: LoopRange,
-    /// The column (x, y), and where it lies in a plane (x + nx y).
+    /// The input's next [`AHEAD`](Self::AHEAD) planes, loaded that many steps before they enter the
+    /// level-0 queue: a load's latency is hidden behind the steps between, not waited for at the
+    /// next barrier.
+    ahead: [F::Real; CAP],
+    /// The range's size, and the column (x, y).
+    n: [u32; 3],
     col: [u32; 2],
-    at: usize,
-    /// The column is within one radius of the range (its input is read), inside the range and a radius
-    /// from the tile's edge (it computes), or in the output tile inside the range (it writes).
-    loads: bool,
-    computes: bool,
-    writes: bool,
-    /// The thread's cell in a shared plane, cells per row and per plane.
+    /// The input's plane entering the level-0 queue at step `s` is `first + s`. `next` is the index in
+    /// the fields of the next plane loaded, [`AHEAD`](Self::AHEAD) planes further; the output's
+    /// plane lies `back` before it.
+    first: i32,
+    next: usize,
+    plane: usize,
+    back: usize,
+    steps: u32,
+    /// A plane `p` is read where `p - load_lo < load_len` (within a radius of the range, for columns
+    /// within a radius of it), computed where `p - comp_lo < comp_len` (in the range, for columns a
+    /// radius inside the tile) and written where `p - write_lo < write_len` (in the block's slab, for
+    /// columns in the output tile), the differences unsigned: each one compare.
+    load_lo: i32,
+    load_len: u32,
+    comp_lo: i32,
+    comp_len: u32,
+    write_lo: i32,
+    write_len: u32,
+    /// The thread's cell in level 0's shared plane of step parity 0, and cells per row.
     cell: usize,
     pitch: usize,
-    cells: usize,
-    k0: i32,
-    k1: i32,
 }
 
 /// Level `l - 1` as level `l`'s point reads it: the shared plane at the point's cell, and the queue.
@@ -92,7 +130,7 @@ impl<T: Copy> Source3D<T> for ColumnSource<'_, T> {
         if DX == 0 && DY == 0 {
             self.queue[(MID as i32 + DZ) as usize]
         } else {
-            // SAFETY: a computing column lies a radius inside the tile, so the cell is in the plane.
+            // SAFETY: the cell lies in the plane, or at the tile's edge in the margin around them.
             unsafe {
                 self.plane
                     .wrapping_offset(DY as isize * self.pitch + DX as isize)
@@ -115,11 +153,23 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         F::RADIUS[2] as i32
     };
 
+    /// Planes loaded ahead: as many as a queue holds, which keeps [`PERIOD`](Self::PERIOD).
+    const AHEAD: usize = 2 * Self::RZ as usize + 1;
+
+    /// Steps after which the queues and the planes loaded ahead (each `2 rz + 1` planes) and the shared
+    /// planes (two) are back in their places: a loop unrolled by this many keeps them in registers with
+    /// no moves.
+    pub const PERIOD: u32 = 2 * (2 * Self::RZ as u32 + 1);
+
+    /// Planes the output lags the input: `T - 1` plus `T` radii.
+    const LAG: i32 = T as i32 - 1 + T as i32 * Self::RZ;
+
     /// The thread at `c` of a launch over `r` whose blocks march `march` planes of z: block `b`'s output
     /// tile is the `b`-th [`column_output_tile`] of the range, which the caller keeps non-empty.
     #[inline(always)]
     pub fn new(r: &LoopRange, march: u32, c: ThreadCoords) -> Self {
         let [rx, ry, _] = F::RADIUS;
+        let rz = Self::RZ;
         let t = T as u32;
         let [bx, by] = c.block_dim;
         let [ox, oy] = column_output_tile(c.block_dim, F::RADIUS, t);
@@ -144,74 +194,114 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
             thread_idx: [0, 0],
         };
         let (k0, k1) = slab.slab(r, march);
+        let (k0, k1) = (k0 as i32, k1 as i32);
+        // The input's planes from `k0 - T rz`, until the last level has reached `k1 - 1`.
+        let first = k0 - T as i32 * rz;
+        let plane = r.n[0] as usize * r.n[1] as usize;
+        let at = col[0] as usize + r.n[0] as usize * col[1] as usize;
+        let (begin, end) = (r.begin[2] as i32, r.end[2] as i32);
         Self {
             queues: [[F::Real::ZERO; CAP]; MAX_COLUMN_STEPS],
-            range: *r,
+            ahead: [F::Real::ZERO; CAP],
+            n: r.n,
             col,
-            at: match loads {
-                true => col[0] as usize + r.n[0] as usize * col[1] as usize,
+            first,
+            // Wrapping: `first` may lie before the array (nothing is read there).
+            next: at.wrapping_add((first as isize).wrapping_mul(plane as isize) as usize),
+            plane,
+            back: (Self::LAG as usize + Self::AHEAD + 1) * plane,
+            steps: match k0 < k1 {
+                true => (k1 - first + Self::LAG) as u32,
                 false => 0,
             },
-            loads,
-            computes: inside && interior,
-            writes: inside && output,
-            cell: (tx + bx * ty) as usize,
+            load_lo: begin - rz,
+            load_len: if loads {
+                (end - begin + 2 * rz) as u32
+            } else {
+                0
+            },
+            comp_lo: begin,
+            comp_len: if inside && interior {
+                (end - begin) as u32
+            } else {
+                0
+            },
+            write_lo: k0,
+            write_len: if inside && output {
+                (k1 - k0) as u32
+            } else {
+                0
+            },
+            cell: column_margin(c.block_dim, F::RADIUS) + (tx + bx * ty) as usize,
             pitch: bx as usize,
-            cells: (bx * by) as usize,
-            k0: k0 as i32,
-            k1: k1 as i32,
         }
     }
 
-    /// The z steps of the block: the input's planes from `k0 - T rz`, until the last level has
-    /// reached `k1 - 1`. Empty for an empty slab.
+    /// The block's steps: one per input plane from `k0 - T rz`, until the last level has reached
+    /// `k1 - 1`; none for an empty slab.
     #[inline(always)]
-    pub fn wavefront(&self) -> core::ops::Range<i32> {
-        let (t, rz) = (T as i32, Self::RZ);
-        match self.k0 < self.k1 {
-            true => self.k0 - t * rz..self.k1 + (t - 1) + t * rz,
-            false => 0..0,
-        }
+    pub fn steps(&self) -> u32 {
+        self.steps
     }
 
-    /// The plane level `l` (1 to `T`) computes at step `q`: `l - 1` planes plus `l` radii behind.
+    /// The plane level `l` (1 to `T`) computes at step `s`: `l - 1` planes plus `l` radii behind the
+    /// input's.
     #[inline(always)]
-    fn plane(q: i32, l: usize) -> i32 {
-        q - (l as i32 - 1) - l as i32 * Self::RZ
+    fn plane(&self, s: u32, l: usize) -> i32 {
+        self.first + s as i32 - (l as i32 - 1) - l as i32 * Self::RZ
     }
 
-    /// Level `level`'s shared plane of step parity `q & 1`.
+    /// The thread's cell in level `level`'s shared plane of step `s`'s parity.
     #[inline(always)]
-    fn shared_plane(&self, shared: SharedPtr<F::Real>, q: i32, level: usize) -> SharedPtr<F::Real> {
-        let buf = (q & 1) as usize;
-        shared.wrapping_add((buf * T + level) * self.cells)
+    fn shared_cell(&self, shared: SharedPtr<F::Real>, s: u32, level: usize) -> SharedPtr<F::Real> {
+        let buf = (s & 1) as usize;
+        shared.wrapping_add((buf * T + level) * COLUMN_PLANE_CELLS + self.cell)
     }
 
-    /// Phase A of step `q`: the input's plane `q` into the level-0 queue (where it is read at all),
-    /// then each level's queue middle into its shared plane.
-    ///
-    /// # Safety
-    /// `shared` holds [`column_shared_bytes`] for the launch, which every thread of the block shares;
-    /// a barrier follows phase A, every thread taking part, and the planes of step parity `q & 1` are not
-    /// written again before every thread has passed the next step's barrier.
+    /// The input's plane `q` where the column reads it (zero elsewhere), from index `next`, which then
+    /// moves on a plane.
     #[inline(always)]
-    pub unsafe fn stage(&mut self, f: &F, shared: SharedPtr<F::Real>, q: i32) {
-        let rz = Self::RZ;
-        let r = &self.range;
-        let v = if self.loads && q >= r.begin[2] as i32 - rz && q < r.end[2] as i32 + rz {
-            let plane = r.n[0] as usize * r.n[1] as usize;
-            f.input().get(self.at + q as usize * plane)
+    fn load(&mut self, f: &F, q: i32) -> F::Real {
+        let v = if (q.wrapping_sub(self.load_lo) as u32) < self.load_len {
+            f.input().get(self.next)
         } else {
             F::Real::ZERO
         };
-        push::<F::Real>(&mut self.queues[0], rz as usize, v);
+        self.next = self.next.wrapping_add(self.plane);
+        v
+    }
+
+    /// Loads the planes ahead of step 0, before it is staged.
+    #[inline(always)]
+    pub fn prime(&mut self, f: &F) {
+        for d in 0..Self::AHEAD {
+            self.ahead[d] = self.load(f, self.first + d as i32);
+        }
+    }
+
+    /// Phase A of step `s`: the oldest plane loaded ahead into the level-0 queue, the input's next
+    /// plane loaded in its place, then each level's queue middle into its shared plane.
+    ///
+    /// # Safety
+    /// `shared` holds [`column_shared_bytes`] for the launch, which every thread of the block shares;
+    /// a barrier follows phase A, every thread taking part, and the planes of step parity `s & 1` are not
+    /// written again before every thread has passed the next step's barrier. The thread was
+    /// [`prime`](Self::prime)d, and steps are staged in order from 0.
+    #[inline(always)]
+    pub unsafe fn stage(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32) {
+        let v = self.load(f, self.first + s as i32 + Self::AHEAD as i32);
+        let entering = self.ahead[0];
+        for d in 0..Self::AHEAD - 1 {
+            self.ahead[d] = self.ahead[d + 1];
+        }
+        self.ahead[Self::AHEAD - 1] = v;
+        push::<F::Real>(&mut self.queues[0], Self::RZ as usize, entering);
         // Each level written out, its index a constant.
         macro_rules! share {
             ($l:literal) => {
                 if $l < T {
-                    let p = self.shared_plane(shared, q, $l);
                     // SAFETY: the cell lies in the plane, the plane in the launch's shared memory.
-                    unsafe { p.wrapping_add(self.cell).write(self.queues[$l][MID]) };
+                    unsafe { self.shared_cell(shared, s, $l).write(self.queues[$l][MID]) };
                 }
             };
         }
@@ -221,19 +311,19 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         share!(3);
     }
 
-    /// Phase B of step `q`: every level from the last down, each from the shared plane and the queue of
+    /// Phase B of step `s`: every level from the last down, each from the shared plane and the queue of
     /// the level below as they stood after phase A.
     ///
     /// # Safety
-    /// As for [`stage`](Self::stage).
+    /// As for [`stage`](Self::stage), step `s` staged last.
     #[inline(always)]
-    pub unsafe fn compute(&mut self, f: &F, shared: SharedPtr<F::Real>, q: i32) {
+    pub unsafe fn compute(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32) {
         // Each level written out, the last first, its index a constant.
         macro_rules! level {
             ($l:literal) => {
                 if $l <= T {
                     // SAFETY: the caller's.
-                    unsafe { self.level(f, shared, q, $l) };
+                    unsafe { self.level(f, shared, s, $l) };
                 }
             };
         }
@@ -243,31 +333,28 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         level!(1);
     }
 
-    /// Level `l` of step `q` (phase B).
+    /// Level `l` of step `s` (phase B). Every column computes, reading the shared planes' margin at the
+    /// tile's edge, and keeps the level below's value where its point is not computed: a select, not
+    /// a branch around the update, which would cost every warp its reconvergence.
     ///
     /// # Safety
-    /// As for [`stage`](Self::stage).
+    /// As for [`compute`](Self::compute).
     #[inline(always)]
-    unsafe fn level(&mut self, f: &F, shared: SharedPtr<F::Real>, q: i32, l: usize) {
-        let r = &self.range;
-        let p = Self::plane(q, l);
+    unsafe fn level(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32, l: usize) {
+        let p = self.plane(s, l);
         let below = &self.queues[l - 1];
-        let mut idx = ArrayIndex3D::new(r.n);
-        let v = if self.computes && p >= r.begin[2] as i32 && p < r.end[2] as i32 {
-            idx.set(self.col[0], self.col[1], p as u32);
-            let src = ColumnSource {
-                plane: self.shared_plane(shared, q, l - 1).wrapping_add(self.cell),
-                pitch: self.pitch as isize,
-                queue: below,
-            };
-            f.value_with(&idx, &src)
-        } else {
-            below[MID]
+        let mut idx = ArrayIndex3D::new(self.n);
+        idx.set(self.col[0], self.col[1], p as u32);
+        let src = ColumnSource {
+            plane: self.shared_cell(shared, s, l - 1),
+            pitch: self.pitch as isize,
+            queue: below,
         };
+        let computes = (p.wrapping_sub(self.comp_lo) as u32) < self.comp_len;
+        let v = core::hint::select_unpredictable(computes, f.value_with(&idx, &src), below[MID]);
         if l == T {
-            if self.writes && p >= self.k0 && p < self.k1 {
-                idx.set(self.col[0], self.col[1], p as u32);
-                f.output().set(idx.ix(), v);
+            if (p.wrapping_sub(self.write_lo) as u32) < self.write_len {
+                f.output().set(self.next.wrapping_sub(self.back), v);
             }
         } else {
             push::<F::Real>(&mut self.queues[l], Self::RZ as usize, v);
@@ -291,14 +378,29 @@ fn push<T: Copy>(q: &mut [T; CAP], rz: usize, v: T) {
 pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(f: &F, r: &LoopRange, march: u32) {
     let shared = SharedPtr::dynamic();
     let mut t = ColumnThread::<F, T>::new(r, march, ThreadCoords::current());
-    for q in t.wavefront() {
-        // SAFETY (both): launched with `column_shared_bytes` of dynamic shared memory, every thread
-        // running every phase of every step (the wavefront is the block's), a barrier after each.
-        // One barrier a step: the shared planes alternate with the step's parity, and a thread
-        // writing step `q + 2`'s has passed step `q + 1`'s barrier, which every thread reached
-        // after reading step `q`'s.
-        unsafe { t.stage(f, shared, q) };
+    let (n, period) = (t.steps(), ColumnThread::<F, T>::PERIOD);
+    t.prime(f);
+    // SAFETY (all): launched with `column_shared_bytes` of dynamic shared memory, every thread
+    // running every phase of every step in order (the steps are the block's), a barrier after each.
+    // One barrier a step: the shared planes alternate with the step's parity, and a thread writing
+    // step `s + 2`'s has passed step `s + 1`'s barrier, which every thread reached after reading
+    // step `s`'s.
+    let step = |t: &mut ColumnThread<F, T>, s: u32| {
+        unsafe { t.stage(f, shared, s) };
         crate::device::thread::sync_threads();
-        unsafe { t.compute(f, shared, q) };
+        unsafe { t.compute(f, shared, s) };
+    };
+    let mut s = 0;
+    // Whole periods unrolled: each queue slot and shared plane is then a fixed register or address.
+    while s + period <= n {
+        macro_rules! unrolled {
+            ($($k:literal)*) => { $( if $k < period { step(&mut t, s + $k) } )* };
+        }
+        unrolled!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
+        s += period;
+    }
+    while s < n {
+        step(&mut t, s);
+        s += 1;
     }
 }

@@ -17,11 +17,13 @@ use std::sync::{Arc, Mutex};
 
 use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
-    Variant,
+    Variant, MAX_COLUMN_STEPS,
 };
 
 use super::cost::Cost;
-use super::device::{launch, DotScratch, KernelInfo, LaunchShape, SumTarget};
+use super::device::{
+    launch, launch_pass, pass_candidates, DotScratch, KernelInfo, LaunchShape, PassForm, SumTarget,
+};
 use super::tunecache::{TuneCache, TuneKey};
 use super::tuner::Search;
 use super::LoopEngine;
@@ -172,6 +174,7 @@ struct Tuning {
     /// Each step's candidate and its timing, read once every step has run.
     steps: Vec<(usize, Timed)>,
     needed: usize,
+    cost: Cost,
 }
 
 #[derive(Default)]
@@ -186,6 +189,51 @@ enum State {
 #[derive(Default)]
 pub struct AutoTuningInfo {
     state: State,
+    /// Temporally blocked passes, by their steps.
+    passes: Vec<(u32, State)>,
+    /// What [`run3d_steps`](super::LoopEngine::run3d_steps) runs, once every pass it weighs is tuned.
+    choice: Option<StepsChoice>,
+}
+
+/// What the auto-tuner chose for a call site's steps: single steps, or passes of several steps
+/// (temporal blocking), whichever took the least time per step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepsChoice {
+    /// Steps per pass (1: single steps).
+    pub steps: u32,
+    /// The form and launch of the chosen passes (`None` for single steps).
+    pub pass: Option<(PassForm, LaunchShape)>,
+    /// Milliseconds per step of the choice, and of the tuned single step.
+    pub ms_per_step: f64,
+    /// The tuned single step's milliseconds.
+    pub single_ms: f64,
+    /// The fastest pass weighed against single steps (its steps and ms per step), where one was.
+    pub best_pass: Option<(u32, f64)>,
+}
+
+/// The line applications print for the choice.
+impl std::fmt::Display for StepsChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.pass, self.best_pass) {
+            (Some((form, shape)), _) => write!(
+                f,
+                "temporal blocking: {} steps per pass, {} form {shape} ({:.4} ms/step, {:.2}x the \
+                 tuned single step's {:.4})",
+                self.steps,
+                form.name(),
+                self.ms_per_step,
+                self.single_ms / self.ms_per_step,
+                self.single_ms
+            ),
+            (None, Some((t, ms))) => write!(
+                f,
+                "single steps ({:.4} ms/step): faster here than the fastest temporally blocked pass \
+                 ({t} steps, {ms:.4} ms/step)",
+                self.single_ms
+            ),
+            (None, None) => write!(f, "single steps ({:.4} ms/step)", self.single_ms),
+        }
+    }
 }
 
 impl AutoTuningInfo {
@@ -202,6 +250,29 @@ impl AutoTuningInfo {
         match &self.state {
             State::Tuning(t) => Some((t.steps.len(), t.needed)),
             _ => None,
+        }
+    }
+
+    /// The tuning of passes of `steps` steps, once finished.
+    pub fn pass_report(&self, steps: u32) -> Option<&TuningReport> {
+        match self.passes.iter().find(|(t, _)| *t == steps) {
+            Some((_, State::Tuned(r))) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The choice between single steps and passes, once made.
+    pub fn choice(&self) -> Option<&StepsChoice> {
+        self.choice.as_ref()
+    }
+
+    fn pass_state(&mut self, steps: u32) -> &mut State {
+        match self.passes.iter().position(|(t, _)| *t == steps) {
+            Some(i) => &mut self.passes[i].1,
+            None => {
+                self.passes.push((steps, State::Untuned));
+                &mut self.passes.last_mut().expect("just pushed").1
+            }
         }
     }
 }
@@ -382,31 +453,14 @@ impl DeviceAutoTuningLoopEngine {
             self.gpu.name(),
             self.gpu.module_hash(kernel.module)?,
         );
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let cached = Search::cached(&mut cache, &key, self.retune);
-        Self::warn_cache(&mut cache);
         let max = self.gpu.max_threads_per_block();
-        if let Some(shape) = cached
-            .as_ref()
-            .and_then(|e| LaunchShape::from_params(&e.params))
-            .filter(|s| {
-                variants.contains(&s.variant)
-                    && s.config(r, kernel, max).is_ok()
-                    && self.fits(kernel, *s)
-            })
-        {
-            return Ok(State::Tuned(TuningReport {
-                best: shape,
-                best_ms: cached.map_or(0.0, |e| e.time_ms),
-                candidates: 0,
-                steps: 0,
-                tuning_ms: 0.0,
-                from_cache: true,
-                cost: range_cost(kernel, r),
-            }));
-        }
+        let valid = |s: &LaunchShape| {
+            variants.contains(&s.variant)
+                && s.config(r, kernel, max).is_ok()
+                && self.fits(kernel, *s)
+        };
         let candidates = self.candidates(r, kernel);
-        if candidates.is_empty() {
+        if candidates.is_empty() && self.cached(&key, &valid).is_none() {
             eprintln!(
                 "lattice-gpu: warning: no tuning candidate fits {}; using {}",
                 kernel.name(),
@@ -422,14 +476,53 @@ impl DeviceAutoTuningLoopEngine {
                 cost: range_cost(kernel, r),
             }));
         }
+        Ok(self.begin(key, candidates, &valid, range_cost(kernel, r)))
+    }
+
+    /// The cache's launch for `key`, where `valid` takes it.
+    fn cached(
+        &self,
+        key: &TuneKey,
+        valid: &dyn Fn(&LaunchShape) -> bool,
+    ) -> Option<(LaunchShape, f64)> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = Search::cached(&mut cache, key, self.retune);
+        Self::warn_cache(&mut cache);
+        let e = cached?;
+        LaunchShape::from_params(&e.params)
+            .filter(|s| valid(s))
+            .map(|s| (s, e.time_ms))
+    }
+
+    /// A call site's state for `key`: tuned from the cache where it holds a launch `valid` takes, else
+    /// tuning over `candidates` (not empty), each `reps` times.
+    fn begin(
+        &self,
+        key: TuneKey,
+        candidates: Vec<LaunchShape>,
+        valid: &dyn Fn(&LaunchShape) -> bool,
+        cost: Cost,
+    ) -> State {
+        if let Some((shape, ms)) = self.cached(&key, valid) {
+            return State::Tuned(TuningReport {
+                best: shape,
+                best_ms: ms,
+                candidates: 0,
+                steps: 0,
+                tuning_ms: 0.0,
+                from_cache: true,
+                cost,
+            });
+        }
         let needed = candidates.len() * self.reps;
         let params = candidates.iter().map(|s| s.to_params()).collect();
-        Ok(State::Tuning(Tuning {
+        State::Tuning(Tuning {
             search: Search::new(key, params),
             needed,
             candidates,
             steps: Vec::with_capacity(needed),
-        }))
+            cost,
+        })
     }
 
     fn run<F: Copy>(
@@ -444,50 +537,99 @@ impl DeviceAutoTuningLoopEngine {
         if matches!(info.state, State::Untuned) {
             info.state = self.start(kernel, precision, r)?;
         }
-        let t = match &mut info.state {
-            State::Tuned(rep) => return launch(&self.gpu, kernel, f, r, rep.best, sum),
+        self.advance(&mut info.state, 1, &|shape| {
+            launch(&self.gpu, kernel, f, r, shape, sum)
+        })
+    }
+
+    /// Runs the work once (`launch` with a launch shape) as `state` has it: with the tuned shape, or
+    /// timed with the next candidate, the search ending when every candidate has been timed `reps`
+    /// times. A launch does `steps` steps; tuning compares times per step.
+    fn advance(
+        &self,
+        state: &mut State,
+        steps: u32,
+        launch: &dyn Fn(LaunchShape) -> Result<()>,
+    ) -> Result<()> {
+        let t = match state {
+            State::Tuned(rep) => return launch(rep.best),
             State::Tuning(t) => t,
-            State::Untuned => unreachable!("tuning state was just set"),
+            State::Untuned => unreachable!("tuning state is set before the first launch"),
         };
         let c = t.steps.len() % t.candidates.len();
         // Not waited for: the steps run back to back, as the real work does once tuned.
-        let timed = self
-            .gpu
-            .timed(|| launch(&self.gpu, kernel, f, r, t.candidates[c], sum))?;
+        let timed = self.gpu.timed(|| launch(t.candidates[c]))?;
         t.steps.push((c, timed));
         if t.steps.len() == t.needed {
             let mut total_ms = 0.0;
             for (c, timed) in &t.steps {
                 let ms = timed.ms()?;
-                t.search.record(*c, ms);
+                t.search.record(*c, ms / f64::from(steps));
                 total_ms += ms;
             }
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             // Every candidate was timed (`needed` is `reps` steps of each), so there is a fastest.
             let (best, best_ms) = t.search.finish(&mut cache).unwrap_or((0, f64::NAN));
             Self::warn_cache(&mut cache);
-            info.state = State::Tuned(TuningReport {
+            *state = State::Tuned(TuningReport {
                 best: t.candidates[best],
                 best_ms,
                 candidates: t.candidates.len(),
-                steps: t.needed,
+                steps: t.needed * steps as usize,
                 tuning_ms: total_ms,
                 from_cache: false,
-                cost: range_cost(kernel, r),
+                cost: t.cost,
             });
         }
         Ok(())
     }
-}
 
-/// The block of the auto-tuning engine's temporally blocked passes until the tuner covers them: 32 x 4
-/// threads, whose rings hold four f64 steps in the default 48 KiB.
-pub const UNTUNED_TEMPORAL: LaunchShape = LaunchShape {
-    block_x: 32,
-    block_y: 4,
-    march: 1,
-    variant: Variant::Plain,
-};
+    /// A pass of `steps` steps of `f` over `r`, its launch tuned (cached under the form's entry and
+    /// the steps).
+    fn run_pass<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        steps: u32,
+        info: &mut AutoTuningInfo,
+    ) -> Result<()> {
+        let form = PassForm::of::<F>(steps);
+        let state = info.pass_state(steps);
+        if matches!(state, State::Untuned) {
+            let entry = super::device::pass_entry::<F>(form, steps)?;
+            let kernel = KernelInfo::of3d::<F>();
+            let mut named = kernel;
+            named.entries[Variant::Plain as usize] = Some(entry);
+            let mut key = tune_key(
+                &named,
+                &[Variant::Plain],
+                r,
+                <F::Real as lattice_gpu_kernels::device::math::Real>::NAME,
+                self.gpu.name(),
+                self.gpu.module_hash(kernel.module)?,
+            );
+            // One entry serves every step count of the general form.
+            if form == PassForm::General {
+                key.kernel = format!("{}[{steps} steps]", key.kernel);
+            }
+            let candidates = pass_candidates::<F>(&self.gpu, form, r, steps)?;
+            if candidates.is_empty() {
+                return Err(crate::Error::InvalidSize(format!(
+                    "no launch of the {} form fits a pass of {steps} steps of {} over {:?}: use \
+                     single steps",
+                    form.name(),
+                    F::ENTRY,
+                    r.extent()
+                )));
+            }
+            let valid = |s: &LaunchShape| candidates.contains(s);
+            *state = self.begin(key, candidates.clone(), &valid, range_cost(&kernel, r));
+        }
+        self.advance(state, steps, &|shape| {
+            launch_pass(&self.gpu, f, r, form, shape, steps)
+        })
+    }
+}
 
 impl LoopEngine for DeviceAutoTuningLoopEngine {
     type Field<T: Element> = DeviceField<T>;
@@ -531,20 +673,72 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         self.run(&KernelInfo::of3d::<F>(), precision, r, f, info, None)
     }
 
-    /// Not tuned yet (issue 37): one launch of [`UNTUNED_TEMPORAL`]'s blocks, each marching the whole
-    /// z range.
+    /// The launch tuned per step count and cached, in the column form where the kernel has it.
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
         r: &LoopRange,
         f: &F,
         steps: u32,
-        _: &mut AutoTuningInfo,
+        info: &mut AutoTuningInfo,
     ) -> Result<()> {
-        let shape = LaunchShape {
-            march: r.extent()[2].max(1),
-            ..UNTUNED_TEMPORAL
-        };
-        super::device::launch_temporal(&self.gpu, f, r, shape, steps)
+        self.run_pass(r, f, steps, info)
+    }
+
+    /// Tunes the single step, then passes of 2 to [`MAX_COLUMN_STEPS`] steps where the kernel has
+    /// their column form (the general form is not weighed: it has not been faster than single steps),
+    /// each on the run's own steps; then runs whichever takes the least time per step. A pass that
+    /// does not fit `max_steps` gives way to a single step.
+    fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        r: &LoopRange,
+        f: &F,
+        max_steps: u32,
+        info: &mut AutoTuningInfo,
+    ) -> Result<u32> {
+        if info.report().is_none() {
+            self.run3d(r, f, info)?;
+            return Ok(1);
+        }
+        if info.choice.is_none() {
+            let weighed = (2..=MAX_COLUMN_STEPS as u32).filter(|&t| {
+                PassForm::of::<F>(t) == PassForm::Columns
+                    && pass_candidates::<F>(&self.gpu, PassForm::Columns, r, t)
+                        .is_ok_and(|c| !c.is_empty())
+            });
+            for t in weighed.clone() {
+                if info.pass_report(t).is_none() {
+                    return match t <= max_steps {
+                        true => self.run_pass(r, f, t, info).map(|()| t),
+                        false => self.run3d(r, f, info).map(|()| 1),
+                    };
+                }
+            }
+            let single_ms = info.report().map_or(f64::NAN, |r| r.best_ms);
+            let best_pass = weighed
+                .filter_map(|t| info.pass_report(t).map(|p| (t, p.best_ms, p.best)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            info.choice = Some(match best_pass {
+                Some((t, ms, shape)) if ms < single_ms => StepsChoice {
+                    steps: t,
+                    pass: Some((PassForm::Columns, shape)),
+                    ms_per_step: ms,
+                    single_ms,
+                    best_pass: Some((t, ms)),
+                },
+                _ => StepsChoice {
+                    steps: 1,
+                    pass: None,
+                    ms_per_step: single_ms,
+                    single_ms,
+                    best_pass: best_pass.map(|(t, ms, _)| (t, ms)),
+                },
+            });
+        }
+        let t = info.choice.as_ref().map_or(1, |c| c.steps);
+        match t > 1 && t <= max_steps {
+            true => self.run_pass(r, f, t, info).map(|()| t),
+            false => self.run3d(r, f, info).map(|()| 1),
+        }
     }
 
     fn run3d_sum<F: SumUpdate3D + GpuEntry>(
@@ -621,6 +815,10 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
 
     fn tuning_progress(site: &AutoTuningInfo) -> Option<(usize, usize)> {
         site.progress()
+    }
+
+    fn steps_choice(site: &AutoTuningInfo) -> Option<&StepsChoice> {
+        site.choice()
     }
 
     fn tunes(&self) -> bool {

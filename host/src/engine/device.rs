@@ -473,9 +473,12 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
     max_threads: u32,
     max_shared: usize,
 ) -> Result<((u32, u32, u32), usize)> {
-    use lattice_gpu_kernels::stencil::{column_output_tile, column_shared_bytes};
+    use lattice_gpu_kernels::stencil::{
+        column_output_tile, column_shared_bytes, COLUMN_PLANE_CELLS,
+    };
     let [ox, oy] = column_output_tile(block, F::RADIUS, steps);
     let threads = block[0] * block[1];
+    let max_threads = max_threads.min(COLUMN_PLANE_CELLS as u32);
     if ox == 0 || oy == 0 || march == 0 || threads > max_threads {
         return Err(Error::InvalidSize(format!(
             "a column-form block of {}x{} threads for {steps} steps of radius {:?} has no output tile, \
@@ -488,7 +491,7 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
             2 * steps * F::RADIUS[1]
         )));
     }
-    let bytes = column_shared_bytes(block, steps, std::mem::size_of::<F::Real>());
+    let bytes = column_shared_bytes(block, F::RADIUS, steps, std::mem::size_of::<F::Real>());
     if bytes > max_shared {
         return Err(Error::InvalidSize(format!(
             "a column-form block of {}x{} threads for {steps} steps needs {bytes} bytes of shared \
@@ -546,6 +549,167 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
     unsafe { args.launch(cfg) }
         .cuda(|| format!("launching kernel {entry} with blocks of {block:?}, {steps} steps"))
         .map(drop)
+}
+
+/// The two forms of a temporally blocked pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassForm {
+    /// Register queues along z, one thread a column, one barrier a plane for all steps
+    /// ([`device_loop3d_columns`](lattice_gpu_kernels::stencil::device_loop3d_columns)): for
+    /// updates reading off their column only in their own plane, whose kernel declares it.
+    Columns,
+    /// Rings of planes in shared memory
+    /// ([`device_loop3d_temporal`](lattice_gpu_kernels::stencil::device_loop3d_temporal)): any
+    /// offsets within the radius.
+    General,
+}
+
+impl PassForm {
+    /// The form a pass of `steps` steps of `F` runs in: the column form where the kernel has its
+    /// entry, the general form elsewhere.
+    pub fn of<F: GpuEntry>(steps: u32) -> Self {
+        match column_entry::<F>(steps) {
+            Ok(_) => Self::Columns,
+            Err(_) => Self::General,
+        }
+    }
+
+    /// Its name in benchmark tables and tuning reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Columns => "columns",
+            Self::General => "general",
+        }
+    }
+}
+
+/// The entry of `F`'s passes of `steps` steps in `form`.
+pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
+    form: PassForm,
+    steps: u32,
+) -> Result<&'static str> {
+    check_pass::<F>(form, steps)?;
+    Ok(match form {
+        PassForm::Columns => column_entry::<F>(steps)?,
+        PassForm::General => F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY),
+    })
+}
+
+/// The launches worth timing on `gpu` for a pass of `steps` steps of `F` over `range` in `form`:
+/// blocks a warp wide or wider within the entry's own thread limit (its registers' share) and the
+/// GPU's shared memory, the column form's with at least a quarter of the block's tile in output;
+/// each marching the whole range, 64 or 16 planes (the column form), or 128 or 32 (the general
+/// form).
+pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
+    gpu: &Gpu,
+    form: PassForm,
+    range: &LoopRange,
+    steps: u32,
+) -> Result<Vec<LaunchShape>> {
+    let (_, max_threads) = gpu.lookup_in(F::MODULE, pass_entry::<F>(form, steps)?)?;
+    let max_shared = gpu.max_shared_per_block();
+    let nz = range.extent()[2].max(1);
+    let (blocks, marches): (&[[u32; 2]], [u32; 3]) = match form {
+        PassForm::Columns => (
+            &[[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]],
+            [nz, 64, 16],
+        ),
+        PassForm::General => (
+            &[
+                [32, 1],
+                [32, 2],
+                [32, 4],
+                [32, 8],
+                [32, 16],
+                [64, 1],
+                [64, 2],
+                [64, 4],
+                [64, 8],
+                [64, 16],
+                [128, 1],
+                [128, 2],
+                [128, 4],
+                [128, 8],
+            ],
+            [nz, 128, 32],
+        ),
+    };
+    let mut out: Vec<LaunchShape> = Vec::new();
+    for &[block_x, block_y] in blocks {
+        for march in marches {
+            let shape = LaunchShape {
+                block_x,
+                block_y,
+                march: march.min(nz),
+                variant: Variant::Plain,
+            };
+            let fits = match form {
+                PassForm::Columns => column_launch::<F>(
+                    range,
+                    [block_x, block_y],
+                    shape.march,
+                    steps,
+                    max_threads,
+                    max_shared,
+                )
+                .is_ok_and(|_| {
+                    let [ox, oy] = lattice_gpu_kernels::stencil::column_output_tile(
+                        [block_x, block_y],
+                        F::RADIUS,
+                        steps,
+                    );
+                    4 * ox * oy >= block_x * block_y
+                }),
+                PassForm::General => {
+                    shape.threads() <= max_threads
+                        && temporal_bytes::<F>(shape, steps, max_shared).is_ok()
+                }
+            };
+            if fits && !out.contains(&shape) {
+                out.push(shape);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a pass of `steps` steps of `F` that `form` cannot run: no entry, or too many steps.
+pub(crate) fn check_pass<F: StencilUpdate3D + GpuEntry>(form: PassForm, steps: u32) -> Result<()> {
+    match form {
+        PassForm::Columns => column_entry::<F>(steps).map(drop),
+        PassForm::General => {
+            let one = LaunchShape {
+                block_x: 1,
+                block_y: 1,
+                march: 1,
+                variant: Variant::Plain,
+            };
+            temporal_bytes::<F>(one, steps, usize::MAX).map(drop)
+        }
+    }
+}
+
+/// Queues a temporally blocked pass of `steps` steps of `update` over `range` in `form`, with
+/// `shape`'s block and march ([`launch_columns`] or the general form's launch).
+pub fn launch_pass<F: StencilUpdate3D + GpuEntry>(
+    gpu: &Arc<Gpu>,
+    update: &F,
+    range: &LoopRange,
+    form: PassForm,
+    shape: LaunchShape,
+    steps: u32,
+) -> Result<()> {
+    match form {
+        PassForm::Columns => launch_columns(
+            gpu,
+            update,
+            range,
+            [shape.block_x, shape.block_y],
+            shape.march,
+            steps,
+        ),
+        PassForm::General => launch_temporal(gpu, update, range, shape, steps),
+    }
 }
 
 /// Runs point updates on the GPU with one fixed launch shape.
@@ -629,7 +793,7 @@ impl LoopEngine for DeviceLoopEngine {
         steps: u32,
         _: &mut (),
     ) -> Result<()> {
-        launch_temporal(&self.gpu, f, r, self.shape, steps)
+        launch_pass(&self.gpu, f, r, PassForm::of::<F>(steps), self.shape, steps)
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {

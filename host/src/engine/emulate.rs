@@ -13,7 +13,7 @@
 //! [`emulate3d_temporal`] runs the temporally blocked loop ([`TemporalBlock`]) the same way: each phase
 //! of each wavefront step for every thread in turn, the barrier between phases; its shared memory
 //! starts as NaN too. [`emulate3d_columns`] runs the column form ([`ColumnThread`]) in the tiled order:
-//! after the barrier of step `q` each thread in turn computes step `q` and stages step `q + 1`, which
+//! after the barrier of step `s` each thread in turn computes step `s` and stages step `s + 1`, which
 //! the planes' double buffering must withstand.
 
 use lattice_gpu_kernels::device::math::Real;
@@ -144,18 +144,22 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
         let mut threads: Vec<ColumnThread<F, T>> = threads(shape, b)
             .map(|c| ColumnThread::new(range, march, c))
             .collect();
-        let planes = threads[0].wavefront();
+        let steps = threads[0].steps();
+        if steps == 0 {
+            return;
+        }
         // SAFETY (all): `shared` has the launch's bytes and outlives the loop.
         for t in &mut threads {
-            unsafe { t.stage(update, ptr, planes.start) };
+            t.prime(update);
+            unsafe { t.stage(update, ptr, 0) };
         }
-        for q in planes.clone() {
-            // The barrier of step `q` is here: every thread has staged it. Then each thread in turn
-            // computes step `q` and stages step `q + 1` before the next computes step `q`.
+        for s in 0..steps {
+            // The barrier of step `s` is here: every thread has staged it. Then each thread in turn
+            // computes step `s` and stages step `s + 1` before the next computes step `s`.
             for t in &mut threads {
-                unsafe { t.compute(update, ptr, q) };
-                if q + 1 < planes.end {
-                    unsafe { t.stage(update, ptr, q + 1) };
+                unsafe { t.compute(update, ptr, s) };
+                if s + 1 < steps {
+                    unsafe { t.stage(update, ptr, s + 1) };
                 }
             }
         }

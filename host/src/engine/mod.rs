@@ -20,12 +20,13 @@ pub mod tunecache;
 pub mod tuner;
 
 pub use autotune::{
-    tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, TuneParam, TuneSpace,
-    TuningReport,
+    tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, StepsChoice, TuneParam,
+    TuneSpace, TuningReport,
 };
 pub use cost::{Cost, Rate};
 pub use device::{
-    launch_columns, DeviceLoopEngine, Dims, KernelInfo, LaunchShape, MAX_DYNAMIC_SHARED_BYTES,
+    launch_columns, launch_pass, pass_candidates, DeviceLoopEngine, Dims, KernelInfo, LaunchShape,
+    PassForm, MAX_DYNAMIC_SHARED_BYTES,
 };
 pub use emulate::{emulate3d, emulate3d_columns, emulate3d_temporal};
 pub use host::HostLoopEngine;
@@ -91,6 +92,20 @@ pub trait LoopEngine {
             self.describe()
         )))
     }
+    /// Advances `f` by up to `max_steps` (at least 1) steps over `range` as the engine finds fastest,
+    /// and says how many it ran: the last lands in `f`'s output, as after one step. Engines that tune
+    /// weigh temporally blocked passes against single steps
+    /// ([`StepsChoice`](autotune::StepsChoice)); the others run one step.
+    fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        range: &LoopRange,
+        f: &F,
+        max_steps: u32,
+        site: &mut Self::Site,
+    ) -> Result<u32> {
+        let _ = max_steps;
+        self.run3d(range, f, site).map(|()| 1)
+    }
     /// Runs `f` at every point of the 2-D `range`.
     fn run2d<F: PointUpdate2D + GpuEntry>(
         &self,
@@ -144,6 +159,10 @@ pub trait LoopEngine {
     }
     /// (steps timed, steps needed) while a call site's tuning is under way, for engines that tune.
     fn tuning_progress(_site: &Self::Site) -> Option<(usize, usize)> {
+        None
+    }
+    /// What [`run3d_steps`](Self::run3d_steps) chose at a call site, once tuned (engines that tune).
+    fn steps_choice(_site: &Self::Site) -> Option<&autotune::StepsChoice> {
         None
     }
     /// Whether the engine tunes its launches (then [`tuning`](Self::tuning) reports once a site is tuned).
