@@ -25,7 +25,7 @@ use lattice_gpu_host::overlap::{self, OverlapStep};
 use lattice_gpu_host::{Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{PointUpdate3D, MAX_TEMPORAL_STEPS};
+use lattice_gpu_kernels::stencil::{PointUpdate3D, MAX_COLUMN_STEPS, MAX_TEMPORAL_STEPS};
 
 pub mod bench;
 
@@ -279,6 +279,8 @@ pub struct RunOutput<T> {
     pub tuning_unfinished: Option<(usize, usize)>,
     /// The steps per pass the auto-tuner chose ([`Temporal::Auto`] on an engine that tunes).
     pub steps_choice: Option<StepsChoice>,
+    /// Steps run in temporally blocked passes (the rest ran singly).
+    pub blocked_steps: usize,
     /// The checkpoints written (rank 0).
     pub checkpoints: Vec<Written>,
     /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
@@ -356,6 +358,17 @@ pub fn check_temporal(temporal: Temporal, split: bool) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The least common multiple of `a` and `b`.
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b) * b
 }
 
 /// How often `f` and `g` swap in [`queue_steps`] of `n` steps in passes of `temporal`.
@@ -749,9 +762,16 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let check_every = check_interval(problem.points(), steps as u64, engine.device().is_some());
     // Even, so that a recorded batch of steps leaves the fields where it found them; and a divisor of
     // the checkpoint interval, so that the batches stop at every checkpoint's step.
+    // Whole passes between reports (a pass runs only where it fits before the next), an even number
+    // of them: auto rounds for every pass it may choose.
+    let whole = match temporal {
+        Some(t) if t > 1 => lcm(2, t as usize),
+        Some(_) => 1,
+        None => (2..=MAX_COLUMN_STEPS).fold(2, lcm),
+    };
     let mut report_every = match (steps / 100).clamp(1, check_every as usize) {
-        1 => 1,
-        n => n.next_multiple_of(2),
+        1 if whole == 1 => 1,
+        n => n.next_multiple_of(whole.max(2)),
     };
     if let Some(n) = every_steps {
         report_every = (1..=report_every.min(n))
@@ -775,6 +795,8 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let mut last_save = Instant::now();
     let mut s = first_step;
     let mut checked = first_step;
+    // Steps run in temporally blocked passes.
+    let mut blocked = 0;
     while s < steps {
         let settled = !engine.tunes() || (E::tuning(step.info()).is_some() && temporal.is_some());
         if split.is_none()
@@ -796,6 +818,8 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
             (Some(Some(graph)), None) if s % report_every == 0 && s + report_every <= steps => {
                 engine.replay(graph)?;
                 s += report_every;
+                let t = temporal.unwrap_or(1) as usize;
+                blocked += if t > 1 { report_every / t * t } else { 0 };
             }
             (_, Some(o)) => {
                 o.step(comm, &plan, &index, problem, &mut f, &mut g)?;
@@ -809,12 +833,15 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 match temporal {
                     None => {
                         let room = room.min(MAX_TEMPORAL_STEPS as usize) as u32;
-                        s += step.run_steps(&problem.update(&f, &mut g), room)? as usize;
+                        let t = step.run_steps(&problem.update(&f, &mut g), room)? as usize;
+                        s += t;
+                        blocked += if t > 1 { t } else { 0 };
                         temporal = E::steps_choice(step.info()).map(|c| c.steps);
                     }
                     Some(t) if t > 1 && room >= t as usize => {
                         step.run_temporal(&problem.update(&f, &mut g), t)?;
                         s += t as usize;
+                        blocked += t as usize;
                     }
                     Some(_) => {
                         step.run(&problem.update(&f, &mut g))?;
@@ -895,6 +922,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         tuning,
         tuning_unfinished,
         steps_choice,
+        blocked_steps: blocked,
         checkpoints: written,
         checkpoint_wait,
     })

@@ -315,7 +315,7 @@ fn gpu_columns<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host
     let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     for steps in 1..=4 {
         let want = single_steps(&single, shape, range, &init, steps, &update);
-        for (block, march) in [([32, 12], 23), ([16, 16], 5), ([12, 10], 1)] {
+        for (block, march) in [([24, 10], 23), ([16, 16], 5), ([12, 10], 1)] {
             let mut f = single.alloc::<T>(shape).unwrap();
             let mut g = single.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();

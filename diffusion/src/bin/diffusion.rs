@@ -296,7 +296,10 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
     match (&result.steps_choice, args.temporal) {
         (Some(c), _) => println!("{c}"),
         (None, Temporal::Steps(t)) if t > 1 => println!(
-            "temporal blocking: {t} steps per pass (each pass reads and writes the field once)"
+            "temporal blocking: {t} steps per pass (each pass reads and writes the field once), {} \
+             of the {} steps",
+            result.blocked_steps,
+            args.steps - first
         ),
         _ => {}
     }

@@ -2,31 +2,32 @@
 //! star-shaped [`StencilUpdate3D`] in one pass over memory, for updates that read off their own column
 //! only in their own plane (offsets `(dx, dy, 0)` and `(0, 0, dz)`, as the 7-point diffusion does).
 //!
-//! Each thread owns one column of the block's tile, which is the output tile widened by `T` radii on
-//! every side. It keeps the column's values of levels `0 .. T` (the input and the first `T - 1` steps)
-//! in register z-queues, and shares only each level's middle plane with its neighbours, in a shared
-//! plane per level (double-buffered by the step's parity). Level `l` lags level `l - 1` by `rz + 1`
-//! planes: each step then needs a single barrier for all its levels. Per z step, phase A moves the
-//! input's plane loaded `2 rz + 1` steps before into the level-0 queue (the loads run that far ahead,
-//! their latency behind the steps between), loads the next, and writes every level's queue middle
-//! into its shared plane. After the barrier, phase B computes every level, the last first, each from the shared plane
-//! (the `dx`, `dy` neighbours) and the queue (the `dz` ones) of the level below, and pushes the value
-//! into its own queue; the last level goes to the output.
+//! Each thread owns [`column_rows`] columns of the block's tile, adjacent in y; the tile is the output
+//! tile widened by `T` radii on every side. The thread keeps its columns' values of levels `0 .. T` (the
+//! input and the first `T - 1` steps) in register z-queues, and shares only each level's middle plane
+//! with its neighbours, in a shared plane per level (double-buffered by the step's parity). Level `l`
+//! lags level `l - 1` by `rz + 1` planes: each step then needs a single barrier for all its levels. Per
+//! z step, phase A moves the input's plane loaded `2 rz + 1` steps before into the level-0 queues (the
+//! loads run that far ahead, their latency behind the steps between), loads the next, and writes every
+//! level's queue middles into its shared plane. After the barrier, phase B computes every level, the
+//! last first, each from the shared plane (the `dx`, `dy` neighbours; those in the thread's own columns
+//! from registers) and the queue (the `dz` ones) of the level below, and pushes the value into its own
+//! queue; the last level goes to the output.
 //!
 //! Points outside the range, and columns within a radius of the tile's edge (whose neighbours lie
 //! outside the tile: they read the margin around the shared planes), take the value of the level below
-//! unchanged. For points outside the range that is
-//! the input's value, as single steps keep it. The edge columns are wrong from the first level on, and
-//! wrong one radius further in with each level, but nothing in the output tile reads them. The result
-//! is that of `T` single steps to the bit, under the margin condition of [`super::temporal`].
+//! unchanged. For points outside the range that is the input's value, as single steps keep it. The
+//! edge columns are wrong from the first level on, and wrong one radius further in with each level, but
+//! nothing in the output tile reads them. The result is that of `T` single steps to the bit, under the
+//! margin condition of [`super::temporal`].
 //!
-//! Compared with the general form ([`super::temporal`]), a level costs a point two shared reads in x and
-//! two in y, one shared write, and its z neighbours from registers. There is no per-cell index logic,
-//! and there is one barrier per plane for all levels, where the general form has one per level. The
-//! step loop is unrolled by the period in which the queues and the shared planes come back to their
-//! places ([`ColumnThread::PERIOD`]), so the queues are registers that never move and every shared
-//! address is a constant offset.
-//! Reading a diagonal offset does not compile (a `const` assertion).
+//! Compared with the general form ([`super::temporal`]), a level costs a point two shared reads in x
+//! and at most two in y, one shared write, and its z neighbours from registers. There is no per-cell
+//! index logic, and there is one barrier per plane for all levels, where the general form has one per
+//! level. The step loop is unrolled by the period in which the queues and the shared planes come back
+//! to their places ([`ColumnThread::PERIOD`]), so the queues are registers that never move and every
+//! shared address is a constant offset. Reading a diagonal offset does not compile (a `const`
+//! assertion).
 
 use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords, ZQUEUE_MAX_RADIUS};
 use crate::device::math::Real;
@@ -35,13 +36,47 @@ use crate::device::shared::SharedPtr;
 const MID: usize = ZQUEUE_MAX_RADIUS as usize;
 const CAP: usize = 2 * MID + 1;
 
+/// Runs `$body` for each of a thread's columns, `$k` a constant in each copy: a loop over them is
+/// not always unrolled, and an array indexed by a variable lives in local memory.
+macro_rules! each_row {
+    ($k:ident => $body:block) => {
+        each_row!(@ $k $body; 0 1)
+    };
+    (@ $k:ident $body:block; $($i:literal)*) => {
+        $(
+            if $i < Self::ROWS {
+                let $k: usize = $i;
+                $body
+            }
+        )*
+    };
+}
+
 /// The most steps a column-form pass advances: each level is written out once (a loop over levels
 /// left the queues in local memory).
 pub const MAX_COLUMN_STEPS: usize = 4;
 
-/// The most threads a column-form block has, and the cells of each of its shared planes: a stride
-/// known to the compiler makes every plane's address a constant offset from the thread's cell.
-pub const COLUMN_PLANE_CELLS: usize = 1024;
+/// The most columns a thread owns ([`column_rows`]).
+pub const MAX_COLUMN_ROWS: usize = 2;
+const _: () = assert!(MAX_COLUMN_ROWS == 2, "each_row! writes out two rows");
+
+/// Columns each thread owns for values of `elem_bytes`, adjacent in y: their y neighbours within the
+/// thread are registers, the per-step work (loads' addresses, the barrier) is shared, and a block of a
+/// given size has a taller tile, so fewer of its columns are halo. Two for f64, one for f32: on an
+/// H200, two made the f64 passes of two steps 1.34x the single step at 512^3 (one: 0.94x) but took
+/// f32 from 1.00x to 0.70x (docs/BENCHMARKS.md); the tuner does not choose it yet.
+pub const fn column_rows(elem_bytes: usize) -> usize {
+    if elem_bytes >= 8 {
+        2
+    } else {
+        1
+    }
+}
+
+/// The most columns a column-form block's tile has (1024 threads), and the cells of each of its
+/// shared planes: a stride known to the compiler makes every plane's address a constant offset from
+/// the thread's cell.
+pub const COLUMN_PLANE_CELLS: usize = 1024 * MAX_COLUMN_ROWS;
 
 /// Bytes of dynamic shared memory a column-form launch of `steps` steps of radius `radius` with
 /// `block` threads (x, y) needs: two planes of [`COLUMN_PLANE_CELLS`] per level below the last, and a
@@ -61,60 +96,80 @@ const fn column_margin(block: [u32; 2], radius: [u32; 3]) -> usize {
     radius[1] as usize * block[0] as usize + radius[0] as usize
 }
 
-/// The output tile of a column-form block of `block` threads: the block less `steps` radii on each
-/// side (zero where nothing is left).
-pub const fn column_output_tile(block: [u32; 2], radius: [u32; 3], steps: u32) -> [u32; 2] {
+/// The tile of a column-form block of `block` threads for values of `elem_bytes`: a column per thread
+/// in x, [`column_rows`] in y.
+pub const fn column_tile(block: [u32; 2], elem_bytes: usize) -> [u32; 2] {
+    [block[0], block[1] * column_rows(elem_bytes) as u32]
+}
+
+/// The output tile of a column-form block of `block` threads: its [`column_tile`] less `steps` radii
+/// on each side (zero where nothing is left).
+pub const fn column_output_tile(
+    block: [u32; 2],
+    radius: [u32; 3],
+    steps: u32,
+    elem_bytes: usize,
+) -> [u32; 2] {
+    let [tx, ty] = column_tile(block, elem_bytes);
     [
-        block[0].saturating_sub(2 * steps * radius[0]),
-        block[1].saturating_sub(2 * steps * radius[1]),
+        tx.saturating_sub(2 * steps * radius[0]),
+        ty.saturating_sub(2 * steps * radius[1]),
     ]
 }
 
-/// One thread of a column-form launch of `T` steps: its column's queues and where the column lies.
+/// One thread of a column-form launch of `T` steps: its [`column_rows`] columns' queues and where
+/// they lie.
 ///
 /// A block runs [`steps`](Self::steps) steps `s`, each [`stage`](Self::stage) then a barrier then
-/// [`compute`](Self::compute), every thread all of them in order (the offsets into the fields advance
-/// with each step).
+/// [`compute`](Self::compute), every thread all of them in order after [`prime`](Self::prime) (the
+/// offsets into the fields advance with each step).
 #[derive(Clone, Copy, Debug)]
 pub struct ColumnThread<F: StencilUpdate3D, const T: usize> {
-    /// Levels `0 .. T` of the column at planes `N_l - 2 rz ..= N_l`, the newest at `MID + rz` (those
+    /// Per column, levels `0 .. T` at planes `N_l - 2 rz ..= N_l`, the newest at `MID + rz` (those
     /// from `T` on unused).
-    queues: [[F::Real; CAP]; MAX_COLUMN_STEPS],
-    /// The input's next [`AHEAD`](Self::AHEAD) planes, loaded that many steps before they enter the
-    /// level-0 queue: a load's latency is hidden behind the steps between, not waited for at the
-    /// next barrier.
-    ahead: [F::Real; CAP],
-    /// The range's size, and the column (x, y).
+    queues: [[[F::Real; CAP]; MAX_COLUMN_STEPS]; MAX_COLUMN_ROWS],
+    /// Per column, the input's next [`AHEAD`](Self::AHEAD) planes, loaded that many steps before
+    /// they enter the level-0 queue: a load's latency is hidden behind the steps between, not waited
+    /// for at the next barrier.
+    ahead: [[F::Real; CAP]; MAX_COLUMN_ROWS],
+    /// The range: its size and, for points not computed, a point of it to name.
     n: [u32; 3],
+    begin: [u32; 3],
+    /// The first column (x, y); the others follow in y.
     col: [u32; 2],
     /// The input's plane entering the level-0 queue at step `s` is `first + s`. `next` is the index in
-    /// the fields of the next plane loaded, [`AHEAD`](Self::AHEAD) planes further; the output's
-    /// plane lies `back` before it.
+    /// the fields of the first column's next plane loaded, [`AHEAD`](Self::AHEAD) planes further; the
+    /// output's plane lies `back` before it; a row is `row` elements.
     first: i32,
     next: usize,
+    row: usize,
     plane: usize,
     back: usize,
     steps: u32,
-    /// A plane `p` is read where `p - load_lo < load_len` (within a radius of the range, for columns
-    /// within a radius of it), computed where `p - comp_lo < comp_len` (in the range, for columns a
-    /// radius inside the tile) and written where `p - write_lo < write_len` (in the block's slab, for
-    /// columns in the output tile), the differences unsigned: each one compare.
+    /// Per column, a plane `p` is read where `p - load_lo < load_len` (within a radius of the range,
+    /// for columns within a radius of it), computed where `p - comp_lo < comp_len` (in the range, for
+    /// columns a radius inside the tile) and written where `p - write_lo < write_len` (in the block's
+    /// slab, for columns in the output tile), the differences unsigned: each one compare.
     load_lo: i32,
-    load_len: u32,
+    load_len: [u32; MAX_COLUMN_ROWS],
     comp_lo: i32,
-    comp_len: u32,
+    comp_len: [u32; MAX_COLUMN_ROWS],
     write_lo: i32,
-    write_len: u32,
-    /// The thread's cell in level 0's shared plane of step parity 0, and cells per row.
+    write_len: [u32; MAX_COLUMN_ROWS],
+    /// The first column's cell in level 0's shared plane of step parity 0, and cells per row.
     cell: usize,
     pitch: usize,
 }
 
-/// Level `l - 1` as level `l`'s point reads it: the shared plane at the point's cell, and the queue.
+/// Level `l - 1` as level `l`'s point reads it: the shared plane at the point's cell, the column's
+/// queue, and the level's middles of the thread's columns (the point's is `row`).
 struct ColumnSource<'a, T: Copy> {
     plane: SharedPtr<T>,
     pitch: isize,
     queue: &'a [T; CAP],
+    rows: [T; MAX_COLUMN_ROWS],
+    row: usize,
+    nrows: usize,
 }
 
 impl<T: Copy> Source3D<T> for ColumnSource<'_, T> {
@@ -127,8 +182,12 @@ impl<T: Copy> Source3D<T> for ColumnSource<'_, T> {
                  temporal form for diagonal offsets"
             )
         };
+        let y = self.row as i32 + DY;
         if DX == 0 && DY == 0 {
             self.queue[(MID as i32 + DZ) as usize]
+        } else if DX == 0 && y >= 0 && y < self.nrows as i32 {
+            // Another of the thread's columns: the value it staged in the plane.
+            self.rows[y as usize]
         } else {
             // SAFETY: the cell lies in the plane, or at the tile's edge in the margin around them.
             unsafe {
@@ -153,6 +212,9 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         F::RADIUS[2] as i32
     };
 
+    /// Columns the thread owns.
+    const ROWS: usize = column_rows(core::mem::size_of::<F::Real>());
+
     /// Planes loaded ahead: as many as a queue holds, which keeps [`PERIOD`](Self::PERIOD).
     const AHEAD: usize = 2 * Self::RZ as usize + 1;
 
@@ -171,23 +233,18 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         let [rx, ry, _] = F::RADIUS;
         let rz = Self::RZ;
         let t = T as u32;
-        let [bx, by] = c.block_dim;
-        let [ox, oy] = column_output_tile(c.block_dim, F::RADIUS, t);
-        let [tx, ty] = c.thread_idx;
-        // The column's point, `T` radii before the output tile's start where tx = ty = 0; compared
-        // before subtracting, as it may lie before the array.
+        let elem = core::mem::size_of::<F::Real>();
+        let [bx, by] = column_tile(c.block_dim, elem);
+        let [ox, oy] = column_output_tile(c.block_dim, F::RADIUS, t, elem);
+        let tx = c.thread_idx[0];
+        let ty0 = c.thread_idx[1] * Self::ROWS as u32;
+        // The first column's point, `T` radii before the output tile's start where tx = ty = 0;
+        // compared before subtracting, as it may lie before the array.
         let gx = r.begin[0] + c.block_idx[0] * ox + tx;
-        let gy = r.begin[1] + c.block_idx[1] * oy + ty;
+        let gy0 = r.begin[1] + c.block_idx[1] * oy + ty0;
         let (sx, sy) = (t * rx, t * ry);
         let within =
             |g: u32, s: u32, rad: u32, lo: u32, hi: u32| g + rad >= lo + s && g < hi + rad + s;
-        let loads =
-            within(gx, sx, rx, r.begin[0], r.end[0]) && within(gy, sy, ry, r.begin[1], r.end[1]);
-        let inside =
-            within(gx, sx, 0, r.begin[0], r.end[0]) && within(gy, sy, 0, r.begin[1], r.end[1]);
-        let interior = tx >= rx && tx + rx < bx && ty >= ry && ty + ry < by;
-        let output = tx >= sx && tx < sx + ox && ty >= sy && ty < sy + oy;
-        let col = [gx.wrapping_sub(sx), gy.wrapping_sub(sy)];
         let slab = ThreadCoords {
             block_idx: c.block_idx,
             block_dim: c.block_dim,
@@ -195,19 +252,54 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         };
         let (k0, k1) = slab.slab(r, march);
         let (k0, k1) = (k0 as i32, k1 as i32);
+        let (begin, end) = (r.begin[2] as i32, r.end[2] as i32);
+        let (mut load_len, mut comp_len, mut write_len) = (
+            [0; MAX_COLUMN_ROWS],
+            [0; MAX_COLUMN_ROWS],
+            [0; MAX_COLUMN_ROWS],
+        );
+        for k in 0..Self::ROWS {
+            let (gy, ty) = (gy0 + k as u32, ty0 + k as u32);
+            let loads = within(gx, sx, rx, r.begin[0], r.end[0])
+                && within(gy, sy, ry, r.begin[1], r.end[1]);
+            let inside =
+                within(gx, sx, 0, r.begin[0], r.end[0]) && within(gy, sy, 0, r.begin[1], r.end[1]);
+            let interior = tx >= rx && tx + rx < bx && ty >= ry && ty + ry < by;
+            let output = tx >= sx && tx < sx + ox && ty >= sy && ty < sy + oy;
+            load_len[k] = if loads {
+                (end - begin + 2 * rz) as u32
+            } else {
+                0
+            };
+            comp_len[k] = if inside && interior {
+                (end - begin) as u32
+            } else {
+                0
+            };
+            write_len[k] = if inside && output {
+                (k1 - k0) as u32
+            } else {
+                0
+            };
+        }
+        let col = [gx.wrapping_sub(sx), gy0.wrapping_sub(sy)];
         // The input's planes from `k0 - T rz`, until the last level has reached `k1 - 1`.
         let first = k0 - T as i32 * rz;
         let plane = r.n[0] as usize * r.n[1] as usize;
-        let at = col[0] as usize + r.n[0] as usize * col[1] as usize;
-        let (begin, end) = (r.begin[2] as i32, r.end[2] as i32);
+        // Wrapping (as are the planes from `first`): a column may lie before the array, where
+        // nothing is read.
+        let at = (col[0] as i32 as isize)
+            .wrapping_add((r.n[0] as isize).wrapping_mul(col[1] as i32 as isize))
+            .wrapping_add((first as isize).wrapping_mul(plane as isize));
         Self {
-            queues: [[F::Real::ZERO; CAP]; MAX_COLUMN_STEPS],
-            ahead: [F::Real::ZERO; CAP],
+            queues: [[[F::Real::ZERO; CAP]; MAX_COLUMN_STEPS]; MAX_COLUMN_ROWS],
+            ahead: [[F::Real::ZERO; CAP]; MAX_COLUMN_ROWS],
             n: r.n,
+            begin: r.begin,
             col,
             first,
-            // Wrapping: `first` may lie before the array (nothing is read there).
-            next: at.wrapping_add((first as isize).wrapping_mul(plane as isize) as usize),
+            next: at as usize,
+            row: r.n[0] as usize,
             plane,
             back: (Self::LAG as usize + Self::AHEAD + 1) * plane,
             steps: match k0 < k1 {
@@ -215,24 +307,12 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
                 false => 0,
             },
             load_lo: begin - rz,
-            load_len: if loads {
-                (end - begin + 2 * rz) as u32
-            } else {
-                0
-            },
+            load_len,
             comp_lo: begin,
-            comp_len: if inside && interior {
-                (end - begin) as u32
-            } else {
-                0
-            },
+            comp_len,
             write_lo: k0,
-            write_len: if inside && output {
-                (k1 - k0) as u32
-            } else {
-                0
-            },
-            cell: column_margin(c.block_dim, F::RADIUS) + (tx + bx * ty) as usize,
+            write_len,
+            cell: column_margin(c.block_dim, F::RADIUS) + (tx + bx * ty0) as usize,
             pitch: bx as usize,
         }
     }
@@ -251,22 +331,23 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         self.first + s as i32 - (l as i32 - 1) - l as i32 * Self::RZ
     }
 
-    /// The thread's cell in level `level`'s shared plane of step `s`'s parity.
+    /// The first column's cell in level `level`'s shared plane of step `s`'s parity.
     #[inline(always)]
     fn shared_cell(&self, shared: SharedPtr<F::Real>, s: u32, level: usize) -> SharedPtr<F::Real> {
         let buf = (s & 1) as usize;
         shared.wrapping_add((buf * T + level) * COLUMN_PLANE_CELLS + self.cell)
     }
 
-    /// The input's plane `q` where the column reads it (zero elsewhere), from index `next`, which then
+    /// The input's plane `q` of each column where the column reads it (zero elsewhere); `next` then
     /// moves on a plane.
     #[inline(always)]
-    fn load(&mut self, f: &F, q: i32) -> F::Real {
-        let v = if (q.wrapping_sub(self.load_lo) as u32) < self.load_len {
-            f.input().get(self.next)
-        } else {
-            F::Real::ZERO
-        };
+    fn load(&mut self, f: &F, q: i32) -> [F::Real; MAX_COLUMN_ROWS] {
+        let mut v = [F::Real::ZERO; MAX_COLUMN_ROWS];
+        each_row!(k => {
+            if (q.wrapping_sub(self.load_lo) as u32) < self.load_len[k] {
+                v[k] = f.input().get(self.next.wrapping_add(k * self.row));
+            }
+        });
         self.next = self.next.wrapping_add(self.plane);
         v
     }
@@ -275,12 +356,15 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
     #[inline(always)]
     pub fn prime(&mut self, f: &F) {
         for d in 0..Self::AHEAD {
-            self.ahead[d] = self.load(f, self.first + d as i32);
+            let v = self.load(f, self.first + d as i32);
+            each_row!(k => {
+                self.ahead[k][d] = v[k];
+            });
         }
     }
 
-    /// Phase A of step `s`: the oldest plane loaded ahead into the level-0 queue, the input's next
-    /// plane loaded in its place, then each level's queue middle into its shared plane.
+    /// Phase A of step `s`: each column's oldest plane loaded ahead into its level-0 queue, the
+    /// input's next plane loaded in its place, then each level's queue middles into its shared plane.
     ///
     /// # Safety
     /// `shared` holds [`column_shared_bytes`] for the launch, which every thread of the block shares;
@@ -290,18 +374,28 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
     #[inline(always)]
     pub unsafe fn stage(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32) {
         let v = self.load(f, self.first + s as i32 + Self::AHEAD as i32);
-        let entering = self.ahead[0];
-        for d in 0..Self::AHEAD - 1 {
-            self.ahead[d] = self.ahead[d + 1];
-        }
-        self.ahead[Self::AHEAD - 1] = v;
-        push::<F::Real>(&mut self.queues[0], Self::RZ as usize, entering);
+        each_row!(k => {
+            let ahead = &mut self.ahead[k];
+            let entering = ahead[0];
+            for d in 0..Self::AHEAD - 1 {
+                ahead[d] = ahead[d + 1];
+            }
+            ahead[Self::AHEAD - 1] = v[k];
+            push::<F::Real>(&mut self.queues[k][0], Self::RZ as usize, entering);
+        });
         // Each level written out, its index a constant.
         macro_rules! share {
             ($l:literal) => {
                 if $l < T {
-                    // SAFETY: the cell lies in the plane, the plane in the launch's shared memory.
-                    unsafe { self.shared_cell(shared, s, $l).write(self.queues[$l][MID]) };
+                    let cell = self.shared_cell(shared, s, $l);
+                    each_row!(k => {
+                        // SAFETY: the cell lies in the plane, the plane in the launch's shared
+                        // memory.
+                        unsafe {
+                            cell.wrapping_add(k * self.pitch)
+                                .write(self.queues[k][$l][MID])
+                        };
+                    });
                 }
             };
         }
@@ -311,8 +405,8 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         share!(3);
     }
 
-    /// Phase B of step `s`: every level from the last down, each from the shared plane and the queue of
-    /// the level below as they stood after phase A.
+    /// Phase B of step `s`: every level from the last down, each from the shared plane and the queues
+    /// of the level below as they stood after phase A.
     ///
     /// # Safety
     /// As for [`stage`](Self::stage), step `s` staged last.
@@ -333,32 +427,51 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         level!(1);
     }
 
-    /// Level `l` of step `s` (phase B). Every column computes, reading the shared planes' margin at the
-    /// tile's edge, and keeps the level below's value where its point is not computed: a select, not
-    /// a branch around the update, which would cost every warp its reconvergence.
+    /// Level `l` of step `s` for each column (phase B). Every column computes, reading the shared
+    /// planes' margin at the tile's edge, and keeps the level below's value where its point is not
+    /// computed: a select, not a branch around the update, which would cost every warp its
+    /// reconvergence. A point not computed names the range's first point to the update, so that an
+    /// update reading other fields at its index stays inside them.
     ///
     /// # Safety
     /// As for [`compute`](Self::compute).
     #[inline(always)]
     unsafe fn level(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32, l: usize) {
         let p = self.plane(s, l);
-        let below = &self.queues[l - 1];
-        let mut idx = ArrayIndex3D::new(self.n);
-        idx.set(self.col[0], self.col[1], p as u32);
-        let src = ColumnSource {
-            plane: self.shared_cell(shared, s, l - 1),
-            pitch: self.pitch as isize,
-            queue: below,
-        };
-        let computes = (p.wrapping_sub(self.comp_lo) as u32) < self.comp_len;
-        let v = core::hint::select_unpredictable(computes, f.value_with(&idx, &src), below[MID]);
-        if l == T {
-            if (p.wrapping_sub(self.write_lo) as u32) < self.write_len {
-                f.output().set(self.next.wrapping_sub(self.back), v);
+        let mut rows = [F::Real::ZERO; MAX_COLUMN_ROWS];
+        each_row!(k => {
+            rows[k] = self.queues[k][l - 1][MID];
+        });
+        let cell = self.shared_cell(shared, s, l - 1);
+        each_row!(k => {
+            let computes = (p.wrapping_sub(self.comp_lo) as u32) < self.comp_len[k];
+            let pick = |v: u32, safe: u32| core::hint::select_unpredictable(computes, v, safe);
+            let mut idx = ArrayIndex3D::new(self.n);
+            idx.set(
+                pick(self.col[0], self.begin[0]),
+                pick(self.col[1].wrapping_add(k as u32), self.begin[1]),
+                pick(p as u32, self.begin[2]),
+            );
+            let below = &self.queues[k][l - 1];
+            let src = ColumnSource {
+                plane: cell.wrapping_add(k * self.pitch),
+                pitch: self.pitch as isize,
+                queue: below,
+                rows,
+                row: k,
+                nrows: Self::ROWS,
+            };
+            let v =
+                core::hint::select_unpredictable(computes, f.value_with(&idx, &src), below[MID]);
+            if l == T {
+                if (p.wrapping_sub(self.write_lo) as u32) < self.write_len[k] {
+                    let at = self.next.wrapping_sub(self.back).wrapping_add(k * self.row);
+                    f.output().set(at, v);
+                }
+            } else {
+                push::<F::Real>(&mut self.queues[k][l], Self::RZ as usize, v);
             }
-        } else {
-            push::<F::Real>(&mut self.queues[l], Self::RZ as usize, v);
-        }
+        });
     }
 }
 

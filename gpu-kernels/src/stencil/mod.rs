@@ -17,8 +17,8 @@ mod temporal;
 
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use columns::{
-    column_output_tile, column_shared_bytes, device_loop3d_columns, ColumnThread,
-    COLUMN_PLANE_CELLS, MAX_COLUMN_STEPS,
+    column_output_tile, column_rows, column_shared_bytes, column_tile, device_loop3d_columns,
+    ColumnThread, COLUMN_PLANE_CELLS, MAX_COLUMN_ROWS, MAX_COLUMN_STEPS,
 };
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};

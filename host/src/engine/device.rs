@@ -474,16 +474,19 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
     max_shared: usize,
 ) -> Result<((u32, u32, u32), usize)> {
     use lattice_gpu_kernels::stencil::{
-        column_output_tile, column_shared_bytes, COLUMN_PLANE_CELLS,
+        column_output_tile, column_rows, column_shared_bytes, COLUMN_PLANE_CELLS,
     };
-    let [ox, oy] = column_output_tile(block, F::RADIUS, steps);
+    let elem = std::mem::size_of::<F::Real>();
+    let rows = column_rows(elem);
+    let [ox, oy] = column_output_tile(block, F::RADIUS, steps, elem);
     let threads = block[0] * block[1];
-    let max_threads = max_threads.min(COLUMN_PLANE_CELLS as u32);
+    let max_threads = max_threads.min((COLUMN_PLANE_CELLS / rows) as u32);
     if ox == 0 || oy == 0 || march == 0 || threads > max_threads {
         return Err(Error::InvalidSize(format!(
-            "a column-form block of {}x{} threads for {steps} steps of radius {:?} has no output tile, \
-             too many threads or a march of 0: give it more than {} x {} threads, at most \
-             {max_threads}, and a march of at least 1",
+            "a column-form block of {}x{} threads ({rows} columns a thread in y) for {steps} \
+             steps of radius {:?} has no output tile, too many threads or a march of 0: give it a \
+             tile of more than {} x {} columns, at most {max_threads} threads, and a march of at \
+             least 1",
             block[0],
             block[1],
             F::RADIUS,
@@ -653,12 +656,11 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
                     max_shared,
                 )
                 .is_ok_and(|_| {
-                    let [ox, oy] = lattice_gpu_kernels::stencil::column_output_tile(
-                        [block_x, block_y],
-                        F::RADIUS,
-                        steps,
-                    );
-                    4 * ox * oy >= block_x * block_y
+                    use lattice_gpu_kernels::stencil::{column_output_tile, column_tile};
+                    let elem = std::mem::size_of::<F::Real>();
+                    let [ox, oy] = column_output_tile([block_x, block_y], F::RADIUS, steps, elem);
+                    let [tx, ty] = column_tile([block_x, block_y], elem);
+                    4 * ox * oy >= tx * ty
                 }),
                 PassForm::General => {
                     shape.threads() <= max_threads

@@ -95,7 +95,7 @@ pub trait LoopEngine {
     /// Advances `f` by up to `max_steps` (at least 1) steps over `range` as the engine finds fastest,
     /// and says how many it ran: the last lands in `f`'s output, as after one step. Engines that tune
     /// weigh temporally blocked passes against single steps
-    /// ([`StepsChoice`](autotune::StepsChoice)); the others run one step.
+    /// ([`StepsChoice`]); the others run one step.
     fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
         &self,
         range: &LoopRange,
