@@ -203,7 +203,7 @@ pub struct StepsChoice {
     pub steps: u32,
     /// The form and launch of the chosen passes (`None` for single steps).
     pub pass: Option<(PassForm, LaunchShape)>,
-    /// Milliseconds per step of the choice, and of the tuned single step.
+    /// Milliseconds per step of the choice.
     pub ms_per_step: f64,
     /// The tuned single step's milliseconds.
     pub single_ms: f64,
@@ -583,52 +583,6 @@ impl DeviceAutoTuningLoopEngine {
         }
         Ok(())
     }
-
-    /// A pass of `steps` steps of `f` over `r`, its launch tuned (cached under the form's entry and
-    /// the steps).
-    fn run_pass<F: StencilUpdate3D + GpuEntry>(
-        &self,
-        r: &LoopRange,
-        f: &F,
-        steps: u32,
-        info: &mut AutoTuningInfo,
-    ) -> Result<()> {
-        let form = PassForm::of::<F>(steps);
-        let state = info.pass_state(steps);
-        if matches!(state, State::Untuned) {
-            let entry = super::device::pass_entry::<F>(form, steps)?;
-            let kernel = KernelInfo::of3d::<F>();
-            let mut named = kernel;
-            named.entries[Variant::Plain as usize] = Some(entry);
-            let mut key = tune_key(
-                &named,
-                &[Variant::Plain],
-                r,
-                <F::Real as lattice_gpu_kernels::device::math::Real>::NAME,
-                self.gpu.name(),
-                self.gpu.module_hash(kernel.module)?,
-            );
-            // One entry serves every step count of the general form.
-            if form == PassForm::General {
-                key.kernel = format!("{}[{steps} steps]", key.kernel);
-            }
-            let candidates = pass_candidates::<F>(&self.gpu, form, r, steps)?;
-            if candidates.is_empty() {
-                return Err(crate::Error::InvalidSize(format!(
-                    "no launch of the {} form fits a pass of {steps} steps of {} over {:?}: use \
-                     single steps",
-                    form.name(),
-                    F::ENTRY,
-                    r.extent()
-                )));
-            }
-            let valid = |s: &LaunchShape| candidates.contains(s);
-            *state = self.begin(key, candidates.clone(), &valid, range_cost(&kernel, r));
-        }
-        self.advance(state, steps, &|shape| {
-            launch_pass(&self.gpu, f, r, form, shape, steps)
-        })
-    }
 }
 
 impl LoopEngine for DeviceAutoTuningLoopEngine {
@@ -673,7 +627,8 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         self.run(&KernelInfo::of3d::<F>(), precision, r, f, info, None)
     }
 
-    /// The launch tuned per step count and cached, in the column form where the kernel has it.
+    /// The launch tuned per step count and cached (under the form's entry, and the steps for the
+    /// general form), in the column form where the kernel has it.
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
         r: &LoopRange,
@@ -681,7 +636,41 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         steps: u32,
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
-        self.run_pass(r, f, steps, info)
+        let form = PassForm::of::<F>(steps);
+        let state = info.pass_state(steps);
+        if matches!(state, State::Untuned) {
+            let entry = super::device::pass_entry::<F>(form, steps)?;
+            let kernel = KernelInfo::of3d::<F>();
+            let mut named = kernel;
+            named.entries[Variant::Plain as usize] = Some(entry);
+            let mut key = tune_key(
+                &named,
+                &[Variant::Plain],
+                r,
+                <F::Real as lattice_gpu_kernels::device::math::Real>::NAME,
+                self.gpu.name(),
+                self.gpu.module_hash(kernel.module)?,
+            );
+            // One entry serves every step count of the general form.
+            if form == PassForm::General {
+                key.kernel = format!("{}[{steps} steps]", key.kernel);
+            }
+            let candidates = pass_candidates::<F>(&self.gpu, form, r, steps)?;
+            if candidates.is_empty() {
+                return Err(crate::Error::InvalidSize(format!(
+                    "no launch of the {} form fits a pass of {steps} steps of {} over {:?}: use \
+                     single steps",
+                    form.name(),
+                    F::ENTRY,
+                    r.extent()
+                )));
+            }
+            let valid = |s: &LaunchShape| candidates.contains(s);
+            *state = self.begin(key, candidates.clone(), &valid, range_cost(&kernel, r));
+        }
+        self.advance(state, steps, &|shape| {
+            launch_pass(&self.gpu, f, r, form, shape, steps)
+        })
     }
 
     /// Tunes the single step, then passes of 2 to [`MAX_COLUMN_STEPS`] steps where the kernel has
@@ -708,7 +697,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
             for t in weighed.clone() {
                 if info.pass_report(t).is_none() {
                     return match t <= max_steps {
-                        true => self.run_pass(r, f, t, info).map(|()| t),
+                        true => self.run3d_temporal(r, f, t, info).map(|()| t),
                         false => self.run3d(r, f, info).map(|()| 1),
                     };
                 }
@@ -736,7 +725,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         }
         let t = info.choice.as_ref().map_or(1, |c| c.steps);
         match t > 1 && t <= max_steps {
-            true => self.run_pass(r, f, t, info).map(|()| t),
+            true => self.run3d_temporal(r, f, t, info).map(|()| t),
             false => self.run3d(r, f, info).map(|()| 1),
         }
     }

@@ -586,16 +586,25 @@ impl PassForm {
     }
 }
 
-/// The entry of `F`'s passes of `steps` steps in `form`.
+/// The entry of `F`'s passes of `steps` steps in `form`; an error where it has none, or where the
+/// form cannot take that many steps.
 pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
     form: PassForm,
     steps: u32,
 ) -> Result<&'static str> {
-    check_pass::<F>(form, steps)?;
-    Ok(match form {
-        PassForm::Columns => column_entry::<F>(steps)?,
-        PassForm::General => F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY),
-    })
+    match form {
+        PassForm::Columns => column_entry::<F>(steps),
+        PassForm::General => {
+            let one = LaunchShape {
+                block_x: 1,
+                block_y: 1,
+                march: 1,
+                variant: Variant::Plain,
+            };
+            temporal_bytes::<F>(one, steps, usize::MAX)?;
+            Ok(F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY))
+        }
+    }
 }
 
 /// The launches worth timing on `gpu` for a pass of `steps` steps of `F` over `range` in `form`:
@@ -673,22 +682,6 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
         }
     }
     Ok(out)
-}
-
-/// Refuses a pass of `steps` steps of `F` that `form` cannot run: no entry, or too many steps.
-pub(crate) fn check_pass<F: StencilUpdate3D + GpuEntry>(form: PassForm, steps: u32) -> Result<()> {
-    match form {
-        PassForm::Columns => column_entry::<F>(steps).map(drop),
-        PassForm::General => {
-            let one = LaunchShape {
-                block_x: 1,
-                block_y: 1,
-                march: 1,
-                variant: Variant::Plain,
-            };
-            temporal_bytes::<F>(one, steps, usize::MAX).map(drop)
-        }
-    }
 }
 
 /// Queues a temporally blocked pass of `steps` steps of `update` over `range` in `form`, with
