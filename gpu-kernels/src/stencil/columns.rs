@@ -64,7 +64,7 @@ const _: () = assert!(MAX_COLUMN_ROWS == 2, "each_row! writes out two rows");
 /// thread are registers, the per-step work (loads' addresses, the barrier) is shared, and a block of a
 /// given size has a taller tile, so fewer of its columns are halo. Two for f64, one for f32: on an
 /// H200, two made the f64 passes of two steps 1.34x the single step at 512^3 (one: 0.94x) but took
-/// f32 from 1.00x to 0.70x (docs/BENCHMARKS.md); the tuner does not choose it yet.
+/// f32 from 1.00x to 0.70x (docs/benchmarks/history.md); the tuner does not choose it yet.
 pub const fn column_rows(elem_bytes: usize) -> usize {
     if elem_bytes >= 8 {
         2
