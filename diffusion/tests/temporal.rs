@@ -9,7 +9,7 @@
 use lattice_gpu_diffusion::Problem;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::{
-    emulate3d_columns, emulate3d_temporal, launch_columns, launch_pass, PassForm, TuneSpace,
+    emulate3d_columns, emulate3d_temporal, launch_pass, PassForm, TuneSpace,
 };
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape,
@@ -255,18 +255,25 @@ fn the_emulator_refuses_steps_a_pass_cannot_take() {
     }
 }
 
-fn gpu_blocked<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {
+/// One pass of 1 to 4 steps in `form` with each block and march, on the GPU, against single steps of
+/// the plain kernel, bit for bit.
+fn gpu_passes<T: Element + DiffusionReal>(
+    gpu: &std::sync::Arc<lattice_gpu_host::Gpu>,
+    form: PassForm,
+    launches: &[([u32; 2], u32)],
+    seed: u64,
+) {
     let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
     let shape = problem.shape::<T>().unwrap();
     let range = shape.interior_range();
     let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
         Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
     };
-    let init = fields::<T>(shape, &range, 13);
+    let init = fields::<T>(shape, &range, seed);
     let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     for steps in 1..=4 {
         let want = single_steps(&single, shape, range, &init, steps, &update);
-        for (block_x, block_y, march) in [(32, 4, 23), (16, 8, 5), (8, 2, 1)] {
+        for &([block_x, block_y], march) in launches {
             let launch = LaunchShape {
                 block_x,
                 block_y,
@@ -277,19 +284,11 @@ fn gpu_blocked<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host
             let mut g = single.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            launch_pass(
-                gpu,
-                &update(&f, &mut g),
-                &range,
-                PassForm::General,
-                launch,
-                steps,
-            )
-            .unwrap();
+            launch_pass(gpu, &update(&f, &mut g), &range, form, launch, steps).unwrap();
             same_bits(
                 &g.download().unwrap(),
                 &want,
-                &format!("GPU: {steps} steps {launch}"),
+                &format!("GPU, {} form: {steps} steps {launch}", form.name()),
             );
         }
     }
@@ -300,34 +299,9 @@ fn gpu_blocked_diffusion_steps_equal_single_steps() {
     let Some(gpu) = common::gpu("gpu_blocked_diffusion_steps_equal_single_steps") else {
         return;
     };
-    gpu_blocked::<f32>(&gpu);
-    gpu_blocked::<f64>(&gpu);
-}
-
-fn gpu_columns<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {
-    let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
-    let shape = problem.shape::<T>().unwrap();
-    let range = shape.interior_range();
-    let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
-        Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
-    };
-    let init = fields::<T>(shape, &range, 19);
-    let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
-    for steps in 1..=4 {
-        let want = single_steps(&single, shape, range, &init, steps, &update);
-        for (block, march) in [([24, 10], 23), ([16, 16], 5), ([12, 10], 1)] {
-            let mut f = single.alloc::<T>(shape).unwrap();
-            let mut g = single.alloc::<T>(shape).unwrap();
-            f.upload(&init.0).unwrap();
-            g.upload(&init.1).unwrap();
-            launch_columns(gpu, &update(&f, &mut g), &range, block, march, steps).unwrap();
-            same_bits(
-                &g.download().unwrap(),
-                &want,
-                &format!("GPU column form: {steps} steps, block {block:?}, march {march}"),
-            );
-        }
-    }
+    let launches = [([32, 4], 23), ([16, 8], 5), ([8, 2], 1)];
+    gpu_passes::<f32>(&gpu, PassForm::General, &launches, 13);
+    gpu_passes::<f64>(&gpu, PassForm::General, &launches, 13);
 }
 
 /// On a GPU, the column form's entries for 1 to 4 steps against single steps of the plain kernel, bit
@@ -337,8 +311,9 @@ fn gpu_column_form_equals_single_steps() {
     let Some(gpu) = common::gpu("gpu_column_form_equals_single_steps") else {
         return;
     };
-    gpu_columns::<f32>(&gpu);
-    gpu_columns::<f64>(&gpu);
+    let launches = [([24, 10], 23), ([16, 16], 5), ([12, 10], 1)];
+    gpu_passes::<f32>(&gpu, PassForm::Columns, &launches, 19);
+    gpu_passes::<f64>(&gpu, PassForm::Columns, &launches, 19);
 }
 
 fn gpu_tuned<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {

@@ -191,6 +191,8 @@ pub struct AutoTuningInfo {
     state: State,
     /// Temporally blocked passes, by their steps.
     passes: Vec<(u32, State)>,
+    /// The steps per pass [`run3d_steps`](super::LoopEngine::run3d_steps) weighs, found once.
+    weighed: Option<Vec<u32>>,
     /// What [`run3d_steps`](super::LoopEngine::run3d_steps) runs, once every pass it weighs is tuned.
     choice: Option<StepsChoice>,
 }
@@ -459,24 +461,24 @@ impl DeviceAutoTuningLoopEngine {
                 && s.config(r, kernel, max).is_ok()
                 && self.fits(kernel, *s)
         };
-        let candidates = self.candidates(r, kernel);
-        if candidates.is_empty() && self.cached(&key, &valid).is_none() {
-            eprintln!(
-                "lattice-gpu: warning: no tuning candidate fits {}; using {}",
-                kernel.name(),
-                LaunchShape::FIXED
-            );
-            return Ok(State::Tuned(TuningReport {
-                best: LaunchShape::FIXED,
-                best_ms: 0.0,
-                candidates: 0,
-                steps: 0,
-                tuning_ms: 0.0,
-                from_cache: false,
-                cost: range_cost(kernel, r),
-            }));
+        let candidates = || self.candidates(r, kernel);
+        if let Some(state) = self.begin(key, candidates, &valid, range_cost(kernel, r)) {
+            return Ok(state);
         }
-        Ok(self.begin(key, candidates, &valid, range_cost(kernel, r)))
+        eprintln!(
+            "lattice-gpu: warning: no tuning candidate fits {}; using {}",
+            kernel.name(),
+            LaunchShape::FIXED
+        );
+        Ok(State::Tuned(TuningReport {
+            best: LaunchShape::FIXED,
+            best_ms: 0.0,
+            candidates: 0,
+            steps: 0,
+            tuning_ms: 0.0,
+            from_cache: false,
+            cost: range_cost(kernel, r),
+        }))
     }
 
     /// The cache's launch for `key`, where `valid` takes it.
@@ -495,16 +497,17 @@ impl DeviceAutoTuningLoopEngine {
     }
 
     /// A call site's state for `key`: tuned from the cache where it holds a launch `valid` takes, else
-    /// tuning over `candidates` (not empty), each `reps` times.
+    /// tuning over `candidates()` (asked for only then), each `reps` times; `None` where there are
+    /// none.
     fn begin(
         &self,
         key: TuneKey,
-        candidates: Vec<LaunchShape>,
+        candidates: impl FnOnce() -> Vec<LaunchShape>,
         valid: &dyn Fn(&LaunchShape) -> bool,
         cost: Cost,
-    ) -> State {
+    ) -> Option<State> {
         if let Some((shape, ms)) = self.cached(&key, valid) {
-            return State::Tuned(TuningReport {
+            return Some(State::Tuned(TuningReport {
                 best: shape,
                 best_ms: ms,
                 candidates: 0,
@@ -512,17 +515,21 @@ impl DeviceAutoTuningLoopEngine {
                 tuning_ms: 0.0,
                 from_cache: true,
                 cost,
-            });
+            }));
+        }
+        let candidates = candidates();
+        if candidates.is_empty() {
+            return None;
         }
         let needed = candidates.len() * self.reps;
         let params = candidates.iter().map(|s| s.to_params()).collect();
-        State::Tuning(Tuning {
+        Some(State::Tuning(Tuning {
             search: Search::new(key, params),
             needed,
             candidates,
             steps: Vec::with_capacity(needed),
             cost,
-        })
+        }))
     }
 
     fn run<F: Copy>(
@@ -656,17 +663,18 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
                 key.kernel = format!("{}[{steps} steps]", key.kernel);
             }
             let candidates = pass_candidates::<F>(&self.gpu, form, r, steps)?;
-            if candidates.is_empty() {
-                return Err(crate::Error::InvalidSize(format!(
-                    "no launch of the {} form fits a pass of {steps} steps of {} over {:?}: use \
-                     single steps",
-                    form.name(),
-                    F::ENTRY,
-                    r.extent()
-                )));
-            }
             let valid = |s: &LaunchShape| candidates.contains(s);
-            *state = self.begin(key, candidates.clone(), &valid, range_cost(&kernel, r));
+            *state = self
+                .begin(key, || candidates.clone(), &valid, range_cost(&kernel, r))
+                .ok_or_else(|| {
+                    crate::Error::InvalidSize(format!(
+                        "no launch of the {} form fits a pass of {steps} steps of {} over {:?}: \
+                         use single steps",
+                        form.name(),
+                        F::ENTRY,
+                        r.extent()
+                    ))
+                })?;
         }
         self.advance(state, steps, &|shape| {
             launch_pass(&self.gpu, f, r, form, shape, steps)
@@ -689,12 +697,19 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
             return Ok(1);
         }
         if info.choice.is_none() {
-            let weighed = (2..=MAX_COLUMN_STEPS as u32).filter(|&t| {
-                PassForm::of::<F>(t) == PassForm::Columns
-                    && pass_candidates::<F>(&self.gpu, PassForm::Columns, r, t)
-                        .is_ok_and(|c| !c.is_empty())
-            });
-            for t in weighed.clone() {
+            let weighed = info
+                .weighed
+                .get_or_insert_with(|| {
+                    (2..=MAX_COLUMN_STEPS as u32)
+                        .filter(|&t| {
+                            PassForm::of::<F>(t) == PassForm::Columns
+                                && pass_candidates::<F>(&self.gpu, PassForm::Columns, r, t)
+                                    .is_ok_and(|c| !c.is_empty())
+                        })
+                        .collect()
+                })
+                .clone();
+            for &t in &weighed {
                 if info.pass_report(t).is_none() {
                     return match t <= max_steps {
                         true => self.run3d_temporal(r, f, t, info).map(|()| t),
@@ -704,6 +719,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
             }
             let single_ms = info.report().map_or(f64::NAN, |r| r.best_ms);
             let best_pass = weighed
+                .into_iter()
                 .filter_map(|t| info.pass_report(t).map(|p| (t, p.best_ms, p.best)))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
             info.choice = Some(match best_pass {
