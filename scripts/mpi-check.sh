@@ -77,6 +77,15 @@ for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
             "$work/single-$prec/diffusion.npy"
     done
 done
+# Temporally blocked passes of 3 steps on 2 and 3 ranks (slabs of 11 to 7 planes): halos 3 planes deep
+# exchanged once a pass, each rank advancing two of them with its own planes; 61 steps end in singles.
+"$bin" --engine "$engine" --size 21x17x23 --steps 61 --output "$work/single-t" >/dev/null
+for np in 2 3; do
+    mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size 21x17x23 --steps 61 --temporal 3 \
+        --output "$work/mpi$np-t3" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
+    same_bytes "diffusion f32 21x17x23, $np MPI ranks, passes of 3 steps" "$work/mpi$np-t3/diffusion.npy" \
+        "$work/single-t/diffusion.npy"
+done
 # Checkpoint and restart across rank counts: 30 steps on 2 ranks, then 30 more from the checkpoint on 3
 # ranks and on 1, give the bytes of 60 steps straight (single-f32 is 9x7x5).
 mpirun_ -np 2 "$bin" --engine "$engine" --mpi --size 9x7x5 --steps 30 --checkpoint-every 15 \
@@ -209,6 +218,8 @@ cut_same() {
     done
 }
 cut_same "diffusion f32 21x17x23" diffusion.npy "$bin" --engine "$engine" --size 21x17x23 --steps 60
+cut_same "diffusion f64 21x17x23, passes of 4 steps" diffusion.npy "$bin" --engine "$engine" --size 21x17x23 \
+    --steps 61 --precision f64 --temporal 4
 cut_same "lbm taylor-green f32" velocity.npy "$lbm" taylor-green --engine "$engine" --streaming ab \
     --size 24x20x17 --steps 40
 cut_same "advection packed 41x37" field.npy "$adv" swirl --engine "$engine" --size 41x37 --steps 30 \
@@ -291,6 +302,8 @@ if [ "$engine" = device ] && [ "$gpus" -ge 2 ]; then
         same_bytes "$name, 2 GPUs, NCCL halos" "$work/nccl2/$file" "$work/nccl-single/$file"
     }
     nccl_same "diffusion f32 21x17x23" diffusion.npy -- "$bin" --engine device --size 21x17x23 --steps 60
+    nccl_same "diffusion f32 21x17x23, passes of 3 steps" diffusion.npy -- "$bin" --engine device \
+        --size 21x17x23 --steps 61 --temporal 3
     nccl_same "diffusion f32 21x17x23, each rank seeing one GPU" diffusion.npy "${one_gpu_each[@]}" -- \
         "$bin" --engine device --size 21x17x23 --steps 60
     # One process driving both GPUs (--gpus 2: a thread per GPU, one NCCL communicator).

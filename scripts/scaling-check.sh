@@ -12,8 +12,11 @@
 #
 #   scripts/scaling-check.sh [N [PARTS]]   N: the most ranks (default: every GPU nvidia-smi lists);
 #                                          PARTS: any of diffusion, lbm, advection, lqcd, or stencils
-#                                          (the first three); default all. Where a call's time is
-#                                          limited, split the parts over calls.
+#                                          (the first three), and temporal (not in the default set:
+#                                          diffusion 512^3 auto-tuned, in passes of 3 steps in f32 and
+#                                          2 in f64 with halos as deep, against single steps; NCCL
+#                                          halos); default all. Where a call's time is limited, split
+#                                          the parts over calls.
 #
 # Where the N GPUs' time goes: each rank's part of diffusion, LBM and advection on one GPU, whole and
 # cut as a rank of N steps it (--cut), against N GPUs' rate per GPU.
@@ -133,6 +136,29 @@ for np in $(seq 1 "$N"); do
     fi
 done
 
+# Temporally blocked passes split over the GPUs (with overlap, and without: then each rank's slab is one
+# pass after the exchange): the auto-tuned engine, its launches tuned and cached by an untimed run of
+# each first (the split's loops are tuned apart from one domain's; tuning takes some 1800 steps).
+tdif=(diffusion --engine device --mpi --halos nccl --size 512)
+for np in $(seq 1 "$N"); do
+    want temporal || break
+    for case in "f32 3" "f32 3 seq" "f32 1" "f64 2" "f64 2 seq" "f64 1"; do
+        set -- $case
+        name=temporal-$1-t$2${3:+-$3}
+        if [ "$np" -eq 1 ] && [ -n "${3:-}" ]; then
+            # One rank is not split: with overlap or without, the same run.
+            rate[$name,1]=${rate[temporal-$1-t$2,1]:-}
+            continue
+        fi
+        extra=()
+        [ -n "${3:-}" ] && extra=(--no-overlap)
+        on_gpus "$np" "$BIN/mpi/diffusion" "${tdif[@]:1}" "${extra[@]}" --precision "$1" --temporal "$2" \
+            --steps 3000 --output "$out/warm" >"$out/warm-$np.log" 2>&1
+        rm -rf "${out:?}/warm"
+        timed "$name" "$np" GLUPS "${tdif[@]}" "${extra[@]}" --precision "$1" --temporal "$2" --steps 3000
+    done
+done
+
 lqcd_variants="sync async graph waitkernel streamwait"
 lqcd_sizes="32x32x32x64 48x48x48x96"
 # gflops LOG WHAT: the GFLOPS on LOG's line that starts with WHAT.
@@ -170,6 +196,8 @@ apps=""
 for app in diffusion lbm advection; do
     want $app && apps="$apps $app $app-nccl $app-seq $app-weak"
 done
+want temporal && apps="$apps temporal-f32-t3 temporal-f32-t3-seq temporal-f32-t1 temporal-f64-t2"
+want temporal && apps="$apps temporal-f64-t2-seq temporal-f64-t1"
 if want lqcd; then
     for dims in $lqcd_sizes; do
         apps="$apps mhat-$dims mhat-$dims-seq"
@@ -190,6 +218,9 @@ for app in $apps; do
         diffusion-weak) unit=GLUPS what="diffusion weak, 512^3 per GPU" ;;
         lbm-weak) unit=MLUPs/s what="lbm weak, 384^3 per GPU" ;;
         advection-weak) unit="Gpoints/s" what="advection weak, 8192^2 per GPU" ;;
+        temporal-*-t1) unit=GLUPS what="diffusion 512^3 ${app:9:3}, single steps" ;;
+        temporal-*-seq) unit=GLUPS what="diffusion 512^3 ${app:9:3}, ${app:14:1} steps/pass, no overlap" ;;
+        temporal-*) unit=GLUPS what="diffusion 512^3 ${app:9:3}, ${app:14:1} steps/pass" ;;
         mhat-*-seq) unit=GFLOPS what="M_hat ${app:5:-4} f32, no overlap" ;;
         mhat-*) unit=GFLOPS what="M_hat ${app#mhat-} f32" ;;
         lqcd-*-seq) unit=GFLOPS what="bicgstab ${app:5:-4} f32, no overlap" what=${what/-/ } ;;

@@ -12,7 +12,7 @@ use lattice_gpu_host::engine::{
 };
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceField, DeviceLoopEngine, Element, Field, Gpu, LaunchShape,
-    Loop3D,
+    Loop3D, PassRange,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
 
@@ -302,11 +302,12 @@ pub fn bench_temporal<T: Element + DiffusionReal>(
             if form == PassForm::Columns && PassForm::of::<Diffusion3d<T>>(steps) != form {
                 continue;
             }
-            let candidates = pass_candidates::<Diffusion3d<T>>(gpu, form, &range, steps)?;
+            let whole = PassRange::whole(range);
+            let candidates = pass_candidates::<Diffusion3d<T>>(gpu, form, &whole, steps)?;
             let mut best: Option<(LaunchShape, f64)> = None;
             for launch in candidates {
                 let mut pass = |f: &mut DeviceField<T>, g: &mut DeviceField<T>| {
-                    launch_pass(gpu, &problem.update(f, g), &range, form, launch, steps)?;
+                    launch_pass(gpu, &problem.update(f, g), &whole, form, launch, steps)?;
                     std::mem::swap(f, g);
                     Ok::<_, lattice_gpu_host::Error>(())
                 };

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
-use lattice_gpu_host::decomp::{Decomposition, Face};
+use lattice_gpu_host::decomp::{Decomposition, Face, Side};
 use lattice_gpu_host::engine::{LoopEngine, StepsChoice, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 pub use lattice_gpu_host::halo::Halos;
@@ -123,12 +123,16 @@ impl Problem {
     /// The field's shape for elements of `T`: the interior with a one-point margin holding the walls,
     /// rows aligned to 128 bytes where that costs at most a quarter more memory.
     pub fn shape<T>(&self) -> Result<Shape> {
-        Self::shape_of::<T>(self.size)
+        Self::shape_of::<T>(self.size, 1)
     }
 
-    /// The shape of a field of `size` interior points (one rank's part of a decomposed run).
-    fn shape_of<T>(size: [usize; 3]) -> Result<Shape> {
-        Ok(Shape::new_3d(size, 1)?.aligned_rows(std::mem::size_of::<T>(), 1.25))
+    /// The shape of a field of `size` interior points (one rank's part of a decomposed run), with
+    /// `depth` planes of margin in z (the halo layers of a split run's passes of `depth` steps).
+    fn shape_of<T>(size: [usize; 3], depth: usize) -> Result<Shape> {
+        Ok(
+            Shape::new_3d_margins(size, [1, 1, depth])?
+                .aligned_rows(std::mem::size_of::<T>(), 1.25),
+        )
     }
 
     /// The point update from `f` to `fnew`.
@@ -191,23 +195,26 @@ impl Problem {
     /// field and this rank's array while it is set up (`P + S`); on the CPU the two fields (`2S`) all
     /// along, and at the end a downloaded copy and its interior (`+ S + L`); then, the fields freed,
     /// the interiors and the gathered result (`P`) on rank 0, which the binary keeps while it writes.
-    /// On a GPU its two fields (`2S`) and the halo layers.
+    /// On a GPU its two fields (`2S`) and the halo layers, `depth` planes on each side of a rank's
+    /// slab ([`halo_depth`]).
     pub fn footprint<T>(
         &self,
         ranks: usize,
         in_process: usize,
         on_gpu: bool,
+        depth: usize,
     ) -> Result<lattice_gpu_host::memory::Footprint> {
         let el = std::mem::size_of::<T>() as u64;
         let nz = self.size[2].div_ceil(ranks.max(1));
-        let shape = Self::shape_of::<T>([self.size[0], self.size[1], nz])?;
+        let depth = depth.max(1);
+        let shape = Self::shape_of::<T>([self.size[0], self.size[1], nz], depth)?;
         let p = lattice_gpu_host::memory::bytes(&self.size, 1, "the grid")?;
         let [s, l] = [shape.len() as u64, p / self.size[2] as u64 * nz as u64];
         let fields = if on_gpu { 0 } else { 2 * s };
         let rank = [p + s, fields + s + l].into_iter().max().unwrap_or(0);
         let k = in_process as u64;
         let host = (k * rank).max(k * l + p);
-        let layers = 4 * (shape.size()[0] * shape.size()[1]) as u64;
+        let layers = 4 * depth as u64 * (shape.size()[0] * shape.size()[1]) as u64;
         let gpu = if on_gpu { 2 * s + layers } else { 0 };
         Ok(lattice_gpu_host::memory::Footprint::new(
             format!(
@@ -324,10 +331,7 @@ pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
 ) -> lattice_gpu_host::Result<()> {
     let t = temporal.max(1) as usize;
     for _ in 0..n / t {
-        match t {
-            1 => lp.run(&problem.update(f, g))?,
-            _ => lp.run_temporal(&problem.update(f, g), t as u32)?,
-        }
+        advance(lp, problem, f, g, t as u32)?;
         std::mem::swap(f, g);
     }
     for _ in 0..n % t {
@@ -337,10 +341,8 @@ pub fn queue_steps<E: LoopEngine, T: Element + DiffusionReal>(
     Ok(())
 }
 
-/// Checks the steps of a temporally blocked pass for a run, `split` when it is decomposed (over ranks,
-/// or cut on one): 1 to [`MAX_TEMPORAL_STEPS`], and 1 alone for a split run (halos that many layers
-/// deep are not there yet).
-pub fn check_temporal(temporal: Temporal, split: bool) -> Result<()> {
+/// Checks the steps of a temporally blocked pass for a run: 1 to [`MAX_TEMPORAL_STEPS`].
+pub fn check_temporal(temporal: Temporal) -> Result<()> {
     let Temporal::Steps(temporal) = temporal else {
         return Ok(());
     };
@@ -350,14 +352,19 @@ pub fn check_temporal(temporal: Temporal, split: bool) -> Result<()> {
              steps (1: single steps)"
         )));
     }
-    if temporal > 1 && split {
-        return Err(DiffusionError::Invalid(format!(
-            "--temporal {temporal}: temporally blocked passes run on one domain only for now (halos \
-             that many layers deep are issue 37's next step); give --temporal 1 with --gpus, --mpi \
-             or --cut"
-        )));
-    }
     Ok(())
+}
+
+/// The halo planes on each side of a rank's slab in a run of `temporal` steps per pass, `split` when
+/// it is decomposed (over ranks, or cut on one): as many as a pass has steps, since the stencil
+/// reads one plane beyond each point a step. They are exchanged once a pass, and the pass advances
+/// all but the outermost with the rank's own planes (communication avoidance). One for single steps
+/// and for [`Temporal::Auto`], which runs single steps on a split run.
+pub fn halo_depth(temporal: Temporal, split: bool) -> usize {
+    match temporal {
+        Temporal::Steps(t) if split => t.max(1) as usize,
+        _ => 1,
+    }
 }
 
 /// The least common multiple of `a` and `b`.
@@ -377,12 +384,14 @@ fn swaps(n: usize, temporal: u32) -> usize {
     n / t + n % t
 }
 
-/// A decomposed step's parts: the loops over the planes that read no halo and over the two boundary
+/// A decomposed step's parts: the loops over the planes that read no halo and over the boundary
 /// planes, and the exchange of the face planes (only those move, not the whole array). The framework
-/// orders them ([`overlap::step`]).
+/// orders them ([`overlap::step`]). With halos `depth` planes deep, a step is a pass of up to `depth`
+/// steps: its loops advance the received planes but the outermost with the rank's own
+/// ([`Loop3D::advancing`]), and the boundary is the `depth` planes at each end that read them.
 struct Overlap<'e, E: LoopEngine, T: Element> {
-    /// Loops over the planes that read no halo, and over the first and (where it is another) the last
-    /// plane.
+    /// Loops over the planes that read no halo, and over the first `depth` planes and the last (one
+    /// loop for all the planes where the slab has no more than `2 depth`, or without overlap).
     inner: Option<Loop3D<'e, E>>,
     ends: Vec<Loop3D<'e, E>>,
     transport: LayerExchange<'e, T>,
@@ -400,31 +409,46 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
         exchange: Exchange<'e>,
     ) -> Result<Self> {
         let r = shape.interior_range();
+        let depth = shape.margin()[2];
+        let d = depth as u32;
+        // Every received plane but the outermost, which the pass holds at what came.
+        let mut live = r;
+        for f in plan {
+            match f.side {
+                Side::Lower => live.begin[2] -= d - 1,
+                Side::Upper => live.end[2] += d - 1,
+            }
+        }
         let at = |z0: u32, z1: u32| {
             let mut q = r;
             (q.begin[2], q.end[2]) = (z0, z1);
-            q
+            Loop3D::advancing(engine, q, live)
         };
         let (z0, z1) = (r.begin[2], r.end[2]);
         let [nx, ny, _] = shape.size();
         // Local z (margin at 0) to the array's plane.
-        let plane = |z: usize| shape.first()[2] + z - 1;
-        let mut ends = vec![Loop3D::new(engine, at(z0, z0 + 1))?];
-        if z1 - z0 > 1 {
-            ends.push(Loop3D::new(engine, at(z1 - 1, z1))?);
-        }
+        let plane = |z: usize| shape.first()[2] + z - depth;
+        // Without overlap nothing runs beside the exchange: the slab is one loop (a pass's planes next
+        // to the boundary's would each recompute `depth` planes before and after them).
+        let (ends, inner) = match exchange.overlap && z1 - z0 > 2 * d {
+            true => (
+                vec![at(z0, z0 + d)?, at(z1 - d, z1)?],
+                Some(at(z0 + d, z1 - d)?),
+            ),
+            false => (vec![at(z0, z1)?], None),
+        };
         Ok(Self {
-            inner: (z1 - z0 > 2)
-                .then(|| Loop3D::new(engine, at(z0 + 1, z1 - 1)))
-                .transpose()?,
+            inner,
             ends,
             transport: LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?,
             overlap: exchange.overlap,
         })
     }
 
-    /// `g` from `f`, its halos exchanged through `comm` (`index` maps the plan's local points), in the
-    /// framework's order ([`overlap::step`]).
+    /// `g` from `f` in a pass of `steps` steps (at most the halos' depth), its halos exchanged
+    /// through `comm` (`index` maps the plan's local points), in the framework's order
+    /// ([`overlap::step`]).
+    #[allow(clippy::too_many_arguments)]
     fn step<C: Communicator, I: Fn([usize; 3]) -> usize>(
         &mut self,
         comm: &C,
@@ -433,6 +457,7 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
         problem: &Problem,
         f: &mut E::Field<T>,
         g: &mut E::Field<T>,
+        steps: u32,
     ) -> Result<()> {
         let overlap = self.overlap;
         let mut parts = StepParts {
@@ -443,13 +468,14 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
             problem,
             f,
             g,
+            steps,
         };
         Ok(overlap::step(&mut parts, overlap)?)
     }
 }
 
-/// One decomposed step as the framework's schedule sees it: `f`'s halos and `g`'s, the planes that
-/// read them and those that do not.
+/// One decomposed step (a pass of `steps`) as the framework's schedule sees it: `f`'s halos and
+/// `g`'s, the planes that read them and those that do not.
 struct StepParts<'s, 'e, E: LoopEngine, T: Element, C, I> {
     o: &'s mut Overlap<'e, E, T>,
     comm: &'s C,
@@ -458,6 +484,21 @@ struct StepParts<'s, 'e, E: LoopEngine, T: Element, C, I> {
     problem: &'s Problem,
     f: &'s mut E::Field<T>,
     g: &'s mut E::Field<T>,
+    steps: u32,
+}
+
+/// `steps` steps of `problem`'s update from `f` into `g` over `lp`: a pass, or a single step.
+fn advance<E: LoopEngine, T: Element + DiffusionReal>(
+    lp: &mut Loop3D<'_, E>,
+    problem: &Problem,
+    f: &E::Field<T>,
+    g: &mut E::Field<T>,
+    steps: u32,
+) -> lattice_gpu_host::Result<()> {
+    match steps {
+        1 => lp.run(&problem.update(f, g)),
+        t => lp.run_temporal(&problem.update(f, g), t),
+    }
 }
 
 impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3]) -> usize>
@@ -483,10 +524,10 @@ impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3
 
     fn boundary(&mut self, beside: bool) -> lattice_gpu_host::Result<()> {
         let (ends, transport) = (&mut self.o.ends, &self.o.transport);
-        let (f, g, problem) = (&*self.f, &mut *self.g, self.problem);
+        let (f, g, problem, steps) = (&*self.f, &mut *self.g, self.problem, self.steps);
         let mut run = || {
             ends.iter_mut()
-                .try_for_each(|e| e.run(&problem.update(f, g)))
+                .try_for_each(|e| advance(e, problem, f, g, steps))
         };
         match beside {
             true => transport.beside(run),
@@ -496,7 +537,7 @@ impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3
 
     fn interior(&mut self) -> lattice_gpu_host::Result<()> {
         match &mut self.o.inner {
-            Some(inner) => inner.run(&self.problem.update(&*self.f, &mut *self.g)),
+            Some(inner) => advance(inner, self.problem, &*self.f, &mut *self.g, self.steps),
             None => Ok(()),
         }
     }
@@ -546,7 +587,8 @@ pub enum Temporal {
     /// As the auto-tuning engine finds fastest ([`Loop3D::run_steps`]); single steps on other
     /// engines and on several ranks (or `cut`).
     Auto,
-    /// This many (1: single steps); a run on several ranks (or `cut`) takes 1 only, for now.
+    /// This many (1: single steps); a split run exchanges halos as deep once a pass
+    /// ([`halo_depth`]).
     Steps(u32),
 }
 
@@ -650,13 +692,23 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     mut progress: impl FnMut(usize),
 ) -> Result<RunOutput<T>> {
     let (first_step, steps) = (schedule.first, schedule.last);
+    check_temporal(schedule.temporal)?;
     let rank = comm.rank();
-    let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, 1], [false; 3])?;
+    let depth = halo_depth(schedule.temporal, comm.size() > 1 || exchange.cut);
+    let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, depth], [false; 3])
+        .map_err(|e| match depth {
+            1 => DiffusionError::from(e),
+            _ => DiffusionError::Invalid(format!(
+                "{e}, or give fewer steps per pass (--temporal): a pass of {depth} steps \
+                 exchanges halos {depth} planes deep"
+            )),
+        })?;
     let own = split.owned(rank);
     // Where each rank's slab starts in z, to name the global point of a value found on any rank.
     let z_begin: Vec<usize> = (0..comm.size()).map(|r| split.owned(r).begin[2]).collect();
-    let shape = Problem::shape_of::<T>(own.size)?;
-    let need = problem.footprint::<T>(comm.size(), comm.ranks_here(), engine.device().is_some())?;
+    let shape = Problem::shape_of::<T>(own.size, depth)?;
+    let on_gpu = engine.device().is_some();
+    let need = problem.footprint::<T>(comm.size(), comm.ranks_here(), on_gpu, depth)?;
     need.check(engine.device().map(|g| &**g))?;
     let global = initial()?;
     let plane = problem.size[0] * problem.size[1];
@@ -686,7 +738,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         shape.index(
             first[0] + p[0] - 1,
             first[1] + p[1] - 1,
-            first[2] + p[2] - 1,
+            first[2] + p[2] - depth,
         )
     };
     let mut step = Loop3D::new(engine, shape.interior_range())?;
@@ -696,7 +748,6 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         Some(Overlap::new(engine, shape, &plan, &initial, exchange)?)
     };
     drop(initial);
-    check_temporal(schedule.temporal, split.is_some())?;
     // Steps per pass; `None` while the auto-tuner is still choosing.
     let mut temporal = match schedule.temporal {
         Temporal::Steps(t) => Some(t),
@@ -822,9 +873,16 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 blocked += if t > 1 { report_every / t * t } else { 0 };
             }
             (_, Some(o)) => {
-                o.step(comm, &plan, &index, problem, &mut f, &mut g)?;
+                // A pass where it fits before the next report, else a step (halos as deep serve it).
+                let room = (report_every - s % report_every).min(steps - s);
+                let t = match temporal {
+                    Some(t) if room >= t as usize => t,
+                    _ => 1,
+                };
+                o.step(comm, &plan, &index, problem, &mut f, &mut g, t)?;
                 std::mem::swap(&mut f, &mut g);
-                s += 1;
+                s += t as usize;
+                blocked += if t > 1 { t as usize } else { 0 };
             }
             _ => {
                 // A pass of `temporal` steps where it fits before the next report, else one step;

@@ -81,9 +81,10 @@ const BAD: &[Bad] = &[
     },
     Bad {
         class: "temporal",
-        args: &["--temporal", "2", "--gpus", "2"],
+        args: &["--size", "8x8x9", "--temporal", "4", "--gpus", "3"],
         code: 1,
-        says: "give --temporal 1 with --gpus, --mpi or --cut",
+        says:
+            "or give fewer steps per pass (--temporal): a pass of 4 steps exchanges halos 4 planes",
     },
     // Sizes.
     Bad {
@@ -576,12 +577,15 @@ fn resumes_bit_for_bit(engine: &[&str], dir: &Path) {
 }
 
 /// Passes of 2, 3 and 4 steps (61 steps: a remainder of single steps after the passes, and graph
-/// batches where the engine records them) give the bytes of single steps.
+/// batches where the engine records them) give the bytes of single steps on one domain; and split
+/// over 2 and 3 ranks (threads of the process, with overlap and without) and cut on one, halos as
+/// deep as a pass exchanged once a pass.
 fn temporal_runs_give_single_steps_bytes(engine: &[&str], dir: &Path) {
-    let run = |t: &str| {
+    let run = |t: &str, split: &[&str]| {
         let mut args = engine.to_vec();
-        let out = format!("t{t}");
+        let out = format!("t{t}{}", split.concat());
         args.extend_from_slice(&["--size", "37x29x23", "--steps", "61", "--temporal", t]);
+        args.extend_from_slice(split);
         args.extend_from_slice(&["--output", &out]);
         let text = succeeds_in(dir, &args);
         assert_eq!(
@@ -597,9 +601,20 @@ fn temporal_runs_give_single_steps_bytes(engine: &[&str], dir: &Path) {
         }
         field(dir, &out)
     };
-    let single = run("1");
-    for t in ["2", "3", "4"] {
-        assert!(run(t) == single, "--temporal {t} differs from single steps");
+    let single = run("1", &[]);
+    for split in [
+        &[][..],
+        &["--gpus", "1", "--cut"],
+        &["--gpus", "2"],
+        &["--gpus", "3"],
+        &["--gpus", "2", "--no-overlap"],
+    ] {
+        for t in ["2", "3", "4"] {
+            assert!(
+                run(t, split) == single,
+                "--temporal {t} {split:?} differs from single steps on one domain"
+            );
+        }
     }
 }
 

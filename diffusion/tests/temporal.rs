@@ -3,8 +3,9 @@
 //! engine, on odd sizes, in f32 and f64, for several launch shapes, with the output poisoned first;
 //! and for a wider update reading diagonal neighbours in other planes, over a range short of the
 //! array's interior (points between them held, as single steps hold them); and the CPU engine's blocked
-//! schedule likewise. On a GPU, the blocked kernel against single steps of the plain one, likewise
-//! (skipped without a GPU).
+//! schedule likewise. A pass that advances more points than it writes (`PassRange`: a split run's
+//! halo layers) writes those single steps over its live range give, at its output's points only. On a
+//! GPU, the blocked kernel against single steps of the plain one, likewise (skipped without a GPU).
 
 use lattice_gpu_diffusion::Problem;
 use lattice_gpu_host::engine::tunecache::TuneCache;
@@ -16,7 +17,7 @@ use lattice_gpu_host::{
     Loop3D, LoopEngine, Shape,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, StencilUpdate3D, Variant};
+use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PassRange, StencilUpdate3D, Variant};
 
 use lattice_gpu_testkit as common;
 use lattice_gpu_testkit::{random, Wide};
@@ -59,18 +60,70 @@ fn single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry, E: LoopEngi
     f.download().unwrap()
 }
 
-/// One blocked pass of `steps` steps for each shape, against the single steps, bit for bit.
+/// What a pass over `pass` leaves in its output, whose first values were `g0`: `single`, the single
+/// steps over its live range, at the points of its `out`; `g0` elsewhere.
+fn written<T: Element>(shape: Shape, pass: &PassRange, g0: &[T], single: &[T]) -> Vec<T> {
+    let [nx, ny, _] = shape.size();
+    let o = &pass.out;
+    let mut want = g0.to_vec();
+    for k in o.begin[2]..o.end[2] {
+        for j in o.begin[1]..o.end[1] {
+            let at = nx * (j as usize + ny * k as usize);
+            let row = at + o.begin[0] as usize..at + o.end[0] as usize;
+            want[row.clone()].copy_from_slice(&single[row]);
+        }
+    }
+    want
+}
+
+/// `range` with `lo` points more at its start and `hi` more at its end along each axis (negative:
+/// fewer).
+fn widen(range: LoopRange, lo: [i32; 3], hi: [i32; 3]) -> LoopRange {
+    LoopRange {
+        begin: [0, 1, 2].map(|a| (range.begin[a] as i32 - lo[a]) as u32),
+        end: [0, 1, 2].map(|a| (range.end[a] as i32 + hi[a]) as u32),
+        ..range
+    }
+}
+
+/// One blocked pass of `steps` steps over each of `passes` for each shape, against the single steps,
+/// bit for bit.
 fn blocked_matches_single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
     shape: Shape,
-    range: LoopRange,
+    passes: &[PassRange],
     shapes: &[(u32, u32, u32)],
     max_steps: u32,
     update: impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
     what: &str,
 ) {
-    let init = fields::<T>(shape, &range, 11);
+    for pass in passes {
+        blocked_pass_matches(shape, pass, shapes, max_steps, &update, what);
+    }
+}
+
+/// How a test names `pass`.
+fn describe(pass: &PassRange) -> String {
+    let (o, l) = (&pass.out, &pass.live);
+    format!(
+        "writing {:?}..{:?} of live {:?}..{:?}",
+        o.begin, o.end, l.begin, l.end
+    )
+}
+
+/// [`blocked_matches_single_steps`] for one pass.
+fn blocked_pass_matches<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
+    shape: Shape,
+    pass: &PassRange,
+    shapes: &[(u32, u32, u32)],
+    max_steps: u32,
+    update: &impl Fn(&dyn Field<T>, &mut dyn Field<T>) -> F,
+    what: &str,
+) {
+    let init = fields::<T>(shape, &pass.live, 11);
+    let what = format!("{what}, {}", describe(pass));
     for steps in 1..=max_steps {
-        let want = single_steps(&HostLoopEngine, shape, range, &init, steps, &update);
+        let single = single_steps(&HostLoopEngine, shape, pass.live, &init, steps, update);
+        let want = written(shape, pass, &init.1, &single);
         for &(block_x, block_y, march) in shapes {
             let launch = LaunchShape {
                 block_x,
@@ -82,7 +135,7 @@ fn blocked_matches_single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEn
             let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            emulate3d_temporal(&update(&f, &mut g), &range, launch, steps).unwrap();
+            emulate3d_temporal(&update(&f, &mut g), pass, launch, steps).unwrap();
             same_bits(
                 &g.download().unwrap(),
                 &want,
@@ -94,7 +147,7 @@ fn blocked_matches_single_steps<T: Element, F: StencilUpdate3D<Real = T> + GpuEn
         let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
         f.upload(&init.0).unwrap();
         g.upload(&init.1).unwrap();
-        Loop3D::new(&HostLoopEngine, range)
+        Loop3D::advancing(&HostLoopEngine, pass.out, pass.live)
             .unwrap()
             .run_temporal(&update(&f, &mut g), steps)
             .unwrap();
@@ -122,9 +175,15 @@ fn same_bits<T: Element>(got: &[T], want: &[T], what: &str) {
 fn diffusion_blocked<T: Element + DiffusionReal>() {
     let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
     let shape = problem.shape::<T>().unwrap();
+    let r = shape.interior_range();
+    // Also as a split run's pass: its halo planes in z live, not written.
+    let split = PassRange {
+        live: r,
+        out: widen(r, [0, 0, -2], [0, 0, -3]),
+    };
     blocked_matches_single_steps::<T, _>(
         shape,
-        shape.interior_range(),
+        &[PassRange::whole(r), split],
         // Blocks narrower than the halo of four steps, wide ones, and z slabs of 1, 5 and all planes.
         &[(4, 2, 1), (8, 4, 5), (16, 8, 23), (32, 2, 7)],
         4,
@@ -149,12 +208,17 @@ fn blocked_steps_of_a_wider_stencil_over_a_short_range_equal_single_steps() {
     let r = shape.interior_range();
     let range = LoopRange {
         begin: [r.begin[0] + 1, r.begin[1], r.begin[2] + 2],
-        end: [r.end[0], r.end[1] - 1, r.end[2] - 1],
+        end: [r.end[0] - 1, r.end[1] - 1, r.end[2] - 1],
         ..r
+    };
+    // Also advancing the points beyond it on five sides of three axes, without writing them.
+    let beyond = PassRange {
+        live: widen(range, [1, 0, 2], [1, 1, 1]),
+        out: range,
     };
     blocked_matches_single_steps::<f64, _>(
         shape,
-        range,
+        &[PassRange::whole(range), beyond],
         &[(4, 2, 3), (8, 4, 8), (16, 4, 1)],
         3,
         |f, g| Wide {
@@ -166,7 +230,8 @@ fn blocked_steps_of_a_wider_stencil_over_a_short_range_equal_single_steps() {
 }
 
 /// The column form (`ColumnThread`) of `T` steps for each block, against `T` single steps, bit for bit,
-/// over a range short of the interior on some sides (its margin points held).
+/// over the interior, over a range short of it on some sides (its margin points held), and writing
+/// that range while advancing the interior.
 fn columns_match<T: Element + DiffusionReal, const S: usize>(blocks: &[([u32; 2], u32)]) {
     let problem = Problem::new([37, 29, 23], 0.3, None).unwrap();
     let shape = problem.shape::<T>().unwrap();
@@ -179,17 +244,29 @@ fn columns_match<T: Element + DiffusionReal, const S: usize>(blocks: &[([u32; 2]
     let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
         Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
     };
-    for range in [r, short] {
-        let init = fields::<T>(shape, &range, 17);
-        let want = single_steps(&HostLoopEngine, shape, range, &init, S as u32, &update);
+    let beyond = PassRange {
+        live: r,
+        out: short,
+    };
+    // Output planes farther inside than a pass reaches: the live range beyond is cut, the same bits.
+    let deep = PassRange {
+        live: r,
+        out: widen(r, [0, 0, -6], [0, 0, -7]),
+    };
+    for pass in [PassRange::whole(r), PassRange::whole(short), beyond, deep] {
+        let init = fields::<T>(shape, &pass.live, 17);
+        let single = single_steps(&HostLoopEngine, shape, pass.live, &init, S as u32, &update);
+        let want = written(shape, &pass, &init.1, &single);
         for &(block, march) in blocks {
             let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
             let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            emulate3d_columns::<_, S>(&update(&f, &mut g), &range, block, march).unwrap();
-            let what =
-                format!("column form, {S} steps, block {block:?}, march {march}, range {range:?}");
+            emulate3d_columns::<_, S>(&update(&f, &mut g), &pass, block, march).unwrap();
+            let what = format!(
+                "column form, {S} steps, block {block:?}, march {march}, {}",
+                describe(&pass)
+            );
             same_bits(&g.download().unwrap(), &want, &what);
         }
     }
@@ -221,13 +298,24 @@ fn the_column_form_refuses_a_block_without_an_output_tile() {
     let f = HostLoopEngine.alloc::<f64>(shape).unwrap();
     let mut g = HostLoopEngine.alloc::<f64>(shape).unwrap();
     let update = Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h);
-    let e = emulate3d_columns::<_, 2>(&update, &shape.interior_range(), [4, 16], 9)
+    let whole = PassRange::whole(shape.interior_range());
+    let e = emulate3d_columns::<_, 2>(&update, &whole, [4, 16], 9)
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("no output tile") && e.contains("more than 4 x 4"),
         "{e}"
     );
+}
+
+#[test]
+fn a_pass_writing_outside_the_points_it_advances_is_refused() {
+    let shape = Shape::new_3d([9, 9, 9], 1).unwrap();
+    let r = shape.interior_range();
+    let e = Loop3D::advancing(&HostLoopEngine, r, widen(r, [0, 0, -1], [0, 0, 0]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("within its live range"), "{e}");
 }
 
 #[test]
@@ -248,7 +336,8 @@ fn the_emulator_refuses_steps_a_pass_cannot_take() {
         (9, "advances 1 to 8"),
         (8, "bytes of shared memory"),
     ] {
-        let e = emulate3d_temporal(&update, &shape.interior_range(), launch, steps)
+        let whole = PassRange::whole(shape.interior_range());
+        let e = emulate3d_temporal(&update, &whole, launch, steps)
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{steps} steps: {e}");
@@ -256,7 +345,8 @@ fn the_emulator_refuses_steps_a_pass_cannot_take() {
 }
 
 /// One pass of 1 to 4 steps in `form` with each block and march, on the GPU, against single steps of
-/// the plain kernel, bit for bit.
+/// the plain kernel, bit for bit: over the interior, and writing a range short of it on four sides
+/// while advancing the interior.
 fn gpu_passes<T: Element + DiffusionReal>(
     gpu: &std::sync::Arc<lattice_gpu_host::Gpu>,
     form: PassForm,
@@ -269,10 +359,18 @@ fn gpu_passes<T: Element + DiffusionReal>(
     let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
         Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
     };
-    let init = fields::<T>(shape, &range, seed);
+    let beyond = PassRange {
+        live: range,
+        out: widen(range, [-2, 0, -3], [0, -1, -2]),
+    };
     let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
-    for steps in 1..=4 {
-        let want = single_steps(&single, shape, range, &init, steps, &update);
+    for (pass, steps) in [PassRange::whole(range), beyond]
+        .into_iter()
+        .flat_map(|p| (1..=4).map(move |s| (p, s)))
+    {
+        let init = fields::<T>(shape, &pass.live, seed);
+        let ones = single_steps(&single, shape, pass.live, &init, steps, &update);
+        let want = written(shape, &pass, &init.1, &ones);
         for &([block_x, block_y], march) in launches {
             let launch = LaunchShape {
                 block_x,
@@ -284,11 +382,15 @@ fn gpu_passes<T: Element + DiffusionReal>(
             let mut g = single.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            launch_pass(gpu, &update(&f, &mut g), &range, form, launch, steps).unwrap();
+            launch_pass(gpu, &update(&f, &mut g), &pass, form, launch, steps).unwrap();
             same_bits(
                 &g.download().unwrap(),
                 &want,
-                &format!("GPU, {} form: {steps} steps {launch}", form.name()),
+                &format!(
+                    "GPU, {} form: {steps} steps {launch}, {}",
+                    form.name(),
+                    describe(&pass)
+                ),
             );
         }
     }

@@ -41,6 +41,12 @@ impl Shape {
         Self::new(interior, [margin, margin, margin])
     }
 
+    /// A 3-D field of `interior` points with `margin[a]` points on each side of axis `a` (a split
+    /// run's halo layers deeper along its cut axis).
+    pub fn new_3d_margins(interior: [usize; 3], margin: [usize; 3]) -> Result<Self> {
+        Self::new(interior, margin)
+    }
+
     /// A 2-D field of `interior` points with `margin` points on each side.
     pub fn new_2d(interior: [usize; 2], margin: usize) -> Result<Self> {
         Self::new([interior[0], interior[1], 1], [margin, margin, 0])

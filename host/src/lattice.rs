@@ -2,10 +2,10 @@
 //! because each keeps its engine's per-site state (the auto-tuner's [`AutoTuningInfo`](crate::AutoTuningInfo)).
 
 use lattice_gpu_kernels::stencil::{
-    GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
+    GpuEntry, LoopRange, PassRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
 };
 
-use crate::engine::{check_radius, check_range, LoopEngine};
+use crate::engine::{check_pass, check_radius, check_range, LoopEngine};
 use crate::error::Result;
 
 /// Runs a 3-D point update over a range on an engine (the paper's `Loop3D<Engine>`).
@@ -32,7 +32,9 @@ use crate::error::Result;
 /// ```
 pub struct Loop3D<'e, E: LoopEngine> {
     engine: &'e E,
-    range: LoopRange,
+    /// The range (`out`) and the points its passes advance (the range itself unless
+    /// [`advancing`](Self::advancing)).
+    pass: PassRange,
     site: E::Site,
 }
 
@@ -42,7 +44,21 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         check_range(&range, 3)?;
         Ok(Self {
             engine,
-            range,
+            pass: PassRange::whole(range),
+            site: E::Site::default(),
+        })
+    }
+
+    /// A loop over `range` whose temporally blocked passes also advance the points of `live` around
+    /// it, without writing them ([`PassRange`]): a split run's halo layers, received `steps` radii
+    /// deep before each pass, so that no exchange is needed between its steps. Single steps write and
+    /// read as [`new`](Self::new)'s.
+    pub fn advancing(engine: &'e E, range: LoopRange, live: LoopRange) -> Result<Self> {
+        let pass = PassRange { live, out: range };
+        check_pass(&pass, &[0; 3], "a pass")?;
+        Ok(Self {
+            engine,
+            pass,
             site: E::Site::default(),
         })
     }
@@ -50,8 +66,8 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
     /// Runs `update` at every point of the range. Fails before launching if the range leaves less margin
     /// than the update's radius needs.
     pub fn run<F: PointUpdate3D + GpuEntry>(&mut self, update: &F) -> Result<()> {
-        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
-        self.engine.run3d(&self.range, update, &mut self.site)
+        check_radius(&self.pass.out, &F::RADIUS, F::ENTRY)?;
+        self.engine.run3d(&self.pass.out, update, &mut self.site)
     }
 
     /// Runs `steps` steps of `update` over the range in one temporally blocked pass
@@ -62,9 +78,9 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         update: &F,
         steps: u32,
     ) -> Result<()> {
-        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        check_pass(&self.pass, &F::RADIUS, F::ENTRY)?;
         self.engine
-            .run3d_temporal(&self.range, update, steps, &mut self.site)
+            .run3d_temporal(&self.pass, update, steps, &mut self.site)
     }
 
     /// Advances `update` by up to `max_steps` steps (at least one) as the engine finds fastest, and
@@ -75,9 +91,9 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         update: &F,
         max_steps: u32,
     ) -> Result<u32> {
-        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        check_pass(&self.pass, &F::RADIUS, F::ENTRY)?;
         self.engine
-            .run3d_steps(&self.range, update, max_steps.max(1), &mut self.site)
+            .run3d_steps(&self.pass, update, max_steps.max(1), &mut self.site)
     }
 
     /// Runs `update` over the range and writes the sum of its terms into value `slot` of `out`, queued
@@ -88,14 +104,14 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         out: &mut E::Field<f64>,
         slot: usize,
     ) -> Result<()> {
-        check_radius(&self.range, &F::RADIUS, F::ENTRY)?;
+        check_radius(&self.pass.out, &F::RADIUS, F::ENTRY)?;
         self.engine
-            .run3d_sum(&self.range, update, &mut self.site, out, slot)
+            .run3d_sum(&self.pass.out, update, &mut self.site, out, slot)
     }
 
     /// The range.
     pub fn range(&self) -> &LoopRange {
-        &self.range
+        &self.pass.out
     }
 
     /// The engine's state for this call site (the tuning result, for the auto-tuner).
@@ -142,7 +158,7 @@ impl<'e, E: LoopEngine> Loop2D<'e, E> {
 impl<E: LoopEngine> std::fmt::Debug for Loop3D<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loop3D")
-            .field("range", &self.range)
+            .field("pass", &self.pass)
             .finish_non_exhaustive()
     }
 }

@@ -84,5 +84,5 @@ pub use error::{Error, Result};
 pub use field::{DeviceField, Element, Field, HostField, Shape};
 pub use gpu::Gpu;
 pub use lattice::{Loop2D, Loop3D};
-pub use lattice_gpu_kernels::stencil::{LoopRange, PointUpdate2D, PointUpdate3D};
+pub use lattice_gpu_kernels::stencil::{LoopRange, PassRange, PointUpdate2D, PointUpdate3D};
 pub use module::Module;

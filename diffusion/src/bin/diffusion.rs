@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
 use lattice_gpu_diffusion::bench::{bench_temporal, bench_variants, BenchRow, VariantSet};
 use lattice_gpu_diffusion::{
-    check_temporal, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every,
-    Exchange, Halos, Problem, Result, Schedule, Temporal,
+    check_temporal, halo_depth, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError,
+    Every, Exchange, Halos, Problem, Result, Schedule, Temporal,
 };
 use lattice_gpu_formats::{npy, png, OutputDir};
 use lattice_gpu_host::comm::{Communicator, Solo};
@@ -48,8 +48,9 @@ struct RunArgs {
     /// Steps per temporally blocked pass: auto (the auto-tuner weighs passes of 2 to 4 steps against
     /// single steps on the run's own steps, and keeps the fastest; single steps on the CPU and with
     /// a fixed launch), or 1 to 8. Each pass reads and
-    /// writes the field once for that many steps, with the same bits as single steps. More than 1
-    /// runs on one domain only (not with --gpus, --mpi or --cut, where auto means 1).
+    /// writes the field once for that many steps, with the same bits as single steps. Split
+    /// (--gpus, --mpi, --cut), halos that many planes deep are exchanged once a pass; auto means 1
+    /// there.
     #[arg(long, default_value = "auto", allow_hyphen_values = true)]
     temporal: Temporal,
     /// Diffusivity.
@@ -133,8 +134,7 @@ fn invalid(msg: String) -> DiffusionError {
 
 fn run(args: &RunArgs) -> Result<()> {
     args.split.check_launch(args.mpi).map_err(invalid)?;
-    let split = args.split.halo.gpus.is_some() || args.mpi || args.split.cut;
-    check_temporal(args.temporal, split)?;
+    check_temporal(args.temporal)?;
     if let Some(n) = args.split.halo.gpus {
         let nz = args.size[2];
         let over = format!("the grid's {nz} z layers");
@@ -361,14 +361,19 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
     drop((field, slice));
     cli::commit(out)?;
     problem
-        .footprint::<T>(comm.size(), comm.ranks_here(), engine.device().is_some())?
+        .footprint::<T>(
+            comm.size(),
+            comm.ranks_here(),
+            engine.device().is_some(),
+            halo_depth(args.temporal, comm.size() > 1 || args.split.cut),
+        )?
         .report(engine.device().map(|g| &**g));
     Ok(())
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
     for &t in &args.temporal {
-        check_temporal(Temporal::Steps(t), false)?;
+        check_temporal(Temporal::Steps(t))?;
     }
     let gpu = lattice_gpu_cli::bench_gpu("diffusion", args.gpu)?;
     println!(

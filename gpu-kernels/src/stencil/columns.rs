@@ -14,12 +14,13 @@
 //! from registers) and the queue (the `dz` ones) of the level below, and pushes the value into its own
 //! queue; the last level goes to the output.
 //!
-//! Points outside the range, and columns within a radius of the tile's edge (whose neighbours lie
-//! outside the tile: they read the margin around the shared planes), take the value of the level below
-//! unchanged. For points outside the range that is the input's value, as single steps keep it. The
-//! edge columns are wrong from the first level on, and wrong one radius further in with each level, but
-//! nothing in the output tile reads them. The result is that of `T` single steps to the bit, under the
-//! margin condition of [`super::temporal`].
+//! Points outside the live range ([`PassRange`]), and columns within a radius of the tile's edge
+//! (whose neighbours lie outside the tile: they read the margin around the shared planes), take the
+//! value of the level below unchanged. For points outside the live range that is the input's value,
+//! as single steps keep it. The edge columns are wrong from the first level on, and wrong one radius
+//! further in with each level, but nothing in the output tile reads them. Only the points of the
+//! pass's `out` are written. The result is that of `T` single steps to the bit, under the margin
+//! condition of [`super::temporal`].
 //!
 //! Compared with the general form ([`super::temporal`]), a level costs a point two shared reads in x
 //! and at most two in y, one shared write, and its z neighbours from registers. There is no per-cell
@@ -29,7 +30,7 @@
 //! shared address is a constant offset. Reading a diagonal offset does not compile (a `const`
 //! assertion).
 
-use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords, ZQUEUE_MAX_RADIUS};
+use super::{ArrayIndex3D, PassRange, Source3D, StencilUpdate3D, ThreadCoords, ZQUEUE_MAX_RADIUS};
 use crate::device::math::Real;
 use crate::device::shared::SharedPtr;
 
@@ -132,7 +133,7 @@ pub struct ColumnThread<F: StencilUpdate3D, const T: usize> {
     /// they enter the level-0 queue: a load's latency is hidden behind the steps between, not waited
     /// for at the next barrier.
     ahead: [[F::Real; CAP]; MAX_COLUMN_ROWS],
-    /// The range: its size and, for points not computed, a point of it to name.
+    /// The live range: its size and, for points not computed, a point of it to name.
     n: [u32; 3],
     begin: [u32; 3],
     /// The first column (x, y); the others follow in y.
@@ -146,10 +147,11 @@ pub struct ColumnThread<F: StencilUpdate3D, const T: usize> {
     plane: usize,
     back: usize,
     steps: u32,
-    /// Per column, a plane `p` is read where `p - load_lo < load_len` (within a radius of the range,
-    /// for columns within a radius of it), computed where `p - comp_lo < comp_len` (in the range, for
-    /// columns a radius inside the tile) and written where `p - write_lo < write_len` (in the block's
-    /// slab, for columns in the output tile), the differences unsigned: each one compare.
+    /// Per column, a plane `p` is read where `p - load_lo < load_len` (within a radius of the live
+    /// range, for columns within a radius of it), computed where `p - comp_lo < comp_len` (in the live
+    /// range, for columns a radius inside the tile) and written where `p - write_lo < write_len` (in
+    /// the block's slab and in `out`, for columns of `out` in the output tile), the differences
+    /// unsigned: each one compare.
     load_lo: i32,
     load_len: [u32; MAX_COLUMN_ROWS],
     comp_lo: i32,
@@ -226,10 +228,15 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
     /// Planes the output lags the input: `T - 1` plus `T` radii.
     const LAG: i32 = T as i32 - 1 + T as i32 * Self::RZ;
 
-    /// The thread at `c` of a launch over `r` whose blocks march `march` planes of z: block `b`'s output
-    /// tile is the `b`-th [`column_output_tile`] of the range, which the caller keeps non-empty.
+    /// The thread at `c` of a launch over `pass` whose blocks march `march` planes of z: block `b`'s
+    /// output tile is the `b`-th [`column_output_tile`] of `pass.out`, which the caller keeps
+    /// non-empty, and its slab the `b`-th `march` planes of `pass.live`, of which it writes those in
+    /// `pass.out`; its columns compute in `pass.live`. (Slabs of the output's planes kept the slab's
+    /// first plane beside the live range's in a register: eight more in the f64 pass of two steps,
+    /// which halved its blocks per SM.)
     #[inline(always)]
-    pub fn new(r: &LoopRange, march: u32, c: ThreadCoords) -> Self {
+    pub fn new(pass: &PassRange, march: u32, c: ThreadCoords) -> Self {
+        let (r, out) = (&pass.live, &pass.out);
         let [rx, ry, _] = F::RADIUS;
         let rz = Self::RZ;
         let t = T as u32;
@@ -240,8 +247,8 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         let ty0 = c.thread_idx[1] * Self::ROWS as u32;
         // The first column's point, `T` radii before the output tile's start where tx = ty = 0;
         // compared before subtracting, as it may lie before the array.
-        let gx = r.begin[0] + c.block_idx[0] * ox + tx;
-        let gy0 = r.begin[1] + c.block_idx[1] * oy + ty0;
+        let gx = out.begin[0] + c.block_idx[0] * ox + tx;
+        let gy0 = out.begin[1] + c.block_idx[1] * oy + ty0;
         let (sx, sy) = (t * rx, t * ry);
         let within =
             |g: u32, s: u32, rad: u32, lo: u32, hi: u32| g + rad >= lo + s && g < hi + rad + s;
@@ -252,6 +259,7 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         };
         let (k0, k1) = slab.slab(r, march);
         let (k0, k1) = (k0 as i32, k1 as i32);
+        let (w0, w1) = (k0.max(out.begin[2] as i32), k1.min(out.end[2] as i32));
         let (begin, end) = (r.begin[2] as i32, r.end[2] as i32);
         let (mut load_len, mut comp_len, mut write_len) = (
             [0; MAX_COLUMN_ROWS],
@@ -264,6 +272,8 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
                 && within(gy, sy, ry, r.begin[1], r.end[1]);
             let inside =
                 within(gx, sx, 0, r.begin[0], r.end[0]) && within(gy, sy, 0, r.begin[1], r.end[1]);
+            let written = within(gx, sx, 0, out.begin[0], out.end[0])
+                && within(gy, sy, 0, out.begin[1], out.end[1]);
             let interior = tx >= rx && tx + rx < bx && ty >= ry && ty + ry < by;
             let output = tx >= sx && tx < sx + ox && ty >= sy && ty < sy + oy;
             load_len[k] = if loads {
@@ -276,8 +286,8 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
             } else {
                 0
             };
-            write_len[k] = if inside && output {
-                (k1 - k0) as u32
+            write_len[k] = if written && output {
+                (w1 - w0).max(0) as u32
             } else {
                 0
             };
@@ -310,7 +320,7 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
             load_len,
             comp_lo: begin,
             comp_len,
-            write_lo: k0,
+            write_lo: w0,
             write_len,
             cell: column_margin(c.block_dim, F::RADIUS) + (tx + bx * ty0) as usize,
             pitch: bx as usize,
@@ -484,13 +494,18 @@ fn push<T: Copy>(q: &mut [T; CAP], rz: usize, v: T) {
     q[MID + rz] = v;
 }
 
-/// Runs `T` steps of `f` over `r` in the column form: reads `f.input()`, writes the last step into
-/// `f.output()`, with [`column_shared_bytes`] of dynamic shared memory. Block `b` covers the `b`-th
-/// [`column_output_tile`] of the range in x and y, and `march` planes of z.
+/// Runs `T` steps of `f` over `pass` in the column form: reads `f.input()`, writes the last step into
+/// `f.output()` at the points of `pass.out`, with [`column_shared_bytes`] of dynamic shared memory.
+/// Block `b` covers the `b`-th [`column_output_tile`] of `pass.out` in x and y, and `march` of the
+/// live range's planes of z.
 #[inline(always)]
-pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(f: &F, r: &LoopRange, march: u32) {
+pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(
+    f: &F,
+    pass: &PassRange,
+    march: u32,
+) {
     let shared = SharedPtr::dynamic();
-    let mut t = ColumnThread::<F, T>::new(r, march, ThreadCoords::current());
+    let mut t = ColumnThread::<F, T>::new(pass, march, ThreadCoords::current());
     let (n, period) = (t.steps(), ColumnThread::<F, T>::PERIOD);
     t.prime(f);
     // SAFETY (all): launched with `column_shared_bytes` of dynamic shared memory, every thread

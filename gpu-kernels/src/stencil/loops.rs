@@ -42,6 +42,40 @@ impl LoopRange {
     }
 }
 
+/// The points of a temporally blocked pass: those it writes (`out`) and those it advances (`live`,
+/// which holds `out`). The points of `live` outside `out` are computed for the pass's steps but not
+/// written: a split run's halo layers, received before the pass, which then needs no exchange between
+/// its steps (each step's wrong values at their far edge move one radius in, and stop short of `out`
+/// where `live` reaches `steps - 1` radii beyond it). Points outside `live` keep the input's values,
+/// as single steps leave a margin.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PassRange {
+    /// The points the pass advances; those outside it keep the input's values.
+    pub live: LoopRange,
+    /// The points it writes, within `live`.
+    pub out: LoopRange,
+}
+
+impl PassRange {
+    /// A pass that writes every point it advances: the points outside `range` are its margin.
+    pub fn whole(range: LoopRange) -> Self {
+        Self {
+            live: range,
+            out: range,
+        }
+    }
+
+    /// Whether `out` lies within `live` (on the same array).
+    pub fn nested(&self) -> bool {
+        let (l, o) = (&self.live, &self.out);
+        l.n == o.n
+            && (0..3).all(|a| {
+                o.begin[a] >= o.end[a] || (l.begin[a] <= o.begin[a] && o.end[a] <= l.end[a])
+            })
+    }
+}
+
 /// Where a thread of a generated 3-D kernel sits: `blockIdx`, `blockDim` (x, y) and `threadIdx` (x, y).
 /// The loops take it as a value so that the host can run them for any thread of any launch (the launch
 /// emulator of the tests); kernels pass [`ThreadCoords::current`].

@@ -26,7 +26,7 @@ pub use loops::{
     device_loop2d, device_loop3d, device_loop3d_fields_vector, device_loop3d_lanes,
     device_loop3d_tiled, device_loop3d_vector, device_loop3d_zqueue, device_sum3d,
     fields_vector_thread, lanes_thread, plain_thread, sum_thread, tile_shared_bytes, vector_lanes,
-    vector_thread, zqueue_thread, LoopRange, ThreadCoords, TiledThread,
+    vector_thread, zqueue_thread, LoopRange, PassRange, ThreadCoords, TiledThread,
 };
 pub use reduce::{CountNonFinite, FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};
@@ -251,10 +251,10 @@ pub trait GpuEntry {
     /// The entry of the vector variant, where one was generated.
     const VECTOR_ENTRY: Option<&'static str> = None;
     /// The entry of the temporally blocked loop ([`device_loop3d_temporal`]), where one was generated:
-    /// it takes `steps` after `march`.
+    /// it takes `(update, pass, march, steps)`, `pass` a [`PassRange`].
     const TEMPORAL_ENTRY: Option<&'static str> = None;
     /// The entries of the column form of temporal blocking ([`device_loop3d_columns`]) for 1 to 4
-    /// steps, where they were generated: they take `(update, range, march)`.
+    /// steps, where they were generated: they take `(update, pass, march)`, `pass` a [`PassRange`].
     const COLUMN_ENTRIES: [Option<&'static str>; 4] = [None; 4];
     /// Whether the entries sum a [`SumUpdate3D`]'s terms (they then take a [`SumInto`] after the march).
     const SUMS: bool = false;
@@ -305,10 +305,10 @@ pub trait EntryOf<K: ?Sized> {
 /// The other entries take the same parameters; the tiled one wants the dynamic shared memory of
 /// [`tile_shared_bytes`] at launch, the vector one a grid of x threads divided by its lanes (the host
 /// engines do both). A fourth name, `temporal = diffusion3d_temporal_f32`, adds the temporally
-/// blocked entry ([`device_loop3d_temporal`]), which takes `steps: u32` after `march` and
-/// [`temporal_shared_bytes`] of dynamic shared memory. A fifth, `columns = [name_c1, name_c2, name_c3,
+/// blocked entry ([`device_loop3d_temporal`]), which takes `(update, pass: PassRange, march, steps)`
+/// and [`temporal_shared_bytes`] of dynamic shared memory. A fifth, `columns = [name_c1, name_c2, name_c3,
 /// name_c4]` after it, adds the column form of 1 to 4 steps ([`device_loop3d_columns`]: the update reads
-/// off its column only in its own plane), each taking `(update, range, march)`, [`column_shared_bytes`]
+/// off its column only in its own plane), each taking `(update, pass, march)`, [`column_shared_bytes`]
 /// and a grid of [`column_output_tile`]s. A [`LanesUpdate3D`] type has a vector entry besides the plain one:
 /// `kernel3d!(poisson_redblack_colours_f32 => RedBlackByColour<f32>; lanes = poisson_redblack_colours_vector_f32);`
 /// So does a [`FieldsUpdate3D`] type (its numbers of fields are those of its one impl):
@@ -360,8 +360,8 @@ macro_rules! kernel3d {
         $crate::kernel! {
             /// Generated kernel entry: steps of the update in one pass, temporally blocked in the
             /// column form (the count in the entry's name).
-            pub unsafe fn $entry(update: $ty, range: $crate::stencil::LoopRange, march: u32) {
-                $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &range, march)
+            pub unsafe fn $entry(update: $ty, pass: $crate::stencil::PassRange, march: u32) {
+                $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &pass, march)
             }
         }
     };
@@ -371,11 +371,11 @@ macro_rules! kernel3d {
             /// Generated kernel entry: `steps` steps of the update in one pass, temporally blocked.
             pub unsafe fn $temporal(
                 update: $ty,
-                range: $crate::stencil::LoopRange,
+                pass: $crate::stencil::PassRange,
                 march: u32,
                 steps: u32,
             ) {
-                $crate::stencil::device_loop3d_temporal(&update, &range, march, steps)
+                $crate::stencil::device_loop3d_temporal(&update, &pass, march, steps)
             }
         }
     };

@@ -9,9 +9,10 @@
 //!
 //! Each point of each level is computed by the update's own [`value_with`](StencilUpdate3D::value_with)
 //! from the level below, read through a [`Source3D`] over the ring (so any offset within the radius,
-//! diagonal ones included), and points outside the range keep the input's values at every level: the
-//! result is that of `steps` single steps to the bit, provided the margin holds the same values in
-//! both fields the single steps would swap between (the caller's boundary condition).
+//! diagonal ones included), and points outside the pass's live range ([`PassRange`]) keep the input's
+//! values at every level: the result is that of `steps` single steps to the bit, provided the margin
+//! holds the same values in both fields the single steps would swap between (the caller's boundary
+//! condition). The last level is written at the points of the pass's `out` only.
 //!
 //! The block's threads keep nothing between its barriers but their [`Stage`], worked out once from
 //! their coordinates (everything else a phase needs is in shared memory or recomputed from the step),
@@ -31,7 +32,7 @@
 //! only in their own plane have the column form too ([`super::columns`]), each level's z
 //! neighbours in registers: a fraction of the instructions per point (not yet measured on a GPU).
 
-use super::{ArrayIndex3D, LoopRange, Source3D, StencilUpdate3D, ThreadCoords};
+use super::{ArrayIndex3D, LoopRange, PassRange, Source3D, StencilUpdate3D, ThreadCoords};
 use crate::device::math::Real;
 use crate::device::shared::SharedPtr;
 use crate::device::thread::sync_threads;
@@ -66,15 +67,15 @@ pub const fn temporal_shared_bytes(
     steps as usize * (2 * radius[2] as usize + STEP_PLANES) * w * h * elem_bytes
 }
 
-/// Runs `steps` steps of `f` over `r` (1 to [`MAX_TEMPORAL_STEPS`]): reads `f.input()`, writes the last
-/// step into `f.output()` (a field other than the input), with [`temporal_shared_bytes`] of dynamic
-/// shared memory. The grid covers the range as the tiled variant's does (x and y by the block, z by
-/// `march`).
+/// Runs `steps` steps of `f` over `pass` (1 to [`MAX_TEMPORAL_STEPS`]): reads `f.input()`, writes the
+/// last step into `f.output()` (a field other than the input) at the points of `pass.out`, with
+/// [`temporal_shared_bytes`] of dynamic shared memory. The grid covers `pass.out` as the tiled
+/// variant's covers its range (x and y by the block, z by `march`).
 #[inline(always)]
-pub fn device_loop3d_temporal<F: StencilUpdate3D>(f: &F, r: &LoopRange, march: u32, steps: u32) {
+pub fn device_loop3d_temporal<F: StencilUpdate3D>(f: &F, pass: &PassRange, march: u32, steps: u32) {
     let shared = SharedPtr::dynamic();
     let c = ThreadCoords::current();
-    let block = TemporalBlock::new(f, r, march, steps, c);
+    let block = TemporalBlock::new(f, pass, march, steps, c);
     // SAFETY: launched with `temporal_shared_bytes` of dynamic shared memory; every thread of the
     // block runs the pass, the barrier after each phase.
     unsafe { block.run(f, shared, &block.stage::<F>(c), sync_threads) };
@@ -121,7 +122,10 @@ impl Walk {
 /// The numbers a block's threads share in a temporally blocked launch, the same for each of them.
 #[derive(Clone, Copy, Debug)]
 pub struct TemporalBlock {
+    /// The live range (whose points are computed) and the output's bounds (x, y: those it writes).
     range: LoopRange,
+    out_begin: [u32; 2],
+    out_end: [u32; 2],
     steps: u32,
     /// The block's output tile starts at `origin` (x, y); its z slab is `k0 .. k1`.
     origin: [u32; 2],
@@ -139,25 +143,25 @@ pub struct TemporalBlock {
 }
 
 impl TemporalBlock {
-    /// The block of thread `c` (only its block index and shape count) of a launch over `r`: a tile of
-    /// the block's shape, each thread taking every block-shape-th cell.
+    /// The block of thread `c` (only its block index and shape count) of a launch over `pass`: a tile
+    /// of the block's shape, each thread taking every block-shape-th cell.
     #[inline(always)]
     pub fn new<F: StencilUpdate3D>(
         f: &F,
-        r: &LoopRange,
+        pass: &PassRange,
         march: u32,
         steps: u32,
         c: ThreadCoords,
     ) -> Self {
-        Self::tiled(f, r, c.block_dim, march, steps, c.block_idx, c.block_dim)
+        Self::tiled(f, pass, c.block_dim, march, steps, c.block_idx, c.block_dim)
     }
 
-    /// Tile `block_idx` of shape `tile` over `r`, its threads `stride` apart: the CPU engine's one
-    /// thread per tile has stride 1 (and thread index 0).
+    /// Tile `block_idx` of shape `tile` over `pass.out`, its threads `stride` apart: the CPU
+    /// engine's one thread per tile has stride 1 (and thread index 0).
     #[inline(always)]
     pub fn tiled<F: StencilUpdate3D>(
         f: &F,
-        r: &LoopRange,
+        pass: &PassRange,
         tile: [u32; 2],
         march: u32,
         steps: u32,
@@ -165,21 +169,24 @@ impl TemporalBlock {
         stride: [u32; 2],
     ) -> Self {
         let _ = f;
+        let (r, out) = (&pass.live, &pass.out);
         let [rx, ry, rz] = F::RADIUS;
         let [bx, by] = tile;
         let origin = [
-            r.begin[0] + block_idx[0] * bx,
-            r.begin[1] + block_idx[1] * by,
+            out.begin[0] + block_idx[0] * bx,
+            out.begin[1] + block_idx[1] * by,
         ];
         let slab = ThreadCoords {
             block_idx,
             block_dim: tile,
             thread_idx: [0, 0],
         };
-        let (k0, k1) = slab.slab(r, march);
+        let (k0, k1) = slab.slab(out, march);
         let pitch = bx + 2 * steps * rx;
         Self {
             range: *r,
+            out_begin: [out.begin[0], out.begin[1]],
+            out_end: [out.end[0], out.end[1]],
             steps,
             origin,
             k0: k0 as i32,
@@ -439,10 +446,14 @@ impl TemporalBlock {
         let rb = r.begin.map(|v| v as i32);
         let re = r.end.map(|v| v as i32);
         let clip = |a: i32, b: i32, lo: i32, hi: i32, o: i32| (a.max(lo) - o, b.min(hi) - o);
+        let (wb, we) = (
+            self.out_begin.map(|v| v as i32),
+            self.out_end.map(|v| v as i32),
+        );
         let ((ax, bx), (ay, by)) = match last {
             true => (
-                clip(gx, gx + tx, rb[0], re[0], ox),
-                clip(gy, gy + ty, rb[1], re[1], oy),
+                clip(gx, gx + tx, wb[0], we[0], ox),
+                clip(gy, gy + ty, wb[1], we[1], oy),
             ),
             false => (
                 clip(gx - k * rx, gx + tx + k * rx, rb[0] - rx, re[0] + rx, ox),

@@ -16,8 +16,8 @@
 use std::sync::{Arc, Mutex};
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
-    Variant, MAX_COLUMN_STEPS,
+    BlockProgram, GpuEntry, LoopRange, PassRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D,
+    SumUpdate3D, Variant, MAX_COLUMN_STEPS,
 };
 
 use super::cost::Cost;
@@ -638,11 +638,13 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     /// general form), in the column form where the kernel has it.
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
-        r: &LoopRange,
+        pass: &PassRange,
         f: &F,
         steps: u32,
         info: &mut AutoTuningInfo,
     ) -> Result<()> {
+        // The launch covers the output: its size names the tuning.
+        let r = &pass.out;
         let form = PassForm::of::<F>(steps);
         let state = info.pass_state(steps);
         if matches!(state, State::Untuned) {
@@ -662,7 +664,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
             if form == PassForm::General {
                 key.kernel = format!("{}[{steps} steps]", key.kernel);
             }
-            let candidates = pass_candidates::<F>(&self.gpu, form, r, steps)?;
+            let candidates = pass_candidates::<F>(&self.gpu, form, pass, steps)?;
             let valid = |s: &LaunchShape| candidates.contains(s);
             *state = self
                 .begin(key, || candidates.clone(), &valid, range_cost(&kernel, r))
@@ -677,7 +679,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
                 })?;
         }
         self.advance(state, steps, &|shape| {
-            launch_pass(&self.gpu, f, r, form, shape, steps)
+            launch_pass(&self.gpu, f, pass, form, shape, steps)
         })
     }
 
@@ -687,11 +689,12 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
     /// does not fit `max_steps` gives way to a single step.
     fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
         &self,
-        r: &LoopRange,
+        pass: &PassRange,
         f: &F,
         max_steps: u32,
         info: &mut AutoTuningInfo,
     ) -> Result<u32> {
+        let r = &pass.out;
         if info.report().is_none() {
             self.run3d(r, f, info)?;
             return Ok(1);
@@ -703,7 +706,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
                     (2..=MAX_COLUMN_STEPS as u32)
                         .filter(|&t| {
                             PassForm::of::<F>(t) == PassForm::Columns
-                                && pass_candidates::<F>(&self.gpu, PassForm::Columns, r, t)
+                                && pass_candidates::<F>(&self.gpu, PassForm::Columns, pass, t)
                                     .is_ok_and(|c| !c.is_empty())
                         })
                         .collect()
@@ -712,7 +715,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
             for &t in &weighed {
                 if info.pass_report(t).is_none() {
                     return match t <= max_steps {
-                        true => self.run3d_temporal(r, f, t, info).map(|()| t),
+                        true => self.run3d_temporal(pass, f, t, info).map(|()| t),
                         false => self.run3d(r, f, info).map(|()| 1),
                     };
                 }
@@ -741,7 +744,7 @@ impl LoopEngine for DeviceAutoTuningLoopEngine {
         }
         let t = info.choice.as_ref().map_or(1, |c| c.steps);
         match t > 1 && t <= max_steps {
-            true => self.run3d_temporal(r, f, t, info).map(|()| t),
+            true => self.run3d_temporal(pass, f, t, info).map(|()| t),
             false => self.run3d(r, f, info).map(|()| 1),
         }
     }

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaFunction, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
-    temporal_shared_bytes, tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PointUpdate2D,
-    PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Variant, MAX_TEMPORAL_STEPS,
+    temporal_shared_bytes, tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PassRange,
+    PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Variant,
+    MAX_TEMPORAL_STEPS,
 };
 
 use super::LoopEngine;
@@ -411,14 +412,14 @@ fn allow_shared(function: &CudaFunction, entry: &str, bytes: usize) -> Result<()
     Ok(())
 }
 
-/// Queues `steps` steps of `update` over `range` as one temporally blocked launch
+/// Queues `steps` steps of `update` over `pass` as one temporally blocked launch
 /// ([`device_loop3d_temporal`](lattice_gpu_kernels::stencil::device_loop3d_temporal)) with `shape`'s
-/// block and march: reads the input, writes the last step into the output (another field), the margin
-/// held at the input's values.
+/// block and march: reads the input, writes the last step into the output (another field) at the
+/// points of `pass.out`, those outside `pass.live` held at the input's values.
 pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
     gpu: &Arc<Gpu>,
     update: &F,
-    range: &LoopRange,
+    pass: &PassRange,
     shape: LaunchShape,
     steps: u32,
 ) -> Result<()> {
@@ -431,15 +432,15 @@ pub(crate) fn launch_temporal<F: StencilUpdate3D + GpuEntry>(
     // after it in errors.
     let mut kernel = KernelInfo::of3d::<F>();
     kernel.entries[Variant::Plain as usize] = Some(entry);
-    let mut cfg = plain.config(range, &kernel, limit)?;
+    let mut cfg = plain.config(&pass.out, &kernel, limit)?;
     cfg.shared_mem_bytes = bytes as u32;
-    let (u, r, m) = (ByValue(*update), ByValue(*range), shape.march);
+    let (u, r, m) = (ByValue(*update), ByValue(*pass), shape.march);
     let stream = gpu.launch_stream();
     let mut args = stream.launch_builder(&function);
     args.arg(&u).arg(&r).arg(&m).arg(&steps);
-    // SAFETY: a temporal entry takes (update, range, march, steps) with these layouts; the caller's
-    // loop checked the range against the update's radius and the fields' sizes, the grid covers the
-    // range as a plain launch's does, and the block gets the rings' shared memory.
+    // SAFETY: a temporal entry takes (update, pass, march, steps) with these layouts; the caller's
+    // loop checked the pass against the update's radius and the fields' sizes, the grid covers its
+    // output as a plain launch's does, and the block gets the rings' shared memory.
     unsafe { args.launch(cfg) }
         .cuda(|| format!("launching kernel {entry} with {shape}, {steps} steps"))
         .map(drop)
@@ -462,11 +463,25 @@ pub(crate) fn column_entry<F: GpuEntry>(steps: u32) -> Result<&'static str> {
         })
 }
 
-/// The grid and the dynamic shared memory of a column-form launch of `steps` steps over `range` with
+/// `pass` with its live range cut in z to `steps - 1` radii beyond the output: what lies further
+/// cannot reach the output within `steps` steps (the values a held point's neighbours get wrong
+/// move one radius in a step from the level after the first), so the output gets the same bits,
+/// and the column form's blocks, which march the live range's planes, march no more than that.
+pub(crate) fn column_pass<F: StencilUpdate3D>(pass: &PassRange, steps: u32) -> PassRange {
+    let reach = steps.saturating_sub(1) * F::RADIUS[2];
+    let mut live = pass.live;
+    live.begin[2] = live.begin[2].max(pass.out.begin[2].saturating_sub(reach));
+    live.end[2] = live.end[2].min(pass.out.end[2].saturating_add(reach));
+    PassRange { live, ..*pass }
+}
+
+/// The grid and the dynamic shared memory of a column-form launch of `steps` steps over `pass` with
 /// blocks of `block` threads marching `march` planes, checked: the block has an output tile and at
 /// most `max_threads` threads, the shared planes fit `max_shared` bytes, the grid the GPU's limits.
+/// The grid tiles the output in x and y, and the live range's planes in z
+/// ([`ColumnThread`](lattice_gpu_kernels::stencil::ColumnThread)).
 pub(crate) fn column_launch<F: StencilUpdate3D>(
-    range: &LoopRange,
+    pass: &PassRange,
     block: [u32; 2],
     march: u32,
     steps: u32,
@@ -502,7 +517,8 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
             block[0], block[1]
         )));
     }
-    let e = range.extent();
+    let (o, l) = (pass.out.extent(), pass.live.extent());
+    let e = [o[0], o[1], l[2]];
     let grid = (e[0].div_ceil(ox), e[1].div_ceil(oy), e[2].div_ceil(march));
     if grid.1 > 65535 || grid.2 > 65535 {
         return Err(Error::InvalidSize(format!(
@@ -513,41 +529,35 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
     Ok((grid, bytes))
 }
 
-/// Queues one column-form launch of `steps` steps of `update` over `range` (the update reads off its
-/// column only in its own plane; the caller checked the range against the fields), blocks of `block`
+/// Queues one column-form launch of `steps` steps of `update` over `pass` (the update reads off its
+/// column only in its own plane; the caller checked the ranges against the fields), blocks of `block`
 /// threads marching `march` planes.
 pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
     gpu: &Arc<Gpu>,
     update: &F,
-    range: &LoopRange,
+    pass: &PassRange,
     block: [u32; 2],
     march: u32,
     steps: u32,
 ) -> Result<()> {
-    super::check_range(range, 3)?;
-    super::check_radius(range, &F::RADIUS, F::ENTRY)?;
+    super::check_pass(pass, &F::RADIUS, F::ENTRY)?;
+    let pass = &column_pass::<F>(pass, steps);
     let entry = column_entry::<F>(steps)?;
     let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
-    let (grid, bytes) = column_launch::<F>(
-        range,
-        block,
-        march,
-        steps,
-        limit,
-        gpu.max_shared_per_block(),
-    )?;
+    let (grid, bytes) =
+        column_launch::<F>(pass, block, march, steps, limit, gpu.max_shared_per_block())?;
     allow_shared(&function, entry, bytes)?;
     let cfg = LaunchConfig {
         grid_dim: grid,
         block_dim: (block[0], block[1], 1),
         shared_mem_bytes: bytes as u32,
     };
-    let (u, r) = (ByValue(*update), ByValue(*range));
+    let (u, r) = (ByValue(*update), ByValue(*pass));
     let stream = gpu.launch_stream();
     let mut args = stream.launch_builder(&function);
     args.arg(&u).arg(&r).arg(&march);
-    // SAFETY: a column entry takes (update, range, march) with these layouts; the range was checked
-    // against the update's radius, the grid covers the range's output tiles, and the block gets its
+    // SAFETY: a column entry takes (update, pass, march) with these layouts; the pass was checked
+    // against the update's radius, the grid covers its output's tiles, and the block gets its
     // shared planes.
     unsafe { args.launch(cfg) }
         .cuda(|| format!("launching kernel {entry} with blocks of {block:?}, {steps} steps"))
@@ -607,7 +617,7 @@ pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
     }
 }
 
-/// The launches worth timing on `gpu` for a pass of `steps` steps of `F` over `range` in `form`:
+/// The launches worth timing on `gpu` for a pass of `steps` steps of `F` over `pass` in `form`:
 /// blocks a warp wide or wider within the entry's own thread limit (its registers' share) and the
 /// GPU's shared memory, the column form's with at least a quarter of the block's tile in output;
 /// each marching the whole range, 64 or 16 planes (the column form), or 128 or 32 (the general
@@ -615,12 +625,18 @@ pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
 pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
     gpu: &Gpu,
     form: PassForm,
-    range: &LoopRange,
+    pass: &PassRange,
     steps: u32,
 ) -> Result<Vec<LaunchShape>> {
     let (_, max_threads) = gpu.lookup_in(F::MODULE, pass_entry::<F>(form, steps)?)?;
     let max_shared = gpu.max_shared_per_block();
-    let nz = range.extent()[2].max(1);
+    // The planes a block may march: the column form's blocks march the live range's.
+    let pass = &column_pass::<F>(pass, steps);
+    let nz = match form {
+        PassForm::Columns => pass.live.extent()[2],
+        PassForm::General => pass.out.extent()[2],
+    }
+    .max(1);
     let (blocks, marches): (&[[u32; 2]], [u32; 3]) = match form {
         PassForm::Columns => (
             &[[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]],
@@ -657,7 +673,7 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
             };
             let fits = match form {
                 PassForm::Columns => column_launch::<F>(
-                    range,
+                    pass,
                     [block_x, block_y],
                     shape.march,
                     steps,
@@ -684,12 +700,12 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
     Ok(out)
 }
 
-/// Queues a temporally blocked pass of `steps` steps of `update` over `range` in `form`, with
+/// Queues a temporally blocked pass of `steps` steps of `update` over `pass` in `form`, with
 /// `shape`'s block and march ([`launch_columns`] or the general form's launch).
 pub fn launch_pass<F: StencilUpdate3D + GpuEntry>(
     gpu: &Arc<Gpu>,
     update: &F,
-    range: &LoopRange,
+    pass: &PassRange,
     form: PassForm,
     shape: LaunchShape,
     steps: u32,
@@ -698,12 +714,12 @@ pub fn launch_pass<F: StencilUpdate3D + GpuEntry>(
         PassForm::Columns => launch_columns(
             gpu,
             update,
-            range,
+            pass,
             [shape.block_x, shape.block_y],
             shape.march,
             steps,
         ),
-        PassForm::General => launch_temporal(gpu, update, range, shape, steps),
+        PassForm::General => launch_temporal(gpu, update, pass, shape, steps),
     }
 }
 
@@ -783,12 +799,19 @@ impl LoopEngine for DeviceLoopEngine {
 
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
-        r: &LoopRange,
+        pass: &PassRange,
         f: &F,
         steps: u32,
         _: &mut (),
     ) -> Result<()> {
-        launch_pass(&self.gpu, f, r, PassForm::of::<F>(steps), self.shape, steps)
+        launch_pass(
+            &self.gpu,
+            f,
+            pass,
+            PassForm::of::<F>(steps),
+            self.shape,
+            steps,
+        )
     }
 
     fn run2d<F: PointUpdate2D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {

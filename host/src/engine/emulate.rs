@@ -20,13 +20,13 @@ use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
     fields_vector_thread, plain_thread, vector_thread, zqueue_thread, ColumnThread, FieldsUpdate3D,
-    GpuEntry, LoopRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords, TiledThread,
-    Variant, STEP_PLANES,
+    GpuEntry, LoopRange, PassRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords,
+    TiledThread, Variant, STEP_PLANES,
 };
 use rayon::prelude::*;
 
 use super::device::{KernelInfo, LaunchShape};
-use super::{check_radius, check_range};
+use super::{check_pass, check_radius, check_range};
 use crate::error::{Error, Result};
 
 /// The most threads per block the emulated device accepts (as every GPU from Volta on).
@@ -70,24 +70,26 @@ pub fn emulate3d_fields<F: FieldsUpdate3D<N, M> + GpuEntry, const N: usize, cons
     })
 }
 
-/// Runs `steps` steps of `update` over `range` as the temporally blocked kernel launched with `shape`'s
+/// Runs `steps` steps of `update` over `pass` as the temporally blocked kernel launched with `shape`'s
 /// block and march would (its variant is not used): reads the input, writes the last step into the
-/// output. Fails as the launch would: a range without the update's margin, no temporal entry, steps
-/// out of `1 ..= MAX_TEMPORAL_STEPS`, or more shared memory than a block has.
+/// output at the points of `pass.out`. Fails as the launch would: ranges without the update's margin
+/// or not nested, no temporal entry, steps out of `1 ..= MAX_TEMPORAL_STEPS`, or more shared memory
+/// than a block has.
 pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
     update: &F,
-    range: &LoopRange,
+    pass: &PassRange,
     shape: LaunchShape,
     steps: u32,
 ) -> Result<()> {
     let bytes = super::device::temporal_bytes::<F>(shape, steps, EMULATED_MAX_SHARED_BYTES)?;
     let elem = std::mem::size_of::<F::Real>();
     let plain = shape.with_variant(Variant::Plain);
-    launch::<F>(range, plain, |b, _| {
+    check_pass(pass, &F::RADIUS, F::ENTRY)?;
+    launch::<F>(&pass.out, plain, |b, _| {
         let mut shared = vec![F::Real::from_f64(f64::NAN); bytes / elem];
         let ptr = SharedPtr::from_host_ptr(shared.as_mut_ptr());
         let first = threads(plain, b).next().expect("a block has a thread");
-        let block = TemporalBlock::new(update, range, shape.march, steps, first);
+        let block = TemporalBlock::new(update, pass, shape.march, steps, first);
         let stages: Vec<_> = threads(plain, b).map(|c| block.stage::<F>(c)).collect();
         for q in block.wavefront().step_by(STEP_PLANES) {
             // The barrier after each phase: every thread has run it.
@@ -105,23 +107,23 @@ pub fn emulate3d_temporal<F: StencilUpdate3D + GpuEntry>(
     })
 }
 
-/// Runs `T` steps of `update` over `range` in the column form of temporal blocking
+/// Runs `T` steps of `update` over `pass` in the column form of temporal blocking
 /// ([`ColumnThread`]): blocks of `block` threads (x, y), each covering its output tile (the block less
-/// `T` radii a side) and `march` planes of z, their phases run for every thread in turn between the
-/// barriers. Reads the input, writes the last step into the output. Fails on a range without the
-/// update's margin, a block with no output tile or too many threads, or more shared memory than a
-/// block has.
+/// `T` radii a side) of `pass.out` and `march` planes of z, their phases run for every thread in turn
+/// between the barriers. Reads the input, writes the last step into the output at the points of
+/// `pass.out`. Fails on ranges without the update's margin or not nested, a block with no output
+/// tile or too many threads, or more shared memory than a block has.
 pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
     update: &F,
-    range: &LoopRange,
+    pass: &PassRange,
     block: [u32; 2],
     march: u32,
 ) -> Result<()> {
-    check_range(range, 3)?;
-    check_radius(range, &F::RADIUS, F::ENTRY)?;
+    check_pass(pass, &F::RADIUS, F::ENTRY)?;
+    let pass = &super::device::column_pass::<F>(pass, T as u32);
     super::device::column_entry::<F>(T as u32)?;
     let (grid, bytes) = super::device::column_launch::<F>(
-        range,
+        pass,
         block,
         march,
         T as u32,
@@ -142,7 +144,7 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
             variant: Variant::Plain,
         };
         let mut threads: Vec<ColumnThread<F, T>> = threads(shape, b)
-            .map(|c| ColumnThread::new(range, march, c))
+            .map(|c| ColumnThread::new(pass, march, c))
             .collect();
         let steps = threads[0].steps();
         if steps == 0 {

@@ -3,8 +3,8 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D,
-    Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant,
+    ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PassRange, PointUpdate2D,
+    PointUpdate3D, Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant,
 };
 use rayon::prelude::*;
 
@@ -67,7 +67,7 @@ impl LoopEngine for HostLoopEngine {
     /// 83 KB for four f32 steps).
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
-        r: &LoopRange,
+        pass: &PassRange,
         f: &F,
         steps: u32,
         _: &mut (),
@@ -79,13 +79,13 @@ impl LoopEngine for HostLoopEngine {
             variant: Variant::Plain,
         };
         let bytes = super::device::temporal_bytes::<F>(tile, steps, usize::MAX)?;
-        let ext = r.extent();
+        let ext = pass.out.extent();
         let [tx, ty] = HOST_TILE;
         let (gx, gy) = (ext[0].div_ceil(tx), ext[1].div_ceil(ty));
         let len = bytes / std::mem::size_of::<F::Real>();
         (0..gx * gy).into_par_iter().for_each(|b| {
             let block_idx = [b % gx, b / gx, 0];
-            let block = TemporalBlock::tiled(f, r, HOST_TILE, ext[2], steps, block_idx, [1, 1]);
+            let block = TemporalBlock::tiled(f, pass, HOST_TILE, ext[2], steps, block_idx, [1, 1]);
             let mut rings = vec![F::Real::ZERO; len];
             let shared = SharedPtr::from_host_ptr(rings.as_mut_ptr());
             let c = ThreadCoords {

@@ -34,7 +34,8 @@ pub use lattice_gpu_kernels::stencil::Variant;
 pub use tuner::{tune, Params, Search, Trials, Tunable, Tuned};
 
 use lattice_gpu_kernels::stencil::{
-    BlockProgram, GpuEntry, LoopRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
+    BlockProgram, GpuEntry, LoopRange, PassRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D,
+    SumUpdate3D,
 };
 #[cfg(doc)]
 use lattice_gpu_kernels::stencil::{TemporalBlock, MAX_TEMPORAL_STEPS};
@@ -75,36 +76,37 @@ pub trait LoopEngine {
         out: &mut Self::Field<f64>,
         slot: usize,
     ) -> Result<()>;
-    /// Runs `steps` steps (1 to [`MAX_TEMPORAL_STEPS`]) of `f` over `range` in one temporally
+    /// Runs `steps` steps (1 to [`MAX_TEMPORAL_STEPS`]) of `f` over `pass` in one temporally
     /// blocked pass ([`TemporalBlock`]): reads `f`'s input and writes the last step into its output,
-    /// another field; points outside the range keep the input's values, so the result is that of
-    /// `steps` single steps where both fields hold the same margin. Engines without it refuse.
+    /// another field, at the points of `pass.out`; points outside `pass.live` keep the input's
+    /// values, so the result is that of `steps` single steps where both fields hold the same margin.
+    /// Engines without it refuse.
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
-        range: &LoopRange,
+        pass: &PassRange,
         f: &F,
         steps: u32,
         site: &mut Self::Site,
     ) -> Result<()> {
-        let _ = (range, f, steps, site);
+        let _ = (pass, f, steps, site);
         Err(Error::InvalidSetting(format!(
             "{} runs no temporally blocked passes: use one step per pass",
             self.describe()
         )))
     }
-    /// Advances `f` by up to `max_steps` (at least 1) steps over `range` as the engine finds fastest,
-    /// and says how many it ran: the last lands in `f`'s output, as after one step. Engines that tune
-    /// weigh temporally blocked passes against single steps
+    /// Advances `f` by up to `max_steps` (at least 1) steps over `pass` as the engine finds fastest,
+    /// and says how many it ran: the last lands in `f`'s output at the points of `pass.out`, as after
+    /// one step over it. Engines that tune weigh temporally blocked passes against single steps
     /// ([`StepsChoice`]); the others run one step.
     fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
         &self,
-        range: &LoopRange,
+        pass: &PassRange,
         f: &F,
         max_steps: u32,
         site: &mut Self::Site,
     ) -> Result<u32> {
         let _ = max_steps;
-        self.run3d(range, f, site).map(|()| 1)
+        self.run3d(&pass.out, f, site).map(|()| 1)
     }
     /// Runs `f` at every point of the 2-D `range`.
     fn run2d<F: PointUpdate2D + GpuEntry>(
@@ -187,6 +189,21 @@ pub(crate) fn check_range(r: &LoopRange, dims: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses a pass whose ranges are empty or leave their array, whose `out` leaves its `live`, or
+/// whose `live` leaves less margin than the update `entry` reads beyond each point.
+pub(crate) fn check_pass(p: &PassRange, radius: &[u32], entry: &str) -> Result<()> {
+    check_range(&p.live, 3)?;
+    check_range(&p.out, 3)?;
+    if !p.nested() {
+        return Err(Error::InvalidSize(format!(
+            "a pass writes {:?}..{:?} outside the points it advances, {:?}..{:?} (or on another \
+             array): its output range must lie within its live range",
+            p.out.begin, p.out.end, p.live.begin, p.live.end
+        )));
+    }
+    check_radius(&p.live, radius, entry)
 }
 
 /// Refuses a range that leaves less margin than the update `entry` reads beyond each point.
