@@ -4,7 +4,7 @@
 //! and for a wider update reading diagonal neighbours in other planes, over a range short of the
 //! array's interior (points between them held, as single steps hold them); and the CPU engine's blocked
 //! schedule likewise. A pass that advances more points than it writes (`PassRange`: a split run's
-//! halo layers) writes those single steps over its live range give, at its output's points only. On a
+//! halo layers) writes what single steps over its live range give, at its output's points only. On a
 //! GPU, the blocked kernel against single steps of the plain one, likewise (skipped without a GPU).
 
 use lattice_gpu_diffusion::Problem;
