@@ -865,49 +865,43 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 })?),
             };
         }
-        match (&batch, &mut split) {
+        // A pass of `temporal` steps where it fits before the next report, else one step (a split
+        // run's halos, as deep as a pass, serve a step too).
+        let room = (report_every - s % report_every).min(steps - s);
+        let fitting = |t: u32| if room >= t as usize { t } else { 1 };
+        // `Some(t)`: a pass or step of `t` steps ran (not a replay) into `g`.
+        let ran = match (&batch, &mut split) {
             (Some(Some(graph)), None) if s % report_every == 0 && s + report_every <= steps => {
                 engine.replay(graph)?;
                 s += report_every;
                 let t = temporal.unwrap_or(1) as usize;
                 blocked += if t > 1 { report_every / t * t } else { 0 };
+                None
             }
             (_, Some(o)) => {
-                // A pass where it fits before the next report, else a step (halos as deep serve it).
-                let room = (report_every - s % report_every).min(steps - s);
-                let t = match temporal {
-                    Some(t) if room >= t as usize => t,
-                    _ => 1,
-                };
+                let t = fitting(temporal.unwrap_or(1));
                 o.step(comm, &plan, &index, problem, &mut f, &mut g, t)?;
-                std::mem::swap(&mut f, &mut g);
-                s += t as usize;
-                blocked += if t > 1 { t as usize } else { 0 };
+                Some(t)
             }
-            _ => {
-                // A pass of `temporal` steps where it fits before the next report, else one step;
-                // or what the tuner runs while it chooses.
-                let room = (report_every - s % report_every).min(steps - s);
-                match temporal {
-                    None => {
-                        let room = room.min(MAX_TEMPORAL_STEPS as usize) as u32;
-                        let t = step.run_steps(&problem.update(&f, &mut g), room)? as usize;
-                        s += t;
-                        blocked += if t > 1 { t } else { 0 };
-                        temporal = E::steps_choice(step.info()).map(|c| c.steps);
-                    }
-                    Some(t) if t > 1 && room >= t as usize => {
-                        step.run_temporal(&problem.update(&f, &mut g), t)?;
-                        s += t as usize;
-                        blocked += t as usize;
-                    }
-                    Some(_) => {
-                        step.run(&problem.update(&f, &mut g))?;
-                        s += 1;
-                    }
+            (_, None) => Some(match temporal {
+                // What the tuner runs while it chooses.
+                None => {
+                    let room = room.min(MAX_TEMPORAL_STEPS as usize) as u32;
+                    let t = step.run_steps(&problem.update(&f, &mut g), room)?;
+                    temporal = E::steps_choice(step.info()).map(|c| c.steps);
+                    t
                 }
-                std::mem::swap(&mut f, &mut g);
-            }
+                Some(t) => {
+                    let t = fitting(t);
+                    advance(&mut step, problem, &f, &mut g, t)?;
+                    t
+                }
+            }),
+        };
+        if let Some(t) = ran {
+            s += t as usize;
+            blocked += if t > 1 { t as usize } else { 0 };
+            std::mem::swap(&mut f, &mut g);
         }
         if s % report_every != 0 {
             continue;

@@ -41,12 +41,7 @@ pub struct Loop3D<'e, E: LoopEngine> {
 impl<'e, E: LoopEngine> Loop3D<'e, E> {
     /// A loop over `range` (array size, begin and end per axis) on `engine`.
     pub fn new(engine: &'e E, range: LoopRange) -> Result<Self> {
-        check_range(&range, 3)?;
-        Ok(Self {
-            engine,
-            pass: PassRange::whole(range),
-            site: E::Site::default(),
-        })
+        Self::advancing(engine, range, range)
     }
 
     /// A loop over `range` whose temporally blocked passes also advance the points of `live` around
