@@ -17,11 +17,15 @@
 //! `-`), where `lattice_gpu::host::ptx_module!("<crate name>")` embeds it; the host loads it with
 //! `Gpu::load`. The build reruns when the kernel crate, or a local crate it depends on, changes.
 //!
+//! An entry exported as `name__maxnregN` gets the register cap `N` (PTX `.maxnreg`; `kernel!`'s
+//! `export_name`).
+//!
 //! With `PTXAS` set, the module is also assembled (for `LATTICE_GPU_PTXAS_ARCH`, default sm_90), and its
 //! registers and spills are reported as build warnings; ptxas rejecting it fails the build.
 //! `LATTICE_GPU_ARCH` overrides [`Builder::arch`] for every module of a build.
 
 mod compile;
+mod directives;
 mod error;
 pub mod ptxas;
 mod toolchain;
@@ -134,11 +138,10 @@ impl Builder {
         let ptx = out_dir.join(format!("{}.ptx", compiled.name));
         // A temporary name, then a rename: an interrupted build never leaves half a module.
         let partial = out_dir.join(format!("{}.ptx.partial", compiled.name));
-        std::fs::copy(&compiled.asm, &partial).map_err(io(format!(
-            "copying {} to {}",
-            compiled.asm.display(),
-            partial.display()
-        )))?;
+        let asm = std::fs::read_to_string(&compiled.asm)
+            .map_err(io(format!("reading {}", compiled.asm.display())))?;
+        std::fs::write(&partial, directives::apply(&asm))
+            .map_err(io(format!("writing {}", partial.display())))?;
         std::fs::rename(&partial, &ptx).map_err(io(format!(
             "renaming {} to {}",
             partial.display(),

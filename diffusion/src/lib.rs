@@ -355,14 +355,15 @@ pub fn check_temporal(temporal: Temporal) -> Result<()> {
     Ok(())
 }
 
-/// The halo planes on each side of a rank's slab in a run of `temporal` steps per pass, `split` when
-/// it is decomposed (over ranks, or cut on one): as many as a pass has steps, since the stencil
-/// reads one plane beyond each point a step. They are exchanged once a pass, and the pass advances
-/// all but the outermost with the rank's own planes (communication avoidance). One for single steps
-/// and for [`Temporal::Auto`], which runs single steps on a split run.
-pub fn halo_depth(temporal: Temporal, split: bool) -> usize {
+/// The halo planes on each side of a rank's slab in a run of `temporal` steps per pass over `ranks`
+/// ranks, `cut` when one rank's domain is cut all the same: where the run is split, as many as a pass
+/// has steps, since the stencil reads one plane beyond each point a step. They are exchanged once a
+/// pass, and the pass advances all but the outermost with the rank's own planes (communication
+/// avoidance). One for single steps and for [`Temporal::Auto`], which runs single steps on a split
+/// run.
+pub fn halo_depth(temporal: Temporal, ranks: usize, cut: bool) -> usize {
     match temporal {
-        Temporal::Steps(t) if split => t.max(1) as usize,
+        Temporal::Steps(t) if ranks > 1 || cut => t.max(1) as usize,
         _ => 1,
     }
 }
@@ -694,7 +695,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let (first_step, steps) = (schedule.first, schedule.last);
     check_temporal(schedule.temporal)?;
     let rank = comm.rank();
-    let depth = halo_depth(schedule.temporal, comm.size() > 1 || exchange.cut);
+    let depth = halo_depth(schedule.temporal, comm.size(), exchange.cut);
     let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, depth], [false; 3])
         .map_err(|e| match depth {
             1 => DiffusionError::from(e),

@@ -10,7 +10,7 @@
 use lattice_gpu_diffusion::Problem;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::{
-    emulate3d_columns, emulate3d_temporal, launch_pass, PassForm, TuneSpace,
+    column_kernel, emulate3d_columns, emulate3d_temporal, launch_pass, PassForm, TuneSpace,
 };
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape,
@@ -414,8 +414,28 @@ fn gpu_column_form_equals_single_steps() {
         return;
     };
     let launches = [([24, 10], 23), ([16, 16], 5), ([12, 10], 1)];
-    gpu_passes::<f32>(&gpu, PassForm::Columns, &launches, 19);
+    // Blocks of 1024 threads run the f32 pass of three steps in its 32-register twin (f64 passes
+    // have too many registers for them).
+    let f32_launches = [launches.as_slice(), &[([32, 32], 7)]].concat();
+    gpu_passes::<f32>(&gpu, PassForm::Columns, &f32_launches, 19);
     gpu_passes::<f64>(&gpu, PassForm::Columns, &launches, 19);
+}
+
+/// On a GPU, a column-form launch runs the entry's 32-register twin where that holds two blocks of
+/// 1024 threads on an SM instead of one (f32, three steps: 38 registers without the cap), and the
+/// entry itself where the cap buys nothing (small blocks, which the shared planes limit, or
+/// registers already within the cap) or would spill (f64); skipped without a GPU.
+#[test]
+fn gpu_column_launches_take_the_register_capped_twin_where_it_holds_more_blocks() {
+    let Some(gpu) = common::gpu("gpu_column_launches_take_the_register_capped_twin") else {
+        return;
+    };
+    let kernel = |block, steps| column_kernel::<Diffusion3d<f32>>(&gpu, block, steps).unwrap();
+    assert_eq!(kernel([32, 32], 3), "diffusion3d_columns3_f32__maxnreg32");
+    assert_eq!(kernel([16, 8], 3), "diffusion3d_columns3_f32");
+    assert_eq!(kernel([32, 32], 1), "diffusion3d_columns1_f32");
+    let f64_kernel = column_kernel::<Diffusion3d<f64>>(&gpu, [32, 32], 2).unwrap();
+    assert_eq!(f64_kernel, "diffusion3d_columns2_f64");
 }
 
 fn gpu_tuned<T: Element + DiffusionReal>(gpu: &std::sync::Arc<lattice_gpu_host::Gpu>) {

@@ -26,6 +26,8 @@ pub struct Gpu {
     beside: Mutex<Option<Arc<CudaStream>>>,
     /// The loaded modules by name.
     modules: Mutex<HashMap<String, Loaded>>,
+    /// [`resident_blocks`](Self::resident_blocks) by launch configuration.
+    residency: Mutex<HashMap<LaunchKey, (u32, bool)>>,
     name: String,
     sm_count: u32,
     max_threads_per_block: u32,
@@ -34,6 +36,9 @@ pub struct Gpu {
     /// Bytes of the fields and buffers alive on it now, and the most there were at once.
     held: (AtomicU64, AtomicU64),
 }
+
+/// A launch configuration: module, entry, threads a block, bytes of dynamic shared memory.
+type LaunchKey = (String, String, u32, usize);
 
 /// A module on the GPU: every kernel with the most threads its blocks may have (read once: the register
 /// use fixes it), and the hash of its PTX.
@@ -103,6 +108,7 @@ impl Gpu {
             stream,
             beside: Mutex::new(None),
             modules: Mutex::new(HashMap::new()),
+            residency: Mutex::new(HashMap::new()),
             name,
             sm_count,
             max_threads_per_block,
@@ -286,6 +292,34 @@ impl Gpu {
         })
     }
 
+    /// How many blocks of `threads` threads with `bytes` of dynamic shared memory an SM holds at once
+    /// for kernel `entry` of `module` (the driver's occupancy calculator), and whether the kernel
+    /// spills registers to local memory. Asked once per launch configuration.
+    pub(crate) fn resident_blocks(
+        &self,
+        module: &str,
+        entry: &str,
+        threads: u32,
+        bytes: usize,
+    ) -> Result<(u32, bool)> {
+        let key = (module.to_string(), entry.to_string(), threads, bytes);
+        let mut known = self.residency.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&r) = known.get(&key) {
+            return Ok(r);
+        }
+        let (f, _) = self.lookup_in(module, entry)?;
+        allow_shared(&f, entry, bytes)?;
+        let blocks = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, bytes, None)
+            .cuda(|| format!("reading how many blocks of kernel {entry} an SM holds"))?;
+        let spills = f
+            .local_size_bytes()
+            .cuda(|| format!("reading the local memory of kernel {entry}"))?
+            > 0;
+        known.insert(key, (blocks, spills));
+        Ok((blocks, spills))
+    }
+
     /// Kernel `entry` of the framework's module and the most threads a block of it may have.
     pub(crate) fn lookup(&self, entry: &str) -> Result<(CudaFunction, u32)> {
         self.lookup_in(lattice_gpu_kernels::MODULE, entry)
@@ -415,6 +449,23 @@ fn block_limit(f: &CudaFunction, entry: &str) -> Result<u32> {
         .get_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         .cuda(|| format!("reading the block limit of kernel {entry}"))?;
     Ok(n as u32)
+}
+
+/// Dynamic shared memory a launch may use without opting in per kernel: 48 KiB on every GPU from Volta on.
+pub const MAX_DYNAMIC_SHARED_BYTES: usize = 48 * 1024;
+
+/// Lets `function` (entry `entry`) have `bytes` of dynamic shared memory: beyond the default 48 KiB a
+/// kernel must opt in (up to `Gpu::max_shared_per_block`).
+pub(crate) fn allow_shared(function: &CudaFunction, entry: &str, bytes: usize) -> Result<()> {
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
+    }
+    Ok(())
 }
 
 /// Queued work between two events ([`Gpu::timed`]).

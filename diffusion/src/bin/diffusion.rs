@@ -365,7 +365,7 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
             comm.size(),
             comm.ranks_here(),
             engine.device().is_some(),
-            halo_depth(args.temporal, comm.size() > 1 || args.split.cut),
+            halo_depth(args.temporal, comm.size(), args.split.cut),
         )?
         .report(engine.device().map(|g| &**g));
     Ok(())

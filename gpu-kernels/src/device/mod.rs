@@ -29,9 +29,22 @@ pub mod warp;
 ///     }
 /// }
 /// ```
+///
+/// `kernel! { export_name = "name"; ... }` exports the entry as `name` instead: entries named alike in
+/// one Rust scope, or named by `concat!`. An exported name ending in `__maxnreg` and a number, e.g.
+/// `step__maxnreg32`, gets that register cap (PTX `.maxnreg`, which lattice-gpu-builder adds).
 #[macro_export]
 #[cfg_attr(target_arch = "nvptx64", allow_internal_unstable(abi_ptx))]
 macro_rules! kernel {
+    (export_name = $export:expr; $(#[$meta:meta])* pub unsafe fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        #[allow(unexpected_cfgs)]
+        const _: () = {
+            $(#[$meta])*
+            #[cfg(all(target_arch = "nvptx64", lattice_gpu_module))]
+            #[export_name = $export]
+            pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) $body
+        };
+    };
     ($(#[$meta:meta])* pub unsafe fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
         #[allow(unexpected_cfgs)]
         const _: () = {

@@ -57,6 +57,20 @@ macro_rules! each_row {
 /// left the queues in local memory).
 pub const MAX_COLUMN_STEPS: usize = 4;
 
+/// The register cap of each column entry's twin, whose name adds [`COLUMN_MAXNREG_SUFFIX`]: room for
+/// two blocks of 1024 threads on an SM of 65536 registers. A block of 1024 threads has the tallest
+/// tile, so the fewest halo columns per output column; without the cap the f32 passes of three and
+/// four steps (38 and 40 registers) keep one such block on an SM. The host launches the twin where
+/// it keeps more blocks on an SM and spills nothing.
+pub const COLUMN_MAXNREG: u32 = 32;
+
+/// The suffix of the capped twin's entry name ([`COLUMN_MAXNREG`]; `kernel3d!` writes it out).
+pub const COLUMN_MAXNREG_SUFFIX: &str = "__maxnreg32";
+const _: () = assert!(
+    COLUMN_MAXNREG == 32,
+    "kernel3d! writes the twin's name out with __maxnreg32, as COLUMN_MAXNREG_SUFFIX does"
+);
+
 /// The most columns a thread owns ([`column_rows`]).
 pub const MAX_COLUMN_ROWS: usize = 2;
 const _: () = assert!(MAX_COLUMN_ROWS == 2, "each_row! writes out two rows");
@@ -64,8 +78,10 @@ const _: () = assert!(MAX_COLUMN_ROWS == 2, "each_row! writes out two rows");
 /// Columns each thread owns for values of `elem_bytes`, adjacent in y: their y neighbours within the
 /// thread are registers, the per-step work (loads' addresses, the barrier) is shared, and a block of a
 /// given size has a taller tile, so fewer of its columns are halo. Two for f64, one for f32: on an
-/// H200, two made the f64 passes of two steps 1.34x the single step at 512^3 (one: 0.94x) but took
-/// f32 from 1.00x to 0.70x (docs/benchmarks/history.md); the tuner does not choose it yet.
+/// H200, two made the f64 passes of two steps 1.34x the single step at 512^3 (one: 0.94x); in f32
+/// two need 64 registers at three steps, where one fits the 32-register twin ([`COLUMN_MAXNREG`]) in
+/// blocks of 1024 threads, two an SM: 1.20x against 1.44x (docs/benchmarks/history.md). The tuner
+/// does not choose it yet.
 pub const fn column_rows(elem_bytes: usize) -> usize {
     if elem_bytes >= 8 {
         2
@@ -138,14 +154,16 @@ pub struct ColumnThread<F: StencilUpdate3D, const T: usize> {
     begin: [u32; 3],
     /// The first column (x, y); the others follow in y.
     col: [u32; 2],
-    /// The input's plane entering the level-0 queue at step `s` is `first + s`. `next` is the index in
-    /// the fields of the first column's next plane loaded, [`AHEAD`](Self::AHEAD) planes further; the
-    /// output's plane lies `back` before it; a row is `row` elements.
+    /// The input's plane entering the level-0 queue at step `s` is `first + s`. `next` is the address
+    /// of the first column's next plane loaded in the input, [`AHEAD`](Self::AHEAD) planes further
+    /// (an index until [`prime`](Self::prime)); the output's point lies `shift` bytes from it; a row is
+    /// `row` bytes and a plane `plane`. Addresses rather than indices: an index costs each access its
+    /// scaling and the field's base.
     first: i32,
     next: usize,
     row: usize,
     plane: usize,
-    back: usize,
+    shift: usize,
     steps: u32,
     /// Per column, a plane `p` is read where `p - load_lo < load_len` (within a radius of the live
     /// range, for columns within a radius of it), computed where `p - comp_lo < comp_len` (in the live
@@ -309,9 +327,9 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
             col,
             first,
             next: at as usize,
-            row: r.n[0] as usize,
-            plane,
-            back: (Self::LAG as usize + Self::AHEAD + 1) * plane,
+            row: r.n[0] as usize * elem,
+            plane: plane * elem,
+            shift: (Self::LAG as usize + Self::AHEAD + 1) * plane,
             steps: match k0 < k1 {
                 true => (k1 - first + Self::LAG) as u32,
                 false => 0,
@@ -351,22 +369,32 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
     /// The input's plane `q` of each column where the column reads it (zero elsewhere); `next` then
     /// moves on a plane.
     #[inline(always)]
-    fn load(&mut self, f: &F, q: i32) -> [F::Real; MAX_COLUMN_ROWS] {
+    fn load(&mut self, q: i32) -> [F::Real; MAX_COLUMN_ROWS] {
         let mut v = [F::Real::ZERO; MAX_COLUMN_ROWS];
         each_row!(k => {
             if (q.wrapping_sub(self.load_lo) as u32) < self.load_len[k] {
-                v[k] = f.input().get(self.next.wrapping_add(k * self.row));
+                // SAFETY: the point lies in the input, as the load range is the live range's.
+                v[k] = unsafe { *(self.next.wrapping_add(k * self.row) as *const F::Real) };
             }
         });
-        self.next = self.next.wrapping_add(self.plane);
+        // Opaque to LLVM, which otherwise keeps a 64-bit address per load and store of the unrolled
+        // period (48 more registers in the f32 pass of three steps with two columns a thread).
+        self.next = opaque(self.next.wrapping_add(self.plane));
         v
     }
 
-    /// Loads the planes ahead of step 0, before it is staged.
+    /// Points the thread at `f`'s fields, which the steps then read and write, and loads the planes
+    /// ahead of step 0, before it is staged.
     #[inline(always)]
     pub fn prime(&mut self, f: &F) {
+        let elem = core::mem::size_of::<F::Real>();
+        let (input, output) = (f.input().as_ptr() as usize, f.output().as_ptr() as usize);
+        self.next = input.wrapping_add(self.next.wrapping_mul(elem));
+        self.shift = output
+            .wrapping_sub(input)
+            .wrapping_sub(self.shift.wrapping_mul(elem));
         for d in 0..Self::AHEAD {
-            let v = self.load(f, self.first + d as i32);
+            let v = self.load(self.first + d as i32);
             each_row!(k => {
                 self.ahead[k][d] = v[k];
             });
@@ -380,10 +408,11 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
     /// `shared` holds [`column_shared_bytes`] for the launch, which every thread of the block shares;
     /// a barrier follows phase A, every thread taking part, and the planes of step parity `s & 1` are not
     /// written again before every thread has passed the next step's barrier. The thread was
-    /// [`prime`](Self::prime)d, and steps are staged in order from 0.
+    /// [`prime`](Self::prime)d with the update passed to [`compute`](Self::compute), and steps are
+    /// staged in order from 0.
     #[inline(always)]
-    pub unsafe fn stage(&mut self, f: &F, shared: SharedPtr<F::Real>, s: u32) {
-        let v = self.load(f, self.first + s as i32 + Self::AHEAD as i32);
+    pub unsafe fn stage(&mut self, shared: SharedPtr<F::Real>, s: u32) {
+        let v = self.load(self.first + s as i32 + Self::AHEAD as i32);
         each_row!(k => {
             let ahead = &mut self.ahead[k];
             let entering = ahead[0];
@@ -475,14 +504,29 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
                 core::hint::select_unpredictable(computes, f.value_with(&idx, &src), below[MID]);
             if l == T {
                 if (p.wrapping_sub(self.write_lo) as u32) < self.write_len[k] {
-                    let at = self.next.wrapping_sub(self.back).wrapping_add(k * self.row);
-                    f.output().set(at, v);
+                    let at = self.next.wrapping_add(self.shift).wrapping_add(k * self.row);
+                    // SAFETY: the point lies in the pass's `out`, in the output.
+                    unsafe { *(at as *mut F::Real) = v };
                 }
             } else {
                 push::<F::Real>(&mut self.queues[k][l], Self::RZ as usize, v);
             }
         });
     }
+}
+
+/// `x`, which LLVM cannot see through.
+#[inline(always)]
+fn opaque(x: usize) -> usize {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a move.
+    unsafe {
+        let mut x = x;
+        core::arch::asm!("mov.b64 {0}, {0};", inout(reg64) x, options(pure, nomem, nostack, preserves_flags));
+        x
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    x
 }
 
 /// Moves queue `q` (radius `rz`) one plane up, `v` the newest.
@@ -514,7 +558,7 @@ pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(
     // step `s + 2`'s has passed step `s + 1`'s barrier, which every thread reached after reading
     // step `s`'s.
     let step = |t: &mut ColumnThread<F, T>, s: u32| {
-        unsafe { t.stage(f, shared, s) };
+        unsafe { t.stage(shared, s) };
         crate::device::thread::sync_threads();
         unsafe { t.compute(f, shared, s) };
     };

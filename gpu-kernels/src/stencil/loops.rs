@@ -66,7 +66,8 @@ impl PassRange {
         }
     }
 
-    /// Whether `out` lies within `live` (on the same array).
+    /// Whether every point of `out` lies within `live` (on the same array); an empty `out`, which
+    /// writes nothing, does.
     pub fn nested(&self) -> bool {
         let (l, o) = (&self.live, &self.out);
         l.n == o.n

@@ -18,7 +18,8 @@ mod temporal;
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use columns::{
     column_output_tile, column_rows, column_shared_bytes, column_tile, device_loop3d_columns,
-    ColumnThread, COLUMN_PLANE_CELLS, MAX_COLUMN_ROWS, MAX_COLUMN_STEPS,
+    ColumnThread, COLUMN_MAXNREG, COLUMN_MAXNREG_SUFFIX, COLUMN_PLANE_CELLS, MAX_COLUMN_ROWS,
+    MAX_COLUMN_STEPS,
 };
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
@@ -360,6 +361,14 @@ macro_rules! kernel3d {
         $crate::kernel! {
             /// Generated kernel entry: steps of the update in one pass, temporally blocked in the
             /// column form (the count in the entry's name).
+            pub unsafe fn $entry(update: $ty, pass: $crate::stencil::PassRange, march: u32) {
+                $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &pass, march)
+            }
+        }
+        $crate::kernel! {
+            export_name = concat!(stringify!($entry), "__maxnreg", 32);
+            /// Generated kernel entry: the same, in at most 32 registers, which leaves room for two
+            /// blocks of 1024 threads on each SM ([`COLUMN_MAXNREG`](crate::stencil::COLUMN_MAXNREG)).
             pub unsafe fn $entry(update: $ty, pass: $crate::stencil::PassRange, march: u32) {
                 $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &pass, march)
             }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaFunction, CudaGraph, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
 use lattice_gpu_kernels::stencil::{
     temporal_shared_bytes, tile_shared_bytes, BlockProgram, GpuEntry, LoopRange, PassRange,
     PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumInto, SumUpdate3D, Variant,
@@ -14,10 +14,8 @@ use super::LoopEngine;
 use crate::buffer::{ByValue, DeviceBuffer, DOT_BLOCK};
 use crate::error::{CudaContext, Error, Result};
 use crate::field::{DeviceField, Element, Field, Shape};
-use crate::gpu::Gpu;
-
-/// Dynamic shared memory a launch may use without opting in per kernel: 48 KiB on every GPU from Volta on.
-pub const MAX_DYNAMIC_SHARED_BYTES: usize = 48 * 1024;
+pub use crate::gpu::MAX_DYNAMIC_SHARED_BYTES;
+use crate::gpu::{allow_shared, Gpu};
 
 /// How a loop is spread over GPU threads: a `block_x` x `block_y` block in the xy plane, each thread
 /// marching `march` points along the last axis (z in 3-D, y in 2-D): the paper's Table 1 parameters; and
@@ -398,20 +396,6 @@ pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
     Ok(bytes)
 }
 
-/// Lets `function` (entry `entry`) have `bytes` of dynamic shared memory: beyond the default 48 KiB a
-/// kernel must opt in (up to `Gpu::max_shared_per_block`).
-fn allow_shared(function: &CudaFunction, entry: &str, bytes: usize) -> Result<()> {
-    if bytes > MAX_DYNAMIC_SHARED_BYTES {
-        function
-            .set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )
-            .cuda(|| format!("letting kernel {entry} have {bytes} bytes of shared memory"))?;
-    }
-    Ok(())
-}
-
 /// Queues `steps` steps of `update` over `pass` as one temporally blocked launch
 /// ([`device_loop3d_temporal`](lattice_gpu_kernels::stencil::device_loop3d_temporal)) with `shape`'s
 /// block and march: reads the input, writes the last step into the output (another field) at the
@@ -529,6 +513,35 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
     Ok((grid, bytes))
 }
 
+/// The entry a column-form launch of `steps` steps with blocks of `block` threads runs: `F`'s column
+/// entry, or its twin capped at [`COLUMN_MAXNREG`] registers where the twin spills nothing and an SM
+/// holds more of its blocks (with their shared planes). That is where the cap pays: the f32 pass of
+/// three steps in blocks of 1024 threads, two on an SM instead of one. A module without twins (a
+/// user's `kernel3d!` from before them) runs its entry.
+///
+/// [`COLUMN_MAXNREG`]: lattice_gpu_kernels::stencil::COLUMN_MAXNREG
+pub fn column_kernel<F: StencilUpdate3D + GpuEntry>(
+    gpu: &Gpu,
+    block: [u32; 2],
+    steps: u32,
+) -> Result<String> {
+    use lattice_gpu_kernels::stencil::{column_shared_bytes, COLUMN_MAXNREG_SUFFIX};
+    let (module, entry) = (F::MODULE, column_entry::<F>(steps)?);
+    let twin = format!("{entry}{COLUMN_MAXNREG_SUFFIX}");
+    let threads = block[0] * block[1];
+    let bytes = column_shared_bytes(block, F::RADIUS, steps, std::mem::size_of::<F::Real>());
+    let capped = match gpu.lookup_in(module, &twin) {
+        Ok(_) => gpu.resident_blocks(module, &twin, threads, bytes)?,
+        Err(Error::MissingKernel { .. }) => return Ok(entry.to_string()),
+        Err(e) => return Err(e),
+    };
+    let (blocks, _) = gpu.resident_blocks(module, entry, threads, bytes)?;
+    Ok(match capped {
+        (more, false) if more > blocks => twin,
+        _ => entry.to_string(),
+    })
+}
+
 /// Queues one column-form launch of `steps` steps of `update` over `pass` (the update reads off its
 /// column only in its own plane; the caller checked the ranges against the fields), blocks of `block`
 /// threads marching `march` planes.
@@ -542,10 +555,11 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
 ) -> Result<()> {
     super::check_pass(pass, &F::RADIUS, F::ENTRY)?;
     let pass = &column_pass::<F>(pass, steps);
-    let entry = column_entry::<F>(steps)?;
-    let (function, limit) = gpu.lookup_in(F::MODULE, entry)?;
+    let (_, limit) = gpu.lookup_in(F::MODULE, column_entry::<F>(steps)?)?;
     let (grid, bytes) =
         column_launch::<F>(pass, block, march, steps, limit, gpu.max_shared_per_block())?;
+    let entry = &column_kernel::<F>(gpu, block, steps)?;
+    let (function, _) = gpu.lookup_in(F::MODULE, entry)?;
     allow_shared(&function, entry, bytes)?;
     let cfg = LaunchConfig {
         grid_dim: grid,

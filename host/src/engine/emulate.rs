@@ -153,7 +153,7 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
         // SAFETY (all): `shared` has the launch's bytes and outlives the loop.
         for t in &mut threads {
             t.prime(update);
-            unsafe { t.stage(update, ptr, 0) };
+            unsafe { t.stage(ptr, 0) };
         }
         for s in 0..steps {
             // The barrier of step `s` is here: every thread has staged it. Then each thread in turn
@@ -161,7 +161,7 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
             for t in &mut threads {
                 unsafe { t.compute(update, ptr, s) };
                 if s + 1 < steps {
-                    unsafe { t.stage(update, ptr, s + 1) };
+                    unsafe { t.stage(ptr, s + 1) };
                 }
             }
         }

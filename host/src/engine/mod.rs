@@ -25,8 +25,8 @@ pub use autotune::{
 };
 pub use cost::{Cost, Rate};
 pub use device::{
-    launch_columns, launch_pass, pass_candidates, DeviceLoopEngine, Dims, KernelInfo, LaunchShape,
-    PassForm, MAX_DYNAMIC_SHARED_BYTES,
+    column_kernel, launch_columns, launch_pass, pass_candidates, DeviceLoopEngine, Dims,
+    KernelInfo, LaunchShape, PassForm, MAX_DYNAMIC_SHARED_BYTES,
 };
 pub use emulate::{emulate3d, emulate3d_columns, emulate3d_temporal};
 pub use host::HostLoopEngine;
