@@ -178,6 +178,34 @@ fn ptx_has_every_kernel_entry() {
     assert_eq!(framework.target(), Some(FRAMEWORK_ARCH));
 }
 
+/// The column entries' twins are in the module under the names the kernel types give the host, each
+/// with its register cap (the builder's `.maxnreg`).
+#[test]
+fn column_twins_are_in_the_ptx_with_their_register_cap() {
+    use lattice_gpu::kernels::diffusion::Diffusion3d;
+    use lattice_gpu::kernels::stencil::{GpuEntry, COLUMN_MAXNREG, COLUMN_MAXNREG_SUFFIX};
+    let framework = Module::framework();
+    let ptx = framework.ptx();
+    for twin in [
+        Diffusion3d::<f32>::COLUMN_TWINS,
+        Diffusion3d::<f64>::COLUMN_TWINS,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let twin = twin.expect("diffusion has a column twin for each of 1 to 4 steps");
+        assert!(twin.ends_with(COLUMN_MAXNREG_SUFFIX), "{twin}");
+        let at = ptx
+            .find(&format!(".visible .entry {twin}("))
+            .unwrap_or_else(|| panic!("entry {twin} missing from the PTX"));
+        let head = &ptx[at..at + ptx[at..].find("\n{").expect("an entry has a body")];
+        assert!(
+            head.ends_with(&format!(")\n.maxnreg {COLUMN_MAXNREG}")),
+            "entry {twin} has no .maxnreg {COLUMN_MAXNREG} before its body:\n{head}"
+        );
+    }
+}
+
 #[test]
 fn ptx_has_no_unresolved_externals() {
     // The only extern allowed is the dynamic shared-memory segment, which the launch sizes.

@@ -37,8 +37,9 @@ pub struct Gpu {
     held: (AtomicU64, AtomicU64),
 }
 
-/// A launch configuration: module, entry, threads a block, bytes of dynamic shared memory.
-type LaunchKey = (String, String, u32, usize);
+/// A launch configuration: module, entry, threads a block, bytes of dynamic shared memory (names
+/// as the kernel types give them: a lookup allocates nothing).
+type LaunchKey = (&'static str, &'static str, u32, usize);
 
 /// A module on the GPU: every kernel with the most threads its blocks may have (read once: the register
 /// use fixes it), and the hash of its PTX.
@@ -297,12 +298,12 @@ impl Gpu {
     /// spills registers to local memory. Asked once per launch configuration.
     pub(crate) fn resident_blocks(
         &self,
-        module: &str,
-        entry: &str,
+        module: &'static str,
+        entry: &'static str,
         threads: u32,
         bytes: usize,
     ) -> Result<(u32, bool)> {
-        let key = (module.to_string(), entry.to_string(), threads, bytes);
+        let key = (module, entry, threads, bytes);
         let mut known = self.residency.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&r) = known.get(&key) {
             return Ok(r);

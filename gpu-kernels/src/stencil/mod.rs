@@ -257,6 +257,9 @@ pub trait GpuEntry {
     /// The entries of the column form of temporal blocking ([`device_loop3d_columns`]) for 1 to 4
     /// steps, where they were generated: they take `(update, pass, march)`, `pass` a [`PassRange`].
     const COLUMN_ENTRIES: [Option<&'static str>; 4] = [None; 4];
+    /// The column entries' twins capped at [`COLUMN_MAXNREG`] registers, where they were generated
+    /// (`kernel3d!` names them after the entries, with [`COLUMN_MAXNREG_SUFFIX`]).
+    const COLUMN_TWINS: [Option<&'static str>; 4] = [None; 4];
     /// Whether the entries sum a [`SumUpdate3D`]'s terms (they then take a [`SumInto`] after the march).
     const SUMS: bool = false;
 
@@ -293,6 +296,8 @@ pub trait EntryOf<K: ?Sized> {
     const TEMPORAL_ENTRY: Option<&'static str> = None;
     /// [`GpuEntry::COLUMN_ENTRIES`].
     const COLUMN_ENTRIES: [Option<&'static str>; 4] = [None; 4];
+    /// [`GpuEntry::COLUMN_TWINS`].
+    const COLUMN_TWINS: [Option<&'static str>; 4] = [None; 4];
     /// [`GpuEntry::SUMS`].
     const SUMS: bool = false;
 }
@@ -430,6 +435,12 @@ macro_rules! kernel3d {
             Some(stringify!($c3)),
             Some(stringify!($c4)),
         ];
+        const COLUMN_TWINS: [Option<&'static str>; 4] = [
+            Some(concat!(stringify!($c1), "__maxnreg", 32)),
+            Some(concat!(stringify!($c2), "__maxnreg", 32)),
+            Some(concat!(stringify!($c3), "__maxnreg", 32)),
+            Some(concat!(stringify!($c4), "__maxnreg", 32)),
+        ];
     };
     (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
         $crate::kernel3d!(@names $name; zqueue = $zqueue, tiled = $tiled, vector = $vector);
@@ -456,6 +467,8 @@ macro_rules! kernel3d {
                 <$p as $crate::stencil::EntryOf<$ty>>::TEMPORAL_ENTRY;
             const COLUMN_ENTRIES: [Option<&'static str>; 4] =
                 <$p as $crate::stencil::EntryOf<$ty>>::COLUMN_ENTRIES;
+            const COLUMN_TWINS: [Option<&'static str>; 4] =
+                <$p as $crate::stencil::EntryOf<$ty>>::COLUMN_TWINS;
             const SUMS: bool = <$p as $crate::stencil::EntryOf<$ty>>::SUMS;
         }
     };

@@ -514,31 +514,32 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
 }
 
 /// The entry a column-form launch of `steps` steps with blocks of `block` threads runs: `F`'s column
-/// entry, or its twin capped at [`COLUMN_MAXNREG`] registers where the twin spills nothing and an SM
-/// holds more of its blocks (with their shared planes). That is where the cap pays: the f32 pass of
-/// three steps in blocks of 1024 threads, two on an SM instead of one. A module without twins (a
-/// user's `kernel3d!` from before them) runs its entry.
+/// entry, or its twin capped at [`COLUMN_MAXNREG`] registers ([`GpuEntry::COLUMN_TWINS`]) where the
+/// twin spills nothing and an SM holds more of its blocks (with their shared planes). That is where
+/// the cap pays: the f32 pass of three steps in blocks of 1024 threads, two on an SM instead of one.
 ///
 /// [`COLUMN_MAXNREG`]: lattice_gpu_kernels::stencil::COLUMN_MAXNREG
 pub fn column_kernel<F: StencilUpdate3D + GpuEntry>(
     gpu: &Gpu,
     block: [u32; 2],
     steps: u32,
-) -> Result<String> {
-    use lattice_gpu_kernels::stencil::{column_shared_bytes, COLUMN_MAXNREG_SUFFIX};
-    let (module, entry) = (F::MODULE, column_entry::<F>(steps)?);
-    let twin = format!("{entry}{COLUMN_MAXNREG_SUFFIX}");
-    let threads = block[0] * block[1];
-    let bytes = column_shared_bytes(block, F::RADIUS, steps, std::mem::size_of::<F::Real>());
-    let capped = match gpu.lookup_in(module, &twin) {
-        Ok(_) => gpu.resident_blocks(module, &twin, threads, bytes)?,
-        Err(Error::MissingKernel { .. }) => return Ok(entry.to_string()),
-        Err(e) => return Err(e),
+) -> Result<&'static str> {
+    let entry = column_entry::<F>(steps)?;
+    let Some(twin) = F::COLUMN_TWINS[steps as usize - 1] else {
+        return Ok(entry);
     };
-    let (blocks, _) = gpu.resident_blocks(module, entry, threads, bytes)?;
-    Ok(match capped {
-        (more, false) if more > blocks => twin,
-        _ => entry.to_string(),
+    let threads = block[0] * block[1];
+    let bytes = lattice_gpu_kernels::stencil::column_shared_bytes(
+        block,
+        F::RADIUS,
+        steps,
+        std::mem::size_of::<F::Real>(),
+    );
+    let (capped, spills) = gpu.resident_blocks(F::MODULE, twin, threads, bytes)?;
+    let (blocks, _) = gpu.resident_blocks(F::MODULE, entry, threads, bytes)?;
+    Ok(match capped > blocks && !spills {
+        true => twin,
+        false => entry,
     })
 }
 
@@ -558,7 +559,7 @@ pub fn launch_columns<F: StencilUpdate3D + GpuEntry>(
     let (_, limit) = gpu.lookup_in(F::MODULE, column_entry::<F>(steps)?)?;
     let (grid, bytes) =
         column_launch::<F>(pass, block, march, steps, limit, gpu.max_shared_per_block())?;
-    let entry = &column_kernel::<F>(gpu, block, steps)?;
+    let entry = column_kernel::<F>(gpu, block, steps)?;
     let (function, _) = gpu.lookup_in(F::MODULE, entry)?;
     allow_shared(&function, entry, bytes)?;
     let cfg = LaunchConfig {
