@@ -371,13 +371,17 @@ macro_rules! kernel3d {
             }
         }
         $crate::kernel! {
-            export_name = concat!(stringify!($entry), "__maxnreg", 32);
+            export_name = $crate::kernel3d!(@twin $entry);
             /// Generated kernel entry: the same, in at most 32 registers, which leaves room for two
             /// blocks of 1024 threads on each SM ([`COLUMN_MAXNREG`](crate::stencil::COLUMN_MAXNREG)).
             pub unsafe fn $entry(update: $ty, pass: $crate::stencil::PassRange, march: u32) {
                 $crate::stencil::device_loop3d_columns::<$ty, $steps>(&update, &pass, march)
             }
         }
+    };
+    // The name of a column entry's register-capped twin: the entry's and COLUMN_MAXNREG_SUFFIX.
+    (@twin $entry:ident) => {
+        concat!(stringify!($entry), "__maxnreg32")
     };
     (@kernels $name:ident => $ty:ty; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
         $crate::kernel3d!(@kernels $name => $ty; zqueue = $zqueue, tiled = $tiled, vector = $vector);
@@ -436,10 +440,10 @@ macro_rules! kernel3d {
             Some(stringify!($c4)),
         ];
         const COLUMN_TWINS: [Option<&'static str>; 4] = [
-            Some(concat!(stringify!($c1), "__maxnreg", 32)),
-            Some(concat!(stringify!($c2), "__maxnreg", 32)),
-            Some(concat!(stringify!($c3), "__maxnreg", 32)),
-            Some(concat!(stringify!($c4), "__maxnreg", 32)),
+            Some($crate::kernel3d!(@twin $c1)),
+            Some($crate::kernel3d!(@twin $c2)),
+            Some($crate::kernel3d!(@twin $c3)),
+            Some($crate::kernel3d!(@twin $c4)),
         ];
     };
     (@names $name:ident; zqueue = $zqueue:ident, tiled = $tiled:ident, vector = $vector:ident, temporal = $temporal:ident $(,)?) => {
