@@ -288,6 +288,8 @@ pub struct RunOutput<T> {
     pub steps_choice: Option<StepsChoice>,
     /// Steps run in temporally blocked passes (the rest ran singly).
     pub blocked_steps: usize,
+    /// The most steps a pass advanced (1: single steps only).
+    pub pass_steps: u32,
     /// The checkpoints written (rank 0).
     pub checkpoints: Vec<Written>,
     /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
@@ -585,8 +587,9 @@ pub struct Schedule {
 /// Steps per temporally blocked pass ([`Loop3D::run_temporal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Temporal {
-    /// As the auto-tuning engine finds fastest ([`Loop3D::run_steps`]); single steps on other
-    /// engines and on several ranks (or `cut`).
+    /// As the engine finds fastest: the auto-tuner's choice ([`Loop3D::run_steps`]), the CPU
+    /// engine's passes where the fields leave its cache ([`Loop3D::untuned_steps`]), single steps
+    /// with a fixed launch and on several ranks (or `cut`).
     Auto,
     /// This many (1: single steps); a split run exchanges halos as deep once a pass
     /// ([`halo_depth`]).
@@ -752,7 +755,9 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     // Steps per pass; `None` while the auto-tuner is still choosing.
     let mut temporal = match schedule.temporal {
         Temporal::Steps(t) => Some(t),
-        Temporal::Auto if split.is_some() || !engine.tunes() => Some(1),
+        Temporal::Auto if split.is_some() => Some(1),
+        // What an engine that does not tune runs (the CPU engine's passes), or the tuner's choice.
+        Temporal::Auto if !engine.tunes() => Some(step.untuned_steps::<Diffusion3d<T>>()),
         Temporal::Auto => None,
     };
     // Local array index to the global interior point (x, y, z), counted from 1, on rank `r`.
@@ -848,7 +853,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let mut s = first_step;
     let mut checked = first_step;
     // Steps run in temporally blocked passes.
-    let mut blocked = 0;
+    let (mut blocked, mut pass_steps) = (0, 1);
     while s < steps {
         let settled = !engine.tunes() || (E::tuning(step.info()).is_some() && temporal.is_some());
         if split.is_none()
@@ -877,6 +882,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
                 s += report_every;
                 let t = temporal.unwrap_or(1) as usize;
                 blocked += if t > 1 { report_every / t * t } else { 0 };
+                pass_steps = pass_steps.max(t as u32);
                 None
             }
             (_, Some(o)) => {
@@ -902,6 +908,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         if let Some(t) = ran {
             s += t as usize;
             blocked += if t > 1 { t as usize } else { 0 };
+            pass_steps = pass_steps.max(t);
             std::mem::swap(&mut f, &mut g);
         }
         if s % report_every != 0 {
@@ -976,6 +983,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         tuning_unfinished,
         steps_choice,
         blocked_steps: blocked,
+        pass_steps,
         checkpoints: written,
         checkpoint_wait,
     })

@@ -620,7 +620,21 @@ fn temporal_runs_give_single_steps_bytes(engine: &[&str], dir: &Path) {
 
 #[test]
 fn temporal_passes_give_the_bytes_of_single_steps() {
-    temporal_runs_give_single_steps_bytes(&["--engine", "host"], &scratch("temporal"));
+    let dir = scratch("temporal");
+    temporal_runs_give_single_steps_bytes(&["--engine", "host"], &dir);
+    // The default, `--temporal auto`: fields this small stay in the CPU's cache, where the CPU
+    // engine runs single steps (passes where they leave it: `HOST_PASS_STEPS`).
+    let text = succeeds_in(
+        &dir,
+        &[
+            "--engine", "host", "--size", "37x29x23", "--steps", "61", "--output", "auto",
+        ],
+    );
+    assert!(!text.contains("temporal blocking"), "{text}");
+    assert!(
+        field(&dir, "auto") == field(&dir, "t1"),
+        "--temporal auto on the CPU differs from single steps"
+    );
 }
 
 #[test]

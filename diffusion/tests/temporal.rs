@@ -10,7 +10,8 @@
 use lattice_gpu_diffusion::Problem;
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::{
-    column_kernel, emulate3d_columns, emulate3d_temporal, launch_pass, PassForm, TuneSpace,
+    column_kernel, emulate3d_columns, emulate3d_temporal, host_pass, launch_pass, PassForm,
+    TuneSpace,
 };
 use lattice_gpu_host::{
     DeviceAutoTuningLoopEngine, DeviceLoopEngine, Element, Field, HostLoopEngine, LaunchShape,
@@ -153,6 +154,16 @@ fn blocked_pass_matches<T: Element, F: StencilUpdate3D<Real = T> + GpuEntry>(
             .unwrap();
         let what = format!("{what}: {steps} steps, CPU engine");
         same_bits(&g.download().unwrap(), &want, &what);
+        // Its tasks' boxes: tiles narrower than the halo, ragged ones, and slabs of one plane.
+        for tile in [[3, 2, 1], [7, 5, 4], [16, 8, 9]] {
+            g.upload(&init.1).unwrap();
+            host_pass(&update(&f, &mut g), pass, steps, tile).unwrap();
+            same_bits(
+                &g.download().unwrap(),
+                &want,
+                &format!("{what}, tiles {tile:?}"),
+            );
+        }
     }
 }
 

@@ -17,9 +17,15 @@ use lattice_gpu_kernels::device::math::Real;
 
 /// The index of the first NaN or infinite value in `values`, `None` where all are finite.
 pub fn first_non_finite<T: Real>(values: &[T]) -> Option<usize> {
-    values
-        .par_iter()
-        .position_first(|v| !v.to_f64().is_finite())
+    let bad = |v: &T| !v.to_f64().is_finite();
+    // Whole chunks without an early exit, a loop the compiler vectorises: rayon's search point by
+    // point took more than half of `diffusion --engine host --size 256` (a check every 16 steps).
+    const CHUNK: usize = 1 << 14;
+    let chunk = values
+        .par_chunks(CHUNK)
+        .position_first(|c| c.iter().fold(false, |found, v| found | bad(v)))?;
+    let at = chunk * CHUNK;
+    values[at..].iter().position(bad).map(|i| at + i)
 }
 
 /// A non-finite value found: where (an index the caller maps to a cell) and what it is.
@@ -132,6 +138,15 @@ mod tests {
         // f32::MAX is finite: large is not diverged.
         assert_eq!(first_non_finite(&[f64::MAX, -f64::MAX]), None);
         assert_eq!(first_non_finite(&[0.0, f64::NEG_INFINITY]), Some(1));
+        // Either side of a chunk's edge, and alone in the last, short chunk.
+        let mut w = vec![0.5f32; 3 * (1 << 14) + 5];
+        w[1 << 14] = f32::NAN;
+        assert_eq!(first_non_finite(&w), Some(1 << 14));
+        w[(1 << 14) - 1] = f32::NAN;
+        assert_eq!(first_non_finite(&w), Some((1 << 14) - 1));
+        let mut w = vec![0.5f64; 3 * (1 << 14) + 5];
+        *w.last_mut().unwrap() = f64::INFINITY;
+        assert_eq!(first_non_finite(&w), Some(w.len() - 1));
     }
 
     #[test]

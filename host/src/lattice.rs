@@ -91,6 +91,12 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
             .run3d_steps(&self.pass, update, max_steps.max(1), &mut self.site)
     }
 
+    /// The steps per pass [`run_steps`](Self::run_steps) takes for `F` on an engine that does not
+    /// tune ([`LoopEngine::untuned_steps`]).
+    pub fn untuned_steps<F: StencilUpdate3D + GpuEntry>(&self) -> u32 {
+        self.engine.untuned_steps::<F>(&self.pass)
+    }
+
     /// Runs `update` over the range and writes the sum of its terms into value `slot` of `out`, queued
     /// (a dot product fused into the loop: [`SumUpdate3D`]).
     pub fn run_sum<F: SumUpdate3D + GpuEntry>(

@@ -128,6 +128,34 @@ pub fn peak_resident() -> Option<u64> {
     proc_bytes("/proc/self/status", "VmHWM:")
 }
 
+/// Bytes of the largest data cache of the CPU the process runs on (its last level, shared by its
+/// cores), from Linux's sysfs; `None` where it cannot be read. No crate reads it on every platform
+/// (`sysinfo` does not); the CPU engine only weighs it against a field's size.
+pub fn last_level_cache() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| {
+        let path = e.ok()?.path();
+        let kind = std::fs::read_to_string(path.join("type")).ok()?;
+        if kind.trim() == "Instruction" {
+            return None;
+        }
+        cache_bytes(std::fs::read_to_string(path.join("size")).ok()?.trim())
+    })
+    .max()
+}
+
+/// A sysfs cache size ("32K", "1024K", "300M") in bytes.
+fn cache_bytes(size: &str) -> Option<u64> {
+    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+    let shift = match unit {
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    Some(digits.parse::<u64>().ok()? << shift)
+}
+
 /// A `key: N kB` line of a /proc file, in bytes.
 fn proc_bytes(file: &str, key: &str) -> Option<u64> {
     let info = std::fs::read_to_string(file).ok()?;
@@ -139,6 +167,18 @@ fn proc_bytes(file: &str, key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(cache_bytes("32K"), Some(32 << 10));
+        assert_eq!(cache_bytes("300M"), Some(300 << 20));
+        assert_eq!(cache_bytes("2G"), Some(2 << 30));
+        assert_eq!(cache_bytes("512"), None);
+        assert_eq!(cache_bytes("12X"), None);
+        if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache").exists() {
+            assert!(last_level_cache().is_some_and(|b| b >= 1 << 20));
+        }
+    }
 
     #[test]
     fn byte_counts_that_overflow_are_refused_by_name() {

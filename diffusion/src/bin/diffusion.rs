@@ -46,11 +46,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 5000, allow_hyphen_values = true)]
     steps: usize,
     /// Steps per temporally blocked pass: auto (the auto-tuner weighs passes of 2 to 4 steps against
-    /// single steps on the run's own steps, and keeps the fastest; single steps on the CPU and with
-    /// a fixed launch), or 1 to 8. Each pass reads and
-    /// writes the field once for that many steps, with the same bits as single steps. Split
-    /// (--gpus, --mpi, --cut), halos that many planes deep are exchanged once a pass; auto means 1
-    /// there.
+    /// single steps on the run's own steps, and keeps the fastest; on the CPU passes of 3 where the
+    /// fields exceed half its last-level cache; single steps with a fixed launch), or 1 to 8. Each
+    /// pass reads and writes the field once for that many steps, with the same bits as single
+    /// steps. Split (--gpus, --mpi, --cut), halos that many planes deep are exchanged once a pass;
+    /// auto means 1 there.
     #[arg(long, default_value = "auto", allow_hyphen_values = true)]
     temporal: Temporal,
     /// Diffusivity.
@@ -298,6 +298,13 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
         (None, Temporal::Steps(t)) if t > 1 => println!(
             "temporal blocking: {t} steps per pass (each pass reads and writes the field once), {} \
              of the {} steps",
+            result.blocked_steps,
+            args.steps - first
+        ),
+        (None, Temporal::Auto) if result.pass_steps > 1 => println!(
+            "temporal blocking: {} steps per pass (the engine's choice; each pass reads and writes the \
+             field once), {} of the {} steps",
+            result.pass_steps,
             result.blocked_steps,
             args.steps - first
         ),

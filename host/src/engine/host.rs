@@ -1,27 +1,28 @@
 //! The CPU engine: the same point updates, run by rayon over planes (3-D) or rows (2-D).
 
-use lattice_gpu_kernels::device::math::Real;
-use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
     ArrayIndex2D, ArrayIndex3D, BlockProgram, GpuEntry, LoopRange, PassRange, PointUpdate2D,
-    PointUpdate3D, Serial, StencilUpdate3D, SumUpdate3D, TemporalBlock, ThreadCoords, Variant,
+    PointUpdate3D, Serial, StencilUpdate3D, SumUpdate3D, ZQUEUE_MAX_RADIUS,
 };
 use rayon::prelude::*;
 
-use super::device::LaunchShape;
+use super::vectors::{avx2, has_avx2};
 use super::LoopEngine;
 use crate::error::{Error, Result};
 use crate::field::{Element, Field, HostField, Shape};
-
-/// The xy tile of the CPU engine's temporally blocked passes: 64 x 16 points, whose rings (four f32
-/// steps: 83 KB) stay in a core's L2.
-pub const HOST_TILE: [u32; 2] = [64, 16];
 
 /// Runs point updates on the CPU, one rayon task per z plane (3-D) or row (2-D).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostLoopEngine;
 
+/// The steps a pass of [`HostLoopEngine`]'s [`run3d_steps`](LoopEngine::run3d_steps) advances
+/// where the fields leave the cache: on the 16 Xeon cores of an H200 machine, passes of three steps
+/// of the 7-point diffusion ran 2.1x the single step at 512^3 in f32 and 2.4x in f64, 1.5x at 256^3
+/// in f64 (docs/benchmarks/history.md). The CPU engine does not tune.
+pub const HOST_PASS_STEPS: u32 = 3;
+
 /// Visits the points of plane `k` of `r` in order, x fastest.
+#[inline(always)]
 fn plane(r: &LoopRange, k: u32, mut point: impl FnMut(&ArrayIndex3D)) {
     let mut idx = ArrayIndex3D::new(r.n);
     for j in r.begin[1]..r.end[1] {
@@ -29,6 +30,13 @@ fn plane(r: &LoopRange, k: u32, mut point: impl FnMut(&ArrayIndex3D)) {
             idx.set(i, j, k);
             point(&idx);
         }
+    }
+}
+
+avx2! {
+    /// The points of plane `k` of `r` updated by `f`, with AVX2.
+    fn plane_avx2<F: PointUpdate3D>(r: &LoopRange, k: u32, f: &F) {
+        plane(r, k, |idx| f.update(idx))
     }
 }
 
@@ -58,13 +66,16 @@ impl LoopEngine for HostLoopEngine {
     fn run3d<F: PointUpdate3D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
         (r.begin[2]..r.end[2])
             .into_par_iter()
-            .for_each(|k| plane(r, k, |idx| f.update(idx)));
+            .for_each(|k| match has_avx2() {
+                // SAFETY: the CPU has AVX2.
+                true => unsafe { plane_avx2(r, k, f) },
+                false => plane(r, k, |idx| f.update(idx)),
+            });
         Ok(())
     }
 
-    /// The blocked schedule the GPU runs ([`TemporalBlock`]), one rayon task per xy tile of
-    /// [`HOST_TILE`], marching the whole z range with its rings in a scratch of its own (cache-sized:
-    /// 83 KB for four f32 steps).
+    /// The GPU's blocked schedule in a CPU's form ([`wavefront`](super::wavefront)): one rayon task
+    /// per tile of whole rows and slab of z, its levels between in a cache-sized scratch.
     fn run3d_temporal<F: StencilUpdate3D + GpuEntry>(
         &self,
         pass: &PassRange,
@@ -72,32 +83,40 @@ impl LoopEngine for HostLoopEngine {
         steps: u32,
         _: &mut (),
     ) -> Result<()> {
-        let tile = LaunchShape {
-            block_x: HOST_TILE[0],
-            block_y: HOST_TILE[1],
-            march: 1,
-            variant: Variant::Plain,
-        };
-        let bytes = super::device::temporal_bytes::<F>(tile, steps, usize::MAX)?;
-        let ext = pass.out.extent();
-        let [tx, ty] = HOST_TILE;
-        let (gx, gy) = (ext[0].div_ceil(tx), ext[1].div_ceil(ty));
-        let len = bytes / std::mem::size_of::<F::Real>();
-        (0..gx * gy).into_par_iter().for_each(|b| {
-            let block_idx = [b % gx, b / gx, 0];
-            let block = TemporalBlock::tiled(f, pass, HOST_TILE, ext[2], steps, block_idx, [1, 1]);
-            let mut rings = vec![F::Real::ZERO; len];
-            let shared = SharedPtr::from_host_ptr(rings.as_mut_ptr());
-            let c = ThreadCoords {
-                block_idx,
-                block_dim: HOST_TILE,
-                thread_idx: [0, 0],
-            };
-            // SAFETY: `rings` holds the tile's rings, this task's alone, and its one thread runs the
-            // phases in order, which needs no barrier.
-            unsafe { block.run(f, shared, &block.stage::<F>(c), || {}) };
-        });
-        Ok(())
+        let tile = super::wavefront::host_tile::<F>(&pass.out, steps.max(1));
+        super::wavefront::host_pass(f, pass, steps, tile)
+    }
+
+    /// Passes of up to [`HOST_PASS_STEPS`] steps where the update has a temporal entry and a z
+    /// radius the blocked pass takes; single steps otherwise.
+    fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
+        &self,
+        pass: &PassRange,
+        f: &F,
+        max_steps: u32,
+        site: &mut (),
+    ) -> Result<u32> {
+        match max_steps.min(self.untuned_steps::<F>(pass)) {
+            t if t > 1 => self.run3d_temporal(pass, f, t, site).map(|()| t),
+            _ => self.run3d(&pass.out, f, site).map(|()| 1),
+        }
+    }
+
+    /// [`HOST_PASS_STEPS`] where the update has a temporal entry and a z radius the blocked pass
+    /// takes, and its two fields exceed half the CPU's last-level cache (or its size is unknown);
+    /// else 1, as the passes save little where a cache holds the fields: on 16 Xeon cores with 300
+    /// MiB of L3, passes of three ran 0.85x and 1.01x the single step (two runs) with the 170 MB of
+    /// f32 fields at 256^3 (rows padded), 1.08x and 1.52x with the 307 MB of f64, and 2.1x and 2.4x
+    /// at 512^3. Half the cache leaves room for the rest of the run.
+    fn untuned_steps<F: StencilUpdate3D + GpuEntry>(&self, pass: &PassRange) -> u32 {
+        let fields = 2
+            * pass.live.n.iter().map(|&n| n as u64).product::<u64>()
+            * std::mem::size_of::<F::Real>() as u64;
+        let beyond_cache = crate::memory::last_level_cache().is_none_or(|c| fields > c / 2);
+        match F::TEMPORAL_ENTRY.is_some() && F::RADIUS[2] <= ZQUEUE_MAX_RADIUS && beyond_cache {
+            true => HOST_PASS_STEPS,
+            false => 1,
+        }
     }
 
     fn run3d_sum<F: SumUpdate3D + GpuEntry>(
@@ -181,5 +200,25 @@ mod tests {
             .to_string();
         assert!(e.contains("a test field") && e.contains("GiB"), "{e}");
         HostLoopEngine.check_fits(1 << 20, "a small field").unwrap();
+    }
+
+    #[test]
+    fn passes_run_where_the_fields_leave_the_cache() {
+        use lattice_gpu_kernels::diffusion::Diffusion3d;
+        let pass = |n: u32| {
+            PassRange::whole(LoopRange {
+                n: [n; 3],
+                begin: [1; 3],
+                end: [n - 1; 3],
+            })
+        };
+        let steps = |n| HostLoopEngine.untuned_steps::<Diffusion3d<f32>>(&pass(n));
+        // 32 GiB of fields leave any cache; 128 KiB stay in any last level that can be read.
+        assert_eq!(steps(2048), HOST_PASS_STEPS);
+        let small = match crate::memory::last_level_cache() {
+            Some(_) => 1,
+            None => HOST_PASS_STEPS,
+        };
+        assert_eq!(steps(32), small);
     }
 }

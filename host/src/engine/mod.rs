@@ -1,7 +1,8 @@
 //! Loop engines: what runs a point update over a range. The paper's template parameter of `Loop3D`, as a
 //! trait, so users can plug in their own.
 //!
-//! - [`HostLoopEngine`]: the CPU, rayon-parallel over planes.
+//! - [`HostLoopEngine`]: the CPU, rayon-parallel over planes; its temporally blocked passes are
+//!   [`wavefront`]'s.
 //! - [`DeviceLoopEngine`]: the GPU with one fixed [`LaunchShape`].
 //! - [`DeviceAutoTuningLoopEngine`]: the GPU, timing the candidates of a [`TuneSpace`] (block shape,
 //!   march and kernel [`Variant`]) on the real work and keeping the fastest, persisted in the
@@ -18,6 +19,8 @@ pub mod emulate;
 pub mod host;
 pub mod tunecache;
 pub mod tuner;
+mod vectors;
+pub mod wavefront;
 
 pub use autotune::{
     tune_candidates, tune_key, AutoTuningInfo, DeviceAutoTuningLoopEngine, StepsChoice, TuneParam,
@@ -32,6 +35,7 @@ pub use emulate::{emulate3d, emulate3d_columns, emulate3d_temporal};
 pub use host::HostLoopEngine;
 pub use lattice_gpu_kernels::stencil::Variant;
 pub use tuner::{tune, Params, Search, Trials, Tunable, Tuned};
+pub use wavefront::host_pass;
 
 use lattice_gpu_kernels::stencil::{
     BlockProgram, GpuEntry, LoopRange, PassRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D,
@@ -97,7 +101,8 @@ pub trait LoopEngine {
     /// Advances `f` by up to `max_steps` (at least 1) steps over `pass` as the engine finds fastest,
     /// and says how many it ran: the last lands in `f`'s output at the points of `pass.out`, as after
     /// one step over it. Engines that tune weigh temporally blocked passes against single steps
-    /// ([`StepsChoice`]); the others run one step.
+    /// ([`StepsChoice`]); the others run passes of [`untuned_steps`](Self::untuned_steps) (the CPU
+    /// engine's where the fields leave its cache), one step by default.
     fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
         &self,
         pass: &PassRange,
@@ -107,6 +112,13 @@ pub trait LoopEngine {
     ) -> Result<u32> {
         let _ = max_steps;
         self.run3d(&pass.out, f, site).map(|()| 1)
+    }
+    /// The steps a pass of [`run3d_steps`](Self::run3d_steps) over `pass` advances for `F` where
+    /// there is room, on an engine that does not tune (what one that tunes chooses is its
+    /// [`steps_choice`](Self::steps_choice)): 1, single steps, unless the engine says otherwise.
+    fn untuned_steps<F: StencilUpdate3D + GpuEntry>(&self, pass: &PassRange) -> u32 {
+        let _ = pass;
+        1
     }
     /// Runs `f` at every point of the 2-D `range`.
     fn run2d<F: PointUpdate2D + GpuEntry>(
