@@ -79,7 +79,7 @@ pub struct BenchRow {
 
 impl BenchRow {
     /// The rates of a step of `ms` milliseconds against a copy bandwidth of `copy` GB/s, from the
-    /// update's stated work (13 flops per point, each point read and written once).
+    /// update's stated work (10 flops per point, each point read and written once).
     pub fn rate(&self, ms: f64, copy: f64) -> Rate {
         self.tuning.cost.rate(ms, copy)
     }

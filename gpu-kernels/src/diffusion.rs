@@ -6,11 +6,16 @@ use crate::stencil::{
 };
 
 /// One explicit step of the heat equation at one point (the paper's `Diffusion3d` functor):
-/// `fnew = cc f + ce f(x+1) + cw f(x-1) + cn f(y+1) + cs f(y-1) + ct f(z+1) + cb f(z-1)`.
-/// 13 floating-point operations per point (7 multiplies, 6 adds). Rust does not contract `a * b + c`
-/// into an FMA (the PTX says `mul.rn`/`add.rn`), so the GPU and the CPU engine round identically. Written
-/// once, as a [`StencilUpdate3D`], so the z-queue, tiled and vector kernels run the same arithmetic in the
-/// same order on values staged in registers and shared memory.
+/// `fnew = cc f + cx (f(x+1) + f(x-1)) + cy (f(y+1) + f(y-1)) + cz (f(z+1) + f(z-1))`, each axis's
+/// pair summed first, then added by fused multiply-adds: 10 floating-point operations per point (3
+/// adds, a multiply and 3 FMAs), where the paper's form takes 13 instructions (7 multiplies, 6 adds).
+/// The FMAs are written out (`mul_add`: `fma.rn` on the GPU, the FMA instruction or libm's `fma` on
+/// the CPU, each rounding once), as Rust contracts nothing itself, so every engine rounds
+/// identically. The temporally blocked passes, bound by their instructions, gained from the six
+/// fewer: on an H200 the f32 pass of three steps went from 1.44x to 1.51x the single step at 512^3,
+/// f64 from 1.46x to 1.63x (docs/benchmarks/history.md). Written once, as a [`StencilUpdate3D`], so
+/// every kernel runs the same arithmetic in the same order on values staged in registers and shared
+/// memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Diffusion3d<T> {
@@ -29,7 +34,7 @@ pub struct Diffusion3d<T> {
 }
 
 /// Floating-point operations per updated point, as counted for GFLOPS.
-pub const FLOPS_PER_POINT: u64 = 13;
+pub const FLOPS_PER_POINT: u64 = 10;
 
 impl<T: Real> Diffusion3d<T> {
     /// The update for diffusivity `kappa`, time step `dt` and grid spacings `h = (dx, dy, dz)`.
@@ -71,13 +76,14 @@ impl<T: Real> StencilUpdate3D for Diffusion3d<T> {
 
     #[inline(always)]
     fn value_with<S: Source3D<T>>(&self, idx: &ArrayIndex3D, f: &S) -> T {
-        self.cc * f.at::<0, 0, 0>(idx)
-            + self.cx * f.at::<1, 0, 0>(idx)
-            + self.cx * f.at::<-1, 0, 0>(idx)
-            + self.cy * f.at::<0, 1, 0>(idx)
-            + self.cy * f.at::<0, -1, 0>(idx)
-            + self.cz * f.at::<0, 0, 1>(idx)
-            + self.cz * f.at::<0, 0, -1>(idx)
+        let x = f.at::<1, 0, 0>(idx) + f.at::<-1, 0, 0>(idx);
+        let y = f.at::<0, 1, 0>(idx) + f.at::<0, -1, 0>(idx);
+        let z = f.at::<0, 0, 1>(idx) + f.at::<0, 0, -1>(idx);
+        self.cz.mul_add(
+            z,
+            self.cy
+                .mul_add(y, self.cx.mul_add(x, self.cc * f.at::<0, 0, 0>(idx))),
+        )
     }
 }
 

@@ -59,9 +59,9 @@ pub const MAX_COLUMN_STEPS: usize = 4;
 
 /// The register cap of each column entry's twin, whose name adds [`COLUMN_MAXNREG_SUFFIX`]: room for
 /// two blocks of 1024 threads on an SM of 65536 registers. A block of 1024 threads has the tallest
-/// tile, so the fewest halo columns per output column; without the cap the f32 passes of three and
-/// four steps (38 and 40 registers) keep one such block on an SM. The host launches the twin where
-/// it keeps more blocks on an SM and spills nothing.
+/// tile, so the fewest halo columns per output column; without the cap the diffusion update's f32
+/// pass of four steps (40 registers; three steps take 32) keeps one such block on an SM. The host
+/// launches the twin where it keeps more blocks on an SM and spills nothing.
 pub const COLUMN_MAXNREG: u32 = 32;
 
 /// The suffix of the capped twin's entry name ([`COLUMN_MAXNREG`]; `kernel3d!` writes it out).

@@ -516,7 +516,8 @@ pub(crate) fn column_launch<F: StencilUpdate3D>(
 /// The entry a column-form launch of `steps` steps with blocks of `block` threads runs: `F`'s column
 /// entry, or its twin capped at [`COLUMN_MAXNREG`] registers ([`GpuEntry::COLUMN_TWINS`]) where the
 /// twin spills nothing and an SM holds more of its blocks (with their shared planes). That is where
-/// the cap pays: the f32 pass of three steps in blocks of 1024 threads, two on an SM instead of one.
+/// the cap pays: the diffusion's f32 pass of four steps in blocks of 1024 threads, two on an SM
+/// instead of one.
 ///
 /// [`COLUMN_MAXNREG`]: lattice_gpu_kernels::stencil::COLUMN_MAXNREG
 pub fn column_kernel<F: StencilUpdate3D + GpuEntry>(

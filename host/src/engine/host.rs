@@ -6,7 +6,7 @@ use lattice_gpu_kernels::stencil::{
 };
 use rayon::prelude::*;
 
-use super::vectors::{avx2, has_avx2};
+use super::vectors::{avx2, has_avx2_fma};
 use super::LoopEngine;
 use crate::error::{Error, Result};
 use crate::field::{Element, Field, HostField, Shape};
@@ -17,8 +17,8 @@ pub struct HostLoopEngine;
 
 /// The steps a pass of [`HostLoopEngine`]'s [`run3d_steps`](LoopEngine::run3d_steps) advances
 /// where the fields leave the cache: on the 16 Xeon cores of an H200 machine, passes of three steps
-/// of the 7-point diffusion ran 2.1x the single step at 512^3 in f32 and 2.4x in f64, 1.5x at 256^3
-/// in f64 (docs/benchmarks/history.md). The CPU engine does not tune.
+/// of the 7-point diffusion ran 2.25x the single step at 512^3 in f32 and 2.22x in f64, 1.18x and
+/// 1.32x at 256^3 (docs/BENCHMARKS.md). The CPU engine does not tune.
 pub const HOST_PASS_STEPS: u32 = 3;
 
 /// Visits the points of plane `k` of `r` in order, x fastest.
@@ -34,7 +34,7 @@ fn plane(r: &LoopRange, k: u32, mut point: impl FnMut(&ArrayIndex3D)) {
 }
 
 avx2! {
-    /// The points of plane `k` of `r` updated by `f`, with AVX2.
+    /// The points of plane `k` of `r` updated by `f`, with AVX2 and FMA.
     fn plane_avx2<F: PointUpdate3D>(r: &LoopRange, k: u32, f: &F) {
         plane(r, k, |idx| f.update(idx))
     }
@@ -66,8 +66,8 @@ impl LoopEngine for HostLoopEngine {
     fn run3d<F: PointUpdate3D + GpuEntry>(&self, r: &LoopRange, f: &F, _: &mut ()) -> Result<()> {
         (r.begin[2]..r.end[2])
             .into_par_iter()
-            .for_each(|k| match has_avx2() {
-                // SAFETY: the CPU has AVX2.
+            .for_each(|k| match has_avx2_fma() {
+                // SAFETY: the CPU has AVX2 and FMA.
                 true => unsafe { plane_avx2(r, k, f) },
                 false => plane(r, k, |idx| f.update(idx)),
             });
@@ -105,8 +105,8 @@ impl LoopEngine for HostLoopEngine {
     /// [`HOST_PASS_STEPS`] where the update has a temporal entry and a z radius the blocked pass
     /// takes, and its two fields exceed half the CPU's last-level cache (or its size is unknown);
     /// else 1, as the passes save little where a cache holds the fields: on 16 Xeon cores with 300
-    /// MiB of L3, passes of three ran 0.85x and 1.01x the single step (two runs) with the 170 MB of
-    /// f32 fields at 256^3 (rows padded), 1.08x and 1.52x with the 307 MB of f64, and 2.1x and 2.4x
+    /// MiB of L3, passes of three ran 0.85x to 1.18x the single step (three runs) with the 170 MB of
+    /// f32 fields at 256^3 (rows padded), 1.08x to 1.52x with the 307 MB of f64, and 2.1x to 2.4x
     /// at 512^3. Half the cache leaves room for the rest of the run.
     fn untuned_steps<F: StencilUpdate3D + GpuEntry>(&self, pass: &PassRange) -> u32 {
         let fields = 2
