@@ -132,16 +132,20 @@ pub fn peak_resident() -> Option<u64> {
 /// cores), from Linux's sysfs; `None` where it cannot be read. No crate reads it on every platform
 /// (`sysinfo` does not); the CPU engine only weighs it against a field's size.
 pub fn last_level_cache() -> Option<u64> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    dir.filter_map(|e| {
-        let path = e.ok()?.path();
-        let kind = std::fs::read_to_string(path.join("type")).ok()?;
-        if kind.trim() == "Instruction" {
-            return None;
-        }
-        cache_bytes(std::fs::read_to_string(path.join("size")).ok()?.trim())
+    // Read once: the CPU engine asks at every pass it weighs.
+    static BYTES: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+        dir.filter_map(|e| {
+            let path = e.ok()?.path();
+            let kind = std::fs::read_to_string(path.join("type")).ok()?;
+            if kind.trim() == "Instruction" {
+                return None;
+            }
+            cache_bytes(std::fs::read_to_string(path.join("size")).ok()?.trim())
+        })
+        .max()
     })
-    .max()
 }
 
 /// A sysfs cache size ("32K", "1024K", "300M") in bytes.

@@ -87,8 +87,8 @@ impl LoopEngine for HostLoopEngine {
         super::wavefront::host_pass(f, pass, steps, tile)
     }
 
-    /// Passes of up to [`HOST_PASS_STEPS`] steps where the update has a temporal entry and a z
-    /// radius the blocked pass takes; single steps otherwise.
+    /// Passes of up to [`untuned_steps`](LoopEngine::untuned_steps) steps, single steps where that
+    /// is 1.
     fn run3d_steps<F: StencilUpdate3D + GpuEntry>(
         &self,
         pass: &PassRange,
