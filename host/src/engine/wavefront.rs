@@ -21,7 +21,6 @@
 //!
 //! [`TemporalBlock`]: lattice_gpu_kernels::stencil::TemporalBlock
 
-use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::stencil::{
     ArrayIndex3D, GpuEntry, LoopRange, PassRange, Source3D, StencilUpdate3D, Variant,
     ZQUEUE_MAX_RADIUS,
@@ -184,15 +183,26 @@ pub fn host_pass<F: StencilUpdate3D + GpuEntry>(
         let b = [t % g[0], t / g[0] % g[1], t / (g[0] * g[1])];
         let lo: [u32; 3] = core::array::from_fn(|a| out.begin[a] + b[a] * tile[a]);
         let hi: [u32; 3] = core::array::from_fn(|a| (lo[a] + tile[a]).min(out.end[a]));
-        let task = TileTask::new(f, pass, steps, lo, hi);
-        // AVX2 made the passes of three and four steps 1.2x faster on a 2-core AMD EPYC.
-        match has_avx2_fma() {
-            // SAFETY: the CPU has AVX2 and FMA.
-            true => unsafe { run_avx2(&task, f) },
-            false => task.run(f),
-        }
+        // The task calls nothing that could run another of the pass's tasks on this thread, so
+        // the scratch is borrowed once.
+        RINGS.with_borrow_mut(|scratch| {
+            let task = TileTask::new(f, pass, steps, lo, hi, scratch);
+            // AVX2 made the passes of three and four steps 1.2x faster on a 2-core AMD EPYC.
+            match has_avx2_fma() {
+                // SAFETY: the CPU has AVX2 and FMA.
+                true => unsafe { run_avx2(&task, f) },
+                false => task.run(f),
+            }
+        });
     });
     Ok(())
+}
+
+thread_local! {
+    /// Each thread's rings, kept from task to task and pass to pass: a task's own would be fresh
+    /// pages (hundreds of kilobytes), which the kernel faults in and zeroes every time. Words of
+    /// 8 bytes, aligned for any `Real`; every cell a task reads it has written first.
+    static RINGS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 avx2! {
@@ -211,11 +221,19 @@ struct TileTask<'a, F: StencilUpdate3D> {
     /// Per level, the spans it covers in x, y and z (level 0's unused).
     spans: Vec<[Span; 3]>,
     /// The rings' storage, which `levels` points into.
-    _rings: Vec<F::Real>,
+    _rings: &'a mut Vec<u64>,
 }
 
 impl<'a, F: StencilUpdate3D> TileTask<'a, F> {
-    fn new(f: &F, pass: &'a PassRange, steps: u32, lo: [u32; 3], hi: [u32; 3]) -> Self {
+    /// The task of the output box `lo .. hi`, its rings in `scratch` (grown as they need).
+    fn new(
+        f: &F,
+        pass: &'a PassRange,
+        steps: u32,
+        lo: [u32; 3],
+        hi: [u32; 3],
+        scratch: &'a mut Vec<u64>,
+    ) -> Self {
         let n = pass.live.n;
         let r = F::RADIUS;
         let spans: Vec<[Span; 3]> = (0..=steps)
@@ -226,12 +244,17 @@ impl<'a, F: StencilUpdate3D> TileTask<'a, F> {
         let (w, h) = ((sx.1 - sx.0) as usize, (sy.1 - sy.0) as usize);
         let slots = 2 * r[2] as usize + 1;
         let rings_len = (steps as usize - 1) * slots * w * h;
-        let mut rings = vec![F::Real::ZERO; rings_len];
+        let words = (rings_len * core::mem::size_of::<F::Real>()).div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        const { assert!(core::mem::align_of::<F::Real>() <= 8) };
+        let rings = scratch.as_mut_ptr() as *mut F::Real;
         // The input is only read (`Level` serves the rings and the output too).
         let mut levels = vec![Level::field(f.input().as_ptr() as *mut F::Real, n)];
         for l in 1..steps as usize {
             // The origin folded in: the ring's first point is (sx.0, sy.0).
-            let start = rings.as_mut_ptr().wrapping_add((l - 1) * slots * w * h);
+            let start = rings.wrapping_add((l - 1) * slots * w * h);
             levels.push(Level {
                 base: start.wrapping_sub(sx.0 as usize + sy.0 as usize * w),
                 plane: w * h,
@@ -245,7 +268,7 @@ impl<'a, F: StencilUpdate3D> TileTask<'a, F> {
             steps,
             levels,
             spans,
-            _rings: rings,
+            _rings: scratch,
         }
     }
 
