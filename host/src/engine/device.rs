@@ -364,26 +364,33 @@ pub(crate) fn launch<F: Copy>(
     })
 }
 
-/// The dynamic shared memory of a temporally blocked launch of `steps` steps with `shape`'s block,
-/// checked: `F` has the entry, `steps` lies in `1 ..= MAX_TEMPORAL_STEPS`, and the rings fit in
-/// `limit` bytes (what a block may have with its kernel opting in).
-pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
-    shape: LaunchShape,
-    steps: u32,
-    limit: usize,
-) -> Result<usize> {
-    if F::TEMPORAL_ENTRY.is_none() {
+/// `F`'s temporally blocked entry for passes of `steps` steps, checked: `F` has one, and `steps` lies
+/// in `1 ..= MAX_TEMPORAL_STEPS` (what every engine's blocked pass asks first).
+pub(crate) fn temporal_entry<F: StencilUpdate3D + GpuEntry>(steps: u32) -> Result<&'static str> {
+    let Some(entry) = F::TEMPORAL_ENTRY else {
         return Err(Error::InvalidSetting(format!(
             "kernel {} has no temporally blocked entry; give it one with kernel3d!(name => Type; \
              zqueue = ..., tiled = ..., vector = ..., temporal = ...)",
             F::ENTRY
         )));
-    }
+    };
     if !(1..=MAX_TEMPORAL_STEPS).contains(&steps) {
         return Err(Error::InvalidSetting(format!(
             "{steps} steps per pass: a temporally blocked pass advances 1 to {MAX_TEMPORAL_STEPS}"
         )));
     }
+    Ok(entry)
+}
+
+/// The dynamic shared memory of a temporally blocked launch of `steps` steps with `shape`'s block,
+/// checked as [`temporal_entry`] does, and the rings within `limit` bytes (what a block may have
+/// with its kernel opting in).
+pub(crate) fn temporal_bytes<F: StencilUpdate3D + GpuEntry>(
+    shape: LaunchShape,
+    steps: u32,
+    limit: usize,
+) -> Result<usize> {
+    temporal_entry::<F>(steps)?;
     let elem = std::mem::size_of::<F::Real>();
     let bytes = temporal_shared_bytes([shape.block_x, shape.block_y], F::RADIUS, steps, elem);
     if bytes > limit {
@@ -620,16 +627,7 @@ pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
 ) -> Result<&'static str> {
     match form {
         PassForm::Columns => column_entry::<F>(steps),
-        PassForm::General => {
-            let one = LaunchShape {
-                block_x: 1,
-                block_y: 1,
-                march: 1,
-                variant: Variant::Plain,
-            };
-            temporal_bytes::<F>(one, steps, usize::MAX)?;
-            Ok(F::TEMPORAL_ENTRY.unwrap_or(F::ENTRY))
-        }
+        PassForm::General => temporal_entry::<F>(steps),
     }
 }
 

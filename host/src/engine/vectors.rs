@@ -5,7 +5,7 @@
 //! the FMA instruction and libm round once alike, and LLVM fuses no multiply and add that Rust did
 //! not write fused.
 //!
-//! Each loop has a twin marked `#[target_feature(enable = "avx2")]` that calls it, the loop itself
+//! Each loop has a twin marked `#[target_feature(enable = "avx2,fma")]` that calls it, the loop itself
 //! `#[inline(always)]` so that it is compiled again inside the twin ([`avx2!`] writes the twin). A
 //! generic twin taking a closure left the closure's body uninlined, in SSE2, in the `diffusion`
 //! binary.

@@ -5,7 +5,7 @@
 //! front `q`, level `l` (1 to `T`) computes its plane `q - (l - 1) rz` from the `2 rz + 1` planes of
 //! level `l - 1` around it, which the front has just completed. Level 0 is the input field itself and
 //! level `T` the output; the levels between live in rings of `2 rz + 1` planes of the tile widened by
-//! `T - 1` radii, a scratch of the task's own that stays in the core's cache. Level `l` covers the
+//! `T - 1` radii, in a scratch of the thread's own that stays in the core's cache. Level `l` covers the
 //! output tile widened by `T - l` radii (clipped to the array), recomputing the halo its neighbours
 //! also compute, as the GPU's blocks do.
 //!
@@ -22,12 +22,10 @@
 //! [`TemporalBlock`]: lattice_gpu_kernels::stencil::TemporalBlock
 
 use lattice_gpu_kernels::stencil::{
-    ArrayIndex3D, GpuEntry, LoopRange, PassRange, Source3D, StencilUpdate3D, Variant,
-    ZQUEUE_MAX_RADIUS,
+    ArrayIndex3D, GpuEntry, LoopRange, PassRange, Source3D, StencilUpdate3D, ZQUEUE_MAX_RADIUS,
 };
 use rayon::prelude::*;
 
-use super::device::LaunchShape;
 use super::vectors::{avx2, has_avx2_fma};
 use crate::error::{Error, Result};
 
@@ -153,13 +151,7 @@ pub fn host_pass<F: StencilUpdate3D + GpuEntry>(
 ) -> Result<()> {
     super::check_pass(pass, &F::RADIUS, F::ENTRY)?;
     // The GPU engine's checks, so that code that runs here runs there.
-    let one = LaunchShape {
-        block_x: 32,
-        block_y: 1,
-        march: 1,
-        variant: Variant::Plain,
-    };
-    super::device::temporal_bytes::<F>(one, steps, usize::MAX)?;
+    super::device::temporal_entry::<F>(steps)?;
     if tile.contains(&0) {
         return Err(Error::InvalidSetting(format!(
             "a blocked pass's task covers {tile:?} points: give it at least one along each axis"
