@@ -634,8 +634,8 @@ pub(crate) fn pass_entry<F: StencilUpdate3D + GpuEntry>(
 /// The launches worth timing on `gpu` for a pass of `steps` steps of `F` over `pass` in `form`:
 /// blocks a warp wide or wider within the entry's own thread limit (its registers' share) and the
 /// GPU's shared memory, the column form's with at least a quarter of the block's tile in output;
-/// each marching the whole range, 64 or 16 planes (the column form), or 128 or 32 (the general
-/// form).
+/// each marching the range cut into 1 to 8 equal slabs, 32 or 16 planes (the column form), or the
+/// whole range, 128 or 32 planes (the general form).
 pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
     gpu: &Gpu,
     form: PassForm,
@@ -651,10 +651,14 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
         PassForm::General => pass.out.extent()[2],
     }
     .max(1);
-    let (blocks, marches): (&[[u32; 2]], [u32; 3]) = match form {
+    let (blocks, marches): (&[[u32; 2]], Vec<u32>) = match form {
+        // The range cut into 1 to 8 equal slabs: a pass has few blocks, each a tile of many columns,
+        // and the number that fills the GPU best is the timing's to say. The marches of 64 and 16
+        // planes alone left f32 at 256^3 at 1.38x the single step, where (32,32) blocks marching a
+        // fifth of the range give 1.55x (docs/benchmarks/history.md).
         PassForm::Columns => (
             &[[32, 8], [32, 16], [32, 32], [64, 8], [64, 16], [128, 8]],
-            [nz, 64, 16],
+            (1..=8).map(|k| nz.div_ceil(k)).chain([32, 16]).collect(),
         ),
         PassForm::General => (
             &[
@@ -673,12 +677,12 @@ pub fn pass_candidates<F: StencilUpdate3D + GpuEntry>(
                 [128, 4],
                 [128, 8],
             ],
-            [nz, 128, 32],
+            vec![nz, 128, 32],
         ),
     };
     let mut out: Vec<LaunchShape> = Vec::new();
     for &[block_x, block_y] in blocks {
-        for march in marches {
+        for &march in &marches {
             let shape = LaunchShape {
                 block_x,
                 block_y,
