@@ -16,16 +16,18 @@ use std::time::Instant;
 use lattice_gpu_formats::checkpoint::{Checkpoint, Saver, Written};
 use lattice_gpu_host::comm::{Communicator, Solo};
 use lattice_gpu_host::decomp::{Decomposition, Face, Side};
-use lattice_gpu_host::engine::{LoopEngine, StepsChoice, TuningReport};
+use lattice_gpu_host::engine::{LoopEngine, PassForm, StepsChoice, TuningReport};
 use lattice_gpu_host::field::fmt_dims;
 pub use lattice_gpu_host::halo::Halos;
 use lattice_gpu_host::halo::LayerExchange;
 use lattice_gpu_host::health::{check_interval, Verdict};
 use lattice_gpu_host::overlap::{self, OverlapStep};
-use lattice_gpu_host::{Element, Field, Loop3D, Shape};
+use lattice_gpu_host::{DeviceBuffer, Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{PointUpdate3D, MAX_COLUMN_STEPS, MAX_TEMPORAL_STEPS};
+use lattice_gpu_kernels::stencil::{
+    PassRange, PassSignal, PointUpdate3D, MAX_COLUMN_STEPS, MAX_TEMPORAL_STEPS,
+};
 
 pub mod bench;
 
@@ -394,13 +396,31 @@ fn swaps(n: usize, temporal: u32) -> usize {
 /// ([`Loop3D::advancing`]), and the boundary is the `depth` planes at each end that read them.
 struct Overlap<'e, E: LoopEngine, T: Element> {
     /// Loops over the planes that read no halo, and over the first `depth` planes and the last (one
-    /// loop for all the planes where the slab has no more than `2 depth`, or without overlap).
+    /// loop for all the planes where the slab has no more than `2 depth`, without overlap, or where
+    /// the passes signal).
     inner: Option<Loop3D<'e, E>>,
     ends: Vec<Loop3D<'e, E>>,
+    /// Passes of `depth` steps over the whole slab that count their end planes, for an exchange
+    /// through NCCL that waits for the count: on a GPU, in the column form, overlapped.
+    signalled: Option<Signalled<'e, E>>,
     transport: LayerExchange<'e, T>,
     /// Whether the interior runs during the exchange; `false`: the exchange completes first (the
     /// baseline overlap is measured against).
     overlap: bool,
+}
+
+/// A split run's passes of `depth` steps that count the points they write in the `depth` planes at
+/// each end of the slab ([`PassSignal`]), and where the count stands: one pass over the slab, its
+/// exchange beside the rest of it. Overlapped with boundary passes of their own instead, each of
+/// those computes the lead of its steps again (on one H200, 8% of the rate of passes of three steps
+/// at 512^3; docs/benchmarks/history.md).
+struct Signalled<'e, E: LoopEngine> {
+    pass: Loop3D<'e, E>,
+    depth: u32,
+    counter: DeviceBuffer<u32>,
+    /// The count the passes queued so far reach, and what each adds (a cyclic count: it may wrap).
+    target: u32,
+    per_pass: u32,
 }
 
 impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
@@ -433,7 +453,35 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
         let plane = |z: usize| shape.first()[2] + z - depth;
         // Without overlap nothing runs beside the exchange: the slab is one loop (a pass's planes next
         // to the boundary's would each recompute `depth` planes before and after them).
-        let (ends, inner) = match exchange.overlap && z1 - z0 > 2 * d {
+        let transport = LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?;
+        let overlapped = exchange.overlap && z1 - z0 > 2 * d;
+        // The count is cyclic in 32 bits: a pass must add less than half of them.
+        let per_pass = PassRange::new(live, r).end_points(d);
+        let signalled = match engine.device() {
+            Some(gpu)
+                if overlapped
+                    && d > 1
+                    && per_pass < 1 << 31
+                    && transport.runs_beside()
+                    && PassForm::of::<Diffusion3d<T>>(d) == PassForm::Columns =>
+            {
+                let counter = DeviceBuffer::<u32>::zeros(gpu, 1)?;
+                let signal = PassSignal {
+                    counter: counter.addr(),
+                    depth: d,
+                    pad: 0,
+                };
+                Some(Signalled {
+                    pass: at(z0, z1)?.signalling(signal),
+                    depth: d,
+                    target: 0,
+                    per_pass: per_pass as u32,
+                    counter,
+                })
+            }
+            _ => None,
+        };
+        let (ends, inner) = match overlapped && signalled.is_none() {
             true => (
                 vec![at(z0, z0 + d)?, at(z1 - d, z1)?],
                 Some(at(z0 + d, z1 - d)?),
@@ -443,7 +491,8 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
         Ok(Self {
             inner,
             ends,
-            transport: LayerExchange::new(exchange.halos, plan, 2, plane, nx * ny, initial)?,
+            signalled,
+            transport,
             overlap: exchange.overlap,
         })
     }
@@ -513,9 +562,26 @@ impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3
         self.o.transport.runs_beside()
     }
 
+    fn signals(&self) -> bool {
+        // Whole passes only: a run's remainder runs single steps, which count nothing.
+        self.o
+            .signalled
+            .as_ref()
+            .is_some_and(|s| self.steps == s.depth)
+    }
+
     fn start(&mut self, next: bool) -> lattice_gpu_host::Result<()> {
+        let signals = self.signals();
         let field = if next { &*self.g } else { &*self.f };
-        self.o.transport.start(field)
+        match &mut self.o.signalled {
+            Some(s) if next && signals => {
+                s.target = s.target.wrapping_add(s.per_pass);
+                self.o
+                    .transport
+                    .start_when(field, s.counter.addr(), s.target)
+            }
+            _ => self.o.transport.start(field),
+        }
     }
 
     fn finish(&mut self, next: bool) -> lattice_gpu_host::Result<()> {
@@ -539,9 +605,14 @@ impl<E: LoopEngine, T: Element + DiffusionReal, C: Communicator, I: Fn([usize; 3
     }
 
     fn interior(&mut self) -> lattice_gpu_host::Result<()> {
-        match &mut self.o.inner {
-            Some(inner) => advance(inner, self.problem, &*self.f, &mut *self.g, self.steps),
-            None => Ok(()),
+        let signals = self.signals();
+        match (&mut self.o.signalled, &mut self.o.inner) {
+            (Some(s), _) if signals => {
+                let update = self.problem.update(&*self.f, &mut *self.g);
+                s.pass.run_temporal(&update, self.steps)
+            }
+            (_, Some(inner)) => advance(inner, self.problem, &*self.f, &mut *self.g, self.steps),
+            _ => Ok(()),
         }
     }
 }
@@ -968,7 +1039,10 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let checkpoint_wait = saver.as_ref().map_or(0.0, Saver::waited);
     // A decomposed run reports the interior's tuning (its largest loop).
     let site = match &split {
-        Some(o) => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
+        Some(o) => match &o.signalled {
+            Some(s) => s.pass.info(),
+            None => o.inner.as_ref().unwrap_or(&o.ends[0]).info(),
+        },
         None => step.info(),
     };
     let (tuning, tuning_unfinished) = (E::tuning(site).cloned(), E::tuning_progress(site));

@@ -18,7 +18,9 @@ use lattice_gpu_host::{
     Loop3D, LoopEngine, Shape,
 };
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
-use lattice_gpu_kernels::stencil::{GpuEntry, LoopRange, PassRange, StencilUpdate3D, Variant};
+use lattice_gpu_kernels::stencil::{
+    GpuEntry, LoopRange, PassRange, PassSignal, StencilUpdate3D, Variant,
+};
 
 use lattice_gpu_testkit as common;
 use lattice_gpu_testkit::{random, Wide};
@@ -188,10 +190,7 @@ fn diffusion_blocked<T: Element + DiffusionReal>() {
     let shape = problem.shape::<T>().unwrap();
     let r = shape.interior_range();
     // Also as a split run's pass: its halo planes in z live, not written.
-    let split = PassRange {
-        live: r,
-        out: widen(r, [0, 0, -2], [0, 0, -3]),
-    };
+    let split = PassRange::new(r, widen(r, [0, 0, -2], [0, 0, -3]));
     blocked_matches_single_steps::<T, _>(
         shape,
         &[PassRange::whole(r), split],
@@ -223,10 +222,7 @@ fn blocked_steps_of_a_wider_stencil_over_a_short_range_equal_single_steps() {
         ..r
     };
     // Also advancing the points beyond it on five sides of three axes, without writing them.
-    let beyond = PassRange {
-        live: widen(range, [1, 0, 2], [1, 1, 1]),
-        out: range,
-    };
+    let beyond = PassRange::new(widen(range, [1, 0, 2], [1, 1, 1]), range);
     blocked_matches_single_steps::<f64, _>(
         shape,
         &[PassRange::whole(range), beyond],
@@ -255,30 +251,40 @@ fn columns_match<T: Element + DiffusionReal, const S: usize>(blocks: &[([u32; 2]
     let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
         Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
     };
-    let beyond = PassRange {
-        live: r,
-        out: short,
-    };
+    let beyond = PassRange::new(r, short);
     // Output planes farther inside than a pass reaches: the live range beyond is cut, the same bits.
-    let deep = PassRange {
-        live: r,
-        out: widen(r, [0, 0, -6], [0, 0, -7]),
-    };
+    let deep = PassRange::new(r, widen(r, [0, 0, -6], [0, 0, -7]));
     for pass in [PassRange::whole(r), PassRange::whole(short), beyond, deep] {
         let init = fields::<T>(shape, &pass.live, 17);
         let single = single_steps(&HostLoopEngine, shape, pass.live, &init, S as u32, &update);
         let want = written(shape, &pass, &init.1, &single);
-        for &(block, march) in blocks {
+        // Unsignalled, and signalled with ends of 1 and S planes: the blocks then march their slabs
+        // from both ends inwards, and together count the points of the ends they wrote.
+        let launches = blocks
+            .iter()
+            .flat_map(|&l| [(l, None), (l, Some(1)), (l, Some(S as u32))]);
+        for ((block, march), depth) in launches {
             let mut f = HostLoopEngine.alloc::<T>(shape).unwrap();
             let mut g = HostLoopEngine.alloc::<T>(shape).unwrap();
             f.upload(&init.0).unwrap();
             g.upload(&init.1).unwrap();
-            emulate3d_columns::<_, S>(&update(&f, &mut g), &pass, block, march).unwrap();
+            let counter = std::sync::atomic::AtomicU32::new(7);
+            let mut signalled = pass;
+            if let Some(depth) = depth {
+                signalled.signal = PassSignal {
+                    counter: counter.as_ptr() as u64,
+                    depth,
+                    pad: 0,
+                };
+            }
+            emulate3d_columns::<_, S>(&update(&f, &mut g), &signalled, block, march).unwrap();
             let what = format!(
-                "column form, {S} steps, block {block:?}, march {march}, {}",
+                "column form, {S} steps, block {block:?}, march {march}, signal depth {depth:?}, {}",
                 describe(&pass)
             );
             same_bits(&g.download().unwrap(), &want, &what);
+            let ends = depth.map_or(0, |d| pass.end_points(d));
+            assert_eq!(counter.into_inner() as u64, 7 + ends, "{what}");
         }
     }
 }
@@ -370,10 +376,7 @@ fn gpu_passes<T: Element + DiffusionReal>(
     let update = |f: &dyn Field<T>, g: &mut dyn Field<T>| {
         Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h)
     };
-    let beyond = PassRange {
-        live: range,
-        out: widen(range, [-2, 0, -3], [0, -1, -2]),
-    };
+    let beyond = PassRange::new(range, widen(range, [-2, 0, -3], [0, -1, -2]));
     let single = DeviceLoopEngine::new(gpu.clone(), LaunchShape::FIXED);
     for (pass, steps) in [PassRange::whole(range), beyond]
         .into_iter()

@@ -157,6 +157,26 @@ impl<'a, T: Element> LayerExchange<'a, T> {
         }
     }
 
+    /// Starts the exchange of `f`'s halos once the `u32` at `counter` reaches `target` on the GPU
+    /// (NCCL's `start_when`, with the `nccl` feature: a pass still running counts its end layers);
+    /// through host memory there is nothing to wait on the GPU with, and it fails.
+    pub fn start_when(&mut self, f: &impl Field<T>, counter: u64, target: u32) -> Result<()> {
+        match self {
+            Self::Host(_) => {
+                let _ = (f, counter, target);
+                Err(Error::InvalidSetting(
+                    "a halo exchange through host memory cannot wait for a count on the GPU: use \
+                     NCCL halos"
+                        .into(),
+                ))
+            }
+            #[cfg(feature = "nccl")]
+            Self::Nccl(n, layers) => n.start_when(layers, f, counter, target),
+            #[cfg(not(feature = "nccl"))]
+            Self::_Unused(_, never) => match *never {},
+        }
+    }
+
     /// Completes the exchange through `comm` (the host path runs `plan`, `index` mapping its local
     /// points): the halos are in `f` for the work queued next.
     pub fn finish<C: Communicator, const D: usize, I: Fn([usize; D]) -> usize + ?Sized>(

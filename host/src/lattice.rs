@@ -2,7 +2,8 @@
 //! because each keeps its engine's per-site state (the auto-tuner's [`AutoTuningInfo`](crate::AutoTuningInfo)).
 
 use lattice_gpu_kernels::stencil::{
-    GpuEntry, LoopRange, PassRange, PointUpdate2D, PointUpdate3D, StencilUpdate3D, SumUpdate3D,
+    GpuEntry, LoopRange, PassRange, PassSignal, PointUpdate2D, PointUpdate3D, StencilUpdate3D,
+    SumUpdate3D,
 };
 
 use crate::engine::{check_pass, check_radius, check_range, LoopEngine};
@@ -49,7 +50,7 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
     /// deep before each pass, so that no exchange is needed between its steps. Single steps write and
     /// read as [`new`](Self::new)'s.
     pub fn advancing(engine: &'e E, range: LoopRange, live: LoopRange) -> Result<Self> {
-        let pass = PassRange { live, out: range };
+        let pass = PassRange::new(live, range);
         check_pass(&pass, &[0; 3], "a pass")?;
         Ok(Self {
             engine,
@@ -58,9 +59,30 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         })
     }
 
+    /// The same loop, its passes counting on the GPU the points they have written near its ends in z
+    /// ([`PassSignal`]): passes of the column form on the GPU only, which a split run's halo
+    /// exchange waits for ([`LayerExchange::start_when`](crate::halo::LayerExchange::start_when)).
+    /// Its single steps, and passes the engine cannot count, fail rather than leave the count short.
+    pub fn signalling(mut self, signal: PassSignal) -> Self {
+        self.pass.signal = signal;
+        self
+    }
+
+    /// Fails where the loop is [`signalling`](Self::signalling): single steps count nothing.
+    fn check_unsignalled(&self, what: &str) -> Result<()> {
+        match self.pass.signal.counter {
+            0 => Ok(()),
+            _ => Err(crate::Error::InvalidSetting(format!(
+                "{what} of a loop whose passes count their end planes for an exchange: the count \
+                 would fall short; run passes (Loop3D::run_temporal), or a loop without the signal"
+            ))),
+        }
+    }
+
     /// Runs `update` at every point of the range. Fails before launching if the range leaves less margin
     /// than the update's radius needs.
     pub fn run<F: PointUpdate3D + GpuEntry>(&mut self, update: &F) -> Result<()> {
+        self.check_unsignalled("a single step")?;
         check_radius(&self.pass.out, &F::RADIUS, F::ENTRY)?;
         self.engine.run3d(&self.pass.out, update, &mut self.site)
     }
@@ -86,6 +108,7 @@ impl<'e, E: LoopEngine> Loop3D<'e, E> {
         update: &F,
         max_steps: u32,
     ) -> Result<u32> {
+        self.check_unsignalled("steps the engine chooses")?;
         check_pass(&self.pass, &F::RADIUS, F::ENTRY)?;
         self.engine
             .run3d_steps(&self.pass, update, max_steps.max(1), &mut self.site)

@@ -334,6 +334,18 @@ impl Nccl {
         self.side
             .join(self.gpu.stream())
             .cuda(|| "ordering a halo exchange after the work before it".into())?;
+        self.queue_timed(base, sends, recvs, size)
+    }
+
+    /// The exchange on the side stream after what is queued there, between events when exchanges
+    /// are timed.
+    fn queue_timed(
+        &self,
+        base: u64,
+        sends: &[(usize, Range<usize>)],
+        recvs: &[(usize, Range<usize>)],
+        size: usize,
+    ) -> Result<()> {
         if sends.is_empty() && recvs.is_empty() {
             return Ok(());
         }
@@ -391,6 +403,39 @@ impl Nccl {
         self.start_at(halo, base, field.shape().len(), std::mem::size_of::<T>())
     }
 
+    /// [`start`](Self::start) once the `u32` at `counter` (device memory) has reached `target` (a
+    /// cyclic comparison: the count may wrap), rather than once the work queued so far is done: the
+    /// halos of a field that a pass still running writes, whose blocks count the points of its end
+    /// planes as they finish them ([`PassSignal`](lattice_gpu_kernels::stencil::PassSignal)). The
+    /// exchange then runs beside the rest of the pass; [`finish`](Self::finish) makes the GPU's
+    /// stream wait for it. The caller keeps the counter alive, and the exchange must read and write
+    /// only what the pass no longer touches once the count is reached.
+    pub fn start_when<T: Element>(
+        &self,
+        halo: &LayerHalo,
+        field: &impl Field<T>,
+        counter: u64,
+        target: u32,
+    ) -> Result<()> {
+        let Some(base) = field.device_addr() else {
+            return Err(Error::InvalidSetting(
+                "an NCCL halo exchange needs its field in GPU memory; run on the GPU engine".into(),
+            ));
+        };
+        let len = field.shape().len();
+        self.check_layers(halo, len)?;
+        bind(&self.gpu)?;
+        let geq =
+            cudarc::driver::sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: `counter` is a live u32 in this GPU's memory (the caller's contract).
+        unsafe {
+            cudarc::driver::sys::cuStreamWaitValue32_v2(self.side.cu_stream(), counter, target, geq)
+        }
+        .result()
+        .cuda(|| "making the halo exchange wait for a pass's end planes".into())?;
+        self.queue_timed(base, &halo.sends, &halo.recvs, std::mem::size_of::<T>())
+    }
+
     /// [`start`](Self::start) on a buffer of layers rather than a field.
     pub fn start_on<T: Plain>(&self, halo: &LayerHalo, buf: &DeviceBuffer<T>) -> Result<()> {
         self.start_at(halo, buf.addr(), buf.len(), std::mem::size_of::<T>())
@@ -398,17 +443,22 @@ impl Nccl {
 
     /// [`start`](Self::start) on the array of `len` elements of `size` bytes at `base`.
     fn start_at(&self, halo: &LayerHalo, base: u64, len: usize, size: usize) -> Result<()> {
-        if let Some((_, r)) = halo
+        self.check_layers(halo, len)?;
+        self.start_exchange(base, &halo.sends, &halo.recvs, size)
+    }
+
+    fn check_layers(&self, halo: &LayerHalo, len: usize) -> Result<()> {
+        match halo
             .sends
             .iter()
             .chain(&halo.recvs)
             .find(|(_, r)| r.end > len)
         {
-            return Err(Error::InvalidSize(format!(
+            Some((_, r)) => Err(Error::InvalidSize(format!(
                 "a halo layer (elements {r:?}) lies outside a field of {len}"
-            )));
+            ))),
+            None => Ok(()),
         }
-        self.start_exchange(base, &halo.sends, &halo.recvs, size)
     }
 
     /// Runs `work` with the loops' kernels it queues on the exchange stream, after the work queued so

@@ -31,6 +31,7 @@
 //! assertion).
 
 use super::{ArrayIndex3D, PassRange, Source3D, StencilUpdate3D, ThreadCoords, ZQUEUE_MAX_RADIUS};
+use crate::device::atomic::{add_u32, fence_device, Scope};
 use crate::device::math::Real;
 use crate::device::shared::SharedPtr;
 
@@ -345,6 +346,26 @@ impl<F: StencilUpdate3D, const T: usize> ColumnThread<F, T> {
         }
     }
 
+    /// The points of `pass.out` within `depth` planes of its ends in z that the block at `c` writes
+    /// (its output tile's columns in `out`, its slab's planes among those): what it adds to a
+    /// [`PassSignal`](super::PassSignal)'s counter.
+    #[inline(always)]
+    pub fn end_points(pass: &PassRange, march: u32, c: ThreadCoords, depth: u32) -> u32 {
+        let (r, out) = (&pass.live, &pass.out);
+        let elem = core::mem::size_of::<F::Real>();
+        let [ox, oy] = column_output_tile(c.block_dim, F::RADIUS, T as u32, elem);
+        let columns = |a: usize, o: u32| {
+            let first = out.begin[a] + c.block_idx[a] * o;
+            out.end[a].min(first + o).saturating_sub(first)
+        };
+        let (k0, k1) = c.slab(r, march);
+        let (w0, w1) = (k0.max(out.begin[2]), k1.min(out.end[2]));
+        let lower = w1.min(out.begin[2].saturating_add(depth));
+        let upper = w0.max(out.end[2].saturating_sub(depth)).max(lower);
+        let planes = lower.saturating_sub(w0) + w1.saturating_sub(upper);
+        columns(0, ox) * columns(1, oy) * planes
+    }
+
     /// The block's steps: one per input plane from `k0 - T rz`, until the last level has reached
     /// `k1 - 1`; none for an empty slab.
     #[inline(always)]
@@ -549,7 +570,12 @@ pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(
     march: u32,
 ) {
     let shared = SharedPtr::dynamic();
-    let mut t = ColumnThread::<F, T>::new(pass, march, ThreadCoords::current());
+    let mut c = ThreadCoords::current();
+    let signal = pass.signal;
+    if signal.counter != 0 {
+        c.block_idx[2] = ends_first(c.block_idx[2], crate::device::thread::grid_dim_z());
+    }
+    let mut t = ColumnThread::<F, T>::new(pass, march, c);
     let (n, period) = (t.steps(), ColumnThread::<F, T>::PERIOD);
     t.prime(f);
     // SAFETY (all): launched with `column_shared_bytes` of dynamic shared memory, every thread
@@ -574,5 +600,39 @@ pub fn device_loop3d_columns<F: StencilUpdate3D, const T: usize>(
     while s < n {
         step(&mut t, s);
         s += 1;
+    }
+    if signal.counter != 0 {
+        let count = ColumnThread::<F, T>::end_points(pass, march, c, signal.depth);
+        if count > 0 {
+            // SAFETY: every thread of the block takes this branch (the count is the block's).
+            unsafe { signal_written(signal.counter, count, c.thread_idx == [0, 0]) };
+        }
+    }
+}
+
+/// The slab a block of grid z index `z` of `n` marches in a signalled pass: from both ends inwards
+/// (0, `n - 1`, 1, `n - 2`, ...), so that the blocks holding the end planes start first.
+#[inline(always)]
+pub fn ends_first(z: u32, n: u32) -> u32 {
+    match z % 2 {
+        0 => z / 2,
+        _ => n - 1 - z / 2,
+    }
+}
+
+/// Adds `count` to the `u32` at `counter` once every thread of the block has passed here, its
+/// writes before then visible on the device first: a barrier, so the caller's threads must all call
+/// it, and `first` true for one of them, which adds.
+///
+/// # Safety
+/// `counter` is the address of a `u32` in device memory (on the host, in host memory) that nothing
+/// else writes but such adds; every thread of the block calls this.
+#[inline(always)]
+pub unsafe fn signal_written(counter: u64, count: u32, first: bool) {
+    fence_device();
+    crate::device::thread::sync_threads();
+    if first {
+        // SAFETY: the caller's.
+        unsafe { add_u32(counter as *mut u32, count, Scope::Device) };
     }
 }

@@ -55,15 +55,58 @@ pub struct PassRange {
     pub live: LoopRange,
     /// The points it writes, within `live`.
     pub out: LoopRange,
+    /// Where its blocks count the points they have written near `out`'s ends in z; none by default.
+    pub signal: PassSignal,
+}
+
+/// A counter in device memory to which each block of a column-form pass
+/// ([`device_loop3d_columns`](super::device_loop3d_columns)) adds, once it has written them, the
+/// points of the pass's `out` it wrote within `depth` planes of `out`'s first and last plane. A
+/// pass adds [`PassRange::end_points`] in all, whatever its launch. The blocks whose slabs hold those
+/// planes run first (the slabs from both ends inwards), so that a split run's halo exchange, which
+/// waits for the count (`cuStreamWaitValue32`), starts while the rest of the pass runs, and the pass
+/// is one launch over the whole slab (no boundary passes beside it, each computing its steps' lead
+/// again).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PassSignal {
+    /// The counter's address (a `u32` in device memory; on the host, in host memory); 0: no signal.
+    pub counter: u64,
+    /// Planes at each end of `out` in z whose points count.
+    pub depth: u32,
+    /// Padding, so that the layout has no implicit bytes.
+    pub pad: u32,
+}
+
+impl PassSignal {
+    /// No signal.
+    pub const NONE: Self = Self {
+        counter: 0,
+        depth: 0,
+        pad: 0,
+    };
 }
 
 impl PassRange {
+    /// A pass over `live` writing `out`, with no signal.
+    pub fn new(live: LoopRange, out: LoopRange) -> Self {
+        Self {
+            live,
+            out,
+            signal: PassSignal::NONE,
+        }
+    }
+
     /// A pass that writes every point it advances: the points outside `range` are its margin.
     pub fn whole(range: LoopRange) -> Self {
-        Self {
-            live: range,
-            out: range,
-        }
+        Self::new(range, range)
+    }
+
+    /// The points of `out` within `depth` planes of its first and last plane in z: what a signalled
+    /// pass adds to its counter ([`PassSignal`]).
+    pub fn end_points(&self, depth: u32) -> u64 {
+        let [nx, ny, nz] = self.out.extent();
+        nx as u64 * ny as u64 * nz.min(2 * depth) as u64
     }
 
     /// Whether every point of `out` lies within `live` (on the same array); an empty `out`, which

@@ -18,8 +18,8 @@ mod temporal;
 pub use block::{BlockProgram, BlockStrided, Passes, Serial};
 pub use columns::{
     column_output_tile, column_rows, column_shared_bytes, column_tile, device_loop3d_columns,
-    ColumnThread, COLUMN_MAXNREG, COLUMN_MAXNREG_SUFFIX, COLUMN_PLANE_CELLS, MAX_COLUMN_ROWS,
-    MAX_COLUMN_STEPS,
+    ends_first, signal_written, ColumnThread, COLUMN_MAXNREG, COLUMN_MAXNREG_SUFFIX,
+    COLUMN_PLANE_CELLS, MAX_COLUMN_ROWS, MAX_COLUMN_STEPS,
 };
 pub use field::{FieldMut, FieldRef, VECTOR_BYTES};
 pub use index::{ArrayIndex2D, ArrayIndex3D};
@@ -27,7 +27,7 @@ pub use loops::{
     device_loop2d, device_loop3d, device_loop3d_fields_vector, device_loop3d_lanes,
     device_loop3d_tiled, device_loop3d_vector, device_loop3d_zqueue, device_sum3d,
     fields_vector_thread, lanes_thread, plain_thread, sum_thread, tile_shared_bytes, vector_lanes,
-    vector_thread, zqueue_thread, LoopRange, PassRange, ThreadCoords, TiledThread,
+    vector_thread, zqueue_thread, LoopRange, PassRange, PassSignal, ThreadCoords, TiledThread,
 };
 pub use reduce::{CountNonFinite, FieldDot, FieldDotInto, SumInto};
 pub use source::{Lane, Source3D, Tile, VectorQueue, ZQueue, ZQUEUE_MAX_RADIUS};

@@ -737,6 +737,13 @@ pub fn launch_pass<F: StencilUpdate3D + GpuEntry>(
             shape.march,
             steps,
         ),
+        PassForm::General if pass.signal.counter != 0 => Err(Error::InvalidSetting(format!(
+            "a pass of {steps} steps of {} runs in the general form, whose blocks count no end \
+             planes for a halo exchange: signalled passes need the column form (1 to \
+             {} steps of a kernel with column entries)",
+            F::ENTRY,
+            lattice_gpu_kernels::stencil::MAX_COLUMN_STEPS
+        ))),
         PassForm::General => launch_temporal(gpu, update, pass, shape, steps),
     }
 }

@@ -19,9 +19,9 @@
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::device::shared::SharedPtr;
 use lattice_gpu_kernels::stencil::{
-    fields_vector_thread, plain_thread, vector_thread, zqueue_thread, ColumnThread, FieldsUpdate3D,
-    GpuEntry, LoopRange, PassRange, PointUpdate3D, StencilUpdate3D, TemporalBlock, ThreadCoords,
-    TiledThread, Variant, STEP_PLANES,
+    ends_first, fields_vector_thread, plain_thread, signal_written, vector_thread, zqueue_thread,
+    ColumnThread, FieldsUpdate3D, GpuEntry, LoopRange, PassRange, PointUpdate3D, StencilUpdate3D,
+    TemporalBlock, ThreadCoords, TiledThread, Variant, STEP_PLANES,
 };
 use rayon::prelude::*;
 
@@ -134,7 +134,8 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
     let blocks: Vec<[u32; 3]> = (0..grid.2)
         .flat_map(|z| (0..grid.1).flat_map(move |y| (0..grid.0).map(move |x| [x, y, z])))
         .collect();
-    blocks.into_par_iter().for_each(|b| {
+    let signal = pass.signal;
+    blocks.into_par_iter().for_each(|mut b| {
         let mut shared = vec![F::Real::from_f64(f64::NAN); bytes / elem];
         let ptr = SharedPtr::from_host_ptr(shared.as_mut_ptr());
         let shape = LaunchShape {
@@ -143,11 +144,25 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
             march,
             variant: Variant::Plain,
         };
-        let mut threads: Vec<ColumnThread<F, T>> = threads(shape, b)
-            .map(|c| ColumnThread::new(pass, march, c))
+        if signal.counter != 0 {
+            b[2] = ends_first(b[2], grid.2);
+        }
+        let coords: Vec<ThreadCoords> = threads(shape, b).collect();
+        let mut threads: Vec<ColumnThread<F, T>> = coords
+            .iter()
+            .map(|&c| ColumnThread::new(pass, march, c))
             .collect();
         let steps = threads[0].steps();
+        // SAFETY: a signalled pass's counter is a `u32` the caller keeps for the pass (host memory
+        // here); the block's threads "all arrive" as the last runs.
+        let count_written = || {
+            let count = ColumnThread::<F, T>::end_points(pass, march, coords[0], signal.depth);
+            if signal.counter != 0 && count > 0 {
+                unsafe { signal_written(signal.counter, count, true) };
+            }
+        };
         if steps == 0 {
+            count_written();
             return;
         }
         // SAFETY (all): `shared` has the launch's bytes and outlives the loop.
@@ -165,6 +180,7 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
                 }
             }
         }
+        count_written();
     });
     Ok(())
 }

@@ -83,6 +83,13 @@ impl LoopEngine for HostLoopEngine {
         steps: u32,
         _: &mut (),
     ) -> Result<()> {
+        if pass.signal.counter != 0 {
+            return Err(Error::InvalidSetting(
+                "the CPU engine's passes count no end planes for a halo exchange: signalled passes \
+                 run on the GPU"
+                    .into(),
+            ));
+        }
         let tile = super::wavefront::host_tile::<F>(&pass.out, steps.max(1));
         super::wavefront::host_pass(f, pass, steps, tile)
     }
