@@ -22,7 +22,7 @@ pub use lattice_gpu_host::halo::Halos;
 use lattice_gpu_host::halo::LayerExchange;
 use lattice_gpu_host::health::{check_interval, Verdict};
 use lattice_gpu_host::overlap::{self, OverlapStep};
-use lattice_gpu_host::{DeviceBuffer, Element, Field, Loop3D, Shape};
+use lattice_gpu_host::{DeviceCounter, Element, Field, Loop3D, Shape};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::diffusion::{Diffusion3d, DiffusionReal};
 use lattice_gpu_kernels::stencil::{
@@ -417,7 +417,7 @@ struct Overlap<'e, E: LoopEngine, T: Element> {
 struct Signalled<'e, E: LoopEngine> {
     pass: Loop3D<'e, E>,
     depth: u32,
-    counter: DeviceBuffer<u32>,
+    counter: DeviceCounter,
     /// The count the passes queued so far reach, and what each adds (a cyclic count: it may wrap).
     target: u32,
     per_pass: u32,
@@ -465,7 +465,7 @@ impl<'e, E: LoopEngine, T: Element + DiffusionReal> Overlap<'e, E, T> {
                     && transport.runs_beside()
                     && PassForm::of::<Diffusion3d<T>>(d) == PassForm::Columns =>
             {
-                let counter = DeviceBuffer::<u32>::zeros(gpu, 1)?;
+                let counter = DeviceCounter::new(gpu)?;
                 let signal = PassSignal {
                     counter: counter.addr(),
                     depth: d,

@@ -38,6 +38,49 @@ impl<T> Drop for DeviceBuffer<T> {
     }
 }
 
+/// A `u32` in device memory from `cuMemAlloc`, not from the stream-ordered pool that device arrays
+/// come from: the count a signalled pass keeps for a halo exchange to wait on
+/// ([`PassSignal`](lattice_gpu_kernels::stencil::PassSignal)). `cuStreamWaitValue32` refused a
+/// count in pool memory (`CUDA_ERROR_INVALID_VALUE`, H200, driver 580).
+#[derive(Debug)]
+pub struct DeviceCounter {
+    gpu: Arc<Gpu>,
+    addr: sys::CUdeviceptr,
+}
+
+impl DeviceCounter {
+    /// A counter at 0.
+    pub fn new(gpu: &Arc<Gpu>) -> Result<Self> {
+        gpu.context()
+            .bind_to_thread()
+            .cuda(|| "binding the GPU for a counter".into())?;
+        // SAFETY: a fresh allocation of one word, set before use and freed once (Drop).
+        let addr = unsafe { cudarc::driver::result::malloc_sync(4) }
+            .cuda(|| "allocating a counter".into())?;
+        let counter = Self {
+            gpu: gpu.clone(),
+            addr,
+        };
+        // SAFETY: the word just allocated.
+        unsafe { cudarc::driver::result::memset_d8_sync(addr, 0, 4) }
+            .cuda(|| "zeroing a counter".into())?;
+        Ok(counter)
+    }
+
+    /// Its device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+impl Drop for DeviceCounter {
+    fn drop(&mut self) {
+        let _ = self.gpu.context().bind_to_thread();
+        // SAFETY: allocated by `new`, freed once; a failure leaves only a leak.
+        let _ = unsafe { cudarc::driver::result::free_sync(self.addr) };
+    }
+}
+
 impl<T: Plain> DeviceBuffer<T> {
     /// `len` zeros.
     pub fn zeros(gpu: &Arc<Gpu>, len: usize) -> Result<Self> {

@@ -75,7 +75,7 @@ pub mod split;
 pub mod threads;
 pub mod wire;
 
-pub use buffer::{DeviceBuffer, Plain};
+pub use buffer::{DeviceBuffer, DeviceCounter, Plain};
 pub use engine::{
     AutoTuningInfo, DeviceAutoTuningLoopEngine, DeviceLoopEngine, HostLoopEngine, LaunchShape,
     LoopEngine, TuningReport,
