@@ -325,6 +325,36 @@ fn the_column_form_refuses_a_block_without_an_output_tile() {
     );
 }
 
+/// A loop whose passes count their end planes for an exchange refuses what would leave the count
+/// short: single steps, steps the engine chooses, and the CPU engine's passes.
+#[test]
+fn a_signalling_loop_refuses_work_that_counts_nothing() {
+    let problem = Problem::new([9, 9, 9], 0.1, None).unwrap();
+    let shape = problem.shape::<f64>().unwrap();
+    let f = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let mut g = HostLoopEngine.alloc::<f64>(shape).unwrap();
+    let update = Diffusion3d::new(f.view(), g.view_mut(), problem.kappa, problem.dt, problem.h);
+    let mut counter = 0u32;
+    let signal = PassSignal {
+        counter: &mut counter as *mut u32 as u64,
+        depth: 2,
+        pad: 0,
+    };
+    let mut lp = Loop3D::new(&HostLoopEngine, shape.interior_range())
+        .unwrap()
+        .signalling(signal);
+    let single = lp.run(&update).unwrap_err().to_string();
+    assert!(
+        single.contains("a single step") && single.contains("count"),
+        "{single}"
+    );
+    let chosen = lp.run_steps(&update, 3).unwrap_err().to_string();
+    assert!(chosen.contains("count"), "{chosen}");
+    let pass = lp.run_temporal(&update, 2).unwrap_err().to_string();
+    assert!(pass.contains("run on the GPU"), "{pass}");
+    assert_eq!(counter, 0);
+}
+
 #[test]
 fn a_pass_writing_outside_the_points_it_advances_is_refused() {
     let shape = Shape::new_3d([9, 9, 9], 1).unwrap();

@@ -408,8 +408,10 @@ impl Nccl {
     /// halos of a field that a pass still running writes, whose blocks count the points of its end
     /// planes as they finish them ([`PassSignal`](lattice_gpu_kernels::stencil::PassSignal)). The
     /// exchange then runs beside the rest of the pass; [`finish`](Self::finish) makes the GPU's
-    /// stream wait for it. The caller keeps the counter alive, and the exchange must read and write
-    /// only what the pass no longer touches once the count is reached.
+    /// stream wait for it. The counter is memory from `cuMemAlloc`
+    /// ([`DeviceCounter`](crate::DeviceCounter); the wait refuses the stream-ordered pool's), kept
+    /// alive by the caller, and the exchange must read and write only what the pass no longer
+    /// touches once the count is reached.
     pub fn start_when<T: Element>(
         &self,
         halo: &LayerHalo,

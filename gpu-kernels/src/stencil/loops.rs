@@ -68,7 +68,7 @@ pub struct PassRange {
 /// is one launch over the whole slab (no boundary passes beside it, each computing its steps' lead
 /// again).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PassSignal {
     /// The counter's address (a `u32` in device memory; on the host, in host memory); 0: no signal.
     pub counter: u64,
