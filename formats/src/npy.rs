@@ -1,4 +1,4 @@
-//! NumPy `.npy` files of float32 or float64 arrays, in C order.
+//! NumPy `.npy` files of float32 or float64 arrays, in C order, and masks of bool or uint8 ones.
 //!
 //! `.npy` is what `numpy.save` and `numpy.load` use, so fields written here open with one line of
 //! Python, and initial conditions made in Python load here without converters. Files are written
@@ -143,6 +143,28 @@ pub fn read_npy_shaped<T: NpyElement>(path: &Path, expected: &[usize]) -> Result
     file.read_data(path)
 }
 
+/// Reads the `.npy` file `path` as a mask, one `bool` per element in C order (`true` where the
+/// element is not 0), and fails with [`IoError::Shape`] unless its shape is `expected` (checked
+/// before the data is read): a voxel mask, which NumPy writes as bool (`'|b1'`) or uint8 (`'|u1'`).
+/// Any other dtype fails with [`IoError::Npy`], naming it and the conversion.
+pub fn read_npy_mask(path: &Path, expected: &[usize]) -> Result<Vec<bool>, IoError> {
+    let mut file = NpyFile::open_as(path, Want::Mask)?;
+    if file.shape != expected {
+        return Err(IoError::Shape {
+            path: path.to_path_buf(),
+            expected: expected.to_vec(),
+            found: file.shape,
+        });
+    }
+    let mut bytes = vec![0u8; file.count];
+    let cut_off = || IoError::Npy {
+        path: path.to_path_buf(),
+        problem: "the file is truncated".to_string(),
+    };
+    read_or(&mut file.reader, &mut bytes, path, cut_off)?;
+    Ok(bytes.into_iter().map(|b| b != 0).collect())
+}
+
 /// The shape of the `.npy` file `path`, from its header alone (the file is checked as [`read_npy`]
 /// checks it, the data is not read): for a run whose grid is the input's shape.
 pub fn read_npy_shape(path: &Path) -> Result<Vec<usize>, IoError> {
@@ -188,20 +210,32 @@ fn header_bytes(descr: &str, shape: &[usize]) -> Vec<u8> {
     out
 }
 
-/// The float types a file may hold, in the byte order it holds them.
+/// The types a file may hold, in the byte order it holds them: floats, or the bytes of a mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Dtype {
-    /// Bytes per element: 4 or 8.
+    /// Bytes per element: 4 or 8 (floats), 1 (a mask).
     size: usize,
     /// Big-endian (`'>f8'`) rather than little-endian.
     big: bool,
+    /// A mask's bytes (bool or uint8) rather than floats.
+    mask: bool,
 }
 
 impl Dtype {
-    /// The dtype as a header spells it, `'<f8'`.
+    /// The dtype as a header spells it, `'<f8'` (a mask's as `'|u1'`).
     fn descr(self) -> String {
-        format!("{}f{}", if self.big { '>' } else { '<' }, self.size)
+        match self.mask {
+            true => "|u1".to_string(),
+            false => format!("{}f{}", if self.big { '>' } else { '<' }, self.size),
+        }
     }
+}
+
+/// What a reader accepts: float arrays, or masks (bool or uint8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    Float,
+    Mask,
 }
 
 /// A `.npy` file whose header has been read and checked against the file's length, positioned
@@ -216,6 +250,10 @@ struct NpyFile {
 
 impl NpyFile {
     fn open(path: &Path) -> Result<NpyFile, IoError> {
+        Self::open_as(path, Want::Float)
+    }
+
+    fn open_as(path: &Path, want: Want) -> Result<NpyFile, IoError> {
         let read_error = |source| IoError::Read {
             path: path.to_path_buf(),
             source,
@@ -270,7 +308,7 @@ impl NpyFile {
         }
         let mut header = vec![0u8; header_len];
         read_or(&mut reader, &mut header, path, cut_off)?;
-        let (shape, dtype) = parse_header(&header).map_err(bad)?;
+        let (shape, dtype) = parse_header(&header, want).map_err(bad)?;
 
         let count = element_count(&shape);
         let needed = count.and_then(|n| n.checked_mul(dtype.size));
@@ -378,7 +416,7 @@ const FORTRAN: &str = "the array is in Fortran (column-major) order; only C orde
     save it in C order (numpy: np.save(path, np.ascontiguousarray(arr)))";
 
 /// Checks the header dict and returns the shape and dtype, or the problem.
-fn parse_header(header: &[u8]) -> Result<(Vec<usize>, Dtype), String> {
+fn parse_header(header: &[u8], want: Want) -> Result<(Vec<usize>, Dtype), String> {
     let dict = Parser::parse(header)
         .map_err(|problem| format!("the header is not a Python dict literal: {problem}"))?;
     let Literal::Dict(entries) = dict else {
@@ -392,6 +430,7 @@ fn parse_header(header: &[u8]) -> Result<(Vec<usize>, Dtype), String> {
             .ok_or_else(|| format!("the header has no '{key}' key"))
     };
     let dtype = match get("descr")? {
+        Literal::Str(descr) if want == Want::Mask => parse_mask_descr(descr)?,
         Literal::Str(descr) => parse_descr(descr)?,
         Literal::List(_) => return Err(STRUCTURED.to_string()),
         other => {
@@ -470,7 +509,27 @@ fn parse_descr(descr: &str) -> Result<Dtype, String> {
         }
         _ => cfg!(target_endian = "big"),
     };
-    Ok(Dtype { size, big })
+    Ok(Dtype {
+        size,
+        big,
+        mask: false,
+    })
+}
+
+/// The dtype of a mask's `descr` string: bool (`'|b1'`) or uint8 (`'|u1'`), any byte order, or why
+/// it is not one.
+fn parse_mask_descr(descr: &str) -> Result<Dtype, String> {
+    match descr.trim_start_matches(['<', '>', '=', '|']) {
+        "b1" | "u1" | "?" | "B" => Ok(Dtype {
+            size: 1,
+            big: false,
+            mask: true,
+        }),
+        _ => Err(format!(
+            "dtype '{descr}' is not a mask's: a mask is bool ('|b1') or uint8 ('|u1'), nonzero \
+             where solid; save it as one (numpy: (mask != 0).astype('u1'))"
+        )),
+    }
 }
 
 /// The Python literals a `.npy` header may contain.
@@ -970,6 +1029,39 @@ mod tests {
         fs::write(&path, raw_npy(1, dict, &be4)).unwrap();
         let (_, wide) = read_npy::<f64>(&path).unwrap();
         assert_eq!(wide, values.map(|v| f64::from(v as f32)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Masks of bool and uint8, nonzero where solid; floats and wider integers are refused with the
+    /// conversion, a wrong shape names both, and a float reader still refuses a mask.
+    #[test]
+    fn masks_are_read_from_bool_and_uint8() {
+        let dir = scratch_dir("mask");
+        let path = dir.join("mask.npy");
+        for descr in ["'|b1'", "'|u1'", "'<u1'"] {
+            let dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': (2, 3), }}");
+            fs::write(&path, raw_npy(1, &dict, &[0, 1, 0, 0, 7, 1])).unwrap();
+            let mask = read_npy_mask(&path, &[2, 3]).unwrap();
+            assert_eq!(mask, [false, true, false, false, true, true], "{descr}");
+            let err = read_npy_mask(&path, &[3, 2]).unwrap_err().to_string();
+            assert!(err.contains("(2, 3)") && err.contains("(3, 2)"), "{err}");
+        }
+        let msg = problem(read_npy::<f64>(&path).unwrap_err());
+        assert!(msg.contains("integer"), "{msg}");
+        write_npy(&path, &[2, 3], &[0.5f64; 6]).unwrap();
+        let msg = problem(read_npy_mask(&path, &[2, 3]).unwrap_err());
+        assert!(
+            msg.contains("'<f8'") && msg.contains("astype('u1')"),
+            "{msg}"
+        );
+        let dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }";
+        fs::write(&path, raw_npy(1, dict, &[0; 6])).unwrap();
+        let msg = problem(read_npy_mask(&path, &[3]).unwrap_err());
+        assert!(msg.contains("not a mask's"), "{msg}");
+        let dict = "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }";
+        fs::write(&path, raw_npy(1, dict, &[1, 0, 1])).unwrap();
+        let msg = problem(read_npy_mask(&path, &[4]).unwrap_err());
+        assert!(msg.contains("truncated"), "{msg}");
         fs::remove_dir_all(&dir).unwrap();
     }
 

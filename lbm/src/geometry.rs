@@ -1,5 +1,6 @@
 //! The grid and its cell tags: which cells are fluid, resting walls or moving walls. Axes without
-//! wall cells at their ends are periodic.
+//! wall cells at their ends are periodic. Obstacles inside it come from built-in shapes
+//! ([`Obstacle`]) or a voxel mask ([`Geometry::add_mask`], e.g. from a `.npy` file).
 
 use lattice_gpu_kernels::lbm::{tag, C};
 use rayon::prelude::*;
@@ -8,6 +9,64 @@ use crate::{Error, Result};
 
 /// The longest side: a GPU grid has at most 65535 blocks along y and z.
 pub const MAX_SIDE: usize = 65535;
+
+/// A solid body in the grid, in lattice units: cell `[x, y, z]` has its node at `(x, y, z)`. The
+/// nodes inside become resting walls, from which the populations bounce back halfway to their fluid
+/// neighbours.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Obstacle {
+    /// A cylinder along z through the whole grid: the nodes within `radius` of `centre` in x and y.
+    Cylinder {
+        /// `(x, y)` of its axis.
+        centre: [f64; 2],
+        /// Its radius.
+        radius: f64,
+    },
+    /// The nodes within `radius` of `centre`.
+    Sphere {
+        /// Its centre.
+        centre: [f64; 3],
+        /// Its radius.
+        radius: f64,
+    },
+    /// The nodes with `lo <= p <= hi` on every axis.
+    Cuboid {
+        /// The low corner.
+        lo: [f64; 3],
+        /// The high corner.
+        hi: [f64; 3],
+    },
+}
+
+impl Obstacle {
+    /// Whether the node at `p` lies inside.
+    fn contains(&self, p: [f64; 3]) -> bool {
+        let square = |d: &[f64]| d.iter().map(|v| v * v).sum::<f64>();
+        match *self {
+            Self::Cylinder { centre, radius } => {
+                square(&[p[0] - centre[0], p[1] - centre[1]]) <= radius * radius
+            }
+            Self::Sphere { centre, radius } => {
+                square(&[p[0] - centre[0], p[1] - centre[1], p[2] - centre[2]]) <= radius * radius
+            }
+            Self::Cuboid { lo, hi } => (0..3).all(|a| lo[a] <= p[a] && p[a] <= hi[a]),
+        }
+    }
+
+    /// The box that holds it (a cylinder's spans z whatever the grid: `dims_z` its extent).
+    fn bounds(&self, dims_z: usize) -> ([f64; 3], [f64; 3]) {
+        match *self {
+            Self::Cylinder { centre, radius } => (
+                [centre[0] - radius, centre[1] - radius, 0.0],
+                [centre[0] + radius, centre[1] + radius, dims_z as f64 - 1.0],
+            ),
+            Self::Sphere { centre, radius } => {
+                (centre.map(|c| c - radius), centre.map(|c| c + radius))
+            }
+            Self::Cuboid { lo, hi } => (lo, hi),
+        }
+    }
+}
 
 /// A grid of tagged cells.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +152,76 @@ impl Geometry {
                 min[0], min[1], min[2], self.dims[0], self.dims[1], self.dims[2]
             )))
         }
+    }
+
+    /// Makes the nodes inside `obstacle` resting walls and returns how many there are. Fails, changing
+    /// nothing, where its parameters are not finite and positive, where it reaches beyond the grid (a
+    /// body across a periodic side would be cut in two), or where it holds no node.
+    pub fn add_obstacle(&mut self, obstacle: &Obstacle) -> Result<usize> {
+        let (lo, hi) = obstacle.bounds(self.dims[2]);
+        let sized = match *obstacle {
+            Obstacle::Cylinder { radius, .. } | Obstacle::Sphere { radius, .. } => radius > 0.0,
+            Obstacle::Cuboid { lo, hi } => (0..3).all(|a| lo[a] <= hi[a]),
+        };
+        let finite = lo.iter().chain(&hi).all(|v| v.is_finite());
+        if !sized || !finite {
+            return Err(Error::InvalidParameter(format!(
+                "obstacle {obstacle:?}: a radius must be positive and finite, a box's low corner \
+                 below its high one on every axis"
+            )));
+        }
+        let inside = (0..3).all(|a| lo[a] >= 0.0 && hi[a] <= (self.dims[a] - 1) as f64);
+        if !inside {
+            return Err(Error::InvalidParameter(format!(
+                "obstacle {obstacle:?} reaches beyond the grid's nodes 0..{} x 0..{} x 0..{}: \
+                 move or shrink it, or make the grid larger",
+                self.dims[0] - 1,
+                self.dims[1] - 1,
+                self.dims[2] - 1
+            )));
+        }
+        let solid: Vec<bool> = (0..self.cells())
+            .into_par_iter()
+            .map(|n| obstacle.contains(self.node(n)))
+            .collect();
+        let count = solid.iter().filter(|&&s| s).count();
+        if count == 0 {
+            return Err(Error::InvalidParameter(format!(
+                "obstacle {obstacle:?} holds no node of the grid (nodes lie at whole coordinates): \
+                 make it larger"
+            )));
+        }
+        self.add_mask(&solid)
+    }
+
+    /// Makes the cells where `mask` is true resting walls (one per cell, x fastest: a `.npy` array of
+    /// shape `(nz, ny, nx)`), and returns how many it marks. Fails, changing nothing, on a mask of
+    /// another length.
+    pub fn add_mask(&mut self, mask: &[bool]) -> Result<usize> {
+        if mask.len() != self.cells() {
+            let [nx, ny, nz] = self.dims;
+            return Err(Error::InvalidParameter(format!(
+                "a mask of {} cells for a grid of {nx}x{ny}x{nz} ({} cells): give one of shape \
+                 ({nz}, {ny}, {nx})",
+                mask.len(),
+                self.cells()
+            )));
+        }
+        for (t, _) in self.tags.iter_mut().zip(mask).filter(|(_, &m)| m) {
+            *t = tag::WALL;
+        }
+        self.mark_near_walls();
+        Ok(mask.iter().filter(|&&m| m).count())
+    }
+
+    /// The node of cell `n`.
+    fn node(&self, n: usize) -> [f64; 3] {
+        let [nx, ny, _] = self.dims;
+        [
+            (n % nx) as f64,
+            (n / nx % ny) as f64,
+            (n / (nx * ny)) as f64,
+        ]
     }
 
     /// Grid `[nx, ny, nz]`.
@@ -188,5 +317,78 @@ mod tests {
         assert!(Geometry::cavity([2, 5, 5], true).is_err());
         assert!(Geometry::periodic([0, 5, 5]).is_err());
         assert!(Geometry::periodic([1 << 20, 1 << 20, 1]).is_err());
+    }
+
+    /// Built-in obstacles mark the lattice points inside them (Gauss's circle and ball counts), the
+    /// fluid around them is marked near a wall, and bad ones are refused with the grid unchanged.
+    #[test]
+    fn obstacles_mark_the_nodes_inside() {
+        let mut g = Geometry::channel([16, 16, 3]).unwrap();
+        let walls = 16 * 2 * 3;
+        let cylinder = Obstacle::Cylinder {
+            centre: [7.0, 8.0],
+            radius: 2.0,
+        };
+        // 13 lattice points lie within 2 of a lattice point in the plane.
+        assert_eq!(g.add_obstacle(&cylinder).unwrap(), 13 * 3);
+        assert_eq!(g.cells() - g.fluid_cells(), walls + 13 * 3);
+        assert_eq!(g.tags()[g.index([7, 10, 1])], tag::WALL);
+        assert_eq!(g.tags()[g.index([7, 11, 1])], tag::NEAR_WALL);
+        assert_eq!(g.tags()[g.index([7, 13, 1])], tag::FLUID);
+
+        let mut g = Geometry::periodic([9, 9, 9]).unwrap();
+        let sphere = Obstacle::Sphere {
+            centre: [4.0, 4.0, 4.0],
+            radius: 2.0,
+        };
+        // 33 lattice points lie within 2 of a lattice point in space.
+        assert_eq!(g.add_obstacle(&sphere).unwrap(), 33);
+        let cuboid = Obstacle::Cuboid {
+            lo: [0.5, 0.0, 7.0],
+            hi: [2.0, 8.0, 8.0],
+        };
+        assert_eq!(g.add_obstacle(&cuboid).unwrap(), 2 * 9 * 2);
+        assert_eq!(g.cells() - g.fluid_cells(), 33 + 36);
+
+        let before = g.clone();
+        let bad = [
+            Obstacle::Sphere {
+                centre: [1.0, 4.0, 4.0],
+                radius: 2.0,
+            },
+            Obstacle::Sphere {
+                centre: [4.5, 4.5, 4.5],
+                radius: 0.5,
+            },
+            Obstacle::Cylinder {
+                centre: [4.0, 4.0],
+                radius: f64::NAN,
+            },
+            Obstacle::Cuboid {
+                lo: [3.0, 3.0, 3.0],
+                hi: [2.0, 5.0, 5.0],
+            },
+        ];
+        for (o, what) in bad
+            .iter()
+            .zip(["beyond the grid", "no node", "positive", "low corner"])
+        {
+            let e = g.add_obstacle(o).unwrap_err().to_string();
+            assert!(e.contains(what), "{o:?}: {e}");
+        }
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn a_mask_marks_its_cells_and_must_fit_the_grid() {
+        let mut g = Geometry::periodic([4, 3, 2]).unwrap();
+        let mut mask = vec![false; 24];
+        mask[g.index([1, 2, 1])] = true;
+        mask[g.index([3, 0, 0])] = true;
+        assert_eq!(g.add_mask(&mask).unwrap(), 2);
+        assert_eq!(g.tags()[g.index([1, 2, 1])], tag::WALL);
+        assert_eq!(g.fluid_cells(), 22);
+        let e = g.add_mask(&mask[..23]).unwrap_err().to_string();
+        assert!(e.contains("23 cells") && e.contains("(2, 3, 4)"), "{e}");
     }
 }
