@@ -184,8 +184,7 @@ impl Geometry {
             .into_par_iter()
             .map(|n| obstacle.contains(self.node(n)))
             .collect();
-        let count = solid.iter().filter(|&&s| s).count();
-        if count == 0 {
+        if !solid.contains(&true) {
             return Err(Error::InvalidParameter(format!(
                 "obstacle {obstacle:?} holds no node of the grid (nodes lie at whole coordinates): \
                  make it larger"

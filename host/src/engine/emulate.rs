@@ -153,11 +153,14 @@ pub fn emulate3d_columns<F: StencilUpdate3D + GpuEntry, const T: usize>(
             .map(|&c| ColumnThread::new(pass, march, c))
             .collect();
         let steps = threads[0].steps();
-        // SAFETY: a signalled pass's counter is a `u32` the caller keeps for the pass (host memory
-        // here); the block's threads "all arrive" as the last runs.
         let count_written = || {
+            if signal.counter == 0 {
+                return;
+            }
             let count = ColumnThread::<F, T>::end_points(pass, march, coords[0], signal.depth);
-            if signal.counter != 0 && count > 0 {
+            if count > 0 {
+                // SAFETY: a signalled pass's counter is a `u32` the caller keeps for the pass (host
+                // memory here); the block's threads "all arrive" as the last runs.
                 unsafe { signal_written(signal.counter, count, true) };
             }
         };
