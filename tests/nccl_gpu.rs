@@ -35,7 +35,7 @@ use lattice_gpu::host::{
     DeviceAutoTuningLoopEngine, DeviceBuffer, DeviceLoopEngine, Gpu, LaunchShape, Result,
 };
 use lattice_gpu::kernels::lbm::tag;
-use lattice_gpu::lbm::{Collision, Engine, Geometry, Lbm, Moments, Params, Streaming};
+use lattice_gpu::lbm::{Collision, Engine, Geometry, Lbm, Moments, Open, Params, Streaming};
 
 use common::{gpu, poison, random, split_solve_matches_whole};
 use lattice_gpu_testkit as common;
@@ -310,15 +310,26 @@ fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
         assert_eq!(bits(&got), bits(&want), "advection, overlap {overlap}");
     }
 
-    // LBM, periodic along z: the halo planes go through NCCL to the rank itself.
+    // LBM, periodic along z: the halo planes go through NCCL to the rank itself. An inlet and an outlet
+    // close x below z = 5, the inflow's profile a parabola in z too (the ranks see it shifted).
     let mut geometry = Geometry::channel([13, 11, 9]).unwrap();
     geometry.set([6, 5, 4], tag::WALL);
+    for (y, z) in (1..10).flat_map(|y| (0..5).map(move |z| (y, z))) {
+        geometry.set([0, y, z], tag::INLET);
+        geometry.set([12, y, z], tag::OUTLET);
+    }
     geometry.mark_near_walls();
     let p = Params {
         tau: 0.62,
         collision: Collision::Trt { magic: 0.25 },
         force: [3e-5, -1e-5, 2e-5],
         wall_velocity: [0.0; 3],
+        open: Open {
+            velocity: [0.04, 0.01, 0.0],
+            parabola: [None, Some([0.5, 9.5]), Some([-0.5, 4.5])],
+            ramp: 5,
+            outlet_density: 0.99,
+        },
     };
     let init = |n: usize| {
         let s = (n as f64 * 0.37).sin();

@@ -354,6 +354,9 @@ mod tests {
         omega_minus: 1.0,
         force: [0.0; 3],
         wall: [0.0; 3],
+        inflow: [0.0; 3],
+        profile: [[0.0; 2]; 3],
+        outlet: 0.0,
     };
 
     /// A step of a 4x3x2 grid over `f`, `g` and `tags`.

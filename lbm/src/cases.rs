@@ -5,7 +5,7 @@
 use std::f64::consts::PI;
 
 use crate::geometry::Geometry;
-use crate::params::{Collision, Params, MAX_SPEED};
+use crate::params::{Collision, Open, Params, MAX_SPEED};
 use crate::solver::{max_or_nan, Moments};
 use crate::{Error, Result};
 
@@ -36,6 +36,7 @@ pub fn cavity(
         collision,
         force: [0.0; 3],
         wall_velocity: [lid, 0.0, 0.0],
+        open: Open::NONE,
     };
     params.check()?;
     Ok((geometry, params))
@@ -155,6 +156,7 @@ pub fn poiseuille(
         collision,
         force: [force, 0.0, 0.0],
         wall_velocity: [0.0; 3],
+        open: Open::NONE,
     };
     params.check()?;
     let peak = poiseuille_profile(&params, width + 2, (width + 2) / 2).abs();

@@ -2,7 +2,7 @@
 //! wall cells at their ends are periodic. Obstacles inside it come from built-in shapes
 //! ([`Obstacle`]) or a voxel mask ([`Geometry::add_mask`], e.g. from a `.npy` file).
 
-use lattice_gpu_kernels::lbm::{tag, C};
+use lattice_gpu_kernels::lbm::{opposite, tag, C};
 use rayon::prelude::*;
 
 use crate::{Error, Result};
@@ -68,11 +68,13 @@ impl Obstacle {
     }
 }
 
-/// A grid of tagged cells.
+/// A grid of tagged cells, and the bodies in it whose forces a run reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Geometry {
     dims: [usize; 3],
     tags: Vec<u8>,
+    /// The cells of each body, in the order added.
+    bodies: Vec<Vec<u32>>,
 }
 
 impl Geometry {
@@ -83,6 +85,7 @@ impl Geometry {
         Ok(Self {
             dims,
             tags: vec![tag::FLUID; cells],
+            bodies: Vec::new(),
         })
     }
 
@@ -112,6 +115,26 @@ impl Geometry {
             for x in 0..dims[0] {
                 g.set([x, 0, z], tag::WALL);
                 g.set([x, dims[1] - 1, z], tag::WALL);
+            }
+        }
+        g.mark_near_walls();
+        Ok(g)
+    }
+
+    /// A channel fed at `x = 0` and drained at `x = nx - 1`: resting walls at `y = 0` and `y = ny - 1`,
+    /// inlet and outlet cells between them ([`tag::INLET`], [`tag::OUTLET`]), periodic in z.
+    pub fn open_channel(dims: [usize; 3]) -> Result<Self> {
+        let mut g = Self::periodic(dims)?;
+        g.need("an open channel", [3, 3, 1])?;
+        let [nx, ny, nz] = dims;
+        for z in 0..nz {
+            for x in 0..nx {
+                g.set([x, 0, z], tag::WALL);
+                g.set([x, ny - 1, z], tag::WALL);
+            }
+            for y in 1..ny - 1 {
+                g.set([0, y, z], tag::INLET);
+                g.set([nx - 1, y, z], tag::OUTLET);
             }
         }
         g.mark_near_walls();
@@ -194,8 +217,8 @@ impl Geometry {
     }
 
     /// Makes the cells where `mask` is true resting walls (one per cell, x fastest: a `.npy` array of
-    /// shape `(nz, ny, nx)`), and returns how many it marks. Fails, changing nothing, on a mask of
-    /// another length.
+    /// shape `(nz, ny, nx)`), a body of its own ([`bodies`](Self::bodies)), and returns how many it
+    /// marks. Fails, changing nothing, on a mask of another length.
     pub fn add_mask(&mut self, mask: &[bool]) -> Result<usize> {
         if mask.len() != self.cells() {
             let [nx, ny, nz] = self.dims;
@@ -206,11 +229,60 @@ impl Geometry {
                 self.cells()
             )));
         }
-        for (t, _) in self.tags.iter_mut().zip(mask).filter(|(_, &m)| m) {
-            *t = tag::WALL;
+        let body: Vec<u32> = (0..mask.len())
+            .filter(|&n| mask[n])
+            .map(|n| n as u32)
+            .collect();
+        // A body on an inlet or outlet would feed or drain the flow through itself.
+        let open = |n: usize| self.tags[n] & (tag::INLET | tag::OUTLET) != 0;
+        let touching = body
+            .iter()
+            .map(|&n| n as usize)
+            .find(|&n| open(n) || (1..C.len()).any(|q| open(self.neighbour(n, q))));
+        if let Some(n) = touching {
+            let p = self.node(n).map(|v| v as usize);
+            return Err(Error::InvalidParameter(format!(
+                "the body's cell [{}, {}, {}] lies on or next to an inlet or outlet cell: move the body \
+                 away from the open ends (at least one fluid cell between) or make the grid longer",
+                p[0], p[1], p[2]
+            )));
+        }
+        for &n in &body {
+            self.tags[n as usize] = tag::WALL;
         }
         self.mark_near_walls();
-        Ok(mask.iter().filter(|&&m| m).count())
+        let marked = body.len();
+        self.bodies.push(body);
+        Ok(marked)
+    }
+
+    /// The bodies added ([`add_obstacle`](Self::add_obstacle), [`add_mask`](Self::add_mask)), each as
+    /// its cells, in the order added.
+    pub fn bodies(&self) -> &[Vec<u32>] {
+        &self.bodies
+    }
+
+    /// The links from fluid cells into body `b`: `(cell, q)` for each fluid cell whose neighbour along
+    /// `c_q` belongs to the body, sorted by cell, then `q`.
+    pub fn links(&self, b: usize) -> Vec<(usize, usize)> {
+        let mut links: Vec<(usize, usize)> = self.bodies[b]
+            .iter()
+            .flat_map(|&cell| {
+                (1..C.len()).map(move |q| (self.neighbour(cell as usize, opposite(q)), q))
+            })
+            .filter(|&(n, _)| self.is_fluid(n))
+            .collect();
+        links.sort_unstable();
+        links
+    }
+
+    /// The cell at `n + c_q`, wrapped periodically.
+    fn neighbour(&self, n: usize, q: usize) -> usize {
+        let p = self.node(n);
+        let at: [usize; 3] = std::array::from_fn(|a| {
+            (p[a] as i64 + C[q][a] as i64).rem_euclid(self.dims[a] as i64) as usize
+        });
+        self.index(at)
     }
 
     /// The node of cell `n`.
@@ -245,7 +317,7 @@ impl Geometry {
 
     /// Whether cell `n` is fluid.
     pub fn is_fluid(&self, n: usize) -> bool {
-        !tag::is_wall(self.tags[n])
+        !tag::is_boundary(self.tags[n])
     }
 
     /// Fluid cells.

@@ -44,9 +44,10 @@ pub mod output;
 pub mod params;
 pub mod reference;
 pub mod restart;
+pub mod schaefer_turek;
 pub mod solver;
 
 pub use error::{Error, Result};
 pub use geometry::Geometry;
-pub use params::{Collision, Params};
+pub use params::{Collision, Open, Params};
 pub use solver::{Engine, Lbm, LbmStorage, Moments, Spread, Streaming};

@@ -30,6 +30,53 @@ pub struct Params {
     pub force: [f64; 3],
     /// Velocity of the moving-wall cells.
     pub wall_velocity: [f64; 3],
+    /// The inlet's velocity profile and the outlet's density.
+    pub open: Open,
+}
+
+/// The open boundaries: the velocity of the inlet cells, which ramps up smoothly, and the density of the
+/// outlet cells.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Open {
+    /// The inflow velocity where the profile peaks, once ramped up.
+    pub velocity: [f64; 3],
+    /// Per axis, the two coordinates between which the profile is a parabola, zero at both (the walls'
+    /// halfway planes), or `None` for a profile uniform along that axis.
+    pub parabola: [Option<[f64; 2]>; 3],
+    /// Steps over which the inflow rises from rest as `(1 - cos(pi t / ramp)) / 2`; 0 starts at full speed.
+    pub ramp: u64,
+    /// The density of the outlet cells (the pressure `(rho - 1) / 3` above the reference).
+    pub outlet_density: f64,
+}
+
+impl Open {
+    /// No inflow, outlets at density 1.
+    pub const NONE: Self = Self {
+        velocity: [0.0; 3],
+        parabola: [None; 3],
+        ramp: 0,
+        outlet_density: 1.0,
+    };
+
+    /// The share of the full inflow at step `t` (the first step is 1).
+    pub fn ramp_at(&self, t: u64) -> f64 {
+        if t >= self.ramp {
+            1.0
+        } else {
+            0.5 * (1.0 - (std::f64::consts::PI * t as f64 / self.ramp as f64).cos())
+        }
+    }
+
+    /// The inflow at step `t` and its profile per axis as `[centre, k]`, the velocity scaled by
+    /// `1 - k (p - centre)^2` (the kernels' form, [`Physics`](lattice_gpu_kernels::lbm::Physics)).
+    pub fn profile_at(&self, t: u64) -> ([f64; 3], [[f64; 2]; 3]) {
+        let share = self.ramp_at(t);
+        let shape = self.parabola.map(|p| match p {
+            Some([lo, hi]) => [0.5 * (lo + hi), 4.0 / ((hi - lo) * (hi - lo))],
+            None => [0.0, 0.0],
+        });
+        (self.velocity.map(|v| v * share), shape)
+    }
 }
 
 impl Params {
@@ -40,6 +87,7 @@ impl Params {
             collision: Collision::Bgk,
             force: [0.0; 3],
             wall_velocity: [0.0; 3],
+            open: Open::NONE,
         }
     }
 
@@ -89,12 +137,32 @@ impl Params {
                 self.force
             )));
         }
-        let speed = self.wall_velocity.iter().map(|v| v * v).sum::<f64>().sqrt();
-        if speed.is_nan() || speed > MAX_SPEED {
+        let speed = |v: [f64; 3]| v.iter().map(|v| v * v).sum::<f64>().sqrt();
+        for (what, v) in [("wall", self.wall_velocity), ("inflow", self.open.velocity)] {
+            let speed = speed(v);
+            if speed.is_nan() || speed > MAX_SPEED {
+                return Err(Error::InvalidParameter(format!(
+                    "the {what} speed {speed} is above Mach 0.3 ({MAX_SPEED:.4} in lattice units): \
+                     the flow would not be nearly incompressible; use a speed of 0.1 or less \
+                     (the Reynolds number is set by the viscosity)"
+                )));
+            }
+        }
+        let bad_parabola = self.open.parabola.iter().flatten();
+        if let Some([lo, hi]) = bad_parabola
+            .copied()
+            .find(|[lo, hi]| !(lo < hi && hi.is_finite()))
+        {
             return Err(Error::InvalidParameter(format!(
-                "the wall speed {speed} is above Mach 0.3 ({MAX_SPEED:.4} in lattice units): \
-                 the flow would not be nearly incompressible; use a lid speed of 0.1 or less \
-                 (the Reynolds number is set by the viscosity)"
+                "an inflow parabola from {lo} to {hi}: it must run between two finite coordinates, \
+                 the lower first"
+            )));
+        }
+        let rho = self.open.outlet_density;
+        if !(rho.is_finite() && (rho - 1.0).abs() <= 0.1) {
+            return Err(Error::InvalidParameter(format!(
+                "the outlet density {rho} must lie within 0.1 of 1 (density differences are pressure \
+                 differences, 3 (rho - 1) times the speed of sound squared, and must stay small)"
             )));
         }
         Ok(())
@@ -115,8 +183,43 @@ mod tests {
         assert!(e.contains("Mach 0.3"), "{e}");
         p.wall_velocity = [0.1, 0.0, 0.0];
         p.check().unwrap();
+        p.open.velocity = [0.0, 0.3, 0.0];
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains("inflow speed 0.3"), "{e}");
+        p.open.velocity = [0.05, 0.0, 0.0];
+        p.open.parabola[1] = Some([3.0, 3.0]);
+        assert!(p.check().unwrap_err().to_string().contains("parabola"));
+        p.open.parabola[1] = Some([0.5, 8.5]);
+        p.open.outlet_density = 1.5;
+        assert!(p
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("outlet density"));
+        p.open.outlet_density = 1.0;
+        p.check().unwrap();
         p.collision = Collision::Trt { magic: 0.0 };
         assert!(p.check().is_err());
+    }
+
+    /// The ramp rises smoothly from 0 to 1, and the parabola's kernel form vanishes where it should.
+    #[test]
+    fn the_inflow_ramps_up_and_its_parabola_vanishes_at_the_walls() {
+        let open = Open {
+            velocity: [0.1, 0.0, 0.0],
+            parabola: [None, Some([0.5, 10.5]), None],
+            ramp: 100,
+            outlet_density: 1.0,
+        };
+        assert_eq!(open.ramp_at(0), 0.0);
+        assert!((open.ramp_at(50) - 0.5).abs() < 1e-15);
+        assert_eq!(open.ramp_at(100), 1.0);
+        assert_eq!(Open::NONE.ramp_at(0), 1.0);
+        let (u, shape) = open.profile_at(25);
+        assert!((u[0] - 0.1 * (1.0 - 0.5f64.sqrt()) / 2.0).abs() < 1e-15);
+        let s = |p: f64| 1.0 - shape[1][1] * (p - shape[1][0]).powi(2);
+        assert!(s(0.5).abs() < 1e-15 && s(10.5).abs() < 1e-15 && s(5.5) == 1.0);
+        assert_eq!(shape[0], [0.0, 0.0]);
     }
 
     #[test]

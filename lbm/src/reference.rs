@@ -7,7 +7,10 @@
 //! under a second, which is all a reference needs.
 //!
 //! The model: pull streaming with halfway bounce-back at wall cells (moving walls add the usual
-//! `6 w_q rho_w (c_q . u_w)`, `rho_w = 1`), Guo forcing with the half-force velocity shift, and a
+//! `6 w_q rho_w (c_q . u_w)`, `rho_w = 1`; inlet cells the same with the inflow profile's velocity at
+//! the link's midpoint; outlet cells send anti-bounce-back `-f*_opp + 2 w_q rho_out (1 + 4.5 (c.u)^2 -
+//! 1.5 u.u)`, `u` being the velocity of the streamed populations with the velocity terms left out),
+//! Guo forcing with the half-force velocity shift, and a
 //! two-relaxation-time collision that reduces to BGK when no magic parameter is given. The state
 //! of a cell is its 19 full post-collision populations of the last step.
 
@@ -68,6 +71,8 @@ pub fn ref_opposite(q: usize) -> usize {
 const FLUID: u8 = 0;
 const RESTING_WALL: u8 = 1;
 const MOVING_WALL: u8 = 2;
+const INLET: u8 = 4;
+const OUTLET: u8 = 8;
 /// The optimised code marks fluid cells next to walls with this bit; the reference finds walls
 /// itself, so it only strips the bit.
 const HINT_BIT: u8 = 0x80;
@@ -85,6 +90,16 @@ pub struct RefParams {
     pub force: [f64; 3],
     /// Velocity `u_w` of every moving-wall cell (tag 2).
     pub wall_velocity: [f64; 3],
+    /// The inflow velocity at the peak of its profile (inlet cells, tag 4), once ramped up.
+    pub inflow: [f64; 3],
+    /// Per axis, the coordinates `(a, b)` of a parabolic profile `4 (p - a)(b - p) / (b - a)^2`, or
+    /// `None` for a uniform one.
+    pub parabola: [Option<[f64; 2]>; 3],
+    /// Steps `T` of the ramp: at step `t` (the first is 1) the inflow is scaled by
+    /// `sin^2(pi t / (2 T))` while `t < T`.
+    pub ramp: u64,
+    /// The density of the outlet cells (tag 8).
+    pub outlet_density: f64,
 }
 
 /// The reference solver: grid, tags, populations and the moments of the last step.
@@ -98,6 +113,8 @@ pub struct Reference {
     f: Vec<[f64; REF_Q]>,
     /// `(rho, u)` of each cell as computed in the last step.
     moments: Vec<(f64, [f64; 3])>,
+    /// Steps taken.
+    steps: u64,
 }
 
 impl Reference {
@@ -121,8 +138,12 @@ impl Reference {
             dims[2]
         );
         let tags: Vec<u8> = tags.into_iter().map(|t| t & !HINT_BIT).collect();
-        if let Some((n, t)) = tags.iter().enumerate().find(|&(_, &t)| t > MOVING_WALL) {
-            panic!("cell {n} has tag {t}; tags are 0 (fluid), 1 (resting wall), 2 (moving wall)");
+        let known = [FLUID, RESTING_WALL, MOVING_WALL, INLET, OUTLET];
+        if let Some((n, t)) = tags.iter().enumerate().find(|&(_, t)| !known.contains(t)) {
+            panic!(
+                "cell {n} has tag {t}; tags are 0 (fluid), 1 (resting wall), 2 (moving wall), \
+                 4 (inlet), 8 (outlet)"
+            );
         }
         assert!(
             params.tau > 0.5,
@@ -139,6 +160,7 @@ impl Reference {
             params,
             f: vec![rest; cells],
             moments: vec![(0.0, [0.0; 3]); cells],
+            steps: 0,
         }
     }
 
@@ -175,13 +197,15 @@ impl Reference {
         let force = self.params.force;
         let u_wall = self.params.wall_velocity;
 
+        self.steps += 1;
         let mut new_f = self.f.clone();
         for n in 0..self.f.len() {
             if self.tags[n] != FLUID {
                 self.moments[n] = (0.0, [0.0; 3]);
                 continue;
             }
-            let f = self.stream_into(n, u_wall);
+            let mut f = self.stream_into(n, u_wall);
+            self.complete_outlets(n, &mut f);
 
             let rho: f64 = f.iter().sum();
             let mut j = [0.0; 3];
@@ -227,10 +251,59 @@ impl Reference {
                 MOVING_WALL => {
                     self.f[n][ref_opposite(q)] + 6.0 * REF_W[q] * 1.0 * dot(c_f64(q), u_wall)
                 }
+                INLET => {
+                    let u_in = self.inflow_at(n, q);
+                    self.f[n][ref_opposite(q)] + 6.0 * REF_W[q] * 1.0 * dot(c_f64(q), u_in)
+                }
+                // The velocity terms are added by `complete_outlets`, once all are streamed.
+                OUTLET => -self.f[n][ref_opposite(q)] + 2.0 * REF_W[q] * self.params.outlet_density,
                 t => unreachable!("tag {t} was rejected in new"),
             };
         }
         f
+    }
+
+    /// The inflow velocity this step at the midpoint of the link into cell `n` along `q`.
+    fn inflow_at(&self, n: usize, q: usize) -> [f64; 3] {
+        let [nx, ny, _] = self.dims;
+        let cell = [n % nx, (n / nx) % ny, n / (nx * ny)];
+        let mut share = 1.0;
+        let ramp = self.params.ramp;
+        if self.steps < ramp {
+            share = (std::f64::consts::PI * self.steps as f64 / (2.0 * ramp as f64))
+                .sin()
+                .powi(2);
+        }
+        for a in 0..3 {
+            if let Some([lo, hi]) = self.params.parabola[a] {
+                let p = cell[a] as f64 - 0.5 * f64::from(REF_C[q][a]);
+                share *= 4.0 * (p - lo) * (hi - p) / ((hi - lo) * (hi - lo));
+            }
+        }
+        self.params.inflow.map(|v| v * share)
+    }
+
+    /// Adds to the populations `f` of cell `n` that came from outlet cells the velocity terms of the
+    /// anti-bounce-back, `2 w_q rho_out (4.5 (c.u)^2 - 1.5 u.u)`, `u` the velocity of `f` as streamed.
+    fn complete_outlets(&self, n: usize, f: &mut [f64; REF_Q]) {
+        let from_outlet: Vec<usize> = (0..REF_Q)
+            .filter(|&q| self.tags[self.neighbour(n, q, -1)] == OUTLET)
+            .collect();
+        if from_outlet.is_empty() {
+            return;
+        }
+        let rho: f64 = f.iter().sum();
+        let mut u = [0.0; 3];
+        for q in 0..REF_Q {
+            for a in 0..3 {
+                u[a] += f[q] * f64::from(REF_C[q][a]);
+            }
+        }
+        let u = std::array::from_fn(|a| (u[a] + 0.5 * self.params.force[a]) / rho);
+        for q in from_outlet {
+            let cu = dot(c_f64(q), u);
+            f[q] += 2.0 * REF_W[q] * self.params.outlet_density * (4.5 * cu * cu - 1.5 * dot(u, u));
+        }
     }
 
     /// The index of the cell at `n + sign * c_q`, wrapped periodically.
@@ -307,6 +380,10 @@ mod tests {
             magic: None,
             force: [0.0; 3],
             wall_velocity: [0.0; 3],
+            inflow: [0.0; 3],
+            parabola: [None; 3],
+            ramp: 0,
+            outlet_density: 1.0,
         }
     }
 

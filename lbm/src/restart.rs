@@ -23,7 +23,7 @@ use lattice_gpu_formats::checkpoint::Checkpoint;
 use lattice_gpu_formats::IoError;
 use lattice_gpu_host::comm::Communicator;
 
-use crate::params::{Collision, Params};
+use crate::params::{Collision, Open, Params};
 use crate::solver::{LbmStorage, Moments, Streaming};
 use crate::{Error, Result};
 
@@ -63,6 +63,16 @@ pub fn physics<S: LbmStorage>(
     }
     p.push(("force".into(), vector(params.force)));
     p.push(("wall-velocity".into(), vector(params.wall_velocity)));
+    let open = &params.open;
+    if *open != Open::NONE {
+        let parabola = open
+            .parabola
+            .map(|a| a.map_or("uniform".into(), |[lo, hi]| format!("{lo}..{hi}")));
+        p.push(("inflow".into(), vector(open.velocity)));
+        p.push(("inflow-profile".into(), parabola.join(",")));
+        p.push(("inflow-ramp".into(), open.ramp.to_string()));
+        p.push(("outlet-density".into(), open.outlet_density.to_string()));
+    }
     p
 }
 

@@ -19,11 +19,13 @@ use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
-    equilibrium, opposite, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
+    equilibrium, opposite, tag, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
 };
 use rayon::prelude::*;
 
 use crate::geometry::Geometry;
+
+mod forces;
 use crate::params::Params;
 use crate::Result;
 
@@ -316,6 +318,15 @@ fn beside_needs() -> crate::Error {
 /// The threads per block [`Lbm::tune_block`] tries.
 pub const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
 
+/// The block widths tried (threads along x; 0: as wide as the block or the grid's rows): a block
+/// ends when its slowest warp does, and with an inlet and an outlet across x every row has a cell
+/// near a boundary at each end, whose warps take longer. Blocks a warp wide keep them apart from the
+/// rest of the row.
+pub const TUNE_WIDTHS: [u32; 2] = [0, 32];
+
+/// The tuner's name of the block width.
+const WIDTH: &str = "width";
+
 /// How [`Lbm::tune_block`] tries each block size: two passes over them (the first block size also
 /// runs while the GPU raises its clocks after the set-up), each with two steps that settle the new
 /// launch (an even count keeps in-place streaming's odd and even steps in balance) and four timed.
@@ -335,19 +346,41 @@ impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
     fn tune_key(&self) -> (String, String, String) {
         let [x, y, z] = self.geometry.dims();
         let split = if self.split.is_some() { ",split" } else { "" };
+        // Where the cells near boundaries lie decides the best launch, so lattices of one size with
+        // other boundaries are tuned apart: a hash of the tags (FNV-1a, stable from run to run) tells
+        // them apart.
+        let tags = self.geometry.tags();
+        let cells = if tags.iter().any(|&t| t != tag::FLUID) {
+            let hash = tags.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &t| {
+                (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+            format!("{x}x{y}x{z},tags={hash:016x}")
+        } else {
+            format!("{x}x{y}x{z}")
+        };
         (
             format!("lbm_step[{}{split}]", self.streaming.name()),
-            format!("{x}x{y}x{z}"),
+            cells,
             S::NAME.to_string(),
         )
     }
 
     fn candidates(&self) -> Vec<Vec<(String, u32)>> {
         blocks(&TUNE_BLOCKS)
+            .into_iter()
+            .flat_map(|b| TUNE_WIDTHS.map(|w| [b.clone(), vec![(WIDTH.to_string(), w)]].concat()))
+            .collect()
     }
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
-        Ok(param(params, BLOCK).is_some_and(|b| self.set_block(b).is_ok()))
+        // Entries cached before blocks had widths take the rows whole.
+        let width = param(params, WIDTH).unwrap_or(0);
+        Ok(
+            param(params, BLOCK).is_some_and(|b| self.set_block(b).is_ok()) && {
+                self.width = width;
+                true
+            },
+        )
     }
 
     /// This rank's cells (its halo planes too, on a split run), each population read and written once;
@@ -470,6 +503,8 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     steps: u64,
     moments_step: Option<u64>,
     block: u32,
+    /// Threads along x of a block (0: as many as the block and the rows allow).
+    width: u32,
     mem: Memory<S>,
     comm: C,
     split: Option<Split>,
@@ -488,6 +523,8 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
         lattice_gpu_host::nccl::Nccl,
         lattice_gpu_host::nccl::LayerHalo,
     )>,
+    /// The links of each body on this rank ([`forces`](Self::forces)).
+    bodies: Vec<forces::BodyLinks>,
 }
 
 impl<S: LbmStorage> Lbm<S> {
@@ -734,6 +771,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             steps: 0,
             moments_step: None,
             block: 256,
+            width: 0,
             comm,
             split,
             mirror: Vec::new(),
@@ -741,6 +779,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             #[cfg(feature = "nccl")]
             nccl: None,
             halos_current: false,
+            bodies: Vec::new(),
         };
         let tags = lbm.geometry.tags().to_vec();
         lbm.mem = match engine {
@@ -765,6 +804,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 gpu: gpu.clone(),
             },
         };
+        let (global, planes) = match &lbm.split {
+            Some(sp) => (&sp.global, [sp.z0, lbm.geometry.dims()[2] - 2, 1]),
+            None => (&lbm.geometry, [0, nz, 0]),
+        };
+        lbm.bodies = forces::body_links(global, planes, gpu)?;
         Ok(lbm)
     }
 
@@ -969,6 +1013,17 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.block
     }
 
+    /// The block's threads along x and y on this lattice ([`TUNE_WIDTHS`]).
+    pub fn block_shape(&self) -> [u32; 2] {
+        let [nx, ny, _] = self.dims_u32();
+        let row = nx.div_ceil(32) * 32;
+        let bx = match self.width {
+            0 => self.block.min(row),
+            w => w.min(self.block).min(row),
+        };
+        [bx, (self.block / bx).min(ny).max(1)]
+    }
+
     /// Sets the fastest of [`TUNE_BLOCKS`] the kernels allow (nothing on the CPU: `None`): the tune
     /// cache's where it has this lattice's (this rank's planes, streaming and precision on this GPU),
     /// else the fastest of [`TUNE_STEPS`] real steps of the run at each, stored in `cache`; where the
@@ -1086,11 +1141,19 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     fn physics(&self) -> Physics<S::Real> {
         let real = S::Real::from_f64;
         let p = &self.params;
+        let (inflow, mut profile) = p.open.profile_at(self.steps + 1);
+        if let Some(sp) = &self.split {
+            // The kernels see local z: the rank's first plane is 1, after the halo.
+            profile[2][0] += 1.0 - sp.z0 as f64;
+        }
         Physics {
             omega: real(p.omega()),
             omega_minus: real(p.omega_minus()),
             force: p.force.map(real),
             wall: p.wall_velocity.map(real),
+            inflow: inflow.map(real),
+            profile: profile.map(|a| a.map(real)),
+            outlet: real(p.open.outlet_density - 1.0),
         }
     }
 
@@ -1256,8 +1319,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
             .map_err(HostError::from)?;
         let [nx, ny, _] = self.dims_u32();
-        let bx = self.block.min(nx.div_ceil(32) * 32);
-        let by = (self.block / bx).min(ny).max(1);
+        let [bx, by] = self.block_shape();
         let grid = [nx.div_ceil(bx), ny.div_ceil(by), planes[1]];
         gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
         Ok(())

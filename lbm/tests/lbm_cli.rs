@@ -79,6 +79,28 @@ fn cases_run_and_write_their_files() {
         "--output", out,
     ]);
     assert!(ok, "{text}");
+    // Schäfer and Turek's cylinder, coarse and short: the forces are sampled and reported.
+    let (ok, text) = lbm(&[
+        "cylinder",
+        "--engine",
+        "host",
+        "--resolution",
+        "10",
+        "--u-max",
+        "0.1",
+        "--time",
+        "5",
+        "--output",
+        out,
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        (4.0..9.0).contains(&common::number_after(&text, "c_D =")),
+        "{text}"
+    );
+    let forces = std::fs::read_to_string(dir.join("forces.csv")).unwrap();
+    assert_eq!(forces.lines().next(), Some("step,time,c_d,c_l"));
+    assert_eq!(forces.lines().count(), 1 + 5 * 25, "{forces}");
     for f in [
         "velocity.npy",
         "density.npy",
@@ -88,6 +110,7 @@ fn cases_run_and_write_their_files() {
         "centreline_v.csv",
         "profile.csv",
         "energy.csv",
+        "forces.csv",
     ] {
         let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
         assert!(len > 0, "{f} missing or empty:\n{text}");
@@ -142,9 +165,14 @@ const BAD: &[Bad] = &[
     bad("sizes", "poiseuille --extent 100000x1", 1, "lower --width or --extent"),
     bad("sizes", "poiseuille --extent 4x3 --gpus 4", 1, "give --gpus 3 or fewer"),
     bad("sizes", "taylor-green --size 8x8x2 --gpus 30000", 1, "give --gpus 2 or fewer"),
-    bad("sizes", "bench --sizes 2", 1, "4 to 65535"),
+    bad("sizes", "bench --sizes 2", 1, "16 to 65535"),
+    bad("sizes", "cylinder --resolution 25", 1, "multiple of 10"),
     // Numbers.
     bad("numbers", "taylor-green --tau 0.5", 1, "above 0.5"),
+    bad("numbers", "cylinder --u-max 0.3", 1, "must lie in (0, 0.15]"),
+    bad("numbers", "cylinder --case 2d-2 --resolution 10 --u-max 0.01", 1, "use --resolution 60"),
+    bad("numbers", "cylinder --time 1", 1, "outlast the inflow's ramp"),
+    bad("numbers", "cylinder --case 2d-3", 2, "possible values: 2d-1, 2d-2"),
     bad("numbers", "taylor-green --tau 0.4 --steps 20", 1, "above 0.5"),
     bad("numbers", "taylor-green --steps 10", 1, "at least 20"),
     bad("numbers", "taylor-green --u0=0", 1, "give --u0 0.02"),

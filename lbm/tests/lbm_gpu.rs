@@ -1,9 +1,10 @@
 //! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
-//! storage precision and streaming scheme on an odd-sized box with every kind of cell, GPU outputs
-//! poisoned with NaN before each step; the block-size tuning (which steps at every size it tries); the
+//! storage precision and streaming scheme on an odd-sized box with every kind of cell (an inlet and an
+//! outlet among them), GPU outputs poisoned with NaN before each step, and the force on a body; the
+//! block-size tuning (which steps at every size it tries); the
 //! f16 physics on the GPU; a grid too large for the GPU; a NaN counted on the GPU, named as the
 //! CPU names it, whole or split over ranks; and checkpoints: a GPU lattice restored on any number of
-//! ranks continues bit for bit, and the binary's resumed GPU run (which tunes its block size again)
+//! ranks continues bit for bit (its moments and the body's force), and the binary's resumed GPU run (which tunes its block size again)
 //! writes the bytes of a straight one.
 //!
 //! Without a GPU each test prints `SKIPPED (no GPU): ...` and passes; `LATTICE_GPU_REQUIRE_GPU=1` (set by
@@ -17,14 +18,18 @@ use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_kernels::lbm::{tag, Half, Q};
 use lattice_gpu_lbm::cases;
+use lattice_gpu_lbm::geometry::Obstacle;
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
-use lattice_gpu_lbm::{Collision, Engine, Error, Geometry, Lbm, LbmStorage, Params, Streaming};
+use lattice_gpu_lbm::{
+    Collision, Engine, Error, Geometry, Lbm, LbmStorage, Open, Params, Streaming,
+};
 use rand::{Rng, SeedableRng};
 
 use common::gpu;
 use lattice_gpu_testkit as common;
 
-/// Odd sides, a moving lid, a resting floor, an obstacle; periodic in x and z.
+/// Odd sides, a moving lid, a resting floor, two wall cells, an inlet and an outlet closing x below
+/// z = 4, a spherical body; periodic in z, and in x above.
 fn geometry() -> Geometry {
     let dims = [13, 11, 9];
     let mut g = Geometry::channel(dims).unwrap();
@@ -35,9 +40,28 @@ fn geometry() -> Geometry {
     }
     g.set([6, 5, 4], tag::WALL);
     g.set([7, 5, 4], tag::WALL);
+    for (y, z) in (1..10).flat_map(|y| (0..4).map(move |z| (y, z))) {
+        g.set([0, y, z], tag::INLET);
+        g.set([12, y, z], tag::OUTLET);
+    }
     g.mark_near_walls();
+    // A body whose force the runs report.
+    let sphere = Obstacle::Sphere {
+        centre: [4.0, 5.0, 6.0],
+        radius: 1.5,
+    };
+    g.add_obstacle(&sphere).unwrap();
     g
 }
+
+/// Inflow along x with a parabolic profile in y and z, ramped over the first steps; the outlet below
+/// density 1.
+const OPEN: Open = Open {
+    velocity: [0.05, 0.01, -0.01],
+    parabola: [None, Some([0.5, 9.5]), Some([-0.5, 3.5])],
+    ramp: 4,
+    outlet_density: 0.98,
+};
 
 fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collision: Collision) {
     let g = geometry();
@@ -47,6 +71,7 @@ fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collisi
         collision,
         force: [3e-5, -1e-5, 2e-5],
         wall_velocity: [0.08, 0.0, -0.03],
+        open: OPEN,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let post: Vec<f64> = (0..Q * cells)
@@ -74,6 +99,15 @@ fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collisi
             );
         }
         assert!(md.max_speed() > 1e-4, "{what}: the flow moves");
+        // The populations are the same bits: the forces differ only in the order of their sums.
+        let (fd, fh) = (dev.forces().unwrap(), host.forces().unwrap());
+        assert!(fh[0].iter().any(|&f| f.abs() > 1e-6), "{what}: {fh:?}");
+        for a in 0..3 {
+            assert!(
+                (fd[0][a] - fh[0][a]).abs() < 1e-12,
+                "{what} step {step}: GPU force {fd:?}, CPU {fh:?}"
+            );
+        }
         if step % 2 == 0 {
             let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
             for q in 0..Q {
@@ -119,6 +153,7 @@ fn tuning_the_block_size_changes_no_bit() {
         collision: Collision::Trt { magic: 0.25 },
         force: [2e-5, 0.0, -1e-5],
         wall_velocity: [0.05, 0.0, 0.0],
+        open: OPEN,
     };
     for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
         let make = |e: &Engine| {
@@ -148,10 +183,11 @@ fn tuning_the_block_size_changes_no_bit() {
             "{t:?}"
         );
         assert_eq!(dev.steps(), t.calls);
+        let shape = dev.block_shape();
         dev.set_block(TUNE_BLOCKS[0]).unwrap();
         let again = dev.tune_block(&mut cache, false, false).unwrap().unwrap();
         assert!(
-            again.cached && again.calls == 0 && dev.block() == block,
+            again.cached && again.calls == 0 && dev.block() == block && dev.block_shape() == shape,
             "{again:?}"
         );
         assert_eq!(dev.steps(), t.calls);
@@ -293,12 +329,13 @@ fn gpu_run<S: LbmStorage>(
     ranks: usize,
     from: Option<&Checkpoint>,
     steps: u64,
-) -> (lattice_gpu_lbm::Moments, Checkpoint) {
+) -> ((lattice_gpu_lbm::Moments, Vec<[f64; 3]>), Checkpoint) {
     let p = Params {
         tau: 0.62,
         collision: Collision::Trt { magic: 0.25 },
         force: [3e-5, -1e-5, 2e-5],
         wall_velocity: [0.08, 0.0, -0.03],
+        open: OPEN,
     };
     let run = |comm: &lattice_gpu_host::threads::Threads| {
         let init = |n: usize| (1.0 + 1e-3 * (n % 5) as f64, [0.01, 0.0, 0.005]);
@@ -310,7 +347,7 @@ fn gpu_run<S: LbmStorage>(
         }
         lbm.run(steps)?;
         let ck = lbm.save_state(Checkpoint::new("lbm", 0))?;
-        Ok::<_, Error>((lbm.moments()?, ck))
+        Ok::<_, Error>(((lbm.moments()?, lbm.forces()?), ck))
     };
     lattice_gpu_host::threads::run(ranks, run)
         .unwrap()

@@ -34,6 +34,9 @@ pub trait Real:
     const ONE: Self;
     /// Converts from f64, rounding to nearest.
     fn from_f64(v: f64) -> Self;
+    /// Converts from u32, rounding to nearest (one instruction on the GPU, where a detour through f64
+    /// takes two of its slower f64 conversions).
+    fn from_u32(v: u32) -> Self;
     /// Converts to f64 (exact).
     fn to_f64(self) -> f64;
     /// `self * a + b` with one rounding.
@@ -58,6 +61,10 @@ macro_rules! real_impl {
             const ONE: Self = 1.0;
             #[inline(always)]
             fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self {
                 v as $t
             }
             #[inline(always)]

@@ -7,12 +7,15 @@
 //! - populations in structure-of-arrays order: population `q` of cell `n` at `q * cells + n`, stored as the
 //!   deviation `f_q - w_q` from the rest equilibrium (keeps the digits that matter in f32 and f16);
 //! - one tag byte per cell ([`tag`]): fluid, wall (halfway bounce-back), moving wall (bounce-back with the
-//!   wall-velocity correction, wall density 1); fluid cells next to a wall carry [`tag::NEAR_WALL`], set by
-//!   the host, so that only they look at their neighbours' tags.
+//!   wall-velocity correction, wall density 1), inlet (the same with the inflow profile's velocity) and
+//!   outlet (anti-bounce-back at a given density); fluid cells next to any of them carry
+//!   [`tag::NEAR_WALL`], set by the host, so that only they look at their neighbours' tags.
 
+mod force;
 mod step;
 mod storage;
 
+pub use force::{link, ForceEntry, Forces, FORCE_BLOCK};
 pub use step::{equilibrium, Lattices, Physics, Scheme, Step, StepEntry};
 pub use storage::{Half, Storage, HALF_SCALE};
 
@@ -86,13 +89,20 @@ pub mod tag {
     pub const WALL: u8 = 1;
     /// A wall moving with the step's wall velocity: bounce-back plus `6 w_q (c_q . u_wall)`.
     pub const MOVING_WALL: u8 = 2;
-    /// Added to a fluid cell with at least one wall neighbour (set by the host from the geometry).
+    /// A velocity inlet: bounce-back with the correction of a wall moving at the inflow profile's velocity
+    /// (Ladd's rule, density 1), taken at the midpoint of each link.
+    pub const INLET: u8 = 4;
+    /// A pressure outlet: anti-bounce-back, `f_q = -f*_opp + 2 w_q rho_out (1 + 4.5 (c_q.u)^2 - 1.5 u.u)`
+    /// with `u` the fluid cell's velocity, so that the density on the link's midpoint is `rho_out`.
+    pub const OUTLET: u8 = 8;
+    /// Added to a fluid cell with at least one boundary neighbour (set by the host from the geometry).
     pub const NEAR_WALL: u8 = 0x80;
 
-    /// Whether the tag is a wall of either kind.
+    /// Whether the tag is a boundary cell (a wall of either kind, an inlet or an outlet): never updated,
+    /// its fluid neighbours take the populations it would send from their own.
     #[inline(always)]
-    pub const fn is_wall(t: u8) -> bool {
-        t & (WALL | MOVING_WALL) != 0
+    pub const fn is_boundary(t: u8) -> bool {
+        t & (WALL | MOVING_WALL | INLET | OUTLET) != 0
     }
 }
 

@@ -81,6 +81,13 @@ pub struct Physics<R> {
     pub force: [R; 3],
     /// Velocity of the moving-wall cells.
     pub wall: [R; 3],
+    /// Velocity of the inlet cells where their profile peaks (the host ramps it up over the first steps).
+    pub inflow: [R; 3],
+    /// The inlet profile per axis, `[centre, k]`: the inflow is scaled by `1 - k (p - centre)^2` at each
+    /// link's midpoint `p`, a parabola vanishing at `centre ± 1/sqrt(k)` (`k = 0`: uniform along the axis).
+    pub profile: [[R; 2]; 3],
+    /// The density of the outlet cells, less 1.
+    pub outlet: R,
 }
 
 /// The memory of a step: the lattices, the tags and, where the step writes them, the moments.
@@ -209,15 +216,60 @@ impl<S: Storage> Step<S> {
         self.dims[0] as usize * self.dims[1] as usize * self.dims[2] as usize
     }
 
-    /// The bounce-back correction of a population entering along `q` from a wall of tag `t`:
-    /// `6 w_q (c_q . u_wall)` for a moving wall (density 1), nothing otherwise.
+    /// The population entering fluid cell `xyz` along `q` from boundary cell of tag `t`, given `v`, what
+    /// the cell sent into it last step: `v` off a resting wall, `v + 6 w_q (c_q . u)` off a moving wall or
+    /// an inlet (density 1, `u` the inflow profile's at the link's midpoint), and off an outlet the part of
+    /// the anti-bounce-back that does not depend on the cell's velocity, `-v + 2 w_q (rho_out - 1)`
+    /// ([`outflow`](Self::outflow) adds the rest).
     #[inline(always)]
-    fn bounce(&self, v: S::Real, q: usize, t: u8) -> S::Real {
+    fn boundary(&self, v: S::Real, q: usize, t: u8, xyz: [u32; 3]) -> S::Real {
+        let c = |v: f64| S::Real::from_f64(v);
         if t & tag::MOVING_WALL != 0 {
-            v + S::Real::from_f64(6.0 * W[q]) * dot(q, self.physics.wall)
+            v + c(6.0 * W[q]) * dot(q, self.physics.wall)
+        } else if t & tag::INLET != 0 {
+            let mut shape = S::Real::ONE;
+            for a in 0..3 {
+                let [centre, k] = self.physics.profile[a];
+                // Exact: whole and half coordinates.
+                let d = (S::Real::from_u32(xyz[a]) - c(0.5 * C[q][a] as f64)) - centre;
+                shape *= S::Real::ONE - k * d * d;
+            }
+            v + c(6.0 * W[q]) * dot(q, self.physics.inflow) * shape
+        } else if t & tag::OUTLET != 0 {
+            c(2.0 * W[q]) * self.physics.outlet - v
         } else {
             v
         }
+    }
+
+    /// Completes the anti-bounce-back of the populations `p` entered from outlets (bit `q` of `open`):
+    /// adds `2 w_q rho_out (4.5 (c_q.u)^2 - 1.5 u.u)` with `u` the cell's velocity from `p` as they stand
+    /// (one fixed-point pass: the error is of third order in the velocity).
+    #[inline(always)]
+    fn outflow(&self, p: &mut [S::Real; Q], open: u32) {
+        let c = |v: f64| S::Real::from_f64(v);
+        let mut drho = S::Real::ZERO;
+        let mut j = [S::Real::ZERO; 3];
+        each_q!(q => {
+            drho += p[q];
+            for a in 0..3 {
+                match C[q][a] {
+                    1 => j[a] += p[q],
+                    -1 => j[a] -= p[q],
+                    _ => {}
+                }
+            }
+        });
+        let inv = S::Real::ONE / (S::Real::ONE + drho);
+        let u = [0, 1, 2].map(|a| (j[a] + c(0.5) * self.physics.force[a]) * inv);
+        let usq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        let rho = S::Real::ONE + self.physics.outlet;
+        each_q!(q => {
+            if open & (1 << q) != 0 {
+                let cu = dot(q, u);
+                p[q] += c(2.0 * W[q]) * rho * (c(4.5) * cu * cu - c(1.5) * usq);
+            }
+        });
     }
 
     /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`).
@@ -233,7 +285,7 @@ impl<S: Storage> Step<S> {
         let n = nb.at(0, 1);
         // SAFETY (all accesses below): indices are below `cells` per population; the caller's contract.
         let t = unsafe { *self.tags.add(n) };
-        if tag::is_wall(t) {
+        if tag::is_boundary(t) {
             return;
         }
         let cells = self.cells();
@@ -246,42 +298,54 @@ impl<S: Storage> Step<S> {
         let wall_at = |m: usize, near: bool| -> Option<u8> {
             if near {
                 let tm = unsafe { *self.tags.add(m) };
-                tag::is_wall(tm).then_some(tm)
+                tag::is_boundary(tm).then_some(tm)
             } else {
                 None
             }
         };
         let (f, g) = (self.f, self.g);
 
+        // The value entering along `q`, and whether it came from an outlet.
         let gather = |q: usize, near: bool| unsafe {
             if SCHEME == Scheme::AaEven as u32 {
-                // The odd step left populations that hit a wall here unchanged; the moving-wall
-                // correction is added on reading, as in the other schemes, so that f16 rounds the
-                // same value in all of them.
+                // The odd step left populations that hit a boundary here unchanged; the boundary's rule is
+                // applied on reading, as in the other schemes, so that f16 rounds the same value in all
+                // of them.
                 let v = S::load(f, q * cells + n);
                 match wall_at(at(q, -1), near) {
-                    Some(tw) => self.bounce(v, q, tw),
-                    None => v,
+                    Some(tw) => (self.boundary(v, q, tw, [x, y, z]), tw & tag::OUTLET != 0),
+                    None => (v, false),
                 }
             } else {
                 let src = at(q, -1);
-                // Entering from a wall: what this cell sent into it last step, reflected.
+                // Entering from a boundary: what this cell sent into it last step, reflected.
                 let (from, slot) = if SCHEME == Scheme::Ab as u32 {
                     (opposite(q), q)
                 } else {
                     (q, opposite(q))
                 };
                 match wall_at(src, near) {
-                    Some(tw) => self.bounce(S::load(f, from * cells + n), q, tw),
-                    None => S::load(f, slot * cells + src),
+                    Some(tw) => {
+                        let v = S::load(f, from * cells + n);
+                        (self.boundary(v, q, tw, [x, y, z]), tw & tag::OUTLET != 0)
+                    }
+                    None => (S::load(f, slot * cells + src), false),
                 }
             }
         };
         let mut p = [S::Real::ZERO; Q];
         if near {
-            each_q!(q => { p[q] = gather(q, true); });
+            let mut open = 0u32;
+            each_q!(q => {
+                let (v, out) = gather(q, true);
+                p[q] = v;
+                open |= (out as u32) << q;
+            });
+            if open != 0 {
+                self.outflow(&mut p, open);
+            }
         } else {
-            each_q!(q => { p[q] = gather(q, false); });
+            each_q!(q => { p[q] = gather(q, false).0; });
         }
 
         let out = self.collide(&p, n, cells);

@@ -9,7 +9,9 @@ use crate::device::math::Real;
 pub const HALF_SCALE: f32 = 32768.0;
 
 /// A population storage type and the precision the collision computes in.
-pub trait Storage: Copy + Default + Send + Sync + 'static + super::step::StepEntry {
+pub trait Storage:
+    Copy + Default + Send + Sync + 'static + super::step::StepEntry + super::force::ForceEntry
+{
     /// The arithmetic precision.
     type Real: Real;
     /// `"f32"`, `"f64"` or `"f16"`: names kernels, tables and files.

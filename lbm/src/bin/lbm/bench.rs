@@ -1,5 +1,6 @@
-//! `lbm bench`: MLUPs/s of every storage precision and streaming scheme on periodic cubes, against the
-//! device-to-device copy bandwidth measured in the same run.
+//! `lbm bench`: MLUPs/s of every storage precision and streaming scheme on periodic cubes, and on cubes
+//! holding a flow around a sphere between an inlet and an outlet (its force taken every 100 steps by
+//! default, in the timing), against the device-to-device copy bandwidth measured in the same run.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use lattice_gpu_host::engine::Tunable;
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases;
-use lattice_gpu_lbm::geometry::MAX_SIDE;
+use lattice_gpu_lbm::geometry::{Obstacle, MAX_SIDE};
 use lattice_gpu_lbm::solver::{check_memory, Spread};
 use lattice_gpu_lbm::{Engine, Error, Geometry, Lbm, LbmStorage, Params, Result, Streaming};
 
@@ -23,6 +24,13 @@ pub(super) struct BenchArgs {
     /// Cubes to time.
     #[arg(long, value_delimiter = ',', default_value = "128,256,384")]
     sizes: Vec<usize>,
+    /// What the cubes hold: box (periodic, a Taylor-Green flow), sphere (an open channel with a
+    /// sphere, its force taken every --force-every steps).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "box,sphere")]
+    cases: Vec<Case>,
+    /// Steps between the sphere's force evaluations, which the timing includes (0: none).
+    #[arg(long, default_value_t = 100)]
+    force_every: u64,
     /// Steps timed per configuration (after a warm-up and a block-size sweep).
     #[arg(long, default_value_t = 100)]
     steps: u64,
@@ -31,12 +39,32 @@ pub(super) struct BenchArgs {
     csv: Option<PathBuf>,
 }
 
+/// What a benchmark cube holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Case {
+    /// Periodic on every side, a Taylor-Green flow: every cell is fluid.
+    Box,
+    /// An open channel along x (walls in y, periodic in z) with a sphere a quarter along it.
+    Sphere,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Box => "box",
+            Self::Sphere => "sphere",
+        }
+    }
+}
+
 /// One benchmark row: median MLUPs/s over the block sizes' best.
 struct Row {
+    case: Case,
     size: usize,
     storage: &'static str,
     streaming: &'static str,
-    block: u32,
+    /// Threads along x and y.
+    block: String,
     mlups: f64,
     bytes: usize,
     gbs: f64,
@@ -46,9 +74,10 @@ struct Row {
 
 fn bench_one<S: LbmStorage>(
     gpu: &std::sync::Arc<Gpu>,
+    case: Case,
     n: usize,
     streaming: Streaming,
-    steps: u64,
+    [steps, force_every]: [u64; 2],
     copy: f64,
 ) -> Result<Row> {
     let dims = [n; 3];
@@ -57,38 +86,59 @@ fn bench_one<S: LbmStorage>(
         &Lbm::<S>::footprint(dims, streaming, Spread::ONE, true, 0, false)?,
         Some(gpu),
     )?;
-    // A periodic box with a Taylor-Green flow: every cell is fluid and the populations are not trivial.
-    let mut lbm = Lbm::<S>::new(
-        &engine,
-        Geometry::periodic(dims)?,
-        Params::bgk(0.8),
-        streaming,
-        cases::taylor_green(dims, 0.02)?,
-    )?;
+    let mut lbm = match case {
+        // Every cell fluid, and populations that are not trivial.
+        Case::Box => Lbm::<S>::new(
+            &engine,
+            Geometry::periodic(dims)?,
+            Params::bgk(0.8),
+            streaming,
+            cases::taylor_green(dims, 0.02)?,
+        )?,
+        Case::Sphere => {
+            let mut g = Geometry::open_channel(dims)?;
+            let mid = n as f64 / 2.0 - 0.5;
+            g.add_obstacle(&Obstacle::Sphere {
+                centre: [n as f64 / 4.0, mid, mid],
+                radius: n as f64 / 8.0,
+            })?;
+            let mut p = Params::bgk(0.8);
+            p.open.velocity = [0.05, 0.0, 0.0];
+            Lbm::<S>::new(&engine, g, p, streaming, |_| (1.0, [0.05, 0.0, 0.0]))?
+        }
+    };
     lbm.tune_block(&mut TuneCache::per_user(), false, true)?;
     // Even step counts keep the in-place lattice in the same phase.
     let timed = steps + steps % 2;
     let ms = gpu.time_ms(|| {
-        for _ in 0..timed {
+        for i in 1..=timed {
             lbm.step(false)?;
+            if case == Case::Sphere && force_every > 0 && i % force_every == 0 {
+                lbm.forces()?;
+            }
         }
         Ok(())
     })? / timed as f64;
     lbm.run(2)?;
     // A signal ends the table here; a NaN names the configuration that produced it.
     let fix = format!(
-        "the {n}^3 {} {} benchmark's Taylor-Green flow is stable, so this is a fault of the GPU or of \
+        "the {n}^3 {} {} {} benchmark's flow is stable, so this is a fault of the GPU or of \
          lattice-gpu: please report it",
+        case.name(),
         S::NAME,
         streaming.name()
     );
     lbm.stop_on(lbm.verdict()?, &fix)?;
     let rate = lbm.cost().rate(ms, copy);
     Ok(Row {
+        case,
         size: n,
         storage: S::NAME,
         streaming: streaming.name(),
-        block: lbm.block(),
+        block: {
+            let [bx, by] = lbm.block_shape();
+            format!("{bx}x{by}")
+        },
         mlups: 1e3 * rate.gpoints,
         bytes: Lbm::<S>::traffic_per_cell(),
         gbs: rate.gbs,
@@ -98,50 +148,69 @@ fn bench_one<S: LbmStorage>(
 }
 
 pub(super) fn bench(a: &BenchArgs) -> Result<()> {
-    // Each cube holds a Taylor-Green vortex, which needs 4 cells a side to be resolved.
-    if let Some(n) = a.sizes.iter().find(|&&n| !(4..=MAX_SIDE).contains(&n)) {
+    // A cube's sphere, an eighth of its side in radius, needs 16 cells a side to hold a node.
+    if let Some(n) = a.sizes.iter().find(|&&n| !(16..=MAX_SIDE).contains(&n)) {
         return Err(Error::InvalidParameter(format!(
-            "--sizes {n}: the benchmark's cubes take 4 to {MAX_SIDE} cells a side; give e.g. \
+            "--sizes {n}: the benchmark's cubes take 16 to {MAX_SIDE} cells a side; give e.g. \
              --sizes 128,256"
         )));
     }
     let gpu = lattice_gpu_cli::bench_gpu("lbm", 0)?;
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
-    println!("size  storage streaming block   MLUPs/s  B/cell    GB/s  of copy  B/cell held");
-    let mut rows = Vec::new();
+    println!(
+        "case   size  storage streaming   block   MLUPs/s  B/cell    GB/s  of copy  B/cell held  of box"
+    );
+    let mut rows: Vec<Row> = Vec::new();
     for &n in &a.sizes {
-        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
-            for storage in [Storage::F32, Storage::F64, Storage::F16] {
-                let r = match storage {
-                    Storage::F32 => bench_one::<f32>(&gpu, n, streaming, a.steps, copy),
-                    Storage::F64 => bench_one::<f64>(&gpu, n, streaming, a.steps, copy),
-                    Storage::F16 => bench_one::<Half>(&gpu, n, streaming, a.steps, copy),
-                };
-                match r {
-                    Ok(r) => {
-                        println!(
-                            "{:<5} {:<7} {:<9} {:>5} {:>9.0} {:>7} {:>7.1} {:>7.1}% {:>12}",
-                            r.size,
-                            r.storage,
-                            r.streaming,
-                            r.block,
-                            r.mlups,
-                            r.bytes,
-                            r.gbs,
-                            100.0 * r.of_copy,
-                            r.mem_per_cell
-                        );
-                        rows.push(r);
-                    }
-                    Err(Error::Host(
-                        e @ (HostError::OutOfDeviceMemory { .. }
-                        | HostError::OutOfHostMemory { .. }),
-                    )) => {
-                        println!("{n:<5} skipped: {e}")
-                    }
-                    Err(e) => return Err(e),
+        for (streaming, storage, case) in [Streaming::TwoLattice, Streaming::InPlace]
+            .into_iter()
+            .flat_map(|s| [Storage::F32, Storage::F64, Storage::F16].map(|p| (s, p)))
+            .flat_map(|(s, p)| a.cases.iter().map(move |&c| (s, p, c)))
+        {
+            let r = match storage {
+                Storage::F32 => {
+                    bench_one::<f32>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
                 }
+                Storage::F64 => {
+                    bench_one::<f64>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
+                }
+                Storage::F16 => {
+                    bench_one::<Half>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
+                }
+            };
+            match r {
+                Ok(r) => {
+                    // The sphere against the box of the same size, storage and streaming, just
+                    // before it.
+                    let of_box = rows
+                        .last()
+                        .filter(|b| case == Case::Sphere && b.case == Case::Box)
+                        .map_or(String::new(), |b| {
+                            format!("{:.1}%", 100.0 * r.mlups / b.mlups)
+                        });
+                    println!(
+                        "{:<6} {:<5} {:<7} {:<9} {:>7} {:>9.0} {:>7} {:>7.1} {:>7.1}% {:>12} {:>7}",
+                        r.case.name(),
+                        r.size,
+                        r.storage,
+                        r.streaming,
+                        r.block,
+                        r.mlups,
+                        r.bytes,
+                        r.gbs,
+                        100.0 * r.of_copy,
+                        r.mem_per_cell,
+                        of_box
+                    );
+                    rows.push(r);
+                }
+                Err(Error::Host(
+                    e @ (HostError::OutOfDeviceMemory { .. } | HostError::OutOfHostMemory { .. }),
+                )) => {
+                    println!("{n:<5} skipped: {e}")
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -150,10 +219,11 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
             .iter()
             .map(|r| {
                 let mut line = vec![
+                    r.case.name().to_string(),
                     r.size.to_string(),
                     r.storage.into(),
                     r.streaming.into(),
-                    r.block.to_string(),
+                    r.block.clone(),
                 ];
                 line.extend(numbers(&[
                     r.mlups,
@@ -166,7 +236,7 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                 line
             })
             .collect();
-        let header = "size,storage,streaming,block,mlups,bytes_per_cell,gb_per_s,of_copy,bytes_held_per_cell,copy_gb_per_s";
+        let header = "case,size,storage,streaming,block,mlups,bytes_per_cell,gb_per_s,of_copy,bytes_held_per_cell,copy_gb_per_s";
         write_csv(path, header, &data)?;
         println!("wrote {}", path.display());
     }

@@ -1,5 +1,6 @@
 //! `lbm`: D3Q19 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
-//! channel, the decaying Taylor-Green vortex, and the MLUPs/s benchmark against the copy bandwidth.
+//! channel, the decaying Taylor-Green vortex, the flow around a cylinder, and the MLUPs/s benchmark
+//! against the copy bandwidth.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +32,9 @@ use lattice_gpu_lbm::{
 };
 
 mod bench;
+mod cylinder;
 use bench::{bench, BenchArgs};
+use cylinder::{cylinder, CylinderArgs};
 
 /// Lattice Boltzmann (D3Q19) on the GPU, or on the CPU without one.
 #[derive(Parser)]
@@ -49,6 +52,9 @@ enum Command {
     Poiseuille(PoiseuilleArgs),
     /// Decaying 2-D Taylor-Green vortex: measured kinetic-energy decay rate against 2 nu k^2.
     TaylorGreen(TaylorGreenArgs),
+    /// Flow around a cylinder (Schäfer and Turek 1996, 2D-1 and 2D-2): drag, lift, pressure
+    /// difference and Strouhal number against the paper's intervals.
+    Cylinder(CylinderArgs),
     /// MLUPs/s for every storage and streaming scheme, against the copy bandwidth.
     Bench(BenchArgs),
 }
@@ -733,8 +739,9 @@ fn tune<S: LbmStorage, C: Communicator>(
             true => "from the tune cache".to_string(),
             false => format!("tuned on the run's first {} steps", t.calls),
         };
+        let [bx, by] = lbm.block_shape();
         println!(
-            "blocks of {} threads ({:.3} ms per step; {how})",
+            "blocks of {} threads, {bx}x{by} ({:.3} ms per step; {how})",
             lbm.block(),
             t.ms_per_call
         );
@@ -1106,17 +1113,17 @@ fn resume_samples(
     ck: &mut Checkpoint,
     path: &std::path::Path,
     steps: u64,
-) -> Result<Vec<(f64, f64)>> {
+) -> Result<Vec<[f64; 2]>> {
     more_than(ck.step, "--steps", steps, path)?;
     let pairs = ck.take::<f64>(ENERGY, path)?;
     let every = sample_every(steps);
-    let kept: Vec<(f64, f64)> = pairs
+    let kept: Vec<[f64; 2]> = pairs
         .chunks_exact(2)
-        .map(|p| (p[0], p[1]))
-        .filter(|&(t, _)| (t as u64).is_multiple_of(every))
+        .map(|p| [p[0], p[1]])
+        .filter(|&[t, _]| (t as u64).is_multiple_of(every))
         .collect();
     let wanted = ck.step / every;
-    let held: Vec<u64> = kept.iter().map(|&(t, _)| t as u64).collect();
+    let held: Vec<u64> = kept.iter().map(|&[t, _]| t as u64).collect();
     let whole = held.len() as u64 == wanted
         && held
             .iter()
@@ -1157,28 +1164,22 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let rows = from.and_then(|r| r.resumed.taken).unwrap_or_default();
     let mut plan = Checkpoints::new(&a.common, params, lead);
-    let bar = progress(a.steps, "steps");
-    bar.set_position(lbm.steps());
-    if !lead {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    let rows = decay(&mut lbm, a.steps, &bar, &mut plan, rows);
-    match &rows {
-        Ok(_) => bar.finish_and_clear(),
-        Err(_) => {
-            bar.abandon();
-            plan.abandon();
-        }
-    }
-    let rows = rows?;
+    let rows = sampled(
+        &mut lbm,
+        [a.steps, sample_every(a.steps)],
+        &mut plan,
+        (ENERGY, "raise --tau or lower --u0"),
+        rows,
+        |lbm| Ok([lbm.steps() as f64, lbm.moments()?.kinetic_energy()]),
+    )?;
     let m = lbm.moments()?;
     let (step, gpu) = (lbm.steps(), release(lbm));
     let Some(out) = run.out else {
         return Ok(());
     };
     // Skip the first interval: the initial equilibrium lacks the non-equilibrium part of the flow.
-    let (t0, e0) = rows[1];
-    let (t1, e1) = rows[rows.len() - 1];
+    let [t0, e0] = rows[1];
+    let [t1, e1] = rows[rows.len() - 1];
     let rate = (e0 / e1).ln() / (t1 - t0);
     if !(e0 > 0.0 && e1 > 0.0 && rate.is_finite()) {
         return Err(Error::InvalidParameter(format!(
@@ -1192,27 +1193,51 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
         "kinetic energy decay rate {rate:.6e} per step, analytic 2 nu k^2 = {want:.6e} ({:+.3}%)",
         100.0 * (rate / want - 1.0)
     );
-    let lines: Vec<Vec<String>> = rows.iter().map(|&(t, e)| numbers(&[t, e])).collect();
+    let lines: Vec<Vec<String>> = rows.iter().map(|r| numbers(r)).collect();
     write_csv(&out.file("energy.csv"), "step,kinetic_energy", &lines)?;
     finish(out, m, "Taylor-Green vortex", step, &run.footprint, gpu)
 }
 
-/// Runs the Taylor-Green vortex to step `steps` after the energy samples `rows` (rank 0's) of the
-/// steps before, returning those at 20 steps evenly apart and at the last, and checking the state at
-/// each and, on large grids, between them; writes the checkpoints `plan` asks for, and one where a
-/// signal stops it.
-fn decay<S: LbmStorage, C: Communicator>(
+/// Runs `lbm` to step `steps` after the samples `rows` (rank 0's) of the steps before, adding
+/// `sample(lbm)` (the step first) every `every` steps and at the last, and checking the state at each
+/// and, on large grids, between them; writes the checkpoints `plan` asks for, and one where a signal
+/// stops it, with the samples as checkpoint array `name`. A divergence stops it naming `fix`.
+/// Shows its progress on rank 0.
+fn sampled<S: LbmStorage, C: Communicator, const K: usize>(
     lbm: &mut Lbm<S, C>,
-    steps: u64,
+    [steps, every]: [u64; 2],
+    plan: &mut Checkpoints,
+    (name, fix): (&str, &str),
+    rows: Vec<[f64; K]>,
+    sample: impl FnMut(&mut Lbm<S, C>) -> Result<[f64; K]>,
+) -> Result<Vec<[f64; K]>> {
+    let bar = progress(steps, "steps");
+    bar.set_position(lbm.steps());
+    if lbm.comm().rank() != 0 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let rows = sample_to(lbm, [steps, every], &bar, plan, (name, fix), rows, sample);
+    match &rows {
+        Ok(_) => bar.finish_and_clear(),
+        Err(_) => {
+            bar.abandon();
+            plan.abandon();
+        }
+    }
+    rows
+}
+
+/// [`sampled`]'s steps.
+fn sample_to<S: LbmStorage, C: Communicator, const K: usize>(
+    lbm: &mut Lbm<S, C>,
+    [steps, every]: [u64; 2],
     bar: &ProgressBar,
     plan: &mut Checkpoints,
-    mut rows: Vec<(f64, f64)>,
-) -> Result<Vec<(f64, f64)>> {
-    let fix = "raise --tau or lower --u0";
-    let every = sample_every(steps);
+    (name, fix): (&str, &str),
+    mut rows: Vec<[f64; K]>,
+    mut sample: impl FnMut(&mut Lbm<S, C>) -> Result<[f64; K]>,
+) -> Result<Vec<[f64; K]>> {
     let health = lbm.check_interval(steps)?.min(every);
-    let samples =
-        |rows: &[(f64, f64)]| -> Vec<f64> { rows.iter().flat_map(|&(t, e)| [t, e]).collect() };
     while lbm.steps() < steps {
         let done = lbm.steps();
         lbm.run(
@@ -1227,10 +1252,10 @@ fn decay<S: LbmStorage, C: Communicator>(
         }
         let done = lbm.steps();
         if done.is_multiple_of(every) || done == steps {
-            rows.push((done as f64, lbm.moments()?.kinetic_energy()));
+            rows.push(sample(lbm)?);
         }
         bar.set_position(done);
-        let with_rows = |ck: Checkpoint| ck.array(ENERGY, &samples(&rows));
+        let with_rows = |ck: Checkpoint| ck.array(name, rows.as_flattened());
         // A signal at the run's last step stops nothing: its results are complete.
         if done == steps {
             if plan.due(lbm.comm(), done)? {
@@ -1315,6 +1340,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             format!("--extent {}x{}", a.extent.0, a.extent.1)
         ),
         Command::TaylorGreen(a) => by_storage!(taylor_green, a, a.size[2], size(a.size)),
+        Command::Cylinder(a) => by_storage!(cylinder, a, 1, "quasi-2-D: one cell deep"),
         Command::Bench(a) => bench(a),
     }
 }
