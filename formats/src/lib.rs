@@ -1,6 +1,7 @@
-//! Files in and out of a simulation: `.npy` arrays ([`npy`]), PNG pictures of 2-D slices ([`png`]),
-//! legacy VTK for ParaView ([`vtk`]), CSV tables ([`csv`]), checkpoints ([`checkpoint`]), atomic writes
-//! ([`write_atomically`]) and the run's all-or-nothing output directory ([`OutputDir`]).
+//! Files in and out of a simulation: `.npy` arrays ([`npy`]), PNG pictures of 2-D slices ([`png`]) and
+//! charts of time series ([`chart`]), legacy VTK for ParaView ([`vtk`]), CSV tables ([`csv`]), checkpoints
+//! ([`checkpoint`]), atomic writes ([`write_atomically`]) and the run's all-or-nothing output directory
+//! ([`OutputDir`]).
 //!
 //! This crate knows nothing of GPUs or the runtime (`lattice-gpu-host` depends on it, not the other
 //! way), so a tool that only reads or writes these files builds without CUDA bindings.
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod chart;
 pub mod checkpoint;
 pub mod csv;
 pub mod npy;

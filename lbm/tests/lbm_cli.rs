@@ -111,6 +111,7 @@ fn cases_run_and_write_their_files() {
         "profile.csv",
         "energy.csv",
         "forces.csv",
+        "forces.png",
     ] {
         let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
         assert!(len > 0, "{f} missing or empty:\n{text}");

@@ -32,8 +32,8 @@ impl BodyLinks {
 }
 
 /// The links of every body of `global` from the cells of its planes `z0 .. z0 + planes`, indexed in a
-/// lattice with `halo` planes below them, and on `gpu` a copy there. Made with the run: the lists of a
-/// large body take a while, too long to make at the first force evaluation of a timed run.
+/// lattice with `halo` planes below them, and on `gpu` a copy there. Made with the run, so that no
+/// force evaluation costs more than another.
 pub(super) fn body_links(
     global: &Geometry,
     [z0, planes, halo]: [usize; 3],

@@ -1,8 +1,9 @@
 //! `lbm cylinder`: Schäfer and Turek's flow around a cylinder (2D-1, 2D-2), its drag and lift
-//! coefficients as a time series, the pressure difference across the cylinder and the Strouhal number,
-//! each against the paper's interval.
+//! coefficients as a time series (CSV and a PNG chart), the pressure difference across the cylinder and
+//! the Strouhal number, each against the paper's interval.
 
 use clap::{Args, ValueEnum};
+use lattice_gpu_formats::chart::{write_series_png, Panel};
 use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_host::comm::Communicator;
 use lattice_gpu_lbm::schaefer_turek::{self as st, Case, Cylinder};
@@ -153,6 +154,19 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
         .map(|r| numbers(&[r[0], r[0] / unit, r[1], r[2]]))
         .collect();
     write_csv(&out.file("forces.csv"), "step,time,c_d,c_l", &lines)?;
+    let series =
+        |k: usize| -> Vec<(f64, f64)> { rows.iter().map(|r| (r[0] / unit, r[k])).collect() };
+    let (drag, lift) = (series(1), series(2));
+    write_series_png(
+        &out.file("forces.png"),
+        &format!(
+            "Schäfer-Turek {}, {} cells per diameter",
+            case.name(),
+            a.resolution
+        ),
+        "time (D / U)",
+        &[Panel::new("c_D", &drag), Panel::new("c_L", &lift)],
+    )?;
     let title = format!("Schäfer-Turek {} cylinder", case.name());
     finish(out, m, &title, step, &run.footprint, gpu)
 }
