@@ -1,7 +1,9 @@
 //! The lattice-Boltzmann solver on the CPU engine: conservation, the two streaming schemes against each
-//! other, the shared collide-and-stream body against the independent f64 reference, and the analytic
-//! flows (Poiseuille, Taylor-Green, the Re = 100 cavity of Ghia et al.); the split path on one rank
-//! against the whole lattice.
+//! other, the shared collide-and-stream body against the independent f64 reference (walls, inlets and
+//! outlets), and the analytic flows (Poiseuille, Taylor-Green, the Re = 100 cavity of Ghia et al.); the
+//! split path on one rank against the whole lattice; the force on a body against the force driving the
+//! flow, split over ranks against whole, and Schäfer and Turek's steady cylinder; the open ends'
+//! reflection of sound.
 
 use lattice_gpu_host::comm::Solo;
 use lattice_gpu_kernels::lbm::{tag, Half, Q};
@@ -499,4 +501,40 @@ fn the_steady_cylinder_drag_is_near_schaefer_turek_at_10_cells_per_diameter() {
     assert!((0.1172 / 1.05..0.1176 * 1.05).contains(&dp), "delta p {dp}");
     // The lift is small and of the paper's sign: the cylinder sits 0.005 below the channel's middle.
     assert!((0.005..0.02).contains(&cl), "c_L {cl}");
+}
+
+/// The outlet's pressure reflection: a sound pulse running down a 1-D channel (periodic in y and z)
+/// comes back from the anti-bounce-back outlet inverted and almost whole, as from any fixed-pressure
+/// end, and from the inlet (velocity 0) upright. The ratios are what docs/BENCHMARKS.md records.
+#[test]
+fn the_open_ends_reflect_a_sound_pulse_as_fixed_pressure_and_fixed_velocity_ends() {
+    let nx = 400;
+    let mut g = Geometry::periodic([nx, 1, 1]).unwrap();
+    g.set([0, 0, 0], tag::INLET);
+    g.set([nx - 1, 0, 0], tag::OUTLET);
+    g.mark_near_walls();
+    let p = Params::bgk(0.505);
+    let pulse = |n: usize| {
+        let d = (n as f64 - 200.0) / 8.0;
+        (1.0 + 1e-3 * (-d * d).exp(), [0.0; 3])
+    };
+    let mut lbm = Lbm::<f64>::new(&Engine::Host, g, p, Streaming::TwoLattice, pulse).unwrap();
+    // The signed extremum of the density in cells `range`, once the pulses are there.
+    let peak = |lbm: &mut Lbm<f64>, steps: u64, range: std::ops::Range<usize>| {
+        lbm.run(steps).unwrap();
+        let m = lbm.moments().unwrap();
+        range
+            .map(|x| m.rho[x] - 1.0)
+            .fold(0.0f64, |a, v| if v.abs() > a.abs() { v } else { a })
+    };
+    // c_s = 1/sqrt(3): the pulses are 100 cells out after 173 steps, back 100 cells from the ends
+    // after 520.
+    let incident = peak(&mut lbm, 173, 250..350);
+    let from_outlet = peak(&mut lbm, 520 - 173, 250..399);
+    let from_inlet = peak(&mut lbm, 0, 1..150);
+    let (r_out, r_in) = (from_outlet / incident, from_inlet / incident);
+    println!("reflection: outlet {r_out:.4}, inlet {r_in:.4} (incident {incident:.3e})");
+    assert!(incident > 4e-4, "{incident}");
+    assert!((-1.0..-0.9).contains(&r_out), "outlet {r_out}");
+    assert!((0.9..1.0).contains(&r_in), "inlet {r_in}");
 }
