@@ -450,6 +450,33 @@ mod tests {
         assert_eq!(g, before);
     }
 
+    /// An open channel's ends are inlet and outlet cells between its walls; a body on or next to them is
+    /// refused with the grid unchanged, one a cell further in is taken.
+    #[test]
+    fn a_body_may_not_touch_the_open_ends() {
+        let mut g = Geometry::open_channel([10, 6, 2]).unwrap();
+        assert_eq!(g.tags()[g.index([0, 3, 1])], tag::INLET);
+        assert_eq!(g.tags()[g.index([9, 3, 1])], tag::OUTLET);
+        assert_eq!(g.tags()[g.index([0, 0, 1])], tag::WALL);
+        assert_eq!(g.tags()[g.index([8, 3, 1])], tag::NEAR_WALL);
+        let before = g.clone();
+        for x in [0.0, 1.0, 8.0] {
+            let cube = Obstacle::Cuboid {
+                lo: [x, 2.0, 0.0],
+                hi: [x, 3.0, 1.0],
+            };
+            let e = g.add_obstacle(&cube).unwrap_err().to_string();
+            assert!(e.contains("inlet or outlet"), "{e}");
+        }
+        assert_eq!(g, before);
+        let cube = Obstacle::Cuboid {
+            lo: [2.0, 2.0, 0.0],
+            hi: [7.0, 3.0, 1.0],
+        };
+        assert_eq!(g.add_obstacle(&cube).unwrap(), 6 * 2 * 2);
+        assert_eq!(g.bodies().len(), 1);
+    }
+
     #[test]
     fn a_mask_marks_its_cells_and_must_fit_the_grid() {
         let mut g = Geometry::periodic([4, 3, 2]).unwrap();

@@ -46,7 +46,7 @@ pub(super) struct CylinderArgs {
 /// The checkpoint array of the force samples: (step, c_D, c_L) triples.
 const FORCES: &str = "forces";
 
-/// The inflow's ramp, in units of D / U: smooth enough not to ring the channel.
+/// The inflow's ramp, in units of D / U.
 const RAMP: f64 = 2.0;
 
 pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C) -> Result<()> {
