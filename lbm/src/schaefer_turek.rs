@@ -102,7 +102,8 @@ impl Cylinder {
         // tau - 1/2 = 3 nu; below about 0.51 TRT is no longer stable at these speeds.
         let tau = c.tau();
         if tau < 0.51 {
-            let need = (0.01 / 3.0 * case.reynolds() / (2.0 / 3.0 * peak)).ceil() as usize;
+            // The cells per diameter N that bring tau to 0.51, with nu = U N / Re.
+            let need = (0.01 / 3.0 * case.reynolds() / c.mean_inflow()).ceil() as usize;
             return Err(Error::InvalidParameter(format!(
                 "Re {} at {resolution} cells per diameter and --u-max {peak} gives tau = {tau:.4}, too \
                  close to 1/2 to be stable: use --resolution {} or more, or a higher --u-max",

@@ -24,10 +24,10 @@ use lattice_gpu_kernels::lbm::{
 use rayon::prelude::*;
 
 use crate::geometry::Geometry;
-
-mod forces;
 use crate::params::Params;
 use crate::Result;
+
+mod forces;
 
 /// How populations stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -373,14 +373,12 @@ impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
     }
 
     fn set_params(&mut self, params: &[(String, u32)]) -> lattice_gpu_host::Result<bool> {
+        if param(params, BLOCK).is_none_or(|b| self.set_block(b).is_err()) {
+            return Ok(false);
+        }
         // Entries cached before blocks had widths take the rows whole.
-        let width = param(params, WIDTH).unwrap_or(0);
-        Ok(
-            param(params, BLOCK).is_some_and(|b| self.set_block(b).is_ok()) && {
-                self.width = width;
-                true
-            },
-        )
+        self.width = param(params, WIDTH).unwrap_or(0);
+        Ok(true)
     }
 
     /// This rank's cells (its halo planes too, on a split run), each population read and written once;
