@@ -1,7 +1,7 @@
-//! Files in and out of a simulation: `.npy` arrays ([`npy`]), PNG pictures of 2-D slices ([`png`]) and
-//! charts of time series ([`chart`]), legacy VTK for ParaView ([`vtk`]), CSV tables ([`csv`]), checkpoints
-//! ([`checkpoint`]), atomic writes ([`write_atomically`]) and the run's all-or-nothing output directory
-//! ([`OutputDir`]).
+//! Files in and out of a simulation: `.npy` arrays ([`npy`]), STL surfaces of bodies ([`stl`]), PNG
+//! pictures of 2-D slices ([`png`]) and charts of time series ([`chart`]), legacy VTK for ParaView
+//! ([`vtk`]), CSV tables ([`csv`]), checkpoints ([`checkpoint`]), atomic writes ([`write_atomically`])
+//! and the run's all-or-nothing output directory ([`OutputDir`]).
 //!
 //! This crate knows nothing of GPUs or the runtime (`lattice-gpu-host` depends on it, not the other
 //! way), so a tool that only reads or writes these files builds without CUDA bindings.
@@ -26,6 +26,7 @@ pub mod csv;
 pub mod npy;
 pub mod output;
 pub mod png;
+pub mod stl;
 pub mod temporary;
 pub mod vtk;
 
@@ -93,6 +94,15 @@ pub enum IoError {
     /// The file is not a checkpoint this build can resume from, or not one of this run.
     #[error("{}: {problem}", path.display())]
     Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        problem: String,
+    },
+    /// The file is not an STL surface this crate can read (truncated, malformed, empty, or with
+    /// coordinates that are not finite), or the mesh cannot be saved as one.
+    #[error("{}: not a valid STL file: {problem}", path.display())]
+    Stl {
         /// The file.
         path: PathBuf,
         /// What is wrong, and how to fix it.

@@ -171,6 +171,12 @@ pub fn read_npy_shape(path: &Path) -> Result<Vec<usize>, IoError> {
     Ok(NpyFile::open(path)?.shape)
 }
 
+/// The shape of the mask file `path`, from its header alone (checked as [`read_npy_mask`] checks
+/// it): for a run whose grid is the mask's shape.
+pub fn read_npy_mask_shape(path: &Path) -> Result<Vec<usize>, IoError> {
+    Ok(NpyFile::open_as(path, Want::Mask)?.shape)
+}
+
 fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }

@@ -68,6 +68,29 @@ impl Obstacle {
     }
 }
 
+/// The sides of an open channel ([`Geometry::open_ended`]): which of its y and z ends are resting walls;
+/// the others are periodic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sides {
+    /// Periodic in y and z: a body in an unbounded row of its copies, the nearest to a free stream.
+    Periodic,
+    /// Walls at the y ends, periodic in z: a plane channel.
+    WallsY,
+    /// Walls at the y and z ends: a duct.
+    Walls,
+}
+
+impl Sides {
+    /// Whether the y ends and the z ends are walls.
+    pub fn walled(self) -> [bool; 2] {
+        match self {
+            Self::Periodic => [false, false],
+            Self::WallsY => [true, false],
+            Self::Walls => [true, true],
+        }
+    }
+}
+
 /// A grid of tagged cells, and the bodies in it whose forces a run reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Geometry {
@@ -124,17 +147,29 @@ impl Geometry {
     /// A channel fed at `x = 0` and drained at `x = nx - 1`: resting walls at `y = 0` and `y = ny - 1`,
     /// inlet and outlet cells between them ([`tag::INLET`], [`tag::OUTLET`]), periodic in z.
     pub fn open_channel(dims: [usize; 3]) -> Result<Self> {
+        Self::open_ended(dims, Sides::WallsY)
+    }
+
+    /// A channel fed at `x = 0` and drained at `x = nx - 1` ([`tag::INLET`], [`tag::OUTLET`]), its
+    /// sides as `sides` says; the inlet and outlet fill the ends between the walls.
+    pub fn open_ended(dims: [usize; 3], sides: Sides) -> Result<Self> {
         let mut g = Self::periodic(dims)?;
-        g.need("an open channel", [3, 3, 1])?;
+        let walled = sides.walled();
+        let min = |w: bool| if w { 3 } else { 1 };
+        g.need("an open channel", [3, min(walled[0]), min(walled[1])])?;
         let [nx, ny, nz] = dims;
         for z in 0..nz {
-            for x in 0..nx {
-                g.set([x, 0, z], tag::WALL);
-                g.set([x, ny - 1, z], tag::WALL);
-            }
-            for y in 1..ny - 1 {
-                g.set([0, y, z], tag::INLET);
-                g.set([nx - 1, y, z], tag::OUTLET);
+            for y in 0..ny {
+                let wall = (walled[0] && (y == 0 || y == ny - 1))
+                    || (walled[1] && (z == 0 || z == nz - 1));
+                if wall {
+                    for x in 0..nx {
+                        g.set([x, y, z], tag::WALL);
+                    }
+                } else {
+                    g.set([0, y, z], tag::INLET);
+                    g.set([nx - 1, y, z], tag::OUTLET);
+                }
             }
         }
         g.mark_near_walls();

@@ -12,6 +12,10 @@
 //!   of the rank count), the parameters a resume must match, and the collective read of one.
 //! - [`output`]: velocity and density as .npy and VTK, a PNG of the speed, CSV profiles, into a staged
 //!   output directory.
+//! - [`tunnel`]: a body between an inlet and an outlet, its frontal area, Reynolds number and drag and
+//!   lift coefficients.
+//! - [`voxelise`](mod@voxelise): bodies from closed surfaces (STL files): the nodes inside a triangle
+//!   mesh, scaled and placed in the grid, as a mask for [`Geometry::add_mask`].
 //! - [`reference`](mod@reference): an independent, naive f64 implementation for the tests.
 //!
 //! Conventions (lattice units, grid `[nx, ny, nz]`, cell `x + nx (y + ny z)`, velocity order) are those of
@@ -46,6 +50,8 @@ pub mod reference;
 pub mod restart;
 pub mod schaefer_turek;
 pub mod solver;
+pub mod tunnel;
+pub mod voxelise;
 
 pub use error::{Error, Result};
 pub use geometry::Geometry;

@@ -9,6 +9,7 @@ use lattice_gpu_formats::png::{write_field_png, Axis, Picture};
 use lattice_gpu_formats::vtk::{write_vtk, VtkField};
 use lattice_gpu_formats::OutputDir;
 use lattice_gpu_host::health::first_non_finite;
+use lattice_gpu_kernels::lbm::tag;
 
 use crate::solver::{non_finite_at, Moments};
 use crate::{Error, Result};
@@ -16,10 +17,29 @@ use crate::{Error, Result};
 /// The files [`write_fields`] writes.
 pub const FIELD_FILES: [&str; 4] = ["velocity.npy", "density.npy", "fields.vtk", "speed.png"];
 
+/// A cell's kind as the VTK file's `cell_type` holds it: 0 fluid, 1 resting wall (a body's cells
+/// among them), 2 moving wall, 3 inlet, 4 outlet; ParaView's Threshold at 1 to 1 shows the bodies.
+pub fn cell_type(t: u8) -> f32 {
+    match t & !tag::NEAR_WALL {
+        tag::WALL => 1.0,
+        tag::MOVING_WALL => 2.0,
+        tag::INLET => 3.0,
+        tag::OUTLET => 4.0,
+        _ => 0.0,
+    }
+}
+
 /// Writes `velocity.npy` (shape `(nz, ny, nx, 3)`, f32), `density.npy` (`(nz, ny, nx)`), `fields.vtk`
-/// and `speed.png` (the middle z plane, y up, titled with the case `title` and the `step`) into the
-/// staged `out`. Refuses moments with a NaN or an infinity, which are no result.
-pub fn write_fields(out: &OutputDir, m: &Moments, title: &str, step: u64) -> Result<()> {
+/// (with the cells' kinds from `tags` as the scalar `cell_type`, see [`cell_type`]) and `speed.png`
+/// (the middle z plane, y up, titled with the case `title` and the `step`) into the staged `out`.
+/// Refuses moments with a NaN or an infinity, which are no result.
+pub fn write_fields(
+    out: &OutputDir,
+    m: &Moments,
+    tags: &[u8],
+    title: &str,
+    step: u64,
+) -> Result<()> {
     let [nx, ny, nz] = m.dims;
     let cells = m.rho.len() as u64;
     let bad = first_non_finite(&m.rho).map(|i| i as u64).or_else(|| {
@@ -50,6 +70,10 @@ pub fn write_fields(out: &OutputDir, m: &Moments, title: &str, step: u64) -> Res
             VtkField::Scalars {
                 name: "density",
                 data: &rho,
+            },
+            VtkField::Scalars {
+                name: "cell_type",
+                data: &tags.iter().map(|&t| cell_type(t)).collect::<Vec<_>>(),
             },
         ],
     )?;

@@ -849,3 +849,244 @@ fn impossible_thread_splits_are_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Writes a `.npy` mask of uint8 (`'|u1'`) of `shape`, as `numpy.save` does.
+fn write_mask(path: &Path, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let tuple = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': {tuple}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A closed UV sphere of `rings` x `2 rings` quads (the poles as fans) as ASCII STL.
+fn sphere_stl(centre: [f64; 3], radius: f64, rings: usize) -> String {
+    let point = |i: usize, j: usize| {
+        let (th, ph) = (
+            std::f64::consts::PI * i as f64 / rings as f64,
+            std::f64::consts::PI * j as f64 / rings as f64,
+        );
+        [
+            centre[0] + radius * th.sin() * ph.cos(),
+            centre[1] + radius * th.sin() * ph.sin(),
+            centre[2] + radius * th.cos(),
+        ]
+    };
+    let mut s = String::from("solid sphere\n");
+    let mut facet = |a: [f64; 3], b: [f64; 3], c: [f64; 3]| {
+        s += "facet normal 0 0 0\nouter loop\n";
+        for v in [a, b, c] {
+            s += &format!("vertex {} {} {}\n", v[0], v[1], v[2]);
+        }
+        s += "endloop\nendfacet\n";
+    };
+    for i in 0..rings {
+        for j in 0..2 * rings {
+            let k = (j + 1) % (2 * rings);
+            let (a, b, c, d) = (point(i, j), point(i + 1, j), point(i + 1, k), point(i, k));
+            if i > 0 {
+                facet(a, b, d);
+            }
+            if i + 1 < rings {
+                facet(b, c, d);
+            }
+        }
+    }
+    s + "endsolid sphere\n"
+}
+
+/// A sphere in a wind tunnel from its shape, from a voxel mask of the same nodes and from an STL
+/// surface: the shape and the mask give the same bytes (forces and fields); the STL the drag within
+/// what its voxelisation changes; the forces over 2 and 3 thread ranks are the one domain's bytes.
+#[test]
+fn a_body_from_a_shape_a_mask_or_an_stl_gives_the_same_flow() {
+    let dir = temp_dir("obstacle");
+    let d = |s: &str| dir.join(s).to_string_lossy().to_string();
+    let [nx, ny, nz] = [40usize, 20, 20];
+    let (centre, radius) = ([12.0, 9.5, 9.5], 4.0);
+    let common = [
+        "obstacle",
+        "--engine",
+        "host",
+        "--u-in",
+        "0.05",
+        "--re",
+        "20",
+        "--steps",
+        "600",
+        "--force-every",
+        "50",
+    ];
+    let run = |body: &[&str], out: &str| {
+        let mut a = common.to_vec();
+        a.extend(body);
+        let o = d(out);
+        a.extend(["--output", &o]);
+        let (ok, text) = lbm(&a);
+        assert!(ok, "lbm {a:?}:\n{text}");
+        text
+    };
+    let text = run(&["--size", "40x20x20", "--sphere", "12,9.5,9.5,4"], "shape");
+    // 4 x 4 x 4 nodes around the centre (half coordinates) in reach of radius 4: 257 cells.
+    assert!(text.contains("Sphere"), "{text}");
+    let cd = common::number_after(&text, "c_D =");
+    assert!((1.0..20.0).contains(&cd), "{text}");
+    let forces = std::fs::read_to_string(dir.join("shape/forces.csv")).unwrap();
+    assert_eq!(
+        forces.lines().next(),
+        Some("step,time,f_x,f_y,f_z,c_d,c_l_y,c_l_z")
+    );
+    assert_eq!(forces.lines().count(), 1 + 600 / 50, "{forces}");
+    for f in ["forces.png", "fields.vtk", "speed.png", "velocity.npy"] {
+        assert!(dir.join("shape").join(f).is_file(), "{f}");
+    }
+    let vtk =
+        String::from_utf8_lossy(&std::fs::read(dir.join("shape/fields.vtk")).unwrap()).to_string();
+    assert!(
+        vtk.contains("cell_type"),
+        "the VTK file carries the cells' kinds"
+    );
+
+    let mask: Vec<u8> = (0..nx * ny * nz)
+        .map(|n| {
+            let p = [n % nx, n / nx % ny, n / (nx * ny)];
+            let r2: f64 = (0..3).map(|a| (p[a] as f64 - centre[a]).powi(2)).sum();
+            u8::from(r2 <= radius * radius)
+        })
+        .collect();
+    write_mask(&dir.join("sphere.npy"), &[nz, ny, nx], &mask);
+    let m = d("sphere.npy");
+    run(&["--mask", &m], "mask");
+    for f in ["forces.csv", "velocity.npy", "density.npy"] {
+        let a = std::fs::read(dir.join("shape").join(f)).unwrap();
+        let b = std::fs::read(dir.join("mask").join(f)).unwrap();
+        assert!(a == b, "{f}: the mask's run differs from the shape's");
+    }
+
+    // The surface of the same sphere: its nodes differ only within the facets' distance from the
+    // sphere, a few percent of the drag at 8 cells across.
+    std::fs::write(dir.join("sphere.stl"), sphere_stl([0.0; 3], 1.0, 48)).unwrap();
+    let s = d("sphere.stl");
+    let text = run(
+        &[
+            "--size",
+            "40x20x20",
+            "--stl",
+            &s,
+            "--body-size",
+            "8",
+            "--centre",
+            "12,9.5,9.5",
+        ],
+        "stl",
+    );
+    let stl_cd = common::number_after(&text, "c_D =");
+    assert!((stl_cd / cd - 1.0).abs() < 0.05, "shape {cd}, STL {stl_cd}");
+
+    for engine in common::engines("a_body_from_a_shape_a_mask_or_an_stl_gives_the_same_flow") {
+        let mut a = common.to_vec();
+        a[2] = engine;
+        a.extend([
+            "--size",
+            "40x20x20",
+            "--sides",
+            "walls",
+            "--profile",
+            "parabolic",
+            "--sphere",
+            "12,9.5,9.5,4",
+        ]);
+        common::same_bytes_over_threads(
+            "LATTICE_GPU_LBM_BIN",
+            env!("CARGO_BIN_EXE_lbm"),
+            &a,
+            "forces.csv",
+            &format!("threads-obstacle-{engine}"),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bodies that cannot be: refused with the reason and the fix, nothing written.
+#[test]
+fn bad_bodies_are_refused_with_the_fix() {
+    let dir = temp_dir("obstacle-bad");
+    let d = |s: &str| dir.join(s).to_string_lossy().to_string();
+    write_mask(&dir.join("flat.npy"), &[20, 40], &[0; 800]);
+    write_mask(&dir.join("empty.npy"), &[4, 8, 10], &[0; 320]);
+    std::fs::write(
+        dir.join("garbage.stl"),
+        b"solid x\nfacet normal 0 0 nonsense\n",
+    )
+    .unwrap();
+    // A tetrahedron without one of its faces.
+    std::fs::write(
+        dir.join("open.stl"),
+        "solid t\nfacet normal 0 0 0\nouter loop\nvertex 0 0 0\nvertex 1 0 0\nvertex 0 1 0\nendloop\nendfacet\n\
+         facet normal 0 0 0\nouter loop\nvertex 0 0 0\nvertex 0 0 1\nvertex 1 0 0\nendloop\nendfacet\n\
+         facet normal 0 0 0\nouter loop\nvertex 0 0 0\nvertex 0 1 0\nvertex 0 0 1\nendloop\nendfacet\n\
+         endsolid t\n",
+    )
+    .unwrap();
+    let o = d("out");
+    let base = [
+        "obstacle", "--engine", "host", "--size", "40x20x20", "--output", &o,
+    ];
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "--sphere <SPHERE>|--cylinder"),
+        (&["--sphere", "3,9,9,2"], "inlet or outlet"),
+        (&["--sphere", "12,9,9"], "must be 4 comma-separated numbers"),
+        (
+            &["--sphere", "12,9,9,3", "--profile", "parabolic"],
+            "give --sides walls",
+        ),
+        (&["--sphere", "12,9,9,3", "--re", "5000"], "cells across"),
+        (&["--sphere", "12,9,9,3", "--u-in", "0.3"], "(0, 0.15]"),
+        (&["--sphere", "12,9,9,30"], "beyond the grid"),
+        (&["--stl", "nothing.stl"], "nothing.stl"),
+        (&["--stl", &d("garbage.stl")], "garbage.stl"),
+        (
+            &[
+                "--stl",
+                &d("open.stl"),
+                "--body-size",
+                "6",
+                "--centre",
+                "12,9,9",
+            ],
+            "open edges",
+        ),
+        (&["--stl", &d("open.stl"), "--body-size", "60"], "beyond"),
+        (&["--sphere", "12,9,9,3", "--body-size", "4"], "--stl"),
+    ];
+    for (extra, says) in cases {
+        let mut a = base.to_vec();
+        a.extend(*extra);
+        refused(&a, &[says]);
+        assert!(!dir.join("out").exists(), "{a:?} wrote its output");
+    }
+    let masks: &[(&str, &str)] = &[
+        ("flat.npy", "shape (nz, ny, nx)"),
+        ("empty.npy", "holds no cell"),
+        ("none.npy", "none.npy"),
+    ];
+    for (file, says) in masks {
+        let m = d(file);
+        refused(
+            &["obstacle", "--engine", "host", "--mask", &m, "--output", &o],
+            &[says],
+        );
+        assert!(!dir.join("out").exists(), "{file} wrote its output");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -168,5 +168,5 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
         &[Panel::new("c_D", &drag), Panel::new("c_L", &lift)],
     )?;
     let title = format!("Schäfer-Turek {} cylinder", case.name());
-    finish(out, m, &title, step, &run.footprint, gpu)
+    finish(out, m, g.tags(), &title, step, &run.footprint, gpu)
 }

@@ -1,6 +1,6 @@
 //! `lbm`: D3Q19 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
-//! channel, the decaying Taylor-Green vortex, the flow around a cylinder, and the MLUPs/s benchmark
-//! against the copy bandwidth.
+//! channel, the decaying Taylor-Green vortex, the flow around a cylinder or any body, and the MLUPs/s
+//! benchmark against the copy bandwidth.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,8 +33,10 @@ use lattice_gpu_lbm::{
 
 mod bench;
 mod cylinder;
+mod obstacle;
 use bench::{bench, BenchArgs};
 use cylinder::{cylinder, CylinderArgs};
+use obstacle::{obstacle, ObstacleArgs};
 
 /// Lattice Boltzmann (D3Q19) on the GPU, or on the CPU without one.
 #[derive(Parser)]
@@ -55,6 +57,9 @@ enum Command {
     /// Flow around a cylinder (Schäfer and Turek 1996, 2D-1 and 2D-2): drag, lift, pressure
     /// difference and Strouhal number against the paper's intervals.
     Cylinder(CylinderArgs),
+    /// Flow around a body (a sphere, cylinder or box, a voxel mask or an STL surface) between an inlet
+    /// and an outlet: drag and lift coefficients over time, and the Strouhal number.
+    Obstacle(Box<ObstacleArgs>),
     /// MLUPs/s for every storage and streaming scheme, against the copy bandwidth.
     Bench(BenchArgs),
 }
@@ -1010,6 +1015,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         ),
     };
     let init = |_| (1.0, [0.0; 3]);
+    let tags = g.tags().to_vec();
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
@@ -1032,6 +1038,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
     finish(
         out,
         m,
+        &tags,
         &format!("lid-driven cavity Re {re}"),
         step,
         &run.footprint,
@@ -1070,6 +1077,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
     })?;
     let fix = "raise --tau or lower --force";
     let init = |_| (1.0, [0.0; 3]);
+    let tags = g.tags().to_vec();
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let before = from.and_then(|r| r.resumed.taken).flatten();
     let mut plan = Checkpoints::new(&a.common, written, lead);
@@ -1093,7 +1101,15 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         "L2 error of the profile against the parabola: {:.3e}",
         cases::poiseuille_error(&m, &p)
     );
-    finish(out, m, "Poiseuille channel", step, &run.footprint, gpu)
+    finish(
+        out,
+        m,
+        &tags,
+        "Poiseuille channel",
+        step,
+        &run.footprint,
+        gpu,
+    )
 }
 
 /// The name of the checkpoint array of the Taylor-Green vortex's energy samples: (step, energy)
@@ -1161,6 +1177,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let mut from = resume::<S, C, _>(&comm, &a.common, a.size, &params, |ck, path| {
         resume_samples(ck, path, a.steps)
     })?;
+    let tags = g.tags().to_vec();
     let mut lbm = make::<S, C, _>(comm, &a.common, &run.engine, g, p, init, from.as_mut())?;
     let rows = from.and_then(|r| r.resumed.taken).unwrap_or_default();
     let mut plan = Checkpoints::new(&a.common, params, lead);
@@ -1195,7 +1212,15 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     );
     let lines: Vec<Vec<String>> = rows.iter().map(|r| numbers(r)).collect();
     write_csv(&out.file("energy.csv"), "step,kinetic_energy", &lines)?;
-    finish(out, m, "Taylor-Green vortex", step, &run.footprint, gpu)
+    finish(
+        out,
+        m,
+        &tags,
+        "Taylor-Green vortex",
+        step,
+        &run.footprint,
+        gpu,
+    )
 }
 
 /// Runs `lbm` to step `steps` after the samples `rows` (rank 0's) of the steps before, adding
@@ -1276,17 +1301,18 @@ fn sample_to<S: LbmStorage, C: Communicator, const K: usize>(
     Ok(rows)
 }
 
-/// Writes the fields of `m` into the staged `out` beside the case's files, moves them into place, and
-/// reports the memory `footprint` estimated beside the measured peak.
+/// Writes the fields of `m` and the cells' kinds (`tags`) into the staged `out` beside the case's
+/// files, moves them into place, and reports the memory `footprint` estimated beside the measured peak.
 fn finish(
     out: OutputDir,
     m: Moments,
+    tags: &[u8],
     title: &str,
     step: u64,
     footprint: &Footprint,
     gpu: Option<Arc<Gpu>>,
 ) -> Result<()> {
-    write_fields(&out, &m, title, step)?;
+    write_fields(&out, &m, tags, title, step)?;
     drop(m);
     cli::commit(out)?;
     footprint.report(gpu.as_deref());
@@ -1341,6 +1367,14 @@ fn dispatch(cli: Cli) -> Result<()> {
         ),
         Command::TaylorGreen(a) => by_storage!(taylor_green, a, a.size[2], size(a.size)),
         Command::Cylinder(a) => by_storage!(cylinder, a, 1, "quasi-2-D: one cell deep"),
+        Command::Obstacle(a) => {
+            let dims = a.dims()?;
+            let set = match a.size {
+                Some(s) => size(s),
+                None => format!("the grid of {}x{}x{} cells", dims[0], dims[1], dims[2]),
+            };
+            by_storage!(obstacle, a, dims[2], set)
+        }
         Command::Bench(a) => bench(a),
     }
 }
