@@ -192,11 +192,14 @@ same_as_single "lbm taylor-green f32, thin slabs" velocity.npy taylor-green --en
     --size 16x12x5 --steps 20
 same_as_single "lbm in-place taylor-green f32, thin slabs" velocity.npy taylor-green --engine "$engine" --streaming aa \
     --size 16x12x5 --steps 21
-# A body between an inlet and an outlet in a duct: its forces and the flow, across the cuts.
+# A body between an inlet and an outlet in a duct, or with free-slip sides: its forces and the flow,
+# across the cuts.
 lbmbody="obstacle --engine $engine --size 30x16x13 --sides walls --profile parabolic --sphere 10,7.5,6,3 --re 20 \
     --steps 201 --force-every 20"
 same_as_single "lbm obstacle in place, forces" forces.csv $lbmbody --streaming aa
 same_as_single "lbm obstacle two-lattice f64, flow" velocity.npy $lbmbody --streaming ab --precision f64
+same_as_single "lbm obstacle in place, free-slip sides" velocity.npy ${lbmbody/--sides walls --profile parabolic/--sides slip} \
+    --streaming aa --precision f16
 # An in-place f16 cavity stopped at an odd step on 2 ranks resumes on 3 and on 1 to the straight bytes.
 lbmck="cavity --engine $engine --size 10x9x7 --closed-z --re 20 --precision f16 --streaming aa"
 "$lbm" $lbmck --steps 24 --output "$work/lbm-straight" >/dev/null || { echo "lbm straight run FAIL"; status=1; }

@@ -68,26 +68,34 @@ impl Obstacle {
     }
 }
 
-/// The sides of an open channel ([`Geometry::open_ended`]): which of its y and z ends are resting walls;
-/// the others are periodic.
+/// The sides of an open channel ([`Geometry::open_ended`]): which of its y and z ends are resting walls
+/// or free-slip walls; the others are periodic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sides {
-    /// Periodic in y and z: a body in an unbounded row of its copies, the nearest to a free stream.
+    /// Periodic in y and z: a body in an unbounded row of its copies.
     Periodic,
-    /// Walls at the y ends, periodic in z: a plane channel.
+    /// Resting walls at the y ends, periodic in z: a plane channel.
     WallsY,
-    /// Walls at the y and z ends: a duct.
+    /// Resting walls at the y and z ends: a duct.
     Walls,
+    /// Free-slip walls at the y and z ends: a wind tunnel whose sides hold no boundary layer.
+    Slip,
 }
 
 impl Sides {
-    /// Whether the y ends and the z ends are walls.
-    pub fn walled(self) -> [bool; 2] {
+    /// The tags of the cells at the y ends and at the z ends (0: none, periodic).
+    pub fn tags(self) -> [u8; 2] {
         match self {
-            Self::Periodic => [false, false],
-            Self::WallsY => [true, false],
-            Self::Walls => [true, true],
+            Self::Periodic => [0, 0],
+            Self::WallsY => [tag::WALL, 0],
+            Self::Walls => [tag::WALL, tag::WALL],
+            Self::Slip => [tag::SLIP_Y, tag::SLIP_Z],
         }
+    }
+
+    /// Whether the y ends and the z ends are resting walls (a parabolic inflow runs between them).
+    pub fn walled(self) -> [bool; 2] {
+        self.tags().map(|t| t == tag::WALL)
     }
 }
 
@@ -154,17 +162,21 @@ impl Geometry {
     /// sides as `sides` says; the inlet and outlet fill the ends between the walls.
     pub fn open_ended(dims: [usize; 3], sides: Sides) -> Result<Self> {
         let mut g = Self::periodic(dims)?;
-        let walled = sides.walled();
-        let min = |w: bool| if w { 3 } else { 1 };
-        g.need("an open channel", [3, min(walled[0]), min(walled[1])])?;
+        let [ty, tz] = sides.tags();
+        let min = |t: u8| if t != 0 { 3 } else { 1 };
+        g.need("an open channel", [3, min(ty), min(tz)])?;
         let [nx, ny, nz] = dims;
         for z in 0..nz {
             for y in 0..ny {
-                let wall = (walled[0] && (y == 0 || y == ny - 1))
-                    || (walled[1] && (z == 0 || z == nz - 1));
-                if wall {
+                let side = |t: u8, v: usize, n: usize| if v == 0 || v == n - 1 { t } else { 0 };
+                // A free-slip edge of a duct mirrors along both normals; a resting wall is one kind.
+                let wall = match side(ty, y, ny) | side(tz, z, nz) {
+                    t if t & tag::WALL != 0 => tag::WALL,
+                    t => t,
+                };
+                if wall != 0 {
                     for x in 0..nx {
-                        g.set([x, y, z], tag::WALL);
+                        g.set([x, y, z], wall);
                     }
                 } else {
                     g.set([0, y, z], tag::INLET);

@@ -18,13 +18,15 @@ use crate::{Error, Result};
 pub const FIELD_FILES: [&str; 4] = ["velocity.npy", "density.npy", "fields.vtk", "speed.png"];
 
 /// A cell's kind as the VTK file's `cell_type` holds it: 0 fluid, 1 resting wall (a body's cells
-/// among them), 2 moving wall, 3 inlet, 4 outlet; ParaView's Threshold at 1 to 1 shows the bodies.
+/// among them), 2 moving wall, 3 inlet, 4 outlet, 5 free-slip wall; ParaView's Threshold at 1 to 1
+/// shows the bodies.
 pub fn cell_type(t: u8) -> f32 {
     match t & !tag::NEAR_WALL {
         tag::WALL => 1.0,
         tag::MOVING_WALL => 2.0,
         tag::INLET => 3.0,
         tag::OUTLET => 4.0,
+        t if t & tag::SLIP != 0 => 5.0,
         _ => 0.0,
     }
 }

@@ -73,6 +73,8 @@ const RESTING_WALL: u8 = 1;
 const MOVING_WALL: u8 = 2;
 const INLET: u8 = 4;
 const OUTLET: u8 = 8;
+/// Free-slip walls: bit `4 + a` set where the wall's normal lies along axis `a`.
+const SLIP_BITS: u8 = 0x70;
 /// The optimised code marks fluid cells next to walls with this bit; the reference finds walls
 /// itself, so it only strips the bit.
 const HINT_BIT: u8 = 0x80;
@@ -139,10 +141,15 @@ impl Reference {
         );
         let tags: Vec<u8> = tags.into_iter().map(|t| t & !HINT_BIT).collect();
         let known = [FLUID, RESTING_WALL, MOVING_WALL, INLET, OUTLET];
-        if let Some((n, t)) = tags.iter().enumerate().find(|&(_, t)| !known.contains(t)) {
+        let slip = |t: u8| t & !SLIP_BITS == 0 && t != 0;
+        if let Some((n, t)) = tags
+            .iter()
+            .enumerate()
+            .find(|&(_, &t)| !known.contains(&t) && !slip(t))
+        {
             panic!(
                 "cell {n} has tag {t}; tags are 0 (fluid), 1 (resting wall), 2 (moving wall), \
-                 4 (inlet), 8 (outlet)"
+                 4 (inlet), 8 (outlet), or free-slip bits 16, 32, 64 (normal along x, y, z)"
             );
         }
         assert!(
@@ -257,10 +264,48 @@ impl Reference {
                 }
                 // The velocity terms are added by `complete_outlets`, once all are streamed.
                 OUTLET => -self.f[n][ref_opposite(q)] + 2.0 * REF_W[q] * self.params.outlet_density,
+                t if t & SLIP_BITS != 0 => self.specular(n, q, t),
                 t => unreachable!("tag {t} was rejected in new"),
             };
         }
         f
+    }
+
+    /// The population entering fluid cell `n` along `q` from the free-slip cell of tag `t`: the one that
+    /// left, a step before, the cell from which the mirror image of `c_q` (its components along the
+    /// wall's normals reversed) leads into the wall and, reflected, into `n`: the cell at `n - c_q`
+    /// with those components of `c_q` undone. The image meets the wall at the cell `n - c_q` with the
+    /// other components undone, which must be free-slip along the same normals. Bounced back where
+    /// `c_q` has no component along a normal, the image's wall cell is not such a cell, or its first
+    /// cell is not fluid.
+    fn specular(&self, n: usize, q: usize, t: u8) -> f64 {
+        let c = REF_C[q];
+        let normals =
+            |t: u8| -> [bool; 3] { std::array::from_fn(|a| t & (0x10 << a) != 0 && c[a] != 0) };
+        let normal = normals(t);
+        let [nx, ny, _] = self.dims;
+        let pos = [n % nx, (n / nx) % ny, n / (nx * ny)];
+        // The cell at n - c_q with the components where `keep` is false undone.
+        let back = |keep: [bool; 3]| {
+            let p: [usize; 3] = std::array::from_fn(|a| {
+                let step = if keep[a] { c[a] } else { 0 };
+                (pos[a] as i64 - i64::from(step)).rem_euclid(self.dims[a] as i64) as usize
+            });
+            p[0] + nx * (p[1] + ny * p[2])
+        };
+        let bounce = self.f[n][ref_opposite(q)];
+        if !normal.contains(&true) || normals(self.tags[back(normal)]) != normal {
+            return bounce;
+        }
+        let image: [i32; 3] = std::array::from_fn(|a| if normal[a] { -c[a] } else { c[a] });
+        let q_image = (0..REF_Q)
+            .find(|&r| REF_C[r] == image)
+            .expect("D3Q19 holds every mirror image of its velocities");
+        let from = back(normal.map(|b| !b));
+        match self.tags[from] {
+            FLUID => self.f[from][q_image],
+            _ => bounce,
+        }
     }
 
     /// The inflow velocity this step at the midpoint of the link into cell `n` along `q`.

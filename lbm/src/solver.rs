@@ -511,6 +511,9 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     mirror: Vec<S::Raw>,
     /// Whether a split run's planes that read no halo run during the exchange ([`set_overlap`](Self::set_overlap)).
     overlap: bool,
+    /// Whether the rank's cells include free-slip ones: its in-place odd steps run
+    /// [`Scheme::AaOddSlip`].
+    slips: bool,
     /// Whether the halo planes of `f` hold the neighbours' planes of the step before (an overlapped
     /// NCCL step exchanges what it wrote; the others exchange what they read, first).
     halos_current: bool,
@@ -763,6 +766,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 tags: Vec::new(),
                 moments: Vec::new(),
             },
+            slips: local.tags().iter().any(|t| t & tag::SLIP != 0),
             geometry: local,
             params,
             streaming,
@@ -1160,6 +1164,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     fn scheme(&self) -> Scheme {
         match (self.streaming, self.steps % 2) {
             (Streaming::TwoLattice, _) => Scheme::Ab,
+            (Streaming::InPlace, 0) if self.slips => Scheme::AaOddSlip,
             (Streaming::InPlace, 0) => Scheme::AaOdd,
             (Streaming::InPlace, _) => Scheme::AaEven,
         }
@@ -1190,7 +1195,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 Memory::Device { g: None, .. } => {}
             }
         }
-        if scheme == Scheme::AaOdd && self.split.is_some() {
+        if matches!(scheme, Scheme::AaOdd | Scheme::AaOddSlip) && self.split.is_some() {
             self.copy_planes(|sp| &sp.returned, true)?;
             self.exchange(true)?;
             self.copy_planes(|sp| &sp.received[1], false)?;

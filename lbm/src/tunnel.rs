@@ -40,12 +40,11 @@ impl Tunnel {
     /// The tunnel, or the error naming the option that cannot work: a profile needs walls to be
     /// parabolic between, the inflow a speed the lattice carries.
     pub fn new(dims: [usize; 3], sides: Sides, profile: Profile, peak: f64) -> Result<Self> {
-        if profile == Profile::Parabolic && sides == Sides::Periodic {
-            return Err(Error::InvalidParameter(
-                "a parabolic inflow runs between walls, and --sides periodic has none: give --sides \
-                 walls (or walls-y), or --profile uniform"
-                    .into(),
-            ));
+        if profile == Profile::Parabolic && !sides.walled().contains(&true) {
+            return Err(Error::InvalidParameter(format!(
+                "a parabolic inflow runs between resting walls, and {sides:?} sides have none: give \
+                 --sides walls (or walls-y), or --profile uniform"
+            )));
         }
         if !(peak.is_finite() && peak > 0.0 && peak <= MAX_INFLOW) {
             return Err(Error::InvalidParameter(format!(
@@ -177,6 +176,13 @@ mod tests {
         assert!((t.mean_inflow() - 0.04).abs() < 1e-15);
         let p = t.params(0.6, Collision::Bgk, 10).unwrap();
         assert_eq!(p.open.parabola, [None, Some([0.5, 4.5]), Some([0.5, 3.5])]);
+        let slip = Tunnel::new([8, 6, 5], Sides::Slip, Profile::Uniform, 0.09).unwrap();
+        let g = slip.geometry().unwrap();
+        assert_eq!(g.tags()[g.index([3, 0, 2])], tag::SLIP_Y);
+        assert_eq!(g.tags()[g.index([3, 2, 4])], tag::SLIP_Z);
+        assert_eq!(g.tags()[g.index([3, 5, 0])], tag::SLIP_Y | tag::SLIP_Z);
+        assert_eq!(g.tags()[g.index([0, 2, 2])], tag::INLET);
+        assert!(Tunnel::new([8, 6, 5], Sides::Slip, Profile::Parabolic, 0.09).is_err());
         let free = Tunnel::new([8, 6, 5], Sides::Periodic, Profile::Uniform, 0.09).unwrap();
         let g = free.geometry().unwrap();
         assert_eq!(g.tags()[g.index([0, 0, 0])], tag::INLET);

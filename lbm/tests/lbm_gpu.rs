@@ -29,7 +29,8 @@ use common::gpu;
 use lattice_gpu_testkit as common;
 
 /// Odd sides, a moving lid, a resting floor, two wall cells, an inlet and an outlet closing x below
-/// z = 4, a spherical body; periodic in z, and in x above.
+/// z = 4 and a free-slip plane at the outlet's x above, a spherical body; periodic in z, and in x
+/// above.
 fn geometry() -> Geometry {
     let dims = [13, 11, 9];
     let mut g = Geometry::channel(dims).unwrap();
@@ -43,6 +44,10 @@ fn geometry() -> Geometry {
     for (y, z) in (1..10).flat_map(|y| (0..4).map(move |z| (y, z))) {
         g.set([0, y, z], tag::INLET);
         g.set([12, y, z], tag::OUTLET);
+    }
+    // A free-slip plane above the outlet: its mirrored links cross z planes.
+    for (y, z) in (1..10).flat_map(|y| (4..9).map(move |z| (y, z))) {
+        g.set([12, y, z], tag::SLIP_X);
     }
     g.mark_near_walls();
     // A body whose force the runs report.

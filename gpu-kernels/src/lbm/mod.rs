@@ -7,9 +7,10 @@
 //! - populations in structure-of-arrays order: population `q` of cell `n` at `q * cells + n`, stored as the
 //!   deviation `f_q - w_q` from the rest equilibrium (keeps the digits that matter in f32 and f16);
 //! - one tag byte per cell ([`tag`]): fluid, wall (halfway bounce-back), moving wall (bounce-back with the
-//!   wall-velocity correction, wall density 1), inlet (the same with the inflow profile's velocity) and
-//!   outlet (anti-bounce-back at a given density); fluid cells next to any of them carry
-//!   [`tag::NEAR_WALL`], set by the host, so that only they look at their neighbours' tags.
+//!   wall-velocity correction, wall density 1), inlet (the same with the inflow profile's velocity),
+//!   outlet (anti-bounce-back at a given density) and free-slip wall (specular reflection); fluid cells
+//!   next to any of them carry [`tag::NEAR_WALL`], set by the host, so that only they look at their
+//!   neighbours' tags.
 
 mod force;
 mod step;
@@ -45,6 +46,69 @@ pub const C: [[i32; 3]; Q] = [
     [0, 1, -1],
     [0, -1, 1],
 ];
+
+/// The direction of `q` mirrored along the axes in `axes` (bit `a`: axis `a`): `c_q` with those
+/// components reversed.
+#[inline(always)]
+const fn mirrored(q: usize, axes: u32) -> usize {
+    MIRRORED[q][(axes & 7) as usize] as usize
+}
+
+/// The axes along which `c_q` moves (bit `a`: axis `a`).
+#[inline(always)]
+const fn moves_along(q: usize) -> u32 {
+    (C[q][0] != 0) as u32 | ((C[q][1] != 0) as u32) << 1 | ((C[q][2] != 0) as u32) << 2
+}
+
+/// The specular reflection of the population entering a fluid cell along `q` from a free-slip cell of
+/// tag `t` ([`tag::SLIP_X`]): `q` mirrored along the wall's normals that `c_q` crosses, the cell the
+/// mirrored path starts at, and the wall cell it meets. `cell(axes)` gives the cell at `-c_q` from
+/// the fluid cell with the components along `axes` (bit `a`: axis `a`) left out, and its tag: the
+/// start is the one with the normals' components left out, the wall cell the one with the others'.
+///
+/// `None`, and the link bounces back, unless the mirror is whole: a normal crossed, the start fluid
+/// and the wall cell free-slip along the same normals. The cells at the two ends of a mirrored path
+/// see the same three cells, so they agree on it.
+#[inline(always)]
+pub fn mirror<I>(q: usize, t: u8, cell: impl Fn(u32) -> (I, u8)) -> Option<(usize, I, I)> {
+    let axes = tag::slip_axes(t) & moves_along(q);
+    if axes == 0 {
+        return None;
+    }
+    let (wall, tw) = cell(!axes & 7);
+    if tag::slip_axes(tw) & moves_along(q) != axes {
+        return None;
+    }
+    let (start, ts) = cell(axes);
+    (!tag::is_boundary(ts)).then_some((mirrored(q, axes), start, wall))
+}
+
+/// [`mirrored`] for every direction and set of axes.
+const MIRRORED: [[u8; 8]; Q] = {
+    let mut table = [[0u8; 8]; Q];
+    let mut q = 0;
+    while q < Q {
+        let mut axes = 0;
+        while axes < 8 {
+            let mut c = C[q];
+            let mut a = 0;
+            while a < 3 {
+                if axes & (1 << a) != 0 {
+                    c[a] = -c[a];
+                }
+                a += 1;
+            }
+            let mut r = 0;
+            while !(C[r][0] == c[0] && C[r][1] == c[1] && C[r][2] == c[2]) {
+                r += 1;
+            }
+            table[q][axes] = r as u8;
+            axes += 1;
+        }
+        q += 1;
+    }
+    table
+};
 
 /// The D3Q19 weights.
 pub const W: [f64; Q] = [
@@ -95,14 +159,35 @@ pub mod tag {
     /// A pressure outlet: anti-bounce-back, `f_q = -f*_opp + 2 w_q rho_out (1 + 4.5 (c_q.u)^2 - 1.5 u.u)`
     /// with `u` the fluid cell's velocity, so that the density on the link's midpoint is `rho_out`.
     pub const OUTLET: u8 = 8;
+    /// A free-slip wall whose normal lies along x: a population entering a fluid cell from it is the one
+    /// that its mirror image left, the velocity's component along the normal reversed (specular
+    /// reflection), from the fluid cell the mirrored path starts at. It takes no tangential momentum.
+    /// Where that cell is not fluid (a corner with another kind of boundary) the link bounces back.
+    /// Free-slip cells must form planes across their normal (the sides of a channel), so that the
+    /// in-place scheme's mirrored stores meet the cells that read them.
+    pub const SLIP_X: u8 = 0x10;
+    /// A free-slip wall whose normal lies along y (see [`SLIP_X`]).
+    pub const SLIP_Y: u8 = 0x20;
+    /// A free-slip wall whose normal lies along z (see [`SLIP_X`]); a cell on two free-slip planes (an
+    /// edge of a duct) carries both bits, and mirrors along both.
+    pub const SLIP_Z: u8 = 0x40;
+    /// Any free-slip bit: bit `4 + a` is the normal along axis `a`.
+    pub const SLIP: u8 = SLIP_X | SLIP_Y | SLIP_Z;
     /// Added to a fluid cell with at least one boundary neighbour (set by the host from the geometry).
     pub const NEAR_WALL: u8 = 0x80;
 
-    /// Whether the tag is a boundary cell (a wall of either kind, an inlet or an outlet): never updated,
-    /// its fluid neighbours take the populations it would send from their own.
+    /// Whether the tag is a boundary cell (a wall of any kind, an inlet or an outlet): never updated,
+    /// its fluid neighbours take the populations it would send from their own (or, off a free-slip
+    /// wall, from their neighbours').
     #[inline(always)]
     pub const fn is_boundary(t: u8) -> bool {
-        t & (WALL | MOVING_WALL | INLET | OUTLET) != 0
+        t & (WALL | MOVING_WALL | INLET | OUTLET | SLIP) != 0
+    }
+
+    /// The axes (bit `a`: axis `a`) along which a free-slip cell of tag `t` mirrors.
+    #[inline(always)]
+    pub const fn slip_axes(t: u8) -> u32 {
+        ((t & SLIP) >> 4) as u32
     }
 }
 

@@ -5,7 +5,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::storage::Storage;
-use super::{opposite, tag, C, Q, W};
+use super::{mirror, opposite, tag, C, Q, W};
 use crate::bind::{check_len, Bound, Kernel, Place, Span, SpanError, SpanMut};
 use crate::device::math::Real;
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
@@ -38,7 +38,12 @@ pub enum Scheme {
     /// One lattice, AA pattern, even step: read the cell's own populations, write them back reversed.
     AaEven = 1,
     /// One lattice, AA pattern, odd step: read reversed from the neighbours, write to the neighbours.
+    /// Free-slip cells are taken for resting walls: a grid with some steps [`AaOddSlip`](Self::AaOddSlip).
     AaOdd = 2,
+    /// [`AaOdd`](Self::AaOdd) with the free-slip cells' mirrored reads: an entry of its own, since
+    /// they keep 26 more registers live through the step (f64; 8 in f32 and f16) wherever they are
+    /// compiled in.
+    AaOddSlip = 3,
 }
 
 /// The arguments of one time step over the whole grid (the kernel's one parameter), made by
@@ -46,7 +51,9 @@ pub enum Scheme {
 ///
 /// Lattice `f` holds, before a step, the post-collision populations of the previous step (for
 /// [`Scheme::Ab`] and [`Scheme::AaOdd`]) or the streamed ones (for [`Scheme::AaEven`]), as deviations
-/// `f_q - w_q` in structure-of-arrays order. Wall cells are never written.
+/// `f_q - w_q` in structure-of-arrays order. Boundary cells are never written, but for free-slip ones:
+/// the in-place odd step streams into them as into fluid cells, and the even step reads the mirrored
+/// populations there.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Step<S: Storage> {
@@ -242,6 +249,16 @@ impl<S: Storage> Step<S> {
         }
     }
 
+    /// [`mirror`] of the population entering this cell along `q` from the free-slip cell of tag `t`.
+    #[inline(always)]
+    fn mirror(&self, q: usize, t: u8, nb: &Neighbours) -> Option<(usize, usize, usize)> {
+        mirror(q, t, |axes| {
+            let m = nb.along(q, -1, axes);
+            // SAFETY: a cell of the grid (the step's contract).
+            (m, unsafe { *self.tags.add(m) })
+        })
+    }
+
     /// Completes the anti-bounce-back of the populations `p` entered from outlets (bit `q` of `open`):
     /// adds `2 w_q rho_out (4.5 (c_q.u)^2 - 1.5 u.u)` with `u` the cell's velocity from `p` as they stand
     /// (one fixed-point pass: the error is of third order in the velocity).
@@ -307,24 +324,45 @@ impl<S: Storage> Step<S> {
 
         // The value entering along `q`, and whether it came from an outlet.
         let gather = |q: usize, near: bool| unsafe {
+            let src = at(q, -1);
             if SCHEME == Scheme::AaEven as u32 {
                 // The odd step left populations that hit a boundary here unchanged; the boundary's rule is
                 // applied on reading, as in the other schemes, so that f16 rounds the same value in all
-                // of them.
-                let v = S::load(f, q * cells + n);
-                match wall_at(at(q, -1), near) {
-                    Some(tw) => (self.boundary(v, q, tw, [x, y, z]), tw & tag::OUTLET != 0),
-                    None => (v, false),
+                // of them. Into a free-slip cell the odd step streamed as into a fluid one: the mirrored
+                // path's start left its population in the wall cell the path meets, and where the link
+                // bounces back this cell left its own in the slip cell.
+                match wall_at(src, near) {
+                    Some(tw) if tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
+                        Some((m, _, wall)) => (S::load(f, m * cells + wall), false),
+                        None => (S::load(f, opposite(q) * cells + src), false),
+                    },
+                    Some(tw) => {
+                        let v = S::load(f, q * cells + n);
+                        (self.boundary(v, q, tw, [x, y, z]), tw & tag::OUTLET != 0)
+                    }
+                    None => (S::load(f, q * cells + n), false),
                 }
             } else {
-                let src = at(q, -1);
                 // Entering from a boundary: what this cell sent into it last step, reflected.
                 let (from, slot) = if SCHEME == Scheme::Ab as u32 {
                     (opposite(q), q)
                 } else {
                     (q, opposite(q))
                 };
+                let slips = SCHEME != Scheme::AaOdd as u32;
                 match wall_at(src, near) {
+                    Some(tw) if slips && tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
+                        // What the mirrored path's start sent along the mirrored direction.
+                        Some((m, start, _)) => {
+                            let slot = if SCHEME == Scheme::Ab as u32 {
+                                m
+                            } else {
+                                opposite(m)
+                            };
+                            (S::load(f, slot * cells + start), false)
+                        }
+                        None => (S::load(f, from * cells + n), false),
+                    },
                     Some(tw) => {
                         let v = S::load(f, from * cells + n);
                         (self.boundary(v, q, tw, [x, y, z]), tw & tag::OUTLET != 0)
@@ -365,9 +403,11 @@ impl<S: Storage> Step<S> {
             } else {
                 let dst = at(q, 1);
                 match wall_at(dst, near) {
-                    // Into a wall: it comes back to this cell as the opposite population.
-                    Some(_) => S::store(f, opposite(q) * cells + n, out[q]),
-                    None => S::store(f, q * cells + dst, out[q]),
+                    // Into a wall: it comes back to this cell as the opposite population. A free-slip
+                    // cell takes it as a fluid one would (this cell is the only one streaming into that
+                    // slot), for the next step's mirrored reads.
+                    Some(tw) if tw & tag::SLIP == 0 => S::store(f, opposite(q) * cells + n, out[q]),
+                    _ => S::store(f, q * cells + dst, out[q]),
                 }
             }
         };
@@ -511,6 +551,16 @@ impl Neighbours {
         let o = |a: usize| (sign * C[q][a] + 1) as usize;
         (self.xs[o(0)] + self.ys[o(1)] + self.zs[o(2)]) as usize
     }
+
+    /// The cell at offset `sign * c_q` with the components along `axes` (bit `a`: axis `a`) left out.
+    #[inline(always)]
+    fn along(&self, q: usize, sign: i32, axes: u32) -> usize {
+        let o = |a: usize| match axes & (1 << a) {
+            0 => (sign * C[q][a] + 1) as usize,
+            _ => 1,
+        };
+        (self.xs[o(0)] + self.ys[o(1)] + self.zs[o(2)]) as usize
+    }
 }
 
 /// `v`, which the compiler cannot see through: values derived from it are computed anew.
@@ -543,7 +593,7 @@ impl<S: Storage> Bound<'_, Step<S>> {
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
     /// Entry names, indexed by `Scheme as usize`.
-    const ENTRIES: [&'static str; 3];
+    const ENTRIES: [&'static str; 4];
 }
 
 // SAFETY: the entries (`step_entries!`) take one `Step<S>`; a bound step covers its grid
@@ -573,19 +623,25 @@ unsafe impl<S: Storage> Kernel for Step<S> {
             match self.scheme {
                 0 => self.cell::<{ Scheme::Ab as u32 }>(xyz),
                 1 => self.cell::<{ Scheme::AaEven as u32 }>(xyz),
-                _ => self.cell::<{ Scheme::AaOdd as u32 }>(xyz),
+                // On the CPU the mirrored reads cost nothing where there are none.
+                _ => self.cell::<{ Scheme::AaOddSlip as u32 }>(xyz),
             }
         }
     }
 }
 macro_rules! step_entries {
-    ($s:ty => $ab:ident, $even:ident, $odd:ident) => {
+    ($s:ty => $ab:ident, $even:ident, $odd:ident, $odd_slip:ident) => {
         step_entries!(@one $s, $ab, Scheme::Ab);
         step_entries!(@one $s, $even, Scheme::AaEven);
         step_entries!(@one $s, $odd, Scheme::AaOdd);
+        step_entries!(@one $s, $odd_slip, Scheme::AaOddSlip);
         impl StepEntry for $s {
-            const ENTRIES: [&'static str; 3] =
-                [stringify!($ab), stringify!($even), stringify!($odd)];
+            const ENTRIES: [&'static str; 4] = [
+                stringify!($ab),
+                stringify!($even),
+                stringify!($odd),
+                stringify!($odd_slip),
+            ];
         }
     };
     (@one $s:ty, $name:ident, $scheme:expr) => {
@@ -604,6 +660,6 @@ macro_rules! step_entries {
     };
 }
 
-step_entries!(f32 => lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32);
-step_entries!(f64 => lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64);
-step_entries!(super::Half => lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16);
+step_entries!(f32 => lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32, lbm_aa_odd_slip_f32);
+step_entries!(f64 => lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64, lbm_aa_odd_slip_f64);
+step_entries!(super::Half => lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16, lbm_aa_odd_slip_f16);

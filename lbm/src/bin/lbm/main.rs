@@ -1223,8 +1223,8 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     )
 }
 
-/// Runs `lbm` to step `steps` after the samples `rows` (rank 0's) of the steps before, adding
-/// `sample(lbm)` (the step first) every `every` steps and at the last, and checking the state at each
+/// Runs `lbm` to step `steps` after the samples `rows` (rank 0's) of the steps before (those at
+/// multiples of `every`), adding `sample(lbm)` (the step first) every `every` steps and at the last, and checking the state at each
 /// and, on large grids, between them; writes the checkpoints `plan` asks for, and one where a signal
 /// stops it, with the samples as checkpoint array `name`. A divergence stops it naming `fix`.
 /// Shows its progress on rank 0.
@@ -1263,6 +1263,8 @@ fn sample_to<S: LbmStorage, C: Communicator, const K: usize>(
     mut sample: impl FnMut(&mut Lbm<S, C>) -> Result<[f64; K]>,
 ) -> Result<Vec<[f64; K]>> {
     let health = lbm.check_interval(steps)?.min(every);
+    // A run stopped at a step between samples sampled its last step too; one going on from it does not.
+    rows.retain(|r| (r[0] as u64).is_multiple_of(every));
     while lbm.steps() < steps {
         let done = lbm.steps();
         lbm.run(

@@ -28,6 +28,8 @@ pub(super) enum SidesArg {
     WallsY,
     /// Walls at the y and z ends: a duct.
     Walls,
+    /// Free-slip walls at the y and z ends: no boundary layer on the tunnel's sides.
+    Slip,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -135,6 +137,7 @@ impl ObstacleArgs {
             SidesArg::Periodic => Sides::Periodic,
             SidesArg::WallsY => Sides::WallsY,
             SidesArg::Walls => Sides::Walls,
+            SidesArg::Slip => Sides::Slip,
         }
     }
 
@@ -238,7 +241,12 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     let p = tunnel.params(tau, a.common.collision(), (RAMP * unit).round() as u64)?;
     let mut params = restart::physics::<S>("obstacle", dims, a.common.streaming(), &p);
     params.extend([
-        ("body".to_string(), name.clone()),
+        // The body itself is in the tags' hash; its description may hold whitespace, which a
+        // checkpoint's parameters may not.
+        (
+            "body".to_string(),
+            name.split_whitespace().next().unwrap_or("").to_lowercase(),
+        ),
         ("tags".into(), format!("{:016x}", fnv1a64(g.tags()))),
         ("force-every".into(), a.force_every.to_string()),
     ]);
