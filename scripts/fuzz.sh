@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes every file parser (.npy, checkpoint, tune cache, ILDG/LIME) with libFuzzer for SECONDS each
+# Fuzzes every file parser (.npy, checkpoint, tune cache, ILDG/LIME, STL) with libFuzzer for SECONDS each
 # (default 60): `scripts/fuzz.sh [SECONDS] [TARGET...]`. A crash, a hang, or one allocation over 64 MiB
 # (the inputs are at most 256 KiB, so no parser has a reason to) fails it, and libFuzzer leaves the
 # input in fuzz/artifacts/TARGET/. The seed corpus (fuzz/corpus/) starts from valid files; what the
@@ -11,12 +11,17 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(npy checkpoint tunecache ildg)
+[ ${#targets[@]} -gt 0 ] || targets=(npy checkpoint tunecache ildg stl)
 toolchain=nightly-2026-05-20
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
 
-# Valid files to start from, made by the project's own writers.
+# One ASCII STL facet through three vertices.
+facet() {
+    printf 'facet normal 0 0 0\nouter loop\nvertex %s\nvertex %s\nvertex %s\nendloop\nendfacet\n' "$@"
+}
+
+# Valid files to start from, made by the project's own writers (or by hand).
 seed() {
     local dir=fuzz/corpus/$1
     mkdir -p "$dir"
@@ -36,6 +41,11 @@ seed() {
         ildg)
             cargo run -q --release --bin lqcd -- plaquette --dims 4 \
                 --write-gauge "$dir/seed.lime" >/dev/null ;;
+        stl)
+            # A tetrahedron, ASCII; the binary form is what the fuzzer makes of its bytes.
+            printf 'solid t\n%s\n%s\n%s\n%s\nendsolid t\n' \
+                "$(facet '0 0 0' '1 0 0' '0 1 0')" "$(facet '0 0 0' '0 0 1' '1 0 0')" \
+                "$(facet '0 0 0' '0 1 0' '0 0 1')" "$(facet '1 0 0' '0 0 1' '0 1 0')" >"$dir/seed.stl" ;;
     esac
 }
 

@@ -511,8 +511,8 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     mirror: Vec<S::Raw>,
     /// Whether a split run's planes that read no halo run during the exchange ([`set_overlap`](Self::set_overlap)).
     overlap: bool,
-    /// Whether the rank's cells include free-slip ones: its in-place odd steps run
-    /// [`Scheme::AaOddSlip`].
+    /// Whether the rank's cells include free-slip ones: its GPU steps run the entries that mirror off
+    /// them (`Bound::set_slip`).
     slips: bool,
     /// Whether the halo planes of `f` hold the neighbours' planes of the step before (an overlapped
     /// NCCL step exchanges what it wrote; the others exchange what they read, first).
@@ -1164,7 +1164,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     fn scheme(&self) -> Scheme {
         match (self.streaming, self.steps % 2) {
             (Streaming::TwoLattice, _) => Scheme::Ab,
-            (Streaming::InPlace, 0) if self.slips => Scheme::AaOddSlip,
             (Streaming::InPlace, 0) => Scheme::AaOdd,
             (Streaming::InPlace, _) => Scheme::AaEven,
         }
@@ -1195,7 +1194,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 Memory::Device { g: None, .. } => {}
             }
         }
-        if matches!(scheme, Scheme::AaOdd | Scheme::AaOddSlip) && self.split.is_some() {
+        if scheme == Scheme::AaOdd && self.split.is_some() {
             self.copy_planes(|sp| &sp.returned, true)?;
             self.exchange(true)?;
             self.copy_planes(|sp| &sp.received[1], false)?;
@@ -1319,8 +1318,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             tags: tags.span(),
             moments: with_moments.then(|| moments.span_mut()),
         };
-        let step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
+        let mut step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
             .map_err(HostError::from)?;
+        step.set_slip(self.slips);
         let [nx, ny, _] = self.dims_u32();
         let [bx, by] = self.block_shape();
         let grid = [nx.div_ceil(bx), ny.div_ceil(by), planes[1]];

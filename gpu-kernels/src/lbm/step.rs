@@ -38,12 +38,7 @@ pub enum Scheme {
     /// One lattice, AA pattern, even step: read the cell's own populations, write them back reversed.
     AaEven = 1,
     /// One lattice, AA pattern, odd step: read reversed from the neighbours, write to the neighbours.
-    /// Free-slip cells are taken for resting walls: a grid with some steps [`AaOddSlip`](Self::AaOddSlip).
     AaOdd = 2,
-    /// [`AaOdd`](Self::AaOdd) with the free-slip cells' mirrored reads: an entry of its own, since
-    /// they keep 26 more registers live through the step (f64; 8 in f32 and f16) wherever they are
-    /// compiled in.
-    AaOddSlip = 3,
 }
 
 /// The arguments of one time step over the whole grid (the kernel's one parameter), made by
@@ -74,6 +69,9 @@ pub struct Step<S: Storage> {
     physics: Physics<S::Real>,
     /// The [`Scheme`] as `u32`: which entry runs it, and what the CPU engine's items run.
     scheme: u32,
+    /// 1 where the grid has free-slip cells: the GPU runs the entries with their mirrored reads, which
+    /// cost the others registers (8 in f32 and f16, 26 in the f64 odd step) wherever compiled in.
+    slip: u32,
 }
 
 /// The physical parameters of a step.
@@ -200,6 +198,7 @@ impl<S: Storage> Step<S> {
             planes: [0, 0],
             physics,
             scheme: scheme as u32,
+            slip: 0,
         };
         // SAFETY: every span was checked above to cover the grid, and they are borrowed for `'a`.
         let mut bound = unsafe { Bound::new_unchecked(step, place) };
@@ -289,7 +288,8 @@ impl<S: Storage> Step<S> {
         });
     }
 
-    /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`).
+    /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`); with
+    /// `SLIP` false free-slip cells are taken for resting walls.
     ///
     /// # Safety
     /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `19 * cells` elements; `tags`:
@@ -297,7 +297,7 @@ impl<S: Storage> Step<S> {
     /// on them at the same time. Every cell of the grid may run at once: within a step each population slot
     /// is read and written by one cell only.
     #[inline(always)]
-    pub unsafe fn cell<const SCHEME: u32>(&self, [x, y, z]: [u32; 3]) {
+    pub unsafe fn cell<const SCHEME: u32, const SLIP: bool>(&self, [x, y, z]: [u32; 3]) {
         let nb = Neighbours::new([x, y, z], self.dims);
         let n = nb.at(0, 1);
         // SAFETY (all accesses below): indices are below `cells` per population; the caller's contract.
@@ -332,7 +332,7 @@ impl<S: Storage> Step<S> {
                 // path's start left its population in the wall cell the path meets, and where the link
                 // bounces back this cell left its own in the slip cell.
                 match wall_at(src, near) {
-                    Some(tw) if tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
+                    Some(tw) if SLIP && tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
                         Some((m, _, wall)) => (S::load(f, m * cells + wall), false),
                         None => (S::load(f, opposite(q) * cells + src), false),
                     },
@@ -349,9 +349,8 @@ impl<S: Storage> Step<S> {
                 } else {
                     (q, opposite(q))
                 };
-                let slips = SCHEME != Scheme::AaOdd as u32;
                 match wall_at(src, near) {
-                    Some(tw) if slips && tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
+                    Some(tw) if SLIP && tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
                         // What the mirrored path's start sent along the mirrored direction.
                         Some((m, start, _)) => {
                             let slot = if SCHEME == Scheme::Ab as u32 {
@@ -555,11 +554,13 @@ impl Neighbours {
     /// The cell at offset `sign * c_q` with the components along `axes` (bit `a`: axis `a`) left out.
     #[inline(always)]
     fn along(&self, q: usize, sign: i32, axes: u32) -> usize {
-        let o = |a: usize| match axes & (1 << a) {
-            0 => (sign * C[q][a] + 1) as usize,
-            _ => 1,
+        // Each a choice between two constant indices: an index chosen at run time would put the
+        // offsets in local memory.
+        let pick = |row: &[u32; 3], a: usize| match axes & (1 << a) {
+            0 => row[(sign * C[q][a] + 1) as usize],
+            _ => row[1],
         };
-        (self.xs[o(0)] + self.ys[o(1)] + self.zs[o(2)]) as usize
+        (pick(&self.xs, 0) + pick(&self.ys, 1) + pick(&self.zs, 2)) as usize
     }
 }
 
@@ -580,6 +581,12 @@ fn opaque(v: u64) -> u64 {
 }
 
 impl<S: Storage> Bound<'_, Step<S>> {
+    /// Whether the grid has free-slip cells (the GPU then runs the entries that mirror off them; the
+    /// others take them for resting walls).
+    pub fn set_slip(&mut self, slip: bool) {
+        self.args_mut().slip = u32::from(slip);
+    }
+
     /// Restricts the step to z planes `[first, count]`, which must lie in the grid.
     pub fn set_planes(&mut self, [first, count]: [u32; 2]) -> Result<(), SpanError> {
         let nz = self.args().dims[2];
@@ -592,8 +599,8 @@ impl<S: Storage> Bound<'_, Step<S>> {
 /// A storage type's [`Step`] kernel entries, one per [`Scheme`] (a supertrait of [`Storage`], so that
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
-    /// Entry names, indexed by `Scheme as usize`.
-    const ENTRIES: [&'static str; 4];
+    /// Entry names, indexed by `Scheme as usize`, then those with free-slip cells.
+    const ENTRIES: [&'static str; 6];
 }
 
 // SAFETY: the entries (`step_entries!`) take one `Step<S>`; a bound step covers its grid
@@ -603,7 +610,7 @@ unsafe impl<S: Storage> Kernel for Step<S> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
-        S::ENTRIES[self.scheme as usize]
+        S::ENTRIES[(self.scheme + 3 * self.slip) as usize]
     }
 
     fn items(&self) -> usize {
@@ -620,31 +627,35 @@ unsafe impl<S: Storage> Kernel for Step<S> {
         ];
         // SAFETY: bound, so the grid is covered and the planes lie in it; the caller runs each item once.
         unsafe {
+            // On the CPU the mirrored reads cost nothing where there are none.
             match self.scheme {
-                0 => self.cell::<{ Scheme::Ab as u32 }>(xyz),
-                1 => self.cell::<{ Scheme::AaEven as u32 }>(xyz),
-                // On the CPU the mirrored reads cost nothing where there are none.
-                _ => self.cell::<{ Scheme::AaOddSlip as u32 }>(xyz),
+                0 => self.cell::<{ Scheme::Ab as u32 }, true>(xyz),
+                1 => self.cell::<{ Scheme::AaEven as u32 }, true>(xyz),
+                _ => self.cell::<{ Scheme::AaOdd as u32 }, true>(xyz),
             }
         }
     }
 }
 macro_rules! step_entries {
-    ($s:ty => $ab:ident, $even:ident, $odd:ident, $odd_slip:ident) => {
-        step_entries!(@one $s, $ab, Scheme::Ab);
-        step_entries!(@one $s, $even, Scheme::AaEven);
-        step_entries!(@one $s, $odd, Scheme::AaOdd);
-        step_entries!(@one $s, $odd_slip, Scheme::AaOddSlip);
+    ($s:ty => [$ab:ident, $even:ident, $odd:ident], [$ab_s:ident, $even_s:ident, $odd_s:ident]) => {
+        step_entries!(@one $s, $ab, Scheme::Ab, false);
+        step_entries!(@one $s, $even, Scheme::AaEven, false);
+        step_entries!(@one $s, $odd, Scheme::AaOdd, false);
+        step_entries!(@one $s, $ab_s, Scheme::Ab, true);
+        step_entries!(@one $s, $even_s, Scheme::AaEven, true);
+        step_entries!(@one $s, $odd_s, Scheme::AaOdd, true);
         impl StepEntry for $s {
-            const ENTRIES: [&'static str; 4] = [
+            const ENTRIES: [&'static str; 6] = [
                 stringify!($ab),
                 stringify!($even),
                 stringify!($odd),
-                stringify!($odd_slip),
+                stringify!($ab_s),
+                stringify!($even_s),
+                stringify!($odd_s),
             ];
         }
     };
-    (@one $s:ty, $name:ident, $scheme:expr) => {
+    (@one $s:ty, $name:ident, $scheme:expr, $slip:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per cell, 2-D blocks in xy, one z plane per grid layer
             /// (no divisions to find the cell).
@@ -653,13 +664,16 @@ macro_rules! step_entries {
                 let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
                 let z = thread::block_idx_z();
                 if x < s.dims[0] && y < s.dims[1] && z < s.planes[1] {
-                    s.cell::<{ $scheme as u32 }>([x, y, s.planes[0] + z])
+                    s.cell::<{ $scheme as u32 }, $slip>([x, y, s.planes[0] + z])
                 }
             }
         }
     };
 }
 
-step_entries!(f32 => lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32, lbm_aa_odd_slip_f32);
-step_entries!(f64 => lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64, lbm_aa_odd_slip_f64);
-step_entries!(super::Half => lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16, lbm_aa_odd_slip_f16);
+step_entries!(f32 => [lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32],
+    [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32]);
+step_entries!(f64 => [lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64],
+    [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64]);
+step_entries!(super::Half => [lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16],
+    [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16]);
