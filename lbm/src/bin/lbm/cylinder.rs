@@ -109,6 +109,7 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
     let mut plan = Checkpoints::new(&a.common, params, lead);
     let rows = sampled(
         &mut lbm,
+        &a.common,
         [steps, every],
         &mut plan,
         (FORCES, "raise --resolution or lower --u-max"),

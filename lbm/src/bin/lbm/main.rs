@@ -1183,6 +1183,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let mut plan = Checkpoints::new(&a.common, params, lead);
     let rows = sampled(
         &mut lbm,
+        &a.common,
         [a.steps, sample_every(a.steps)],
         &mut plan,
         (ENERGY, "raise --tau or lower --u0"),
@@ -1228,20 +1229,41 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
 /// and, on large grids, between them; writes the checkpoints `plan` asks for, and one where a signal
 /// stops it, with the samples as checkpoint array `name`. A divergence stops it naming `fix`.
 /// Shows its progress on rank 0.
+#[allow(clippy::too_many_arguments)]
 fn sampled<S: LbmStorage, C: Communicator, const K: usize>(
     lbm: &mut Lbm<S, C>,
+    common: &Common,
     [steps, every]: [u64; 2],
     plan: &mut Checkpoints,
     (name, fix): (&str, &str),
     rows: Vec<[f64; K]>,
     sample: impl FnMut(&mut Lbm<S, C>) -> Result<[f64; K]>,
 ) -> Result<Vec<[f64; K]>> {
+    let first = lbm.steps();
+    // Tuned on the run's first steps only where they hold no sample: up to the first one.
+    let tuning = tune(
+        lbm,
+        common,
+        (every - first % every).min(steps - first),
+        plan,
+    )?;
+    let start = Instant::now();
     let bar = progress(steps, "steps");
     bar.set_position(lbm.steps());
     if lbm.comm().rank() != 0 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let rows = sample_to(lbm, [steps, every], &bar, plan, (name, fix), rows, sample);
+    if rows.is_ok() && lbm.comm().rank() == 0 {
+        // The tuning's steps are the run's own.
+        let secs = (start.elapsed() + tuning).as_secs_f64();
+        let cells = lbm.global_dims().iter().product::<usize>() as f64;
+        println!(
+            "{} steps in {secs:.2} s: {:.0} MLUPs/s (with the samples every {every} steps)",
+            steps - first,
+            cells * (steps - first) as f64 / secs / 1e6
+        );
+    }
     match &rows {
         Ok(_) => bar.finish_and_clear(),
         Err(_) => {

@@ -278,6 +278,7 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     let mut plan = Checkpoints::new(&a.common, params, lead);
     let rows = sampled(
         &mut lbm,
+        &a.common,
         [a.steps, a.force_every],
         &mut plan,
         (FORCES, fix),
@@ -312,8 +313,16 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
         .zip(&coefficients)
         .map(|(r, c)| (r[0], c[2]))
         .collect();
-    if let Some(st) = strouhal(&lift[lift.len() / 2..], unit) {
-        println!("St = {st:.4} from the lift along y over the run's second half");
+    // A steady wake's lift is rounding: its zero crossings are no shedding.
+    let half = &coefficients[coefficients.len() / 2..];
+    let (lo, hi) = half.iter().fold((f64::MAX, f64::MIN), |(lo, hi), c| {
+        (lo.min(c[2]), hi.max(c[2]))
+    });
+    match strouhal(&lift[lift.len() / 2..], unit) {
+        Some(st) if hi - lo > 1e-3 * mean.abs() => {
+            println!("St = {st:.4} from the lift along y over the run's second half")
+        }
+        _ => println!("the lift along y does not oscillate: no Strouhal number"),
     }
     let lines: Vec<Vec<String>> = rows
         .iter()
