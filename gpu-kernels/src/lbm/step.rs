@@ -405,7 +405,9 @@ impl<S: Storage> Step<S> {
                     // Into a wall: it comes back to this cell as the opposite population. A free-slip
                     // cell takes it as a fluid one would (this cell is the only one streaming into that
                     // slot), for the next step's mirrored reads.
-                    Some(tw) if tw & tag::SLIP == 0 => S::store(f, opposite(q) * cells + n, out[q]),
+                    Some(tw) if !SLIP || tw & tag::SLIP == 0 => {
+                        S::store(f, opposite(q) * cells + n, out[q])
+                    }
                     _ => S::store(f, q * cells + dst, out[q]),
                 }
             }
