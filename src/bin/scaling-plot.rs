@@ -1,6 +1,7 @@
 //! `scaling-plot`: the table of `scripts/scaling-check.sh` (`scaling.csv`) as a PNG, rate against
 //! GPU count: one panel for each of diffusion, LBM and advection, and for each lattice size of the
-//! QCD runs one of BiCGStab (every solver variant, with and without overlap) and one of M_hat. Each
+//! QCD runs one of BiCGStab (every solver variant, with and without overlap) and one of M_hat, and
+//! for each precision of diffusion's temporally blocked passes one (`scaling-check.sh 2 temporal`). Each
 //! panel has one line per run and a dashed grey line of ideal scaling from its first line's
 //! one-GPU rate.
 
@@ -187,6 +188,8 @@ enum PanelKind {
     Bicgstab(String),
     /// The operator M_hat on the lattice `XxYxZxT`.
     Mhat(String),
+    /// Diffusion's temporally blocked passes in a precision (`f32`, `f64`).
+    Temporal(String),
 }
 
 impl PanelKind {
@@ -198,6 +201,9 @@ impl PanelKind {
             PanelKind::Advection => "advection swirl 8192^2".into(),
             PanelKind::Bicgstab(dims) => format!("BiCGStab {dims} f32, every solver variant"),
             PanelKind::Mhat(dims) => format!("M_hat {dims} f32"),
+            PanelKind::Temporal(precision) => {
+                format!("diffusion 512^3 {precision}, temporal passes")
+            }
         }
     }
 
@@ -209,10 +215,11 @@ impl PanelKind {
         }
     }
 
-    /// The figure row: the stencils share one, each lattice size has its own.
+    /// The figure row: the stencils share one, each lattice size has its own, the temporal passes one.
     fn row(&self) -> Option<&str> {
         match self {
             PanelKind::Bicgstab(dims) | PanelKind::Mhat(dims) => Some(dims),
+            PanelKind::Temporal(_) => Some("temporal"),
             _ => None,
         }
     }
@@ -278,6 +285,32 @@ fn classify(run: &str) -> Option<LineKind> {
                 variant.to_string(),
                 seq,
             )
+        });
+    }
+    // `temporal-PRECISION-tSTEPS[-seq]`: passes of STEPS steps (1: single steps), ideal scaling from
+    // the blocked pass's one-GPU rate, the issue's measure.
+    if let Some(rest) = run.strip_prefix("temporal-") {
+        let (rest, seq) = match rest.strip_suffix("-seq") {
+            Some(rest) => (rest, true),
+            None => (rest, false),
+        };
+        let (precision, steps) = rest.split_once("-t")?;
+        let steps: usize = steps.parse().ok().filter(|t| (1..=16).contains(t))?;
+        if !matches!(precision, "f32" | "f64") || (steps == 1 && seq) {
+            return None;
+        }
+        let (order, label) = match (steps, seq) {
+            (1, _) => (2, "single steps".to_string()),
+            (t, false) => (0, format!("{t} steps a pass")),
+            (t, true) => (1, format!("{t} steps a pass, no overlap")),
+        };
+        return Some(LineKind {
+            panel: PanelKind::Temporal(precision.to_string()),
+            order,
+            label,
+            color: order,
+            dashed: seq,
+            marker: STENCIL_MARKERS[order],
         });
     }
     let (app, kind) = run.split_once('-').unwrap_or((run, ""));
@@ -522,8 +555,8 @@ fn render(panels: &[Panel], source: &Path) -> Figure {
         height: (HEADER_HEIGHT + ROW_HEIGHT * rows.len() as i64) as u32,
         title: format!("Scaling over the GPUs of one host, one rank per GPU ({name})"),
         note: "rate against GPU count, one line per run; dashed grey: ideal scaling, n x the \
-               panel's first line on 1 GPU (efficiency = rate / ideal); lqcd: dashed lines, \
-               squares: no overlap"
+               panel's first line on 1 GPU (efficiency = rate / ideal); lqcd and temporal \
+               passes: dashed lines, squares: no overlap"
             .into(),
         panels: Vec::new(),
     };
@@ -664,6 +697,12 @@ lqcd-32x32x32x64-bogus,1,1.0,GFLOPS,100.0
             .iter()
             .flat_map(|a| ["", "-nccl", "-seq", "-weak"].map(|k| format!("{a}{k}")))
             .collect();
+        for run in ["t3", "t3-seq", "t1"] {
+            runs.push(format!("temporal-f32-{run}"));
+        }
+        for run in ["t2", "t2-seq", "t1"] {
+            runs.push(format!("temporal-f64-{run}"));
+        }
         for dims in ["32x32x32x64", "48x48x48x96"] {
             runs.push(format!("mhat-{dims}"));
             runs.push(format!("mhat-{dims}-seq"));
@@ -686,6 +725,9 @@ lqcd-32x32x32x64-bogus,1,1.0,GFLOPS,100.0
             "mhat-32x32",
             "lqcd-sync",
             "poisson",
+            "temporal-f16-t2",
+            "temporal-f32-t1-seq",
+            "temporal-f32-tx",
         ] {
             assert_eq!(classify(bad), None, "{bad}");
         }
