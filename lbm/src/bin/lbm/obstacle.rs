@@ -141,33 +141,35 @@ impl ObstacleArgs {
         }
     }
 
+    /// The built-in shape given (--sphere, --cylinder, --box), if one is.
+    fn shape(&self) -> Option<Obstacle> {
+        if let Some([x, y, z, r]) = self.sphere {
+            Some(Obstacle::Sphere {
+                centre: [x, y, z],
+                radius: r,
+            })
+        } else if let Some([x, y, r]) = self.cylinder {
+            Some(Obstacle::Cylinder {
+                centre: [x, y],
+                radius: r,
+            })
+        } else {
+            self.cuboid
+                .map(|[x0, y0, z0, x1, y1, z1]| Obstacle::Cuboid {
+                    lo: [x0, y0, z0],
+                    hi: [x1, y1, z1],
+                })
+        }
+    }
+
     /// The tunnel with the body in it, and what names the body in the checkpoint; prints a warning
     /// for an STL surface that is not closed (rank 0: `lead`).
     fn geometry(&self, tunnel: &Tunnel, lead: bool) -> Result<(Geometry, String)> {
         let mut g = tunnel.geometry()?;
         let dims = tunnel.dims;
-        let shape = |o: Obstacle| (Some(o), format!("{o:?}"));
-        let (obstacle, name) = if let Some([x, y, z, r]) = self.sphere {
-            shape(Obstacle::Sphere {
-                centre: [x, y, z],
-                radius: r,
-            })
-        } else if let Some([x, y, r]) = self.cylinder {
-            shape(Obstacle::Cylinder {
-                centre: [x, y],
-                radius: r,
-            })
-        } else if let Some([x0, y0, z0, x1, y1, z1]) = self.cuboid {
-            shape(Obstacle::Cuboid {
-                lo: [x0, y0, z0],
-                hi: [x1, y1, z1],
-            })
-        } else {
-            (None, String::new())
-        };
-        if let Some(o) = obstacle {
+        if let Some(o) = self.shape() {
             g.add_obstacle(&o)?;
-            return Ok((g, name));
+            return Ok((g, format!("{o:?}")));
         }
         let (mask, name) = if let Some(path) = &self.stl {
             let mesh = read_stl(path)?;
