@@ -371,6 +371,7 @@ mod tests {
             g: g.map(SpanMut::of),
             tags: Span::of(tags),
             moments: None,
+            cuts: None,
         };
         Step::bind(Scheme::Ab, mem, [4, 3, 2], planes, PHYSICS)
     }
@@ -418,6 +419,7 @@ mod tests {
             g: Some(b),
             tags: on_device,
             moments: None,
+            cuts: None,
         };
         let err = Step::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
         assert_eq!(
@@ -434,9 +436,34 @@ mod tests {
             g: None,
             tags: Span::of(&tags),
             moments: None,
+            cuts: None,
         };
         let err = Step::bind(Scheme::AaEven, mixed, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
         assert_eq!(err, SpanError::Mixed);
         assert!(err.to_string().contains("host and device"), "{err}");
+        // Interpolated links: a row index per cell.
+        let (rows, distances) = (vec![u32::MAX; cells - 1], vec![0.5f32; Q]);
+        let mut g = vec![0.0; Q * cells];
+        let mem = Lattices {
+            f: SpanMut::of(&mut f),
+            g: Some(SpanMut::of(&mut g)),
+            tags: Span::of(&tags),
+            moments: None,
+            cuts: Some(crate::lbm::Cuts {
+                rows: Span::of(&rows),
+                distances: Span::of(&distances),
+            }),
+        };
+        let err = Step::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SpanError::Short {
+                    argument: "cut rows",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -1,8 +1,11 @@
 //! The grid and its cell tags: which cells are fluid, resting walls or moving walls. Axes without
 //! wall cells at their ends are periodic. Obstacles inside it come from built-in shapes
-//! ([`Obstacle`]) or a voxel mask ([`Geometry::add_mask`], e.g. from a `.npy` file).
+//! ([`Obstacle`]) or a voxel mask ([`Geometry::add_mask`], e.g. from a `.npy` file); where their
+//! surface is known, so is where it cuts each link into them ([`Geometry::cut`]).
 
-use lattice_gpu_kernels::lbm::{opposite, tag, C};
+use std::collections::HashMap;
+
+use lattice_gpu_kernels::lbm::{link, opposite, tag, C};
 use rayon::prelude::*;
 
 use crate::{Error, Result};
@@ -66,6 +69,33 @@ impl Obstacle {
             Self::Cuboid { lo, hi } => (lo, hi),
         }
     }
+
+    /// Where the link from the node at `p` (outside) along `c` (to a node inside) enters the body, as
+    /// a share of the link in `(0, 1]`, in a grid of `dims` (a box spanning an axis's nodes has no
+    /// faces across it: the axis may be periodic).
+    fn cut(&self, p: [f64; 3], c: [i32; 3], dims: [usize; 3]) -> f64 {
+        let c = c.map(f64::from);
+        // The smaller root of `|p + t c - o|^2 = r^2` over the axes that count.
+        let ball = |o: &[f64], r: f64, axes: usize| {
+            let (mut a, mut b, mut s) = (0.0, 0.0, -r * r);
+            for i in 0..axes {
+                let d = p[i] - o[i];
+                (a, b, s) = (a + c[i] * c[i], b + c[i] * d, s + d * d);
+            }
+            (-b - (b * b - a * s).max(0.0).sqrt()) / a
+        };
+        let t = match *self {
+            Self::Cylinder { centre, radius } => ball(&centre, radius, 2),
+            Self::Sphere { centre, radius } => ball(&centre, radius, 3),
+            // The last of the slabs' entries.
+            Self::Cuboid { lo, hi } => (0..3)
+                .filter(|&a| c[a] != 0.0 && !(lo[a] <= 0.0 && hi[a] >= (dims[a] - 1) as f64))
+                .map(|a| ((if c[a] > 0.0 { lo[a] } else { hi[a] }) - p[a]) / c[a])
+                .fold(0.0, f64::max),
+        };
+        // Rounding may put a surface through a node a hair outside the link.
+        t.clamp(f64::EPSILON, 1.0)
+    }
 }
 
 /// The sides of an open channel ([`Geometry::open_ended`]): which of its y and z ends are resting walls
@@ -99,6 +129,17 @@ impl Sides {
     }
 }
 
+/// How populations come back from a body's surface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BounceBack {
+    /// Halfway between the fluid cell and the body's cell: the surface a staircase of cells.
+    Halfway,
+    /// At the surface's distance along each link, by linear interpolation (Bouzidi, Firdaouss and
+    /// Lallemand 2001), where the surface is known (built-in shapes, STL files); halfway elsewhere
+    /// (masks, walls).
+    Interpolated,
+}
+
 /// A grid of tagged cells, and the bodies in it whose forces a run reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Geometry {
@@ -106,6 +147,9 @@ pub struct Geometry {
     tags: Vec<u8>,
     /// The cells of each body, in the order added.
     bodies: Vec<Vec<u32>>,
+    /// Where a body's surface cuts a link into it ([`link`]), as a share of the link.
+    cuts: HashMap<u64, f64>,
+    bounce_back: BounceBack,
 }
 
 impl Geometry {
@@ -117,6 +161,8 @@ impl Geometry {
             dims,
             tags: vec![tag::FLUID; cells],
             bodies: Vec::new(),
+            cuts: HashMap::new(),
+            bounce_back: BounceBack::Halfway,
         })
     }
 
@@ -260,7 +306,82 @@ impl Geometry {
                  make it larger"
             )));
         }
-        self.add_mask(&solid)
+        // Inside the grid, so a link into it wraps only across a box spanning an axis, whose cut
+        // ignores that axis: its fluid end is the body's node less `c_q`.
+        let dims = self.dims;
+        self.add_body(&solid, |p, q| {
+            let p = [0, 1, 2].map(|a| p[a] - f64::from(C[q][a]));
+            Some(obstacle.cut(p, C[q], dims))
+        })
+    }
+
+    /// [`add_mask`](Self::add_mask) with the surface's cuts: `cut(p, q)` says where the surface cuts
+    /// the link along `c_q` into the body's node `p` from its fluid neighbour (a share of the link in
+    /// `(0, 1]`, or `None` for halfway), for [`BounceBack::Interpolated`].
+    pub fn add_body(
+        &mut self,
+        mask: &[bool],
+        cut: impl Fn([f64; 3], usize) -> Option<f64> + Sync + Send,
+    ) -> Result<usize> {
+        let marked = self.add_mask(mask)?;
+        let (this, cut) = (&*self, &cut);
+        let body = this.bodies.last().expect("a body was added");
+        let cuts: Vec<(u64, f64)> = body
+            .par_iter()
+            .flat_map_iter(|&b| {
+                let b = b as usize;
+                (1..C.len()).filter_map(move |q| {
+                    let n = this.neighbour(b, opposite(q));
+                    let d = cut(this.node(b), q)?;
+                    this.is_fluid(n).then_some((link(n as u32, q), d))
+                })
+            })
+            .collect();
+        self.cuts.extend(cuts);
+        Ok(marked)
+    }
+
+    /// Sets how populations come back from the bodies' surfaces (default [`BounceBack::Halfway`]).
+    pub fn set_bounce_back(&mut self, rule: BounceBack) {
+        self.bounce_back = rule;
+    }
+
+    /// How populations come back from the bodies' surfaces.
+    pub fn bounce_back(&self) -> BounceBack {
+        self.bounce_back
+    }
+
+    /// The links whose wall is not halfway ([`cut`](Self::cut)): `(cell, q, distance)`, sorted.
+    pub fn cut_links(&self) -> Vec<(usize, usize, f64)> {
+        if self.bounce_back == BounceBack::Halfway {
+            return Vec::new();
+        }
+        let mut links: Vec<(usize, usize, f64)> = self
+            .cuts
+            .keys()
+            .map(|&l| ((l & 0xffff_ffff) as usize, (l >> 32) as usize))
+            // A later body may have covered a cell.
+            .filter(|&(n, _)| self.is_fluid(n))
+            .map(|(n, q)| (n, q, self.cut(n, q)))
+            .filter(|&(.., d)| d != 0.5)
+            .collect();
+        links.sort_unstable_by_key(|&(n, q, _)| (n, q));
+        links
+    }
+
+    /// Where the wall is on the link from fluid cell `n` along `c_q`, as a share of the link, for the
+    /// kernels ([`Cuts`](lattice_gpu_kernels::lbm::Cuts)): the surface's cut with
+    /// [`BounceBack::Interpolated`] where it is known, 0.5 (halfway) elsewhere, and 0.5 too where the
+    /// cut is nearer than halfway but the cell upstream (`n - c_q`), whose population the rule would
+    /// take, is not fluid.
+    pub fn cut(&self, n: usize, q: usize) -> f64 {
+        if self.bounce_back == BounceBack::Halfway {
+            return 0.5;
+        }
+        match self.cuts.get(&link(n as u32, q)) {
+            Some(&d) if d >= 0.5 || self.is_fluid(self.neighbour(n, opposite(q))) => d,
+            _ => 0.5,
+        }
     }
 
     /// Makes the cells where `mask` is true resting walls (one per cell, x fastest: a `.npy` array of
@@ -324,7 +445,7 @@ impl Geometry {
     }
 
     /// The cell at `n + c_q`, wrapped periodically.
-    fn neighbour(&self, n: usize, q: usize) -> usize {
+    pub(crate) fn neighbour(&self, n: usize, q: usize) -> usize {
         let p = self.node(n);
         let at: [usize; 3] = std::array::from_fn(|a| {
             (p[a] as i64 + C[q][a] as i64).rem_euclid(self.dims[a] as i64) as usize
@@ -522,6 +643,52 @@ mod tests {
         };
         assert_eq!(g.add_obstacle(&cube).unwrap(), 6 * 2 * 2);
         assert_eq!(g.bodies().len(), 1);
+    }
+
+    /// Where a shape's surface cuts each link into it: on the surface, inside the link, halfway
+    /// unless asked, and halfway where the rule would take a population from a wall.
+    #[test]
+    fn cuts_lie_on_the_surface() {
+        let sphere = ([6.3, 5.2, 4.9], 2.7);
+        let mut g = Geometry::channel([13, 11, 10]).unwrap();
+        g.add_obstacle(&Obstacle::Sphere {
+            centre: sphere.0,
+            radius: sphere.1,
+        })
+        .unwrap();
+        let links = g.links(0);
+        assert!(links.iter().all(|&(n, q)| g.cut(n, q) == 0.5));
+        g.set_bounce_back(BounceBack::Interpolated);
+        let (mut near, mut far) = (0, 0);
+        for &(n, q) in &links {
+            let d = g.cut(n, q);
+            assert!(d > 0.0 && d <= 1.0, "{d}");
+            let p = g.node(n);
+            let r2: f64 = (0..3)
+                .map(|a| (p[a] + d * C[q][a] as f64 - sphere.0[a]).powi(2))
+                .sum();
+            assert!((r2.sqrt() - sphere.1).abs() < 1e-12, "link {n} {q}: {d}");
+            (near, far) = (near + usize::from(d < 0.5), far + usize::from(d > 0.5));
+        }
+        assert!(near > 10 && far > 10, "{near} {far}");
+        // A link nearer than halfway whose upstream cell becomes a wall falls back to halfway.
+        let (n, q) = *links.iter().find(|&&(n, q)| g.cut(n, q) < 0.5).unwrap();
+        let up = g.neighbour(n, opposite(q));
+        g.set(g.node(up).map(|v| v as usize), tag::WALL);
+        assert_eq!(g.cut(n, q), 0.5);
+        // A box spanning a (periodic) axis has no face across it.
+        let mut slab = Geometry::periodic([4, 8, 3]).unwrap();
+        slab.add_obstacle(&Obstacle::Cuboid {
+            lo: [0.0, 2.6, 0.0],
+            hi: [3.0, 4.2, 2.0],
+        })
+        .unwrap();
+        slab.set_bounce_back(BounceBack::Interpolated);
+        for (n, q) in slab.links(0) {
+            let y = slab.node(n)[1];
+            let want = if C[q][1] > 0 { 2.6 - y } else { y - 4.2 };
+            assert!((slab.cut(n, q) - want).abs() < 1e-12, "{n} {q}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
-    equilibrium, opposite, tag, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
+    equilibrium, opposite, tag, Cuts, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
 };
 use rayon::prelude::*;
 
@@ -526,6 +526,112 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     )>,
     /// The links of each body on this rank ([`forces`](Self::forces)).
     bodies: Vec<forces::BodyLinks>,
+    /// The rank's interpolated links, if any.
+    cuts: Option<CutTable>,
+}
+
+/// The rows of wall distances of a rank's cells with interpolated links ([`Cuts`]).
+struct CutTable {
+    /// Per local cell, its row or `u32::MAX`.
+    rows: Vec<u32>,
+    /// 19 distances per row.
+    distances: Vec<f32>,
+    /// On a GPU, both there.
+    device: Option<(DeviceBuffer<u32>, DeviceBuffer<f32>)>,
+    /// In place, per direction `k`, the links along it with the wall further than halfway, as
+    /// `(fluid cell, wall cell)`: the wall cell's slot `k` holds a copy of the fluid cell's (see
+    /// [`prime`](Self::prime)).
+    copies: Vec<Vec<(usize, usize)>>,
+    /// Of those, the links into a split run's halo planes, whose copies a refresh of the halos must
+    /// not lose.
+    halo_copies: Vec<Vec<(usize, usize)>>,
+    /// [`copies`](Self::copies) of the whole grid, by its cells, for a checkpoint.
+    global_copies: Vec<Vec<(usize, usize)>>,
+}
+
+impl CutTable {
+    /// The table of the links of `global` that are not halfway ([`Geometry::cut_links`]), for the
+    /// rank's lattice `local` (with a halo plane at each end where `halos`), whose plane `lz` holds
+    /// global plane `global_plane(lz)`; `None` where there are none.
+    fn new(
+        global: &Geometry,
+        local: &Geometry,
+        streaming: Streaming,
+        halos: bool,
+        global_plane: impl Fn(usize) -> usize,
+        gpu: Option<&Arc<Gpu>>,
+    ) -> Result<Option<Self>> {
+        let links = global.cut_links();
+        if links.is_empty() {
+            return Ok(None);
+        }
+        let [nx, ny, nz] = global.dims();
+        let (plane, cells, local_planes) = (nx * ny, local.cells(), local.dims()[2]);
+        let mut locals = vec![Vec::new(); nz];
+        for lz in 0..local_planes {
+            locals[global_plane(lz)].push(lz);
+        }
+        let mut global_copies = vec![Vec::new(); Q];
+        if streaming == Streaming::InPlace {
+            for &(n, k, _) in links.iter().filter(|l| l.2 > 0.5) {
+                global_copies[k].push((n, global.neighbour(n, k)));
+            }
+        }
+        let mut by_cell = std::collections::BTreeMap::<usize, [f32; Q]>::new();
+        for (n, q, d) in links {
+            for &lz in &locals[n / plane] {
+                by_cell.entry(n % plane + plane * lz).or_insert([0.5; Q])[q] = d as f32;
+            }
+        }
+        let mut rows = vec![u32::MAX; cells];
+        let mut copies = vec![Vec::new(); Q];
+        let mut halo_copies = vec![Vec::new(); Q];
+        let halo = |n: usize| halos && (n / plane == 0 || n / plane == local_planes - 1);
+        for (i, (&n, row)) in by_cell.iter().enumerate() {
+            rows[n] = i as u32;
+            if streaming == Streaming::InPlace && !halo(n) {
+                for k in (1..Q).filter(|&k| row[k] > 0.5) {
+                    let w = local.neighbour(n, k);
+                    copies[k].push((n, w));
+                    if halo(w) {
+                        halo_copies[k].push((n, w));
+                    }
+                }
+            }
+        }
+        let distances: Vec<f32> = by_cell.values().flatten().copied().collect();
+        let device = match gpu {
+            Some(gpu) => Some((
+                DeviceBuffer::from_host(gpu, &rows)?,
+                DeviceBuffer::from_host(gpu, &distances)?,
+            )),
+            None => None,
+        };
+        Ok(Some(Self {
+            rows,
+            distances,
+            device,
+            copies,
+            halo_copies,
+            global_copies,
+        }))
+    }
+
+    /// Puts the in-place copies into the wall cells' slots of the lattice `raw` (`Q * cells` values)
+    /// in a state stored as the even step stores it, where the fluid cell's own slot `k` holds what it
+    /// sent away from the wall.
+    fn prime<T: Copy>(&self, raw: &mut [T], cells: usize) {
+        for k in 0..Q {
+            self.prime_slot(k, &mut raw[k * cells..(k + 1) * cells]);
+        }
+    }
+
+    /// [`prime`](Self::prime) of slot `k`'s values.
+    fn prime_slot<T: Copy>(&self, k: usize, values: &mut [T]) {
+        for &(x, w) in &self.copies[k] {
+            values[w] = values[x];
+        }
+    }
 }
 
 impl<S: LbmStorage> Lbm<S> {
@@ -755,10 +861,24 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 n % plane + plane * gz
             }
         };
-        let raw = encode::<S>(cells, streaming, |n| {
+        let mut raw = encode::<S>(cells, streaming, |n| {
             let (rho, u) = init(global_cell(n));
             equilibrium(rho - 1.0, u)
         });
+        let cuts = CutTable::new(
+            split.as_ref().map_or(&local, |sp| &sp.global),
+            &local,
+            streaming,
+            split.is_some(),
+            |lz| match &split {
+                None => lz,
+                Some(sp) => (sp.z0 + nz + lz - 1) % nz,
+            },
+            gpu,
+        )?;
+        if let Some(c) = &cuts {
+            c.prime(&mut raw, cells);
+        }
         let mut lbm = Self {
             mem: Memory::Host {
                 f: Vec::new(),
@@ -782,6 +902,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             nccl: None,
             halos_current: false,
             bodies: Vec::new(),
+            cuts,
         };
         let tags = lbm.geometry.tags().to_vec();
         lbm.mem = match engine {
@@ -914,6 +1035,13 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             let plan = match (back, c[2]) {
                 (false, _) => {
                     self.comm.exchange(&sp.plan, slot, &index)?;
+                    // A refresh comes before an odd step, from a state stored as the even step
+                    // stores it: the halo planes' copies come from their fluid cells again.
+                    if let Some(cuts) = &self.cuts {
+                        for &(x, w) in &cuts.halo_copies[q] {
+                            slot[w] = slot[x];
+                        }
+                    }
                     continue;
                 }
                 (true, -1) => &sp.back[0],
@@ -996,7 +1124,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// cannot run blocks that large (too many registers).
     pub fn set_block(&mut self, block: u32) -> Result<()> {
         if let Memory::Device { gpu, .. } = &self.mem {
-            for entry in S::ENTRIES {
+            for entry in self.entries() {
                 let max = gpu.max_block_of(entry)?;
                 if block == 0 || block > max {
                     return Err(crate::Error::InvalidParameter(format!(
@@ -1008,6 +1136,24 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
         self.block = block;
         Ok(())
+    }
+
+    /// The step entries this run launches: its streaming's, with free-slip cells or interpolated links
+    /// if it has them (the order of [`StepEntry::ENTRIES`]).
+    fn entries(&self) -> Vec<&'static str> {
+        let variant = if self.cuts.is_some() {
+            2
+        } else {
+            usize::from(self.slips)
+        };
+        let schemes: &[Scheme] = match self.streaming {
+            Streaming::TwoLattice => &[Scheme::Ab],
+            Streaming::InPlace => &[Scheme::AaEven, Scheme::AaOdd],
+        };
+        schemes
+            .iter()
+            .map(|&s| S::ENTRIES[s as usize + 3 * variant])
+            .collect()
     }
 
     /// Threads per block of the GPU kernels.
@@ -1076,9 +1222,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.check_len(post.len())?;
         self.need_even("set the populations")?;
         let cells = self.geometry.cells();
-        let raw = encode::<S>(cells, self.streaming, |n| {
+        let mut raw = encode::<S>(cells, self.streaming, |n| {
             core::array::from_fn(|q| post[q * cells + n])
         });
+        if let Some(c) = &self.cuts {
+            c.prime(&mut raw, cells);
+        }
         match &mut self.mem {
             Memory::Host { f, .. } => *f = raw,
             Memory::Device { f, .. } => f.upload(&raw)?,
@@ -1288,6 +1437,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             g: (scheme == Scheme::Ab).then(|| SpanMut::of(bits_mut(g))),
             tags: Span::of(tags),
             moments: with_moments.then(|| SpanMut::of(&mut moments[..])),
+            cuts: self.cuts.as_ref().map(|c| Cuts {
+                rows: Span::of(&c.rows),
+                distances: Span::of(&c.distances),
+            }),
         };
         let mut step = Step::bind(scheme, mem, dims, planes, physics).map_err(HostError::from)?;
         // Rows of cells at least, so that small grids do not drown in scheduling.
@@ -1317,6 +1470,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 .map(|g| g.span_mut().cast()),
             tags: tags.span(),
             moments: with_moments.then(|| moments.span_mut()),
+            cuts: self
+                .cuts
+                .as_ref()
+                .and_then(|c| c.device.as_ref())
+                .map(|(r, d)| Cuts {
+                    rows: r.span(),
+                    distances: d.span(),
+                }),
         };
         let mut step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
             .map_err(HostError::from)?;
@@ -1422,9 +1583,16 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 Memory::Host { f, .. } => f[at..at + own.len()].into(),
                 Memory::Device { f, .. } => f.download_span(at, own.len())?.into(),
             };
-            let whole = self.comm.gather(&part)?;
+            let mut whole = self.comm.gather(&part)?;
             drop(part);
             if self.comm.rank() == 0 {
+                // A split's even step leaves the copies of links into another rank's planes in its
+                // halo planes; the fluid cells' slots hold them too (see `CutTable::prime`).
+                if let (Some(c), 0) = (&self.cuts, self.steps % 2) {
+                    for &(x, w) in &c.global_copies[slot] {
+                        whole[w] = whole[x];
+                    }
+                }
                 ck = ck.array(&Self::slot_name(slot), &whole);
             }
         }
@@ -1467,10 +1635,15 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             };
             values.resize(whole, S::Raw::default());
             self.comm.broadcast(&mut values)?;
-            let local: Vec<S::Raw> = globals
+            let mut local: Vec<S::Raw> = globals
                 .iter()
                 .flat_map(|&gz| values[gz * plane..(gz + 1) * plane].iter().copied())
                 .collect();
+            // After an odd step the copies are in the lattice already (a split's returns bring those
+            // in halo planes home).
+            if let (Some(c), 0) = (&self.cuts, step[0] % 2) {
+                c.prime_slot(slot, &mut local);
+            }
             match &mut self.mem {
                 Memory::Host { f, .. } => {
                     f[slot * cells..(slot + 1) * cells].copy_from_slice(&local)

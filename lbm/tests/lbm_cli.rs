@@ -604,17 +604,23 @@ fn a_resumed_run_gives_the_bytes_of_a_straight_one() {
         }
     }
     // A body between an inlet and an outlet with free-slip sides: after an odd step the slip cells hold
-    // the mirrored populations the next step reads; the checkpoint keeps the force samples.
-    for half in [11, 12] {
-        let run = "obstacle --engine host --size 16x9x7 --sides slip --sphere 6,4,3,1.5 --re 10 \
-                   --force-every 3 --output {out}";
+    // the mirrored populations the next step reads; the checkpoint keeps the force samples. Its links
+    // interpolated, the wall cells hold copies for the in-place scheme, some in a split's halo planes.
+    for (half, rule) in [11, 12]
+        .into_iter()
+        .flat_map(|h| [(h, "halfway"), (h, "interpolated")])
+    {
+        let run = format!(
+            "obstacle --engine host --size 16x9x7 --sides slip --sphere 6,4,3,1.5 --re 10 \
+             --force-every 3 --bounce-back {rule} --output {{out}}"
+        );
         let stop = format!("--steps {half} --checkpoint-every {half}");
         resumes_bit_for_bit(
             &dir,
-            run,
+            &run,
             "--steps 24",
             &stop,
-            &format!("obstacle from {half}"),
+            &format!("obstacle {rule} from {half}"),
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -18,7 +18,7 @@ use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::Error as HostError;
 use lattice_gpu_kernels::lbm::{tag, Half, Q};
 use lattice_gpu_lbm::cases;
-use lattice_gpu_lbm::geometry::Obstacle;
+use lattice_gpu_lbm::geometry::{BounceBack, Obstacle};
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
 use lattice_gpu_lbm::{
     Collision, Engine, Error, Geometry, Lbm, LbmStorage, Open, Params, Streaming,
@@ -29,9 +29,9 @@ use common::gpu;
 use lattice_gpu_testkit as common;
 
 /// Odd sides, a moving lid, a resting floor, two wall cells, an inlet and an outlet closing x below
-/// z = 4 and a free-slip plane at the outlet's x above, a spherical body; periodic in z, and in x
-/// above.
-fn geometry() -> Geometry {
+/// z = 4 and a free-slip plane at the outlet's x above, a spherical body whose links bounce back as
+/// `rule` says; periodic in z, and in x above.
+fn geometry(rule: BounceBack) -> Geometry {
     let dims = [13, 11, 9];
     let mut g = Geometry::channel(dims).unwrap();
     for x in 0..dims[0] {
@@ -56,6 +56,7 @@ fn geometry() -> Geometry {
         radius: 1.5,
     };
     g.add_obstacle(&sphere).unwrap();
+    g.set_bounce_back(rule);
     g
 }
 
@@ -68,8 +69,13 @@ const OPEN: Open = Open {
     outlet_density: 0.98,
 };
 
-fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collision: Collision) {
-    let g = geometry();
+fn gpu_matches_cpu<S: LbmStorage>(
+    engine: &Engine,
+    streaming: Streaming,
+    collision: Collision,
+    rule: BounceBack,
+) {
+    let g = geometry(rule);
     let cells = g.cells();
     let p = Params {
         tau: 0.62,
@@ -88,7 +94,7 @@ fn gpu_matches_cpu<S: LbmStorage>(engine: &Engine, streaming: Streaming, collisi
         l
     };
     let (mut dev, mut host) = (make(engine), make(&Engine::Host));
-    let what = format!("{} {} {collision:?}", S::NAME, streaming.name());
+    let what = format!("{} {} {collision:?} {rule:?}", S::NAME, streaming.name());
     for step in 1..=6 {
         dev.poison_outputs().unwrap();
         dev.step(true).unwrap();
@@ -138,9 +144,11 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
     let e = Engine::Device(gpu.clone());
     for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
         for collision in [Collision::Bgk, Collision::Trt { magic: 0.25 }] {
-            gpu_matches_cpu::<f64>(&e, streaming, collision);
-            gpu_matches_cpu::<f32>(&e, streaming, collision);
-            gpu_matches_cpu::<Half>(&e, streaming, collision);
+            for rule in [BounceBack::Halfway, BounceBack::Interpolated] {
+                gpu_matches_cpu::<f64>(&e, streaming, collision, rule);
+                gpu_matches_cpu::<f32>(&e, streaming, collision, rule);
+                gpu_matches_cpu::<Half>(&e, streaming, collision, rule);
+            }
         }
     }
 }
@@ -152,7 +160,7 @@ fn tuning_the_block_size_changes_no_bit() {
     let Some(gpu) = gpu("tuning_the_block_size_changes_no_bit") else {
         return;
     };
-    let g = geometry();
+    let g = geometry(BounceBack::Interpolated);
     let p = Params {
         tau: 0.7,
         collision: Collision::Trt { magic: 0.25 },
@@ -327,7 +335,8 @@ fn a_nan_is_counted_on_the_gpu_and_named_as_on_the_cpu() {
 }
 
 /// On `engine`, over `ranks` threads (each on the engine's GPU), the geometry above from step 0 or
-/// from `from` (a checkpoint), `steps` steps on: rank 0's moments and checkpoint.
+/// from `from` (a checkpoint), `steps` steps on, its links interpolated: rank 0's moments and
+/// checkpoint.
 fn gpu_run<S: LbmStorage>(
     engine: &Engine,
     streaming: Streaming,
@@ -344,7 +353,8 @@ fn gpu_run<S: LbmStorage>(
     };
     let run = |comm: &lattice_gpu_host::threads::Threads| {
         let init = |n: usize| (1.0 + 1e-3 * (n % 5) as f64, [0.01, 0.0, 0.005]);
-        let mut lbm = Lbm::<S, _>::new_on(comm.clone(), engine, geometry(), p, streaming, init)?;
+        let g = geometry(BounceBack::Interpolated);
+        let mut lbm = Lbm::<S, _>::new_on(comm.clone(), engine, g, p, streaming, init)?;
         if let Some(ck) = from {
             let mut mine = ck.clone();
             let mine = Some(&mut mine).filter(|_| comm.rank() == 0);

@@ -1,7 +1,8 @@
 //! The force of the fluid on a body by momentum exchange (Ladd; Mei, Yu, Shyy and Luo 2002): every
 //! link from a fluid cell into the body carries `c_q (f*_q + f_opp)` across it each step, and with
 //! halfway bounce-back the population coming back is the one sent, `f_opp = f*_q`, so the body takes
-//! `2 f*_q c_q` per link (full populations, `w_q` included).
+//! `2 f*_q c_q` per link (full populations, `w_q` included). An interpolated link brings back
+//! [`bouzidi`]'s population instead, made of the same step's populations as the next step makes it.
 //!
 //! The links of a body are listed once by the host, plane by plane; one body written here serves the
 //! GPU entries and the CPU engine. Each plane's sum is left for the host, which adds them in z order:
@@ -10,7 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::storage::Storage;
-use super::{opposite, C, W};
+use super::{bouzidi, opposite, Scheme, C, W};
 use crate::device::math::Real;
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -37,10 +38,16 @@ pub struct Forces<S: Storage> {
     pub links: *const u64,
     /// Where each plane's links start, and one past the last plane's.
     pub starts: *const u32,
-    /// Non-zero for the in-place lattice, which keeps a population sent into a boundary in the
-    /// sending cell's slot of the opposite direction, after either of its steps; the two-lattice one
-    /// keeps it in its own slot.
-    pub in_place: u32,
+    /// The [`Scheme`] of the step before, as `u32`: the in-place lattice keeps a population sent into a
+    /// boundary in the sending cell's slot of the opposite direction, after either of its steps; the
+    /// two-lattice one keeps it in its own slot. Where the interpolation's other population lies
+    /// depends on the step too.
+    pub scheme: u32,
+    /// Per link, the wall's distance ([`Cuts`](super::Cuts): 0.5 bounces back halfway), or null for
+    /// every link halfway.
+    pub cuts: *const f32,
+    /// Grid `[nx, ny, nz]` (periodic), for the interpolation's neighbours.
+    pub dims: [u32; 3],
     /// Three sums per plane, `x, y, z`.
     pub partials: *mut f64,
 }
@@ -49,18 +56,51 @@ impl<S: Storage> Forces<S> {
     /// The momentum link `i` carries into the body in one step.
     ///
     /// # Safety
-    /// `links` holds link `i`, of a cell below `cells` and a direction below 19; `f` holds
-    /// `19 * cells` populations.
+    /// `links` holds link `i`, of a cell of the grid and a direction below 19, and `cuts`, if not
+    /// null, its distance; `f` holds `19 * cells` populations.
     #[inline(always)]
     pub unsafe fn link(&self, i: usize) -> [f64; 3] {
         // SAFETY: the caller's contract.
         let l = unsafe { *self.links.add(i) };
-        let (cell, q) = ((l & 0xffff_ffff) as usize, (l >> 32) as usize);
-        let slot = if self.in_place != 0 { opposite(q) } else { q };
-        // SAFETY: as above.
-        let dev = unsafe { S::load(self.f, slot * self.cells as usize + cell) }.to_f64();
-        let twice = 2.0 * (W[q] + dev);
-        [0, 1, 2].map(|a| twice * C[q][a] as f64)
+        let (cell, k) = ((l & 0xffff_ffff) as usize, (l >> 32) as usize);
+        let q = opposite(k);
+        // SAFETY (the loads): cells of the grid, slots below 19.
+        let load = |slot: usize, cell: usize| unsafe {
+            W[slot] + S::load(self.f, slot * self.cells as usize + cell).to_f64()
+        };
+        let ab = self.scheme == Scheme::Ab as u32;
+        let sent = load(if ab { k } else { q }, cell);
+        let d = match self.cuts.is_null() {
+            true => 0.5,
+            // SAFETY: as above.
+            false => unsafe { *self.cuts.add(i) },
+        };
+        let back = if d == 0.5 {
+            sent
+        } else {
+            // Where `interpolate` finds the other population when the next step reads it.
+            let (slot, at) = match (d < 0.5, self.scheme) {
+                (true, s) if s == Scheme::AaOdd as u32 => (k, cell),
+                (true, _) => (if ab { k } else { q }, self.shifted(cell, k, -1)),
+                (false, _) if ab => (q, cell),
+                (false, _) => (k, self.shifted(cell, k, 1)),
+            };
+            bouzidi(d as f64, sent, load(slot, at))
+        };
+        [0, 1, 2].map(|a| (sent + back) * C[k][a] as f64)
+    }
+
+    /// The cell at `sign * c_k` from `cell`, wrapped periodically.
+    #[inline(always)]
+    fn shifted(&self, cell: usize, k: usize, sign: i32) -> usize {
+        let [nx, ny, nz] = self.dims.map(|v| v as i64);
+        let p = [
+            cell as i64 % nx,
+            cell as i64 / nx % ny,
+            cell as i64 / (nx * ny),
+        ];
+        let at = |a: usize, n: i64| (p[a] + (sign * C[k][a]) as i64).rem_euclid(n);
+        (at(0, nx) + nx * (at(1, ny) + ny * at(2, nz))) as usize
     }
 
     /// The sum over plane `group`'s links `first, first + stride, ...`: a thread's share (the whole

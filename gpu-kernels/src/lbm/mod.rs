@@ -8,7 +8,8 @@
 //!   deviation `f_q - w_q` from the rest equilibrium (keeps the digits that matter in f32 and f16);
 //! - one tag byte per cell ([`tag`]): fluid, wall (halfway bounce-back), moving wall (bounce-back with the
 //!   wall-velocity correction, wall density 1), inlet (the same with the inflow profile's velocity),
-//!   outlet (anti-bounce-back at a given density) and free-slip wall (specular reflection); fluid cells
+//!   outlet (anti-bounce-back at a given density) and free-slip wall (specular reflection), links into
+//!   bodies optionally interpolated at their wall's distance ([`Cuts`]); fluid cells
 //!   next to any of them carry [`tag::NEAR_WALL`], set by the host, so that only they look at their
 //!   neighbours' tags.
 
@@ -17,7 +18,7 @@ mod step;
 mod storage;
 
 pub use force::{link, ForceEntry, Forces, FORCE_BLOCK};
-pub use step::{equilibrium, Lattices, Physics, Scheme, Step, StepEntry};
+pub use step::{bouzidi, equilibrium, Cuts, Lattices, Physics, Scheme, Step, StepEntry};
 pub use storage::{Half, Storage, HALF_SCALE};
 
 /// Populations per cell.

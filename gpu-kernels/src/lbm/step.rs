@@ -72,6 +72,27 @@ pub struct Step<S: Storage> {
     /// 1 where the grid has free-slip cells: the GPU runs the entries with their mirrored reads, which
     /// cost the others registers (8 in f32 and f16, 26 in the f64 odd step) wherever compiled in.
     slip: u32,
+    /// Per cell, its row of [`cuts`](Self::cuts) (a fluid cell with interpolated links), or
+    /// `u32::MAX`; null where no link is interpolated (the GPU then runs the entries without).
+    cut_rows: *const u32,
+    /// Rows of 19 wall distances ([`Cuts`]).
+    cuts: *const f32,
+    /// Rows in `cuts`: a row index at or above it (`u32::MAX`) is none.
+    cut_count: u32,
+}
+
+/// Where the links of fluid cells into bodies are interpolated (Bouzidi, Firdaouss and Lallemand 2001,
+/// linear): the wall's distance from the fluid cell along each such link, as a share of the link.
+///
+/// The cell's row holds, for each direction `k`, `d` in `(0, 1]` for a link along `c_k` into a wall,
+/// the wall at `x + d c_k`; 0.5 (halfway bounce-back, the plain rule) for the others. With `d < 1/2`
+/// the rule needs the cell at `x - c_k` to be fluid; where it is not, the host gives 0.5.
+#[derive(Debug)]
+pub struct Cuts<'a> {
+    /// Per cell, its row, or `u32::MAX` for a cell without interpolated links.
+    pub rows: Span<'a, u32>,
+    /// 19 distances per row.
+    pub distances: Span<'a, f32>,
 }
 
 /// The physical parameters of a step.
@@ -106,6 +127,8 @@ pub struct Lattices<'a, S: Storage> {
     pub tags: Span<'a, u8>,
     /// Density and velocity (`4 * cells`), or `None` for a step that does not write them.
     pub moments: Option<SpanMut<'a, S::Real>>,
+    /// The interpolated links, or `None` where every link bounces back halfway.
+    pub cuts: Option<Cuts<'a>>,
 }
 
 // SAFETY: each population slot is read and written by one cell only within a step (see `cell`); the
@@ -127,6 +150,21 @@ pub fn equilibrium<R: Real>(drho: R, u: [R; 3]) -> [R; Q] {
         e[q] = c(W[q]) * (drho + rho * (c(3.0) * cu + c(4.5) * cu * cu - c(1.5) * usq));
     });
     e
+}
+
+/// Linear interpolated bounce-back (Bouzidi, Firdaouss and Lallemand 2001) of a link whose wall lies a
+/// share `d` of the link from the fluid cell: the population coming back is `2 d f*_k + (1 - 2 d) f*_k(x
+/// - c_k)` for `d < 1/2` and `f*_k / (2 d) + (1 - 1 / (2 d)) f*_q(x)` otherwise, `bounced` being the
+/// cell's own `f*_k` (halfway bounce-back's value) and `other` the second term's population. Both
+/// weights lie in `[0, 1]`; `d = 1/2` gives `bounced`.
+#[inline(always)]
+pub fn bouzidi<R: Real>(d: R, bounced: R, other: R) -> R {
+    let two = d + d;
+    if d < R::from_f64(0.5) {
+        two * bounced + (R::ONE - two) * other
+    } else {
+        bounced / two + (R::ONE - R::ONE / two) * other
+    }
 }
 
 /// `c_q . v`, with the zero terms left out at compile time.
@@ -167,7 +205,16 @@ impl<S: Storage> Step<S> {
         if let Some(m) = &mem.moments {
             places[3] = m.place();
         }
-        let place = Place::common(&places)?;
+        let mut place = Place::common(&places)?;
+        let (mut cut_rows, mut cuts, mut cut_count) = (core::ptr::null(), core::ptr::null(), 0);
+        if let Some(c) = &mem.cuts {
+            place = Place::common(&[place, c.rows.place(), c.distances.place()])?;
+            check_len("cut rows", c.rows.len(), cells)?;
+            // The kernels take a row index at or above the count for none, so the rows need no check.
+            let rows = c.distances.len() / Q;
+            (cut_rows, cuts) = (c.rows.ptr(), c.distances.ptr());
+            cut_count = rows.min(u32::MAX as usize) as u32;
+        }
         check_len("f", mem.f.len(), Q * cells)?;
         check_len("tags", mem.tags.len(), cells)?;
         if let Some(m) = &mem.moments {
@@ -199,6 +246,9 @@ impl<S: Storage> Step<S> {
             physics,
             scheme: scheme as u32,
             slip: 0,
+            cut_rows,
+            cuts,
+            cut_count,
         };
         // SAFETY: every span was checked above to cover the grid, and they are borrowed for `'a`.
         let mut bound = unsafe { Bound::new_unchecked(step, place) };
@@ -288,8 +338,46 @@ impl<S: Storage> Step<S> {
         });
     }
 
+    /// Replaces the bounced-back populations `p` of the cell's interpolated links (its `row` of
+    /// [`Cuts`]) by [`bouzidi`]'s: the link along `c_k` brings back `p[q]`, `q` opposite to `k`, which
+    /// holds what the cell sent along `k` (`f*_k`). A wall nearer than halfway takes the population sent
+    /// along `k` by the cell upstream, `x - c_k`, which arrived here as `p[k]` (fluid: the host's
+    /// promise); one further, what the cell itself sent along `q` away from the wall. The two-lattice
+    /// scheme finds that in the cell's own slot `q`; in place, the odd step's cell upstream reads and
+    /// writes the slot that holds it, so both steps leave a copy in the wall cell's slot `k`, which
+    /// no other cell touches (and which the host primes from the cell's slot `k` in a state stored as
+    /// the even step stores it).
+    #[inline(always)]
+    fn interpolate<const SCHEME: u32>(
+        &self,
+        p: &mut [S::Real; Q],
+        row: *const f32,
+        n: usize,
+        nb: &Neighbours,
+        cells: usize,
+    ) {
+        each_q!(q => {
+            let k = opposite(q);
+            // SAFETY: a row holds 19 distances, the cells lie in the grid (the step's contract).
+            let d = unsafe { *row.add(k) };
+            if q != 0 && d != 0.5 {
+                let other = if d < 0.5 {
+                    p[k]
+                } else {
+                    let (slot, cell) = match SCHEME == Scheme::Ab as u32 {
+                        true => (q, n),
+                        false => (k, nb.at(q, -1)),
+                    };
+                    unsafe { S::load(self.f, slot * cells + cell) }
+                };
+                p[q] = bouzidi(S::Real::from_f64(d as f64), p[q], other);
+            }
+        });
+    }
+
     /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`); with
-    /// `SLIP` false free-slip cells are taken for resting walls.
+    /// `SLIP` false free-slip cells are taken for resting walls, with `CUT` false every link into a wall
+    /// bounces back halfway ([`Cuts`]).
     ///
     /// # Safety
     /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `19 * cells` elements; `tags`:
@@ -297,7 +385,10 @@ impl<S: Storage> Step<S> {
     /// on them at the same time. Every cell of the grid may run at once: within a step each population slot
     /// is read and written by one cell only.
     #[inline(always)]
-    pub unsafe fn cell<const SCHEME: u32, const SLIP: bool>(&self, [x, y, z]: [u32; 3]) {
+    pub unsafe fn cell<const SCHEME: u32, const SLIP: bool, const CUT: bool>(
+        &self,
+        [x, y, z]: [u32; 3],
+    ) {
         let nb = Neighbours::new([x, y, z], self.dims);
         let n = nb.at(0, 1);
         // SAFETY (all accesses below): indices are below `cells` per population; the caller's contract.
@@ -321,6 +412,13 @@ impl<S: Storage> Step<S> {
             }
         };
         let (f, g) = (self.f, self.g);
+        // The cell's row of wall distances, if it has interpolated links.
+        let row = if CUT && near && !self.cut_rows.is_null() {
+            let r = unsafe { *self.cut_rows.add(n) };
+            (r < self.cut_count).then(|| unsafe { self.cuts.add(r as usize * Q) })
+        } else {
+            None
+        };
 
         // The value entering along `q`, and whether it came from an outlet.
         let gather = |q: usize, near: bool| unsafe {
@@ -378,6 +476,9 @@ impl<S: Storage> Step<S> {
                 p[q] = v;
                 open |= (out as u32) << q;
             });
+            if let Some(row) = row {
+                self.interpolate::<SCHEME>(&mut p, row, n, &nb, cells);
+            }
             if open != 0 {
                 self.outflow(&mut p, open);
             }
@@ -414,6 +515,16 @@ impl<S: Storage> Step<S> {
         };
         if near {
             each_q!(q => { scatter(q, true); });
+            // In place, a copy of what leaves away from a wall further than halfway, for the next
+            // step's interpolation (see `interpolate`) in the wall cell's slot of the link's
+            // direction, which is this link's alone.
+            if let (Some(row), false) = (row, SCHEME == Scheme::Ab as u32) {
+                each_q!(q => {
+                    if q != 0 && unsafe { *row.add(q) } > 0.5 {
+                        unsafe { S::store(f, q * cells + at(q, 1), out[opposite(q)]) };
+                    }
+                });
+            }
         } else {
             each_q!(q => { scatter(q, false); });
         }
@@ -601,8 +712,9 @@ impl<S: Storage> Bound<'_, Step<S>> {
 /// A storage type's [`Step`] kernel entries, one per [`Scheme`] (a supertrait of [`Storage`], so that
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
-    /// Entry names, indexed by `Scheme as usize`, then those with free-slip cells.
-    const ENTRIES: [&'static str; 6];
+    /// Entry names, indexed by `Scheme as usize`, then those with free-slip cells, then those with
+    /// free-slip cells and interpolated links.
+    const ENTRIES: [&'static str; 9];
 }
 
 // SAFETY: the entries (`step_entries!`) take one `Step<S>`; a bound step covers its grid
@@ -612,7 +724,12 @@ unsafe impl<S: Storage> Kernel for Step<S> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
-        S::ENTRIES[(self.scheme + 3 * self.slip) as usize]
+        let variant = if self.cut_rows.is_null() {
+            self.slip
+        } else {
+            2
+        };
+        S::ENTRIES[(self.scheme + 3 * variant) as usize]
     }
 
     fn items(&self) -> usize {
@@ -629,35 +746,33 @@ unsafe impl<S: Storage> Kernel for Step<S> {
         ];
         // SAFETY: bound, so the grid is covered and the planes lie in it; the caller runs each item once.
         unsafe {
-            // On the CPU the mirrored reads cost nothing where there are none.
+            // On the CPU the mirrored reads and the interpolation cost nothing where there are none.
             match self.scheme {
-                0 => self.cell::<{ Scheme::Ab as u32 }, true>(xyz),
-                1 => self.cell::<{ Scheme::AaEven as u32 }, true>(xyz),
-                _ => self.cell::<{ Scheme::AaOdd as u32 }, true>(xyz),
+                0 => self.cell::<{ Scheme::Ab as u32 }, true, true>(xyz),
+                1 => self.cell::<{ Scheme::AaEven as u32 }, true, true>(xyz),
+                _ => self.cell::<{ Scheme::AaOdd as u32 }, true, true>(xyz),
             }
         }
     }
 }
 macro_rules! step_entries {
-    ($s:ty => [$ab:ident, $even:ident, $odd:ident], [$ab_s:ident, $even_s:ident, $odd_s:ident]) => {
-        step_entries!(@one $s, $ab, Scheme::Ab, false);
-        step_entries!(@one $s, $even, Scheme::AaEven, false);
-        step_entries!(@one $s, $odd, Scheme::AaOdd, false);
-        step_entries!(@one $s, $ab_s, Scheme::Ab, true);
-        step_entries!(@one $s, $even_s, Scheme::AaEven, true);
-        step_entries!(@one $s, $odd_s, Scheme::AaOdd, true);
+    ($s:ty => $plain:tt, $slip:tt, $cut:tt) => {
+        step_entries!(@three $s, $plain, false, false);
+        step_entries!(@three $s, $slip, true, false);
+        step_entries!(@three $s, $cut, true, true);
         impl StepEntry for $s {
-            const ENTRIES: [&'static str; 6] = [
-                stringify!($ab),
-                stringify!($even),
-                stringify!($odd),
-                stringify!($ab_s),
-                stringify!($even_s),
-                stringify!($odd_s),
-            ];
+            const ENTRIES: [&'static str; 9] = step_entries!(@names $plain $slip $cut);
         }
     };
-    (@one $s:ty, $name:ident, $scheme:expr, $slip:literal) => {
+    (@names $([$ab:ident, $even:ident, $odd:ident])*) => {
+        [$(stringify!($ab), stringify!($even), stringify!($odd)),*]
+    };
+    (@three $s:ty, [$ab:ident, $even:ident, $odd:ident], $slip:literal, $cut:literal) => {
+        step_entries!(@one $s, $ab, Scheme::Ab, $slip, $cut);
+        step_entries!(@one $s, $even, Scheme::AaEven, $slip, $cut);
+        step_entries!(@one $s, $odd, Scheme::AaOdd, $slip, $cut);
+    };
+    (@one $s:ty, $name:ident, $scheme:expr, $slip:literal, $cut:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per cell, 2-D blocks in xy, one z plane per grid layer
             /// (no divisions to find the cell).
@@ -666,7 +781,7 @@ macro_rules! step_entries {
                 let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
                 let z = thread::block_idx_z();
                 if x < s.dims[0] && y < s.dims[1] && z < s.planes[1] {
-                    s.cell::<{ $scheme as u32 }, $slip>([x, y, s.planes[0] + z])
+                    s.cell::<{ $scheme as u32 }, $slip, $cut>([x, y, s.planes[0] + z])
                 }
             }
         }
@@ -674,8 +789,11 @@ macro_rules! step_entries {
 }
 
 step_entries!(f32 => [lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32],
-    [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32]);
+    [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32],
+    [lbm_ab_cut_f32, lbm_aa_even_cut_f32, lbm_aa_odd_cut_f32]);
 step_entries!(f64 => [lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64],
-    [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64]);
+    [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64],
+    [lbm_ab_cut_f64, lbm_aa_even_cut_f64, lbm_aa_odd_cut_f64]);
 step_entries!(super::Half => [lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16],
-    [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16]);
+    [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16],
+    [lbm_ab_cut_f16, lbm_aa_even_cut_f16, lbm_aa_odd_cut_f16]);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lattice_gpu_host::comm::Communicator;
 use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::bits;
-use lattice_gpu_kernels::lbm::{link, Forces, FORCE_BLOCK};
+use lattice_gpu_kernels::lbm::{link, Forces, Scheme, FORCE_BLOCK};
 
 use super::{Lbm, LbmStorage, Memory, Streaming};
 use crate::geometry::Geometry;
@@ -20,8 +20,20 @@ pub(super) struct BodyLinks {
     links: Vec<u64>,
     /// Where each plane's links start, and one past the last.
     starts: Vec<u32>,
-    /// On a GPU: the links, the starts and three partial sums per plane.
-    device: Option<(DeviceBuffer<u64>, DeviceBuffer<u32>, DeviceBuffer<f64>)>,
+    /// Each link's wall distance ([`Geometry::cut`]), or empty where all are halfway.
+    cuts: Vec<f32>,
+    /// On a GPU, the same there.
+    device: Option<DeviceLinks>,
+}
+
+/// A body's links on a GPU.
+#[derive(Debug)]
+struct DeviceLinks {
+    links: DeviceBuffer<u64>,
+    starts: DeviceBuffer<u32>,
+    /// Three partial sums per plane.
+    partials: DeviceBuffer<f64>,
+    cuts: Option<DeviceBuffer<f32>>,
 }
 
 impl BodyLinks {
@@ -45,6 +57,7 @@ pub(super) fn body_links(
         .map(|b| {
             let mut links = Vec::new();
             let mut starts = Vec::new();
+            let mut cuts = Vec::new();
             let mut last = None;
             for (n, q) in global.links(b) {
                 let z = n / plane;
@@ -56,20 +69,29 @@ pub(super) fn body_links(
                     last = Some(z);
                 }
                 links.push(link((n % plane + plane * (z - z0 + halo)) as u32, q));
+                cuts.push(global.cut(n, q) as f32);
+            }
+            if cuts.iter().all(|&d| d == 0.5) {
+                cuts.clear();
             }
             starts.push(links.len() as u32);
             let planes = starts.len() - 1;
             let device = match gpu {
-                Some(gpu) if planes > 0 => Some((
-                    DeviceBuffer::from_host(gpu, &links)?,
-                    DeviceBuffer::from_host(gpu, &starts)?,
-                    DeviceBuffer::zeros(gpu, 3 * planes)?,
-                )),
+                Some(gpu) if planes > 0 => Some(DeviceLinks {
+                    links: DeviceBuffer::from_host(gpu, &links)?,
+                    starts: DeviceBuffer::from_host(gpu, &starts)?,
+                    partials: DeviceBuffer::zeros(gpu, 3 * planes)?,
+                    cuts: match cuts.is_empty() {
+                        true => None,
+                        false => Some(DeviceBuffer::from_host(gpu, &cuts)?),
+                    },
+                }),
                 _ => None,
             };
             Ok(BodyLinks {
                 links,
                 starts,
+                cuts,
                 device,
             })
         })
@@ -78,12 +100,32 @@ pub(super) fn body_links(
 
 impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// The force of the fluid on each body of the geometry ([`Geometry::bodies`]), in lattice units,
-    /// by momentum exchange over the links of the last step. Every rank must call it after the same step.
-    pub fn forces(&self) -> Result<Vec<[f64; 3]>> {
+    /// by momentum exchange over the links of the last step. Every rank must call it after the same
+    /// step. Where links are interpolated, a split run first refreshes its halo planes, unless the
+    /// step left them current: the interpolation reads the cells upstream of the links.
+    pub fn forces(&mut self) -> Result<Vec<[f64; 3]>> {
+        let scheme = match (self.streaming, self.steps % 2) {
+            (Streaming::TwoLattice, _) => Scheme::Ab,
+            // The initial state is stored as the even step stores its.
+            (Streaming::InPlace, 0) => Scheme::AaEven,
+            (Streaming::InPlace, _) => Scheme::AaOdd,
+        };
+        // Every rank decides alike: the refresh is collective.
+        let cut = self.cuts.is_some();
+        if cut && self.split.is_some() && !self.halos_current && scheme != Scheme::AaOdd {
+            self.start_exchange()?;
+            self.finish_exchange()?;
+        }
         let cells = self.geometry.cells() as u64;
-        let in_place = (self.streaming == Streaming::InPlace) as u32;
+        let dims = self.geometry.dims().map(|d| d as u32);
+        let scheme = scheme as u32;
         let mut parts = Vec::new();
         for body in &self.bodies {
+            let cuts = |device: Option<&DeviceBuffer<f32>>| match (body.cuts.is_empty(), device) {
+                (true, _) => std::ptr::null(),
+                (false, Some(d)) => d.ptr() as *const f32,
+                (false, None) => body.cuts.as_ptr(),
+            };
             match (&self.mem, &body.device) {
                 (Memory::Host { f, .. }, _) => {
                     let args = Forces::<S> {
@@ -91,7 +133,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                         cells,
                         links: body.links.as_ptr(),
                         starts: body.starts.as_ptr(),
-                        in_place,
+                        scheme,
+                        cuts: cuts(None),
+                        dims,
                         partials: std::ptr::null_mut(),
                     };
                     for plane in 0..body.planes() {
@@ -99,14 +143,16 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                         parts.extend(unsafe { args.group(plane as u32, 0, 1) });
                     }
                 }
-                (Memory::Device { gpu, f, .. }, Some((links, starts, partials))) => {
+                (Memory::Device { gpu, f, .. }, Some(d)) => {
                     let args = Forces::<S> {
                         f: f.ptr(),
                         cells,
-                        links: links.ptr(),
-                        starts: starts.ptr(),
-                        in_place,
-                        partials: partials.ptr(),
+                        links: d.links.ptr(),
+                        starts: d.starts.ptr(),
+                        scheme,
+                        cuts: cuts(d.cuts.as_ref()),
+                        dims,
+                        partials: d.partials.ptr(),
                     };
                     let planes = body.planes();
                     // SAFETY: the entry takes one `Forces<S>`; the links and starts were made for this
@@ -120,7 +166,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                             FORCE_BLOCK,
                         )?
                     };
-                    parts.extend(partials.download_span(0, 3 * planes)?);
+                    parts.extend(d.partials.download_span(0, 3 * planes)?);
                 }
                 // No link on this rank.
                 (Memory::Device { .. }, None) => {}

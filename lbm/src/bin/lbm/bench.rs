@@ -11,7 +11,7 @@ use lattice_gpu_host::engine::Tunable;
 use lattice_gpu_host::{Error as HostError, Gpu};
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases;
-use lattice_gpu_lbm::geometry::{Obstacle, MAX_SIDE};
+use lattice_gpu_lbm::geometry::{BounceBack, Obstacle, MAX_SIDE};
 use lattice_gpu_lbm::solver::{check_memory, Spread};
 use lattice_gpu_lbm::{Engine, Error, Geometry, Lbm, LbmStorage, Params, Result, Streaming};
 
@@ -25,10 +25,11 @@ pub(super) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "128,256,384")]
     sizes: Vec<usize>,
     /// What the cubes hold: box (periodic, a Taylor-Green flow), sphere (an open channel with a
-    /// sphere, its force taken every --force-every steps).
+    /// sphere, its force taken every --force-every steps), curved (the sphere, its links
+    /// interpolated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "box,sphere")]
     cases: Vec<Case>,
-    /// Steps between the sphere's force evaluations, which the timing includes (0: none).
+    /// Steps between the body's force evaluations, which the timing includes (0: none).
     #[arg(long, default_value_t = 100)]
     force_every: u64,
     /// Steps timed per configuration (after a warm-up and a block-size sweep).
@@ -46,6 +47,8 @@ enum Case {
     Box,
     /// An open channel along x (walls in y, periodic in z) with a sphere a quarter along it.
     Sphere,
+    /// The sphere with its links interpolated (Bouzidi) instead of bounced back halfway.
+    Curved,
 }
 
 impl Case {
@@ -53,6 +56,7 @@ impl Case {
         match self {
             Self::Box => "box",
             Self::Sphere => "sphere",
+            Self::Curved => "curved",
         }
     }
 }
@@ -95,8 +99,11 @@ fn bench_one<S: LbmStorage>(
             streaming,
             cases::taylor_green(dims, 0.02)?,
         )?,
-        Case::Sphere => {
+        Case::Sphere | Case::Curved => {
             let mut g = Geometry::open_channel(dims)?;
+            if case == Case::Curved {
+                g.set_bounce_back(BounceBack::Interpolated);
+            }
             let mid = n as f64 / 2.0 - 0.5;
             g.add_obstacle(&Obstacle::Sphere {
                 centre: [n as f64 / 4.0, mid, mid],
@@ -113,7 +120,7 @@ fn bench_one<S: LbmStorage>(
     let ms = gpu.time_ms(|| {
         for i in 1..=timed {
             lbm.step(false)?;
-            if case == Case::Sphere && force_every > 0 && i % force_every == 0 {
+            if case != Case::Box && force_every > 0 && i % force_every == 0 {
                 lbm.forces()?;
             }
         }
@@ -181,11 +188,15 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
             };
             match r {
                 Ok(r) => {
-                    // The sphere against the box of the same size, storage and streaming, just
-                    // before it.
+                    // A body against the box of the same size, storage and streaming.
                     let of_box = rows
-                        .last()
-                        .filter(|b| case == Case::Sphere && b.case == Case::Box)
+                        .iter()
+                        .rev()
+                        .find(|b| {
+                            (b.case, b.size, b.storage, b.streaming)
+                                == (Case::Box, r.size, r.storage, r.streaming)
+                        })
+                        .filter(|_| case != Case::Box)
                         .map_or(String::new(), |b| {
                             format!("{:.1}%", 100.0 * r.mlups / b.mlups)
                         });

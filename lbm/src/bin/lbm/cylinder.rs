@@ -9,7 +9,9 @@ use lattice_gpu_host::comm::Communicator;
 use lattice_gpu_lbm::schaefer_turek::{self as st, Case, Cylinder};
 use lattice_gpu_lbm::{restart, Error, LbmStorage, Result};
 
-use super::{finish, make, more_than, prepare, release, resume, sampled, Checkpoints, Common};
+use super::{
+    finish, make, more_than, prepare, release, resume, sampled, BodyWalls, Checkpoints, Common,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(super) enum CaseArg {
@@ -25,6 +27,8 @@ pub(super) enum CaseArg {
 pub(super) struct CylinderArgs {
     #[command(flatten)]
     pub(super) common: Common,
+    #[command(flatten)]
+    walls: BodyWalls,
     /// The paper's case.
     #[arg(long, value_enum, default_value_t = CaseArg::Steady)]
     case: CaseArg,
@@ -72,10 +76,11 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
     let every = ((unit / a.samples as f64).round() as u64).max(1);
     let dims = cyl.dims();
     let run = prepare::<S, C>(&comm, &a.common, dims, "lower --resolution", 0)?;
-    let g = cyl.geometry()?;
+    let mut g = cyl.geometry()?;
     let p = cyl.params(a.common.collision(), (RAMP * unit).round() as u64)?;
     let mut params = restart::physics::<S>("cylinder", dims, a.common.streaming(), &p);
     params.push(("samples".into(), every.to_string()));
+    a.walls.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {
         more_than(ck.step, "--time", steps, path)?;
         let flat = ck.take::<f64>(FORCES, path)?;

@@ -23,7 +23,7 @@ use lattice_gpu_host::threads::Threads;
 use lattice_gpu_host::Gpu;
 use lattice_gpu_kernels::lbm::Half;
 use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
-use lattice_gpu_lbm::geometry::MAX_SIDE;
+use lattice_gpu_lbm::geometry::{BounceBack, MAX_SIDE};
 use lattice_gpu_lbm::output::write_fields;
 use lattice_gpu_lbm::restart;
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
@@ -84,6 +84,34 @@ enum StreamingArg {
 enum CollisionArg {
     Bgk,
     Trt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BounceBackArg {
+    /// Halfway between the fluid cell and the body's: the surface a staircase of cells.
+    Halfway,
+    /// At the surface along each link (Bouzidi's linear interpolation): built-in shapes and STL
+    /// files; a mask's cells still bounce back halfway.
+    Interpolated,
+}
+
+/// How a body's surface sends populations back (`lbm cylinder`, `lbm obstacle`).
+#[derive(Args, Clone)]
+struct BodyWalls {
+    /// Where populations bounce back from the body.
+    #[arg(long, value_enum, default_value_t = BounceBackArg::Halfway)]
+    bounce_back: BounceBackArg,
+}
+
+impl BodyWalls {
+    /// Sets the rule on `g`, and names it in the checkpoint's parameters `params` where it is not the
+    /// default (checkpoints of halfway runs keep the parameters they had before the rule was added).
+    fn apply(&self, g: &mut Geometry, params: &mut Vec<(String, String)>) {
+        if self.bounce_back == BounceBackArg::Interpolated {
+            g.set_bounce_back(BounceBack::Interpolated);
+            params.push(("bounce-back".into(), "interpolated".into()));
+        }
+    }
 }
 
 #[derive(Args, Clone)]

@@ -15,10 +15,12 @@ use lattice_gpu_host::engine::tunecache::fnv1a64;
 use lattice_gpu_lbm::geometry::{Obstacle, Sides};
 use lattice_gpu_lbm::schaefer_turek::strouhal;
 use lattice_gpu_lbm::tunnel::{Body, Profile, Tunnel};
-use lattice_gpu_lbm::voxelise::{voxelise, Placement};
+use lattice_gpu_lbm::voxelise::{voxelise, Placement, Surface};
 use lattice_gpu_lbm::{restart, Error, Geometry, LbmStorage, Result};
 
-use super::{finish, make, more_than, prepare, release, resume, sampled, Checkpoints, Common};
+use super::{
+    finish, make, more_than, prepare, release, resume, sampled, BodyWalls, Checkpoints, Common,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(super) enum SidesArg {
@@ -44,6 +46,8 @@ pub(super) enum ProfileArg {
 pub(super) struct ObstacleArgs {
     #[command(flatten)]
     pub(super) common: Common,
+    #[command(flatten)]
+    walls: BodyWalls,
     /// Grid NXxNYxNZ, the inlet, outlet and walls included [default: 256x128x128; with --mask, the
     /// mask's shape].
     #[arg(long, value_parser = parse_size3, conflicts_with = "mask")]
@@ -171,7 +175,7 @@ impl ObstacleArgs {
             g.add_obstacle(&o)?;
             return Ok((g, format!("{o:?}")));
         }
-        let (mask, name) = if let Some(path) = &self.stl {
+        let (mask, name, surface) = if let Some(path) = &self.stl {
             let mesh = read_stl(path)?;
             let at = Placement {
                 centre: self.centre.unwrap_or([
@@ -182,6 +186,8 @@ impl ObstacleArgs {
                 size: self.body_size.unwrap_or(dims[1] as f64 / 4.0),
             };
             let v = voxelise(&mesh, dims, &at)?;
+            // Where the surface cuts the links, for interpolated bounce-back.
+            let surface = Surface::new(&mesh, dims, &at);
             if lead && v.open_edges > 0 {
                 eprintln!(
                     "warning: {} is not closed ({} open edges); every cell's inside or outside was \
@@ -191,17 +197,21 @@ impl ObstacleArgs {
                 );
             }
             let name = format!("stl {} at {:?} size {}", path.display(), at.centre, at.size);
-            (v.mask, name)
+            (v.mask, name, Some(surface))
         } else if let Some(path) = &self.mask {
             let [nx, ny, nz] = dims;
             let mask = read_npy_mask(path, &[nz, ny, nx])?;
-            (mask, format!("mask {}", path.display()))
+            (mask, format!("mask {}", path.display()), None)
         } else {
             return Err(Error::InvalidParameter(
                 "no body: give --sphere, --cylinder, --box, --stl or --mask".into(),
             ));
         };
-        if g.add_mask(&mask)? == 0 {
+        let cells = match &surface {
+            Some(s) => g.add_body(&mask, |b, q| s.cut(b, q))?,
+            None => g.add_mask(&mask)?,
+        };
+        if cells == 0 {
             return Err(Error::InvalidParameter(format!(
                 "{name} holds no cell of the grid: give a larger --body-size, or a mask with cells set"
             )));
@@ -231,7 +241,7 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     };
     let tunnel = Tunnel::new(dims, a.sides(), profile, a.u_in)?;
     let run = prepare::<S, C>(&comm, &a.common, dims, "use a smaller --size", 0)?;
-    let (g, name) = a.geometry(&tunnel, lead)?;
+    let (mut g, name) = a.geometry(&tunnel, lead)?;
     let body = Body::of(&g, 0);
     let u = tunnel.mean_inflow();
     let tau = match a.tau {
@@ -252,6 +262,7 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
         ("tags".into(), format!("{:016x}", fnv1a64(g.tags()))),
         ("force-every".into(), a.force_every.to_string()),
     ]);
+    a.walls.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {
         more_than(ck.step, "--steps", a.steps, path)?;
         let flat = ck.take::<f64>(FORCES, path)?;
