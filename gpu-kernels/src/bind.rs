@@ -357,6 +357,7 @@ mod tests {
         inflow: [0.0; 3],
         profile: [[0.0; 2]; 3],
         outlet: 0.0,
+        outlet_follow: 0.0,
     };
 
     /// A step of a 4x3x2 grid over `f`, `g` and `tags`.

@@ -47,6 +47,11 @@ pub struct Open {
     pub ramp: u64,
     /// The density of the outlet cells (the pressure `(rho - 1) / 3` above the reference).
     pub outlet_density: f64,
+    /// 0 for an outlet that holds its density, and reflects sound whole (inverted); otherwise a
+    /// non-reflecting one ([`Physics::outlet_follow`](lattice_gpu_kernels::lbm::Physics)), whose
+    /// reference velocity follows the outflow over this many steps: longer than the waves it lets
+    /// out, shorter than the changes of the mean flow it should follow.
+    pub outlet_memory: u64,
 }
 
 impl Open {
@@ -56,6 +61,7 @@ impl Open {
         parabola: [None; 3],
         ramp: 0,
         outlet_density: 1.0,
+        outlet_memory: 0,
     };
 
     /// The share of the full inflow at step `t` (the first step is 1).
@@ -209,7 +215,7 @@ mod tests {
             velocity: [0.1, 0.0, 0.0],
             parabola: [None, Some([0.5, 10.5]), None],
             ramp: 100,
-            outlet_density: 1.0,
+            ..Open::NONE
         };
         assert_eq!(open.ramp_at(0), 0.0);
         assert!((open.ramp_at(50) - 0.5).abs() < 1e-15);

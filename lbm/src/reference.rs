@@ -105,6 +105,13 @@ pub struct RefParams {
     pub ramp: u64,
     /// The density of the outlet cells (tag 8).
     pub outlet_density: f64,
+    /// 0: the outlets hold their density. Otherwise they let sound out: a fluid cell with an outlet
+    /// cell on one of its faces (the first of the face directions in table order) sends the density
+    /// `rho_out + d` instead, with `d = sqrt(3) (u_n - U)`, `u_n` its velocity along the outward
+    /// normal once the populations from the outlets carry `d` too, and `U` a reference kept in the
+    /// outlet cell's rest population (less its weight), which moves `(u_n - U) / outlet_memory`
+    /// towards that `u_n` each step.
+    pub outlet_memory: u64,
 }
 
 /// The reference solver: grid, tags, populations and the moments of the last step.
@@ -260,7 +267,9 @@ impl Reference {
                 continue;
             }
             let mut f = self.stream_into(n, u_wall);
-            self.complete_outlets(n, &mut f);
+            if let Some((o, reference)) = self.complete_outlets(n, &mut f) {
+                new_f[o][0] = W_REST + reference;
+            }
 
             let rho: f64 = f.iter().sum();
             let mut j = [0.0; 3];
@@ -377,13 +386,15 @@ impl Reference {
     }
 
     /// Adds to the populations `f` of cell `n` that came from outlet cells the velocity terms of the
-    /// anti-bounce-back, `2 w_q rho_out (4.5 (c.u)^2 - 1.5 u.u)`, `u` the velocity of `f` as streamed.
-    fn complete_outlets(&self, n: usize, f: &mut [f64; REF_Q]) {
+    /// anti-bounce-back, `2 w_q rho_out (4.5 (c.u)^2 - 1.5 u.u)`, `u` the velocity of `f` as streamed;
+    /// for outlets that let sound out, also the density's shift (see [`RefParams::outlet_memory`]),
+    /// and returns the outlet cell whose reference moved, and the reference's new value.
+    fn complete_outlets(&self, n: usize, f: &mut [f64; REF_Q]) -> Option<(usize, f64)> {
         let from_outlet: Vec<usize> = (0..REF_Q)
             .filter(|&q| self.tags[self.neighbour(n, q, -1)] == OUTLET)
             .collect();
         if from_outlet.is_empty() {
-            return;
+            return None;
         }
         let rho: f64 = f.iter().sum();
         let mut u = [0.0; 3];
@@ -393,10 +404,30 @@ impl Reference {
             }
         }
         let u = std::array::from_fn(|a| (u[a] + 0.5 * self.params.force[a]) / rho);
+        let mut shift = 0.0;
+        let mut moved = None;
+        let face = from_outlet.iter().find(|&&q| (1..=6).contains(&q));
+        if let (Some(&q), m) = (face, self.params.outlet_memory) {
+            if m > 0 {
+                let o = self.neighbour(n, q, -1);
+                let normal = c_f64(q).map(|c| -c);
+                let (u_n, reference) = (dot(u, normal), self.f[o][0] - W_REST);
+                // The velocity the shift leaves, linear in it: solve d = sqrt(3) (u_n + k d - U).
+                let k: f64 = from_outlet
+                    .iter()
+                    .map(|&p| 2.0 * REF_W[p] * dot(c_f64(p), normal) / rho)
+                    .sum();
+                shift = 3f64.sqrt() * (u_n - reference) / (1.0 - 3f64.sqrt() * k);
+                let left = u_n + k * shift;
+                moved = Some((o, reference + (left - reference) / m as f64));
+            }
+        }
+        let rho_out = self.params.outlet_density + shift;
         for q in from_outlet {
             let cu = dot(c_f64(q), u);
-            f[q] += 2.0 * REF_W[q] * self.params.outlet_density * (4.5 * cu * cu - 1.5 * dot(u, u));
+            f[q] += 2.0 * REF_W[q] * (shift + rho_out * (4.5 * cu * cu - 1.5 * dot(u, u)));
         }
+        moved
     }
 
     /// The index of the cell at `n + sign * c_q`, wrapped periodically.
@@ -477,6 +508,7 @@ mod tests {
             parabola: [None; 3],
             ramp: 0,
             outlet_density: 1.0,
+            outlet_memory: 0,
         }
     }
 

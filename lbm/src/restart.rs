@@ -72,6 +72,10 @@ pub fn physics<S: LbmStorage>(
         p.push(("inflow-profile".into(), parabola.join(",")));
         p.push(("inflow-ramp".into(), open.ramp.to_string()));
         p.push(("outlet-density".into(), open.outlet_density.to_string()));
+        // Named only where set, so that the checkpoints of fixed-density outlets stay as they were.
+        if open.outlet_memory > 0 {
+            p.push(("outlet-memory".into(), open.outlet_memory.to_string()));
+        }
     }
     p
 }

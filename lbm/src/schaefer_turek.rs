@@ -166,7 +166,7 @@ impl Cylinder {
                 velocity: [self.peak, 0.0, 0.0],
                 parabola: [None, Some([0.5, 0.5 + h]), None],
                 ramp,
-                outlet_density: 1.0,
+                ..Open::NONE
             },
             collision,
             ..Params::bgk(self.tau())

@@ -434,6 +434,32 @@ struct Split {
     walled: Vec<Vec<usize>>,
 }
 
+/// The fluid cell that keeps its non-reflecting outlet's reference in each outlet cell (the first face
+/// of the fluid cell, in `q` order, with an outlet behind it, as the kernels choose), and that face's
+/// `q`. Fails where an outlet cell would serve two fluid cells: outlets must form planes with the
+/// fluid on one side.
+fn outlet_owners(g: &Geometry) -> Result<std::collections::HashMap<usize, (usize, usize)>> {
+    let outlet = |n: usize| g.tags()[n] & tag::OUTLET != 0;
+    let mut owners = std::collections::HashMap::new();
+    for x in (0..g.cells()).filter(|&x| g.is_fluid(x)) {
+        let Some(q) = (1..=6).find(|&q| outlet(g.neighbour(x, opposite(q)))) else {
+            continue;
+        };
+        let o = g.neighbour(x, opposite(q));
+        if owners.insert(o, (x, q)).is_some() {
+            let [nx, ny, _] = g.dims();
+            return Err(crate::Error::InvalidParameter(format!(
+                "the outlet cell [{}, {}, {}] has fluid on two faces: a non-reflecting outlet needs \
+                 its cells in planes with the fluid on one side (or give the outlet a fixed density)",
+                o % nx,
+                o / nx % ny,
+                o / (nx * ny)
+            )));
+        }
+    }
+    Ok(owners)
+}
+
 /// [`Split::walled`] of a rank's `local` geometry and return plans.
 fn walled_cells(local: &Geometry, back: &[Vec<Face<3>>; 2]) -> Vec<Vec<usize>> {
     C.iter()
@@ -861,9 +887,19 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 n % plane + plane * gz
             }
         };
+        let owners = match params.open.outlet_memory {
+            0 => std::collections::HashMap::new(),
+            _ => outlet_owners(&local)?,
+        };
         let mut raw = encode::<S>(cells, streaming, |n| {
             let (rho, u) = init(global_cell(n));
-            equilibrium(rho - 1.0, u)
+            let mut post = equilibrium(rho - 1.0, u);
+            // A non-reflecting outlet's reference starts at its fluid cell's normal velocity.
+            if let Some(&(x, q)) = owners.get(&n) {
+                let u = init(global_cell(x)).1;
+                post[0] = -(0..3).map(|a| C[q][a] as f64 * u[a]).sum::<f64>();
+            }
+            post
         });
         let cuts = CutTable::new(
             split.as_ref().map_or(&local, |sp| &sp.global),
@@ -1138,10 +1174,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(())
     }
 
-    /// The step entries this run launches: its streaming's, with free-slip cells or interpolated links
-    /// if it has them (the order of [`StepEntry::ENTRIES`]).
+    /// The step entries this run launches: its streaming's, with free-slip cells, or interpolated links
+    /// and non-reflecting outlets, if it has them (the order of
+    /// [`StepEntry::ENTRIES`](lattice_gpu_kernels::lbm::StepEntry::ENTRIES)).
     fn entries(&self) -> Vec<&'static str> {
-        let variant = if self.cuts.is_some() {
+        let variant = if self.cuts.is_some() || self.params.open.outlet_memory > 0 {
             2
         } else {
             usize::from(self.slips)
@@ -1305,6 +1342,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             inflow: inflow.map(real),
             profile: profile.map(|a| a.map(real)),
             outlet: real(p.open.outlet_density - 1.0),
+            outlet_follow: real(match p.open.outlet_memory {
+                0 => 0.0,
+                m => 1.0 / m as f64,
+            }),
         }
     }
 

@@ -87,7 +87,7 @@ impl Tunnel {
                 velocity: [self.peak, 0.0, 0.0],
                 parabola: [None, span(1), span(2)],
                 ramp,
-                outlet_density: 1.0,
+                ..Open::NONE
             },
             collision,
             ..Params::bgk(tau)

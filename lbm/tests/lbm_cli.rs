@@ -605,11 +605,13 @@ fn a_resumed_run_gives_the_bytes_of_a_straight_one() {
     }
     // A body between an inlet and an outlet with free-slip sides: after an odd step the slip cells hold
     // the mirrored populations the next step reads; the checkpoint keeps the force samples. Its links
-    // interpolated, the wall cells hold copies for the in-place scheme, some in a split's halo planes.
-    for (half, rule) in [11, 12]
-        .into_iter()
-        .flat_map(|h| [(h, "halfway"), (h, "interpolated")])
-    {
+    // interpolated, the wall cells hold copies for the in-place scheme, some in a split's halo planes;
+    // a non-reflecting outlet keeps its reference velocities in the outlet cells.
+    let rules = [
+        "halfway",
+        "interpolated --outlet non-reflecting --outlet-memory 0.5",
+    ];
+    for (half, rule) in [11, 12].into_iter().flat_map(|h| rules.map(|r| (h, r))) {
         let run = format!(
             "obstacle --engine host --size 16x9x7 --sides slip --sphere 6,4,3,1.5 --re 10 \
              --force-every 3 --bounce-back {rule} --output {{out}}"
@@ -1103,6 +1105,17 @@ fn bad_bodies_are_refused_with_the_fix() {
         ),
         (&["--stl", &d("open.stl"), "--body-size", "60"], "beyond"),
         (&["--sphere", "12,9,9,3", "--body-size", "4"], "--stl"),
+        (
+            &[
+                "--sphere",
+                "12,9,9,3",
+                "--outlet",
+                "non-reflecting",
+                "--outlet-memory",
+                "-1",
+            ],
+            "--outlet-memory -1",
+        ),
     ];
     for (extra, says) in cases {
         let mut a = base.to_vec();

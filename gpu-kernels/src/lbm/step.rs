@@ -73,7 +73,8 @@ pub struct Step<S: Storage> {
     /// cost the others registers (8 in f32 and f16, 26 in the f64 odd step) wherever compiled in.
     slip: u32,
     /// Per cell, its row of [`cuts`](Self::cuts) (a fluid cell with interpolated links), or
-    /// `u32::MAX`; null where no link is interpolated (the GPU then runs the entries without).
+    /// `u32::MAX`; null where no link is interpolated (the GPU then runs the entries without, unless
+    /// the outlets let sound out).
     cut_rows: *const u32,
     /// Rows of 19 wall distances ([`Cuts`]).
     cuts: *const f32,
@@ -114,6 +115,10 @@ pub struct Physics<R> {
     pub profile: [[R; 2]; 3],
     /// The density of the outlet cells, less 1.
     pub outlet: R,
+    /// The share of the gap to the outflow that an outlet's reference velocity closes each step (1 /
+    /// its memory in steps), for a non-reflecting outlet; 0: the outlet holds its density and
+    /// reflects sound whole.
+    pub outlet_follow: R,
 }
 
 /// The memory of a step: the lattices, the tags and, where the step writes them, the moments.
@@ -311,8 +316,23 @@ impl<S: Storage> Step<S> {
     /// Completes the anti-bounce-back of the populations `p` entered from outlets (bit `q` of `open`):
     /// adds `2 w_q rho_out (4.5 (c_q.u)^2 - 1.5 u.u)` with `u` the cell's velocity from `p` as they stand
     /// (one fixed-point pass: the error is of third order in the velocity).
+    ///
+    /// A non-reflecting outlet (`outlet_follow` above 0; compiled in with `OPEN`) moves the density on
+    /// the links by
+    /// `(u_n - U) / c_s`, `u_n` the velocity along the outward normal and `U` its reference, which
+    /// follows `u_n` slowly: the pressure and the velocity of a sound wave leaving through it then
+    /// keep the ratio of a wave that goes on (`p' = rho c_s u'`, the incoming characteristic held),
+    /// and nothing comes back, while the mean density stays `rho_out`. The normal is that of the
+    /// first face (in `q` order) with an outlet behind it, whose slot 0 holds the cell's reference
+    /// (the outlet cell's alone, where outlet cells form planes with fluid on one side; the host
+    /// checks); without such a face the outlet holds its density.
     #[inline(always)]
-    fn outflow(&self, p: &mut [S::Real; Q], open: u32) {
+    fn outflow<const SCHEME: u32, const OPEN: bool>(
+        &self,
+        p: &mut [S::Real; Q],
+        open: u32,
+        nb: &Neighbours,
+    ) {
         let c = |v: f64| S::Real::from_f64(v);
         let mut drho = S::Real::ZERO;
         let mut j = [S::Real::ZERO; 3];
@@ -329,11 +349,43 @@ impl<S: Storage> Step<S> {
         let inv = S::Real::ONE / (S::Real::ONE + drho);
         let u = [0, 1, 2].map(|a| (j[a] + c(0.5) * self.physics.force[a]) * inv);
         let usq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-        let rho = S::Real::ONE + self.physics.outlet;
+        let follow = self.physics.outlet_follow;
+        let mut shift = S::Real::ZERO;
+        // The first face with an outlet behind it.
+        let faces = open & 0x7e;
+        let first = faces & faces.wrapping_neg();
+        if OPEN && follow != S::Real::ZERO && first != 0 {
+            each_q!(f => {
+                if (1..=6).contains(&f) && first == 1 << f {
+                    // The outlet lies at `-c_f`: the outward normal velocity is `-c_f . u`.
+                    let (un, o) = (-dot(f, u), nb.at(f, -1));
+                    // The shift moves it too, by `a shift / rho` (the shifted populations'
+                    // momentum along the normal): the shift is the one that agrees with the velocity
+                    // it leaves, `shift = sqrt(3) (un + a shift / rho - U)`.
+                    let mut a = S::Real::ZERO;
+                    each_q!(q => {
+                        if open & (1 << q) != 0 {
+                            let along = -(C[q][0] * C[f][0] + C[q][1] * C[f][1] + C[q][2] * C[f][2]);
+                            a += c(2.0 * W[q] * along as f64);
+                        }
+                    });
+                    // SAFETY: a cell of the grid (the step's contract); slot 0 of an outlet cell
+                    // is this cell's alone.
+                    let reference = unsafe { S::load(self.f, o) };
+                    let root3 = c(3f64.sqrt());
+                    let moves = a * inv;
+                    shift = root3 * (un - reference) / (S::Real::ONE - root3 * moves);
+                    let left = un + moves * shift;
+                    let to = if SCHEME == Scheme::Ab as u32 { self.g } else { self.f };
+                    unsafe { S::store(to, o, reference + follow * (left - reference)) };
+                }
+            });
+        }
+        let rho = S::Real::ONE + self.physics.outlet + shift;
         each_q!(q => {
             if open & (1 << q) != 0 {
                 let cu = dot(q, u);
-                p[q] += c(2.0 * W[q]) * rho * (c(4.5) * cu * cu - c(1.5) * usq);
+                p[q] += c(2.0 * W[q]) * (shift + rho * (c(4.5) * cu * cu - c(1.5) * usq));
             }
         });
     }
@@ -376,8 +428,8 @@ impl<S: Storage> Step<S> {
     }
 
     /// One time step of cell `[x, y, z]` (inside the grid) under `SCHEME` (a [`Scheme`] as `u32`); with
-    /// `SLIP` false free-slip cells are taken for resting walls, with `CUT` false every link into a wall
-    /// bounces back halfway ([`Cuts`]).
+    /// `SLIP` false free-slip cells are taken for resting walls, with `CUT` false every link into a
+    /// wall bounces back halfway ([`Cuts`]) and outlets hold their density (each costs registers).
     ///
     /// # Safety
     /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `19 * cells` elements; `tags`:
@@ -480,7 +532,7 @@ impl<S: Storage> Step<S> {
                 self.interpolate::<SCHEME>(&mut p, row, n, &nb, cells);
             }
             if open != 0 {
-                self.outflow(&mut p, open);
+                self.outflow::<SCHEME, CUT>(&mut p, open, &nb);
             }
         } else {
             each_q!(q => { p[q] = gather(q, false).0; });
@@ -713,7 +765,7 @@ impl<S: Storage> Bound<'_, Step<S>> {
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
     /// Entry names, indexed by `Scheme as usize`, then those with free-slip cells, then those with
-    /// free-slip cells and interpolated links.
+    /// interpolated links and outlets that let sound out too.
     const ENTRIES: [&'static str; 9];
 }
 
@@ -724,11 +776,9 @@ unsafe impl<S: Storage> Kernel for Step<S> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
-        let variant = if self.cut_rows.is_null() {
-            self.slip
-        } else {
-            2
-        };
+        // Interpolated links and non-reflecting outlets share the entries that have both.
+        let full = !self.cut_rows.is_null() || self.physics.outlet_follow != S::Real::ZERO;
+        let variant = if full { 2 } else { self.slip };
         S::ENTRIES[(self.scheme + 3 * variant) as usize]
     }
 
@@ -790,10 +840,10 @@ macro_rules! step_entries {
 
 step_entries!(f32 => [lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32],
     [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32],
-    [lbm_ab_cut_f32, lbm_aa_even_cut_f32, lbm_aa_odd_cut_f32]);
+    [lbm_ab_full_f32, lbm_aa_even_full_f32, lbm_aa_odd_full_f32]);
 step_entries!(f64 => [lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64],
     [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64],
-    [lbm_ab_cut_f64, lbm_aa_even_cut_f64, lbm_aa_odd_cut_f64]);
+    [lbm_ab_full_f64, lbm_aa_even_full_f64, lbm_aa_odd_full_f64]);
 step_entries!(super::Half => [lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16],
     [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16],
-    [lbm_ab_cut_f16, lbm_aa_even_cut_f16, lbm_aa_odd_cut_f16]);
+    [lbm_ab_full_f16, lbm_aa_even_full_f16, lbm_aa_odd_full_f16]);

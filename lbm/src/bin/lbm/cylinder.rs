@@ -10,7 +10,7 @@ use lattice_gpu_lbm::schaefer_turek::{self as st, Case, Cylinder};
 use lattice_gpu_lbm::{restart, Error, LbmStorage, Result};
 
 use super::{
-    finish, make, more_than, prepare, release, resume, sampled, BodyWalls, Checkpoints, Common,
+    finish, make, more_than, prepare, release, resume, sampled, Boundaries, Checkpoints, Common,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -28,7 +28,7 @@ pub(super) struct CylinderArgs {
     #[command(flatten)]
     pub(super) common: Common,
     #[command(flatten)]
-    walls: BodyWalls,
+    boundaries: Boundaries,
     /// The paper's case.
     #[arg(long, value_enum, default_value_t = CaseArg::Steady)]
     case: CaseArg,
@@ -77,10 +77,11 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
     let dims = cyl.dims();
     let run = prepare::<S, C>(&comm, &a.common, dims, "lower --resolution", 0)?;
     let mut g = cyl.geometry()?;
-    let p = cyl.params(a.common.collision(), (RAMP * unit).round() as u64)?;
+    let mut p = cyl.params(a.common.collision(), (RAMP * unit).round() as u64)?;
+    a.boundaries.outlet(&mut p, unit)?;
     let mut params = restart::physics::<S>("cylinder", dims, a.common.streaming(), &p);
     params.push(("samples".into(), every.to_string()));
-    a.walls.apply(&mut g, &mut params);
+    a.boundaries.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {
         more_than(ck.step, "--time", steps, path)?;
         let flat = ck.take::<f64>(FORCES, path)?;

@@ -95,15 +95,47 @@ enum BounceBackArg {
     Interpolated,
 }
 
-/// How a body's surface sends populations back (`lbm cylinder`, `lbm obstacle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutletArg {
+    /// At density 1: it reflects sound whole, inverted.
+    Fixed,
+    /// Density 1 on average, letting sound out (about 5% of a pulse comes back): its reference
+    /// velocity follows the outflow over --outlet-memory.
+    NonReflecting,
+}
+
+/// How a body and the outlet send populations back (`lbm cylinder`, `lbm obstacle`).
 #[derive(Args, Clone)]
-struct BodyWalls {
+struct Boundaries {
     /// Where populations bounce back from the body.
     #[arg(long, value_enum, default_value_t = BounceBackArg::Halfway)]
     bounce_back: BounceBackArg,
+    /// The outlet.
+    #[arg(long, value_enum, default_value_t = OutletArg::Fixed)]
+    outlet: OutletArg,
+    /// The time over which a non-reflecting outlet's reference velocity follows the outflow, in the
+    /// case's time units: longer than the waves it lets out, shorter than the changes of the mean flow.
+    #[arg(long, allow_hyphen_values = true, default_value_t = 10.0)]
+    outlet_memory: f64,
 }
 
-impl BodyWalls {
+impl Boundaries {
+    /// Sets the outlet of `p`, a run of `unit` steps per time unit; fails on a memory that is not
+    /// positive or finite.
+    fn outlet(&self, p: &mut Params, unit: f64) -> Result<()> {
+        if self.outlet == OutletArg::NonReflecting {
+            let steps = (self.outlet_memory * unit).round();
+            if !(steps >= 1.0 && steps.is_finite()) {
+                return Err(Error::InvalidParameter(format!(
+                    "--outlet-memory {}: give a positive time (in the case's time units, e.g. 10)",
+                    self.outlet_memory
+                )));
+            }
+            p.open.outlet_memory = steps as u64;
+        }
+        Ok(())
+    }
+
     /// Sets the rule on `g`, and names it in the checkpoint's parameters `params` where it is not the
     /// default (checkpoints of halfway runs keep the parameters they had before the rule was added).
     fn apply(&self, g: &mut Geometry, params: &mut Vec<(String, String)>) {

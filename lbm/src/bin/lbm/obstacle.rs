@@ -19,7 +19,7 @@ use lattice_gpu_lbm::voxelise::{voxelise, Placement, Surface};
 use lattice_gpu_lbm::{restart, Error, Geometry, LbmStorage, Result};
 
 use super::{
-    finish, make, more_than, prepare, release, resume, sampled, BodyWalls, Checkpoints, Common,
+    finish, make, more_than, prepare, release, resume, sampled, Boundaries, Checkpoints, Common,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -47,7 +47,7 @@ pub(super) struct ObstacleArgs {
     #[command(flatten)]
     pub(super) common: Common,
     #[command(flatten)]
-    walls: BodyWalls,
+    boundaries: Boundaries,
     /// Grid NXxNYxNZ, the inlet, outlet and walls included [default: 256x128x128; with --mask, the
     /// mask's shape].
     #[arg(long, value_parser = parse_size3, conflicts_with = "mask")]
@@ -250,7 +250,8 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     };
     let re = u * body.extent[1] as f64 / ((tau - 0.5) / 3.0);
     let unit = body.extent[1] as f64 / u;
-    let p = tunnel.params(tau, a.common.collision(), (RAMP * unit).round() as u64)?;
+    let mut p = tunnel.params(tau, a.common.collision(), (RAMP * unit).round() as u64)?;
+    a.boundaries.outlet(&mut p, unit)?;
     let mut params = restart::physics::<S>("obstacle", dims, a.common.streaming(), &p);
     params.extend([
         // The body itself is in the tags' hash; its description may hold whitespace, which a
@@ -262,7 +263,7 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
         ("tags".into(), format!("{:016x}", fnv1a64(g.tags()))),
         ("force-every".into(), a.force_every.to_string()),
     ]);
-    a.walls.apply(&mut g, &mut params);
+    a.boundaries.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {
         more_than(ck.step, "--steps", a.steps, path)?;
         let flat = ck.take::<f64>(FORCES, path)?;
