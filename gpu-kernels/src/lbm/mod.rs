@@ -158,7 +158,8 @@ pub mod tag {
     /// (Ladd's rule, density 1), taken at the midpoint of each link.
     pub const INLET: u8 = 4;
     /// A pressure outlet: anti-bounce-back, `f_q = -f*_opp + 2 w_q rho_out (1 + 4.5 (c_q.u)^2 - 1.5 u.u)`
-    /// with `u` the fluid cell's velocity, so that the density on the link's midpoint is `rho_out`.
+    /// with `u` the fluid cell's velocity, so that the density on the link's midpoint is `rho_out`
+    /// (shifted with the outflow's velocity where it lets sound out: [`Physics::outlet_follow`](super::Physics::outlet_follow)).
     pub const OUTLET: u8 = 8;
     /// A free-slip wall whose normal lies along x: a population entering a fluid cell from it is the one
     /// that its mirror image left, the velocity's component along the normal reversed (specular
