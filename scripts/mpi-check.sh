@@ -200,6 +200,10 @@ same_as_single "lbm obstacle in place, forces" forces.csv $lbmbody --streaming a
 same_as_single "lbm obstacle two-lattice f64, flow" velocity.npy $lbmbody --streaming ab --precision f64
 same_as_single "lbm obstacle in place, free-slip sides" velocity.npy ${lbmbody/--sides walls --profile parabolic/--sides slip} \
     --streaming aa --precision f16
+# Its links interpolated (in place, copies in the wall cells, some in halo planes) and the outlet letting
+# sound out (its references in the outlet cells).
+same_as_single "lbm obstacle in place, interpolated, non-reflecting" forces.csv $lbmbody --streaming aa \
+    --bounce-back interpolated --outlet non-reflecting --outlet-memory 1
 # An in-place f16 cavity stopped at an odd step on 2 ranks resumes on 3 and on 1 to the straight bytes.
 lbmck="cavity --engine $engine --size 10x9x7 --closed-z --re 20 --precision f16 --streaming aa"
 "$lbm" $lbmck --steps 24 --output "$work/lbm-straight" >/dev/null || { echo "lbm straight run FAIL"; status=1; }
