@@ -329,6 +329,7 @@ fn steps_cut_over_one_nccl_rank_equal_the_whole_grids() {
             parabola: [None, Some([0.5, 9.5]), Some([-0.5, 4.5])],
             ramp: 5,
             outlet_density: 0.99,
+            outlet_memory: 0,
         },
     };
     let init = |n: usize| {
