@@ -1245,16 +1245,20 @@ mod tests {
         assert_eq!(refused.cut([5.0, 6.0, 7.0], 1), None);
     }
 
-    /// The cost of binning a 200k-triangle sphere for a 256³ grid and of cutting every link into it.
-    #[test]
-    #[ignore = "a timing: run in release with --ignored --nocapture"]
-    fn timing_of_the_cuts_of_a_200k_triangle_sphere() {
-        let mesh = uv_sphere([0.0; 3], 1.0, 448, 224);
-        let dims = [256; 3];
+    /// The timings' case: a sphere of 200k triangles, 200 cells across, in a 256³ grid.
+    fn big_sphere() -> (Mesh, [usize; 3], Placement) {
         let at = Placement {
             centre: [127.3, 127.6, 127.9],
             size: 200.0,
         };
+        (uv_sphere([0.0; 3], 1.0, 448, 224), [256; 3], at)
+    }
+
+    /// The cost of binning a 200k-triangle sphere for a 256³ grid and of cutting every link into it.
+    #[test]
+    #[ignore = "a timing: run in release with --ignored --nocapture"]
+    fn timing_of_the_cuts_of_a_200k_triangle_sphere() {
+        let (mesh, dims, at) = big_sphere();
         let v = voxelise(&mesh, dims, &at).unwrap();
         let links = links_into(dims, &v.mask);
         let started = std::time::Instant::now();
@@ -1278,12 +1282,7 @@ mod tests {
     #[test]
     #[ignore = "a timing, for the module docs: run in release with --ignored --nocapture"]
     fn timing_of_a_200k_triangle_sphere_on_256_cubed() {
-        let mesh = uv_sphere([0.0; 3], 1.0, 448, 224);
-        let dims = [256; 3];
-        let at = Placement {
-            centre: [127.3, 127.6, 127.9],
-            size: 200.0,
-        };
+        let (mesh, dims, at) = big_sphere();
         let started = std::time::Instant::now();
         let v = voxelise(&mesh, dims, &at).unwrap();
         let took = started.elapsed();
