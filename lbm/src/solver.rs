@@ -19,7 +19,8 @@ use lattice_gpu_host::{DeviceBuffer, Element, Gpu, Plain};
 use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
-    equilibrium, opposite, tag, Cuts, Half, Lattices, Physics, Scheme, Step, Storage, C, Q, W,
+    equilibrium, opposite, step_entry, tag, Cuts, Half, Lattices, Physics, Scheme, Step, Storage,
+    C, Q, W,
 };
 use rayon::prelude::*;
 
@@ -439,6 +440,14 @@ struct Split {
     walled: Vec<Vec<usize>>,
 }
 
+impl Split {
+    /// The global plane that local plane `lz` holds: the first and last are halo planes.
+    fn global_plane(&self, lz: usize) -> usize {
+        let nz = self.global.dims()[2];
+        (self.z0 + nz + lz - 1) % nz
+    }
+}
+
 /// [`Split::walled`] of a rank's `local` geometry and return plans.
 fn walled_cells(local: &Geometry, back: &[Vec<Face<3>>; 2]) -> Vec<Vec<usize>> {
     C.iter()
@@ -758,8 +767,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             None => n,
             Some(sp) => {
                 let plane = nx * ny;
-                let gz = (sp.z0 + nz + n / plane - 1) % nz;
-                n % plane + plane * gz
+                n % plane + plane * sp.global_plane(n / plane)
             }
         };
         let owners = match params.open.outlet_memory {
@@ -781,10 +789,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             &local,
             streaming,
             split.is_some(),
-            |lz| match &split {
-                None => lz,
-                Some(sp) => (sp.z0 + nz + lz - 1) % nz,
-            },
+            |lz| split.as_ref().map_or(lz, |sp| sp.global_plane(lz)),
             gpu,
         )?;
         if let Some(c) = &cuts {
@@ -949,9 +954,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     // A refresh comes before an odd step, from a state stored as the even step
                     // stores it: the halo planes' copies come from their fluid cells again.
                     if let Some(cuts) = &self.cuts {
-                        for &(x, w) in &cuts.halo_copies[q] {
-                            slot[w] = slot[x];
-                        }
+                        cuts.prime_halo_slot(q, slot);
                     }
                     continue;
                 }
@@ -1049,22 +1052,17 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(())
     }
 
-    /// The step entries this run launches: its streaming's, with free-slip cells, or interpolated links
-    /// and non-reflecting outlets, if it has them (the order of
-    /// [`StepEntry::ENTRIES`](lattice_gpu_kernels::lbm::StepEntry::ENTRIES)).
+    /// The step entries this run launches ([`step_entry`]): its streaming's, with free-slip cells, or
+    /// interpolated links and non-reflecting outlets, if it has them.
     fn entries(&self) -> Vec<&'static str> {
-        let variant = if self.cuts.is_some() || self.params.open.outlet_memory > 0 {
-            2
-        } else {
-            usize::from(self.slips)
-        };
+        let full = self.cuts.is_some() || self.params.open.outlet_memory > 0;
         let schemes: &[Scheme] = match self.streaming {
             Streaming::TwoLattice => &[Scheme::Ab],
             Streaming::InPlace => &[Scheme::AaEven, Scheme::AaOdd],
         };
         schemes
             .iter()
-            .map(|&s| S::ENTRIES[s as usize + 3 * variant])
+            .map(|&s| step_entry::<S>(s, self.slips, full))
             .collect()
     }
 
@@ -1505,9 +1503,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 // A split's even step leaves the copies of links into another rank's planes in its
                 // halo planes; the fluid cells' slots hold them too (see `CutTable::prime`).
                 if let (Some(c), 0) = (&self.cuts, self.steps % 2) {
-                    for &(x, w) in &c.global_copies[slot] {
-                        whole[w] = whole[x];
-                    }
+                    c.prime_global_slot(slot, &mut whole);
                 }
                 ck = ck.array(&Self::slot_name(slot), &whole);
             }
@@ -1538,10 +1534,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let cells = self.geometry.cells();
         // The global plane of each local one: a split run's first and last are halo planes.
         let local_planes = self.geometry.dims()[2];
-        let global_plane = |lz: usize| match &self.split {
-            None => lz,
-            Some(sp) => (sp.z0 + nz + lz - 1) % nz,
-        };
+        let global_plane = |lz: usize| self.split.as_ref().map_or(lz, |sp| sp.global_plane(lz));
         let globals: Vec<usize> = (0..local_planes).map(global_plane).collect();
         let mut buffer = Vec::new();
         for slot in 0..Q {
@@ -1692,10 +1685,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let plane = nx * ny;
         let (whole, z) = match &self.split {
             None => (cells, n / plane),
-            Some(sp) => {
-                let nz = sp.global.dims()[2];
-                (sp.global.cells(), (sp.z0 + nz + n / plane - 1) % nz)
-            }
+            Some(sp) => (sp.global.cells(), sp.global_plane(n / plane)),
         };
         (c * whole + n % plane + plane * z) as u64
     }

@@ -18,7 +18,9 @@ mod step;
 mod storage;
 
 pub use force::{link, ForceEntry, Forces, FORCE_BLOCK};
-pub use step::{bouzidi, equilibrium, Cuts, Lattices, Physics, Scheme, Step, StepEntry};
+pub use step::{
+    bouzidi, equilibrium, step_entry, Cuts, Lattices, Physics, Scheme, Step, StepEntry,
+};
 pub use storage::{Half, Storage, HALF_SCALE};
 
 /// Populations per cell.

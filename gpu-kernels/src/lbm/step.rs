@@ -764,6 +764,14 @@ impl<S: Storage> Bound<'_, Step<S>> {
     }
 }
 
+/// The entry of storage `S` that runs `scheme`'s step: with the free-slip mirrors where `slip`, with
+/// interpolated links and non-reflecting outlets (and the mirrors) where `full`, which share their
+/// entries.
+pub fn step_entry<S: StepEntry>(scheme: Scheme, slip: bool, full: bool) -> &'static str {
+    let variant = if full { 2 } else { usize::from(slip) };
+    S::ENTRIES[scheme as usize + 3 * variant]
+}
+
 /// A storage type's [`Step`] kernel entries, one per [`Scheme`] (a supertrait of [`Storage`], so that
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
@@ -779,10 +787,13 @@ unsafe impl<S: Storage> Kernel for Step<S> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
-        // Interpolated links and non-reflecting outlets share the entries that have both.
+        let scheme = match self.scheme {
+            0 => Scheme::Ab,
+            1 => Scheme::AaEven,
+            _ => Scheme::AaOdd,
+        };
         let full = !self.cut_rows.is_null() || self.physics.outlet_follow != S::Real::ZERO;
-        let variant = if full { 2 } else { self.slip };
-        S::ENTRIES[(self.scheme + 3 * variant) as usize]
+        step_entry::<S>(scheme, self.slip != 0, full)
     }
 
     fn items(&self) -> usize {

@@ -25,9 +25,9 @@ pub(super) struct CutTable {
     copies: Vec<Vec<(usize, usize)>>,
     /// Of those, the links into a split run's halo planes, whose copies a refresh of the halos must
     /// not lose.
-    pub(super) halo_copies: Vec<Vec<(usize, usize)>>,
+    halo_copies: Vec<Vec<(usize, usize)>>,
     /// [`copies`](Self::copies) of the whole grid, by its cells, for a checkpoint.
-    pub(super) global_copies: Vec<Vec<(usize, usize)>>,
+    global_copies: Vec<Vec<(usize, usize)>>,
 }
 
 impl CutTable {
@@ -109,8 +109,23 @@ impl CutTable {
 
     /// [`prime`](Self::prime) of slot `k`'s values.
     pub(super) fn prime_slot<T: Copy>(&self, k: usize, values: &mut [T]) {
-        for &(x, w) in &self.copies[k] {
-            values[w] = values[x];
-        }
+        copy_pairs(&self.copies[k], values);
+    }
+
+    /// [`prime`](Self::prime) of slot `k`'s values in the halo planes only, after a refresh of them.
+    pub(super) fn prime_halo_slot<T: Copy>(&self, k: usize, values: &mut [T]) {
+        copy_pairs(&self.halo_copies[k], values);
+    }
+
+    /// [`prime`](Self::prime) of slot `k`'s values of the whole grid, by its cells (a checkpoint's).
+    pub(super) fn prime_global_slot<T: Copy>(&self, k: usize, values: &mut [T]) {
+        copy_pairs(&self.global_copies[k], values);
+    }
+}
+
+/// Each fluid cell's value into its wall cell's, for the pairs `(fluid cell, wall cell)`.
+fn copy_pairs<T: Copy>(pairs: &[(usize, usize)], values: &mut [T]) {
+    for &(x, w) in pairs {
+        values[w] = values[x];
     }
 }

@@ -9,7 +9,7 @@ use lattice_gpu_host::{DeviceBuffer, Gpu};
 use lattice_gpu_kernels::bind::bits;
 use lattice_gpu_kernels::lbm::{link, Forces, Scheme, FORCE_BLOCK};
 
-use super::{Lbm, LbmStorage, Memory, Streaming};
+use super::{Lbm, LbmStorage, Memory};
 use crate::geometry::Geometry;
 use crate::Result;
 
@@ -104,11 +104,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// step. Where links are interpolated, a split run first refreshes its halo planes, unless the
     /// step left them current: the interpolation reads the cells upstream of the links.
     pub fn forces(&mut self) -> Result<Vec<[f64; 3]>> {
-        let scheme = match (self.streaming, self.steps % 2) {
-            (Streaming::TwoLattice, _) => Scheme::Ab,
-            // The initial state is stored as the even step stores its.
-            (Streaming::InPlace, 0) => Scheme::AaEven,
-            (Streaming::InPlace, _) => Scheme::AaOdd,
+        // The layout the last step left, the other of the next one's in place (the initial state is
+        // stored as the even step stores its).
+        let scheme = match self.scheme() {
+            Scheme::AaOdd => Scheme::AaEven,
+            Scheme::AaEven => Scheme::AaOdd,
+            Scheme::Ab => Scheme::Ab,
         };
         // Every rank decides alike: the refresh is collective.
         let cut = self.cuts.is_some();
