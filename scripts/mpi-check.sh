@@ -79,12 +79,15 @@ for case in "f32 21x17x23" "f64 21x17x23" "f32 9x7x5"; do
 done
 # Temporally blocked passes of 3 steps on 2 and 3 ranks (slabs of 11 to 7 planes): halos 3 planes deep
 # exchanged once a pass, each rank advancing two of them with its own planes; 61 steps end in singles.
-"$bin" --engine "$engine" --size 21x17x23 --steps 61 --output "$work/single-t" >/dev/null
-for np in 2 3; do
-    mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size 21x17x23 --steps 61 --temporal 3 \
-        --output "$work/mpi$np-t3" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
-    same_bytes "diffusion f32 21x17x23, $np MPI ranks, passes of 3 steps" "$work/mpi$np-t3/diffusion.npy" \
-        "$work/single-t/diffusion.npy"
+# Then auto: rank 0 chooses for every rank before the run (on the CPU single steps at this size).
+"$bin" --engine "$engine" --size 21x17x23 --steps 61 --temporal 1 --output "$work/single-t" >/dev/null
+for t in 3 auto; do
+    for np in 2 3; do
+        mpirun_ -np "$np" "$bin" --engine "$engine" --mpi --size 21x17x23 --steps 61 --temporal $t \
+            --output "$work/mpi$np-t$t" >"$work/log" 2>&1 || { cat "$work/log"; status=1; continue; }
+        same_bytes "diffusion f32 21x17x23, $np MPI ranks, --temporal $t" "$work/mpi$np-t$t/diffusion.npy" \
+            "$work/single-t/diffusion.npy"
+    done
 done
 # Checkpoint and restart across rank counts: 30 steps on 2 ranks, then 30 more from the checkpoint on 3
 # ranks and on 1, give the bytes of 60 steps straight (single-f32 is 9x7x5).

@@ -130,7 +130,7 @@ impl Problem {
 
     /// The shape of a field of `size` interior points (one rank's part of a decomposed run), with
     /// `depth` planes of margin in z (the halo layers of a split run's passes of `depth` steps).
-    fn shape_of<T>(size: [usize; 3], depth: usize) -> Result<Shape> {
+    pub fn shape_of<T>(size: [usize; 3], depth: usize) -> Result<Shape> {
         Ok(
             Shape::new_3d_margins(size, [1, 1, depth])?
                 .aligned_rows(std::mem::size_of::<T>(), 1.25),
@@ -292,6 +292,8 @@ pub struct RunOutput<T> {
     pub blocked_steps: usize,
     /// The most steps a pass advanced (1: single steps only).
     pub pass_steps: u32,
+    /// The halo planes on each side of a rank's slab ([`halo_depth`]; 1 on one domain).
+    pub halo_depth: usize,
     /// The checkpoints written (rank 0).
     pub checkpoints: Vec<Written>,
     /// Seconds the run waited for checkpoint writes: what checkpointing cost it.
@@ -363,8 +365,8 @@ pub fn check_temporal(temporal: Temporal) -> Result<()> {
 /// ranks, `cut` when one rank's domain is cut all the same: where the run is split, as many as a pass
 /// has steps, since the stencil reads one plane beyond each point a step. They are exchanged once a
 /// pass, and the pass advances all but the outermost with the rank's own planes (communication
-/// avoidance). One for single steps and for [`Temporal::Auto`], which runs single steps on a split
-/// run.
+/// avoidance). One for single steps; for [`Temporal::Auto`] on a split run, what
+/// [`split_steps`] chose (one until then: the least a run may hold).
 pub fn halo_depth(temporal: Temporal, ranks: usize, cut: bool) -> usize {
     match temporal {
         Temporal::Steps(t) if ranks > 1 || cut => t.max(1) as usize,
@@ -660,7 +662,8 @@ pub struct Schedule {
 pub enum Temporal {
     /// As the engine finds fastest: the auto-tuner's choice ([`Loop3D::run_steps`]), the CPU
     /// engine's passes where the fields leave its cache ([`Loop3D::untuned_steps`]), single steps
-    /// with a fixed launch and on several ranks (or `cut`).
+    /// with a fixed launch. On several ranks (or `cut`) chosen once, before the run, on rank 0's
+    /// slab ([`split_steps`]): the halos are as deep as a pass, fixed at set-up.
     Auto,
     /// This many (1: single steps); a split run exchanges halos as deep once a pass
     /// ([`halo_depth`]).
@@ -752,6 +755,80 @@ pub fn resume<T: Element>(problem: &Problem, path: &std::path::Path) -> Result<(
     Ok((ck.step as usize, field))
 }
 
+/// The steps per pass of a split run of [`Temporal::Auto`] (over `comm`'s ranks, or cut on one),
+/// with the auto-tuner's choice where it made one: what the engine runs on rank 0's slab as one
+/// domain ([`Loop3D::run_steps`] on scratch fields, tuned before the run and cached like any
+/// launch; an engine that does not tune: [`Loop3D::untuned_steps`]), at most the thinnest slab's
+/// planes; every rank takes rank 0's. The slab alone weighs what differs between the steps per pass
+/// on one GPU; the exchange, once a pass and hidden behind its interior, does not decide it.
+pub fn split_steps<E: LoopEngine, T: Element + DiffusionReal, C: Communicator>(
+    engine: &E,
+    comm: &C,
+    problem: &Problem,
+) -> Result<(u32, Option<StepsChoice>)> {
+    let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1; 3], [false; 3])?;
+    let thinnest = (0..comm.size())
+        .map(|r| split.owned(r).size[2])
+        .min()
+        .unwrap_or(1);
+    let mine = match comm.rank() {
+        0 => Some(slab_steps::<E, T, C>(
+            engine,
+            comm,
+            problem,
+            split.owned(0).size,
+        )),
+        _ => None,
+    };
+    // 0: rank 0 could not choose (its error is its own; the others say where to look).
+    let mut word = [match &mine {
+        Some(Ok((t, _))) => (*t as usize).clamp(1, thinnest) as u32,
+        _ => 0,
+    }];
+    comm.broadcast(&mut word)?;
+    match (mine, word[0]) {
+        (Some(Err(e)), _) => Err(e),
+        (Some(Ok((_, choice))), t) => Ok((t, choice.filter(|c| c.steps == t))),
+        (None, 0) => Err(DiffusionError::Invalid(
+            "rank 0 could not choose the steps per pass of --temporal auto (its message says \
+             why); give them with --temporal"
+                .into(),
+        )),
+        (None, t) => Ok((t, None)),
+    }
+}
+
+/// What the engine runs on a domain of `slab` interior points ([`split_steps`]): rank 0's choice.
+fn slab_steps<E: LoopEngine, T: Element + DiffusionReal, C: Communicator>(
+    engine: &E,
+    comm: &C,
+    problem: &Problem,
+    slab: [usize; 3],
+) -> Result<(u32, Option<StepsChoice>)> {
+    let shape = Problem::shape_of::<T>(slab, 1)?;
+    let mut lp = Loop3D::new(engine, shape.interior_range())?;
+    if !engine.tunes() {
+        return Ok((lp.untuned_steps::<Diffusion3d<T>>(), None));
+    }
+    // The run's own fields come after these are freed: at most as much memory as the run holds.
+    let on_gpu = engine.device().is_some();
+    let need = problem.footprint::<T>(comm.size(), comm.ranks_here(), on_gpu, 1)?;
+    need.check(engine.device().map(|g| &**g))?;
+    let (mut f, mut g) = (engine.alloc::<T>(shape)?, engine.alloc::<T>(shape)?);
+    // Far more steps than the tuner times (its candidates, a few runs each).
+    for _ in 0..1_000_000 {
+        if let Some(c) = E::steps_choice(lp.info()) {
+            return Ok((c.steps, Some(c.clone())));
+        }
+        lp.run_steps(&problem.update(&f, &mut g), MAX_COLUMN_STEPS as u32)?;
+        std::mem::swap(&mut f, &mut g);
+    }
+    Err(DiffusionError::Invalid(
+        "the auto-tuner chose no steps per pass in a million steps: give them with --temporal"
+            .into(),
+    ))
+}
+
 /// [`simulate_on`] over the steps of `schedule`, writing its checkpoints: at the steps or times it
 /// asks for, and when a signal stops the run (then the error is [`Error::Interrupted`] after the
 /// checkpoint is on disk).
@@ -769,7 +846,15 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     let (first_step, steps) = (schedule.first, schedule.last);
     check_temporal(schedule.temporal)?;
     let rank = comm.rank();
-    let depth = halo_depth(schedule.temporal, comm.size(), exchange.cut);
+    // A split run's halos are as deep as its passes, fixed at set-up: `auto` chooses first.
+    let (set_up, chosen) = match schedule.temporal {
+        Temporal::Auto if comm.size() > 1 || exchange.cut => {
+            let (t, choice) = split_steps::<E, T, C>(engine, comm, problem)?;
+            (Temporal::Steps(t), choice)
+        }
+        t => (t, None),
+    };
+    let depth = halo_depth(set_up, comm.size(), exchange.cut);
     let split = Decomposition::new(problem.size, [1, 1, comm.size()], [1, 1, depth], [false; 3])
         .map_err(|e| match depth {
             1 => DiffusionError::from(e),
@@ -824,9 +909,8 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
     };
     drop(initial);
     // Steps per pass; `None` while the auto-tuner is still choosing.
-    let mut temporal = match schedule.temporal {
+    let mut temporal = match set_up {
         Temporal::Steps(t) => Some(t),
-        Temporal::Auto if split.is_some() => Some(1),
         // What an engine that does not tune runs (the CPU engine's passes), or the tuner's choice.
         Temporal::Auto if !engine.tunes() => Some(step.untuned_steps::<Diffusion3d<T>>()),
         Temporal::Auto => None,
@@ -1046,7 +1130,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         None => step.info(),
     };
     let (tuning, tuning_unfinished) = (E::tuning(site).cloned(), E::tuning_progress(site));
-    let steps_choice = E::steps_choice(site).cloned();
+    let steps_choice = chosen.or_else(|| E::steps_choice(site).cloned());
     let local = shape.extract(&f.download()?);
     // The fields go before the gather, which holds the whole grid on rank 0.
     drop((f, g, split));
@@ -1058,6 +1142,7 @@ pub fn simulate_scheduled<'e, E: LoopEngine, T: Element + DiffusionReal, C: Comm
         steps_choice,
         blocked_steps: blocked,
         pass_steps,
+        halo_depth: depth,
         checkpoints: written,
         checkpoint_wait,
     })

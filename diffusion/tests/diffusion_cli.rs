@@ -637,6 +637,38 @@ fn temporal_passes_give_the_bytes_of_single_steps() {
     );
 }
 
+/// `--temporal auto` on a split run (over 2 ranks, and cut on one) takes what the engine runs on
+/// rank 0's slab as one domain, its halos as deep: on the CPU passes of 3 where the slab's two
+/// fields exceed half the last-level cache (f64 at 128^3: 18 MB a slab of 2 ranks, 36 MB cut; more
+/// than half of a 32 MB cache), else single steps. The bytes of single steps either way.
+#[test]
+fn auto_temporal_on_a_split_run_takes_its_slabs_choice() {
+    let dir = scratch("temporal-auto-split");
+    let run = |t: &str, split: &[&str]| {
+        let out = format!("{t}{}", split.concat());
+        let mut args = vec!["--engine", "host", "--size", "128", "--precision", "f64"];
+        args.extend_from_slice(&["--steps", "13", "--temporal", t, "--output", &out]);
+        args.extend_from_slice(split);
+        (succeeds_in(&dir, &args), field(&dir, &out))
+    };
+    let single = run("1", &[]).1;
+    for (split, planes) in [(&["--gpus", "2"][..], 64), (&["--gpus", "1", "--cut"], 128)] {
+        let shape = lattice_gpu_diffusion::Problem::shape_of::<f64>([128, 128, planes], 1).unwrap();
+        let fields = 2 * 8 * shape.len() as u64;
+        let passes = lattice_gpu_host::memory::last_level_cache().is_none_or(|c| fields > c / 2);
+        let (text, bytes) = run("auto", split);
+        assert_eq!(
+            text.contains("temporal blocking: 3 steps per pass (the engine's choice"),
+            passes,
+            "{split:?}, {fields} bytes of fields: {text}"
+        );
+        assert!(
+            bytes == single,
+            "--temporal auto {split:?} differs from single steps"
+        );
+    }
+}
+
 #[test]
 fn gpu_temporal_passes_give_the_bytes_of_single_steps() {
     let Some(_gpu) = common::gpu("gpu_temporal_passes_give_the_bytes_of_single_steps") else {
@@ -658,31 +690,38 @@ fn gpu_auto_temporal_names_its_choice_and_gives_single_steps_bytes() {
         return;
     };
     let dir = scratch("temporal-auto");
-    let run = |t: &str| {
-        let args = [
+    let run = |t: &str, split: &[&str]| {
+        let out = format!("{t}{}", split.concat());
+        let mut args = vec![
             "--engine",
             "device",
             "--no-tune-cache",
             "--size",
             "37x29x23",
-            "--steps",
-            "6001",
-            "--temporal",
-            t,
-            "--output",
-            t,
         ];
-        (succeeds_in(&dir, &args), field(&dir, t))
+        args.extend_from_slice(&["--steps", "6001", "--temporal", t, "--output", &out]);
+        args.extend_from_slice(split);
+        (succeeds_in(&dir, &args), field(&dir, &out))
     };
-    let (text, auto) = run("auto");
-    assert!(
-        text.contains("temporal blocking: ") || text.contains("single steps ("),
-        "{text}"
-    );
-    assert!(
-        run("1").1 == auto,
-        "--temporal auto differs from single steps"
-    );
+    let single = run("1", &[]).1;
+    // Split, the choice is made on rank 0's slab before the run, and the halos are as deep.
+    for split in [&[][..], &["--gpus", "2"], &["--gpus", "1", "--cut"]] {
+        let (text, auto) = run("auto", split);
+        let passes = text
+            .contains("temporal blocking: ")
+            .then(|| common::number_after(&text, "temporal blocking: "));
+        assert!(
+            passes.is_some() || text.contains("single steps ("),
+            "{text}"
+        );
+        if let (Some(t), false) = (passes, split.is_empty()) {
+            assert!(text.contains(&format!("halos {t} planes deep")), "{text}");
+        }
+        assert!(
+            auto == single,
+            "--temporal auto {split:?} differs from single steps"
+        );
+    }
 }
 
 #[test]

@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use lattice_gpu_cli::{self as cli, Chosen, EngineArgs, Launch, Precision};
 use lattice_gpu_diffusion::bench::{bench_temporal, bench_variants, BenchRow, VariantSet};
 use lattice_gpu_diffusion::{
-    check_temporal, halo_depth, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError,
-    Every, Exchange, Halos, Problem, Result, Schedule, Temporal,
+    check_temporal, simulate_scheduled, sine_mode_errors, Checkpoints, DiffusionError, Every,
+    Exchange, Halos, Problem, Result, Schedule, Temporal,
 };
 use lattice_gpu_formats::{npy, png, OutputDir};
 use lattice_gpu_host::comm::{Communicator, Solo};
@@ -50,7 +50,7 @@ struct RunArgs {
     /// fields exceed half its last-level cache; single steps with a fixed launch), or 1 to 8. Each
     /// pass reads and writes the field once for that many steps, with the same bits as single
     /// steps. Split (--gpus, --mpi, --cut), halos that many planes deep are exchanged once a pass;
-    /// auto means 1 there.
+    /// auto chooses before the run there, on rank 0's slab as one domain.
     #[arg(long, default_value = "auto", allow_hyphen_values = true)]
     temporal: Temporal,
     /// Diffusivity.
@@ -294,6 +294,11 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
     let points = problem.points() as f64 * run_steps;
     let glups = points / result.seconds / 1e9;
     match (&result.steps_choice, args.temporal) {
+        (Some(c), _) if result.halo_depth > 1 => println!(
+            "{c}; chosen before the run on rank 0's slab as one domain: halos {} planes deep, \
+             exchanged once a pass",
+            result.halo_depth
+        ),
         (Some(c), _) => println!("{c}"),
         (None, Temporal::Steps(t)) if t > 1 => println!(
             "temporal blocking: {t} steps per pass (each pass reads and writes the field once), {} \
@@ -372,7 +377,7 @@ fn run_on<E: LoopEngine, T: Element + DiffusionReal + npy::NpyElement, C: Commun
             comm.size(),
             comm.ranks_here(),
             engine.device().is_some(),
-            halo_depth(args.temporal, comm.size(), args.split.cut),
+            result.halo_depth,
         )?
         .report(engine.device().map(|g| &**g));
     Ok(())
