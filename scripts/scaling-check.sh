@@ -142,7 +142,7 @@ done
 tdif=(diffusion --engine device --mpi --halos nccl --size 512)
 for np in $(seq 1 "$N"); do
     want temporal || break
-    for case in "f32 3" "f32 3 seq" "f32 1" "f64 2" "f64 2 seq" "f64 1"; do
+    for case in "f32 3" "f32 3 seq" "f32 1" "f32 auto" "f64 2" "f64 2 seq" "f64 1" "f64 auto"; do
         set -- $case
         name=temporal-$1-t$2${3:+-$3}
         if [ "$np" -eq 1 ] && [ -n "${3:-}" ]; then
@@ -196,8 +196,8 @@ apps=""
 for app in diffusion lbm advection; do
     want $app && apps="$apps $app $app-nccl $app-seq $app-weak"
 done
-want temporal && apps="$apps temporal-f32-t3 temporal-f32-t3-seq temporal-f32-t1 temporal-f64-t2"
-want temporal && apps="$apps temporal-f64-t2-seq temporal-f64-t1"
+want temporal && apps="$apps temporal-f32-t3 temporal-f32-t3-seq temporal-f32-t1 temporal-f32-tauto"
+want temporal && apps="$apps temporal-f64-t2 temporal-f64-t2-seq temporal-f64-t1 temporal-f64-tauto"
 if want lqcd; then
     for dims in $lqcd_sizes; do
         apps="$apps mhat-$dims mhat-$dims-seq"
@@ -219,6 +219,7 @@ for app in $apps; do
         lbm-weak) unit=MLUPs/s what="lbm weak, 384^3 per GPU" ;;
         advection-weak) unit="Gpoints/s" what="advection weak, 8192^2 per GPU" ;;
         temporal-*-t1) unit=GLUPS what="diffusion 512^3 ${app:9:3}, single steps" ;;
+        temporal-*-tauto) unit=GLUPS what="diffusion 512^3 ${app:9:3}, --temporal auto (chosen on the slab)" ;;
         temporal-*-seq) unit=GLUPS what="diffusion 512^3 ${app:9:3}, ${app:14:1} steps/pass, no overlap" ;;
         temporal-*) unit=GLUPS what="diffusion 512^3 ${app:9:3}, ${app:14:1} steps/pass" ;;
         mhat-*-seq) unit=GFLOPS what="M_hat ${app:5:-4} f32, no overlap" ;;

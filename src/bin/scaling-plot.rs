@@ -287,19 +287,24 @@ fn classify(run: &str) -> Option<LineKind> {
             )
         });
     }
-    // `temporal-PRECISION-tSTEPS[-seq]`: passes of STEPS steps (1: single steps), ideal scaling from
-    // the blocked pass's one-GPU rate, the measure.
+    // `temporal-PRECISION-tSTEPS[-seq]`: passes of STEPS steps (1: single steps; auto: chosen on a
+    // rank's slab), ideal scaling from the blocked pass's one-GPU rate, the measure.
     if let Some(rest) = run.strip_prefix("temporal-") {
         let (rest, seq) = match rest.strip_suffix("-seq") {
             Some(rest) => (rest, true),
             None => (rest, false),
         };
         let (precision, steps) = rest.split_once("-t")?;
-        let steps: usize = steps.parse().ok().filter(|t| (1..=16).contains(t))?;
-        if !matches!(precision, "f32" | "f64") || (steps == 1 && seq) {
+        // 0 for auto.
+        let steps: usize = match steps {
+            "auto" => 0,
+            t => t.parse().ok().filter(|t| (1..=16).contains(t))?,
+        };
+        if !matches!(precision, "f32" | "f64") || (steps <= 1 && seq) {
             return None;
         }
         let (order, label) = match (steps, seq) {
+            (0, _) => (3, "--temporal auto".to_string()),
             (1, _) => (2, "single steps".to_string()),
             (t, false) => (0, format!("{t} steps a pass")),
             (t, true) => (1, format!("{t} steps a pass, no overlap")),
@@ -697,10 +702,10 @@ lqcd-32x32x32x64-bogus,1,1.0,GFLOPS,100.0
             .iter()
             .flat_map(|a| ["", "-nccl", "-seq", "-weak"].map(|k| format!("{a}{k}")))
             .collect();
-        for run in ["t3", "t3-seq", "t1"] {
+        for run in ["t3", "t3-seq", "t1", "tauto"] {
             runs.push(format!("temporal-f32-{run}"));
         }
-        for run in ["t2", "t2-seq", "t1"] {
+        for run in ["t2", "t2-seq", "t1", "tauto"] {
             runs.push(format!("temporal-f64-{run}"));
         }
         for dims in ["32x32x32x64", "48x48x48x96"] {
@@ -727,6 +732,7 @@ lqcd-32x32x32x64-bogus,1,1.0,GFLOPS,100.0
             "poisson",
             "temporal-f16-t2",
             "temporal-f32-t1-seq",
+            "temporal-f32-tauto-seq",
             "temporal-f32-tx",
         ] {
             assert_eq!(classify(bad), None, "{bad}");
