@@ -20,7 +20,7 @@ use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
     equilibrium, opposite, step_entry, tag, Cuts, Half, Lattices, Physics, Scheme, Step, Storage,
-    C, Q, W,
+    C, END_SHIFT, Q, W,
 };
 use rayon::prelude::*;
 
@@ -321,13 +321,34 @@ fn beside_needs() -> crate::Error {
     )
 }
 
+/// The cells by which a GPU step's threads shift the rows (`shifted`) for storage of `bytes` per
+/// population: [`END_SHIFT`] for f16 where most rows have a cell near a boundary next to an end (an
+/// inlet and an outlet across x, walls closing x), so that both share one warp, which they hold up;
+/// else 0. In f32 and f64, bound by memory, the shifted warps' accesses cost more than the warps
+/// they free (at 256^3 on an H200, the sphere's channel ran at 69% of the box in f32 two-lattice
+/// against 76% unshifted; f16 at 72% against 62%, docs/BENCHMARKS.md).
+fn row_shift(tags: &[u8], [nx, ny, nz]: [usize; 3], bytes: usize) -> u32 {
+    if nx < 2 * END_SHIFT as usize || bytes != 2 {
+        return 0;
+    }
+    let near = |x: usize| {
+        (0..ny * nz)
+            .filter(|r| tags[r * nx + x] & tag::NEAR_WALL != 0)
+            .count()
+    };
+    match near(1) + near(nx - 2) > ny * nz {
+        true => END_SHIFT,
+        false => 0,
+    }
+}
+
 /// The threads per block [`Lbm::tune_block`] tries.
 pub const TUNE_BLOCKS: [u32; 4] = [128, 256, 512, 1024];
 
 /// The block widths tried (threads along x; 0: as wide as the block or the grid's rows): a block
 /// ends when its slowest warp does, and with an inlet and an outlet across x every row has a cell
-/// near a boundary at each end, whose warps take longer. Blocks a warp wide keep them apart from the
-/// rest of the row.
+/// near a boundary at each end, whose warps take longer (`row_shift` gives f16 one such warp a row).
+/// Blocks a warp wide keep them apart from the rest of the row.
 pub const TUNE_WIDTHS: [u32; 2] = [0, 32];
 
 /// The tuner's name of the block width.
@@ -528,6 +549,8 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     /// Whether the rank's cells include free-slip ones: its GPU steps run the entries that mirror off
     /// them (`Bound::set_slip`).
     slips: bool,
+    /// The cells by which the GPU's threads shift the rows ([`row_shift`]).
+    shift: u32,
     /// Whether the halo planes of `f` hold the neighbours' planes of the step before (an overlapped
     /// NCCL step exchanges what it wrote; the others exchange what they read, first).
     halos_current: bool,
@@ -803,6 +826,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 moments: Vec::new(),
             },
             slips: local.tags().iter().any(|t| t & tag::SLIP != 0),
+            shift: row_shift(local.tags(), local.dims(), std::mem::size_of::<S>()),
             geometry: local,
             params,
             streaming,
@@ -1064,6 +1088,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             .iter()
             .map(|&s| step_entry::<S>(s, self.slips, full))
             .collect()
+    }
+
+    /// The cells by which the GPU's threads shift the rows (`shifted`); the CPU runs every cell in
+    /// its place whatever it says.
+    pub fn row_shift(&self) -> u32 {
+        self.shift
     }
 
     /// Threads per block of the GPU kernels.
@@ -1398,6 +1428,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         step.set_slip(self.slips);
         let [nx, ny, _] = self.dims_u32();
         let [bx, by] = self.block_shape();
+        step.set_shift(self.shift).map_err(HostError::from)?;
         let grid = [nx.div_ceil(bx), ny.div_ceil(by), planes[1]];
         gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
         Ok(())

@@ -16,7 +16,7 @@ use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{self, param};
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::Error as HostError;
-use lattice_gpu_kernels::lbm::{tag, Half, Q};
+use lattice_gpu_kernels::lbm::{tag, Half, END_SHIFT, Q};
 use lattice_gpu_lbm::cases;
 use lattice_gpu_lbm::geometry::{BounceBack, Obstacle};
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
@@ -32,7 +32,12 @@ use lattice_gpu_testkit as common;
 /// z = 4 and a free-slip plane at the outlet's x above, a spherical body whose links bounce back as
 /// `rule` says; periodic in z, and in x above.
 fn geometry(rule: BounceBack) -> Geometry {
-    let dims = [13, 11, 9];
+    geometry_of(13, rule)
+}
+
+/// [`geometry`] with rows of `nx` cells.
+fn geometry_of(nx: usize, rule: BounceBack) -> Geometry {
+    let dims = [nx, 11, 9];
     let mut g = Geometry::channel(dims).unwrap();
     for x in 0..dims[0] {
         for z in 0..dims[2] {
@@ -43,11 +48,11 @@ fn geometry(rule: BounceBack) -> Geometry {
     g.set([7, 5, 4], tag::WALL);
     for (y, z) in (1..10).flat_map(|y| (0..4).map(move |z| (y, z))) {
         g.set([0, y, z], tag::INLET);
-        g.set([12, y, z], tag::OUTLET);
+        g.set([nx - 1, y, z], tag::OUTLET);
     }
     // A free-slip plane above the outlet: its mirrored links cross z planes.
     for (y, z) in (1..10).flat_map(|y| (4..9).map(move |z| (y, z))) {
-        g.set([12, y, z], tag::SLIP_X);
+        g.set([nx - 1, y, z], tag::SLIP_X);
     }
     g.mark_near_walls();
     // A body whose force the runs report.
@@ -74,9 +79,20 @@ fn gpu_matches_cpu<S: LbmStorage>(
     engine: &Engine,
     streaming: Streaming,
     collision: Collision,
-    (rule, outlet_memory): (BounceBack, u64),
+    rule: (BounceBack, u64),
 ) {
-    let g = geometry(rule);
+    gpu_matches_cpu_in::<S>(engine, streaming, collision, rule, 13);
+}
+
+/// [`gpu_matches_cpu`] on [`geometry_of`] `nx`.
+fn gpu_matches_cpu_in<S: LbmStorage>(
+    engine: &Engine,
+    streaming: Streaming,
+    collision: Collision,
+    (rule, outlet_memory): (BounceBack, u64),
+    nx: usize,
+) {
+    let g = geometry_of(nx, rule);
     let cells = g.cells();
     let p = Params {
         tau: 0.62,
@@ -98,8 +114,14 @@ fn gpu_matches_cpu<S: LbmStorage>(
         l
     };
     let (mut dev, mut host) = (make(engine), make(&Engine::Host));
+    let shift = if nx >= 32 && S::NAME == "f16" {
+        END_SHIFT
+    } else {
+        0
+    };
+    assert_eq!(dev.row_shift(), shift, "rows of {nx} cells in {}", S::NAME);
     let what = format!(
-        "{} {} {collision:?} {rule:?}, outlet memory {outlet_memory}",
+        "{} {} {collision:?} {rule:?}, outlet memory {outlet_memory}, rows of {nx}",
         S::NAME,
         streaming.name()
     );
@@ -159,6 +181,8 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
                 gpu_matches_cpu::<f32>(&e, streaming, collision, rule);
                 gpu_matches_cpu::<Half>(&e, streaming, collision, rule);
             }
+            // Rows long enough for f16's threads to run them shifted (`shifted`).
+            gpu_matches_cpu_in::<Half>(&e, streaming, collision, (BounceBack::Interpolated, 5), 40);
         }
     }
 }

@@ -19,7 +19,8 @@ mod storage;
 
 pub use force::{link, ForceEntry, Forces, FORCE_BLOCK};
 pub use step::{
-    bouzidi, equilibrium, step_entry, Cuts, Lattices, Physics, Scheme, Step, StepEntry,
+    bouzidi, equilibrium, shifted, step_entry, Cuts, Lattices, Physics, Scheme, Step, StepEntry,
+    END_SHIFT,
 };
 pub use storage::{Half, Storage, HALF_SCALE};
 
@@ -228,5 +229,23 @@ mod tests {
                 assert!((m2[a][b] - want).abs() < 1e-15, "{a}{b}");
             }
         }
+    }
+
+    #[test]
+    fn shifted_rows_run_every_cell_once_both_ends_in_one_warp() {
+        for nx in [1, 5, 31, 32, 37, 256] {
+            let mut seen = [0u32; 256];
+            for x in 0..nx {
+                seen[shifted(nx, END_SHIFT % nx, x) as usize] += 1;
+            }
+            assert!(
+                seen[..nx as usize].iter().all(|&n| n == 1),
+                "{nx}: {seen:?}"
+            );
+        }
+        // The last warp of a 256-cell row holds both cells next to its ends, and no other warp does.
+        let warp = |x: u32| (0..256).find(|&t| shifted(256, END_SHIFT, t) == x).unwrap() / 32;
+        assert_eq!((warp(1), warp(254)), (7, 7));
+        assert_eq!((warp(16), warp(239)), (0, 6));
     }
 }
