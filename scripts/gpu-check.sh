@@ -376,12 +376,16 @@ lbm_part() {
         "$BIN/lbm" taylor-green --engine device --size 256x256x4 --steps 4000 --output "$out/lbm-tg"
     expect "lbm taylor-green f16 64^2" ok "analytic" "$out/lbm-tg16.log" \
         "$BIN/lbm" taylor-green --engine device --precision f16 --size 64x64x4 --steps 2000 --output "$out/lbm-tg16"
+    expect "lbm taylor-green D3Q27 f32 128^2" ok "analytic" "$out/lbm-tg27.log" \
+        "$BIN/lbm" taylor-green --engine device --velocities d3q27 --size 128x128x4 --steps 2000 \
+        --output "$out/lbm-tg27"
     expect "lbm lid 0.3: clear error" fail "Mach 0.3" "$out/lbm-badlid.log" \
         "$BIN/lbm" cavity --engine device --lid 0.3 --output "$out/lbm-bad"
     expect "lbm 1600^3 f64: clear out-of-memory error" fail "GiB of GPU memory but only" "$out/lbm-oom.log" \
         "$BIN/lbm" taylor-green --engine device --precision f64 --streaming ab --size 1600 --output "$out/lbm-bad"
     cp "$out"/lbm-cavity/centreline_*.csv "$out/" 2>/dev/null
-    bench "lbm bench" "$out/lbm-bench.log" "$BIN/lbm" bench --csv "$out/lbm-bench.csv"
+    bench "lbm bench" "$out/lbm-bench.log" "$BIN/lbm" bench --velocities d3q19,d3q27 \
+        --csv "$out/lbm-bench.csv"
 }
 
 advection_part() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decomposed runs under MPI, on the CPU engine in CI (no GPU): `diffusion --mpi` (z split),
-# `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, walls, a moving lid, a body,
+# `advection --mpi` (y split) and `lbm --mpi` (z split, both streaming schemes, both velocity sets, walls, a moving lid, a body,
 # an inlet and an outlet across the cuts, and the body's forces) over 1, 2
 # and 3 ranks must write the same bytes as the undecomposed runs (odd sizes, so 3 ranks split unevenly),
 # and impossible splits must fail with a clear message, not hang; diffusion, advection and lbm checkpoints
@@ -207,6 +207,10 @@ same_as_single "lbm obstacle in place, free-slip sides" velocity.npy ${lbmbody/-
 # sound out (its references in the outlet cells).
 same_as_single "lbm obstacle in place, interpolated, non-reflecting" forces.csv $lbmbody --streaming aa \
     --bounce-back interpolated --outlet non-reflecting --outlet-memory 1
+# The same on D3Q27, whose corner links cross the cuts too.
+same_as_single "lbm D3Q27 obstacle in place, interpolated, non-reflecting" forces.csv $lbmbody --streaming aa \
+    --bounce-back interpolated --outlet non-reflecting --outlet-memory 1 --velocities d3q27
+same_as_single "lbm D3Q27 obstacle two-lattice f32, flow" velocity.npy $lbmbody --streaming ab --velocities d3q27
 # An in-place f16 cavity stopped at an odd step on 2 ranks resumes on 3 and on 1 to the straight bytes.
 lbmck="cavity --engine $engine --size 10x9x7 --closed-z --re 20 --precision f16 --streaming aa"
 "$lbm" $lbmck --steps 24 --output "$work/lbm-straight" >/dev/null || { echo "lbm straight run FAIL"; status=1; }

@@ -345,9 +345,12 @@ impl<'a, K: Copy> Bound<'a, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lbm::{Lattices, Physics, Scheme, Step, Q};
+    use crate::lbm::{Lattices, Physics, Scheme, Step};
     use std::string::ToString;
     use std::vec;
+
+    /// The populations of the velocity set the tests bind (D3Q19).
+    const Q: usize = 19;
 
     const PHYSICS: Physics<f32> = Physics {
         omega: 1.0,
@@ -366,7 +369,7 @@ mod tests {
         g: Option<&'a mut [f32]>,
         tags: &'a [u8],
         planes: [u32; 2],
-    ) -> Result<Bound<'a, Step<f32>>, SpanError> {
+    ) -> Result<Bound<'a, Step<f32, Q>>, SpanError> {
         let mem = Lattices {
             f: SpanMut::of(f),
             g: g.map(SpanMut::of),
@@ -422,7 +425,7 @@ mod tests {
             moments: None,
             cuts: None,
         };
-        let err = Step::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        let err = Step::<_, Q>::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
         assert_eq!(
             err,
             SpanError::Overlap {
@@ -439,7 +442,8 @@ mod tests {
             moments: None,
             cuts: None,
         };
-        let err = Step::bind(Scheme::AaEven, mixed, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        let err =
+            Step::<_, Q>::bind(Scheme::AaEven, mixed, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
         assert_eq!(err, SpanError::Mixed);
         assert!(err.to_string().contains("host and device"), "{err}");
         // Interpolated links: a row index per cell.
@@ -455,7 +459,7 @@ mod tests {
                 distances: Span::of(&distances),
             }),
         };
-        let err = Step::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
+        let err = Step::<_, Q>::bind(Scheme::Ab, mem, [4, 3, 2], [0, 2], PHYSICS).unwrap_err();
         assert!(
             matches!(
                 err,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use lattice_gpu_kernels::lbm::{link, opposite, tag, C};
+use lattice_gpu_kernels::lbm::{link, opposite, tag, Velocities, C};
 use rayon::prelude::*;
 
 use crate::{Error, Result};
@@ -150,6 +150,7 @@ pub struct Geometry {
     /// Where a body's surface cuts a link into it ([`link`]), as a share of the link.
     cuts: HashMap<u64, f64>,
     bounce_back: BounceBack,
+    velocities: Velocities,
 }
 
 impl Geometry {
@@ -163,6 +164,7 @@ impl Geometry {
             bodies: Vec::new(),
             cuts: HashMap::new(),
             bounce_back: BounceBack::Halfway,
+            velocities: Velocities::D3Q19,
         })
     }
 
@@ -330,6 +332,7 @@ impl Geometry {
             .par_iter()
             .flat_map_iter(|&b| {
                 let b = b as usize;
+                // Every direction of either set: the set may change after.
                 (1..C.len()).filter_map(move |q| {
                     let n = this.neighbour(b, opposite(q));
                     let d = cut(this.node(b), q)?;
@@ -351,6 +354,23 @@ impl Geometry {
         self.bounce_back
     }
 
+    /// Sets the velocity set (default D3Q19), which decides the links and which cells lie next to a
+    /// boundary.
+    pub fn set_velocities(&mut self, velocities: Velocities) {
+        self.velocities = velocities;
+        self.mark_near_walls();
+    }
+
+    /// The velocity set.
+    pub fn velocities(&self) -> Velocities {
+        self.velocities
+    }
+
+    /// The directions of the velocity set but the rest one.
+    fn moving(&self) -> std::ops::Range<usize> {
+        1..self.velocities.q()
+    }
+
     /// The links whose wall is not halfway ([`cut`](Self::cut)): `(cell, q, distance)`, sorted.
     pub fn cut_links(&self) -> Vec<(usize, usize, f64)> {
         if self.bounce_back == BounceBack::Halfway {
@@ -360,8 +380,8 @@ impl Geometry {
             .cuts
             .keys()
             .map(|&l| ((l & 0xffff_ffff) as usize, (l >> 32) as usize))
-            // A later body may have covered a cell.
-            .filter(|&(n, _)| self.is_fluid(n))
+            // A later body may have covered a cell; D3Q19 leaves the corners out.
+            .filter(|&(n, q)| self.is_fluid(n) && q < self.velocities.q())
             .map(|(n, q)| (n, q, self.cut(n, q)))
             .filter(|&(.., d)| d != 0.5)
             .collect();
@@ -406,7 +426,7 @@ impl Geometry {
         let touching = body
             .iter()
             .map(|&n| n as usize)
-            .find(|&n| open(n) || (1..C.len()).any(|q| open(self.neighbour(n, q))));
+            .find(|&n| open(n) || self.moving().any(|q| open(self.neighbour(n, q))));
         if let Some(n) = touching {
             let p = self.node(n).map(|v| v as usize);
             return Err(Error::InvalidParameter(format!(
@@ -436,7 +456,8 @@ impl Geometry {
         let mut links: Vec<(usize, usize)> = self.bodies[b]
             .iter()
             .flat_map(|&cell| {
-                (1..C.len()).map(move |q| (self.neighbour(cell as usize, opposite(q)), q))
+                self.moving()
+                    .map(move |q| (self.neighbour(cell as usize, opposite(q)), q))
             })
             .filter(|&(n, _)| self.is_fluid(n))
             .collect();
@@ -506,7 +527,8 @@ impl Geometry {
         self.tags[n] = t;
     }
 
-    /// Marks every fluid cell with a wall among its 18 neighbours with [`tag::NEAR_WALL`] (and clears
+    /// Marks every fluid cell with a wall among its neighbours along the velocity set's directions
+    /// with [`tag::NEAR_WALL`] (and clears
     /// the mark elsewhere), so that the kernels look at neighbour tags only there.
     pub fn mark_near_walls(&mut self) {
         let [nx, ny, nz] = self.dims;
@@ -523,7 +545,7 @@ impl Geometry {
                         if !self.is_fluid(n) {
                             continue;
                         }
-                        let near = C.iter().any(|c| {
+                        let near = self.velocities.directions().iter().any(|c| {
                             let m = self.index([
                                 wrap(x, c[0], nx),
                                 wrap(y, c[1], ny),

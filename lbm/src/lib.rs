@@ -1,8 +1,9 @@
-//! Lattice Boltzmann on lattice-gpu: a D3Q19 solver after the Palabos GPU port and FluidX3D, with the
-//! collide-and-stream body of `lattice_gpu_kernels::lbm` run on a GPU or the CPU.
+//! Lattice Boltzmann on lattice-gpu: a D3Q19 and D3Q27 solver after the Palabos GPU port and
+//! FluidX3D, with the collide-and-stream body of `lattice_gpu_kernels::lbm` run on a GPU or the CPU.
 //!
 //! - [`params`]: relaxation time, BGK or TRT, body force, wall velocity, and their stability checks.
-//! - [`geometry`]: the grid and its cell tags (fluid, wall, moving wall; periodic where no walls are).
+//! - [`geometry`]: the grid, its cell tags (fluid, wall, moving wall; periodic where no walls are) and
+//!   its velocity set (D3Q19 or D3Q27).
 //! - [`solver`]: a run in f64, f32 or f16 storage with two-lattice or in-place (AA) streaming, its
 //!   memory footprint (checked before anything is allocated), and the collective check of its state
 //!   for NaN and for a stop asked by a signal ([`Lbm::verdict`]).
@@ -55,5 +56,6 @@ pub mod voxelise;
 
 pub use error::{Error, Result};
 pub use geometry::Geometry;
+pub use lattice_gpu_kernels::lbm::Velocities;
 pub use params::{Collision, Open, Params};
 pub use solver::{Engine, Lbm, LbmStorage, Moments, Spread, Streaming};

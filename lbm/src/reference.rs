@@ -1,10 +1,14 @@
-//! A naive CPU reference for the D3Q19 lattice-Boltzmann solver: f64, array of structures, one
-//! cell at a time, two arrays.
+//! A naive CPU reference for the D3Q19 and D3Q27 lattice-Boltzmann solvers: f64, array of
+//! structures, one cell at a time, two arrays.
 //!
 //! It exists to check the optimised implementation, so it is written from the specification
-//! alone and shares nothing with it: its own velocity table, weights and opposite map. Clarity
+//! alone and shares nothing with it: its own velocity tables, weights and opposite map. Clarity
 //! wins over speed everywhere; a test grid of a few thousand cells runs hundreds of steps in well
 //! under a second, which is all a reference needs.
+//!
+//! The velocity set is chosen per solver ([`RefLattice`]): D3Q19, or D3Q27, whose first 19
+//! velocities are D3Q19's in the same order, so that population `q` means the same velocity in
+//! both. Every rule below is the same for both, summed over the chosen set with its weights.
 //!
 //! The model: pull streaming with halfway bounce-back at wall cells (moving walls add the usual
 //! `6 w_q rho_w (c_q . u_w)`, `rho_w = 1`; inlet cells the same with the inflow profile's velocity at
@@ -15,18 +19,22 @@
 //! upstream being fluid, `f*_k(x) / (2 d) + (1 - 1 / (2 d)) f*_opp(k)(x)` for `d >= 1/2`),
 //! Guo forcing with the half-force velocity shift, and a
 //! two-relaxation-time collision that reduces to BGK when no magic parameter is given. The state
-//! of a cell is its 19 full post-collision populations of the last step.
+//! of a cell is its `q` full post-collision populations of the last step.
 
 // Index loops over q and the axes read like the sums in the specification, which is the point
 // of a reference.
 #![allow(clippy::needless_range_loop)]
 
-/// Number of discrete velocities.
+/// Number of discrete velocities of D3Q19.
 pub const REF_Q: usize = 19;
 
-/// The discrete velocities: rest, the six faces, then the twelve edges, each followed by its
-/// opposite so that `q` and [`ref_opposite`]`(q)` are neighbours in the table.
-pub const REF_C: [[i32; 3]; REF_Q] = [
+/// Number of discrete velocities of D3Q27.
+pub const REF_Q27: usize = 27;
+
+/// The D3Q27 velocities: rest, the six faces, the twelve edges, then the eight corners, each
+/// moving one followed by its opposite so that `q` and [`ref_opposite`]`(q)` are neighbours in the
+/// table. The first [`REF_Q`] are D3Q19's ([`REF_C`]).
+pub const REF_C27: [[i32; 3]; REF_Q27] = [
     [0, 0, 0],
     [1, 0, 0],
     [-1, 0, 0],
@@ -46,7 +54,28 @@ pub const REF_C: [[i32; 3]; REF_Q] = [
     [-1, 0, 1],
     [0, 1, -1],
     [0, -1, 1],
+    [1, 1, 1],
+    [-1, -1, -1],
+    [1, 1, -1],
+    [-1, -1, 1],
+    [1, -1, 1],
+    [-1, 1, -1],
+    [-1, 1, 1],
+    [1, -1, -1],
 ];
+
+/// The D3Q19 velocities: rest, the six faces, then the twelve edges, each followed by its
+/// opposite so that `q` and [`ref_opposite`]`(q)` are neighbours in the table.
+pub const REF_C: [[i32; 3]; REF_Q] = {
+    // One table, so that D3Q19 cannot drift from D3Q27's first 19.
+    let mut c = [[0; 3]; REF_Q];
+    let mut q = 0;
+    while q < REF_Q {
+        c[q] = REF_C27[q];
+        q += 1;
+    }
+    c
+};
 
 const W_REST: f64 = 1.0 / 3.0;
 const W_FACE: f64 = 1.0 / 18.0;
@@ -58,12 +87,58 @@ pub const REF_W: [f64; REF_Q] = [
     W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE, W_EDGE,
 ];
 
-/// The index of the velocity opposite to `q` (`c = -c_q`); 0 is its own opposite.
+const W27_REST: f64 = 8.0 / 27.0;
+const W27_FACE: f64 = 2.0 / 27.0;
+const W27_EDGE: f64 = 1.0 / 54.0;
+const W27_CORNER: f64 = 1.0 / 216.0;
+
+/// The lattice weights of [`REF_C27`]: 8/27 at rest, 2/27 on faces, 1/54 on edges, 1/216 on
+/// corners.
+pub const REF_W27: [f64; REF_Q27] = [
+    W27_REST, W27_FACE, W27_FACE, W27_FACE, W27_FACE, W27_FACE, W27_FACE, W27_EDGE, W27_EDGE,
+    W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE, W27_EDGE,
+    W27_EDGE, W27_CORNER, W27_CORNER, W27_CORNER, W27_CORNER, W27_CORNER, W27_CORNER, W27_CORNER,
+    W27_CORNER,
+];
+
+/// The velocity set of a [`Reference`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefLattice {
+    /// Rest, faces and edges: [`REF_C`] with [`REF_W`].
+    D3Q19,
+    /// Rest, faces, edges and corners: [`REF_C27`] with [`REF_W27`].
+    D3Q27,
+}
+
+impl RefLattice {
+    /// Number of discrete velocities: 19 or 27.
+    pub fn q(self) -> usize {
+        match self {
+            RefLattice::D3Q19 => REF_Q,
+            RefLattice::D3Q27 => REF_Q27,
+        }
+    }
+
+    /// The discrete velocities, in the shared order (D3Q19's are D3Q27's first 19).
+    pub fn velocities(self) -> &'static [[i32; 3]] {
+        &REF_C27[..self.q()]
+    }
+
+    /// The lattice weights, one per velocity of [`velocities`](Self::velocities).
+    pub fn weights(self) -> &'static [f64] {
+        match self {
+            RefLattice::D3Q19 => &REF_W,
+            RefLattice::D3Q27 => &REF_W27,
+        }
+    }
+}
+
+/// The index of the velocity opposite to `q` (`c = -c_q`) in either set; 0 is its own opposite.
 ///
-/// Panics if `q >= REF_Q`.
+/// Panics if `q >= REF_Q27`.
 pub fn ref_opposite(q: usize) -> usize {
-    assert!(q < REF_Q, "velocity index {q} out of range 0..{REF_Q}");
-    // REF_C lists each moving velocity right before its opposite, starting at 1.
+    assert!(q < REF_Q27, "velocity index {q} out of range 0..{REF_Q27}");
+    // REF_C27 lists each moving velocity right before its opposite, starting at 1.
     match q {
         0 => 0,
         q if q % 2 == 1 => q + 1,
@@ -118,11 +193,12 @@ pub struct RefParams {
 #[derive(Clone, Debug)]
 pub struct Reference {
     dims: [usize; 3],
+    lattice: RefLattice,
     /// Tags with the hint bit removed: 0 fluid, 1 resting wall, 2 moving wall.
     tags: Vec<u8>,
     params: RefParams,
-    /// Post-collision populations of the last step, one array of 19 per cell.
-    f: Vec<[f64; REF_Q]>,
+    /// Post-collision populations of the last step, `q` per cell: cell `n`'s at `n q .. (n + 1) q`.
+    f: Vec<f64>,
     /// Where a resting wall's surface lies on a link `(fluid cell, direction into the wall)`, as a
     /// share of the link; halfway where absent.
     surfaces: std::collections::HashMap<(usize, usize), f64>,
@@ -133,12 +209,25 @@ pub struct Reference {
 }
 
 impl Reference {
-    /// A solver on a periodic `dims` grid with one tag per cell (index `x + nx*(y + ny*z)`),
-    /// every cell at rest equilibrium (`rho = 1`, `u = 0`).
+    /// A D3Q19 solver on a periodic `dims` grid with one tag per cell (index `x + nx*(y + ny*z)`),
+    /// every cell at rest equilibrium (`rho = 1`, `u = 0`); [`with_lattice`](Self::with_lattice)
+    /// with [`RefLattice::D3Q19`].
     ///
     /// Panics if `tags.len()` is not the number of cells, if a tag (without bit 0x80) is not
     /// 0, 1 or 2, if `tau <= 1/2` or if the magic parameter is not positive.
     pub fn new(dims: [usize; 3], tags: Vec<u8>, params: RefParams) -> Self {
+        Self::with_lattice(dims, tags, params, RefLattice::D3Q19)
+    }
+
+    /// A solver over the velocity set `lattice`, otherwise as [`new`](Self::new).
+    ///
+    /// Panics as [`new`](Self::new) does.
+    pub fn with_lattice(
+        dims: [usize; 3],
+        tags: Vec<u8>,
+        params: RefParams,
+        lattice: RefLattice,
+    ) -> Self {
         let cells = dims
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -173,16 +262,46 @@ impl Reference {
         if let Some(magic) = params.magic {
             assert!(magic > 0.0, "magic parameter {magic} must be positive");
         }
-        let rest = equilibrium(1.0, [0.0; 3]);
+        let rest = equilibrium(lattice, 1.0, [0.0; 3]);
+        let cells_q = cells
+            .checked_mul(lattice.q())
+            .expect("grid too large: the number of populations overflows usize");
         Reference {
             dims,
+            lattice,
             tags,
             params,
-            f: vec![rest; cells],
+            f: rest.iter().copied().cycle().take(cells_q).collect(),
             moments: vec![(0.0, [0.0; 3]); cells],
             surfaces: std::collections::HashMap::new(),
             steps: 0,
         }
+    }
+
+    /// The velocity set this solver runs on.
+    pub fn lattice(&self) -> RefLattice {
+        self.lattice
+    }
+
+    /// Number of discrete velocities, the populations per cell.
+    pub fn q(&self) -> usize {
+        self.lattice.q()
+    }
+
+    /// Cell `n`'s populations as stored: of the last step, or as set.
+    fn cell(&self, n: usize) -> &[f64] {
+        let q = self.q();
+        &self.f[n * q..(n + 1) * q]
+    }
+
+    /// `c_q` as reals.
+    fn c(&self, q: usize) -> [f64; 3] {
+        self.lattice.velocities()[q].map(f64::from)
+    }
+
+    /// `w_q`.
+    fn w(&self, q: usize) -> f64 {
+        self.lattice.weights()[q]
     }
 
     /// Puts the surface of the resting wall next to fluid cell `n` along `c_k` at `n + d c_k`.
@@ -197,18 +316,18 @@ impl Reference {
     /// or interpolated where the wall's surface was placed.
     fn returned_by_resting_wall(&self, n: usize, q: usize) -> f64 {
         let k = ref_opposite(q);
-        let sent = self.f[n][k];
+        let sent = self.cell(n)[k];
         match self.surfaces.get(&(n, k)) {
             None => sent,
             Some(&d) if d < 0.5 => {
                 let up = self.neighbour(n, k, -1);
                 if self.tags[up] == FLUID {
-                    2.0 * d * sent + (1.0 - 2.0 * d) * self.f[up][k]
+                    2.0 * d * sent + (1.0 - 2.0 * d) * self.cell(up)[k]
                 } else {
                     sent
                 }
             }
-            Some(&d) => sent / (2.0 * d) + (1.0 - 1.0 / (2.0 * d)) * self.f[n][q],
+            Some(&d) => sent / (2.0 * d) + (1.0 - 1.0 / (2.0 * d)) * self.cell(n)[q],
         }
     }
 
@@ -219,8 +338,9 @@ impl Reference {
         let mut m = [0.0; 3];
         for &(n, k) in links {
             let back = self.returned_by_resting_wall(n, ref_opposite(k));
+            let c = self.c(k);
             for a in 0..3 {
-                m[a] += f64::from(REF_C[k][a]) * (self.f[n][k] + back);
+                m[a] += c[a] * (self.cell(n)[k] + back);
             }
         }
         m
@@ -233,17 +353,28 @@ impl Reference {
 
     /// Sets cell `n`'s populations to the equilibrium of density `rho` and velocity `u`.
     pub fn set_equilibrium(&mut self, n: usize, rho: f64, u: [f64; 3]) {
-        self.f[n] = equilibrium(rho, u);
+        let feq = equilibrium(self.lattice, rho, u);
+        self.set_populations(n, &feq);
     }
 
-    /// Sets cell `n`'s 19 (full, post-collision) populations.
-    pub fn set_populations(&mut self, n: usize, f: [f64; REF_Q]) {
-        self.f[n] = f;
+    /// Sets cell `n`'s `q` (full, post-collision) populations.
+    ///
+    /// Panics if `f.len()` is not [`q`](Self::q).
+    pub fn set_populations(&mut self, n: usize, f: &[f64]) {
+        let q = self.q();
+        assert_eq!(
+            f.len(),
+            q,
+            "{} populations given for a cell of {:?}, which has {q}",
+            f.len(),
+            self.lattice
+        );
+        self.f[n * q..(n + 1) * q].copy_from_slice(f);
     }
 
-    /// Cell `n`'s 19 post-collision populations of the last step (or as set).
-    pub fn populations(&self, n: usize) -> [f64; REF_Q] {
-        self.f[n]
+    /// Cell `n`'s `q` post-collision populations of the last step (or as set).
+    pub fn populations(&self, n: usize) -> Vec<f64> {
+        self.cell(n).to_vec()
     }
 
     /// One time step of every fluid cell: stream (pull, bounce-back at walls), take moments,
@@ -258,74 +389,76 @@ impl Reference {
         };
         let force = self.params.force;
         let u_wall = self.params.wall_velocity;
+        let nq = self.q();
 
         self.steps += 1;
         let mut new_f = self.f.clone();
-        for n in 0..self.f.len() {
+        for n in 0..self.tags.len() {
             if self.tags[n] != FLUID {
                 self.moments[n] = (0.0, [0.0; 3]);
                 continue;
             }
             let mut f = self.stream_into(n, u_wall);
             if let Some((o, reference)) = self.complete_outlets(n, &mut f) {
-                new_f[o][0] = W_REST + reference;
+                new_f[o * nq] = self.w(0) + reference;
             }
 
             let rho: f64 = f.iter().sum();
             let mut j = [0.0; 3];
-            for q in 0..REF_Q {
+            for q in 0..nq {
+                let c = self.c(q);
                 for a in 0..3 {
-                    j[a] += f[q] * f64::from(REF_C[q][a]);
+                    j[a] += f[q] * c[a];
                 }
             }
             let u: [f64; 3] = std::array::from_fn(|a| (j[a] + 0.5 * force[a]) / rho);
             self.moments[n] = (rho, u);
 
-            let feq = equilibrium(rho, u);
+            let feq = equilibrium(self.lattice, rho, u);
             let u_dot_f = dot(u, force);
-            let mut post = [0.0; REF_Q];
-            for q in 0..REF_Q {
+            let post = &mut new_f[n * nq..(n + 1) * nq];
+            for q in 0..nq {
                 let o = ref_opposite(q);
-                let c = c_f64(q);
+                let c = self.c(q);
+                let w = self.w(q);
                 let f_plus = 0.5 * (f[q] + f[o]);
                 let f_minus = 0.5 * (f[q] - f[o]);
                 let feq_plus = 0.5 * (feq[q] + feq[o]);
                 let feq_minus = 0.5 * (feq[q] - feq[o]);
-                let s_plus = REF_W[q] * (-3.0 * u_dot_f + 9.0 * dot(c, u) * dot(c, force));
-                let s_minus = 3.0 * REF_W[q] * dot(c, force);
+                let s_plus = w * (-3.0 * u_dot_f + 9.0 * dot(c, u) * dot(c, force));
+                let s_minus = 3.0 * w * dot(c, force);
                 post[q] =
                     f[q] - omega_plus * (f_plus - feq_plus) - omega_minus * (f_minus - feq_minus)
                         + (1.0 - 0.5 * omega_plus) * s_plus
                         + (1.0 - 0.5 * omega_minus) * s_minus;
             }
-            new_f[n] = post;
         }
         self.f = new_f;
     }
 
     /// The incoming populations of fluid cell `n`: pulled from the upstream neighbours, or
     /// bounced back from `n`'s own outgoing ones where the upstream cell is a wall.
-    fn stream_into(&self, n: usize, u_wall: [f64; 3]) -> [f64; REF_Q] {
-        let mut f = [0.0; REF_Q];
-        for q in 0..REF_Q {
-            let from = self.neighbour(n, q, -1);
-            f[q] = match self.tags[from] {
-                FLUID => self.f[from][q],
-                RESTING_WALL => self.returned_by_resting_wall(n, q),
-                MOVING_WALL => {
-                    self.f[n][ref_opposite(q)] + 6.0 * REF_W[q] * 1.0 * dot(c_f64(q), u_wall)
+    fn stream_into(&self, n: usize, u_wall: [f64; 3]) -> Vec<f64> {
+        let own = self.cell(n);
+        (0..self.q())
+            .map(|q| {
+                let from = self.neighbour(n, q, -1);
+                let w = self.w(q);
+                match self.tags[from] {
+                    FLUID => self.cell(from)[q],
+                    RESTING_WALL => self.returned_by_resting_wall(n, q),
+                    MOVING_WALL => own[ref_opposite(q)] + 6.0 * w * 1.0 * dot(self.c(q), u_wall),
+                    INLET => {
+                        let u_in = self.inflow_at(n, q);
+                        own[ref_opposite(q)] + 6.0 * w * 1.0 * dot(self.c(q), u_in)
+                    }
+                    // The velocity terms are added by `complete_outlets`, once all are streamed.
+                    OUTLET => -own[ref_opposite(q)] + 2.0 * w * self.params.outlet_density,
+                    t if t & SLIP_BITS != 0 => self.specular(n, q, t),
+                    t => unreachable!("tag {t} was rejected in new"),
                 }
-                INLET => {
-                    let u_in = self.inflow_at(n, q);
-                    self.f[n][ref_opposite(q)] + 6.0 * REF_W[q] * 1.0 * dot(c_f64(q), u_in)
-                }
-                // The velocity terms are added by `complete_outlets`, once all are streamed.
-                OUTLET => -self.f[n][ref_opposite(q)] + 2.0 * REF_W[q] * self.params.outlet_density,
-                t if t & SLIP_BITS != 0 => self.specular(n, q, t),
-                t => unreachable!("tag {t} was rejected in new"),
-            };
-        }
-        f
+            })
+            .collect()
     }
 
     /// The population entering fluid cell `n` along `q` from the free-slip cell of tag `t`: the one that
@@ -336,7 +469,8 @@ impl Reference {
     /// `c_q` has no component along a normal, the image's wall cell is not such a cell, or its first
     /// cell is not fluid.
     fn specular(&self, n: usize, q: usize, t: u8) -> f64 {
-        let c = REF_C[q];
+        let velocities = self.lattice.velocities();
+        let c = velocities[q];
         let normals =
             |t: u8| -> [bool; 3] { std::array::from_fn(|a| t & (0x10 << a) != 0 && c[a] != 0) };
         let normal = normals(t);
@@ -350,17 +484,18 @@ impl Reference {
             });
             p[0] + nx * (p[1] + ny * p[2])
         };
-        let bounce = self.f[n][ref_opposite(q)];
+        let bounce = self.cell(n)[ref_opposite(q)];
         if !normal.contains(&true) || normals(self.tags[back(normal)]) != normal {
             return bounce;
         }
         let image: [i32; 3] = std::array::from_fn(|a| if normal[a] { -c[a] } else { c[a] });
-        let q_image = (0..REF_Q)
-            .find(|&r| REF_C[r] == image)
-            .expect("D3Q19 holds every mirror image of its velocities");
+        let q_image = velocities
+            .iter()
+            .position(|&r| r == image)
+            .expect("both velocity sets hold every mirror image of their velocities");
         let from = back(normal.map(|b| !b));
         match self.tags[from] {
-            FLUID => self.f[from][q_image],
+            FLUID => self.cell(from)[q_image],
             _ => bounce,
         }
     }
@@ -376,9 +511,10 @@ impl Reference {
                 .sin()
                 .powi(2);
         }
+        let c = self.c(q);
         for a in 0..3 {
             if let Some([lo, hi]) = self.params.parabola[a] {
-                let p = cell[a] as f64 - 0.5 * f64::from(REF_C[q][a]);
+                let p = cell[a] as f64 - 0.5 * c[a];
                 share *= 4.0 * (p - lo) * (hi - p) / ((hi - lo) * (hi - lo));
             }
         }
@@ -389,8 +525,8 @@ impl Reference {
     /// anti-bounce-back, `2 w_q rho_out (4.5 (c.u)^2 - 1.5 u.u)`, `u` the velocity of `f` as streamed;
     /// for outlets that let sound out, also the density's shift (see [`RefParams::outlet_memory`]),
     /// and returns the outlet cell whose reference moved, and the reference's new value.
-    fn complete_outlets(&self, n: usize, f: &mut [f64; REF_Q]) -> Option<(usize, f64)> {
-        let from_outlet: Vec<usize> = (0..REF_Q)
+    fn complete_outlets(&self, n: usize, f: &mut [f64]) -> Option<(usize, f64)> {
+        let from_outlet: Vec<usize> = (0..self.q())
             .filter(|&q| self.tags[self.neighbour(n, q, -1)] == OUTLET)
             .collect();
         if from_outlet.is_empty() {
@@ -398,9 +534,10 @@ impl Reference {
         }
         let rho: f64 = f.iter().sum();
         let mut u = [0.0; 3];
-        for q in 0..REF_Q {
+        for q in 0..self.q() {
+            let c = self.c(q);
             for a in 0..3 {
-                u[a] += f[q] * f64::from(REF_C[q][a]);
+                u[a] += f[q] * c[a];
             }
         }
         let u = std::array::from_fn(|a| (u[a] + 0.5 * self.params.force[a]) / rho);
@@ -410,12 +547,12 @@ impl Reference {
         if let (Some(&q), m) = (face, self.params.outlet_memory) {
             if m > 0 {
                 let o = self.neighbour(n, q, -1);
-                let normal = c_f64(q).map(|c| -c);
-                let (u_n, reference) = (dot(u, normal), self.f[o][0] - W_REST);
+                let normal = self.c(q).map(|c| -c);
+                let (u_n, reference) = (dot(u, normal), self.cell(o)[0] - self.w(0));
                 // The velocity the shift leaves, linear in it: solve d = sqrt(3) (u_n + k d - U).
                 let k: f64 = from_outlet
                     .iter()
-                    .map(|&p| 2.0 * REF_W[p] * dot(c_f64(p), normal) / rho)
+                    .map(|&p| 2.0 * self.w(p) * dot(self.c(p), normal) / rho)
                     .sum();
                 shift = 3f64.sqrt() * (u_n - reference) / (1.0 - 3f64.sqrt() * k);
                 let left = u_n + k * shift;
@@ -424,8 +561,8 @@ impl Reference {
         }
         let rho_out = self.params.outlet_density + shift;
         for q in from_outlet {
-            let cu = dot(c_f64(q), u);
-            f[q] += 2.0 * REF_W[q] * (shift + rho_out * (4.5 * cu * cu - 1.5 * dot(u, u)));
+            let cu = dot(self.c(q), u);
+            f[q] += 2.0 * self.w(q) * (shift + rho_out * (4.5 * cu * cu - 1.5 * dot(u, u)));
         }
         moved
     }
@@ -434,9 +571,10 @@ impl Reference {
     fn neighbour(&self, n: usize, q: usize, sign: i64) -> usize {
         let [nx, ny, nz] = self.dims;
         let pos = [n % nx, (n / nx) % ny, n / (nx * ny)];
+        let c = self.lattice.velocities()[q];
         let moved: [usize; 3] = std::array::from_fn(|a| {
             let size = self.dims[a] as i64;
-            (pos[a] as i64 + sign * i64::from(REF_C[q][a])).rem_euclid(size) as usize
+            (pos[a] as i64 + sign * i64::from(c[a])).rem_euclid(size) as usize
         });
         debug_assert!(moved[2] < nz);
         moved[0] + nx * (moved[1] + ny * moved[2])
@@ -451,7 +589,7 @@ impl Reference {
     /// Total mass of the current state: the sum over fluid cells of all populations.
     pub fn mass(&self) -> f64 {
         self.fluid_cells()
-            .map(|n| self.f[n].iter().sum::<f64>())
+            .map(|n| self.cell(n).iter().sum::<f64>())
             .sum()
     }
 
@@ -460,9 +598,11 @@ impl Reference {
     pub fn momentum(&self) -> [f64; 3] {
         let mut p = [0.0; 3];
         for n in self.fluid_cells() {
-            for q in 0..REF_Q {
+            let f = self.cell(n);
+            for q in 0..self.q() {
+                let c = self.c(q);
                 for a in 0..3 {
-                    p[a] += self.f[n][q] * f64::from(REF_C[q][a]);
+                    p[a] += f[q] * c[a];
                 }
             }
         }
@@ -474,17 +614,18 @@ impl Reference {
     }
 }
 
-/// The second-order equilibrium `w_q rho (1 + 3 c.u + 4.5 (c.u)^2 - 1.5 u.u)`.
-fn equilibrium(rho: f64, u: [f64; 3]) -> [f64; REF_Q] {
+/// The second-order equilibrium `w_q rho (1 + 3 c.u + 4.5 (c.u)^2 - 1.5 u.u)` over `lattice`.
+fn equilibrium(lattice: RefLattice, rho: f64, u: [f64; 3]) -> Vec<f64> {
     let uu = dot(u, u);
-    std::array::from_fn(|q| {
-        let cu = dot(c_f64(q), u);
-        REF_W[q] * rho * (1.0 + 3.0 * cu + 4.5 * cu * cu - 1.5 * uu)
-    })
-}
-
-fn c_f64(q: usize) -> [f64; 3] {
-    REF_C[q].map(f64::from)
+    lattice
+        .velocities()
+        .iter()
+        .zip(lattice.weights())
+        .map(|(c, w)| {
+            let cu = dot(c.map(f64::from), u);
+            w * rho * (1.0 + 3.0 * cu + 4.5 * cu * cu - 1.5 * uu)
+        })
+        .collect()
 }
 
 fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
@@ -497,6 +638,41 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::f64::consts::PI;
+
+    /// For each property `name(lattice)` below, the tests `name::d3q19` and `name::d3q27`, so that
+    /// a failure names the velocity set.
+    macro_rules! on_both_lattices {
+        ($($name:ident),* $(,)?) => {$(
+            mod $name {
+                use super::RefLattice;
+
+                #[test]
+                fn d3q19() {
+                    super::$name(RefLattice::D3Q19)
+                }
+
+                #[test]
+                fn d3q27() {
+                    super::$name(RefLattice::D3Q27)
+                }
+            }
+        )*};
+    }
+
+    on_both_lattices!(
+        weights_sum_to_one_and_moments_are_isotropic,
+        velocities_are_distinct_and_opposites_match,
+        equilibrium_has_the_requested_moments,
+        uniform_equilibrium_is_a_fixed_point,
+        periodic_box_conserves_mass_and_momentum,
+        body_force_adds_exactly_f_per_cell_per_step,
+        closed_box_with_resting_walls_conserves_mass,
+        free_slip_walls_conserve_mass_and_tangential_momentum,
+        rest_between_an_inlet_and_a_non_reflecting_outlet_stays_at_rest,
+        shear_wave_decays_at_the_viscous_rate,
+        couette_flow_is_linear_between_the_walls,
+        trt_magic_three_sixteenths_gives_exact_poiseuille_flow,
+    );
 
     fn bgk(tau: f64) -> RefParams {
         RefParams {
@@ -521,6 +697,7 @@ mod tests {
     }
 
     fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+        assert_eq!(a.len(), b.len());
         a.iter()
             .zip(b)
             .map(|(x, y)| (x - y).abs())
@@ -529,6 +706,24 @@ mod tests {
 
     fn norm(v: [f64; 3]) -> f64 {
         dot(v, v).sqrt()
+    }
+
+    fn delta(a: usize, b: usize) -> f64 {
+        if a == b {
+            1.0
+        } else {
+            0.0
+        }
+    }
+
+    /// `sum_q w_q prod_i c_q[axes[i]]` over `lattice`.
+    fn weighted_moment(lattice: RefLattice, axes: &[usize]) -> f64 {
+        lattice
+            .velocities()
+            .iter()
+            .zip(lattice.weights())
+            .map(|(c, w)| w * axes.iter().map(|&a| f64::from(c[a])).product::<f64>())
+            .sum()
     }
 
     /// Every cell at a random equilibrium near `(1, u0)`, so that all populations differ.
@@ -541,64 +736,153 @@ mod tests {
         }
     }
 
-    #[test]
-    fn weights_sum_to_one_and_second_moments_are_isotropic() {
-        let sum: f64 = REF_W.iter().sum();
+    fn weights_sum_to_one_and_moments_are_isotropic(lattice: RefLattice) {
+        let sum: f64 = lattice.weights().iter().sum();
         assert!((sum - 1.0).abs() < 1e-15, "weights sum to {sum}");
         for a in 0..3 {
-            let first: f64 = (0..REF_Q).map(|q| REF_W[q] * f64::from(REF_C[q][a])).sum();
+            let first = weighted_moment(lattice, &[a]);
             assert!(first.abs() < 1e-15, "first moment {a} is {first}");
             for b in 0..3 {
-                let second: f64 = (0..REF_Q)
-                    .map(|q| REF_W[q] * f64::from(REF_C[q][a] * REF_C[q][b]))
-                    .sum();
-                let expected = if a == b { 1.0 / 3.0 } else { 0.0 };
+                let second = weighted_moment(lattice, &[a, b]);
+                let expected = delta(a, b) / 3.0;
                 assert!(
                     (second - expected).abs() < 1e-15,
                     "second moment ({a}, {b}) is {second}"
+                );
+                for c in 0..3 {
+                    let third = weighted_moment(lattice, &[a, b, c]);
+                    assert!(
+                        third.abs() < 1e-15,
+                        "third moment ({a}, {b}, {c}) is {third}"
+                    );
+                    // The second-order equilibrium's stress is right only if the fourth moment is
+                    // the isotropic tensor (d_ab d_cd + d_ac d_bd + d_ad d_bc) / 9.
+                    for d in 0..3 {
+                        let fourth = weighted_moment(lattice, &[a, b, c, d]);
+                        let expected = (delta(a, b) * delta(c, d)
+                            + delta(a, c) * delta(b, d)
+                            + delta(a, d) * delta(b, c))
+                            / 9.0;
+                        assert!(
+                            (fourth - expected).abs() < 1e-15,
+                            "fourth moment ({a}, {b}, {c}, {d}) is {fourth}, not {expected}"
+                        );
+                    }
+                }
+            }
+        }
+        // The two cases the above covers, spelt out: sum w c_a^4 = 1/3, sum w c_a^2 c_b^2 = 1/9.
+        for a in 0..3 {
+            let aaaa = weighted_moment(lattice, &[a, a, a, a]);
+            assert!((aaaa - 1.0 / 3.0).abs() < 1e-15, "sum w c_{a}^4 is {aaaa}");
+            for b in (0..3).filter(|&b| b != a) {
+                let aabb = weighted_moment(lattice, &[a, a, b, b]);
+                assert!(
+                    (aabb - 1.0 / 9.0).abs() < 1e-15,
+                    "sum w c_{a}^2 c_{b}^2 is {aabb}"
                 );
             }
         }
     }
 
-    #[test]
-    fn velocities_are_distinct_and_opposites_match() {
-        for q in 0..REF_Q {
+    fn velocities_are_distinct_and_opposites_match(lattice: RefLattice) {
+        let (c, w) = (lattice.velocities(), lattice.weights());
+        assert_eq!(c.len(), lattice.q());
+        assert_eq!(w.len(), lattice.q());
+        let by_speed: &[f64] = match lattice {
+            RefLattice::D3Q19 => &[W_REST, W_FACE, W_EDGE],
+            RefLattice::D3Q27 => &[W27_REST, W27_FACE, W27_EDGE, W27_CORNER],
+        };
+        let mut per_speed = vec![0; by_speed.len()];
+        for q in 0..lattice.q() {
             let o = ref_opposite(q);
-            assert_eq!(REF_C[o], REF_C[q].map(|c| -c), "opposite of {q}");
+            assert!(o < lattice.q(), "opposite of {q} is {o}, outside the set");
+            assert_eq!(c[o], c[q].map(|c| -c), "opposite of {q}");
             assert_eq!(ref_opposite(o), q);
             for p in 0..q {
-                assert_ne!(REF_C[p], REF_C[q], "{p} and {q} repeat a velocity");
+                assert_ne!(c[p], c[q], "{p} and {q} repeat a velocity");
             }
-            let speed2: i32 = REF_C[q].iter().map(|c| c * c).sum();
-            let expected = [W_REST, W_FACE, W_EDGE][speed2 as usize];
-            assert_eq!(REF_W[q], expected, "weight of {q}");
+            assert!(c[q].iter().all(|c| c.abs() <= 1), "{q} reaches too far");
+            let speed2 = c[q].iter().map(|c| c * c).sum::<i32>() as usize;
+            assert_eq!(w[q], by_speed[speed2], "weight of {q}");
+            per_speed[speed2] += 1;
+            // Classes come in order of speed: rest, faces, edges, corners.
+            if q > 0 {
+                let before = c[q - 1].iter().map(|c| c * c).sum::<i32>() as usize;
+                assert!(before <= speed2, "{q} is out of the order of speeds");
+            }
         }
+        let expected: &[usize] = match lattice {
+            RefLattice::D3Q19 => &[1, 6, 12],
+            RefLattice::D3Q27 => &[1, 6, 12, 8],
+        };
+        assert_eq!(per_speed, expected, "velocities per speed");
     }
 
     #[test]
-    fn equilibrium_has_the_requested_moments() {
+    fn d3q27_extends_d3q19_by_the_eight_corners_in_the_given_order() {
+        let (c19, c27) = (
+            RefLattice::D3Q19.velocities(),
+            RefLattice::D3Q27.velocities(),
+        );
+        assert_eq!(c19, &REF_C[..]);
+        assert_eq!(RefLattice::D3Q19.weights(), &REF_W[..]);
+        assert_eq!(RefLattice::D3Q27.weights(), &REF_W27[..]);
+        assert_eq!(&c27[..REF_Q], c19, "D3Q27 must start with D3Q19");
+        let corners = [
+            [1, 1, 1],
+            [-1, -1, -1],
+            [1, 1, -1],
+            [-1, -1, 1],
+            [1, -1, 1],
+            [-1, 1, -1],
+            [-1, 1, 1],
+            [1, -1, -1],
+        ];
+        assert_eq!(&c27[REF_Q..], &corners[..]);
+        assert_eq!((RefLattice::D3Q19.q(), RefLattice::D3Q27.q()), (19, 27));
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range 0..27")]
+    fn opposite_of_an_index_past_d3q27_panics() {
+        ref_opposite(REF_Q27);
+    }
+
+    fn equilibrium_has_the_requested_moments(lattice: RefLattice) {
         let (rho, u) = (1.07, [0.03, -0.05, 0.02]);
-        let feq = equilibrium(rho, u);
+        let feq = equilibrium(lattice, rho, u);
+        assert_eq!(feq.len(), lattice.q());
+        let c = lattice.velocities();
         let mass: f64 = feq.iter().sum();
         assert!((mass - rho).abs() < 1e-15);
         for a in 0..3 {
-            let j: f64 = (0..REF_Q).map(|q| feq[q] * f64::from(REF_C[q][a])).sum();
+            let j: f64 = (0..lattice.q()).map(|q| feq[q] * f64::from(c[q][a])).sum();
             assert!((j - rho * u[a]).abs() < 1e-15, "momentum {a}: {j}");
+            for b in 0..3 {
+                let pi: f64 = (0..lattice.q())
+                    .map(|q| feq[q] * f64::from(c[q][a] * c[q][b]))
+                    .sum();
+                let expected = rho * (delta(a, b) / 3.0 + u[a] * u[b]);
+                assert!(
+                    (pi - expected).abs() < 1e-15,
+                    "momentum flux ({a}, {b}): {pi}, expected {expected}"
+                );
+            }
         }
     }
 
-    #[test]
-    fn uniform_equilibrium_is_a_fixed_point() {
+    fn uniform_equilibrium_is_a_fixed_point(lattice: RefLattice) {
         let dims = [5, 4, 3];
         for magic in [None, Some(0.25)] {
             let params = RefParams { magic, ..bgk(0.7) };
-            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            let mut sim = Reference::with_lattice(dims, vec![0; cells(dims)], params, lattice);
             let (rho, u) = (1.1, [0.05, -0.02, 0.03]);
             for n in 0..cells(dims) {
                 sim.set_equilibrium(n, rho, u);
             }
             let before = sim.populations(0);
+            assert_eq!(before.len(), lattice.q());
             sim.step();
             for n in 0..cells(dims) {
                 let d = max_abs_diff(&sim.populations(n), &before);
@@ -610,12 +894,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn periodic_box_conserves_mass_and_momentum() {
+    fn periodic_box_conserves_mass_and_momentum(lattice: RefLattice) {
         let dims = [8, 6, 5];
         for magic in [None, Some(3.0 / 16.0)] {
             let params = RefParams { magic, ..bgk(0.65) };
-            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            let mut sim = Reference::with_lattice(dims, vec![0; cells(dims)], params, lattice);
             perturb(&mut sim, [0.04, -0.03, 0.02], 1);
             let (m0, p0) = (sim.mass(), sim.momentum());
             for _ in 0..200 {
@@ -634,8 +917,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn body_force_adds_exactly_f_per_cell_per_step() {
+    fn body_force_adds_exactly_f_per_cell_per_step(lattice: RefLattice) {
         let dims = [6, 5, 4];
         let force = [1e-4, -2e-5, 3e-5];
         for magic in [None, Some(0.25)] {
@@ -644,7 +926,7 @@ mod tests {
                 force,
                 ..bgk(0.9)
             };
-            let mut sim = Reference::new(dims, vec![0; cells(dims)], params);
+            let mut sim = Reference::with_lattice(dims, vec![0; cells(dims)], params, lattice);
             perturb(&mut sim, [0.0; 3], 2);
             let m0 = sim.mass();
             let per_step = force.map(|f| f * cells(dims) as f64);
@@ -663,8 +945,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn closed_box_with_resting_walls_conserves_mass() {
+    fn closed_box_with_resting_walls_conserves_mass(lattice: RefLattice) {
         let dims = [8, 7, 6];
         let mut tags = vec![0u8; cells(dims)];
         for z in 0..dims[2] {
@@ -684,7 +965,7 @@ mod tests {
         }
         for magic in [None, Some(3.0 / 16.0)] {
             let params = RefParams { magic, ..bgk(0.8) };
-            let mut sim = Reference::new(dims, tags.clone(), params);
+            let mut sim = Reference::with_lattice(dims, tags.clone(), params, lattice);
             perturb(&mut sim, [0.03, 0.02, -0.01], 3);
             let wall_cell = sim.populations(0);
             let m0 = sim.mass();
@@ -704,14 +985,90 @@ mod tests {
         }
     }
 
-    #[test]
-    fn shear_wave_decays_at_the_viscous_rate() {
+    fn free_slip_walls_conserve_mass_and_tangential_momentum(lattice: RefLattice) {
+        // Free-slip plates at y = 0 and y = ny - 1 reflect c_y only, so they exchange no x or z
+        // momentum with the fluid: the force's x and z parts arrive whole. A wrong mirror image
+        // (D3Q27's corners included) would move tangential momentum or mass.
+        let dims = [5, 7, 4];
+        let force = [2e-5, 1e-5, -3e-5];
+        let mut tags = vec![0u8; cells(dims)];
+        for z in 0..dims[2] {
+            for x in 0..dims[0] {
+                tags[index(dims, x, 0, z)] = 0x20;
+                tags[index(dims, x, dims[1] - 1, z)] = 0x20;
+            }
+        }
+        let fluid = (dims[1] - 2) * dims[0] * dims[2];
+        for magic in [None, Some(3.0 / 16.0)] {
+            let params = RefParams {
+                magic,
+                force,
+                ..bgk(0.7)
+            };
+            let mut sim = Reference::with_lattice(dims, tags.clone(), params, lattice);
+            perturb(&mut sim, [0.03, 0.0, -0.02], 4);
+            let (m0, p0) = (sim.mass(), sim.momentum());
+            let steps = 100;
+            for _ in 0..steps {
+                sim.step();
+            }
+            let (m, p) = (sim.mass(), sim.momentum());
+            assert!(
+                ((m - m0) / m0).abs() < 1e-12,
+                "mass {m0} -> {m} (magic {magic:?})"
+            );
+            for a in [0, 2] {
+                let expected = p0[a] + force[a] * (fluid * steps) as f64;
+                assert!(
+                    (p[a] - expected).abs() < 1e-12 * expected.abs(),
+                    "momentum {a}: {} -> {}, expected {expected} (magic {magic:?})",
+                    p0[a],
+                    p[a]
+                );
+            }
+        }
+    }
+
+    fn rest_between_an_inlet_and_a_non_reflecting_outlet_stays_at_rest(lattice: RefLattice) {
+        // The outlet keeps its reference velocity in its rest population less w_0, so a set that
+        // mistook w_0 would see a velocity at rest, shift the density and set the fluid moving.
+        let dims = [3, 6, 2];
+        let mut tags = vec![0u8; cells(dims)];
+        for z in 0..dims[2] {
+            for x in 0..dims[0] {
+                tags[index(dims, x, 0, z)] = INLET;
+                tags[index(dims, x, dims[1] - 1, z)] = OUTLET;
+            }
+        }
+        for magic in [None, Some(0.25)] {
+            let params = RefParams {
+                magic,
+                ramp: 3,
+                outlet_memory: 4,
+                ..bgk(0.7)
+            };
+            let mut sim = Reference::with_lattice(dims, tags.clone(), params, lattice);
+            let rest = lattice.weights().to_vec();
+            for step in 1..=20 {
+                sim.step();
+                for n in 0..cells(dims) {
+                    let d = max_abs_diff(&sim.populations(n), &rest);
+                    assert!(
+                        d < 1e-15,
+                        "step {step} cell {n} moved by {d} (magic {magic:?})"
+                    );
+                }
+            }
+        }
+    }
+
+    fn shear_wave_decays_at_the_viscous_rate(lattice: RefLattice) {
         let dims = [1, 32, 1];
         let tau = 0.8;
         let amplitude = 1e-3;
         let k = 2.0 * PI / dims[1] as f64;
         let nu = (tau - 0.5) / 3.0;
-        let mut sim = Reference::new(dims, vec![0; cells(dims)], bgk(tau));
+        let mut sim = Reference::with_lattice(dims, vec![0; cells(dims)], bgk(tau), lattice);
         for y in 0..dims[1] {
             let u = [amplitude * (k * y as f64).sin(), 0.0, 0.0];
             sim.set_equilibrium(index(dims, 0, y, 0), 1.0, u);
@@ -736,8 +1093,7 @@ mod tests {
         assert!(expected < 0.5 * amplitude);
     }
 
-    #[test]
-    fn couette_flow_is_linear_between_the_walls() {
+    fn couette_flow_is_linear_between_the_walls(lattice: RefLattice) {
         // Resting wall at y = 0, moving wall at y = ny - 1; halfway bounce-back puts the wall
         // surfaces at y = 1/2 and y = ny - 3/2, where the velocity is 0 and U.
         let dims = [1, 10, 1];
@@ -749,7 +1105,7 @@ mod tests {
             wall_velocity: [wall_u, 0.0, 0.0],
             ..bgk(1.0)
         };
-        let mut sim = Reference::new(dims, tags, params);
+        let mut sim = Reference::with_lattice(dims, tags, params, lattice);
         for _ in 0..4000 {
             sim.step();
         }
@@ -766,8 +1122,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn trt_magic_three_sixteenths_gives_exact_poiseuille_flow() {
+    fn trt_magic_three_sixteenths_gives_exact_poiseuille_flow(lattice: RefLattice) {
         // With Lambda = 3/16 halfway bounce-back puts the walls exactly halfway for any tau,
         // so the discrete profile is the analytic parabola; tau = 1.5 makes BGK visibly wrong.
         let dims = [1, 12, 1];
@@ -782,7 +1137,7 @@ mod tests {
                 force: [force, 0.0, 0.0],
                 ..bgk(tau)
             };
-            let mut sim = Reference::new(dims, tags.clone(), params);
+            let mut sim = Reference::with_lattice(dims, tags.clone(), params, lattice);
             for _ in 0..3000 {
                 sim.step();
             }
@@ -803,6 +1158,49 @@ mod tests {
             bgk_err > 1e-3,
             "BGK relative error {bgk_err:e} should show the wall slip"
         );
+    }
+
+    /// `new` means D3Q19; `with_lattice` takes either; both start at rest, their weights in every cell.
+    #[test]
+    fn each_lattice_starts_at_rest_with_its_populations_per_cell() {
+        let dims = [3, 2, 2];
+        let tags = || vec![0; cells(dims)];
+        let d3q27 = Reference::with_lattice(dims, tags(), bgk(0.8), RefLattice::D3Q27);
+        for (sim, lattice, weights) in [
+            (
+                Reference::new(dims, tags(), bgk(0.8)),
+                RefLattice::D3Q19,
+                &REF_W[..],
+            ),
+            (d3q27, RefLattice::D3Q27, &REF_W27[..]),
+        ] {
+            assert_eq!((sim.lattice(), sim.q()), (lattice, weights.len()));
+            for n in 0..cells(dims) {
+                assert_eq!(sim.populations(n), weights, "{lattice:?} cell {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn set_populations_round_trips_per_cell() {
+        let dims = [2, 2, 1];
+        let mut sim =
+            Reference::with_lattice(dims, vec![0; cells(dims)], bgk(0.8), RefLattice::D3Q27);
+        let f: Vec<f64> = (0..REF_Q27).map(|q| 0.01 * q as f64).collect();
+        sim.set_populations(2, &f);
+        assert_eq!(sim.populations(2), f);
+        for n in [0, 1, 3] {
+            assert_eq!(sim.populations(n), REF_W27.to_vec(), "cell {n} was touched");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "19 populations given for a cell of D3Q27, which has 27")]
+    fn setting_d3q19_populations_on_d3q27_panics() {
+        let dims = [2, 2, 2];
+        let mut sim =
+            Reference::with_lattice(dims, vec![0; cells(dims)], bgk(0.8), RefLattice::D3Q27);
+        sim.set_populations(0, &REF_W);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::path::Path;
 use lattice_gpu_formats::checkpoint::Checkpoint;
 use lattice_gpu_formats::IoError;
 use lattice_gpu_host::comm::Communicator;
+use lattice_gpu_kernels::lbm::Velocities;
 
 use crate::params::{Collision, Open, Params};
 use crate::solver::{LbmStorage, Moments, Streaming};
@@ -38,12 +39,13 @@ pub const MONITOR: &str = "monitor";
 
 /// The parameters of the physics, the grid and the storage that every resume of a run of `case` on
 /// the grid `dims` must share with it, by the names of the options that set them: the case, the
-/// grid, the storage precision and the streaming scheme (which decide what the populations' bytes
-/// mean), and the relaxation, force and wall speed of `params`.
+/// grid, the storage precision, the streaming scheme and the velocity set (which decide what the
+/// populations' bytes mean), and the relaxation, force and wall speed of `params`.
 pub fn physics<S: LbmStorage>(
     case: &str,
     dims: [usize; 3],
     streaming: Streaming,
+    velocities: Velocities,
     params: &Params,
 ) -> Vec<(String, String)> {
     let vector = |v: [f64; 3]| v.map(|c| c.to_string()).join(",");
@@ -54,6 +56,10 @@ pub fn physics<S: LbmStorage>(
         ("streaming".into(), streaming.name().into()),
         ("tau".into(), params.tau.to_string()),
     ];
+    // Named only where not the default, so that the checkpoints written before stay as they were.
+    if velocities != Velocities::D3Q19 {
+        p.push(("velocities".into(), velocities.name().into()));
+    }
     match params.collision {
         Collision::Bgk => p.push(("collision".into(), "bgk".into())),
         Collision::Trt { magic } => {

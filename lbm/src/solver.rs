@@ -20,7 +20,7 @@ use lattice_gpu_kernels::bind::{bits, bits_mut, Bits, Span, SpanMut};
 use lattice_gpu_kernels::device::math::Real;
 use lattice_gpu_kernels::lbm::{
     equilibrium, opposite, step_entry, tag, Cuts, Half, Lattices, Physics, Scheme, Step, Storage,
-    C, END_SHIFT, Q, W,
+    Velocities, C, END_SHIFT, Q_MAX,
 };
 use rayon::prelude::*;
 
@@ -32,13 +32,38 @@ mod cuts;
 mod forces;
 mod outlets;
 
+/// Runs `$body` with `const $q: usize` the populations of the velocity set `$v`: the steps' set is a
+/// compile-time parameter, the run's a value.
+macro_rules! with_q {
+    ($v:expr, $q:ident => $body:expr) => {
+        match $v {
+            Velocities::D3Q19 => {
+                const $q: usize = 19;
+                $body
+            }
+            Velocities::D3Q27 => {
+                const $q: usize = 27;
+                $body
+            }
+        }
+    };
+}
+
+/// The equilibrium of density `rho` and velocity `u` on `velocities` (deviations; the first
+/// `velocities.q()` of the array).
+pub fn equilibrium_of(velocities: Velocities, rho: f64, u: [f64; 3]) -> [f64; Q_MAX] {
+    let mut e = [0.0; Q_MAX];
+    with_q!(velocities, Q => e[..Q].copy_from_slice(&equilibrium::<f64, Q>(rho - 1.0, u)));
+    e
+}
+
 use cuts::CutTable;
 use outlets::outlet_owners;
 
 /// How populations stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Streaming {
-    /// Two lattices, pull: 2 x 19 populations of memory per cell.
+    /// Two lattices, pull: twice the populations of memory per cell.
     TwoLattice,
     /// One lattice, AA pattern: half the memory, the same results bit for bit.
     InPlace,
@@ -91,26 +116,29 @@ lbm_storage!(f32, f32, f32::NAN);
 lbm_storage!(f64, f64, f64::NAN);
 lbm_storage!(Half, u16, 0x7e00);
 
-/// The post-collision deviations `post(cell)` of every population as stored (`Q * cells`, a slot per
-/// population): the in-place lattice keeps a cell's population `q` in slot `opposite(q)` between the
-/// odd and the even step. Cells go in runs, each written to its range of every slot, so that `post`
-/// runs once per cell (an equilibrium for each of 19 slots took most of a 384^3 run's set-up).
+/// The post-collision deviations `post(cell)` of every population of `velocities` as stored
+/// (`q * cells`, a slot per population; `post` gives the first `q`): the in-place lattice keeps a
+/// cell's population `q` in slot `opposite(q)` between the odd and the even step. Cells go in runs,
+/// each written to its range of every slot, so that `post` runs once per cell (an equilibrium for
+/// each of 19 slots took most of a 384^3 run's set-up).
 fn encode<S: LbmStorage>(
     cells: usize,
     streaming: Streaming,
-    post: impl Fn(usize) -> [f64; Q] + Sync,
+    velocities: Velocities,
+    post: impl Fn(usize) -> [f64; Q_MAX] + Sync,
 ) -> Vec<S::Raw> {
     const RUN: usize = 4096;
-    let mut raw = vec![S::Raw::default(); Q * cells];
+    let q = velocities.q();
+    let mut raw = vec![S::Raw::default(); q * cells];
     let mut runs: Vec<Vec<&mut [S]>> = (0..cells.div_ceil(RUN))
-        .map(|_| Vec::with_capacity(Q))
+        .map(|_| Vec::with_capacity(q))
         .collect();
     for slot in bits_mut::<S::Raw, S>(&mut raw).chunks_mut(cells.max(1)) {
         for (run, part) in runs.iter_mut().zip(slot.chunks_mut(RUN)) {
             run.push(part);
         }
     }
-    let order: [usize; Q] = core::array::from_fn(|slot| streaming.population_in(slot));
+    let order: Vec<usize> = (0..q).map(|slot| streaming.population_in(slot)).collect();
     runs.into_par_iter().enumerate().for_each(|(r, mut slots)| {
         for i in 0..slots[0].len() {
             let values = post(r * RUN + i);
@@ -415,7 +443,7 @@ impl<S: LbmStorage, C: Communicator> Tunable for Lbm<S, C> {
         Cost {
             points: cells,
             flops: 0.0,
-            bytes: cells * Self::traffic_per_cell() as f64,
+            bytes: cells * Self::traffic_per_cell(self.velocities()) as f64,
         }
     }
 
@@ -583,14 +611,25 @@ impl<S: LbmStorage> Lbm<S> {
 }
 
 impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
-    /// Bytes per cell this storage and scheme hold (populations and the tag; the moments buffer apart).
-    pub fn bytes_per_cell(streaming: Streaming) -> usize {
-        streaming.lattices() * Q * size_of::<S::Raw>() + 1
+    /// Bytes per cell this storage, scheme and velocity set hold (populations and the tag; the moments
+    /// buffer apart).
+    pub fn bytes_per_cell(streaming: Streaming, velocities: Velocities) -> usize {
+        streaming.lattices() * velocities.q() * size_of::<S::Raw>() + 1
     }
 
     /// Bytes moved per cell and time step at best: every population read once and written once.
-    pub fn traffic_per_cell() -> usize {
-        2 * Q * size_of::<S::Raw>()
+    pub fn traffic_per_cell(velocities: Velocities) -> usize {
+        2 * velocities.q() * size_of::<S::Raw>()
+    }
+
+    /// The velocity set.
+    pub fn velocities(&self) -> Velocities {
+        self.geometry.velocities()
+    }
+
+    /// Populations per cell.
+    fn q(&self) -> usize {
+        self.velocities().q()
     }
 
     /// The peak memory of a run of the whole grid `dims` spread as `spread`, on a GPU or not, as
@@ -604,14 +643,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     ///
     /// With `P` the grid's cells and, per rank, `L` its cells with halo planes and `O` those it owns:
     /// every rank builds the whole grid's tags (`P` bytes, twice while near-wall cells are marked) and,
-    /// split, its own (`L`); the populations (19 `L` values, twice for two-lattice streaming, and once
+    /// split, its own (`L`); the populations (`Q L` values, `Q` the velocity set's, twice for two-lattice streaming, and once
     /// more on the host for a GPU's upload or for a split run's halo planes), the tags (`L`) and the
     /// moments (4 `L` reals, downloaded from a GPU to be read). Reading the moments takes a copy of
     /// the rank's part of each (`8 O` bytes, and the copy posted to rank 0 by a thread), and on rank 0
     /// the whole grid's density and velocity (32 `P`) plus one component being gathered (8 `P`).
     /// Writing takes the moments (32 `P`) and their f32 copies (16 `P`).
     ///
-    /// A checkpoint is rank 0's host copy of the whole grid's populations (19 `P` values) and of the
+    /// A checkpoint is rank 0's host copy of the whole grid's populations (`Q P` values) and of the
     /// kept moments (32 `P` each). It is written in the background while the run goes on, so it is
     /// counted beside the next check's moments; a resumed run holds the one it read while its
     /// lattice is built, and while each slot of it goes to the ranks (a whole slot, `P` values, on
@@ -619,17 +658,19 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     pub fn footprint(
         dims: [usize; 3],
         streaming: Streaming,
+        velocities: Velocities,
         spread: Spread,
         on_gpu: bool,
         snapshots: u64,
         restart: bool,
     ) -> Result<Footprint> {
         let what = format!(
-            "a {} lattice ({} storage, {} streaming, {} B per cell{})",
+            "a {} {} lattice ({} storage, {} streaming, {} B per cell{})",
             dims.map(|d| d.to_string()).join("x"),
+            velocities.name(),
             S::NAME,
             streaming.name(),
-            Self::bytes_per_cell(streaming) + 4 * size_of::<S::Real>(),
+            Self::bytes_per_cell(streaming, velocities) + 4 * size_of::<S::Real>(),
             if spread.ranks > 1 {
                 format!(", split over {} ranks", spread.ranks)
             } else {
@@ -649,7 +690,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let sum = |v: &[u64]| v.iter().fold(0u64, |a, &b| a.saturating_add(b));
         let times = |n: u64, b: u64| n.saturating_mul(b);
         let raw = size_of::<S::Raw>() as u64;
-        let lattice = times(local, Q as u64 * raw);
+        let q = velocities.q() as u64;
+        let lattice = times(local, q * raw);
         let lattices = times(streaming.lattices() as u64, lattice);
         let moments = times(local, 4 * size_of::<S::Real>() as u64);
         let halos = spread.has_halos();
@@ -671,7 +713,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let writing = sum(&[times(p, 48), times(plane, 8)]);
         let (checkpoint, restoring) = match restart {
             true => (
-                sum(&[times(p, Q as u64 * raw), times(p, 32 * snapshots)]),
+                sum(&[times(p, q * raw), times(p, 32 * snapshots)]),
                 sum(&[running, times(p, 2 * raw), times(local, raw)]),
             ),
             false => (0, 0),
@@ -730,6 +772,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             let own = d.owned(comm.rank());
             let (z0, planes) = (own.begin[2], own.size[2]);
             let mut local = Geometry::periodic([nx, ny, planes + 2])?;
+            local.set_velocities(geometry.velocities());
             // Tags with their near-wall marks as in the whole grid; halo planes copy the neighbours'.
             for lz in 0..planes + 2 {
                 let gz = (z0 + nz + lz - 1) % nz;
@@ -775,9 +818,11 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             Engine::Device(gpu) => Some(gpu),
         };
         let whole = split.as_ref().map_or(local.dims(), |sp| sp.global.dims());
+        let velocities = local.velocities();
         let footprint = Self::footprint(
             whole,
             streaming,
+            velocities,
             Spread::of(&comm, cut),
             gpu.is_some(),
             0,
@@ -797,9 +842,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             0 => std::collections::HashMap::new(),
             _ => outlet_owners(&local)?,
         };
-        let mut raw = encode::<S>(cells, streaming, |n| {
+        let mut raw = encode::<S>(cells, streaming, velocities, |n| {
             let (rho, u) = init(global_cell(n));
-            let mut post = equilibrium(rho - 1.0, u);
+            let mut post = equilibrium_of(velocities, rho, u);
             // A non-reflecting outlet's reference starts at its fluid cell's normal velocity.
             if let Some(&(x, q)) = owners.get(&n) {
                 let u = init(global_cell(x)).1;
@@ -912,7 +957,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         };
         let [nx, ny, _] = self.geometry.dims();
         let cells = self.geometry.cells();
-        let halo = LayerHalo::new(&sp.plan, 2, |z| z, nx * ny)?.repeated(Q, cells);
+        let halo = LayerHalo::new(&sp.plan, 2, |z| z, nx * ny)?.repeated(self.q(), cells);
         nccl.start_on(&halo, f)?;
         nccl.finish()?;
         self.nccl = Some((nccl, halo));
@@ -970,7 +1015,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let cells = self.geometry.cells();
         let geometry = &self.geometry;
         let index = |p: [usize; 3]| geometry.index(p);
-        for (q, c) in C.iter().enumerate() {
+        for (q, c) in self.geometry.velocities().directions().iter().enumerate() {
             let slot = &mut self.mirror[q * cells..(q + 1) * cells];
             let plan = match (back, c[2]) {
                 (false, _) => {
@@ -1004,31 +1049,32 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         };
         let cells = self.geometry.cells();
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
-        self.mirror.resize(Q * cells, S::Raw::default());
+        let q_count = self.q();
+        self.mirror.resize(q_count * cells, S::Raw::default());
         let at = |q: usize, z: usize| q * cells + z * plane;
         for &z in planes(sp) {
             match (&mut self.mem, out) {
                 (Memory::Host { f, .. }, true) => {
-                    for q in 0..Q {
+                    for q in 0..q_count {
                         let p = at(q, z)..at(q, z) + plane;
                         self.mirror[p.clone()].copy_from_slice(&f[p]);
                     }
                 }
                 (Memory::Host { f, .. }, false) => {
-                    for q in 0..Q {
+                    for q in 0..q_count {
                         let p = at(q, z)..at(q, z) + plane;
                         f[p.clone()].copy_from_slice(&self.mirror[p]);
                     }
                 }
                 // A GPU moves plane `z` of all populations (`cells` apart) in one strided copy.
                 (Memory::Device { f, .. }, true) => {
-                    let rows = f.download_rows(at(0, z), plane, cells, Q)?;
+                    let rows = f.download_rows(at(0, z), plane, cells, q_count)?;
                     for (q, row) in rows.chunks_exact(plane).enumerate() {
                         self.mirror[at(q, z)..at(q, z) + plane].copy_from_slice(row);
                     }
                 }
                 (Memory::Device { f, .. }, false) => {
-                    let rows: Vec<S::Raw> = (0..Q)
+                    let rows: Vec<S::Raw> = (0..q_count)
                         .flat_map(|q| self.mirror[at(q, z)..at(q, z) + plane].iter().copied())
                         .collect();
                     f.upload_rows(at(0, z), cells, &rows, plane)?;
@@ -1041,7 +1087,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// Fills what the next step must write (the second lattice of two-lattice streaming, the moments)
     /// with NaN, so that a tested step that misses a cell cannot pass on stale or zero values.
     pub fn poison_outputs(&mut self) -> Result<()> {
-        let cells = self.geometry.cells();
+        let (cells, q) = (self.geometry.cells(), self.q());
         let nan = S::Real::from_f64(f64::NAN);
         match &mut self.mem {
             Memory::Host { g, moments, .. } => {
@@ -1050,7 +1096,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             }
             Memory::Device { g, moments, .. } => {
                 if let Some(g) = g {
-                    g.upload(&vec![S::NAN; Q * cells])?;
+                    g.upload(&vec![S::NAN; q * cells])?;
                 }
                 moments.upload(&vec![nan; 4 * cells])?;
             }
@@ -1086,7 +1132,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         };
         schemes
             .iter()
-            .map(|&s| step_entry::<S>(s, self.slips, full))
+            .map(|&s| step_entry::<S>(self.velocities(), s, self.slips, full))
             .collect()
     }
 
@@ -1154,7 +1200,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
     }
 
-    /// Replaces the state by the post-collision deviations `f_q - w_q` in `post` (`19 * cells`, structure
+    /// Replaces the state by the post-collision deviations `f_q - w_q` in `post` (`Q * cells`, structure
     /// of arrays), as if a step had just ended. Only at an even step count in place (where the lattice
     /// holds exactly that).
     pub fn set_populations(&mut self, post: &[f64]) -> Result<()> {
@@ -1162,8 +1208,15 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.check_len(post.len())?;
         self.need_even("set the populations")?;
         let cells = self.geometry.cells();
-        let mut raw = encode::<S>(cells, self.streaming, |n| {
-            core::array::from_fn(|q| post[q * cells + n])
+        let q_count = self.q();
+        let mut raw = encode::<S>(cells, self.streaming, self.velocities(), |n| {
+            core::array::from_fn(|q| {
+                if q < q_count {
+                    post[q * cells + n]
+                } else {
+                    0.0
+                }
+            })
         });
         if let Some(c) = &self.cuts {
             c.prime(&mut raw, cells);
@@ -1175,7 +1228,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         Ok(())
     }
 
-    /// The post-collision deviations `f_q - w_q` of the last step (`19 * cells`, structure of arrays;
+    /// The post-collision deviations `f_q - w_q` of the last step (`Q * cells`, structure of arrays;
     /// wall cells hold whatever they were given). In place only at an even step count.
     pub fn populations(&self) -> Result<Vec<f64>> {
         self.need_whole("read the populations")?;
@@ -1185,7 +1238,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             Memory::Host { f, .. } => f.clone(),
             Memory::Device { f, .. } => f.download()?,
         };
-        let mut post = vec![0.0; Q * cells];
+        let mut post = vec![0.0; self.q() * cells];
         for (slot, chunk) in bits::<S::Raw, S>(&raw).chunks(cells).enumerate() {
             let q = self.streaming.population_in(slot);
             for (n, v) in chunk.iter().enumerate() {
@@ -1196,12 +1249,14 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 
     fn check_len(&self, len: usize) -> Result<()> {
-        let want = Q * self.geometry.cells();
+        let want = self.q() * self.geometry.cells();
         if len == want {
             Ok(())
         } else {
             Err(crate::Error::InvalidParameter(format!(
-                "{len} populations given for a grid that needs 19 x {} = {want}",
+                "{len} populations given for a {} grid that needs {} x {} = {want}",
+                self.velocities().name(),
+                self.q(),
                 self.geometry.cells()
             )))
         }
@@ -1386,9 +1441,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 distances: Span::of(&c.distances),
             }),
         };
-        let mut step = Step::bind(scheme, mem, dims, planes, physics).map_err(HostError::from)?;
-        // Rows of cells at least, so that small grids do not drown in scheduling.
-        run_on_host(&mut step, 4096)?;
+        with_q!(self.geometry.velocities(), Q => {
+            let mut step =
+                Step::<S, Q>::bind(scheme, mem, dims, planes, physics).map_err(HostError::from)?;
+            // Rows of cells at least, so that small grids do not drown in scheduling.
+            run_on_host(&mut step, 4096)?;
+        });
         Ok(())
     }
 
@@ -1423,14 +1481,16 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                     distances: d.span(),
                 }),
         };
-        let mut step = Step::bind(scheme, mem, self.dims_u32(), planes, self.physics())
-            .map_err(HostError::from)?;
-        step.set_slip(self.slips);
         let [nx, ny, _] = self.dims_u32();
         let [bx, by] = self.block_shape();
-        step.set_shift(self.shift).map_err(HostError::from)?;
         let grid = [nx.div_ceil(bx), ny.div_ceil(by), planes[1]];
-        gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
+        with_q!(self.velocities(), Q => {
+            let mut step = Step::<S, Q>::bind(scheme, mem, self.dims_u32(), planes, self.physics())
+                .map_err(HostError::from)?;
+            step.set_slip(self.slips);
+            step.set_shift(self.shift).map_err(HostError::from)?;
+            gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
+        });
         Ok(())
     }
 
@@ -1508,7 +1568,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 
     /// `ck` with this run's state at its step (rank 0's; on the other ranks `ck` comes back as it
-    /// was): the step, and each of the 19 lattice slots as the array `slotQ` of the whole grid's
+    /// was): the step, and each of the `Q` lattice slots as the array `slotN` of the whole grid's
     /// cells in their storage type ([`LbmStorage::Raw`], cell `x + nx (y + ny z)`), each rank's own
     /// planes gathered to rank 0. The lattice a step reads is all there is to a run's state (the
     /// tags follow from the geometry, the second lattice of two-lattice streaming and the moments
@@ -1522,7 +1582,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let [z0, planes] = self.planes().map(|v| v as usize);
         let plane = self.geometry.dims()[0] * self.geometry.dims()[1];
         let own = z0 * plane..(z0 + planes) * plane;
-        for slot in 0..Q {
+        for slot in 0..self.q() {
             let at = slot * cells + own.start;
             let part: std::borrow::Cow<[S::Raw]> = match &self.mem {
                 Memory::Host { f, .. } => f[at..at + own.len()].into(),
@@ -1553,7 +1613,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let plane = nx * ny;
         let whole = plane * nz;
         let checked = match (&ck, self.comm.rank()) {
-            (Some(ck), _) => Self::check_checkpoint(ck, whole, path),
+            (Some(ck), _) => Self::check_checkpoint(ck, self.velocities(), whole, path),
             (None, 0) => Err(crate::Error::InvalidParameter(
                 "rank 0 restores a run from a checkpoint it has read: give it one".into(),
             )),
@@ -1568,7 +1628,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let global_plane = |lz: usize| self.split.as_ref().map_or(lz, |sp| sp.global_plane(lz));
         let globals: Vec<usize> = (0..local_planes).map(global_plane).collect();
         let mut buffer = Vec::new();
-        for slot in 0..Q {
+        for slot in 0..self.q() {
             let mut values = match ck.as_deref_mut() {
                 Some(ck) => ck.take::<S::Raw>(&Self::slot_name(slot), path)?,
                 None => std::mem::take(&mut buffer),
@@ -1601,10 +1661,16 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.synchronize()
     }
 
-    /// Refuses a checkpoint (read from `path`, for the messages) whose lattice slots are missing, of
-    /// another storage type, or of another number of cells than `cells`: what
-    /// [`restore_state`](Self::restore_state) checks first, to be checked before a lattice is built.
-    pub fn check_checkpoint(ck: &Checkpoint, cells: usize, path: &Path) -> Result<()> {
+    /// Refuses a checkpoint (read from `path`, for the messages) whose lattice slots are missing or
+    /// more than `velocities` has, of another storage type, or of another number of cells than
+    /// `cells`: what [`restore_state`](Self::restore_state) checks first, to be checked before a
+    /// lattice is built.
+    pub fn check_checkpoint(
+        ck: &Checkpoint,
+        velocities: Velocities,
+        cells: usize,
+        path: &Path,
+    ) -> Result<()> {
         let bad = |problem: String| -> crate::Error {
             lattice_gpu_formats::IoError::Checkpoint {
                 path: path.to_path_buf(),
@@ -1612,7 +1678,23 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             }
             .into()
         };
-        for slot in 0..Q {
+        let slots = (0..)
+            .take_while(|&s| ck.arrays.iter().any(|a| a.name == Self::slot_name(s)))
+            .count();
+        if slots > velocities.q() {
+            let held = Velocities::of(slots).map_or(format!("{slots} populations"), |v| {
+                format!(
+                    "{} (resume with --velocities {})",
+                    v.name(),
+                    v.name().to_lowercase()
+                )
+            });
+            return Err(bad(format!(
+                "its lattice is {held}, and this run is {}",
+                velocities.name()
+            )));
+        }
+        for slot in 0..velocities.q() {
             let name = Self::slot_name(slot);
             let Some(a) = ck.arrays.iter().find(|a| a.name == name) else {
                 return Err(bad(format!(
@@ -1650,7 +1732,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// every rank (collective: the ranks agree whether they all run on GPUs). The budget of
     /// [`health::check_interval`] counts points of a stencil that reads and writes one value each;
     /// on the CPU, where it keeps the time between checks (and the answer to Ctrl-C) near a second, a
-    /// cell counts as its 19 populations. On a GPU a check reads 4 moments per cell against a step's
+    /// cell counts as its populations. On a GPU a check reads 4 moments per cell against a step's
     /// 38 populations, so the plain cell count keeps its cost well under 1%.
     pub fn check_interval(&self, steps: u64) -> Result<u64> {
         let on_gpu = self.gpu().is_some();
@@ -1663,7 +1745,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         let work = if all {
             cells
         } else {
-            cells.saturating_mul(Q as u64)
+            cells.saturating_mul(self.q() as u64)
         };
         Ok(health::check_interval(work, steps, all))
     }
@@ -1722,15 +1804,16 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     }
 }
 
-/// Mass and momentum of post-collision deviations (`19 * cells`) over the fluid cells of `geometry`.
+/// Mass and momentum of post-collision deviations (`Q * cells`) over the fluid cells of `geometry`.
 pub fn mass_momentum(geometry: &Geometry, post: &[f64]) -> (f64, [f64; 3]) {
     let cells = geometry.cells();
+    let v = geometry.velocities();
     let mut mass = 0.0;
     let mut mom = [0.0; 3];
     for n in (0..cells).filter(|&n| geometry.is_fluid(n)) {
-        for q in 0..Q {
+        for q in 0..v.q() {
             // The stored deviation plus the weight it is measured from.
-            let f = W[q] + post[q * cells + n];
+            let f = v.weight(q) + post[q * cells + n];
             mass += f;
             for a in 0..3 {
                 mom[a] += f * C[q][a] as f64;
@@ -1941,13 +2024,15 @@ mod tests {
     #[test]
     fn the_footprint_grows_with_what_a_run_holds() {
         let fp = |streaming, spread, gpu, kept| {
-            Lbm::<f32>::footprint([64, 64, 64], streaming, spread, gpu, kept, false).unwrap()
+            let v = Velocities::D3Q19;
+            Lbm::<f32>::footprint([64, 64, 64], streaming, v, spread, gpu, kept, false).unwrap()
         };
         let one = fp(Streaming::InPlace, Spread::ONE, false, 0);
         // A checkpoint: rank 0's copy of the whole grid's populations at least.
         let restart = Lbm::<f32>::footprint(
             [64, 64, 64],
             Streaming::InPlace,
+            Velocities::D3Q19,
             Spread::ONE,
             false,
             0,
@@ -1961,6 +2046,20 @@ mod tests {
         assert!(one.what.contains("64x64x64") && one.gpu == 0, "{one:?}");
         assert!(fp(Streaming::TwoLattice, Spread::ONE, false, 0).host > one.host);
         assert!(fp(Streaming::InPlace, Spread::ONE, false, 1).host > one.host);
+        // D3Q27: 27 populations a cell instead of 19.
+        let q27 = Lbm::<f32>::footprint(
+            [64, 64, 64],
+            Streaming::InPlace,
+            Velocities::D3Q27,
+            Spread::ONE,
+            true,
+            0,
+            false,
+        )
+        .unwrap();
+        let q19 = fp(Streaming::InPlace, Spread::ONE, true, 0);
+        assert_eq!(q27.gpu - q19.gpu, 64 * 64 * 64 * 8 * 4, "{q27:?}");
+        assert!(q27.what.contains("D3Q27"), "{q27:?}");
         let two = Spread {
             ranks: 2,
             here: 2,
@@ -1974,6 +2073,7 @@ mod tests {
         let e = Lbm::<f64>::footprint(
             [1 << 30; 3],
             Streaming::TwoLattice,
+            Velocities::D3Q19,
             Spread::ONE,
             false,
             0,

@@ -51,29 +51,35 @@ fn cases_run_and_write_their_files() {
         .and_then(|s| s.split('%').next())
         .unwrap();
     assert!(pct.trim().parse::<f64>().unwrap().abs() < 2.0, "{text}");
-    let (ok, text) = lbm(&[
-        "poiseuille",
-        "--engine",
-        "host",
-        "--width",
-        "16",
-        "--extent",
-        "1x1",
-        "--tau",
-        "1.0",
-        "--force",
-        "1e-5",
-        "--collision",
-        "trt",
-        "--magic",
-        "0.1875",
-        "--steady",
-        "1e-7",
-        "--output",
-        out,
-    ]);
-    assert!(ok, "{text}");
-    assert!(common::number_after(&text, "parabola:") < 1e-4, "{text}");
+    // D3Q27 under the same rules: TRT at magic 3/16 puts halfway walls exactly where they are on both
+    // sets.
+    for set in ["d3q19", "d3q27"] {
+        let (ok, text) = lbm(&[
+            "poiseuille",
+            "--engine",
+            "host",
+            "--velocities",
+            set,
+            "--width",
+            "16",
+            "--extent",
+            "1x1",
+            "--tau",
+            "1.0",
+            "--force",
+            "1e-5",
+            "--collision",
+            "trt",
+            "--magic",
+            "0.1875",
+            "--steady",
+            "1e-7",
+            "--output",
+            out,
+        ]);
+        assert!(ok && text.contains(&set.to_uppercase()), "{text}");
+        assert!(common::number_after(&text, "parabola:") < 1e-4, "{text}");
+    }
     let (ok, text) = lbm(&[
         "cavity", "--engine", "host", "--size", "18x18x1", "--re", "10", "--steps", "500",
         "--output", out,
@@ -149,8 +155,10 @@ const fn bad(class: &'static str, line: &'static str, code: i32, says: &'static 
 
 /// The resumes refused below continue these runs' checkpoints: `{dir}/c` a cavity of a fixed number
 /// of steps at step 20, `{dir}/p` a channel run to steady state at step 20 (between two of its checks
-/// 15 steps apart), `{dir}/tg` a Taylor-Green vortex of 60 steps (energy every 3 steps) at step 60.
+/// 15 steps apart), `{dir}/tg` a Taylor-Green vortex of 60 steps (energy every 3 steps) at step 60,
+/// `{dir}/c27` the cavity on D3Q27.
 const CAVITY: &str = "cavity --size 12x10x4 --steps 20 --checkpoint-every 20";
+const CAVITY27: &str = "cavity --size 12x10x4 --steps 20 --checkpoint-every 20 --velocities d3q27";
 const CHANNEL: &str =
     "poiseuille --width 6 --extent 2x3 --check-every 15 --steady 1e-3 --max-steps 20 --checkpoint-every 20";
 const VORTEX: &str = "taylor-green --size 8x8x2 --steps 60 --checkpoint-every 30";
@@ -204,6 +212,10 @@ const BAD: &[Bad] = &[
         "precision is f64 here and f32 there"),
     bad("resume", "cavity --size 12x10x4 --steps 40 --streaming ab --resume {dir}/c/checkpoint", 1,
         "streaming is ab here and aa there"),
+    bad("resume", "cavity --size 12x10x4 --steps 40 --velocities d3q27 --resume {dir}/c/checkpoint",
+        1, "velocities is D3Q27 here and missing there"),
+    bad("resume", "cavity --size 12x10x4 --steps 40 --resume {dir}/c27/checkpoint", 1,
+        "its lattice is D3Q27 (resume with --velocities d3q27), and this run is D3Q19"),
     bad("resume", "cavity --size 12x10x6 --steps 40 --resume {dir}/c/checkpoint", 1,
         "size is 12x10x6 here and 12x10x4 there"),
     bad("resume", "cavity --size 12x10x4 --steps 40 --collision bgk --resume {dir}/c/checkpoint", 1,
@@ -273,7 +285,12 @@ fn succeeds_in(dir: &Path, args: &[&str]) -> String {
 fn every_bad_input_is_named_with_its_exit_code_and_writes_nothing() {
     let dir = temp_dir("bad");
     let d = dir.to_str().unwrap();
-    for (line, out) in [(CAVITY, "c"), (CHANNEL, "p"), (VORTEX, "tg")] {
+    for (line, out) in [
+        (CAVITY, "c"),
+        (CHANNEL, "p"),
+        (VORTEX, "tg"),
+        (CAVITY27, "c27"),
+    ] {
         let mut args = words(line);
         args.extend(["--engine", "host", "--output", out]);
         succeeds_in(&dir, &args);
@@ -610,6 +627,7 @@ fn a_resumed_run_gives_the_bytes_of_a_straight_one() {
     let rules = [
         "halfway",
         "interpolated --outlet non-reflecting --outlet-memory 0.5",
+        "interpolated --outlet non-reflecting --outlet-memory 0.5 --velocities d3q27",
     ];
     for (half, rule) in [11, 12].into_iter().flat_map(|h| rules.map(|r| (h, r))) {
         let run = format!(

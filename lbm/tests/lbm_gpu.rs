@@ -1,5 +1,5 @@
 //! The lattice-Boltzmann kernels on the GPU against the CPU engine (the same body over rayon): every
-//! storage precision and streaming scheme on an odd-sized box with every kind of cell (an inlet and an
+//! velocity set, storage precision and streaming scheme on an odd-sized box with every kind of cell (an inlet and an
 //! outlet among them), GPU outputs poisoned with NaN before each step, and the force on a body; the
 //! block-size tuning (which steps at every size it tries); the
 //! f16 physics on the GPU; a grid too large for the GPU; a NaN counted on the GPU, named as the
@@ -16,7 +16,7 @@ use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::tuner::{self, param};
 use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::Error as HostError;
-use lattice_gpu_kernels::lbm::{tag, Half, END_SHIFT, Q};
+use lattice_gpu_kernels::lbm::{tag, Half, Velocities, END_SHIFT};
 use lattice_gpu_lbm::cases;
 use lattice_gpu_lbm::geometry::{BounceBack, Obstacle};
 use lattice_gpu_lbm::solver::{check_memory, Spread, TUNE_BLOCKS, TUNE_STEPS};
@@ -77,23 +77,24 @@ const OPEN: Open = Open {
 
 fn gpu_matches_cpu<S: LbmStorage>(
     engine: &Engine,
-    streaming: Streaming,
+    (streaming, velocities): (Streaming, Velocities),
     collision: Collision,
     rule: (BounceBack, u64),
 ) {
-    gpu_matches_cpu_in::<S>(engine, streaming, collision, rule, 13);
+    gpu_matches_cpu_in::<S>(engine, (streaming, velocities), collision, rule, 13);
 }
 
 /// [`gpu_matches_cpu`] on [`geometry_of`] `nx`.
 fn gpu_matches_cpu_in<S: LbmStorage>(
     engine: &Engine,
-    streaming: Streaming,
+    (streaming, velocities): (Streaming, Velocities),
     collision: Collision,
     (rule, outlet_memory): (BounceBack, u64),
     nx: usize,
 ) {
-    let g = geometry_of(nx, rule);
-    let cells = g.cells();
+    let mut g = geometry_of(nx, rule);
+    g.set_velocities(velocities);
+    let (cells, q_count) = (g.cells(), velocities.q());
     let p = Params {
         tau: 0.62,
         collision,
@@ -105,7 +106,7 @@ fn gpu_matches_cpu_in<S: LbmStorage>(
         },
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-    let post: Vec<f64> = (0..Q * cells)
+    let post: Vec<f64> = (0..q_count * cells)
         .map(|_| 4e-3 * (rng.random::<f64>() - 0.5))
         .collect();
     let make = |e: &Engine| {
@@ -121,7 +122,8 @@ fn gpu_matches_cpu_in<S: LbmStorage>(
     };
     assert_eq!(dev.row_shift(), shift, "rows of {nx} cells in {}", S::NAME);
     let what = format!(
-        "{} {} {collision:?} {rule:?}, outlet memory {outlet_memory}, rows of {nx}",
+        "{} {} {} {collision:?} {rule:?}, outlet memory {outlet_memory}, rows of {nx}",
+        velocities.name(),
         S::NAME,
         streaming.name()
     );
@@ -151,7 +153,8 @@ fn gpu_matches_cpu_in<S: LbmStorage>(
         }
         if step % 2 == 0 {
             let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
-            for q in 0..Q {
+            assert_eq!(pd.len(), q_count * cells);
+            for q in 0..q_count {
                 for n in (0..cells).filter(|&n| g.is_fluid(n)) {
                     let i = q * cells + n;
                     assert!(
@@ -172,17 +175,21 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
         return;
     };
     let e = Engine::Device(gpu.clone());
-    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+    let sets = Velocities::ALL;
+    for run in [Streaming::TwoLattice, Streaming::InPlace]
+        .into_iter()
+        .flat_map(|s| sets.map(|v| (s, v)))
+    {
         for collision in [Collision::Bgk, Collision::Trt { magic: 0.25 }] {
             // The entries with free-slip walls, and those with interpolated links and
             // non-reflecting outlets too.
             for rule in [(BounceBack::Halfway, 0), (BounceBack::Interpolated, 5)] {
-                gpu_matches_cpu::<f64>(&e, streaming, collision, rule);
-                gpu_matches_cpu::<f32>(&e, streaming, collision, rule);
-                gpu_matches_cpu::<Half>(&e, streaming, collision, rule);
+                gpu_matches_cpu::<f64>(&e, run, collision, rule);
+                gpu_matches_cpu::<f32>(&e, run, collision, rule);
+                gpu_matches_cpu::<Half>(&e, run, collision, rule);
             }
             // Rows long enough for f16's threads to run them shifted (`shifted`).
-            gpu_matches_cpu_in::<Half>(&e, streaming, collision, (BounceBack::Interpolated, 5), 40);
+            gpu_matches_cpu_in::<Half>(&e, run, collision, (BounceBack::Interpolated, 5), 40);
         }
     }
 }
@@ -242,7 +249,7 @@ fn tuning_the_block_size_changes_no_bit() {
         host.run(t.calls + 2).unwrap();
         let (pd, ph) = (dev.populations().unwrap(), host.populations().unwrap());
         let what = streaming.name();
-        for q in 0..Q {
+        for q in 0..Velocities::D3Q19.q() {
             for n in (0..g.cells()).filter(|&n| g.is_fluid(n)) {
                 let i = q * g.cells() + n;
                 assert!(
@@ -296,6 +303,7 @@ fn a_grid_too_large_for_the_gpu_is_refused_before_allocating() {
     let fp = Lbm::<f64>::footprint(
         [1600; 3],
         Streaming::TwoLattice,
+        Velocities::D3Q19,
         Spread::ONE,
         true,
         0,

@@ -6,20 +6,20 @@
 //! reflection of sound.
 
 use lattice_gpu_host::comm::Solo;
-use lattice_gpu_kernels::lbm::{tag, Half, Q};
+use lattice_gpu_kernels::lbm::{tag, Half, Velocities, C};
 use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
 use lattice_gpu_lbm::geometry::{BounceBack, Obstacle};
-use lattice_gpu_lbm::reference::{RefParams, Reference};
+use lattice_gpu_lbm::reference::{RefLattice, RefParams, Reference};
 use lattice_gpu_lbm::solver::mass_momentum;
 use lattice_gpu_lbm::{Collision, Engine, Geometry, Lbm, LbmStorage, Open, Params, Streaming};
 use rand::{Rng, SeedableRng};
 
 const TRT: Collision = Collision::Trt { magic: 0.25 };
 
-/// A state near rest with random perturbations (post-collision deviations).
-fn random_post(cells: usize, seed: u64, amp: f64) -> Vec<f64> {
+/// A state of `g` near rest with random perturbations (post-collision deviations).
+fn random_post(g: &Geometry, seed: u64, amp: f64) -> Vec<f64> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..Q * cells)
+    (0..g.velocities().q() * g.cells())
         .map(|_| amp * (rng.random::<f64>() - 0.5))
         .collect()
 }
@@ -65,11 +65,20 @@ fn mixed_params(collision: Collision) -> Params {
     }
 }
 
+/// `g` on the velocity set `v`.
+fn on(mut g: Geometry, v: Velocities) -> Geometry {
+    g.set_velocities(v);
+    g
+}
+
 #[test]
 fn mass_and_momentum_are_conserved_over_1000_periodic_steps() {
     let dims = [12, 10, 8];
-    let g = Geometry::periodic(dims).unwrap();
-    for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+    for (streaming, v) in [Streaming::TwoLattice, Streaming::InPlace]
+        .into_iter()
+        .flat_map(|s| Velocities::ALL.map(|v| (s, v)))
+    {
+        let g = on(Geometry::periodic(dims).unwrap(), v);
         let mut lbm = Lbm::<f64>::new(
             &Engine::Host,
             g.clone(),
@@ -78,23 +87,22 @@ fn mass_and_momentum_are_conserved_over_1000_periodic_steps() {
             |_| (1.0, [0.0; 3]),
         )
         .unwrap();
-        lbm.set_populations(&random_post(g.cells(), 3, 1e-3))
-            .unwrap();
+        lbm.set_populations(&random_post(&g, 3, 1e-3)).unwrap();
         let (m0, p0) = mass_momentum(&g, &lbm.populations().unwrap());
         lbm.run(1000).unwrap();
         let (m1, p1) = mass_momentum(&g, &lbm.populations().unwrap());
         assert!(
             (m1 - m0).abs() < 1e-11 * m0,
-            "{streaming:?}: mass {m0} -> {m1}"
+            "{streaming:?} {v:?}: mass {m0} -> {m1}"
         );
         for a in 0..3 {
             assert!(
                 (p1[a] - p0[a]).abs() < 1e-12 * m0,
-                "{streaming:?}: momentum {p0:?} -> {p1:?}"
+                "{streaming:?} {v:?}: momentum {p0:?} -> {p1:?}"
             );
         }
         // The state did change: conservation is not a frozen lattice.
-        assert_ne!(lbm.populations().unwrap(), random_post(g.cells(), 3, 1e-3));
+        assert_ne!(lbm.populations().unwrap(), random_post(&g, 3, 1e-3));
     }
 }
 
@@ -117,14 +125,16 @@ fn closed_box_with_moving_lid_leaks_no_mass() {
 }
 
 fn schemes_agree<S: LbmStorage>() {
-    schemes_agree_on::<S>(mixed_geometry([9, 8, 7]));
-    schemes_agree_on::<S>(curved_geometry([9, 10, 7]).0);
+    for v in Velocities::ALL {
+        schemes_agree_on::<S>(on(mixed_geometry([9, 8, 7]), v));
+        schemes_agree_on::<S>(on(curved_geometry([9, 10, 7]).0, v));
+    }
 }
 
 /// [`schemes_agree`] on `g`, the forces on its bodies too.
 fn schemes_agree_on<S: LbmStorage>(g: Geometry) {
     let p = mixed_params(TRT);
-    let post = random_post(g.cells(), 5, 2e-3);
+    let post = random_post(&g, 5, 2e-3);
     let make = |s| {
         let mut l = Lbm::<S>::new(&Engine::Host, g.clone(), p, s, |_| (1.0, [0.0; 3])).unwrap();
         l.set_populations(&post).unwrap();
@@ -159,7 +169,7 @@ fn schemes_agree_on<S: LbmStorage>(g: Geometry) {
         }
         if step % 2 == 0 {
             let (pa, pb) = (ab.populations().unwrap(), aa.populations().unwrap());
-            for q in 0..Q {
+            for q in 0..g.velocities().q() {
                 for n in (0..g.cells()).filter(|&n| g.is_fluid(n)) {
                     let i = q * g.cells() + n;
                     assert_eq!(
@@ -198,7 +208,11 @@ fn a_lattice_cut_on_one_rank_steps_as_the_whole_bit_for_bit() {
     // the inner ones) on one rank: both schemes, the exchange behind the inner planes and before them;
     // with interpolated links too, whose in-place copies lie in halo planes.
     let p = mixed_params(TRT);
-    let geometries = [mixed_geometry([9, 8, 7]), curved_geometry([9, 10, 7]).0];
+    let geometries = [
+        mixed_geometry([9, 8, 7]),
+        curved_geometry([9, 10, 7]).0,
+        on(curved_geometry([9, 10, 7]).0, Velocities::D3Q27),
+    ];
     for (g, streaming) in geometries
         .iter()
         .flat_map(|g| [Streaming::TwoLattice, Streaming::InPlace].map(|s| (g, s)))
@@ -225,7 +239,11 @@ fn a_lattice_cut_on_one_rank_steps_as_the_whole_bit_for_bit() {
             let got = cut.moments().unwrap();
             cut.step(false).unwrap();
             got_forces.extend(forces(&mut cut));
-            assert_eq!(got_forces, want_forces, "{streaming:?}, overlap {overlap}");
+            let v = g.velocities();
+            assert_eq!(
+                got_forces, want_forces,
+                "{streaming:?} {v:?}, overlap {overlap}"
+            );
             assert_eq!(got.dims, want.dims);
             for n in 0..g.cells() {
                 let bits = |rho: f64, u: [f64; 3]| (rho.to_bits(), u.map(f64::to_bits));
@@ -263,23 +281,27 @@ fn poiseuille_profile_within_2_percent_at_32_cells() {
 #[test]
 fn taylor_green_energy_decays_at_the_analytic_rate() {
     let dims = [48, 48, 2];
-    let g = Geometry::periodic(dims).unwrap();
     let p = Params::bgk(0.8);
-    let mut lbm = Lbm::<f64>::new(
-        &Engine::Host,
-        g,
-        p,
-        Streaming::TwoLattice,
-        cases::taylor_green(dims, 0.02).unwrap(),
-    )
-    .unwrap();
-    lbm.run(100).unwrap();
-    let e0 = lbm.moments().unwrap().kinetic_energy();
-    lbm.run(1000).unwrap();
-    let e1 = lbm.moments().unwrap().kinetic_energy();
-    let rate = (e0 / e1).ln() / 1000.0;
-    let want = cases::taylor_green_rate(dims, &p);
-    assert!((rate / want - 1.0).abs() < 0.02, "rate {rate} vs {want}");
+    for v in Velocities::ALL {
+        let mut lbm = Lbm::<f64>::new(
+            &Engine::Host,
+            on(Geometry::periodic(dims).unwrap(), v),
+            p,
+            Streaming::TwoLattice,
+            cases::taylor_green(dims, 0.02).unwrap(),
+        )
+        .unwrap();
+        lbm.run(100).unwrap();
+        let e0 = lbm.moments().unwrap().kinetic_energy();
+        lbm.run(1000).unwrap();
+        let e1 = lbm.moments().unwrap().kinetic_energy();
+        let rate = (e0 / e1).ln() / 1000.0;
+        let want = cases::taylor_green_rate(dims, &p);
+        assert!(
+            (rate / want - 1.0).abs() < 0.02,
+            "{v:?}: rate {rate} vs {want}"
+        );
+    }
 }
 
 #[test]
@@ -661,7 +683,11 @@ impl Sphere {
 /// every link into it.
 fn reference_of(g: &Geometry, p: &Params, post: &[f64], sphere: Option<&Sphere>) -> Reference {
     let cells = g.cells();
-    let mut r = Reference::new(
+    let lattice = match g.velocities() {
+        Velocities::D3Q19 => RefLattice::D3Q19,
+        Velocities::D3Q27 => RefLattice::D3Q27,
+    };
+    let mut r = Reference::with_lattice(
         g.dims(),
         g.tags().to_vec(),
         RefParams {
@@ -678,19 +704,20 @@ fn reference_of(g: &Geometry, p: &Params, post: &[f64], sphere: Option<&Sphere>)
             outlet_density: p.open.outlet_density,
             outlet_memory: p.open.outlet_memory,
         },
+        lattice,
     );
+    let v = g.velocities();
     for n in 0..cells {
-        let mut f = [0.0; Q];
-        for q in 0..Q {
-            f[q] = lattice_gpu_kernels::lbm::W[q] + post[q * cells + n];
-        }
-        r.set_populations(n, f);
+        let f: Vec<f64> = (0..v.q())
+            .map(|q| v.weight(q) + post[q * cells + n])
+            .collect();
+        r.set_populations(n, &f);
     }
     if let Some(s) = sphere {
         let [nx, ny, _] = g.dims();
         for (n, k) in g.links(0) {
             let p = [n % nx, n / nx % ny, n / (nx * ny)].map(|v| v as f64);
-            r.set_wall_distance(n, k, s.crossing(p, lattice_gpu_kernels::lbm::C[k]));
+            r.set_wall_distance(n, k, s.crossing(p, C[k]));
         }
     }
     r
@@ -710,17 +737,24 @@ fn interpolated_links_match_the_independent_reference() {
     let fallback = links.iter().any(|&(n, k)| {
         let [nx, ny, _] = dims;
         let p = [n % nx, n / nx % ny, n / (nx * ny)].map(|v| v as f64);
-        sphere.crossing(p, lattice_gpu_kernels::lbm::C[k]) < 0.5 && g.cut(n, k) == 0.5
+        sphere.crossing(p, C[k]) < 0.5 && g.cut(n, k) == 0.5
     });
     assert!(fallback, "a link falls back to halfway");
     agrees_with_the_reference(&g, Some(&sphere), 17, 6);
 }
 
 /// `g` (its first body's links' surface that of `sphere`, if given) on the shared body against the
-/// reference from a random state (`seed`), BGK and TRT, both schemes, `steps` steps: the moments, the
-/// populations at even steps and the force on the first body, to rounding.
+/// reference from a random state (`seed`), on both velocity sets, BGK and TRT, both schemes, `steps`
+/// steps: the moments, the populations at even steps and the force on the first body, to rounding.
 fn agrees_with_the_reference(g: &Geometry, sphere: Option<&Sphere>, seed: u64, steps: u64) {
-    let cells = g.cells();
+    for v in Velocities::ALL {
+        agrees_on(&on(g.clone(), v), sphere, seed, steps);
+    }
+}
+
+/// [`agrees_with_the_reference`] on `g`'s velocity set.
+fn agrees_on(g: &Geometry, sphere: Option<&Sphere>, seed: u64, steps: u64) {
+    let (cells, v) = (g.cells(), g.velocities());
     let links = if g.bodies().is_empty() {
         Vec::new()
     } else {
@@ -728,7 +762,7 @@ fn agrees_with_the_reference(g: &Geometry, sphere: Option<&Sphere>, seed: u64, s
     };
     for collision in [Collision::Bgk, TRT] {
         let p = mixed_params(collision);
-        let post = random_post(cells, seed, 0.02);
+        let post = random_post(g, seed, 0.02);
         let reference = reference_of(g, &p, &post, sphere);
         for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
             let mut lbm =
@@ -747,7 +781,7 @@ fn agrees_with_the_reference(g: &Geometry, sphere: Option<&Sphere>, seed: u64, s
                     });
                     assert!(
                         off < 1e-13,
-                        "{collision:?} {streaming:?} step {step} cell {n}: off by {off:e}"
+                        "{v:?} {collision:?} {streaming:?} step {step} cell {n}: off by {off:e}"
                     );
                 }
                 let forces = lbm.forces().unwrap();
@@ -758,18 +792,18 @@ fn agrees_with_the_reference(g: &Geometry, sphere: Option<&Sphere>, seed: u64, s
                 for a in 0..3 {
                     assert!(
                         (got[a] - want[a]).abs() < 1e-12,
-                        "{collision:?} {streaming:?} step {step}: force {got:?} vs {want:?}"
+                        "{v:?} {collision:?} {streaming:?} step {step}: force {got:?} vs {want:?}"
                     );
                 }
                 if step % 2 == 0 {
                     let got = lbm.populations().unwrap();
                     for n in (0..cells).filter(|&n| g.is_fluid(n)) {
                         let want = r.populations(n);
-                        for q in 0..Q {
-                            let f = lattice_gpu_kernels::lbm::W[q] + got[q * cells + n];
+                        for q in 0..v.q() {
+                            let f = v.weight(q) + got[q * cells + n];
                             assert!(
                                 (f - want[q]).abs() < 1e-13,
-                                "{collision:?} {streaming:?} step {step} cell {n} q {q}"
+                                "{v:?} {collision:?} {streaming:?} step {step} cell {n} q {q}"
                             );
                         }
                     }

@@ -11,7 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::storage::Storage;
-use super::{bouzidi, opposite, Scheme, C, W};
+use super::{bouzidi, opposite, weight, Scheme, C};
 use crate::device::math::Real;
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
@@ -30,8 +30,10 @@ pub const FORCE_BLOCK: u32 = 256;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Forces<S: Storage> {
-    /// The lattice after a step: the post-collision populations (deviations `f - w`), `19 * cells`.
+    /// The lattice after a step: the post-collision populations (deviations `f - w`), `q * cells`.
     pub f: *const S,
+    /// Populations per cell: the velocity set's (19 or 27), for the weights.
+    pub q: u32,
     /// Cells of the lattice.
     pub cells: u64,
     /// The body's links ([`link`]), a plane's consecutive.
@@ -56,17 +58,18 @@ impl<S: Storage> Forces<S> {
     /// The momentum link `i` carries into the body in one step.
     ///
     /// # Safety
-    /// `links` holds link `i`, of a cell of the grid and a direction below 19, and `cuts`, if not
-    /// null, its distance; `f` holds `19 * cells` populations.
+    /// `links` holds link `i`, of a cell of the grid and a direction below `q` (19 or 27), and `cuts`,
+    /// if not null, its distance; `f` holds `q * cells` populations.
     #[inline(always)]
     pub unsafe fn link(&self, i: usize) -> [f64; 3] {
         // SAFETY: the caller's contract.
         let l = unsafe { *self.links.add(i) };
         let (cell, k) = ((l & 0xffff_ffff) as usize, (l >> 32) as usize);
         let q = opposite(k);
-        // SAFETY (the loads): cells of the grid, slots below 19.
+        // SAFETY (the loads): cells of the grid, slots below `q`.
         let load = |slot: usize, cell: usize| unsafe {
-            W[slot] + S::load(self.f, slot * self.cells as usize + cell).to_f64()
+            weight(self.q as usize, slot)
+                + S::load(self.f, slot * self.cells as usize + cell).to_f64()
         };
         let ab = self.scheme == Scheme::Ab as u32;
         let sent = load(if ab { k } else { q }, cell);

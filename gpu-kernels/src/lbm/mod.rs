@@ -1,11 +1,13 @@
-//! The lattice-Boltzmann method on a D3Q19 lattice (after the Palabos GPU port and FluidX3D): one
-//! collide-and-stream body per cell, run by the GPU kernels and by the CPU engine alike.
+//! The lattice-Boltzmann method on a D3Q19 or D3Q27 lattice (after the Palabos GPU port and FluidX3D):
+//! one collide-and-stream body per cell, run by the GPU kernels and by the CPU engine alike.
 //!
 //! Conventions (the `lattice-gpu-lbm` crate and its independent reference follow them too):
 //! - grid `[nx, ny, nz]`, cell `n = x + nx * (y + ny * z)`; every axis wraps around (periodic) unless wall
 //!   cells close it;
 //! - populations in structure-of-arrays order: population `q` of cell `n` at `q * cells + n`, stored as the
 //!   deviation `f_q - w_q` from the rest equilibrium (keeps the digits that matter in f32 and f16);
+//! - the velocity set ([`Velocities`]) is a compile-time parameter of the step, `Q` populations: D3Q27's
+//!   first 19 directions are D3Q19's, so one table ([`C`]) serves both;
 //! - one tag byte per cell ([`tag`]): fluid, wall (halfway bounce-back), moving wall (bounce-back with the
 //!   wall-velocity correction, wall density 1), inlet (the same with the inflow profile's velocity),
 //!   outlet (anti-bounce-back at a given density) and free-slip wall (specular reflection), links into
@@ -24,12 +26,62 @@ pub use step::{
 };
 pub use storage::{Half, Storage, HALF_SCALE};
 
-/// Populations per cell.
-pub const Q: usize = 19;
+/// The populations of the largest velocity set (D3Q27).
+pub const Q_MAX: usize = 27;
 
-/// The D3Q19 velocities: rest, the 6 faces, the 12 edges; opposite directions are neighbours
-/// (`q` odd and `q + 1`), as in FluidX3D.
-pub const C: [[i32; 3]; Q] = [
+/// A velocity set: its populations per cell are its value.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Velocities {
+    /// Rest, the 6 faces and the 12 edges of the cube: the usual set, 19 populations.
+    #[default]
+    D3Q19 = 19,
+    /// D3Q19 and the 8 corners: more isotropic (for turbulent flows), 27 populations.
+    D3Q27 = 27,
+}
+
+impl Velocities {
+    /// Both sets.
+    pub const ALL: [Velocities; 2] = [Velocities::D3Q19, Velocities::D3Q27];
+
+    /// Populations per cell.
+    #[inline(always)]
+    pub const fn q(self) -> usize {
+        self as usize
+    }
+
+    /// The set of `q` populations, if there is one.
+    pub const fn of(q: usize) -> Option<Self> {
+        match q {
+            19 => Some(Velocities::D3Q19),
+            27 => Some(Velocities::D3Q27),
+            _ => None,
+        }
+    }
+
+    /// `"D3Q19"` or `"D3Q27"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Velocities::D3Q19 => "D3Q19",
+            Velocities::D3Q27 => "D3Q27",
+        }
+    }
+
+    /// The set's directions, [`C`]'s first [`q`](Self::q).
+    pub fn directions(self) -> &'static [[i32; 3]] {
+        &C[..self.q()]
+    }
+
+    /// The weight of direction `q` ([`weight`]).
+    #[inline(always)]
+    pub const fn weight(self, q: usize) -> f64 {
+        weight(self.q(), q)
+    }
+}
+
+/// The velocities: rest, the 6 faces, the 12 edges (D3Q19 ends here), the 8 corners; opposite
+/// directions are neighbours (`q` odd and `q + 1`), as in FluidX3D.
+pub const C: [[i32; 3]; Q_MAX] = [
     [0, 0, 0],
     [1, 0, 0],
     [-1, 0, 0],
@@ -49,7 +101,32 @@ pub const C: [[i32; 3]; Q] = [
     [-1, 0, 1],
     [0, 1, -1],
     [0, -1, 1],
+    [1, 1, 1],
+    [-1, -1, -1],
+    [1, 1, -1],
+    [-1, -1, 1],
+    [1, -1, 1],
+    [-1, 1, -1],
+    [-1, 1, 1],
+    [1, -1, -1],
 ];
+
+/// The weight of direction `q` in the set of `count` populations (19 or 27): by the direction's
+/// length, `1/3, 1/18, 1/36` (D3Q19) or `8/27, 2/27, 1/54, 1/216` (D3Q27).
+#[inline(always)]
+pub const fn weight(count: usize, q: usize) -> f64 {
+    let c = C[q];
+    let len2 = c[0] * c[0] + c[1] * c[1] + c[2] * c[2];
+    match (count == Q_MAX, len2) {
+        (false, 0) => 1.0 / 3.0,
+        (false, 1) => 1.0 / 18.0,
+        (false, _) => 1.0 / 36.0,
+        (true, 0) => 8.0 / 27.0,
+        (true, 1) => 2.0 / 27.0,
+        (true, 2) => 1.0 / 54.0,
+        (true, _) => 1.0 / 216.0,
+    }
+}
 
 /// The direction of `q` mirrored along the axes in `axes` (bit `a`: axis `a`): `c_q` with those
 /// components reversed.
@@ -88,10 +165,10 @@ pub fn mirror<I>(q: usize, t: u8, cell: impl Fn(u32) -> (I, u8)) -> Option<(usiz
 }
 
 /// [`mirrored`] for every direction and set of axes.
-const MIRRORED: [[u8; 8]; Q] = {
-    let mut table = [[0u8; 8]; Q];
+const MIRRORED: [[u8; 8]; Q_MAX] = {
+    let mut table = [[0u8; 8]; Q_MAX];
     let mut q = 0;
-    while q < Q {
+    while q < Q_MAX {
         let mut axes = 0;
         while axes < 8 {
             let mut c = C[q];
@@ -113,29 +190,6 @@ const MIRRORED: [[u8; 8]; Q] = {
     }
     table
 };
-
-/// The D3Q19 weights.
-pub const W: [f64; Q] = [
-    1.0 / 3.0,
-    1.0 / 18.0,
-    1.0 / 18.0,
-    1.0 / 18.0,
-    1.0 / 18.0,
-    1.0 / 18.0,
-    1.0 / 18.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-    1.0 / 36.0,
-];
 
 /// The direction opposite to `q`.
 #[inline(always)]
@@ -203,30 +257,49 @@ mod tests {
 
     #[test]
     fn velocity_set_moments() {
-        let mut m0 = 0.0;
-        let mut m1 = [0.0; 3];
-        let mut m2 = [[0.0; 3]; 3];
-        for q in 0..Q {
-            m0 += W[q];
-            for a in 0..3 {
-                m1[a] += W[q] * C[q][a] as f64;
-                for b in 0..3 {
-                    m2[a][b] += W[q] * (C[q][a] * C[q][b]) as f64;
+        for v in Velocities::ALL {
+            let (q_count, w) = (v.q(), |q: usize| v.weight(q));
+            let mut m0 = 0.0;
+            let mut m2 = [[0.0; 3]; 3];
+            // The fourth moments: isotropic, 1/9 (d_ab d_cd + d_ac d_bd + d_ad d_bc).
+            let mut m4 = [[0.0; 3]; 3];
+            for q in 0..q_count {
+                m0 += w(q);
+                for a in 0..3 {
+                    for b in 0..3 {
+                        let ab = (C[q][a] * C[q][b]) as f64;
+                        m2[a][b] += w(q) * ab;
+                        m4[a][b] += w(q) * ab * ab;
+                    }
+                }
+                let o = opposite(q);
+                assert!(o < q_count);
+                assert_eq!(opposite(o), q);
+                assert_eq!(w(o), w(q));
+                for a in 0..3 {
+                    assert_eq!(C[o][a], -C[q][a], "q {q}");
+                }
+                for r in 0..q {
+                    assert_ne!(C[r], C[q], "{v:?}: {q} repeats {r}");
                 }
             }
-            let o = opposite(q);
-            assert_eq!(opposite(o), q);
-            assert_eq!(W[o], W[q]);
+            assert!((m0 - 1.0).abs() < 1e-15, "{v:?}");
             for a in 0..3 {
-                assert_eq!(C[o][a], -C[q][a], "q {q}");
+                for b in 0..3 {
+                    let want = if a == b { 1.0 / 3.0 } else { 0.0 };
+                    assert!((m2[a][b] - want).abs() < 1e-15, "{v:?} {a}{b}");
+                    let want = if a == b { 3.0 / 9.0 } else { 1.0 / 9.0 };
+                    assert!((m4[a][b] - want).abs() < 1e-15, "{v:?} {a}{b}");
+                }
             }
+            assert_eq!(Velocities::of(q_count), Some(v));
         }
-        assert!((m0 - 1.0).abs() < 1e-15);
-        for a in 0..3 {
-            assert!(m1[a].abs() < 1e-15);
-            for b in 0..3 {
-                let want = if a == b { 1.0 / 3.0 } else { 0.0 };
-                assert!((m2[a][b] - want).abs() < 1e-15, "{a}{b}");
+        // Mirrors stay in the set they start from.
+        for v in Velocities::ALL {
+            for q in 0..v.q() {
+                for axes in 0..8 {
+                    assert!(mirrored(q, axes) < v.q());
+                }
             }
         }
     }

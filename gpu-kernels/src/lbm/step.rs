@@ -1,28 +1,31 @@
-//! One time step of one cell: gather the 19 populations (streaming and bounce-back), collide (TRT, BGK
-//! being TRT with equal rates, Guo forcing), scatter. The streaming scheme is a compile-time parameter, so
-//! the two-lattice and the in-place kernels share every arithmetic operation and give the same bits.
+//! One time step of one cell: gather the `Q` populations (streaming and bounce-back), collide (TRT, BGK
+//! being TRT with equal rates, Guo forcing), scatter. The streaming scheme and the velocity set are
+//! compile-time parameters, so the two-lattice and the in-place kernels share every arithmetic operation
+//! and give the same bits, and D3Q19 and D3Q27 share every rule.
 // The velocity, weight and population arrays run in lock step: index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
 use super::storage::Storage;
-use super::{mirror, opposite, tag, C, Q, W};
+use super::{mirror, opposite, tag, weight, Velocities, C};
 use crate::bind::{check_len, Bound, Kernel, Place, Span, SpanError, SpanMut};
 use crate::device::math::Real;
 #[cfg_attr(not(target_arch = "nvptx64"), allow(unused_imports))]
 use crate::device::thread;
 
-/// Runs `$body` once for each population `$q` in `0..19` (or each odd `$q`), written out so that every
-/// array index is a constant: LLVM does not unroll loops this large by itself, and a population array
-/// indexed at run time lives in local memory, not registers.
+/// Runs `$body` once for each population `$q` in `0..$count` (or each odd `$q`), written out so that
+/// every array index is a constant: LLVM does not unroll loops this large by itself, and a population
+/// array indexed at run time lives in local memory, not registers. `$count` is a constant (19 or 27):
+/// the populations past it fall away at compile time.
 macro_rules! each_q {
-    ($q:ident => $body:block) => {
-        each_q!(@ $q $body; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18)
+    ($count:expr, $q:ident => $body:block) => {
+        each_q!(@ $count, $q $body;
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26)
     };
-    (odd $q:ident => $body:block) => {
-        each_q!(@ $q $body; 1 3 5 7 9 11 13 15 17)
+    ($count:expr, odd $q:ident => $body:block) => {
+        each_q!(@ $count, $q $body; 1 3 5 7 9 11 13 15 17 19 21 23 25)
     };
-    (@ $q:ident $body:block; $($i:literal)*) => {
-        $({
+    (@ $count:expr, $q:ident $body:block; $($i:literal)*) => {
+        $(if $i < $count {
             let $q: usize = $i;
             $body
         })*
@@ -52,9 +55,11 @@ pub enum Scheme {
 /// along `c_k` into it ([`Cuts`]); an outlet cell's slot 0 holds the reference velocity of the fluid
 /// cell before it where the outlet lets sound out ([`Physics::outlet_follow`]). Each is one cell's
 /// alone, and the lattice (a checkpoint, a split's exchanges) carries it.
+///
+/// `Q` is the velocity set's populations per cell ([`Velocities`]: 19 or 27).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Step<S: Storage> {
+pub struct Step<S: Storage, const Q: usize> {
     /// The lattice read (and, in place, written).
     f: *mut S,
     /// The lattice written by [`Scheme::Ab`]; unused in place.
@@ -79,7 +84,7 @@ pub struct Step<S: Storage> {
     /// `u32::MAX`; null where no link is interpolated (the GPU then runs the entries without, unless
     /// the outlets let sound out).
     cut_rows: *const u32,
-    /// Rows of 19 wall distances ([`Cuts`]).
+    /// Rows of `Q` wall distances ([`Cuts`]).
     cuts: *const f32,
     /// Rows in `cuts`: a row index at or above it (`u32::MAX`) is none.
     cut_count: u32,
@@ -97,7 +102,7 @@ pub struct Step<S: Storage> {
 pub struct Cuts<'a> {
     /// Per cell, its row, or `u32::MAX` for a cell without interpolated links.
     pub rows: Span<'a, u32>,
-    /// 19 distances per row.
+    /// A distance per population (the velocity set's `Q`) per row.
     pub distances: Span<'a, f32>,
 }
 
@@ -129,9 +134,9 @@ pub struct Physics<R> {
 /// The memory of a step: the lattices, the tags and, where the step writes them, the moments.
 #[derive(Debug)]
 pub struct Lattices<'a, S: Storage> {
-    /// The lattice read (and, in place, written): `19 * cells` populations.
+    /// The lattice read (and, in place, written): `Q * cells` populations.
     pub f: SpanMut<'a, S>,
-    /// The lattice a two-lattice step writes (`19 * cells`); `None` in place.
+    /// The lattice a two-lattice step writes (`Q * cells`); `None` in place.
     pub g: Option<SpanMut<'a, S>>,
     /// One tag per cell.
     pub tags: Span<'a, u8>,
@@ -143,21 +148,21 @@ pub struct Lattices<'a, S: Storage> {
 
 // SAFETY: each population slot is read and written by one cell only within a step (see `cell`); the
 // pointers are otherwise shared read-only.
-unsafe impl<S: Storage> Send for Step<S> {}
+unsafe impl<S: Storage, const Q: usize> Send for Step<S, Q> {}
 // SAFETY: as above.
-unsafe impl<S: Storage> Sync for Step<S> {}
+unsafe impl<S: Storage, const Q: usize> Sync for Step<S, Q> {}
 
-/// The equilibrium of density `1 + drho` and velocity `u`, as deviations from the weights:
-/// `w_q (drho + rho (3 c.u + 4.5 (c.u)^2 - 1.5 u.u))`.
+/// The equilibrium of density `1 + drho` and velocity `u` on the velocity set of `Q` populations, as
+/// deviations from the weights: `w_q (drho + rho (3 c.u + 4.5 (c.u)^2 - 1.5 u.u))`.
 #[inline(always)]
-pub fn equilibrium<R: Real>(drho: R, u: [R; 3]) -> [R; Q] {
+pub fn equilibrium<R: Real, const Q: usize>(drho: R, u: [R; 3]) -> [R; Q] {
     let rho = R::ONE + drho;
     let c = |v: f64| R::from_f64(v);
     let usq = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
     let mut e = [R::ZERO; Q];
-    each_q!(q => {
+    each_q!(Q, q => {
         let cu = dot(q, u);
-        e[q] = c(W[q]) * (drho + rho * (c(3.0) * cu + c(4.5) * cu * cu - c(1.5) * usq));
+        e[q] = c(weight(Q, q)) * (drho + rho * (c(3.0) * cu + c(4.5) * cu * cu - c(1.5) * usq));
     });
     e
 }
@@ -191,9 +196,15 @@ fn dot<R: Real>(q: usize, v: [R; 3]) -> R {
     s
 }
 
-impl<S: Storage> Step<S> {
+impl<S: Storage, const Q: usize> Step<S, Q> {
+    /// The velocity set: `Q` must be one's (checked at compile time).
+    pub const VELOCITIES: Velocities = match Velocities::of(Q) {
+        Some(v) => v,
+        None => panic!("a step's Q must be a velocity set's: 19 or 27"),
+    };
+
     /// A step of `scheme` over `planes` (`[first, count]`) of grid `dims`, checked against its memory:
-    /// every lattice must hold `19 * cells` populations, `tags` one per cell, `moments` four per cell,
+    /// every lattice must hold `Q * cells` populations, `tags` one per cell, `moments` four per cell,
     /// the lattices may not overlap, a two-lattice step needs `g`, and the planes lie in the grid.
     pub fn bind<'a>(
         scheme: Scheme,
@@ -202,6 +213,7 @@ impl<S: Storage> Step<S> {
         planes: [u32; 2],
         physics: Physics<S::Real>,
     ) -> Result<Bound<'a, Self>, SpanError> {
+        let _ = Self::VELOCITIES;
         let cells = dims.iter().map(|&d| d as usize).product::<usize>();
         let mut places = [
             mem.f.place(),
@@ -292,7 +304,7 @@ impl<S: Storage> Step<S> {
     fn boundary(&self, v: S::Real, q: usize, t: u8, xyz: [u32; 3]) -> S::Real {
         let c = |v: f64| S::Real::from_f64(v);
         if t & tag::MOVING_WALL != 0 {
-            v + c(6.0 * W[q]) * dot(q, self.physics.wall)
+            v + c(6.0 * weight(Q, q)) * dot(q, self.physics.wall)
         } else if t & tag::INLET != 0 {
             let mut shape = S::Real::ONE;
             for a in 0..3 {
@@ -301,9 +313,9 @@ impl<S: Storage> Step<S> {
                 let d = (S::Real::from_u32(xyz[a]) - c(0.5 * C[q][a] as f64)) - centre;
                 shape *= S::Real::ONE - k * d * d;
             }
-            v + c(6.0 * W[q]) * dot(q, self.physics.inflow) * shape
+            v + c(6.0 * weight(Q, q)) * dot(q, self.physics.inflow) * shape
         } else if t & tag::OUTLET != 0 {
-            c(2.0 * W[q]) * self.physics.outlet - v
+            c(2.0 * weight(Q, q)) * self.physics.outlet - v
         } else {
             v
         }
@@ -342,7 +354,7 @@ impl<S: Storage> Step<S> {
         let c = |v: f64| S::Real::from_f64(v);
         let mut drho = S::Real::ZERO;
         let mut j = [S::Real::ZERO; 3];
-        each_q!(q => {
+        each_q!(Q, q => {
             drho += p[q];
             for a in 0..3 {
                 match C[q][a] {
@@ -361,18 +373,18 @@ impl<S: Storage> Step<S> {
         let faces = open & 0x7e;
         let first = faces & faces.wrapping_neg();
         if OPEN && follow != S::Real::ZERO && first != 0 {
-            each_q!(f => {
-                if (1..=6).contains(&f) && first == 1 << f {
+            each_q!(7, f => {
+                if f >= 1 && first == 1 << f {
                     // The outlet lies at `-c_f`: the outward normal velocity is `-c_f . u`.
                     let (un, o) = (-dot(f, u), nb.at(f, -1));
                     // The shift moves it too, by `a shift / rho` (the shifted populations'
                     // momentum along the normal): the shift is the one that agrees with the velocity
                     // it leaves, `shift = sqrt(3) (un + a shift / rho - U)`.
                     let mut a = S::Real::ZERO;
-                    each_q!(q => {
+                    each_q!(Q, q => {
                         if open & (1 << q) != 0 {
                             let along = -(C[q][0] * C[f][0] + C[q][1] * C[f][1] + C[q][2] * C[f][2]);
-                            a += c(2.0 * W[q] * along as f64);
+                            a += c(2.0 * weight(Q, q) * along as f64);
                         }
                     });
                     // SAFETY: a cell of the grid (the step's contract); slot 0 of an outlet cell
@@ -388,10 +400,10 @@ impl<S: Storage> Step<S> {
             });
         }
         let rho = S::Real::ONE + self.physics.outlet + shift;
-        each_q!(q => {
+        each_q!(Q, q => {
             if open & (1 << q) != 0 {
                 let cu = dot(q, u);
-                p[q] += c(2.0 * W[q]) * (shift + rho * (c(4.5) * cu * cu - c(1.5) * usq));
+                p[q] += c(2.0 * weight(Q, q)) * (shift + rho * (c(4.5) * cu * cu - c(1.5) * usq));
             }
         });
     }
@@ -414,9 +426,9 @@ impl<S: Storage> Step<S> {
         nb: &Neighbours,
         cells: usize,
     ) {
-        each_q!(q => {
+        each_q!(Q, q => {
             let k = opposite(q);
-            // SAFETY: a row holds 19 distances, the cells lie in the grid (the step's contract).
+            // SAFETY: a row holds Q distances, the cells lie in the grid (the step's contract).
             let d = unsafe { *row.add(k) };
             if q != 0 && d != 0.5 {
                 let other = if d < 0.5 {
@@ -438,7 +450,7 @@ impl<S: Storage> Step<S> {
     /// wall bounces back halfway ([`Cuts`]) and outlets hold their density (each costs registers).
     ///
     /// # Safety
-    /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `19 * cells` elements; `tags`:
+    /// The pointers must cover the grid (`f`, and `g` for [`Scheme::Ab`]: `Q * cells` elements; `tags`:
     /// `cells`; `moments`, if not null: `4 * cells`), `g` must not overlap `f`, and no other step may run
     /// on them at the same time. Every cell of the grid may run at once: within a step each population slot
     /// is read and written by one cell only.
@@ -458,7 +470,7 @@ impl<S: Storage> Step<S> {
         let at = |q: usize, sign: i32| nb.at(q, sign);
         let near = t & tag::NEAR_WALL != 0;
         // `near` is a constant in each of the two copies of the loops below: cells away from walls
-        // (nearly all) run straight-line code, where the 19 loads are all issued before the first use.
+        // (nearly all) run straight-line code, where the Q loads are all issued before the first use.
         // With a branch per population, each load's first use (the f16 conversion) came before the
         // next load was issued, and f16 storage ran at a third of its bandwidth.
         let wall_at = |m: usize, near: bool| -> Option<u8> {
@@ -529,7 +541,7 @@ impl<S: Storage> Step<S> {
         let mut p = [S::Real::ZERO; Q];
         if near {
             let mut open = 0u32;
-            each_q!(q => {
+            each_q!(Q, q => {
                 let (v, out) = gather(q, true);
                 p[q] = v;
                 open |= (out as u32) << q;
@@ -541,12 +553,12 @@ impl<S: Storage> Step<S> {
                 self.outflow::<SCHEME, CUT>(&mut p, open, &nb);
             }
         } else {
-            each_q!(q => { p[q] = gather(q, false).0; });
+            each_q!(Q, q => { p[q] = gather(q, false).0; });
         }
 
         let out = self.collide(&p, n, cells);
 
-        // The in-place schemes write exactly where they read. Left alone, LLVM keeps the 19 addresses
+        // The in-place schemes write exactly where they read. Left alone, LLVM keeps the Q addresses
         // of the gather alive through the collision for the scatter, which takes ~50 more registers
         // (a quarter of the occupancy); hiding the coordinates makes it recompute them instead.
         let (cells, n) = (opaque(cells as u64) as usize, opaque(n as u64) as usize);
@@ -572,19 +584,19 @@ impl<S: Storage> Step<S> {
             }
         };
         if near {
-            each_q!(q => { scatter(q, true); });
+            each_q!(Q, q => { scatter(q, true); });
             // In place, a copy of what leaves away from a wall further than halfway, for the next
             // step's interpolation (see `interpolate`) in the wall cell's slot of the link's
             // direction, which is this link's alone.
             if let (Some(row), false) = (row, SCHEME == Scheme::Ab as u32) {
-                each_q!(q => {
+                each_q!(Q, q => {
                     if q != 0 && unsafe { *row.add(q) } > 0.5 {
                         unsafe { S::store(f, q * cells + at(q, 1), out[opposite(q)]) };
                     }
                 });
             }
         } else {
-            each_q!(q => { scatter(q, false); });
+            each_q!(Q, q => { scatter(q, false); });
         }
     }
 
@@ -599,12 +611,12 @@ impl<S: Storage> Step<S> {
     fn collide(&self, p: &[S::Real; Q], n: usize, cells: usize) -> [S::Real; Q] {
         let c = |v: f64| S::Real::from_f64(v);
         let mut drho = S::Real::ZERO;
-        each_q!(q => {
+        each_q!(Q, q => {
             drho += p[q];
         });
         let mut j = [S::Real::ZERO; 3];
         for a in 0..3 {
-            each_q!(q => {
+            each_q!(Q, q => {
                 match C[q][a] {
                     1 => j[a] += p[q],
                     -1 => j[a] -= p[q],
@@ -645,9 +657,14 @@ impl<S: Storage> Step<S> {
                 sa: c(3.0) * km * w,
             }
         };
-        let (face, edge) = (class(W[1]), class(W[7]));
+        let (face, edge, corner) = (
+            class(weight(Q, 1)),
+            class(weight(Q, 7)),
+            class(weight(Q, 19)),
+        );
         let mut out = [S::Real::ZERO; Q];
-        out[0] = p[0] - wp * (p[0] - c(W[0]) * base) - c(3.0 * W[0]) * kp * uf;
+        let w0 = weight(Q, 0);
+        out[0] = p[0] - wp * (p[0] - c(w0) * base) - c(3.0 * w0) * kp * uf;
         let pair = |q: usize, k: &Class<S::Real>, forced: bool| {
             let o = q + 1;
             let cu = dot(q, u);
@@ -666,8 +683,14 @@ impl<S: Storage> Step<S> {
         // `forced` is uniform over the grid; the unforced copy leaves out the source terms.
         macro_rules! pairs {
             ($forced:expr) => {
-                each_q!(odd q => {
-                    let k = if q < 7 { &face } else { &edge };
+                each_q!(Q, odd q => {
+                    let k = if q < 7 {
+                        &face
+                    } else if q < 19 {
+                        &edge
+                    } else {
+                        &corner
+                    };
                     (out[q], out[q + 1]) = pair(q, k, $forced);
                 });
             };
@@ -774,7 +797,7 @@ fn opaque(v: u64) -> u64 {
     v
 }
 
-impl<S: Storage> Bound<'_, Step<S>> {
+impl<S: Storage, const Q: usize> Bound<'_, Step<S, Q>> {
     /// Whether the grid has free-slip cells (the GPU then runs the entries that mirror off them; the
     /// others take them for resting walls).
     pub fn set_slip(&mut self, slip: bool) {
@@ -801,26 +824,32 @@ impl<S: Storage> Bound<'_, Step<S>> {
     }
 }
 
-/// The entry of storage `S` that runs `scheme`'s step: with the free-slip mirrors where `slip`, with
-/// interpolated links and non-reflecting outlets (and the mirrors) where `full`, which share their
-/// entries.
-pub fn step_entry<S: StepEntry>(scheme: Scheme, slip: bool, full: bool) -> &'static str {
+/// The entry of storage `S` that runs `scheme`'s step on `velocities`: with the free-slip mirrors where
+/// `slip`, with interpolated links and non-reflecting outlets (and the mirrors) where `full`, which
+/// share their entries.
+pub fn step_entry<S: StepEntry>(
+    velocities: Velocities,
+    scheme: Scheme,
+    slip: bool,
+    full: bool,
+) -> &'static str {
     let variant = if full { 2 } else { usize::from(slip) };
-    S::ENTRIES[scheme as usize + 3 * variant]
+    let set = usize::from(velocities == Velocities::D3Q27);
+    S::ENTRIES[set][scheme as usize + 3 * variant]
 }
 
 /// A storage type's [`Step`] kernel entries, one per [`Scheme`] (a supertrait of [`Storage`], so that
 /// generic code over storages needs no bound of its own).
 pub trait StepEntry {
-    /// Entry names, indexed by `Scheme as usize`, then those with free-slip cells, then those with
-    /// interpolated links and outlets that let sound out too.
-    const ENTRIES: [&'static str; 9];
+    /// Entry names of D3Q19, then of D3Q27: each indexed by `Scheme as usize`, then those with
+    /// free-slip cells, then those with interpolated links and outlets that let sound out too.
+    const ENTRIES: [[&'static str; 9]; 2];
 }
 
-// SAFETY: the entries (`step_entries!`) take one `Step<S>`; a bound step covers its grid
+// SAFETY: the entries (`step_entries!`) take one `Step<S, Q>`; a bound step covers its grid
 // (`Step::bind`), its threads guard the planes and rows, and each cell of one step writes only its own
 // population slots and moments.
-unsafe impl<S: Storage> Kernel for Step<S> {
+unsafe impl<S: Storage, const Q: usize> Kernel for Step<S, Q> {
     const MODULE: &'static str = env!("CARGO_CRATE_NAME");
 
     fn entry(&self) -> &'static str {
@@ -830,7 +859,7 @@ unsafe impl<S: Storage> Kernel for Step<S> {
             _ => Scheme::AaOdd,
         };
         let full = !self.cut_rows.is_null() || self.physics.outlet_follow != S::Real::ZERO;
-        step_entry::<S>(scheme, self.slip != 0, full)
+        step_entry::<S>(Self::VELOCITIES, scheme, self.slip != 0, full)
     }
 
     fn items(&self) -> usize {
@@ -857,27 +886,29 @@ unsafe impl<S: Storage> Kernel for Step<S> {
     }
 }
 macro_rules! step_entries {
-    ($s:ty => $plain:tt, $slip:tt, $cut:tt) => {
-        step_entries!(@three $s, $plain, false, false);
-        step_entries!(@three $s, $slip, true, false);
-        step_entries!(@three $s, $cut, true, true);
+    ($s:ty => $($q:literal: $plain:tt, $slip:tt, $cut:tt);*) => {
+        $(
+            step_entries!(@three $s, $q, $plain, false, false);
+            step_entries!(@three $s, $q, $slip, true, false);
+            step_entries!(@three $s, $q, $cut, true, true);
+        )*
         impl StepEntry for $s {
-            const ENTRIES: [&'static str; 9] = step_entries!(@names $plain $slip $cut);
+            const ENTRIES: [[&'static str; 9]; 2] = [$(step_entries!(@names $plain $slip $cut)),*];
         }
     };
     (@names $([$ab:ident, $even:ident, $odd:ident])*) => {
         [$(stringify!($ab), stringify!($even), stringify!($odd)),*]
     };
-    (@three $s:ty, [$ab:ident, $even:ident, $odd:ident], $slip:literal, $cut:literal) => {
-        step_entries!(@one $s, $ab, Scheme::Ab, $slip, $cut);
-        step_entries!(@one $s, $even, Scheme::AaEven, $slip, $cut);
-        step_entries!(@one $s, $odd, Scheme::AaOdd, $slip, $cut);
+    (@three $s:ty, $q:literal, [$ab:ident, $even:ident, $odd:ident], $slip:literal, $cut:literal) => {
+        step_entries!(@one $s, $q, $ab, Scheme::Ab, $slip, $cut);
+        step_entries!(@one $s, $q, $even, Scheme::AaEven, $slip, $cut);
+        step_entries!(@one $s, $q, $odd, Scheme::AaOdd, $slip, $cut);
     };
-    (@one $s:ty, $name:ident, $scheme:expr, $slip:literal, $cut:literal) => {
+    (@one $s:ty, $q:literal, $name:ident, $scheme:expr, $slip:literal, $cut:literal) => {
         crate::kernel! {
             /// Generated kernel entry: one thread per cell, 2-D blocks in xy, one z plane per grid layer
             /// (no divisions to find the cell).
-            pub unsafe fn $name(s: Step<$s>) {
+            pub unsafe fn $name(s: Step<$s, $q>) {
                 let x = thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
                 let y = thread::block_idx_y() * thread::block_dim_y() + thread::thread_idx_y();
                 let z = thread::block_idx_z();
@@ -890,12 +921,24 @@ macro_rules! step_entries {
     };
 }
 
-step_entries!(f32 => [lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32],
-    [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32],
-    [lbm_ab_full_f32, lbm_aa_even_full_f32, lbm_aa_odd_full_f32]);
-step_entries!(f64 => [lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64],
-    [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64],
-    [lbm_ab_full_f64, lbm_aa_even_full_f64, lbm_aa_odd_full_f64]);
-step_entries!(super::Half => [lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16],
-    [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16],
-    [lbm_ab_full_f16, lbm_aa_even_full_f16, lbm_aa_odd_full_f16]);
+step_entries!(f32 =>
+    19: [lbm_ab_f32, lbm_aa_even_f32, lbm_aa_odd_f32],
+        [lbm_ab_slip_f32, lbm_aa_even_slip_f32, lbm_aa_odd_slip_f32],
+        [lbm_ab_full_f32, lbm_aa_even_full_f32, lbm_aa_odd_full_f32];
+    27: [lbm_q27_ab_f32, lbm_q27_aa_even_f32, lbm_q27_aa_odd_f32],
+        [lbm_q27_ab_slip_f32, lbm_q27_aa_even_slip_f32, lbm_q27_aa_odd_slip_f32],
+        [lbm_q27_ab_full_f32, lbm_q27_aa_even_full_f32, lbm_q27_aa_odd_full_f32]);
+step_entries!(f64 =>
+    19: [lbm_ab_f64, lbm_aa_even_f64, lbm_aa_odd_f64],
+        [lbm_ab_slip_f64, lbm_aa_even_slip_f64, lbm_aa_odd_slip_f64],
+        [lbm_ab_full_f64, lbm_aa_even_full_f64, lbm_aa_odd_full_f64];
+    27: [lbm_q27_ab_f64, lbm_q27_aa_even_f64, lbm_q27_aa_odd_f64],
+        [lbm_q27_ab_slip_f64, lbm_q27_aa_even_slip_f64, lbm_q27_aa_odd_slip_f64],
+        [lbm_q27_ab_full_f64, lbm_q27_aa_even_full_f64, lbm_q27_aa_odd_full_f64]);
+step_entries!(super::Half =>
+    19: [lbm_ab_f16, lbm_aa_even_f16, lbm_aa_odd_f16],
+        [lbm_ab_slip_f16, lbm_aa_even_slip_f16, lbm_aa_odd_slip_f16],
+        [lbm_ab_full_f16, lbm_aa_even_full_f16, lbm_aa_odd_full_f16];
+    27: [lbm_q27_ab_f16, lbm_q27_aa_even_f16, lbm_q27_aa_odd_f16],
+        [lbm_q27_ab_slip_f16, lbm_q27_aa_even_slip_f16, lbm_q27_aa_odd_slip_f16],
+        [lbm_q27_ab_full_f16, lbm_q27_aa_even_full_f16, lbm_q27_aa_odd_full_f16]);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use lattice_gpu_host::{DeviceBuffer, Gpu};
-use lattice_gpu_kernels::lbm::Q;
+use lattice_gpu_kernels::lbm::Q_MAX;
 
 use super::Streaming;
 use crate::geometry::Geometry;
@@ -15,7 +15,7 @@ use crate::Result;
 pub(super) struct CutTable {
     /// Per local cell, its row or `u32::MAX`.
     pub(super) rows: Vec<u32>,
-    /// 19 distances per row.
+    /// A distance per population of the velocity set per row.
     pub(super) distances: Vec<f32>,
     /// On a GPU, both there.
     pub(super) device: Option<(DeviceBuffer<u32>, DeviceBuffer<f32>)>,
@@ -52,26 +52,29 @@ impl CutTable {
         for lz in 0..local_planes {
             locals[global_plane(lz)].push(lz);
         }
-        let mut global_copies = vec![Vec::new(); Q];
+        let q_count = local.velocities().q();
+        let mut global_copies = vec![Vec::new(); q_count];
         if streaming == Streaming::InPlace {
             for &(n, k, _) in links.iter().filter(|l| l.2 > 0.5) {
                 global_copies[k].push((n, global.neighbour(n, k)));
             }
         }
-        let mut by_cell = std::collections::BTreeMap::<usize, [f32; Q]>::new();
+        let mut by_cell = std::collections::BTreeMap::<usize, [f32; Q_MAX]>::new();
         for (n, q, d) in links {
             for &lz in &locals[n / plane] {
-                by_cell.entry(n % plane + plane * lz).or_insert([0.5; Q])[q] = d as f32;
+                by_cell
+                    .entry(n % plane + plane * lz)
+                    .or_insert([0.5; Q_MAX])[q] = d as f32;
             }
         }
         let mut rows = vec![u32::MAX; cells];
-        let mut copies = vec![Vec::new(); Q];
-        let mut halo_copies = vec![Vec::new(); Q];
+        let mut copies = vec![Vec::new(); q_count];
+        let mut halo_copies = vec![Vec::new(); q_count];
         let halo = |n: usize| halos && (n / plane == 0 || n / plane == local_planes - 1);
         for (i, (&n, row)) in by_cell.iter().enumerate() {
             rows[n] = i as u32;
             if streaming == Streaming::InPlace && !halo(n) {
-                for k in (1..Q).filter(|&k| row[k] > 0.5) {
+                for k in (1..q_count).filter(|&k| row[k] > 0.5) {
                     let w = local.neighbour(n, k);
                     copies[k].push((n, w));
                     if halo(w) {
@@ -80,7 +83,11 @@ impl CutTable {
                 }
             }
         }
-        let distances: Vec<f32> = by_cell.values().flatten().copied().collect();
+        let distances: Vec<f32> = by_cell
+            .values()
+            .flat_map(|row| &row[..q_count])
+            .copied()
+            .collect();
         let device = match gpu {
             Some(gpu) => Some((
                 DeviceBuffer::from_host(gpu, &rows)?,
@@ -98,11 +105,12 @@ impl CutTable {
         }))
     }
 
-    /// Puts the in-place copies into the wall cells' slots of the lattice `raw` (`Q * cells` values)
+    /// Puts the in-place copies into the wall cells' slots of the lattice `raw` (a slot of `cells` values
+    /// per population)
     /// in a state stored as the even step stores it, where the fluid cell's own slot `k` holds what it
     /// sent away from the wall.
     pub(super) fn prime<T: Copy>(&self, raw: &mut [T], cells: usize) {
-        for k in 0..Q {
+        for k in 0..self.copies.len() {
             self.prime_slot(k, &mut raw[k * cells..(k + 1) * cells]);
         }
     }

@@ -119,6 +119,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         }
         let cells = self.geometry.cells() as u64;
         let dims = self.geometry.dims().map(|d| d as u32);
+        let q = self.velocities().q() as u32;
         let scheme = scheme as u32;
         let mut parts = Vec::new();
         for body in &self.bodies {
@@ -131,6 +132,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 (Memory::Host { f, .. }, _) => {
                     let args = Forces::<S> {
                         f: bits::<S::Raw, S>(f).as_ptr(),
+                        q,
                         cells,
                         links: body.links.as_ptr(),
                         starts: body.starts.as_ptr(),
@@ -147,6 +149,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 (Memory::Device { gpu, f, .. }, Some(d)) => {
                     let args = Forces::<S> {
                         f: f.ptr(),
+                        q,
                         cells,
                         links: d.links.ptr(),
                         starts: d.starts.ptr(),

@@ -9,13 +9,13 @@ use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_host::engine::tunecache::TuneCache;
 use lattice_gpu_host::engine::Tunable;
 use lattice_gpu_host::{Error as HostError, Gpu};
-use lattice_gpu_kernels::lbm::Half;
+use lattice_gpu_kernels::lbm::{Half, Velocities};
 use lattice_gpu_lbm::cases;
 use lattice_gpu_lbm::geometry::{BounceBack, Obstacle, MAX_SIDE};
 use lattice_gpu_lbm::solver::{check_memory, Spread};
 use lattice_gpu_lbm::{Engine, Error, Geometry, Lbm, LbmStorage, Params, Result, Streaming};
 
-use super::Storage;
+use super::{Storage, VelocitiesArg};
 
 /// `bench` runs on GPU 0; to time another, make it the visible one (CUDA_VISIBLE_DEVICES=2 lbm
 /// bench).
@@ -29,6 +29,9 @@ pub(super) struct BenchArgs {
     /// interpolated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "box,sphere")]
     cases: Vec<Case>,
+    /// Velocity sets to time.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "d3q19")]
+    velocities: Vec<VelocitiesArg>,
     /// Steps between the body's force evaluations, which the timing includes (0: none).
     #[arg(long, default_value_t = 100)]
     force_every: u64,
@@ -64,6 +67,7 @@ impl Case {
 /// One benchmark row: median MLUPs/s over the block sizes' best.
 struct Row {
     case: Case,
+    velocities: Velocities,
     size: usize,
     storage: &'static str,
     streaming: &'static str,
@@ -78,7 +82,7 @@ struct Row {
 
 fn bench_one<S: LbmStorage>(
     gpu: &std::sync::Arc<Gpu>,
-    case: Case,
+    (case, velocities): (Case, Velocities),
     n: usize,
     streaming: Streaming,
     [steps, force_every]: [u64; 2],
@@ -87,20 +91,25 @@ fn bench_one<S: LbmStorage>(
     let dims = [n; 3];
     let engine = Engine::Device(gpu.clone());
     check_memory(
-        &Lbm::<S>::footprint(dims, streaming, Spread::ONE, true, 0, false)?,
+        &Lbm::<S>::footprint(dims, streaming, velocities, Spread::ONE, true, 0, false)?,
         Some(gpu),
     )?;
     let mut lbm = match case {
         // Every cell fluid, and populations that are not trivial.
         Case::Box => Lbm::<S>::new(
             &engine,
-            Geometry::periodic(dims)?,
+            {
+                let mut g = Geometry::periodic(dims)?;
+                g.set_velocities(velocities);
+                g
+            },
             Params::bgk(0.8),
             streaming,
             cases::taylor_green(dims, 0.02)?,
         )?,
         Case::Sphere | Case::Curved => {
             let mut g = Geometry::open_channel(dims)?;
+            g.set_velocities(velocities);
             if case == Case::Curved {
                 g.set_bounce_back(BounceBack::Interpolated);
             }
@@ -129,9 +138,10 @@ fn bench_one<S: LbmStorage>(
     lbm.run(2)?;
     // A signal ends the table here; a NaN names the configuration that produced it.
     let fix = format!(
-        "the {n}^3 {} {} {} benchmark's flow is stable, so this is a fault of the GPU or of \
+        "the {n}^3 {} {} {} {} benchmark's flow is stable, so this is a fault of the GPU or of \
          lattice-gpu: please report it",
         case.name(),
+        velocities.name(),
         S::NAME,
         streaming.name()
     );
@@ -139,6 +149,7 @@ fn bench_one<S: LbmStorage>(
     let rate = lbm.cost().rate(ms, copy);
     Ok(Row {
         case,
+        velocities,
         size: n,
         storage: S::NAME,
         streaming: streaming.name(),
@@ -147,10 +158,10 @@ fn bench_one<S: LbmStorage>(
             format!("{bx}x{by}")
         },
         mlups: 1e3 * rate.gpoints,
-        bytes: Lbm::<S>::traffic_per_cell(),
+        bytes: Lbm::<S>::traffic_per_cell(velocities),
         gbs: rate.gbs,
         of_copy: rate.of_copy,
-        mem_per_cell: Lbm::<S>::bytes_per_cell(streaming),
+        mem_per_cell: Lbm::<S>::bytes_per_cell(streaming, velocities),
     })
 }
 
@@ -166,43 +177,45 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
     let copy = gpu.copy_bandwidth(1 << 30, 20)?;
     println!("GPU: {}; device-to-device copy {copy:.1} GB/s", gpu.name());
     println!(
-        "case   size  storage streaming   block   MLUPs/s  B/cell    GB/s  of copy  B/cell held  of box"
+        "case   set    size  storage streaming   block   MLUPs/s  B/cell    GB/s  of copy  B/cell held  of box"
     );
     let mut rows: Vec<Row> = Vec::new();
     for &n in &a.sizes {
-        for (streaming, storage, case) in [Streaming::TwoLattice, Streaming::InPlace]
+        for (streaming, storage, (case, set)) in [Streaming::TwoLattice, Streaming::InPlace]
             .into_iter()
             .flat_map(|s| [Storage::F32, Storage::F64, Storage::F16].map(|p| (s, p)))
-            .flat_map(|(s, p)| a.cases.iter().map(move |&c| (s, p, c)))
+            .flat_map(|(s, p)| {
+                a.velocities
+                    .iter()
+                    .flat_map(|v| a.cases.iter().map(move |&c| (c, v.set())))
+                    .map(move |cv| (s, p, cv))
+            })
         {
+            let what = (case, set);
+            let steps = [a.steps, a.force_every];
             let r = match storage {
-                Storage::F32 => {
-                    bench_one::<f32>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
-                }
-                Storage::F64 => {
-                    bench_one::<f64>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
-                }
-                Storage::F16 => {
-                    bench_one::<Half>(&gpu, case, n, streaming, [a.steps, a.force_every], copy)
-                }
+                Storage::F32 => bench_one::<f32>(&gpu, what, n, streaming, steps, copy),
+                Storage::F64 => bench_one::<f64>(&gpu, what, n, streaming, steps, copy),
+                Storage::F16 => bench_one::<Half>(&gpu, what, n, streaming, steps, copy),
             };
             match r {
                 Ok(r) => {
-                    // A body against the box of the same size, storage and streaming.
+                    // A body against the box of the same set, size, storage and streaming.
                     let of_box = rows
                         .iter()
                         .rev()
                         .find(|b| {
-                            (b.case, b.size, b.storage, b.streaming)
-                                == (Case::Box, r.size, r.storage, r.streaming)
+                            (b.case, b.velocities, b.size, b.storage, b.streaming)
+                                == (Case::Box, r.velocities, r.size, r.storage, r.streaming)
                         })
                         .filter(|_| case != Case::Box)
                         .map_or(String::new(), |b| {
                             format!("{:.1}%", 100.0 * r.mlups / b.mlups)
                         });
                     println!(
-                        "{:<6} {:<5} {:<7} {:<9} {:>7} {:>9.0} {:>7} {:>7.1} {:>7.1}% {:>12} {:>7}",
+                        "{:<6} {:<6} {:<5} {:<7} {:<9} {:>7} {:>9.0} {:>7} {:>7.1} {:>7.1}% {:>12} {:>7}",
                         r.case.name(),
+                        r.velocities.name(),
                         r.size,
                         r.storage,
                         r.streaming,
@@ -244,10 +257,11 @@ pub(super) fn bench(a: &BenchArgs) -> Result<()> {
                     r.mem_per_cell as f64,
                     copy,
                 ]));
+                line.push(r.velocities.name().into());
                 line
             })
             .collect();
-        let header = "case,size,storage,streaming,block,mlups,bytes_per_cell,gb_per_s,of_copy,bytes_held_per_cell,copy_gb_per_s";
+        let header = "case,size,storage,streaming,block,mlups,bytes_per_cell,gb_per_s,of_copy,bytes_held_per_cell,copy_gb_per_s,velocities";
         write_csv(path, header, &data)?;
         println!("wrote {}", path.display());
     }

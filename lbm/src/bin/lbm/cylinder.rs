@@ -79,7 +79,13 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
     let mut g = cyl.geometry()?;
     let mut p = cyl.params(a.common.collision(), (RAMP * unit).round() as u64)?;
     a.boundaries.outlet(&mut p, unit)?;
-    let mut params = restart::physics::<S>("cylinder", dims, a.common.streaming(), &p);
+    let mut params = restart::physics::<S>(
+        "cylinder",
+        dims,
+        a.common.streaming(),
+        a.common.velocities(),
+        &p,
+    );
     params.push(("samples".into(), every.to_string()));
     a.boundaries.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {

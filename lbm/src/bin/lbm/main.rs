@@ -1,4 +1,4 @@
-//! `lbm`: D3Q19 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
+//! `lbm`: D3Q19 or D3Q27 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
 //! channel, the decaying Taylor-Green vortex, the flow around a cylinder or any body, and the MLUPs/s
 //! benchmark against the copy bandwidth.
 
@@ -21,7 +21,7 @@ use lattice_gpu_host::health::Verdict;
 use lattice_gpu_host::memory::Footprint;
 use lattice_gpu_host::threads::Threads;
 use lattice_gpu_host::Gpu;
-use lattice_gpu_kernels::lbm::Half;
+use lattice_gpu_kernels::lbm::{Half, Velocities};
 use lattice_gpu_lbm::cases::{self, GHIA_RE100_U, GHIA_RE100_V};
 use lattice_gpu_lbm::geometry::{BounceBack, MAX_SIDE};
 use lattice_gpu_lbm::output::write_fields;
@@ -38,7 +38,7 @@ use bench::{bench, BenchArgs};
 use cylinder::{cylinder, CylinderArgs};
 use obstacle::{obstacle, ObstacleArgs};
 
-/// Lattice Boltzmann (D3Q19) on the GPU, or on the CPU without one.
+/// Lattice Boltzmann (D3Q19 or D3Q27) on the GPU, or on the CPU without one.
 #[derive(Parser)]
 #[command(version)]
 struct Cli {
@@ -78,6 +78,23 @@ enum StreamingArg {
     Ab,
     /// One lattice, in place (AA pattern).
     Aa,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum VelocitiesArg {
+    /// 19 velocities: rest, faces and edges of the cube.
+    D3q19,
+    /// 27 velocities: the corners too; more isotropic (for turbulent flows), 27/19 the bytes.
+    D3q27,
+}
+
+impl VelocitiesArg {
+    fn set(self) -> Velocities {
+        match self {
+            VelocitiesArg::D3q19 => Velocities::D3Q19,
+            VelocitiesArg::D3q27 => Velocities::D3Q27,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -154,6 +171,9 @@ struct Common {
     /// Streaming scheme.
     #[arg(long, value_enum, default_value_t = StreamingArg::Aa)]
     streaming: StreamingArg,
+    /// Velocity set.
+    #[arg(long, value_enum, default_value_t = VelocitiesArg::D3q19)]
+    velocities: VelocitiesArg,
     /// Collision operator.
     #[arg(long, value_enum, default_value_t = CollisionArg::Trt)]
     collision: CollisionArg,
@@ -288,6 +308,10 @@ impl Common {
                 flags.join(" and ")
             )
         })
+    }
+
+    fn velocities(&self) -> Velocities {
+        self.velocities.set()
     }
 
     fn streaming(&self) -> Streaming {
@@ -515,8 +539,15 @@ fn prepare<S: LbmStorage, C: Communicator>(
         .map_err(Error::InvalidParameter)?;
     let spread = Spread::of(comm, c.split.cut);
     // Every run may write a checkpoint (a signal asks for one), or resumes from one.
-    let footprint =
-        Lbm::<S>::footprint(dims, c.streaming(), spread, gpu.is_some(), snapshots, true)?;
+    let footprint = Lbm::<S>::footprint(
+        dims,
+        c.streaming(),
+        c.velocities(),
+        spread,
+        gpu.is_some(),
+        snapshots,
+        true,
+    )?;
     check_memory(&footprint, gpu.map(|g| &**g))?;
     Geometry::check_dims(dims, fix)?;
     let out = (comm.rank() == 0)
@@ -723,7 +754,7 @@ fn resume<S: LbmStorage, C: Communicator, T>(
     restart::agree(comm, there)?;
     let cells = dims.iter().product();
     let resumed = restart::read(comm, &path, params, |ck| {
-        Lbm::<S>::check_checkpoint(ck, cells, &path)?;
+        Lbm::<S>::check_checkpoint(ck, c.velocities(), cells, &path)?;
         take(ck, &path)
     })?;
     if comm.rank() == 0 {
@@ -952,11 +983,12 @@ fn make<S: LbmStorage, C: Communicator, T>(
     comm: C,
     c: &Common,
     e: &Engine,
-    geometry: Geometry,
+    mut geometry: Geometry,
     params: Params,
     init: impl Fn(usize) -> (f64, [f64; 3]) + Sync,
     from: Option<&mut Resume<T>>,
 ) -> Result<Lbm<S, C>> {
+    geometry.set_velocities(c.velocities());
     // Before the header and the near-1/2 warning, which an unusable tau would contradict.
     params.check()?;
     let d = geometry.dims();
@@ -966,11 +998,12 @@ fn make<S: LbmStorage, C: Communicator, T>(
     }
     lead.then(|| {
         println!(
-            "{}: {}x{}x{} cells, {} storage, {} streaming, tau {:.6}, {:?}",
+            "{}: {}x{}x{} cells, {}, {} storage, {} streaming, tau {:.6}, {:?}",
             describe(e),
             d[0],
             d[1],
             d[2],
+            c.velocities().name(),
             S::NAME,
             c.streaming().name(),
             params.tau,
@@ -1049,7 +1082,13 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         a.stop.snapshots(),
     )?;
     let (g, p) = cases::cavity(a.size, a.closed_z, re, a.lid, a.common.collision())?;
-    let mut params = restart::physics::<S>("cavity", a.size, a.common.streaming(), &p);
+    let mut params = restart::physics::<S>(
+        "cavity",
+        a.size,
+        a.common.streaming(),
+        a.common.velocities(),
+        &p,
+    );
     params.extend([
         ("re".to_string(), re.to_string()),
         ("lid".into(), a.lid.to_string()),
@@ -1125,7 +1164,13 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         a.force,
         a.common.collision(),
     )?;
-    let mut params = restart::physics::<S>("poiseuille", dims, a.common.streaming(), &p);
+    let mut params = restart::physics::<S>(
+        "poiseuille",
+        dims,
+        a.common.streaming(),
+        a.common.velocities(),
+        &p,
+    );
     params.extend([
         ("width".to_string(), a.width.to_string()),
         ("extent".into(), format!("{}x{}", a.extent.0, a.extent.1)),
@@ -1232,7 +1277,13 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let g = Geometry::periodic(a.size)?;
     let mut p = Params::bgk(a.tau);
     p.collision = a.common.collision();
-    let mut params = restart::physics::<S>("taylor-green", a.size, a.common.streaming(), &p);
+    let mut params = restart::physics::<S>(
+        "taylor-green",
+        a.size,
+        a.common.streaming(),
+        a.common.velocities(),
+        &p,
+    );
     params.push(("u0".into(), a.u0.to_string()));
     let mut from = resume::<S, C, _>(&comm, &a.common, a.size, &params, |ck, path| {
         resume_samples(ck, path, a.steps)

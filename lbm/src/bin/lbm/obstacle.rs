@@ -252,7 +252,13 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     let unit = body.extent[1] as f64 / u;
     let mut p = tunnel.params(tau, a.common.collision(), (RAMP * unit).round() as u64)?;
     a.boundaries.outlet(&mut p, unit)?;
-    let mut params = restart::physics::<S>("obstacle", dims, a.common.streaming(), &p);
+    let mut params = restart::physics::<S>(
+        "obstacle",
+        dims,
+        a.common.streaming(),
+        a.common.velocities(),
+        &p,
+    );
     params.extend([
         // The body itself is in the tags' hash; its description may hold whitespace, which a
         // checkpoint's parameters may not.
