@@ -499,7 +499,10 @@ impl Split {
 
 /// [`Split::walled`] of a rank's `local` geometry and return plans.
 fn walled_cells(local: &Geometry, back: &[Vec<Face<3>>; 2]) -> Vec<Vec<usize>> {
-    C.iter()
+    local
+        .velocities()
+        .directions()
+        .iter()
         .map(|c| {
             let plan = match c[2] {
                 -1 => &back[0],
@@ -579,6 +582,14 @@ pub struct Lbm<S: LbmStorage, C: Communicator = Solo> {
     slips: bool,
     /// The cells by which the GPU's threads shift the rows ([`row_shift`]).
     shift: u32,
+    /// Whether the GPU's steps push what enters a boundary cell into its slots (`Step::cell`): where
+    /// the whole grid has no free-slip cell, no interpolated link and no outlet that lets sound out
+    /// (the same on every rank, so that a checkpoint does not depend on the split). Elsewhere the
+    /// ranks without either run the entries with the mirrors, which do not push.
+    plain: bool,
+    /// Whether the boundary cells' slots hold what the last step that pushes stored there: not where
+    /// the state was set since.
+    pushed: bool,
     /// Whether the halo planes of `f` hold the neighbours' planes of the step before (an overlapped
     /// NCCL step exchanges what it wrote; the others exchange what they read, first).
     halos_current: bool,
@@ -852,8 +863,12 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             }
             post
         });
+        let global = split.as_ref().map_or(&local, |sp| &sp.global);
+        let plain = params.open.outlet_memory == 0
+            && !global.tags().iter().any(|t| t & tag::SLIP != 0)
+            && global.cut_links().is_empty();
         let cuts = CutTable::new(
-            split.as_ref().map_or(&local, |sp| &sp.global),
+            global,
             &local,
             streaming,
             split.is_some(),
@@ -872,6 +887,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             },
             slips: local.tags().iter().any(|t| t & tag::SLIP != 0),
             shift: row_shift(local.tags(), local.dims(), std::mem::size_of::<S>()),
+            plain,
+            pushed: false,
             geometry: local,
             params,
             streaming,
@@ -1125,15 +1142,27 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     /// The step entries this run launches ([`step_entry`]): its streaming's, with free-slip cells, or
     /// interpolated links and non-reflecting outlets, if it has them.
     fn entries(&self) -> Vec<&'static str> {
-        let full = self.cuts.is_some() || self.params.open.outlet_memory > 0;
+        let full = self.full();
         let schemes: &[Scheme] = match self.streaming {
             Streaming::TwoLattice => &[Scheme::Ab],
             Streaming::InPlace => &[Scheme::AaEven, Scheme::AaOdd],
         };
         schemes
             .iter()
-            .map(|&s| step_entry::<S>(self.velocities(), s, self.slips, full))
+            .map(|&s| step_entry::<S>(self.velocities(), s, self.slip_entries(), full))
             .collect()
+    }
+
+    /// Whether the run has interpolated links or outlets that let sound out: the GPU runs the entries
+    /// with both.
+    fn full(&self) -> bool {
+        self.cuts.is_some() || self.params.open.outlet_memory > 0
+    }
+
+    /// Whether the GPU runs the entries with free-slip mirrors: where the rank has free-slip cells,
+    /// and where the run does not push ([`plain`](Self::plain)).
+    fn slip_entries(&self) -> bool {
+        self.slips || !self.plain
     }
 
     /// The cells by which the GPU's threads shift the rows (`shifted`); the CPU runs every cell in
@@ -1225,6 +1254,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             Memory::Host { f, .. } => *f = raw,
             Memory::Device { f, .. } => f.upload(&raw)?,
         }
+        self.pushed = false;
         Ok(())
     }
 
@@ -1348,6 +1378,8 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             self.copy_planes(|sp| &sp.received[1], false)?;
         }
         self.steps += 1;
+        // The in-place odd step reads the pushes of the even one before it.
+        self.pushed |= scheme != Scheme::AaOdd;
         if with_moments {
             self.moments_step = Some(self.steps);
         }
@@ -1487,8 +1519,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         with_q!(self.velocities(), Q => {
             let mut step = Step::<S, Q>::bind(scheme, mem, self.dims_u32(), planes, self.physics())
                 .map_err(HostError::from)?;
-            step.set_slip(self.slips);
+            step.set_slip(self.slip_entries());
             step.set_shift(self.shift).map_err(HostError::from)?;
+            step.set_pushed(self.pushed, self.split.is_some());
             gpu.launch_kernel(&gpu.launch_stream(), &step, grid, [bx, by, 1])?;
         });
         Ok(())
@@ -1596,6 +1629,18 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
                 if let (Some(c), 0) = (&self.cuts, self.steps % 2) {
                     c.prime_global_slot(slot, &mut whole);
                 }
+                // What the steps pushed into boundary cells depends on the split (a neighbour's
+                // cells push into halo planes), and a restored state reads none of it: left out.
+                if self.plain {
+                    let global = self.split.as_ref().map_or(&self.geometry, |sp| &sp.global);
+                    for (v, _) in whole
+                        .iter_mut()
+                        .zip(global.tags())
+                        .filter(|(_, &t)| tag::is_boundary(t))
+                    {
+                        *v = S::Raw::default();
+                    }
+                }
                 ck = ck.array(&Self::slot_name(slot), &whole);
             }
         }
@@ -1658,6 +1703,7 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         self.steps = step[0];
         self.moments_step = None;
         self.halos_current = false;
+        self.pushed = false;
         self.synchronize()
     }
 

@@ -32,11 +32,12 @@ use lattice_gpu_testkit as common;
 /// z = 4 and a free-slip plane at the outlet's x above, a spherical body whose links bounce back as
 /// `rule` says; periodic in z, and in x above.
 fn geometry(rule: BounceBack) -> Geometry {
-    geometry_of(13, rule)
+    geometry_of(13, rule, true)
 }
 
-/// [`geometry`] with rows of `nx` cells.
-fn geometry_of(nx: usize, rule: BounceBack) -> Geometry {
+/// [`geometry`] with rows of `nx` cells, and a resting wall for the free-slip plane unless `slip`
+/// (with halfway bounce-back and an outlet at a fixed density, the GPU steps then push: `Step::cell`).
+fn geometry_of(nx: usize, rule: BounceBack, slip: bool) -> Geometry {
     let dims = [nx, 11, 9];
     let mut g = Geometry::channel(dims).unwrap();
     for x in 0..dims[0] {
@@ -51,8 +52,9 @@ fn geometry_of(nx: usize, rule: BounceBack) -> Geometry {
         g.set([nx - 1, y, z], tag::OUTLET);
     }
     // A free-slip plane above the outlet: its mirrored links cross z planes.
+    let side = if slip { tag::SLIP_X } else { tag::WALL };
     for (y, z) in (1..10).flat_map(|y| (4..9).map(move |z| (y, z))) {
-        g.set([nx - 1, y, z], tag::SLIP_X);
+        g.set([nx - 1, y, z], side);
     }
     g.mark_near_walls();
     // A body whose force the runs report.
@@ -79,20 +81,20 @@ fn gpu_matches_cpu<S: LbmStorage>(
     engine: &Engine,
     (streaming, velocities): (Streaming, Velocities),
     collision: Collision,
-    rule: (BounceBack, u64),
+    rule: (BounceBack, u64, bool),
 ) {
     gpu_matches_cpu_in::<S>(engine, (streaming, velocities), collision, rule, 13);
 }
 
-/// [`gpu_matches_cpu`] on [`geometry_of`] `nx`.
+/// [`gpu_matches_cpu`] on [`geometry_of`] `nx`, with free-slip cells where `slip`.
 fn gpu_matches_cpu_in<S: LbmStorage>(
     engine: &Engine,
     (streaming, velocities): (Streaming, Velocities),
     collision: Collision,
-    (rule, outlet_memory): (BounceBack, u64),
+    (rule, outlet_memory, slip): (BounceBack, u64, bool),
     nx: usize,
 ) {
-    let mut g = geometry_of(nx, rule);
+    let mut g = geometry_of(nx, rule, slip);
     g.set_velocities(velocities);
     let (cells, q_count) = (g.cells(), velocities.q());
     let p = Params {
@@ -122,7 +124,7 @@ fn gpu_matches_cpu_in<S: LbmStorage>(
     };
     assert_eq!(dev.row_shift(), shift, "rows of {nx} cells in {}", S::NAME);
     let what = format!(
-        "{} {} {} {collision:?} {rule:?}, outlet memory {outlet_memory}, rows of {nx}",
+        "{} {} {} {collision:?} {rule:?}, outlet memory {outlet_memory}, slip {slip}, rows of {nx}",
         velocities.name(),
         S::NAME,
         streaming.name()
@@ -181,15 +183,21 @@ fn every_scheme_and_precision_matches_the_cpu_engine() {
         .flat_map(|s| sets.map(|v| (s, v)))
     {
         for collision in [Collision::Bgk, Collision::Trt { magic: 0.25 }] {
-            // The entries with free-slip walls, and those with interpolated links and
-            // non-reflecting outlets too.
-            for rule in [(BounceBack::Halfway, 0), (BounceBack::Interpolated, 5)] {
+            // The entries that push (no free-slip cell, halfway, a fixed-density outlet), those with
+            // free-slip walls, and those with interpolated links and non-reflecting outlets too.
+            let rules = [
+                (BounceBack::Halfway, 0, false),
+                (BounceBack::Halfway, 0, true),
+                (BounceBack::Interpolated, 5, true),
+            ];
+            for rule in rules {
                 gpu_matches_cpu::<f64>(&e, run, collision, rule);
                 gpu_matches_cpu::<f32>(&e, run, collision, rule);
                 gpu_matches_cpu::<Half>(&e, run, collision, rule);
             }
             // Rows long enough for f16's threads to run them shifted (`shifted`).
-            gpu_matches_cpu_in::<Half>(&e, run, collision, (BounceBack::Interpolated, 5), 40);
+            gpu_matches_cpu_in::<Half>(&e, run, collision, (BounceBack::Interpolated, 5, true), 40);
+            gpu_matches_cpu_in::<Half>(&e, run, collision, (BounceBack::Halfway, 0, false), 40);
         }
     }
 }
@@ -381,7 +389,7 @@ fn a_nan_is_counted_on_the_gpu_and_named_as_on_the_cpu() {
 /// checkpoint.
 fn gpu_run<S: LbmStorage>(
     engine: &Engine,
-    streaming: Streaming,
+    (streaming, pushes): (Streaming, bool),
     ranks: usize,
     from: Option<&Checkpoint>,
     steps: u64,
@@ -395,7 +403,19 @@ fn gpu_run<S: LbmStorage>(
     };
     let run = |comm: &lattice_gpu_host::threads::Threads| {
         let init = |n: usize| (1.0 + 1e-3 * (n % 5) as f64, [0.01, 0.0, 0.005]);
-        let g = geometry(BounceBack::Interpolated);
+        let (g, p) = match pushes {
+            true => (
+                geometry_of(13, BounceBack::Halfway, false),
+                Params {
+                    open: Open {
+                        outlet_memory: 0,
+                        ..OPEN
+                    },
+                    ..p
+                },
+            ),
+            false => (geometry(BounceBack::Interpolated), p),
+        };
         let mut lbm = Lbm::<S, _>::new_on(comm.clone(), engine, g, p, streaming, init)?;
         if let Some(ck) = from {
             let mut mine = ck.clone();
@@ -418,7 +438,11 @@ fn a_restored_gpu_run_continues_bit_for_bit_on_any_number_of_ranks() {
     };
     let device = Engine::Device(gpu.clone());
     fn each<S: LbmStorage>(device: &Engine) {
-        for streaming in [Streaming::TwoLattice, Streaming::InPlace] {
+        // The steps that push into the boundary cells, and those that do not.
+        for streaming in [Streaming::TwoLattice, Streaming::InPlace]
+            .into_iter()
+            .flat_map(|s| [(s, true), (s, false)])
+        {
             // An odd step leaves the in-place lattice streamed, an even one not.
             for first in [5, 4] {
                 let what = format!("{} {streaming:?} from step {first}", S::NAME);
