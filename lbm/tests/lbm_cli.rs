@@ -1072,6 +1072,95 @@ fn a_body_from_a_shape_a_mask_or_an_stl_gives_the_same_flow() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A closed cylinder along z as an ASCII STL: `segments` sides around, its caps fans from their
+/// centres.
+fn cylinder_stl(radius: f64, [z0, z1]: [f64; 2], segments: usize) -> String {
+    let at = |j: usize, z: f64| {
+        let t = 2.0 * std::f64::consts::PI * j as f64 / segments as f64;
+        [radius * t.cos(), radius * t.sin(), z]
+    };
+    let mut s = String::from("solid cylinder\n");
+    let mut facet = |v: [[f64; 3]; 3]| {
+        s += "facet normal 0 0 0\nouter loop\n";
+        for p in v {
+            s += &format!("vertex {} {} {}\n", p[0], p[1], p[2]);
+        }
+        s += "endloop\nendfacet\n";
+    };
+    for j in 0..segments {
+        let k = (j + 1) % segments;
+        facet([at(j, z0), at(k, z0), at(k, z1)]);
+        facet([at(j, z0), at(k, z1), at(j, z1)]);
+        facet([[0.0, 0.0, z0], at(k, z0), at(j, z0)]);
+        facet([[0.0, 0.0, z1], at(j, z1), at(k, z1)]);
+    }
+    s + "endsolid cylinder\n"
+}
+
+/// A cylinder of finite length across a duct from a voxel mask of its nodes and from an STL surface:
+/// the same drag within what the facets change at 8 cells across (halfway bounce-back on both; here
+/// the STL's voxels are the mask's, c_D 11.170 both), and with the STL's links interpolated, within
+/// what the staircase changes (11.299).
+#[test]
+fn a_cylinder_from_a_mask_or_an_stl_gives_the_same_drag() {
+    let dir = temp_dir("cylinder-stl");
+    let d = |s: &str| dir.join(s).to_string_lossy().to_string();
+    let [nx, ny, nz] = [40usize, 20, 20];
+    let (axis, radius, ends) = ([12.0, 9.5], 4.0, [4.5, 14.5]);
+    let mask: Vec<u8> = (0..nx * ny * nz)
+        .map(|n| {
+            let p = [n % nx, n / nx % ny, n / (nx * ny)].map(|v| v as f64);
+            let r2 = (p[0] - axis[0]).powi(2) + (p[1] - axis[1]).powi(2);
+            u8::from(r2 <= radius * radius && (ends[0]..=ends[1]).contains(&p[2]))
+        })
+        .collect();
+    write_mask(&dir.join("cylinder.npy"), &[nz, ny, nx], &mask);
+    // Unit length: --body-size 10 makes it 10 cells long and 4 in radius.
+    std::fs::write(dir.join("cylinder.stl"), cylinder_stl(0.4, [-0.5, 0.5], 96)).unwrap();
+    let (m, stl) = (d("cylinder.npy"), d("cylinder.stl"));
+    let drag = |body: &[&str], out: &str| {
+        let o = d(out);
+        let mut a = vec![
+            "obstacle",
+            "--engine",
+            "host",
+            "--sides",
+            "walls",
+            "--u-in",
+            "0.05",
+            "--re",
+            "20",
+            "--steps",
+            "600",
+            "--force-every",
+            "50",
+            "--output",
+            &o,
+        ];
+        a.extend(body);
+        let (ok, text) = lbm(&a);
+        assert!(ok && !text.contains("not closed"), "lbm {a:?}:\n{text}");
+        common::number_after(&text, "c_D =")
+    };
+    let placed = ["--body-size", "10", "--centre", "12,9.5,9.5"];
+    let masked = drag(&["--mask", &m], "mask");
+    let mut args = vec!["--size", "40x20x20", "--stl", &stl];
+    args.extend(placed);
+    let halfway = drag(&args, "stl");
+    args.extend(["--bounce-back", "interpolated"]);
+    let interpolated = drag(&args, "stl-interpolated");
+    assert!((1.0..20.0).contains(&masked), "{masked}");
+    assert!(
+        (halfway / masked - 1.0).abs() < 0.01,
+        "mask {masked}, STL {halfway}"
+    );
+    assert!(
+        (interpolated / masked - 1.0).abs() < 0.03 && interpolated != halfway,
+        "mask {masked}, STL interpolated {interpolated}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Bodies that cannot be: refused with the reason and the fix, nothing written.
 #[test]
 fn bad_bodies_are_refused_with_the_fix() {
