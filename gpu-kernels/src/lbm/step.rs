@@ -565,6 +565,9 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
         // f16's in-place box 7% (bound by the issue of instructions) and D3Q27's f64 box 11%.
         let bytes = core::mem::size_of::<S>();
         let push = !SLIP && !CUT && (bytes == 4 || (bytes == 8 && Q == 19));
+        // Bit `q`: the cell at `-c_q` is a boundary one (pushing steps; the scatter's neighbours are
+        // the gather's, so their tags are not loaded twice).
+        let mut walls = 0u32;
         if push {
             // The loads of a cell away from walls, for every cell: those next to one issue them
             // before their tags are in.
@@ -574,6 +577,7 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
                 let nz = self.dims[2] as i32;
                 each_q!(Q, q => {
                     if let Some(tw) = wall_at(at(q, -1), true) {
+                        walls |= 1 << q;
                         let sz = z as i32 - C[q][2];
                         let own = self.unpushed == 2
                             || (self.unpushed == 1 && (sz == 0 || sz == nz - 1));
@@ -637,23 +641,44 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
                 }
             }
         };
-        if push {
-            each_q!(Q, q => { scatter(q, near); });
-            // The odd step stores what enters a boundary in the cell's own slot, where the even step
-            // reads it.
-            if near && SCHEME != Scheme::AaOdd as u32 {
-                let (to, ab) = if SCHEME == Scheme::Ab as u32 {
-                    (g, true)
-                } else {
-                    (f, false)
-                };
-                each_q!(Q, q => {
-                    let dst = at(q, 1);
-                    if wall_at(dst, true).is_some() {
-                        unsafe { S::store(to, push_slot(ab, q) * cells + dst, out[q]) };
+        let (to, ab) = if SCHEME == Scheme::Ab as u32 {
+            (g, true)
+        } else {
+            (f, false)
+        };
+        // Where a neighbour is a boundary, from the gather's tags where that takes fewer registers
+        // (the odd step; the even one in f32: 72 to 64 registers), else from its tag again (f64's
+        // even step 128, not 146).
+        let reuse =
+            SCHEME == Scheme::AaOdd as u32 || (SCHEME == Scheme::AaEven as u32 && bytes == 4);
+        if push && near && reuse {
+            each_q!(Q, q => {
+                let into_wall = walls & (1 << opposite(q)) != 0;
+                unsafe {
+                    if SCHEME == Scheme::AaOdd as u32 {
+                        // Into a boundary: the cell's own slot, where the even step reads it.
+                        match into_wall {
+                            true => S::store(f, opposite(q) * cells + n, out[q]),
+                            false => S::store(f, q * cells + at(q, 1), out[q]),
+                        }
+                    } else {
+                        scatter(q, false);
+                        if into_wall {
+                            S::store(to, push_slot(ab, q) * cells + at(q, 1), out[q]);
+                        }
                     }
-                });
-            }
+                }
+            });
+        } else if push && near {
+            each_q!(Q, q => { scatter(q, true); });
+            each_q!(Q, q => {
+                let dst = at(q, 1);
+                if wall_at(dst, true).is_some() {
+                    unsafe { S::store(to, push_slot(ab, q) * cells + dst, out[q]) };
+                }
+            });
+        } else if push {
+            each_q!(Q, q => { scatter(q, false); });
         } else if near {
             each_q!(Q, q => { scatter(q, true); });
             // In place, a copy of what leaves away from a wall further than halfway, for the next
