@@ -465,7 +465,7 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
     /// addresses as a cell away from walls, and a cell next to a boundary only corrects them by the
     /// boundary's rule once the neighbours' tags have come: its loads no longer wait for the tags,
     /// which held up the warps of a channel's cells next to its inlet and outlet (the sphere's
-    /// channel from 78 to 88% of the periodic box in f32 in place, 85 to 91% in f64, on an H200).
+    /// channel from 78 to 87% of the periodic box in f32 in place, 85 to 91% in f64, on an H200).
     /// The values are the bits the other entries take from the cell's own slot. A split's halo
     /// planes are refreshed from the neighbours, which do not push for this rank's cells, and a
     /// state just set has no pushes: those boundary cells are read from the cell's own slot
