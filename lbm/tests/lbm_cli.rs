@@ -930,14 +930,8 @@ fn sphere_stl(centre: [f64; 3], radius: f64, rings: usize) -> String {
             centre[2] + radius * th.cos(),
         ]
     };
-    let mut s = String::from("solid sphere\n");
-    let mut facet = |a: [f64; 3], b: [f64; 3], c: [f64; 3]| {
-        s += "facet normal 0 0 0\nouter loop\n";
-        for v in [a, b, c] {
-            s += &format!("vertex {} {} {}\n", v[0], v[1], v[2]);
-        }
-        s += "endloop\nendfacet\n";
-    };
+    let mut facets = Vec::new();
+    let mut facet = |a: [f64; 3], b: [f64; 3], c: [f64; 3]| facets.push([a, b, c]);
     for i in 0..rings {
         for j in 0..2 * rings {
             let k = (j + 1) % (2 * rings);
@@ -950,7 +944,20 @@ fn sphere_stl(centre: [f64; 3], radius: f64, rings: usize) -> String {
             }
         }
     }
-    s + "endsolid sphere\n"
+    ascii_stl("sphere", &facets)
+}
+
+/// An ASCII STL of `facets` (their normals left to the reader).
+fn ascii_stl(name: &str, facets: &[[[f64; 3]; 3]]) -> String {
+    let mut s = format!("solid {name}\n");
+    for f in facets {
+        s += "facet normal 0 0 0\nouter loop\n";
+        for v in f {
+            s += &format!("vertex {} {} {}\n", v[0], v[1], v[2]);
+        }
+        s += "endloop\nendfacet\n";
+    }
+    s + &format!("endsolid {name}\n")
 }
 
 /// A sphere in a wind tunnel from its shape, from a voxel mask of the same nodes and from an STL
@@ -1079,22 +1086,18 @@ fn cylinder_stl(radius: f64, [z0, z1]: [f64; 2], segments: usize) -> String {
         let t = 2.0 * std::f64::consts::PI * j as f64 / segments as f64;
         [radius * t.cos(), radius * t.sin(), z]
     };
-    let mut s = String::from("solid cylinder\n");
-    let mut facet = |v: [[f64; 3]; 3]| {
-        s += "facet normal 0 0 0\nouter loop\n";
-        for p in v {
-            s += &format!("vertex {} {} {}\n", p[0], p[1], p[2]);
-        }
-        s += "endloop\nendfacet\n";
-    };
-    for j in 0..segments {
-        let k = (j + 1) % segments;
-        facet([at(j, z0), at(k, z0), at(k, z1)]);
-        facet([at(j, z0), at(k, z1), at(j, z1)]);
-        facet([[0.0, 0.0, z0], at(k, z0), at(j, z0)]);
-        facet([[0.0, 0.0, z1], at(j, z1), at(k, z1)]);
-    }
-    s + "endsolid cylinder\n"
+    let facets: Vec<[[f64; 3]; 3]> = (0..segments)
+        .flat_map(|j| {
+            let k = (j + 1) % segments;
+            [
+                [at(j, z0), at(k, z0), at(k, z1)],
+                [at(j, z0), at(k, z1), at(j, z1)],
+                [[0.0, 0.0, z0], at(k, z0), at(j, z0)],
+                [[0.0, 0.0, z1], at(j, z1), at(k, z1)],
+            ]
+        })
+        .collect();
+    ascii_stl("cylinder", &facets)
 }
 
 /// A cylinder of finite length across a duct from a voxel mask of its nodes and from an STL surface:
