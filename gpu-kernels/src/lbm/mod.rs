@@ -21,8 +21,8 @@ mod storage;
 
 pub use force::{link, ForceEntry, Forces, FORCE_BLOCK};
 pub use step::{
-    bouzidi, equilibrium, push_slot, shifted, step_entry, Cuts, Lattices, Physics, Scheme, Step,
-    StepEntry, END_SHIFT,
+    bouzidi, equilibrium, shifted, step_entry, Cuts, Lattices, Physics, Scheme, Step, StepEntry,
+    END_SHIFT,
 };
 pub use storage::{Half, Storage, HALF_SCALE};
 

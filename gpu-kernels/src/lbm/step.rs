@@ -50,14 +50,16 @@ pub enum Scheme {
 /// Lattice `f` holds, before a step, the post-collision populations of the previous step (for
 /// [`Scheme::Ab`] and [`Scheme::AaOdd`]) or the streamed ones (for [`Scheme::AaEven`]), as deviations
 /// `f_q - w_q` in structure-of-arrays order. Boundary cells are never updated, but their slots carry
-/// four things: the entries without free-slip cells, interpolated links or outlets that let sound
-/// out push what a fluid cell sends into a boundary cell into the slot that the cell's next step reads
-/// along the opposite direction there ([`Step::cell`]); the in-place odd step streams into free-slip
+/// four things: the f32 entries (and f64's on D3Q19) without free-slip cells, interpolated links or
+/// outlets that let sound out push what a fluid cell sends into a boundary cell into the slot that the
+/// cell's next step reads along the opposite direction there ([`Step::cell`]); the in-place odd step
+/// streams into free-slip
 /// cells as into fluid ones, and the even step reads the mirrored populations there; in place, a wall
 /// cell's slot `k` holds a copy for the interpolated link along `c_k` into it ([`Cuts`]); an outlet
 /// cell's slot 0 holds the reference velocity of the fluid cell before it where the outlet lets sound
 /// out ([`Physics::outlet_follow`]). Each is one cell's alone, and the lattice (a checkpoint, a split's
-/// exchanges) carries it; the host primes the pushed slots ([`push_slot`]).
+/// exchanges) carries it, but for the pushes: a state just set is read without them until a step has
+/// pushed ([`Bound::set_pushed`]).
 ///
 /// `Q` is the velocity set's populations per cell ([`Velocities`]: 19 or 27).
 #[repr(C)]
@@ -876,9 +878,8 @@ pub fn shifted(nx: u32, shift: u32, x: u32) -> u32 {
 
 /// The slot of boundary cell `n + c_q` into which a pushing step ([`Step::cell`]) stores what fluid
 /// cell `n` sends along `q`, two-lattice or in place: the slot that `n`'s next step streams along
-/// `opposite(q)` from there. It holds a copy of `n`'s slot `opposite(push_slot(..))` of a state stored
-/// as a step leaves it (in place: the even one), which is how the host primes it.
-pub const fn push_slot(two_lattice: bool, q: usize) -> usize {
+/// `opposite(q)` from there.
+const fn push_slot(two_lattice: bool, q: usize) -> usize {
     if two_lattice {
         opposite(q)
     } else {
