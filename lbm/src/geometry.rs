@@ -357,8 +357,11 @@ impl Geometry {
     /// Sets the velocity set (default D3Q19), which decides the links and which cells lie next to a
     /// boundary.
     pub fn set_velocities(&mut self, velocities: Velocities) {
-        self.velocities = velocities;
-        self.mark_near_walls();
+        // Marking is a pass over the grid: not again for the set it has.
+        if velocities != self.velocities {
+            self.velocities = velocities;
+            self.mark_near_walls();
+        }
     }
 
     /// The velocity set.

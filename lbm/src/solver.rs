@@ -654,8 +654,9 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
     ///
     /// With `P` the grid's cells and, per rank, `L` its cells with halo planes and `O` those it owns:
     /// every rank builds the whole grid's tags (`P` bytes, twice while near-wall cells are marked) and,
-    /// split, its own (`L`); the populations (`Q L` values, `Q` the velocity set's, twice for two-lattice streaming, and once
-    /// more on the host for a GPU's upload or for a split run's halo planes), the tags (`L`) and the
+    /// split, its own (`L`); the populations (`Q L` values, `Q` the velocity set's, twice for
+    /// two-lattice streaming, and once more on the host for a GPU's upload or for a split run's halo
+    /// planes), the tags (`L`) and the
     /// moments (4 `L` reals, downloaded from a GPU to be read). Reading the moments takes a copy of
     /// the rank's part of each (`8 O` bytes, and the copy posted to rank 0 by a thread), and on rank 0
     /// the whole grid's density and velocity (32 `P`) plus one component being gathered (8 `P`).
@@ -864,9 +865,6 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
             post
         });
         let global = split.as_ref().map_or(&local, |sp| &sp.global);
-        let plain = params.open.outlet_memory == 0
-            && !global.tags().iter().any(|t| t & tag::SLIP != 0)
-            && global.cut_links().is_empty();
         let cuts = CutTable::new(
             global,
             &local,
@@ -878,6 +876,10 @@ impl<S: LbmStorage, C: Communicator> Lbm<S, C> {
         if let Some(c) = &cuts {
             c.prime(&mut raw, cells);
         }
+        // The table is the whole grid's (`None` on every rank where it has no interpolated link).
+        let plain = cuts.is_none()
+            && params.open.outlet_memory == 0
+            && !global.tags().iter().any(|t| t & tag::SLIP != 0);
         let mut lbm = Self {
             mem: Memory::Host {
                 f: Vec::new(),

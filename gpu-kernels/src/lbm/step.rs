@@ -514,6 +514,15 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
             None
         };
 
+        // The slot of this cell that holds what it sent along `-c_q` in the step before: where the
+        // population entering along `q` from a boundary comes from.
+        let own_slot = |q: usize| {
+            if SCHEME == Scheme::Ab as u32 {
+                opposite(q)
+            } else {
+                q
+            }
+        };
         // The value entering along `q`, and whether it came from an outlet.
         let gather = |q: usize, near: bool| unsafe {
             let src = at(q, -1);
@@ -536,11 +545,7 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
                 }
             } else {
                 // Entering from a boundary: what this cell sent into it last step, reflected.
-                let (from, slot) = if SCHEME == Scheme::Ab as u32 {
-                    (opposite(q), q)
-                } else {
-                    (q, opposite(q))
-                };
+                let (from, slot) = (own_slot(q), opposite(own_slot(q)));
                 match wall_at(src, near) {
                     Some(tw) if SLIP && tw & tag::SLIP != 0 => match self.mirror(q, tw, &nb) {
                         // What the mirrored path's start sent along the mirrored direction.
@@ -585,10 +590,7 @@ impl<S: Storage, const Q: usize> Step<S, Q> {
                             || (self.unpushed == 1 && (sz == 0 || sz == nz - 1));
                         let v = match (own, SCHEME == Scheme::AaEven as u32) {
                             // The cell's own slot, which holds the same value.
-                            (true, false) => {
-                                let from = if SCHEME == Scheme::Ab as u32 { opposite(q) } else { q };
-                                unsafe { S::load(f, from * cells + n) }
-                            }
+                            (true, false) => unsafe { S::load(f, own_slot(q) * cells + n) },
                             _ => p[q],
                         };
                         p[q] = self.boundary(v, q, tw, [x, y, z]);

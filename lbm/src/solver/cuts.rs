@@ -105,10 +105,9 @@ impl CutTable {
         }))
     }
 
-    /// Puts the in-place copies into the wall cells' slots of the lattice `raw` (a slot of `cells` values
-    /// per population)
-    /// in a state stored as the even step stores it, where the fluid cell's own slot `k` holds what it
-    /// sent away from the wall.
+    /// Puts the in-place copies into the wall cells' slots of the lattice `raw` (a slot of `cells`
+    /// values per population) in a state stored as the even step stores it, where the fluid cell's own
+    /// slot `k` holds what it sent away from the wall.
     pub(super) fn prime<T: Copy>(&self, raw: &mut [T], cells: usize) {
         for k in 0..self.copies.len() {
             self.prime_slot(k, &mut raw[k * cells..(k + 1) * cells]);

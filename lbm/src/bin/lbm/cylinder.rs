@@ -7,7 +7,7 @@ use lattice_gpu_formats::chart::{write_series_png, Panel};
 use lattice_gpu_formats::csv::{numbers, write_csv};
 use lattice_gpu_host::comm::Communicator;
 use lattice_gpu_lbm::schaefer_turek::{self as st, Case, Cylinder};
-use lattice_gpu_lbm::{restart, Error, LbmStorage, Result};
+use lattice_gpu_lbm::{Error, LbmStorage, Result};
 
 use super::{
     finish, make, more_than, prepare, release, resume, sampled, Boundaries, Checkpoints, Common,
@@ -79,13 +79,7 @@ pub(super) fn cylinder<S: LbmStorage, C: Communicator>(a: &CylinderArgs, comm: C
     let mut g = cyl.geometry()?;
     let mut p = cyl.params(a.common.collision(), (RAMP * unit).round() as u64)?;
     a.boundaries.outlet(&mut p, unit)?;
-    let mut params = restart::physics::<S>(
-        "cylinder",
-        dims,
-        a.common.streaming(),
-        a.common.velocities(),
-        &p,
-    );
+    let mut params = a.common.physics::<S>("cylinder", dims, &p);
     params.push(("samples".into(), every.to_string()));
     a.boundaries.apply(&mut g, &mut params);
     let mut from = resume::<S, C, _>(&comm, &a.common, dims, &params, |ck, path| {

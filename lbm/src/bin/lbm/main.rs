@@ -1,6 +1,6 @@
-//! `lbm`: D3Q19 or D3Q27 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the Poiseuille
-//! channel, the decaying Taylor-Green vortex, the flow around a cylinder or any body, and the MLUPs/s
-//! benchmark against the copy bandwidth.
+//! `lbm`: D3Q19 or D3Q27 lattice Boltzmann on the GPU (or the CPU): the lid-driven cavity, the
+//! Poiseuille channel, the decaying Taylor-Green vortex, the flow around a cylinder or any body, and
+//! the MLUPs/s benchmark against the copy bandwidth.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -312,6 +312,17 @@ impl Common {
 
     fn velocities(&self) -> Velocities {
         self.velocities.set()
+    }
+
+    /// What a resume of case `case` on grid `dims` with parameters `p` must match
+    /// ([`restart::physics`]), with these options' storage, streaming and velocity set.
+    fn physics<S: LbmStorage>(
+        &self,
+        case: &str,
+        dims: [usize; 3],
+        p: &Params,
+    ) -> Vec<(String, String)> {
+        restart::physics::<S>(case, dims, self.streaming(), self.velocities(), p)
     }
 
     fn streaming(&self) -> Streaming {
@@ -1082,13 +1093,7 @@ fn cavity<S: LbmStorage, C: Communicator>(a: &CavityArgs, comm: C) -> Result<()>
         a.stop.snapshots(),
     )?;
     let (g, p) = cases::cavity(a.size, a.closed_z, re, a.lid, a.common.collision())?;
-    let mut params = restart::physics::<S>(
-        "cavity",
-        a.size,
-        a.common.streaming(),
-        a.common.velocities(),
-        &p,
-    );
+    let mut params = a.common.physics::<S>("cavity", a.size, &p);
     params.extend([
         ("re".to_string(), re.to_string()),
         ("lid".into(), a.lid.to_string()),
@@ -1164,13 +1169,7 @@ fn poiseuille<S: LbmStorage, C: Communicator>(a: &PoiseuilleArgs, comm: C) -> Re
         a.force,
         a.common.collision(),
     )?;
-    let mut params = restart::physics::<S>(
-        "poiseuille",
-        dims,
-        a.common.streaming(),
-        a.common.velocities(),
-        &p,
-    );
+    let mut params = a.common.physics::<S>("poiseuille", dims, &p);
     params.extend([
         ("width".to_string(), a.width.to_string()),
         ("extent".into(), format!("{}x{}", a.extent.0, a.extent.1)),
@@ -1277,13 +1276,7 @@ fn taylor_green<S: LbmStorage, C: Communicator>(a: &TaylorGreenArgs, comm: C) ->
     let g = Geometry::periodic(a.size)?;
     let mut p = Params::bgk(a.tau);
     p.collision = a.common.collision();
-    let mut params = restart::physics::<S>(
-        "taylor-green",
-        a.size,
-        a.common.streaming(),
-        a.common.velocities(),
-        &p,
-    );
+    let mut params = a.common.physics::<S>("taylor-green", a.size, &p);
     params.push(("u0".into(), a.u0.to_string()));
     let mut from = resume::<S, C, _>(&comm, &a.common, a.size, &params, |ck, path| {
         resume_samples(ck, path, a.steps)

@@ -16,7 +16,7 @@ use lattice_gpu_lbm::geometry::{Obstacle, Sides};
 use lattice_gpu_lbm::schaefer_turek::strouhal;
 use lattice_gpu_lbm::tunnel::{Body, Profile, Tunnel};
 use lattice_gpu_lbm::voxelise::{voxelise, Placement, Surface};
-use lattice_gpu_lbm::{restart, Error, Geometry, LbmStorage, Result};
+use lattice_gpu_lbm::{Error, Geometry, LbmStorage, Result};
 
 use super::{
     finish, make, more_than, prepare, release, resume, sampled, Boundaries, Checkpoints, Common,
@@ -252,13 +252,7 @@ pub(super) fn obstacle<S: LbmStorage, C: Communicator>(a: &ObstacleArgs, comm: C
     let unit = body.extent[1] as f64 / u;
     let mut p = tunnel.params(tau, a.common.collision(), (RAMP * unit).round() as u64)?;
     a.boundaries.outlet(&mut p, unit)?;
-    let mut params = restart::physics::<S>(
-        "obstacle",
-        dims,
-        a.common.streaming(),
-        a.common.velocities(),
-        &p,
-    );
+    let mut params = a.common.physics::<S>("obstacle", dims, &p);
     params.extend([
         // The body itself is in the tags' hash; its description may hold whitespace, which a
         // checkpoint's parameters may not.
